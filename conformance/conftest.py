@@ -1,0 +1,39 @@
+"""Conformance set-up (same as tests/conftest.py): GPU detection without importing any framework, and the `gpu` marker's skip."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import pytest
+
+
+def _cuda_device_count() -> int:
+    """Ask the CUDA driver directly (no framework import) how many GPUs this process sees."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    if lib.cuInit(0) != 0:
+        return 0
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+HAS_GPU = _cuda_device_count() > 0
+
+# Device-side Numba code runs under Numba's CUDA simulator where no GPU exists. The variable must be set
+# before numba.cuda is first imported, so it is set here, at collection start.
+if not HAS_GPU:
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none found)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
