@@ -1,0 +1,45 @@
+"""nvdispatch: one Pythonic front door to NVIDIA's fastest math for whatever array type you hold.
+
+>>> import numpy as np, nvdispatch
+>>> nvdispatch.matmul(np.eye(2), np.ones((2, 2))).tolist()
+[[1.0, 1.0], [1.0, 1.0]]
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._backends import register_backend, set_backend, set_global_backend, skip_backend
+from ._epilog import Epilog
+from ._explain import explain
+from ._matmul_problem import ComputeType, MatmulOptions, MatmulPlanPreferences
+from ._plan_cache import plan_cache
+from .linalg import Matmul, matmul
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "matmul",
+    "Matmul",
+    "Epilog",
+    "ComputeType",
+    "MatmulOptions",
+    "MatmulPlanPreferences",
+    "explain",
+    "plan_cache",
+    "set_backend",
+    "set_global_backend",
+    "register_backend",
+    "skip_backend",
+    "errors",
+    "fft",
+    "device",
+]
+
+
+def __getattr__(name):
+    # submodules with heavier imports load on first use
+    if name in ("fft", "device"):
+        import importlib
+
+        return importlib.import_module(f"nvdispatch.{name}")
+    raise AttributeError(f"module 'nvdispatch' has no attribute {name!r}")

@@ -1,0 +1,122 @@
+"""The steps every call goes through: detect → select → plan (shared cache) → execute.
+
+Operation front-ends (``linalg``, ``fft``) describe their call as a *problem* and hand it here; nothing
+in this module knows what a matmul or an FFT is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _backends
+from ._detect import Device, OperandInfo, common_placement, detect
+from ._plan_cache import plan_cache
+from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError
+
+__all__ = ["Selection", "detect_all", "placement", "select", "choose_strategy", "get_plan", "Explanation"]
+
+
+def detect_all(named: Mapping[str, Any]) -> dict[str, OperandInfo]:
+    """Detect every operand that is not None."""
+    return {name: detect(name, x) for name, x in named.items() if x is not None}
+
+
+def placement(infos: dict[str, OperandInfo]) -> tuple[str, Device]:
+    """The operands' common framework and device; mixed ones are allowed only under a coercing backend."""
+    try:
+        return common_placement(infos)
+    except MixedOperandsError:
+        if _backends.any_coercing():
+            first = next(iter(infos.values()))
+            return "mixed", first.device
+        raise
+
+
+@dataclass
+class Selection:
+    """The executor chosen for a problem, and why the others before it declined."""
+
+    executor: Any
+    coerce: bool
+    declined: list[tuple[str, str]] = field(default_factory=list)
+
+
+def select(op: str, problem: Any) -> Selection:
+    """Ask each candidate executor in backend order; the first that does not decline runs the call."""
+    declined: list[tuple[str, str]] = []
+    for cand in _backends.candidates(problem.framework, problem.device.kind):
+        reason = cand.executor.decline(op, problem, coerce=cand.coerce)
+        if reason is None:
+            return Selection(cand.executor, cand.coerce, declined)
+        declined.append((cand.executor.name, reason))
+    if declined:
+        tried = "; ".join(f"{name}: {why}" for name, why in declined)
+        hint = f"executors tried: {tried}"
+    else:
+        hint = "no executor is registered for these operands (check set_backend/skip_backend)"
+    raise NoExecutorError(
+        "backend",
+        f"an executor able to run this {op}",
+        f"{problem.framework} operands on {problem.device}",
+        hint,
+        declined=declined,
+    )
+
+
+def choose_strategy(executor: Any, op: str, problem: Any, preferred: str | None = None) -> str:
+    """The epilog/plan strategy: the caller's preference, a loaded autotune choice, or the executor's best."""
+    available = tuple(executor.strategies(op, problem))
+    if preferred is not None:
+        if preferred not in available:
+            raise InvalidArgumentError(
+                "preferences.strategy", f"one of {available} (what {executor.name} can run here)", repr(preferred)
+            )
+        return preferred
+    if plan_cache._tunings:
+        tuned = plan_cache.tuning_for(choice_key(executor, op, problem))
+        if tuned and tuned.get("strategy") in available:
+            return tuned["strategy"]
+    return available[0]
+
+
+def choice_key(executor: Any, op: str, problem: Any) -> tuple:
+    return ("choice", op, executor.name, problem)
+
+
+def get_plan(executor: Any, op: str, problem: Any, strategy: str):
+    """The cached plan for (problem, executor, strategy), planned on a miss."""
+    key = (op, executor.name, strategy, problem)
+    return plan_cache.get_or_create(key, lambda tuning: executor.plan(op, problem, strategy, tuning))
+
+
+def coerce_operands(selection: Selection, operands: dict[str, Any], names) -> dict[str, Any]:
+    if not selection.coerce:
+        return operands
+    conv: Callable = selection.executor.coerce_operand
+    return {k: (conv(v) if k in names and v is not None else v) for k, v in operands.items()}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What a call would do: the executor and strategy chosen, the plan's steps, and who declined."""
+
+    operation: str
+    executor: str
+    strategy: str
+    steps: tuple[str, ...]
+    declined: tuple[tuple[str, str], ...]
+    strategies: tuple[str, ...]
+    cached: bool
+    problem: Any = None
+
+    def __str__(self) -> str:
+        lines = [f"{self.operation} on executor {self.executor!r}, strategy {self.strategy!r}"]
+        lines += [f"  step: {s}" for s in self.steps]
+        if len(self.strategies) > 1:
+            lines.append(f"  other strategies: {', '.join(s for s in self.strategies if s != self.strategy)}")
+        for name, why in self.declined:
+            lines.append(f"  declined by {name}: {why}")
+        lines.append(f"  plan cached: {self.cached}")
+        return "\n".join(lines)

@@ -1,0 +1,449 @@
+"""What a matmul call asks for, validated once: options, compute types, PEP 465 shapes, dtypes and
+epilog inputs. The resulting :class:`MatmulProblem` is immutable and holds no arrays, so it is the
+plan-cache key (plus executor and strategy)."""
+
+from __future__ import annotations
+
+import enum
+import numbers
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from ._detect import Device, OperandInfo
+from ._epilog import EpilogSpec
+from .errors import (
+    EpilogInputError,
+    InvalidArgumentError,
+    ShapeMismatchError,
+    UnsupportedDtypeError,
+    UnsupportedOperandError,
+    describe,
+)
+
+__all__ = [
+    "ComputeType",
+    "MatmulOptions",
+    "MatmulPlanPreferences",
+    "MatmulProblem",
+    "ArraySig",
+    "build_problem",
+    "as_options",
+    "as_preferences",
+    "MATMUL_DTYPES",
+]
+
+
+class ComputeType(enum.IntEnum):
+    """cuBLAS compute types (values as ``cublasComputeType_t``)."""
+
+    COMPUTE_16F = 64
+    COMPUTE_16F_PEDANTIC = 65
+    COMPUTE_32F = 68
+    COMPUTE_32F_PEDANTIC = 69
+    COMPUTE_32F_FAST_16F = 74
+    COMPUTE_32F_FAST_16BF = 75
+    COMPUTE_32F_FAST_TF32 = 77
+    COMPUTE_64F = 70
+    COMPUTE_64F_PEDANTIC = 71
+    COMPUTE_32I = 72
+    COMPUTE_32I_PEDANTIC = 73
+
+
+#: which compute types each result dtype admits (cuBLASLt's table); CPU executors compute at least as
+#: precisely as requested
+_COMPUTE_FOR_DTYPE = {
+    "float16": {"COMPUTE_16F", "COMPUTE_16F_PEDANTIC", "COMPUTE_32F", "COMPUTE_32F_PEDANTIC"},
+    "bfloat16": {"COMPUTE_32F", "COMPUTE_32F_PEDANTIC"},
+    "float32": {
+        "COMPUTE_32F", "COMPUTE_32F_PEDANTIC", "COMPUTE_32F_FAST_16F", "COMPUTE_32F_FAST_16BF",
+        "COMPUTE_32F_FAST_TF32",
+    },
+    "complex64": {
+        "COMPUTE_32F", "COMPUTE_32F_PEDANTIC", "COMPUTE_32F_FAST_16F", "COMPUTE_32F_FAST_16BF",
+        "COMPUTE_32F_FAST_TF32",
+    },
+    "float64": {"COMPUTE_64F", "COMPUTE_64F_PEDANTIC"},
+    "complex128": {"COMPUTE_64F", "COMPUTE_64F_PEDANTIC"},
+}
+_INT_COMPUTE = {"COMPUTE_32I", "COMPUTE_32I_PEDANTIC"}
+
+MATMUL_DTYPES = (
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+)
+_FLOATING = {"float16", "bfloat16", "float32", "float64"}
+_COMPLEX = {"complex64", "complex128"}
+
+
+@dataclass(frozen=True)
+class MatmulOptions:
+    """Options of a matmul.
+
+    Attributes
+    ----------
+    compute_type : ComputeType, optional
+        Accumulation precision (cuBLASLt semantics; e.g. ``COMPUTE_32F_FAST_16F`` lets float32 inputs run
+        on fp16 tensor cores). Default: the dtype's natural one. CPU executors compute at least as
+        precisely as asked.
+    scale_type : str, optional
+        dtype of ``alpha``/``beta`` (default: the compute type's).
+    bgrad_axis : {"n", "m"}
+        Orientation of the bias gradient of DRELU_BGRAD/DGELU_BGRAD: ``"n"`` (default, the
+        neural-network convention) sums the result over M giving ``(..., n)``; ``"m"`` sums over N
+        giving ``(..., m, 1)``.
+    """
+
+    compute_type: ComputeType | None = None
+    scale_type: str | None = None
+    bgrad_axis: str = "n"
+
+    def __post_init__(self):
+        if self.compute_type is not None:
+            ct = self.compute_type
+            try:
+                ct = ComputeType[ct] if isinstance(ct, str) else ComputeType(ct)
+            except (KeyError, ValueError, TypeError):
+                raise InvalidArgumentError(
+                    "options.compute_type", f"a ComputeType ({', '.join(c.name for c in ComputeType)})", repr(ct)
+                ) from None
+            object.__setattr__(self, "compute_type", ct)
+        if self.bgrad_axis not in ("n", "m"):
+            raise InvalidArgumentError("options.bgrad_axis", "'n' or 'm'", repr(self.bgrad_axis))
+        if self.scale_type is not None:
+            name = _dtype_name(self.scale_type)
+            if name not in _FLOATING | _COMPLEX | {"int32"}:
+                raise InvalidArgumentError("options.scale_type", "a float, complex or int32 dtype", repr(name))
+            object.__setattr__(self, "scale_type", name)
+
+
+@dataclass(frozen=True)
+class MatmulPlanPreferences:
+    """Planning preferences.
+
+    Attributes
+    ----------
+    strategy : str, optional
+        Force an epilog fusion strategy (``"native"``, ``"framework_fused"``, ``"inplace"``, ``"plain"``)
+        instead of the planner's first choice; a strategy the executor cannot run is an error.
+    limit : int
+        How many candidate algorithms GPU executors consider when autotuning.
+    max_workspace_bytes : int, optional
+        Upper bound on the GPU workspace.
+    """
+
+    strategy: str | None = None
+    limit: int = 8
+    max_workspace_bytes: int | None = None
+
+    def __post_init__(self):
+        from ._epilog import STRATEGIES
+
+        if self.strategy is not None and self.strategy not in STRATEGIES:
+            raise InvalidArgumentError("preferences.strategy", f"one of {STRATEGIES}", repr(self.strategy))
+        if not isinstance(self.limit, int) or self.limit < 1:
+            raise InvalidArgumentError("preferences.limit", "an int >= 1", repr(self.limit))
+
+
+def _as_dataclass(cls, value, argument):
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, dict):
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise InvalidArgumentError(argument, f"keys among {sorted(names)}", f"unknown key(s) {unknown}")
+        return cls(**value)
+    raise InvalidArgumentError(argument, f"a {cls.__name__} or a dict", describe(value))
+
+
+def as_options(value) -> MatmulOptions:
+    return _as_dataclass(MatmulOptions, value, "options")
+
+
+def as_preferences(value) -> MatmulPlanPreferences:
+    return _as_dataclass(MatmulPlanPreferences, value, "preferences")
+
+
+def _dtype_name(dtype) -> str:
+    if isinstance(dtype, str):
+        return dtype
+    s = str(dtype)
+    if s.startswith("torch."):
+        return s[6:]
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return s
+
+
+@dataclass(frozen=True)
+class ArraySig:
+    """An operand as far as planning cares: dtype, shape, strides (elements)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+
+    @classmethod
+    def of(cls, info: OperandInfo) -> ArraySig:
+        return cls(info.dtype, info.shape, info.strides)
+
+
+@dataclass(frozen=True)
+class MatmulProblem:
+    """A validated matmul call. Shapes with the ``p`` prefix are after PEP 465 promotion of 1-D operands."""
+
+    framework: str
+    device: Device
+    a: ArraySig
+    b: ArraySig
+    c: ArraySig | None
+    result_dtype: str
+    batch_shape: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    a_vector: bool
+    b_vector: bool
+    result_shape: tuple[int, ...]
+    epilog: EpilogSpec
+    #: "n" or "m" where a bias is given, else None
+    bias_axis: str | None
+    inputs: tuple[tuple[str, ArraySig], ...]
+    options: MatmulOptions
+    coerced: bool = False
+    extra: tuple = field(default=())
+
+    @property
+    def promoted_shape(self) -> tuple[int, ...]:
+        return (*self.batch_shape, self.m, self.n)
+
+    @property
+    def input_sigs(self) -> dict[str, ArraySig]:
+        return dict(self.inputs)
+
+    def key(self, executor_name: str, strategy: str) -> tuple:
+        return ("matmul", executor_name, strategy, self)
+
+    def with_framework(self, framework: str, device: Device) -> MatmulProblem:
+        return replace(self, framework=framework, device=device, coerced=True)
+
+
+def promote_dtypes(x: str, y: str, argument: str = "b") -> str:
+    """Result dtype of ``x`` and ``y`` (NumPy's rules, with bfloat16 as Torch promotes it)."""
+    if x == y:
+        return x
+    if "bfloat16" in (x, y):
+        other = y if x == "bfloat16" else x
+        if other in ("float16",):
+            return "float32"
+        if other.startswith(("int", "uint")) or other == "bool":
+            return "bfloat16"
+        return other  # float32, float64, complex
+    try:
+        return np.result_type(np.dtype(x), np.dtype(y)).name
+    except TypeError:
+        raise UnsupportedDtypeError(argument, f"a dtype compatible with {x}", y) from None
+
+
+def _check_scalar(name: str, value: Any, result_dtype: str) -> None:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    if not isinstance(value, numbers.Number) or isinstance(value, bool):
+        raise InvalidArgumentError(name, "a real or complex scalar", describe(value))
+    if isinstance(value, complex) or (isinstance(value, np.complexfloating)):
+        if result_dtype not in _COMPLEX and complex(value).imag != 0:
+            raise InvalidArgumentError(name, f"a real scalar for a {result_dtype} result", repr(value))
+    if result_dtype not in _FLOATING | _COMPLEX and float(np.real(value)) != int(np.real(value)):
+        raise InvalidArgumentError(name, f"an integral scalar for an integer ({result_dtype}) result", repr(value))
+
+
+def scalar_value(value: Any):
+    """A Python number from a Python/NumPy scalar or 0-d array."""
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+        return value.item()
+    return value
+
+
+def _broadcast(shapes: list[tuple[int, ...]], names: list[str]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeMismatchError(
+            names[-1], f"batch dimensions broadcastable with {names[0]}'s {shapes[0]}", str(shapes[-1])
+        ) from None
+
+
+def _check_dtype(name: str, dtype: str) -> None:
+    if dtype not in MATMUL_DTYPES:
+        raise UnsupportedDtypeError(name, f"a numeric dtype ({', '.join(MATMUL_DTYPES)})", dtype)
+
+
+def _bias_axis(sig: ArraySig, batch: tuple[int, ...], m: int, n: int) -> str:
+    shape = sig.shape
+    if len(shape) == 1:
+        if shape[0] == n:
+            return "n"
+        hint = f"for a bias along M give shape ({m}, 1)" if shape[0] == m else ""
+        raise EpilogInputError(
+            "epilog_inputs['bias']", f"shape ({n},), (1, {n}) or ({m}, 1)", str(tuple(shape)), hint
+        )
+    if len(shape) < 2 or len(shape) > len(batch) + 2:
+        raise EpilogInputError(
+            "epilog_inputs['bias']",
+            f"shape ({n},), (..., 1, {n}) or (..., {m}, 1) with batch dims broadcastable to {batch}",
+            str(tuple(shape)),
+        )
+    lead = shape[:-2]
+    try:
+        if np.broadcast_shapes(lead, batch) != tuple(batch):
+            raise ValueError
+    except ValueError:
+        raise EpilogInputError(
+            "epilog_inputs['bias']", f"batch dimensions broadcastable to {batch}", str(tuple(shape))
+        ) from None
+    if shape[-2:] == (1, n):
+        return "n"
+    if shape[-2:] == (m, 1):
+        return "m"
+    raise EpilogInputError(
+        "epilog_inputs['bias']", f"shape ({n},), (..., 1, {n}) or (..., {m}, 1)", str(tuple(shape))
+    )
+
+
+def build_problem(
+    framework: str,
+    device: Device,
+    infos: dict[str, OperandInfo],
+    spec: EpilogSpec,
+    options: MatmulOptions,
+    alpha: Any,
+    beta: Any,
+    extra_inputs: tuple[str, ...] = (),
+) -> MatmulProblem:
+    """Validate a matmul call and describe it. ``infos`` holds a, b, optional c and the epilog inputs."""
+    a, b = infos["a"], infos["b"]
+    for name in ("a", "b"):
+        info = infos[name]
+        if info.ndim == 0:
+            raise UnsupportedOperandError(name, "an array with at least 1 dimension", "a 0-d array")
+        _check_dtype(name, info.dtype)
+    result_dtype = promote_dtypes(a.dtype, b.dtype)
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    pa = (1, *a.shape) if a_vec else a.shape
+    pb = (*b.shape, 1) if b_vec else b.shape
+    m, k = pa[-2], pa[-1]
+    k2, n = pb[-2], pb[-1]
+    if k != k2:
+        raise ShapeMismatchError(
+            "b", f"{k} rows to match a's last dimension (a is {a.shape})", f"shape {b.shape}"
+        )
+    batch = _broadcast([pa[:-2], pb[:-2]], ["a", "b"])
+    result_shape = (*batch, *(() if a_vec else (m,)), *(() if b_vec else (n,)))
+
+    c_sig = None
+    if "c" in infos:
+        c = infos["c"]
+        _check_dtype("c", c.dtype)
+        if promote_dtypes(result_dtype, c.dtype, "c") != result_dtype:
+            raise UnsupportedDtypeError("c", f"a dtype that does not widen the result ({result_dtype})", c.dtype)
+        try:
+            ok = np.broadcast_shapes(c.shape, result_shape) == tuple(result_shape)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ShapeMismatchError("c", f"a shape broadcastable to the result's {result_shape}", str(c.shape))
+        c_sig = ArraySig.of(c)
+
+    _check_scalar("alpha", alpha, result_dtype)
+    if beta is not None:
+        _check_scalar("beta", beta, result_dtype)
+        if c_sig is None and scalar_value(beta) != 0:
+            raise InvalidArgumentError("beta", "0 or None when c is not given", repr(beta))
+
+    ct = options.compute_type
+    if ct is not None:
+        allowed = _COMPUTE_FOR_DTYPE.get(result_dtype, _INT_COMPUTE if result_dtype == "int32" else set())
+        if result_dtype in ("int8", "int32") and ct.name in _INT_COMPUTE:
+            pass
+        elif ct.name not in allowed:
+            raise InvalidArgumentError(
+                "options.compute_type",
+                f"one of {sorted(allowed) or 'none'} for {result_dtype} operands",
+                ct.name,
+            )
+
+    if spec.real_only and result_dtype in _COMPLEX:
+        raise UnsupportedDtypeError(
+            "epilog", f"a real dtype for {spec.epilog.name} (activations are not defined on complex)", result_dtype
+        )
+    if spec.float_only and result_dtype not in _FLOATING:
+        raise UnsupportedDtypeError("epilog", f"a floating dtype for {spec.epilog.name}", result_dtype)
+
+    given = set(extra_inputs)
+    missing = [n for n in spec.inputs if n not in given]
+    unexpected = sorted(given - set(spec.inputs))
+    if missing:
+        raise EpilogInputError(
+            "epilog_inputs", f"{list(spec.inputs)} for {spec.epilog.name}", f"no {missing[0]!r}"
+        )
+    if unexpected:
+        raise EpilogInputError(
+            "epilog_inputs",
+            f"only {list(spec.inputs) or 'no inputs'} for {spec.epilog.name}",
+            f"unexpected {unexpected}",
+        )
+
+    inputs: list[tuple[str, ArraySig]] = []
+    bias_axis = None
+    for name in spec.inputs:
+        info = infos[name]
+        sig = ArraySig.of(info)
+        arg = f"epilog_inputs[{name!r}]"
+        if name == "bias":
+            bias_axis = _bias_axis(sig, batch, m, n)
+            ok = info.dtype == result_dtype or (
+                result_dtype in ("float16", "bfloat16") and info.dtype == "float32"
+            )
+            if not ok:
+                raise EpilogInputError(arg, f"dtype {result_dtype} (the result's)", info.dtype)
+        elif name == "gelu_aux":
+            if info.dtype != result_dtype:
+                raise EpilogInputError(arg, f"dtype {result_dtype} (as GELU_AUX returned it)", info.dtype)
+            if tuple(info.shape) != tuple(result_shape):
+                raise EpilogInputError(arg, f"shape {result_shape} (the result's)", str(tuple(info.shape)))
+        elif name == "relu_aux":
+            # a boolean mask of the result's shape (CPU executors) or a uint8 bit mask (cuBLASLt's format;
+            # the executor that produced it checks its layout)
+            if info.dtype == "bool":
+                if tuple(info.shape) != tuple(result_shape):
+                    raise EpilogInputError(arg, f"shape {result_shape} (the result's)", str(tuple(info.shape)))
+            elif info.dtype != "uint8":
+                raise EpilogInputError(arg, "the mask RELU_AUX returned (bool, or uint8 bit mask)", info.dtype)
+        inputs.append((name, sig))
+
+    return MatmulProblem(
+        framework=framework,
+        device=device,
+        a=ArraySig.of(a),
+        b=ArraySig.of(b),
+        c=c_sig,
+        result_dtype=result_dtype,
+        batch_shape=batch,
+        m=m,
+        n=n,
+        k=k,
+        a_vector=a_vec,
+        b_vector=b_vec,
+        result_shape=result_shape,
+        epilog=spec,
+        bias_axis=bias_axis,
+        inputs=tuple(inputs),
+        options=options,
+    )

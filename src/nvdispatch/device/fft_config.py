@@ -1,0 +1,180 @@
+"""Validation of the FFT knobs, the ``"suggested"`` choices, and the lists of valid values."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import DeviceConfigurationError, UnsupportedConfigurationError
+from .precision import normalize_precision
+
+__all__ = ["FFTConfig", "FFT_TYPES", "DIRECTIONS", "EXECUTIONS", "MAX_SIZE", "MAX_THREAD_SIZE", "valid_sizes"]
+
+FFT_TYPES = ("c2c", "r2c", "c2r")
+DIRECTIONS = ("forward", "inverse")
+EXECUTIONS = ("Block", "Thread")
+#: Largest transform a block computes.
+MAX_SIZE = 4096
+#: Largest transform a single thread computes in its registers.
+MAX_THREAD_SIZE = 64
+#: Most elements one thread holds in Block execution (register budget).
+MAX_ELEMENTS_PER_THREAD = 32
+MAX_THREADS_PER_BLOCK = 1024
+_PRIMES = (2, 3, 5, 7)
+#: Elements per thread that ``"suggested"`` prefers, best first.
+_PREFERRED_EPT = (16, 8, 12, 10, 14, 9, 6, 4, 15, 7, 5, 3, 2)
+
+
+def valid_sizes(execution: str = "Block") -> list[int]:
+    """Transform sizes supported for ``execution``: every 2**a 3**b 5**c 7**d from 2 up to the limit.
+
+    Examples
+    --------
+    >>> valid_sizes("Thread")[:8]
+    [2, 3, 4, 5, 6, 7, 8, 9]
+    """
+    limit = MAX_THREAD_SIZE if execution == "Thread" else MAX_SIZE
+    return [n for n in range(2, limit + 1) if _is_smooth(n)]
+
+
+def _is_smooth(n: int) -> bool:
+    for p in _PRIMES:
+        while n % p == 0:
+            n //= p
+    return n == 1
+
+
+def radix_plan(size: int, elements_per_thread: int) -> list[int] | None:
+    """Radices of the Stockham passes (each divides ``elements_per_thread``), or None if impossible."""
+    radices, rest = [], size
+    while rest > 1:
+        r = math.gcd(rest, elements_per_thread)
+        if r == 1:
+            return None
+        radices.append(r)
+        rest //= r
+    return radices
+
+
+def valid_elements_per_thread(size: int, fft_type: str = "c2c") -> list[int]:
+    """Elements-per-thread values accepted for Block execution of ``size``."""
+    out = []
+    for e in range(1, min(size, MAX_ELEMENTS_PER_THREAD) + 1):
+        if size % e or size // e > MAX_THREADS_PER_BLOCK or radix_plan(size, e) is None:
+            continue
+        if e == 1 and size > 1:
+            continue
+        out.append(e)
+    return out
+
+
+@dataclass(frozen=True)
+class FFTConfig:
+    """A complete, validated description of one device FFT."""
+
+    fft_type: str
+    size: int
+    precision: type[np.floating]
+    direction: str
+    execution: str
+    elements_per_thread: int
+    ffts_per_block: int
+
+    @property
+    def sign(self) -> int:
+        return -1 if self.direction == "forward" else 1
+
+    @property
+    def threads_per_fft(self) -> int:
+        return 1 if self.execution == "Thread" else self.size // self.elements_per_thread
+
+    @property
+    def radices(self) -> list[int]:
+        if self.execution == "Thread":
+            return [self.size]
+        plan = radix_plan(self.size, self.elements_per_thread)
+        assert plan is not None
+        return plan
+
+    @property
+    def key(self) -> str:
+        """A short unique name for this configuration (used for generated function and Numba type names)."""
+        return (
+            f"{self.fft_type}_{self.size}_{np.dtype(self.precision).name}_{self.direction}_{self.execution}"
+            f"_ept{self.elements_per_thread}_fpb{self.ffts_per_block}"
+        )
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        fft_type: Any,
+        size: Any,
+        precision: Any,
+        direction: Any,
+        execution: Any,
+        elements_per_thread: Any,
+        ffts_per_block: Any,
+    ) -> FFTConfig:
+        """Check every knob, resolve ``"suggested"`` and return the configuration."""
+        _check_choice("fft_type", fft_type, FFT_TYPES)
+        _check_choice("execution", execution, EXECUTIONS)
+        if direction is None:
+            direction = {"r2c": "forward", "c2r": "inverse"}.get(fft_type)
+        _check_choice("direction", direction, DIRECTIONS)
+        if (fft_type, direction) in (("r2c", "inverse"), ("c2r", "forward")):
+            raise UnsupportedConfigurationError(
+                "direction", ["forward" if fft_type == "r2c" else "inverse"], direction
+            )
+        precision = normalize_precision(precision)
+        sizes = valid_sizes(execution)
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or int(size) not in sizes:
+            raise DeviceConfigurationError(
+                "size", f"an integer 2**a * 3**b * 5**c * 7**d in [2, {sizes[-1]}] for {execution}", size
+            )
+        size = int(size)
+        if execution == "Thread":
+            ept = _resolve("elements_per_thread", elements_per_thread, [size], size)
+            fpb = _resolve("ffts_per_block", ffts_per_block, None, 1)
+        else:
+            options = valid_elements_per_thread(size, fft_type)
+            ept = _resolve("elements_per_thread", elements_per_thread, options, _suggest_ept(size, options))
+            threads = size // ept
+            fpb_limit = MAX_THREADS_PER_BLOCK // threads
+            fpb = _resolve(
+                "ffts_per_block", ffts_per_block, list(range(1, fpb_limit + 1)), _suggest_fpb(threads)
+            )
+        return cls(fft_type, size, precision, direction, execution, ept, fpb)
+
+
+def _check_choice(argument: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise DeviceConfigurationError(argument, choices, value)
+
+
+def _resolve(argument: str, value: Any, options: list[int] | None, suggestion: int) -> int:
+    if value is None or (isinstance(value, str) and value == "suggested"):
+        return suggestion
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+    if ok and (options is None or int(value) in options):
+        return int(value)
+    if options is None:
+        raise DeviceConfigurationError(argument, "a positive integer or 'suggested'", value)
+    raise DeviceConfigurationError(argument, [*options, "suggested"], value)
+
+
+def _suggest_ept(size: int, options: list[int]) -> int:
+    if size <= 16 and size in options:
+        return size
+    # Prefer enough threads per FFT to hide latency but at most 8..16 registers pairs per thread.
+    for e in _PREFERRED_EPT:
+        if e in options and (size // e >= 8 or e == size):
+            return e
+    return options[-1]
+
+
+def _suggest_fpb(threads_per_fft: int) -> int:
+    return max(1, 128 // threads_per_fft)

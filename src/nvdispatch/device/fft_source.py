@@ -1,0 +1,223 @@
+"""Generate the Python source of one device FFT configuration (Stockham passes, fully unrolled).
+
+Data layout (the cuFFTDx default layout):
+
+* ``c2c``, Block: thread ``t`` of an FFT holds element ``t + i * stride`` in ``thread_data[i]`` for
+  ``i < elements_per_thread``, with ``stride = size // elements_per_thread``; the output has the same layout.
+* ``r2c``, Block: the input is real; ``thread_data`` viewed as reals holds ``x[t + i * stride]`` at real slot
+  ``i``. The output holds ``X[t + i * stride]`` in complex slot ``i`` for every ``i`` with
+  ``t + i * stride <= size // 2`` (slots past that are undefined).
+* ``c2r``, Block: the input holds ``X[t + i * stride]`` in complex slot ``i`` where ``t + i * stride <=
+  size // 2`` (other slots are ignored); the real output ``x[t + i * stride]`` is at real slot ``i``.
+* Thread execution: one thread holds a whole FFT; element ``i`` is in slot ``i`` (``size // 2 + 1`` complex
+  slots for the half spectrum of r2c/c2r).
+
+Inverse transforms are unnormalised. The Block algorithm is the Stockham autosort FFT: pass ``p`` with
+radix ``R`` and span ``Ns`` (the product of the previous radices) has ``size // R`` butterflies; butterfly
+``j`` reads ``j + r * size // R``, twiddles by ``exp(sign 2 pi i r (j % Ns) / (Ns R))``, and writes
+``(j // Ns) * Ns * R + j % Ns + r * Ns``. Thread ``t`` owns butterflies ``t + b * stride``, so the first pass
+reads and the last pass writes exactly the registers of the layout above; the passes in between exchange
+through shared memory (real and imaginary planes, one padding slot per 16 to avoid bank conflicts).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .codegen import Complex, SourceWriter
+from .fft_config import FFTConfig
+
+__all__ = ["generate_fft_source", "shared_plane_length", "PAD_SHIFT", "FUNCTION_NAME"]
+
+#: One padding slot every 2**PAD_SHIFT elements of each shared-memory plane.
+PAD_SHIFT = 4
+FUNCTION_NAME = "fft_impl"
+
+
+def shared_plane_length(size: int) -> int:
+    """Length of one (real or imaginary) shared-memory plane for an FFT of ``size`` points."""
+    return size + (size >> PAD_SHIFT) + 1
+
+
+def generate_fft_source(config: FFTConfig) -> tuple[str, dict]:
+    """Return ``(source, globals)`` defining ``fft_impl(_self, thread_data, shared_mem=None)``."""
+    w = SourceWriter(config.precision)
+    w.constants["REAL"] = config.precision
+    if config.execution == "Thread":
+        _thread_body(w, config)
+    else:
+        _block_body(w, config)
+    header = f"def {FUNCTION_NAME}(_self, thread_data, shared_mem=None):"
+    return w.source(header), dict(w.constants)
+
+
+# -- Thread execution ------------------------------------------------------------------------------------
+def _thread_body(w: SourceWriter, c: FFTConfig) -> None:
+    n = c.size
+    w.emit("tdf = thread_data.view(REAL)")
+    zero = w.const(0.0)
+    if c.fft_type == "r2c":
+        x = [(f"tdf[{i}]", zero) for i in range(n)]
+    elif c.fft_type == "c2r":
+        half = [(f"tdf[{2 * k}]", f"tdf[{2 * k + 1}]") for k in range(n // 2 + 1)]
+        x = [_load(w, v) for v in half]
+        x += [w.assign(x[n - k][0], f"-{x[n - k][1]}") for k in range(n // 2 + 1, n)]
+    else:
+        x = [(f"tdf[{2 * i}]", f"tdf[{2 * i + 1}]") for i in range(n)]
+    x = [_load(w, v) for v in x]
+    y = w.dft(x, c.sign)
+    if c.fft_type == "c2r":
+        for i in range(n):
+            w.emit(f"tdf[{i}] = {y[i][0]}")
+        return
+    count = n // 2 + 1 if c.fft_type == "r2c" else n
+    for i in range(count):
+        w.emit(f"tdf[{2 * i}] = {y[i][0]}")
+        w.emit(f"tdf[{2 * i + 1}] = {y[i][1]}")
+
+
+def _load(w: SourceWriter, value: Complex) -> Complex:
+    if value[0].isidentifier() and value[1].isidentifier():
+        return value
+    return w.assign(value[0], value[1], stem="x")
+
+
+# -- Block execution -------------------------------------------------------------------------------------
+def _block_body(w: SourceWriter, c: FFTConfig) -> None:
+    n, e, t_count = c.size, c.elements_per_thread, c.threads_per_fft
+    plane = shared_plane_length(n)
+    uses_shared = t_count > 1
+    w.emit("tdf = thread_data.view(REAL)")
+    w.emit("t = cuda.threadIdx.x")
+    if uses_shared:
+        w.emit("smf = shared_mem.view(REAL)")
+        w.emit(f"re_base = cuda.threadIdx.y * {2 * plane}")
+        w.emit(f"im_base = re_base + {plane}")
+    zero = w.const(0.0)
+
+    # registers[i] holds element t + i * stride on entry.
+    if c.fft_type == "r2c":
+        regs = [w.assign(f"tdf[{i}]", zero, stem="x") for i in range(e)]
+    elif c.fft_type == "c2r":
+        regs = _hermitian_registers(w, c, plane)
+    else:
+        regs = [w.assign(f"tdf[{2 * i}]", f"tdf[{2 * i + 1}]", stem="x") for i in range(e)]
+
+    radices = c.radices
+    span = 1
+    for index, radix in enumerate(radices):
+        first, last = index == 0, index == len(radices) - 1
+        groups = e // radix  # butterflies per thread in this pass
+        if not first:
+            regs = _read_pass_inputs(w, n, t_count, radix, groups)
+        outputs: list[list[Complex]] = []
+        for b in range(groups):
+            x = [regs[b + r * groups] for r in range(radix)]
+            if span > 1:
+                x = _apply_twiddles(w, x, f"t + {b * t_count}", span, radix, c.sign)
+            outputs.append(w.dft(x, c.sign))
+        if last:
+            regs = [outputs[i % groups][i // groups] for i in range(e)]
+        else:
+            _write_pass_outputs(w, outputs, t_count, span, radix)
+        span *= radix
+
+    if c.fft_type == "c2r":
+        for i in range(e):
+            w.emit(f"tdf[{i}] = {regs[i][0]}")
+        return
+    count = e // 2 + 1 if c.fft_type == "r2c" else e
+    for i in range(count):
+        w.emit(f"tdf[{2 * i}] = {regs[i][0]}")
+        w.emit(f"tdf[{2 * i + 1}] = {regs[i][1]}")
+
+
+def _padded(index_expr: str) -> str:
+    return f"({index_expr}) + (({index_expr}) >> {PAD_SHIFT})"
+
+
+def _apply_twiddles(w: SourceWriter, x: list[Complex], j_expr: str, span: int, radix: int, sign: int):
+    """Multiply x[r] by exp(sign 2 pi i r (j % span) / (span radix)), j given as an expression."""
+    angle = w.fresh("ang")
+    step = w.const(sign * 2 * math.pi / (span * radix))
+    w.emit(f"{angle} = REAL(({j_expr}) % {span}) * {step}")
+    w1 = w.assign(f"math.cos({angle})", f"math.sin({angle})", stem="w")
+    powers: dict[int, Complex] = {1: w1}
+    for r in range(2, radix):
+        half = r // 2
+        powers[r] = w.mul(powers[half], powers[r - half])
+    return [x[0]] + [w.mul(x[r], powers[r]) for r in range(1, radix)]
+
+
+def _read_pass_inputs(w: SourceWriter, n: int, t_count: int, radix: int, groups: int) -> list[Complex]:
+    """Sync, then read element j + r * n / radix for each butterfly j = t + b * t_count this thread owns."""
+    w.emit("cuda.syncthreads()")
+    regs: list[Complex] = [("", "")] * (radix * groups)
+    for r in range(radix):
+        for b in range(groups):
+            q = w.fresh("q")
+            w.emit(f"{q} = t + {b * t_count + r * (n // radix)}")
+            slot = _padded(q)
+            regs[b + r * groups] = w.assign(f"smf[re_base + {slot}]", f"smf[im_base + {slot}]", stem="x")
+    return regs
+
+
+def _write_pass_outputs(w: SourceWriter, outputs: list[list[Complex]], t_count: int, span: int, radix: int):
+    """Sync, then write butterfly outputs to (j // span) * span * radix + j % span + r * span."""
+    w.emit("cuda.syncthreads()")
+    for b, values in enumerate(outputs):
+        j = w.fresh("j")
+        d = w.fresh("d")
+        w.emit(f"{j} = t + {b * t_count}")
+        if span == 1:
+            w.emit(f"{d} = {j} * {radix}")
+        else:
+            w.emit(f"{d} = ({j} // {span}) * {span * radix} + {j} % {span}")
+        for r, (re, im) in enumerate(values):
+            q = w.fresh("q")
+            w.emit(f"{q} = {d} + {r * span}")
+            slot = _padded(q)
+            w.emit(f"smf[re_base + {slot}] = {re}")
+            w.emit(f"smf[im_base + {slot}] = {im}")
+
+
+def _hermitian_registers(w: SourceWriter, c: FFTConfig, plane: int) -> list[Complex]:
+    """c2r: load X[k] for k <= n // 2 and complete the spectrum with X[n - k] = conj(X[k])."""
+    n, e, s = c.size, c.elements_per_thread, c.threads_per_fft
+    half = n // 2
+    given = e // 2 + 1  # complex slots holding the half spectrum
+    if s == 1:
+        regs = [w.assign(f"tdf[{2 * i}]", f"tdf[{2 * i + 1}]", stem="x") for i in range(min(given, e))]
+        regs += [w.assign(regs[n - k][0], f"-{regs[n - k][1]}", stem="x") for k in range(len(regs), n)]
+        return regs
+    w.emit("cuda.syncthreads()")
+    for i in range(min(given, e)):
+        lowest, highest = i * s, i * s + s - 1
+        if lowest > half:
+            continue
+        guard = "" if highest <= half else f"if t + {i * s} <= {half}: "
+        slot = _padded(f"t + {i * s}")
+        w.emit(f"{guard}smf[re_base + {slot}] = tdf[{2 * i}]")
+        w.emit(f"{guard}smf[im_base + {slot}] = tdf[{2 * i + 1}]")
+    w.emit("cuda.syncthreads()")
+    regs: list[Complex] = []
+    for i in range(e):
+        lowest, highest = i * s, i * s + s - 1
+        own = _padded(f"t + {i * s}")
+        mirror = _padded(f"{n} - t - {i * s}")
+        re, im = w.fresh("xr"), w.fresh("xi")
+        if highest <= half:
+            w.emit(f"{re} = smf[re_base + {own}]")
+            w.emit(f"{im} = smf[im_base + {own}]")
+        elif lowest > half:
+            w.emit(f"{re} = smf[re_base + {mirror}]")
+            w.emit(f"{im} = -smf[im_base + {mirror}]")
+        else:
+            w.emit(f"if t + {i * s} <= {half}:")
+            w.emit(f"    {re} = smf[re_base + {own}]")
+            w.emit(f"    {im} = smf[im_base + {own}]")
+            w.emit("else:")
+            w.emit(f"    {re} = smf[re_base + {mirror}]")
+            w.emit(f"    {im} = -smf[im_base + {mirror}]")
+        regs.append((re, im))
+    return regs

@@ -1,0 +1,213 @@
+"""Matmul with epilogs through Torch ops, on CPU or CUDA tensors.
+
+Strategies: ``framework_fused`` (``torch.addmm`` / ``torch._addmm_activation``: bias and ReLU/GELU fused
+by Torch, on CUDA into the cuBLASLt epilogue) for 2-D problems with a bias along N; ``inplace`` (the
+product, then in-place ops on it); ``plain`` (separate out-of-place ops).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .._epilog import apply_inplace
+from .._matmul_problem import MatmulProblem, scalar_value
+from .torch import stream_context
+
+_NO_TORCH_MATMUL = {"uint16", "uint32", "uint64"}
+_FUSABLE = {"BIAS", "RELU_BIAS", "GELU_BIAS"}
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def decline(problem: MatmulProblem) -> str | None:
+    dt = problem.result_dtype
+    if dt in _NO_TORCH_MATMUL:
+        return f"torch has no {dt} matmul"
+    if problem.device.kind == "cuda" and not dt.startswith(("float", "bfloat", "complex")):
+        return f"torch has no {dt} matmul on CUDA"
+    for name, sig in problem.inputs:
+        if name == "relu_aux" and sig.dtype != "bool":
+            return "the Torch executor takes relu_aux as the boolean mask its RELU_AUX returns"
+    return None
+
+
+def _can_fuse(p: MatmulProblem) -> bool:
+    return (
+        p.epilog.epilog.name in _FUSABLE
+        and not p.batch_shape
+        and not p.a_vector
+        and not p.b_vector
+        and p.c is None
+        and p.bias_axis == "n"
+        and p.result_dtype.startswith(("float", "bfloat"))
+        and dict(p.inputs)["bias"].dtype == p.result_dtype
+        # Torch's CPU kernel applies the exact (erf) GELU; only its CUDA one is the tanh form cuBLASLt uses
+        and (p.epilog.activation != "gelu" or p.device.kind == "cuda")
+    )
+
+
+def strategies(problem: MatmulProblem) -> tuple[str, ...]:
+    if not problem.epilog.steps and problem.c is None:
+        return ("plain",)
+    fused = ("framework_fused",) if _can_fuse(problem) else ()
+    return (*fused, "inplace", "plain")
+
+
+def plan(problem: MatmulProblem, strategy: str, tuning=None):
+    return TorchMatmulPlan(problem, strategy)
+
+
+class TorchMatmulPlan:
+    def __init__(self, problem: MatmulProblem, strategy: str):
+        self.problem = problem
+        self.strategy = strategy
+        self.dtype = _torch_dtype(problem.result_dtype)
+        name = problem.epilog.epilog.name
+        if strategy == "framework_fused":
+            op = {"BIAS": "torch.addmm", "RELU_BIAS": "torch._addmm_activation(relu)"}.get(
+                name, "torch._addmm_activation(gelu tanh)"
+            )
+            self.steps = (f"{op}: bias and activation fused by Torch",)
+        else:
+            how = "in place" if strategy == "inplace" else "separate Torch op"
+            self.steps = ("torch.matmul", *(f"{s} ({how})" for s in problem.epilog.steps))
+
+    def release(self) -> None:
+        pass
+
+    def execute(self, operands, stream=None):
+        with stream_context(stream, self.problem.device):
+            return self._run(operands)
+
+    def _run(self, operands):
+        import torch
+
+        p = self.problem
+        a = operands["a"].to(self.dtype)
+        b = operands["b"].to(self.dtype)
+        if p.a_vector:
+            a = a.unsqueeze(0)
+        if p.b_vector:
+            b = b.unsqueeze(-1)
+        alpha = scalar_value(operands.get("alpha", 1))
+        inputs = {name: operands[name] for name, _ in p.inputs}
+        if self.strategy == "framework_fused":
+            bias = inputs["bias"].reshape(-1)
+            if p.epilog.epilog.name == "BIAS":
+                out = torch.addmm(bias, a, b, alpha=alpha)
+            else:
+                out = torch._addmm_activation(bias, a, b, alpha=alpha, use_gelu=p.epilog.activation == "gelu")
+            return out
+        c = operands.get("c")
+        beta = operands.get("beta")
+        if c is not None:
+            beta = 1 if beta is None else scalar_value(beta)
+            c = c.to(self.dtype).broadcast_to(p.result_shape).reshape(p.promoted_shape)
+        if c is not None and beta != 0 and a.ndim == 2 and b.ndim == 2 and p.result_dtype != "bool":
+            out = torch.addmm(c, a, b, beta=beta, alpha=alpha)
+        else:
+            out = torch.matmul(a, b)
+            if alpha != 1:
+                out.mul_(alpha)
+            if c is not None and beta != 0:
+                out.add_(c, alpha=beta)
+        for name in ("relu_aux", "gelu_aux"):
+            if name in inputs:
+                inputs[name] = inputs[name].reshape(p.promoted_shape)
+        if "bias" in inputs:
+            bias = inputs["bias"]
+            inputs["bias"] = bias.reshape(1, -1) if bias.ndim == 1 else bias
+        ops = TORCH_INPLACE if self.strategy == "inplace" else TORCH_PLAIN
+        if self.strategy == "plain":
+            out = out.clone()
+        aux = apply_inplace(p.epilog, out, inputs, ops, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
+        result = _squeeze(p, out)
+        if not p.epilog.outputs:
+            return result
+        for name in ("relu_aux", "gelu_aux"):
+            if name in aux:
+                aux[name] = _squeeze(p, aux[name])
+        return result, aux
+
+
+def _squeeze(p: MatmulProblem, x):
+    if p.a_vector and p.b_vector:
+        return x[..., 0, 0]
+    if p.a_vector:
+        return x[..., 0, :]
+    if p.b_vector:
+        return x[..., 0]
+    return x
+
+
+_K = math.sqrt(2.0 / math.pi)
+_C = 0.044715
+
+
+class TorchEpilogOps:
+    """The epilog step vocabulary on tensors, in place."""
+
+    @staticmethod
+    def add_(d, x):
+        d.add_(x.to(d.dtype))
+
+    @staticmethod
+    def relu_(d):
+        d.clamp_min_(0)
+
+    @staticmethod
+    def positive_mask(d):
+        return d > 0
+
+    @staticmethod
+    def gelu_(d):
+        import torch
+
+        d.copy_(torch.nn.functional.gelu(d, approximate="tanh"))
+
+    @staticmethod
+    def copy(d):
+        return d.clone()
+
+    @staticmethod
+    def mask_(d, mask):
+        d.mul_(mask)
+
+    @staticmethod
+    def mul_(d, x):
+        d.mul_(x)
+
+    @staticmethod
+    def gelu_grad(x):
+        import torch
+
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        t = torch.tanh(_K * (xf + _C * xf**3))
+        g = 0.5 * (1.0 + t) + 0.5 * xf * (1.0 - t * t) * _K * (1.0 + 3.0 * _C * xf * xf)
+        return g.to(x.dtype)
+
+    @staticmethod
+    def sum(x, axis, keepdims):
+        return x.sum(dim=axis, keepdim=keepdims)
+
+
+class TorchPlainOps(TorchEpilogOps):
+    """Out-of-place variants (strategy ``plain``); results copied back into ``d``."""
+
+    @staticmethod
+    def add_(d, x):
+        d.copy_(d + x.to(d.dtype))
+
+    @staticmethod
+    def relu_(d):
+        import torch
+
+        d.copy_(torch.relu(d) if d.dtype.is_floating_point else d.clamp_min(0))
+
+
+TORCH_INPLACE = TorchEpilogOps()
+TORCH_PLAIN = TorchPlainOps()

@@ -1,0 +1,348 @@
+"""``matmul`` and the stateful ``Matmul``: ``epilog(alpha * a @ b + beta * c)`` on any executor."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from . import _backends
+from ._dispatch import (
+    Explanation,
+    choice_key,
+    choose_strategy,
+    coerce_operands,
+    detect_all,
+    get_plan,
+    placement,
+    select,
+)
+from ._epilog import Epilog, spec_of
+from ._matmul_problem import (
+    ComputeType,
+    MatmulOptions,
+    MatmulPlanPreferences,
+    as_options,
+    as_preferences,
+    build_problem,
+)
+from ._plan_cache import plan_cache
+from .errors import EpilogInputError, PlanStateError, ShapeMismatchError, UnsupportedDtypeError, describe
+
+__all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
+
+_OPERAND_NAMES = ("a", "b", "c", "bias", "relu_aux", "gelu_aux")
+
+
+def _check_epilog_inputs(epilog_inputs) -> dict[str, Any]:
+    if epilog_inputs is None:
+        return {}
+    if not isinstance(epilog_inputs, dict):
+        raise EpilogInputError("epilog_inputs", "a dict of named arrays", describe(epilog_inputs))
+    for key in epilog_inputs:
+        if key not in ("bias", "relu_aux", "gelu_aux"):
+            raise EpilogInputError(
+                "epilog_inputs", "keys among 'bias', 'relu_aux', 'gelu_aux'", f"unexpected key {key!r}"
+            )
+    return epilog_inputs
+
+
+def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options):
+    """Validate a call and choose its executor: (problem, selection)."""
+    spec = spec_of(epilog)
+    inputs = _check_epilog_inputs(epilog_inputs)
+    opts = as_options(options)
+    infos = detect_all({"a": a, "b": b, "c": c, **inputs})
+    framework, device = placement(infos)
+    problem = build_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs))
+    return problem, select("matmul", problem)
+
+
+def _operands(a, b, c, alpha, beta, epilog_inputs) -> dict[str, Any]:
+    ops = {"a": a, "b": b, "alpha": alpha, "beta": beta}
+    if c is not None:
+        ops["c"] = c
+    if epilog_inputs:
+        ops.update(epilog_inputs)
+    return ops
+
+
+def matmul(
+    a,
+    b,
+    c=None,
+    *,
+    alpha=1,
+    beta=None,
+    epilog=None,
+    epilog_inputs=None,
+    options=None,
+    preferences=None,
+    stream=None,
+):
+    """Compute ``epilog(alpha * a @ b + beta * c)`` with whichever executor owns the operands.
+
+    Parameters
+    ----------
+    a, b : array
+        NumPy, CuPy or Torch arrays, or any ``__cuda_array_interface__`` / DLPack object, all of one
+        framework and device. PEP 465 semantics: 1-D operands are promoted (and the added dimension
+        removed from the result); leading batch dimensions broadcast.
+    c : array, optional
+        Added as ``beta * c``; must broadcast to the result.
+    alpha, beta : scalar
+        Python or NumPy scalars. ``beta`` defaults to 1 when ``c`` is given, and must be 0/None otherwise.
+    epilog : Epilog or str, optional
+        One of :class:`Epilog` (see ``nvdispatch._epilog`` for the exact math of each).
+    epilog_inputs : dict, optional
+        ``{"bias": ...}`` (shape ``(n,)``, ``(..., 1, n)`` or ``(..., m, 1)``), ``{"relu_aux": ...}``,
+        ``{"gelu_aux": ...}`` as the epilog requires.
+    options : MatmulOptions or dict, optional
+        ``compute_type``, ``scale_type``, ``bgrad_axis``.
+    preferences : MatmulPlanPreferences or dict, optional
+        ``strategy`` forces an epilog fusion strategy.
+    stream : optional
+        GPU stream (Torch/CuPy stream, ``__cuda_stream__`` object or raw pointer); default: the
+        operands' framework's current stream. Ignored on the CPU.
+
+    Returns
+    -------
+    array or (array, dict)
+        The result in the operands' framework and device; with epilogs that have auxiliary outputs
+        (``*_AUX``, ``*_BGRAD``, ``BGRADA``, ``BGRADB``) a tuple ``(result, aux)``.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> x = np.ones((4, 3), np.float32); w = np.full((3, 2), -1.0, np.float32)
+    >>> bias = np.array([1.0, 5.0], np.float32)
+    >>> nvdispatch.matmul(x, w, epilog=nvdispatch.Epilog.RELU_BIAS, epilog_inputs={"bias": bias})[0]
+    array([0., 2.], dtype=float32)
+    """
+    # Fast path: a plain NumPy matmul with no backend control in effect costs one cache lookup.
+    if (
+        c is None
+        and epilog is None
+        and epilog_inputs is None
+        and options is None
+        and preferences is None
+        and type(a) is np.ndarray
+        and type(b) is np.ndarray
+        and alpha.__class__ is int
+        and alpha == 1
+        and beta is None
+        and _backends.is_default_state()
+    ):
+        key = ("matmul-np", a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides)
+        plan = plan_cache.get(key)
+        if plan is not None:
+            return plan.execute({"a": a, "b": b})
+        problem, sel = _prepare(a, b, None, 1, None, None, None, None)
+        plan = get_plan(sel.executor, "matmul", problem, choose_strategy(sel.executor, "matmul", problem))
+        if sel.executor.name == "numpy":
+            plan_cache.put(key, plan)
+        return plan.execute({"a": a, "b": b})
+
+    problem, sel = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options)
+    prefs = as_preferences(preferences) if preferences is not None else None
+    strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy if prefs else None)
+    plan = get_plan(sel.executor, "matmul", problem, strategy)
+    operands = coerce_operands(sel, _operands(a, b, c, alpha, beta, epilog_inputs), _OPERAND_NAMES)
+    return plan.execute(operands, stream)
+
+
+def explain_matmul(
+    a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
+    stream=None,
+) -> Explanation:
+    """What ``matmul`` would do with these arguments, without running it."""
+    problem, sel = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options)
+    prefs = as_preferences(preferences) if preferences is not None else None
+    strategies = tuple(sel.executor.strategies("matmul", problem))
+    strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy if prefs else None)
+    key = ("matmul", sel.executor.name, strategy, problem)
+    cached = plan_cache._plans.get(key) is not None
+    plan = get_plan(sel.executor, "matmul", problem, strategy)
+    return Explanation(
+        "matmul", sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
+    )
+
+
+class Matmul:
+    """Stateful matmul: plan once (and autotune), execute many times, swap operands in between.
+
+    Parameters
+    ----------
+    a, b, c, alpha, beta, options
+        As for :func:`matmul`.
+    stream : optional
+        Default stream for ``plan``/``autotune``/``execute``.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> a = np.random.rand(64, 32).astype(np.float32); b = np.random.rand(32, 16).astype(np.float32)
+    >>> bias = np.random.rand(1, 16).astype(np.float32)
+    >>> with nvdispatch.Matmul(a, b, options={"compute_type": nvdispatch.ComputeType.COMPUTE_32F_FAST_16F}) as mm:
+    ...     mm.plan(epilog=nvdispatch.Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    ...     r = mm.execute()
+    >>> bool(np.allclose(r, np.maximum(a @ b + bias, 0), rtol=1e-5))
+    True
+    """
+
+    def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, stream=None):
+        self._options = as_options(options)
+        # validate shapes and dtypes now, so mistakes surface at construction
+        infos = detect_all({"a": a, "b": b, "c": c})
+        framework, device = placement(infos)
+        build_problem(framework, device, infos, spec_of(None), self._options, alpha, beta)
+        self._a, self._b, self._c = a, b, c
+        self._alpha, self._beta = alpha, beta
+        self._stream = stream
+        self._epilog = None
+        self._inputs: dict[str, Any] = {}
+        self._problem = None
+        self._selection = None
+        self._plan = None
+        self._strategy = None
+        self._freed = False
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def _check_alive(self, what: str) -> None:
+        if self._freed:
+            raise PlanStateError("self", f"a live Matmul to {what}", "one that was freed", "create a new Matmul")
+
+    def _check_planned(self, what: str) -> None:
+        self._check_alive(what)
+        if self._plan is None:
+            raise PlanStateError("self", f"a planned Matmul to {what}", "one not planned yet", "call plan() first")
+
+    def _operands(self):
+        ops = _operands(self._a, self._b, self._c, self._alpha, self._beta, self._inputs)
+        return coerce_operands(self._selection, ops, _OPERAND_NAMES)
+
+    # -- public API -----------------------------------------------------------------------------------
+    @property
+    def strategy(self) -> str | None:
+        """The fusion strategy of the current plan."""
+        return self._strategy
+
+    @property
+    def executor(self) -> str | None:
+        return None if self._selection is None else self._selection.executor.name
+
+    def plan(self, epilog=None, epilog_inputs=None, preferences=None, *, stream=None):
+        """Choose the executor and strategy and prepare the plan (kept in the shared plan cache)."""
+        self._check_alive("plan")
+        prefs = as_preferences(preferences)
+        inputs = dict(_check_epilog_inputs(epilog_inputs))
+        problem, sel = _prepare(self._a, self._b, self._c, self._alpha, self._beta, epilog, inputs, self._options)
+        strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy)
+        self._plan = get_plan(sel.executor, "matmul", problem, strategy)
+        self._problem, self._selection, self._strategy = problem, sel, strategy
+        self._epilog, self._inputs = epilog, inputs
+        return self
+
+    def autotune(self, iterations: int = 3, *, stream=None) -> dict[str, float]:
+        """Time each strategy the executor offers (and each plan's own knobs) on the actual operands and
+        keep the fastest. Returns ``{strategy: median seconds}``. The choice is recorded for
+        ``plan_cache.save()``."""
+        self._check_planned("autotune")
+        if not isinstance(iterations, int) or iterations < 1:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError("iterations", "an int >= 1", repr(iterations))
+        stream = stream if stream is not None else self._stream
+        ex, problem = self._selection.executor, self._problem
+        operands = self._operands()
+        timings: dict[str, float] = {}
+        best = None
+        for strategy in ex.strategies("matmul", problem):
+            plan = get_plan(ex, "matmul", problem, strategy)
+            tune = getattr(plan, "autotune", None)
+            if callable(tune):
+                tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+            timer = getattr(plan, "time", None)
+            if callable(timer):
+                t = float(timer(operands, iterations, stream))
+            else:
+                samples = []
+                plan.execute(operands, stream)  # warm-up
+                for _ in range(iterations):
+                    t0 = time.perf_counter()
+                    plan.execute(operands, stream)
+                    samples.append(time.perf_counter() - t0)
+                t = float(np.median(samples))
+            timings[strategy] = t
+            if best is None or t < best[1]:
+                best = (strategy, t, plan)
+        self._strategy, self._plan = best[0], best[2]
+        get = getattr(self._plan, "tuning", None)
+        plan_cache.record_tuning(
+            choice_key(ex, "matmul", problem), {"strategy": best[0], "plan": get() if callable(get) else None}
+        )
+        return timings
+
+    def execute(self, *, stream=None):
+        """Run the planned matmul on the current operands; returns as :func:`matmul` does."""
+        self._check_planned("execute")
+        return self._plan.execute(self._operands(), stream if stream is not None else self._stream)
+
+    def reset_operands(self, a=None, b=None, c=None, *, alpha=None, beta=None, epilog_inputs=None):
+        """Swap in new operands of the same framework, device, dtypes and shapes (strides may change:
+        the plan is then looked up again in the cache)."""
+        self._check_alive("reset operands")
+        new = {"a": a, "b": b, "c": c}
+        old_infos = detect_all({"a": self._a, "b": self._b, "c": self._c, **self._inputs})
+        new_inputs = _check_epilog_inputs(epilog_inputs)
+        for name, arr in {**new, **new_inputs}.items():
+            if arr is None:
+                continue
+            info = detect_all({name: arr})[name]
+            old = old_infos.get(name)
+            if old is None:
+                raise EpilogInputError(name, "an operand the Matmul was planned with", "a new one")
+            arg = name if name in new else f"epilog_inputs[{name!r}]"
+            if (info.framework, info.device) != (old.framework, old.device):
+                raise ShapeMismatchError(arg, f"a {old.framework} array on {old.device}", f"{info.framework} on {info.device}")
+            if info.dtype != old.dtype:
+                raise UnsupportedDtypeError(arg, f"dtype {old.dtype} (as planned)", info.dtype)
+            if tuple(info.shape) != tuple(old.shape):
+                raise ShapeMismatchError(arg, f"shape {old.shape} (as planned)", str(tuple(info.shape)))
+        self._a = a if a is not None else self._a
+        self._b = b if b is not None else self._b
+        self._c = c if c is not None else self._c
+        self._alpha = alpha if alpha is not None else self._alpha
+        self._beta = beta if beta is not None else self._beta
+        self._inputs.update(new_inputs)
+        if self._plan is not None:
+            strategy = self._strategy
+            self.plan(self._epilog, self._inputs, {"strategy": strategy})
+
+    def free(self) -> None:
+        """Drop the plan and operand references. Using the object afterwards raises ``PlanStateError``."""
+        self._a = self._b = self._c = None
+        self._inputs = {}
+        self._plan = self._problem = self._selection = None
+        self._freed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+        return False
+
+    def __repr__(self) -> str:
+        state = "freed" if self._freed else ("planned" if self._plan else "not planned")
+        return f"<nvdispatch.Matmul {state} executor={self.executor} strategy={self._strategy}>"
+
+
+def _takes_stream(fn) -> bool:
+    import inspect
+
+    try:
+        return len(inspect.signature(fn).parameters) >= 3
+    except (TypeError, ValueError):
+        return False
