@@ -48,9 +48,7 @@ _registered: tuple[Any, ...] = ()
 
 
 def _is_executor(obj: Any) -> bool:
-    return all(callable(getattr(obj, m, None)) for m in ("decline", "strategies", "plan")) and hasattr(
-        obj, "name"
-    )
+    return all(callable(getattr(obj, m, None)) for m in ("decline", "strategies", "plan")) and hasattr(obj, "name")
 
 
 def resolve_backend(backend: Any, argument: str = "backend"):

@@ -121,9 +121,11 @@ def detect(name: str, x: Any) -> OperandInfo:
         return _cai_info(x)
     if hasattr(x, "__dlpack_device__"):
         return _dlpack_info(name, x)
-    hint = "wrap it with numpy.asarray (or the array constructor of your framework)" if isinstance(
-        x, (list, tuple, int, float, complex)
-    ) else ""
+    hint = (
+        "wrap it with numpy.asarray (or the array constructor of your framework)"
+        if isinstance(x, (list, tuple, int, float, complex))
+        else ""
+    )
     raise UnsupportedOperandError(
         name, "an array (NumPy, CuPy, Torch, __cuda_array_interface__ or DLPack)", describe(x), hint
     )

@@ -57,11 +57,17 @@ _COMPUTE_FOR_DTYPE = {
     "float16": {"COMPUTE_16F", "COMPUTE_16F_PEDANTIC", "COMPUTE_32F", "COMPUTE_32F_PEDANTIC"},
     "bfloat16": {"COMPUTE_32F", "COMPUTE_32F_PEDANTIC"},
     "float32": {
-        "COMPUTE_32F", "COMPUTE_32F_PEDANTIC", "COMPUTE_32F_FAST_16F", "COMPUTE_32F_FAST_16BF",
+        "COMPUTE_32F",
+        "COMPUTE_32F_PEDANTIC",
+        "COMPUTE_32F_FAST_16F",
+        "COMPUTE_32F_FAST_16BF",
         "COMPUTE_32F_FAST_TF32",
     },
     "complex64": {
-        "COMPUTE_32F", "COMPUTE_32F_PEDANTIC", "COMPUTE_32F_FAST_16F", "COMPUTE_32F_FAST_16BF",
+        "COMPUTE_32F",
+        "COMPUTE_32F_PEDANTIC",
+        "COMPUTE_32F_FAST_16F",
+        "COMPUTE_32F_FAST_16BF",
         "COMPUTE_32F_FAST_TF32",
     },
     "float64": {"COMPUTE_64F", "COMPUTE_64F_PEDANTIC"},
@@ -70,8 +76,20 @@ _COMPUTE_FOR_DTYPE = {
 _INT_COMPUTE = {"COMPUTE_32I", "COMPUTE_32I_PEDANTIC"}
 
 MATMUL_DTYPES = (
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 )
 _FLOATING = {"float16", "bfloat16", "float32", "float64"}
 _COMPLEX = {"complex64", "complex128"}
@@ -291,9 +309,7 @@ def _bias_axis(sig: ArraySig, batch: tuple[int, ...], m: int, n: int) -> str:
         if shape[0] == n:
             return "n"
         hint = f"for a bias along M give shape ({m}, 1)" if shape[0] == m else ""
-        raise EpilogInputError(
-            "epilog_inputs['bias']", f"shape ({n},), (1, {n}) or ({m}, 1)", str(tuple(shape)), hint
-        )
+        raise EpilogInputError("epilog_inputs['bias']", f"shape ({n},), (1, {n}) or ({m}, 1)", str(tuple(shape)), hint)
     if len(shape) < 2 or len(shape) > len(batch) + 2:
         raise EpilogInputError(
             "epilog_inputs['bias']",
@@ -312,9 +328,7 @@ def _bias_axis(sig: ArraySig, batch: tuple[int, ...], m: int, n: int) -> str:
         return "n"
     if shape[-2:] == (m, 1):
         return "m"
-    raise EpilogInputError(
-        "epilog_inputs['bias']", f"shape ({n},), (..., 1, {n}) or (..., {m}, 1)", str(tuple(shape))
-    )
+    raise EpilogInputError("epilog_inputs['bias']", f"shape ({n},), (..., 1, {n}) or (..., {m}, 1)", str(tuple(shape)))
 
 
 def build_problem(
@@ -341,9 +355,7 @@ def build_problem(
     m, k = pa[-2], pa[-1]
     k2, n = pb[-2], pb[-1]
     if k != k2:
-        raise ShapeMismatchError(
-            "b", f"{k} rows to match a's last dimension (a is {a.shape})", f"shape {b.shape}"
-        )
+        raise ShapeMismatchError("b", f"{k} rows to match a's last dimension (a is {a.shape})", f"shape {b.shape}")
     batch = _broadcast([pa[:-2], pb[:-2]], ["a", "b"])
     result_shape = (*batch, *(() if a_vec else (m,)), *(() if b_vec else (n,)))
 
@@ -390,9 +402,7 @@ def build_problem(
     missing = [n for n in spec.inputs if n not in given]
     unexpected = sorted(given - set(spec.inputs))
     if missing:
-        raise EpilogInputError(
-            "epilog_inputs", f"{list(spec.inputs)} for {spec.epilog.name}", f"no {missing[0]!r}"
-        )
+        raise EpilogInputError("epilog_inputs", f"{list(spec.inputs)} for {spec.epilog.name}", f"no {missing[0]!r}")
     if unexpected:
         raise EpilogInputError(
             "epilog_inputs",
@@ -408,9 +418,7 @@ def build_problem(
         arg = f"epilog_inputs[{name!r}]"
         if name == "bias":
             bias_axis = _bias_axis(sig, batch, m, n)
-            ok = info.dtype == result_dtype or (
-                result_dtype in ("float16", "bfloat16") and info.dtype == "float32"
-            )
+            ok = info.dtype == result_dtype or (result_dtype in ("float16", "bfloat16") and info.dtype == "float32")
             if not ok:
                 raise EpilogInputError(arg, f"dtype {result_dtype} (the result's)", info.dtype)
         elif name == "gelu_aux":

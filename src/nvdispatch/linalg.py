@@ -153,7 +153,16 @@ def matmul(
 
 
 def explain_matmul(
-    a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
+    a,
+    b,
+    c=None,
+    *,
+    alpha=1,
+    beta=None,
+    epilog=None,
+    epilog_inputs=None,
+    options=None,
+    preferences=None,
     stream=None,
 ) -> Explanation:
     """What ``matmul`` would do with these arguments, without running it."""
@@ -305,7 +314,9 @@ class Matmul:
                 raise EpilogInputError(name, "an operand the Matmul was planned with", "a new one")
             arg = name if name in new else f"epilog_inputs[{name!r}]"
             if (info.framework, info.device) != (old.framework, old.device):
-                raise ShapeMismatchError(arg, f"a {old.framework} array on {old.device}", f"{info.framework} on {info.device}")
+                raise ShapeMismatchError(
+                    arg, f"a {old.framework} array on {old.device}", f"{info.framework} on {info.device}"
+                )
             if info.dtype != old.dtype:
                 raise UnsupportedDtypeError(arg, f"dtype {old.dtype} (as planned)", info.dtype)
             if tuple(info.shape) != tuple(old.shape):

@@ -114,9 +114,7 @@ class NumpyMatmulPlan:
             d = (alpha * d).astype(self.dtype, copy=False)
         if c is not None and beta != 0:
             d = (d + beta * c).astype(self.dtype, copy=False)
-        aux = apply_inplace(
-            p.epilog, d, inputs, _PLAIN_OPS, a=a, b=b, bgrad_axis=p.options.bgrad_axis
-        )
+        aux = apply_inplace(p.epilog, d, inputs, _PLAIN_OPS, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
         return d, aux
 
     def _blocked(self, a, b, c, alpha, beta, inputs):
