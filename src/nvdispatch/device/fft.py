@@ -97,6 +97,7 @@ class FFT(KernelObject):
         )
         self._numba_key = self._config.key
         self._implementation = _compiled(self._config)
+        self._finish_setup()
 
     # -- the knobs ----------------------------------------------------------------------------------------
     @property

@@ -22,8 +22,6 @@ through shared memory (real and imaginary planes, one padding slot per 16 to avo
 
 from __future__ import annotations
 
-import math
-
 from .codegen import Complex, SourceWriter
 from .fft_config import FFTConfig
 
@@ -138,10 +136,11 @@ def _padded(index_expr: str) -> str:
 
 def _apply_twiddles(w: SourceWriter, x: list[Complex], j_expr: str, span: int, radix: int, sign: int):
     """Multiply x[r] by exp(sign 2 pi i r (j % span) / (span radix)), j given as an expression."""
-    angle = w.fresh("ang")
-    step = w.const(sign * 2 * math.pi / (span * radix))
+    angle, sine, cosine = w.fresh("ang"), w.fresh("ws"), w.fresh("wc")
+    step = w.const(sign * 2 / (span * radix))  # in units of pi
     w.emit(f"{angle} = REAL(({j_expr}) % {span}) * {step}")
-    w1 = w.assign(f"math.cos({angle})", f"math.sin({angle})", stem="w")
+    w.emit(f"{sine}, {cosine} = SINCOSPI({angle})")
+    w1 = (cosine, sine)
     powers: dict[int, Complex] = {1: w1}
     for r in range(2, radix):
         half = r // 2
