@@ -61,13 +61,13 @@ def radix_plan(size: int, elements_per_thread: int) -> list[int] | None:
 
 def valid_elements_per_thread(size: int, fft_type: str = "c2c") -> list[int]:
     """Elements-per-thread values accepted for Block execution of ``size``."""
-    out = []
-    for e in range(1, min(size, MAX_ELEMENTS_PER_THREAD) + 1):
-        if size % e or size // e > MAX_THREADS_PER_BLOCK or radix_plan(size, e) is None:
-            continue
-        if e == 1 and size > 1:
-            continue
-        out.append(e)
+    def ok(e: int) -> bool:
+        return size % e == 0 and size // e <= MAX_THREADS_PER_BLOCK and radix_plan(size, e) is not None
+
+    out = [e for e in range(2, min(size, MAX_ELEMENTS_PER_THREAD) + 1) if ok(e)]
+    if not out:
+        # Sizes like 3 * 5 * 7 need every prime in one thread: allow the smallest such count beyond the cap.
+        out = [next(e for e in range(MAX_ELEMENTS_PER_THREAD + 1, size + 1) if ok(e))]
     return out
 
 
