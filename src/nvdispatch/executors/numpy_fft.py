@@ -1,0 +1,64 @@
+"""FFT on the CPU for NumPy arrays: ``scipy.fft`` on all cores when SciPy is installed, else ``numpy.fft``.
+
+``scipy.fft`` keeps single precision and runs batched/n-D transforms over ``workers`` threads; we pass
+``workers=-1`` (all cores the process may use). ``numpy.fft`` (the fallback) computed in double precision
+before NumPy 2.0, so its result is cast back to the problem's dtype. The input is never written to.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._fft_problem import FFTProblem
+
+try:  # pragma: no cover - exercised through whichever is installed
+    # SciPy's own (pocketfft) implementation, called directly: going through the public ``scipy.fft``
+    # multimethods would come back to nvdispatch when it is the active ``scipy.fft`` backend.
+    from scipy.fft import _pocketfft as _scipy_fft
+except ImportError:  # pragma: no cover - no SciPy (or a SciPy without it): numpy.fft
+    _scipy_fft = None
+
+
+def decline(problem: FFTProblem) -> str | None:
+    return None
+
+
+def strategies(problem: FFTProblem) -> tuple[str, ...]:
+    return ("scipy",) if _scipy_fft is not None else ("numpy",)
+
+
+def plan(problem: FFTProblem, strategy: str, tuning=None):
+    return NumpyFFTPlan(problem, strategy)
+
+
+class NumpyFFTPlan:
+    def __init__(self, problem: FFTProblem, strategy: str):
+        self.problem = problem
+        self.strategy = strategy
+        lib = _scipy_fft if strategy == "scipy" else np.fft
+        self.fn = getattr(lib, problem.func)
+        self.result_dtype = np.dtype(problem.result_dtype)
+        p = problem
+        if p.ndim_api:
+            self.kwargs = {"s": p.lengths, "axes": p.axes, "norm": p.norm}
+        else:
+            self.kwargs = {"n": p.lengths[0], "axis": p.axes[0], "norm": p.norm}
+        if strategy == "scipy":
+            self.kwargs["workers"] = -1
+            where = "scipy.fft (pocketfft, workers=-1: all cores)"
+        else:
+            where = "numpy.fft (pocketfft), result cast to " + p.result_dtype
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        self.steps = (f"{where}.{p.func}(x, {args})", p.describe())
+
+    def execute(self, operands, stream=None):
+        x = operands["x"]
+        if x.dtype.kind not in "fc":  # DLPack views of exotic dtypes never reach here; be safe anyway
+            x = x.astype(self.problem.compute_dtype)
+        out = self.fn(x, **self.kwargs)
+        if out.dtype != self.result_dtype:
+            out = out.astype(self.result_dtype, copy=False)
+        return out
+
+    def release(self) -> None:
+        pass

@@ -1,0 +1,49 @@
+"""FFT through ``torch.fft`` for Torch tensors on the CPU and on CUDA devices.
+
+On CUDA the transform is queued on the tensor's current stream, or on ``stream=`` when given; Torch keeps
+its own cuFFT plan cache per device, so the plan here only holds the resolved call. Nothing synchronizes.
+"""
+
+from __future__ import annotations
+
+from .._fft_problem import FFTProblem
+from .torch import stream_context
+
+
+def decline(problem: FFTProblem) -> str | None:
+    return None
+
+
+def strategies(problem: FFTProblem) -> tuple[str, ...]:
+    return ("torch.fft",)
+
+
+def plan(problem: FFTProblem, strategy: str, tuning=None):
+    return TorchFFTPlan(problem, strategy)
+
+
+class TorchFFTPlan:
+    def __init__(self, problem: FFTProblem, strategy: str):
+        import torch
+
+        self.problem = problem
+        self.strategy = strategy
+        self.fn = getattr(torch.fft, problem.func)
+        p = problem
+        if p.ndim_api:
+            self.kwargs = {"s": p.lengths, "dim": p.axes, "norm": p.norm}
+        else:
+            self.kwargs = {"n": p.lengths[0], "dim": p.axes[0], "norm": p.norm}
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        on = "the tensor's current stream (or stream=)" if p.device.kind == "cuda" else "the CPU"
+        self.steps = (f"torch.fft.{p.func}(x, {args}) on {on}", p.describe())
+
+    def execute(self, operands, stream=None):
+        x = operands["x"]
+        with stream_context(stream, self.problem.device):
+            out = self.fn(x, **self.kwargs)
+            # torch.fft.ihfft returns a lazily conjugated view; materialise it so callers get a plain tensor
+            return out.resolve_conj() if out.is_conj() else out
+
+    def release(self) -> None:
+        pass
