@@ -28,12 +28,15 @@ _simulator_compat.install()
 from .dim3 import Dim3  # noqa: E402
 from .errors import DeviceConfigurationError, UnsupportedConfigurationError  # noqa: E402
 from .fft import FFT, fft, valid  # noqa: E402
+from .matmul import Matmul, matmul  # noqa: E402
 
 __all__ = [
     "FFT",
+    "Matmul",
     "Dim3",
     "DeviceConfigurationError",
     "UnsupportedConfigurationError",
     "fft",
+    "matmul",
     "valid",
 ]
