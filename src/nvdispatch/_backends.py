@@ -45,6 +45,15 @@ _lock = threading.Lock()
 _global: Candidate | None = None
 _global_try_last = False
 _registered: tuple[Any, ...] = ()
+# How many set_backend/skip_backend contexts are open in any thread, plus one for a global backend and
+# one for registered backends: zero lets the hot path skip resolution with one global read.
+_in_use = 0
+
+
+def _count(delta: int) -> None:
+    global _in_use
+    with _lock:
+        _in_use += delta
 
 
 def _is_executor(obj: Any) -> bool:
@@ -97,10 +106,12 @@ class set_backend:
 
     def __enter__(self):
         self._tokens.append(_local.set(_local.get() + (self._candidate,)))
+        _count(1)
         return self
 
     def __exit__(self, *exc):
         _local.reset(self._tokens.pop())
+        _count(-1)
         return False
 
 
@@ -113,10 +124,12 @@ class skip_backend:
 
     def __enter__(self):
         self._tokens.append(_skipped.set(_skipped.get() + (self._executor,)))
+        _count(1)
         return self
 
     def __exit__(self, *exc):
         _skipped.reset(self._tokens.pop())
+        _count(-1)
         return False
 
 
@@ -125,9 +138,10 @@ def set_global_backend(backend: Any, coerce: bool = False, only: bool = False, t
 
     ``try_last=True`` tries registered backends before it, as in SciPy.
     """
-    global _global, _global_try_last
+    global _global, _global_try_last, _in_use
     cand = None if backend is None else Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
     with _lock:
+        _in_use += (cand is not None) - (_global is not None)
         _global, _global_try_last = cand, bool(try_last)
 
 
@@ -136,23 +150,25 @@ def register_backend(backend: Any) -> None:
 
     A registered executor object can afterwards be selected by its ``name``.
     """
-    global _registered
+    global _registered, _in_use
     ex = resolve_backend(backend)
     with _lock:
         if not any(r is ex for r in _registered):
+            _in_use += not _registered
             _registered = _registered + (ex,)
 
 
 def _unregister_all() -> None:
     """Forget registered and global backends (for tests)."""
-    global _registered, _global, _global_try_last
+    global _registered, _global, _global_try_last, _in_use
     with _lock:
+        _in_use -= bool(_registered) + (_global is not None)
         _registered, _global, _global_try_last = (), None, False
 
 
 def is_default_state() -> bool:
     """True when no backend control is in effect (lets hot paths skip resolution)."""
-    return _global is None and not _registered and not _local.get() and not _skipped.get()
+    return not _in_use
 
 
 def any_coercing() -> bool:

@@ -34,7 +34,7 @@ class PlanCache:
     def __init__(self, maxsize: int = 512):
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
         self._tunings: dict[str, Any] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._maxsize = self._check_size(maxsize)
         self.hits = 0
         self.misses = 0

@@ -132,15 +132,15 @@ def matmul(
         and alpha.__class__ is int
         and alpha == 1
         and beta is None
-        and _backends.is_default_state()
+        and not _backends._in_use
     ):
-        key = ("matmul-np", a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides)
-        plan = plan_cache.get(key)
+        plan = plan_cache.get(("matmul-np", a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides))
         if plan is not None:
-            return plan.execute({"a": a, "b": b})
+            return plan.plain(a, b)
+        key = ("matmul-np", a.dtype, b.dtype, a.shape, b.shape, a.strides, b.strides)
         problem, sel = _prepare(a, b, None, 1, None, None, None, None)
         plan = get_plan(sel.executor, "matmul", problem, choose_strategy(sel.executor, "matmul", problem))
-        if sel.executor.name == "numpy":
+        if hasattr(plan, "plain"):
             plan_cache.put(key, plan)
         return plan.execute({"a": a, "b": b})
 

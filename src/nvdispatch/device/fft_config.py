@@ -61,6 +61,7 @@ def radix_plan(size: int, elements_per_thread: int) -> list[int] | None:
 
 def valid_elements_per_thread(size: int, fft_type: str = "c2c") -> list[int]:
     """Elements-per-thread values accepted for Block execution of ``size``."""
+
     def ok(e: int) -> bool:
         return size % e == 0 and size // e <= MAX_THREADS_PER_BLOCK and radix_plan(size, e) is not None
 

@@ -104,8 +104,9 @@ class Matmul(KernelObject):
             f"gemm_{self.m}x{self.n}x{self.k}_{np.dtype(self.numpy_value_type).name}_"
             f"{'_'.join(a[0] for a in arrangement)}_{'x'.join(map(str, self.block_dim))}"
         )
-        self._implementation = _compiled(self.m, self.n, self.k, self.numpy_value_type, arrangement,
-                                         tuple(self.block_dim))
+        self._implementation = _compiled(
+            self.m, self.n, self.k, self.numpy_value_type, arrangement, tuple(self.block_dim)
+        )
         self._finish_setup()
 
     @property
@@ -172,8 +173,16 @@ def matmul(
     """
     if compiler not in ("numba", None):
         raise DeviceConfigurationError("compiler", ["numba", None], compiler)
-    return Matmul(size, precision, data_type=data_type, arrangement=arrangement, block_size=block_size,
-                  block_dim=block_dim, execution=execution, **kwargs)
+    return Matmul(
+        size,
+        precision,
+        data_type=data_type,
+        arrangement=arrangement,
+        block_size=block_size,
+        block_dim=block_dim,
+        execution=execution,
+        **kwargs,
+    )
 
 
 def _check_size(size: Any) -> tuple[int, int, int]:
@@ -191,8 +200,9 @@ def _check_block(block_size: Any, block_dim: Any, m: int, n: int) -> Dim3:
         dims = tuple(block_dim) if isinstance(block_dim, (tuple, list, Dim3)) else (block_dim,)
         ok = 1 <= len(dims) <= 3 and all(isinstance(v, (int, np.integer)) and v >= 1 for v in dims)
         if not ok or int(np.prod(dims)) > MAX_THREADS:
-            raise DeviceConfigurationError("block_dim", f"1 to 3 positive integers, product <= {MAX_THREADS}",
-                                           block_dim)
+            raise DeviceConfigurationError(
+                "block_dim", f"1 to 3 positive integers, product <= {MAX_THREADS}", block_dim
+            )
         return Dim3(*(int(v) for v in dims))
     if block_size is None:
         block_size = min(256, max(32, (m * n // 16) // 32 * 32))

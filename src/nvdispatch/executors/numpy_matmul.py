@@ -8,16 +8,34 @@ separate NumPy expressions, as a user would write them.
 
 from __future__ import annotations
 
+import math
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .._epilog import NUMPY_OPS, apply_inplace
 from .._matmul_problem import MatmulProblem, scalar_value
 
-#: bytes of result rows handled per block by default (fits L2 alongside the operands' panels)
-DEFAULT_BLOCK_BYTES = 1 << 20
-_BLOCK_CHOICES = (0, 1 << 18, 1 << 20, 1 << 22)  # 0: the whole result at once
+#: bytes of result rows finished per block by default (a block stays in L2 through all epilog steps)
+DEFAULT_BLOCK_BYTES = 1 << 18
+_BLOCK_CHOICES = (1 << 16, 1 << 18, 1 << 20, 0)  # 0: the whole result at once
+#: results at least this large get their epilog pass on all cores
+_THREADED_BYTES = 1 << 22
+_CPUS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        with _POOL_LOCK:
+            if _POOL is None:
+                _POOL = ThreadPoolExecutor(_CPUS, thread_name_prefix="nvdispatch-epilog")
+    return _POOL
 
 
 def decline(problem: MatmulProblem) -> str | None:
@@ -54,36 +72,45 @@ class NumpyMatmulPlan:
         self.strategy = strategy
         self.dtype = np.dtype(problem.result_dtype)
         itemsize = self.dtype.itemsize
-        block_bytes = DEFAULT_BLOCK_BYTES if tuning is None else int(tuning.get("block_bytes", 0))
-        self.block_rows = self._rows_for(block_bytes, problem.n * itemsize)
+        tuning = tuning or {}
+        self.block_rows = self._rows_for(int(tuning.get("block_bytes", DEFAULT_BLOCK_BYTES)), problem.n * itemsize)
+        big = math.prod(problem.promoted_shape) * itemsize >= _THREADED_BYTES
+        self.threads = int(tuning.get("threads", _CPUS if big else 1))
         self.elementwise = [s for s in problem.epilog.steps if s not in ("bgrad_a", "bgrad_b")]
         spec = problem.epilog
         self.steps = self._describe(spec)
 
     def _rows_for(self, block_bytes: int, row_bytes: int) -> int:
         p = self.problem
-        if block_bytes == 0 or p.batch_shape or p.m == 0:
+        if block_bytes == 0 or p.m == 0:
             return max(p.m, 1)
-        return max(8, min(p.m, block_bytes // max(row_bytes, 1)))
+        return max(1, min(p.m, block_bytes // max(row_bytes, 1)))
 
     def _describe(self, spec) -> tuple[str, ...]:
         p = self.problem
-        steps = ["np.matmul" + (f" in blocks of {self.block_rows} rows" if self.block_rows < p.m else "")]
+        steps = ["np.matmul into the result"]
         if p.c is not None:
             steps.append("+ beta * c")
         if self.strategy == "inplace":
-            steps += [f"{s} (in place, per block)" for s in spec.steps]
+            where = f"in place, per block of {self.block_rows} rows while in cache, on {self.threads} thread(s)"
+            steps += [f"{s} ({where})" for s in spec.steps]
         else:
             steps += [f"{s} (separate NumPy op)" for s in spec.steps]
         return tuple(steps)
 
     def tuning(self):
-        return {"block_bytes": self.block_rows * self.problem.n * self.dtype.itemsize}
+        return {"block_bytes": self.block_rows * self.problem.n * self.dtype.itemsize, "threads": self.threads}
 
     def release(self) -> None:
         pass
 
     # -- execution ------------------------------------------------------------------------------------
+    @staticmethod
+    def plain(a, b):
+        """The hot path of a plain matmul of two NumPy arrays (no c, alpha 1, no epilog)."""
+        out = np.matmul(a, b)
+        return out if type(out) is np.ndarray else np.asarray(out)
+
     def execute(self, operands, stream=None):
         p = self.problem
         a = _promote(operands["a"], 0 if p.a_vector else None)
@@ -120,59 +147,112 @@ class NumpyMatmulPlan:
     def _blocked(self, a, b, c, alpha, beta, inputs):
         p = self.problem
         spec = p.epilog
-        out = np.empty(p.promoted_shape, dtype=self.dtype)
+        out = np.matmul(a, b, out=np.empty(p.promoted_shape, dtype=self.dtype))
         aux = {}
+        if "bgrad_a" in spec.steps:
+            aux["bgrada"] = np.sum(a, axis=-1, dtype=self.dtype)
+        if "bgrad_b" in spec.steps:
+            aux["bgradb"] = np.sum(b, axis=-2, dtype=self.dtype)
+        if c is not None and beta != 0:
+            c = np.broadcast_to(c, p.promoted_shape)
+        if alpha == 1 and (c is None or beta == 0) and not self.elementwise:
+            return out, aux
         for name in spec.outputs:
             if name == "relu_aux":
                 aux[name] = np.empty(p.promoted_shape, dtype=bool)
             elif name == "gelu_aux":
                 aux[name] = np.empty(p.promoted_shape, dtype=self.dtype)
-        bgrad_name = next((o for o in spec.outputs if o.endswith("_bgrad")), None)
-        partial_bgrad = []
-        step = self.block_rows
-        m = p.m
-        bias = inputs.get("bias")
-        bias_along_m = p.bias_axis == "m"
-        for r0 in range(0, max(m, 1), step):
-            r1 = min(r0 + step, m)
-            rows = slice(r0, r1)
-            o = out[..., rows, :]
-            np.matmul(a[..., rows, :], b, out=o)
-            if alpha != 1:
-                np.multiply(o, alpha, out=o, casting="unsafe")
-            if c is not None and beta != 0:
-                cb = c[..., rows, :]
-                if beta == 1:
-                    np.add(o, cb, out=o, casting="unsafe")
-                else:
-                    np.add(o, np.multiply(cb, beta), out=o, casting="unsafe")
-            if not self.elementwise:
-                continue
-            blk = {}
-            if bias is not None:
-                blk["bias"] = bias[..., rows, :] if bias_along_m else bias
-            for name in ("relu_aux", "gelu_aux"):
-                if name in inputs:
-                    blk[name] = inputs[name][..., rows, :]
-            got = apply_inplace(spec, o, blk, NUMPY_OPS, bgrad_axis=p.options.bgrad_axis)
-            for name, value in got.items():
-                if name == bgrad_name:
-                    partial_bgrad.append(value)
-                else:
-                    aux[name][..., rows, :] = value
-        if bgrad_name is not None:
-            if p.options.bgrad_axis == "n":
-                total = partial_bgrad[0]
-                for part in partial_bgrad[1:]:
-                    total = total + part
-                aux[bgrad_name] = total.astype(self.dtype, copy=False)
-            else:
-                aux[bgrad_name] = np.concatenate(partial_bgrad, axis=-2).astype(self.dtype, copy=False)
-        if "bgrad_a" in spec.steps:
-            aux["bgrada"] = np.sum(a, axis=-1, dtype=self.dtype)
-        if "bgrad_b" in spec.steps:
-            aux["bgradb"] = np.sum(b, axis=-2, dtype=self.dtype)
+        bgrad = next((o for o in spec.outputs if o.endswith("_bgrad")), None)
+        blocks = list(self._row_blocks(inputs, bgrad is not None))
+
+        def run(chunk):
+            """Finish the blocks in ``chunk`` (alpha, beta*c, epilog) while each is in cache."""
+            partial = []
+            for index, rows in chunk:
+                o = out[index][rows]
+                if alpha != 1:
+                    np.multiply(o, alpha, out=o, casting="unsafe")
+                if c is not None and beta != 0:
+                    cb = c[index][rows]
+                    np.add(o, cb if beta == 1 else np.multiply(cb, beta), out=o, casting="unsafe")
+                if not self.elementwise:
+                    continue
+                blk = {}
+                if "bias" in inputs:
+                    bias = inputs["bias"]
+                    if p.bias_axis == "m":
+                        bias = bias[index][rows]
+                    elif bias.ndim > 2:
+                        bias = bias[index]
+                    blk["bias"] = bias
+                for name in ("relu_aux", "gelu_aux"):
+                    if name in inputs:
+                        blk[name] = inputs[name][index][rows]
+                got = apply_inplace(spec, o, blk, NUMPY_OPS, bgrad_axis=p.options.bgrad_axis)
+                for name, value in got.items():
+                    if name == bgrad:
+                        partial.append((index, rows, value))
+                    else:
+                        aux[name][index][rows] = value
+            return partial
+
+        parts = self._run_blocks(run, blocks)
+        if bgrad is not None:
+            aux[bgrad] = self._gather_bgrad(parts)
         return out, aux
+
+    def _row_blocks(self, inputs, has_bgrad):
+        """(index, rows) pairs covering the result in blocks of about ``block_rows`` rows: row blocks of
+        each matrix when matrices are large, groups of whole matrices along the last batch axis when
+        they are small, or the whole result at once when it fits one block."""
+        p = self.problem
+        bias = inputs.get("bias")
+        if bias is not None and (bias.ndim > 2 or p.bias_axis == "m"):
+            inputs["bias"] = np.broadcast_to(bias, (*p.batch_shape, *bias.shape[-2:]))
+        step = self.block_rows
+        if not p.batch_shape or math.prod(p.batch_shape) == 1:
+            if step >= p.m:
+                yield (), Ellipsis
+                return
+        elif step < p.m:
+            for index in np.ndindex(*p.batch_shape):
+                for r0 in range(0, p.m, step):
+                    yield index, slice(r0, min(r0 + step, p.m))
+            return
+        if not p.batch_shape or math.prod(p.batch_shape) == 1:
+            lead = (0,) * len(p.batch_shape)
+            for r0 in range(0, p.m, step):
+                yield lead, slice(r0, min(r0 + step, p.m))
+            return
+        per = max(1, step // max(p.m, 1))
+        last = p.batch_shape[-1]
+        for outer in np.ndindex(*p.batch_shape[:-1]):
+            for j0 in range(0, last, per):
+                yield (*outer, slice(j0, min(j0 + per, last))), Ellipsis
+
+    def _run_blocks(self, run, blocks):
+        """Run ``run`` over the blocks, on several threads when the work is large enough to gain."""
+        workers = min(self.threads, len(blocks))
+        if workers <= 1:
+            return run(blocks)
+        per = -(-len(blocks) // workers)
+        chunks = [blocks[i : i + per] for i in range(0, len(blocks), per)]
+        parts = []
+        for got in _pool().map(run, chunks):
+            parts.extend(got)
+        return parts
+
+    def _gather_bgrad(self, parts):
+        p = self.problem
+        if p.options.bgrad_axis == "n":
+            total = np.zeros((*p.batch_shape, p.n), dtype=self.dtype)
+            for index, _, value in parts:
+                total[index] += value
+            return total
+        full = np.empty((*p.batch_shape, p.m, 1), dtype=self.dtype)
+        for index, rows, value in parts:
+            full[index][rows] = value
+        return full
 
     def _finish(self, out, aux):
         p = self.problem
@@ -187,24 +267,25 @@ class NumpyMatmulPlan:
 
     # -- autotuning -----------------------------------------------------------------------------------
     def autotune(self, operands, iterations: int = 3):
-        """Time the row-block sizes on the real operands and keep the fastest; returns the timings."""
-        if self.strategy != "inplace" or self.problem.batch_shape:
+        """Time block sizes × thread counts on the real operands and keep the fastest; returns the timings."""
+        if self.strategy != "inplace":
             return {}
         timings = {}
         row_bytes = self.problem.n * self.dtype.itemsize
         best = None
         for block_bytes in _BLOCK_CHOICES:
-            self.block_rows = self._rows_for(block_bytes, row_bytes)
-            samples = []
-            for _ in range(max(1, iterations)):
-                t0 = time.perf_counter()
-                self.execute(operands)
-                samples.append(time.perf_counter() - t0)
-            t = float(np.median(samples))
-            timings[block_bytes] = t
-            if best is None or t < best[1]:
-                best = (self.block_rows, t)
-        self.block_rows = best[0]
+            for threads in sorted({1, _CPUS}):
+                self.block_rows, self.threads = self._rows_for(block_bytes, row_bytes), threads
+                samples = []
+                for _ in range(max(1, iterations)):
+                    t0 = time.perf_counter()
+                    self.execute(operands)
+                    samples.append(time.perf_counter() - t0)
+                t = float(np.median(samples))
+                timings[(block_bytes, threads)] = t
+                if best is None or t < best[1]:
+                    best = ((self.block_rows, threads), t)
+        self.block_rows, self.threads = best[0]
         self.steps = self._describe(self.problem.epilog)
         return timings
 

@@ -1,0 +1,276 @@
+"""Device views of operands, and results created as the caller's type.
+
+A :class:`DeviceView` is what a library call needs of an operand: pointer, dtype, shape and strides (in
+elements). :func:`view` makes one from a Torch tensor, a CuPy array, any ``__cuda_array_interface__``
+object (Numba device arrays included) or a CUDA DLPack object.
+
+:func:`empty` allocates a result of the caller's kind on the caller's stream:
+
+============================  ============================================================================
+caller's operands             result
+============================  ============================================================================
+Torch tensors                 ``torch.Tensor`` from the caching allocator (on the stream's pool)
+CuPy arrays                   ``cupy.ndarray`` from CuPy's memory pool
+Numba device arrays           a Numba ``DeviceNDArray`` (Numba's allocator)
+other CAI / DLPack objects    :class:`CudaArray`: memory from ``cudaMallocAsync`` on the stream, freed with
+                              ``cudaFreeAsync`` on that stream when the object is collected; it exposes
+                              ``__cuda_array_interface__`` (v3) and can be viewed by any framework
+============================  ============================================================================
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import runtime
+
+__all__ = ["DeviceView", "CudaArray", "view", "empty", "result_kind", "c_strides"]
+
+
+@dataclass
+class DeviceView:
+    ptr: int
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # elements
+    owner: Any = None
+
+
+def c_strides(shape) -> tuple[int, ...]:
+    out, step = [], 1
+    for extent in reversed(shape):
+        out.append(step)
+        step *= max(int(extent), 1)
+    return tuple(reversed(out))
+
+
+_TORCH_NAMES = {"bfloat16": "bfloat16"}
+
+
+def _np_dtype(name: str):
+    if name == "bfloat16":
+        return None
+    return np.dtype(name)
+
+
+def itemsize(name: str) -> int:
+    if name == "bfloat16":
+        return 2
+    return np.dtype(name).itemsize
+
+
+def view(x: Any, framework: str) -> DeviceView:
+    """Pointer, dtype, shape and strides of device array ``x`` owned by ``framework``."""
+    if framework == "torch":
+        return DeviceView(x.data_ptr(), str(x.dtype)[6:], tuple(x.shape), tuple(x.stride()), x)
+    if framework == "cupy":
+        isz = x.itemsize or 1
+        return DeviceView(x.data.ptr, x.dtype.name, x.shape, tuple(s // isz for s in x.strides), x)
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        dt = np.dtype(cai["typestr"])
+        shape = tuple(cai["shape"])
+        st = cai.get("strides")
+        strides = c_strides(shape) if st is None else tuple(s // dt.itemsize for s in st)
+        return DeviceView(int(cai["data"][0] or 0), dt.name, shape, strides, x)
+    if hasattr(x, "__dlpack__"):
+        return _dlpack_view(x)
+    raise TypeError(f"not a device array: {type(x)!r}")
+
+
+# -- DLPack (read-only import: pointer, shape, strides) ----------------------------------------------------
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_DL_CODES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64"}
+_DL_CODES.update({(1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64"})
+_DL_CODES.update({(2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16"})
+_DL_CODES.update({(5, 64): "complex64", (5, 128): "complex128", (6, 8): "bool"})
+
+
+def _dlpack_view(x) -> DeviceView:
+    capsule = x.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    addr = get(capsule, b"dltensor")  # DLManagedTensor starts with its DLTensor
+    t = _DLTensor.from_address(addr)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = c_strides(shape) if not t.strides else tuple(t.strides[i] for i in range(t.ndim))
+    dtype = _DL_CODES.get((t.dtype.code, t.dtype.bits), f"dlpack{t.dtype.code}:{t.dtype.bits}")
+    # the capsule keeps the producer's memory alive as long as the view lives
+    return DeviceView(int(t.data or 0) + int(t.byte_offset), dtype, shape, strides, (x, capsule))
+
+
+# -- results as the caller's type --------------------------------------------------------------------------
+class CudaArray:
+    """Device memory exposing ``__cuda_array_interface__`` (v3); owns a stream-ordered allocation.
+
+    The memory is released with ``cudaFreeAsync`` on the stream it was allocated on, once the object is
+    collected: work queued on that stream before the release still sees valid memory. Work on *other*
+    streams must be ordered by the caller (as for any framework's stream-ordered allocator).
+    """
+
+    def __init__(self, shape, dtype: str, strides=None, *, stream: int = 0, base: Any = None, ptr: int = 0):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.strides_elems = tuple(strides) if strides is not None else c_strides(self.shape)
+        self._stream = stream
+        self._base = base
+        if base is None and ptr == 0:
+            span = _span(self.shape, self.strides_elems) * self.dtype.itemsize
+            self._owned = runtime.malloc_async(span, stream) if span else 0
+            self.ptr = self._owned
+        else:
+            self._owned = 0
+            self.ptr = ptr
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        isz = self.dtype.itemsize
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "strides": tuple(s * isz for s in self.strides_elems),
+            "version": 3,
+            "stream": None,
+        }
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def view_as(self, shape, strides, offset_elems: int = 0) -> CudaArray:
+        """A view of this memory (keeps it alive)."""
+        return CudaArray(shape, self.dtype.name, strides, base=self, ptr=self.ptr + offset_elems * self.dtype.itemsize)
+
+    def copy_to_host(self) -> np.ndarray:
+        """Synchronous copy to a NumPy array (for tests and debugging)."""
+        rt = runtime.cudart()
+        span = _span(self.shape, self.strides_elems)
+        host = np.empty(max(span, 1), self.dtype)
+        if span:
+            runtime.check(rt.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+            runtime.check(
+                rt.cudaMemcpy(
+                    host.ctypes.data, self.ptr, span * self.dtype.itemsize, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+                ),
+                "cudaMemcpy",
+            )
+        return np.lib.stride_tricks.as_strided(
+            host, self.shape, tuple(s * self.dtype.itemsize for s in self.strides_elems)
+        ).copy()
+
+    def __del__(self):
+        if getattr(self, "_owned", 0):
+            try:
+                runtime.free_async(self._owned, self._stream)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+            self._owned = 0
+
+    def __repr__(self) -> str:
+        return f"<nvdispatch CudaArray shape={self.shape} dtype={self.dtype.name} ptr={self.ptr:#x}>"
+
+
+def _span(shape, strides) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides))
+
+
+def result_kind(x: Any, framework: str) -> str:
+    """How to create results for a caller whose operand is ``x``: "torch", "cupy", "numba" or "cai"."""
+    if framework in ("torch", "cupy"):
+        return framework
+    mod = type(x).__module__
+    if mod.startswith("numba"):
+        return "numba"
+    return "cai"
+
+
+def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
+    """A new uninitialised array of the caller's ``kind`` (see :func:`result_kind`) and its pointer.
+
+    ``order="F"`` makes the last two axes column-major (each matrix of a batch stored by columns).
+    Returns ``(array, ptr)``; the memory belongs to ``stream``'s pool where the framework has one.
+    """
+    shape = tuple(int(s) for s in shape)
+    if order == "F" and len(shape) >= 2:
+        tshape = (*shape[:-2], shape[-1], shape[-2])
+    else:
+        tshape = shape
+    if kind == "torch":
+        import torch
+
+        arr = torch.empty(tshape, dtype=getattr(torch, dtype), device=torch.device("cuda", device_index))
+        if tshape is not shape:
+            arr = arr.transpose(-1, -2)
+        return arr, arr.data_ptr()
+    if kind == "cupy":
+        import cupy
+
+        arr = cupy.empty(tshape, dtype=dtype)
+        if tshape is not shape:
+            arr = cupy.swapaxes(arr, -1, -2)
+        return arr, arr.data.ptr
+    if kind == "numba":
+        from numba import cuda
+
+        arr = cuda.device_array(tshape, dtype=np.dtype(dtype))
+        if tshape is not shape:
+            st = arr.strides
+            arr = cuda.devicearray.DeviceNDArray(shape, (*st[:-2], st[-1], st[-2]), arr.dtype, gpu_data=arr.gpu_data)
+        return arr, int(arr.device_ctypes_pointer.value or 0)
+    st = c_strides(tshape)
+    if tshape is not shape:
+        st = (*st[:-2], st[-1], st[-2])
+    arr = CudaArray(shape, dtype, st, stream=stream)
+    return arr, arr.ptr
+
+
+def as_kind(kind: str, arr: Any, framework_of_arr: str):
+    """Present ``arr`` (a Torch tensor or CuPy array made by a helper) as the caller's ``kind``, zero-copy."""
+    if kind == framework_of_arr:
+        return arr
+    if kind == "torch":
+        import torch
+
+        return torch.as_tensor(arr, device="cuda")
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asarray(arr)
+    if kind == "numba":
+        from numba import cuda
+
+        return cuda.as_cuda_array(arr)
+    v = view(arr, framework_of_arr)
+    out = CudaArray(v.shape, v.dtype, v.strides, ptr=v.ptr, base=arr)
+    return out

@@ -1,0 +1,69 @@
+"""Scratch device memory (library workspaces, temporaries) through the caller's allocator.
+
+:func:`scratch` returns a :class:`Scratch` whose memory comes from
+
+* the Torch caching allocator when the caller's framework is Torch (a ``uint8`` tensor; the allocator
+  reuses a block only in its stream's order),
+* CuPy's memory pool when it is CuPy (same stream-ordered reuse),
+* ``cudaMallocAsync`` on the stream otherwise, released with ``cudaFreeAsync`` on that same stream.
+
+So dropping a :class:`Scratch` (or calling :meth:`Scratch.release`) right after queueing work that uses it
+is safe: the memory is recycled only after the work queued before the release on that stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import runtime
+
+__all__ = ["Scratch", "scratch"]
+
+
+class Scratch:
+    """A device buffer of ``nbytes`` bytes at ``ptr``, tied to ``stream``."""
+
+    __slots__ = ("ptr", "nbytes", "stream", "_owner", "_raw")
+
+    def __init__(self, ptr: int, nbytes: int, stream: int, owner: Any = None, raw: bool = False):
+        self.ptr, self.nbytes, self.stream, self._owner, self._raw = ptr, nbytes, stream, owner, raw
+
+    def release(self) -> None:
+        """Give the memory back in stream order (idempotent)."""
+        if self._raw and self.ptr:
+            try:
+                runtime.free_async(self.ptr, self.stream)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+        self.ptr, self._owner, self._raw = 0, None, False
+
+    def __del__(self):
+        self.release()
+
+
+def scratch(nbytes: int, framework: str, device_index: int, stream: int) -> Scratch:
+    """``nbytes`` of device memory for work queued on ``stream`` (see the module docstring)."""
+    nbytes = int(nbytes)
+    if nbytes <= 0:
+        return Scratch(0, 0, stream)
+    if framework == "torch":
+        import torch
+
+        dev = torch.device("cuda", device_index)
+        cur = torch.cuda.current_stream(dev)
+        if cur.cuda_stream == stream:
+            t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        else:
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev)):
+                t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        return Scratch(t.data_ptr(), nbytes, stream, t)
+    if framework == "cupy":
+        import cupy
+
+        if cupy.cuda.get_current_stream().ptr == stream:
+            mem = cupy.cuda.alloc(nbytes)
+        else:
+            with cupy.cuda.ExternalStream(stream):
+                mem = cupy.cuda.alloc(nbytes)
+        return Scratch(mem.ptr, nbytes, stream, mem)
+    return Scratch(runtime.malloc_async(nbytes, stream), nbytes, stream, raw=True)

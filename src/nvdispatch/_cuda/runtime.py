@@ -1,0 +1,128 @@
+"""cuda-bindings runtime helpers: availability, error checks, stream-ordered memory, event timing.
+
+All functions import ``cuda.bindings`` on first use; :func:`unavailable` says, without raising, why they
+cannot work here.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from typing import Any
+
+from ..errors import ExecutorUnavailableError
+
+__all__ = [
+    "unavailable",
+    "cudart",
+    "check",
+    "device_count",
+    "current_device",
+    "malloc_async",
+    "free_async",
+    "pointer_device",
+    "EventTimer",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> tuple[Any, str | None]:
+    try:
+        from cuda.bindings import runtime as rt
+    except ImportError:
+        return None, "cuda-bindings is not installed (pip install 'nvdispatch[cuda]')"
+    try:
+        err, count = rt.cudaGetDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - a broken driver install
+        return None, f"the CUDA runtime failed to start ({exc})"
+    if err != rt.cudaError_t.cudaSuccess or count == 0:
+        return None, "no CUDA device"
+    return rt, None
+
+
+def unavailable() -> str | None:
+    """``None`` when cuda-bindings is importable and a CUDA device is visible, else the reason."""
+    return _probe()[1]
+
+
+def cudart():
+    """The ``cuda.bindings.runtime`` module (raises :class:`ExecutorUnavailableError` when unusable)."""
+    rt, why = _probe()
+    if rt is None:
+        raise ExecutorUnavailableError("device", "a CUDA device with cuda-bindings installed", why)
+    return rt
+
+
+def check(result, what: str):
+    """Unpack a cuda-bindings ``(err, *values)`` tuple; raise RuntimeError naming ``what`` on failure."""
+    rt = cudart()
+    if isinstance(result, tuple):
+        err, values = result[0], result[1:]
+    else:
+        err, values = result, ()
+    if err != rt.cudaError_t.cudaSuccess:
+        _, name = rt.cudaGetErrorName(err)
+        raise RuntimeError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def device_count() -> int:
+    rt, why = _probe()
+    return 0 if rt is None else check(rt.cudaGetDeviceCount(), "cudaGetDeviceCount")
+
+
+def current_device() -> int:
+    return check(cudart().cudaGetDevice(), "cudaGetDevice")
+
+
+def malloc_async(nbytes: int, stream: int) -> int:
+    """``cudaMallocAsync`` on ``stream`` (a raw handle); returns the pointer."""
+    return int(check(cudart().cudaMallocAsync(max(int(nbytes), 1), stream), "cudaMallocAsync"))
+
+
+def free_async(ptr: int, stream: int) -> None:
+    """``cudaFreeAsync``: the memory is released once the work queued on ``stream`` before it is done."""
+    check(cudart().cudaFreeAsync(ptr, stream), "cudaFreeAsync")
+
+
+def pointer_device(ptr: int) -> int:
+    """The device ordinal owning device pointer ``ptr``."""
+    attrs = check(cudart().cudaPointerGetAttributes(ptr), "cudaPointerGetAttributes")
+    return int(attrs.device)
+
+
+class EventTimer:
+    """Time work queued on a stream with CUDA events (median of several runs, in seconds)."""
+
+    def __init__(self):
+        rt = cudart()
+        self._start = check(rt.cudaEventCreate(), "cudaEventCreate")
+        self._stop = check(rt.cudaEventCreate(), "cudaEventCreate")
+
+    def time(self, launch, stream: int, iterations: int, warmup: int = 1) -> float:
+        """Median seconds of ``launch()`` (which queues work on ``stream``) over ``iterations`` runs."""
+        rt = cudart()
+        for _ in range(warmup):
+            launch()
+        samples = []
+        for _ in range(max(1, iterations)):
+            check(rt.cudaEventRecord(self._start, stream), "cudaEventRecord")
+            launch()
+            check(rt.cudaEventRecord(self._stop, stream), "cudaEventRecord")
+            check(rt.cudaEventSynchronize(self._stop), "cudaEventSynchronize")
+            samples.append(check(rt.cudaEventElapsedTime(self._start, self._stop), "cudaEventElapsedTime") * 1e-3)
+        return float(statistics.median(samples))
+
+    def close(self) -> None:
+        rt = cudart()
+        for ev in (self._start, self._stop):
+            rt.cudaEventDestroy(ev)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
