@@ -1,0 +1,206 @@
+"""nvdispatch.fft API: typed errors, explain(), frequencies and shifts, the stateful FFT."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fft_reference import assert_close, make
+
+import nvdispatch
+import nvdispatch.fft as F
+from nvdispatch.errors import (
+    InvalidArgumentError,
+    MixedOperandsError,
+    PlanStateError,
+    ShapeMismatchError,
+    UnsupportedDtypeError,
+    UnsupportedOperandError,
+)
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+@pytest.mark.parametrize(
+    "call, err, arg",
+    [
+        (lambda x: F.fft(x, n=0), InvalidArgumentError, "n"),
+        (lambda x: F.fft(x, n=-3), InvalidArgumentError, "n"),
+        (lambda x: F.fft(x, n=2.5), InvalidArgumentError, "n"),
+        (lambda x: F.fft(x, axis=2), InvalidArgumentError, "axis"),
+        (lambda x: F.fft(x, norm="none"), InvalidArgumentError, "norm"),
+        (lambda x: F.fftn(x, s=(4, 4)), InvalidArgumentError, "axes"),
+        (lambda x: F.fftn(x, s=(4,), axes=(0, 1)), ShapeMismatchError, "s"),
+        (lambda x: F.fftn(x, s=(0, 4), axes=(0, 1)), InvalidArgumentError, "s"),
+        (lambda x: F.fftn(x, axes=(0, -2)), InvalidArgumentError, "axes"),
+        (lambda x: F.fftn(x, axes=(5,)), InvalidArgumentError, "axes"),
+        (lambda x: F.fftn(x, axes=()), InvalidArgumentError, "axes"),
+        (lambda x: F.rfft(x), UnsupportedDtypeError, "x"),
+        (lambda x: F.fft(x.real.astype(np.int32)), UnsupportedDtypeError, "x"),
+        (lambda x: F.fft(x.real > 0), UnsupportedDtypeError, "x"),
+        (lambda x: F.fft(x.real.astype(np.float16)), UnsupportedDtypeError, "x"),
+        (lambda x: F.irfft(x[:, :1]), InvalidArgumentError, "n"),
+        (lambda x: F.fft(x.tolist()), UnsupportedOperandError, "x"),
+    ],
+)
+def test_typed_errors_name_the_argument(call, err, arg):
+    x = make((4, 6), "complex64")
+    with pytest.raises(err) as info:
+        call(x)
+    assert info.value.argument == arg
+    assert str(info.value).startswith(f"{arg}: expected")
+
+
+def test_zero_d_input():
+    with pytest.raises(ShapeMismatchError):
+        F.fft(np.array(1.0 + 0j))
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_mixed_devices_in_stateful_reset():
+    x = make((4, 4), "complex64")
+    f = F.FFT(x)
+    with pytest.raises(ShapeMismatchError):
+        f.reset_operand(torch.from_numpy(x))
+    with pytest.raises(MixedOperandsError):
+        from nvdispatch._dispatch import detect_all, placement
+
+        placement(detect_all({"x": x, "y": torch.from_numpy(x)}))
+
+
+def test_precision_and_promotion():
+    x32 = make((16,), "float32")
+    assert F.fft(x32).dtype == np.complex64  # real input promoted, precision kept
+    assert F.rfft(x32).dtype == np.complex64
+    assert F.irfft(F.rfft(x32), n=16).dtype == np.float32
+    assert F.hfft(make((9,), "complex64")).dtype == np.float32
+    assert F.ihfft(x32).dtype == np.complex64
+    assert F.fftn(make((4, 4), "complex128")).dtype == np.complex128
+
+
+def test_padding_trimming_and_axes_order():
+    x = make((5, 6, 7), "complex128")
+    assert_close(F.fftn(x, s=(8, 3), axes=(2, 0)), np.fft.fftn(x, s=(8, 3), axes=(2, 0)), "complex128")
+    y = F.irfftn(x, s=(4, 9), axes=(0, 1))
+    assert y.shape == (4, 9, 7)
+    assert_close(y, np.fft.irfftn(x, s=(4, 9), axes=(0, 1)), "complex128")
+    r = make((5, 6, 7), "float64")
+    assert F.rfftn(r, axes=(2, 0)).shape == (3, 6, 7)  # the last axis in axes is halved
+
+
+def test_explain():
+    x = make((8, 32), "float32")
+    e = nvdispatch.explain(F.rfft, x, n=64)
+    assert e.executor == "numpy" and e.operation == "rfft"
+    assert "n=64" in str(e)
+    assert e.problem.out_shape == (8, 33)
+    for f in (F.fftfreq, F.rfftfreq):
+        assert nvdispatch.explain(f, 8).executor == "numpy"
+    assert nvdispatch.explain(F.fftshift, x).executor == "numpy"
+    with pytest.raises(InvalidArgumentError):
+        nvdispatch.explain(F.fft, x, axis=7)
+
+
+def test_backend_control_and_no_executor():
+    x = make((8,), "complex64")
+    with nvdispatch.set_backend("numpy", only=True):
+        assert nvdispatch.explain(F.fft, x).executor == "numpy"
+    with nvdispatch.skip_backend("numpy"):
+        with pytest.raises(nvdispatch.errors.NoExecutorError):
+            F.fft(x)
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_coerce_torch_to_numpy():
+    t = torch.from_numpy(make((8,), "complex64"))
+    with nvdispatch.set_backend("numpy", coerce=True):
+        y = F.fft(t)
+    assert isinstance(y, np.ndarray)
+    assert_close(y, np.fft.fft(t.numpy().astype(np.complex128)), "complex64")
+
+
+def test_freq_and_shift():
+    for n in (1, 2, 7, 8):
+        np.testing.assert_allclose(F.fftfreq(n, d=0.3), np.fft.fftfreq(n, d=0.3))
+        np.testing.assert_allclose(F.rfftfreq(n, d=0.3), np.fft.rfftfreq(n, d=0.3))
+    assert F.fftfreq(8, dtype=np.float32).dtype == np.float32
+    x = np.arange(30).reshape(5, 6)
+    np.testing.assert_array_equal(F.fftshift(x), np.fft.fftshift(x))
+    np.testing.assert_array_equal(F.ifftshift(x, axes=(1,)), np.fft.ifftshift(x, axes=(1,)))
+    np.testing.assert_array_equal(F.ifftshift(F.fftshift(x, axes=0), axes=0), x)
+    with pytest.raises(InvalidArgumentError):
+        F.fftfreq(0)
+    with pytest.raises(InvalidArgumentError):
+        F.fftfreq(4, device="tpu")
+    if torch is not None:
+        t = F.fftfreq(8, device=torch.device("cpu"), dtype=torch.float32)
+        assert isinstance(t, torch.Tensor) and t.dtype == torch.float32
+        np.testing.assert_array_equal(F.fftshift(torch.from_numpy(x)).numpy(), np.fft.fftshift(x))
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_stateful_fft(framework):
+    if framework == "torch" and torch is None:
+        pytest.skip("needs torch")
+    wrap = (lambda a: a) if framework == "numpy" else torch.from_numpy
+    c = make((6, 10), "complex64")
+    with F.FFT(wrap(c), axes=(1,)) as f:
+        with pytest.raises(PlanStateError):
+            f.execute()
+        f.plan()
+        assert f.fft_type == "C2C" and f.executor == framework
+        assert_close(np.asarray(f.execute()), np.fft.fft(c, axis=1), "complex64")
+        assert_close(np.asarray(f.execute(direction="inverse")), np.fft.ifft(c, axis=1), "complex64")
+        c2 = make((6, 10), "complex64", seed=3)
+        f.reset_operand(wrap(c2))
+        assert_close(np.asarray(f.execute()), np.fft.fft(c2, axis=1), "complex64")
+        with pytest.raises(ShapeMismatchError):
+            f.reset_operand(wrap(make((6, 11), "complex64")))
+        with pytest.raises(UnsupportedDtypeError):
+            f.reset_operand(wrap(make((6, 10), "complex128")))
+    with pytest.raises(PlanStateError):
+        f.execute()
+    # R2C is forward only, C2R inverse only with last_axis_parity
+    r = make((6, 10), "float64")
+    f = F.FFT(wrap(r)).plan()
+    assert f.fft_type == "R2C"
+    assert_close(np.asarray(f.execute()), np.fft.rfftn(r), "float64")
+    with pytest.raises(InvalidArgumentError):
+        f.execute(direction="inverse")
+    h = make((6, 6), "complex128")
+    for parity, n in (("even", 10), ("odd", 11)):
+        g = F.FFT(wrap(h), options={"fft_type": "C2R", "last_axis_parity": parity}).plan()
+        out = np.asarray(g.execute())
+        assert out.shape == (6, n) and out.dtype == np.float64
+        assert_close(out, np.fft.irfftn(h, s=(6, n), axes=(0, 1)), "float64")
+    # in place C2C: the operand holds the result
+    ip = c.copy()
+    op = wrap(ip)
+    with F.FFT(op, options=F.FFTOptions(inplace=True, norm="ortho")) as f:
+        res = f.plan().execute()
+        assert res is op
+    assert_close(ip, np.fft.fftn(c, norm="ortho"), "complex64")
+
+
+def test_stateful_options_errors():
+    x = make((4, 4), "complex64")
+    with pytest.raises(InvalidArgumentError):
+        F.FFT(x, options={"fft_type": "R2R"})
+    with pytest.raises(InvalidArgumentError):
+        F.FFT(x, options={"last_axis_parity": "three"})
+    with pytest.raises(InvalidArgumentError):
+        F.FFT(x, options={"bogus": 1})
+    with pytest.raises(UnsupportedDtypeError):
+        F.FFT(x, options={"fft_type": "R2C"})
+    with pytest.raises(InvalidArgumentError):
+        F.FFT(x.real.copy(), options={"inplace": True})
+    f = F.FFT(x)
+    f.plan()
+    f.reset_operand(None)
+    with pytest.raises(PlanStateError):
+        f.execute()
+    f.free()
+    with pytest.raises(PlanStateError):
+        f.plan()
