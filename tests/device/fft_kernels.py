@@ -94,7 +94,11 @@ def make_problem(F: device.FFT, batch: int, seed: int = 0):
         return x, np.fft.rfft(x.astype(np.float64), axis=-1), np.zeros((batch, n // 2 + 1), cplx)
     if F.fft_type == "c2r":
         spectrum = np.fft.rfft(rng.standard_normal((batch, n)), axis=-1).astype(cplx)
-        return spectrum, np.fft.irfft(spectrum.astype(np.complex128), n=n, axis=-1) * n, np.zeros((batch, n), real)
+        return (
+            spectrum,
+            np.fft.irfft(spectrum.astype(np.complex128), n=n, axis=-1) * n,
+            np.zeros((batch, n), real),
+        )
     x = (rng.standard_normal((batch, n)) + 1j * rng.standard_normal((batch, n))).astype(cplx)
     ref = np.fft.fft(x, axis=-1) if F.direction == "forward" else np.fft.ifft(x, axis=-1) * n
     return x, ref, np.zeros((batch, n), cplx)

@@ -60,7 +60,9 @@ def run_gemm(MM: device.Matmul, tiles: int, alpha=1.5, beta=-0.5, seed=0):
     b = rand((tiles, *storage_shape(MM.b_dim, MM.arrangement[1])))
     c = rand((tiles, *storage_shape(MM.c_dim, MM.arrangement[2])))
     out = cuda.to_device(np.zeros_like(c))
-    gemm_kernel(MM)[tiles, MM.block_dim](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), alpha, beta, out)
+    gemm_kernel(MM)[tiles, MM.block_dim](
+        cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), alpha, beta, out
+    )
     A, B, C = (logical(x.astype(np.complex128), o) for x, o in zip((a, b, c), MM.arrangement))
     reference = alpha * A @ B + beta * C
     return logical(out.copy_to_host(), MM.arrangement[2]), reference

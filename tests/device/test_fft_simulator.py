@@ -13,17 +13,42 @@ from .fft_kernels import relative_error, run_fft, tolerance
 
 KINDS = [("c2c", "forward"), ("c2c", "inverse"), ("r2c", "forward"), ("c2r", "inverse")]
 # (size, elements_per_thread, ffts_per_block): few threads per block, every radix and the pad path.
-BLOCK_CASES = [(2, 2, 2), (8, 2, 1), (16, 4, 2), (12, 6, 1), (64, 8, 1), (60, 30, 1), (105, 105, 1), (256, 16, 1)]
+BLOCK_CASES = [
+    (2, 2, 2),
+    (8, 2, 1),
+    (16, 4, 2),
+    (12, 6, 1),
+    (64, 8, 1),
+    (60, 30, 1),
+    (105, 105, 1),
+    (256, 16, 1),
+]
 THREAD_SIZES = [2, 7, 16, 30]
 
 
 def test_seed_kernel_runs_unchanged():
     batch_size = 2
     ffts_per_block = 1
-    FFT_fwd = fft(fft_type="c2c", size=128, precision=np.float32, direction="forward", ffts_per_block=1,
-                  elements_per_thread=2, execution="Block", compiler="numba")
-    FFT_inv = fft(fft_type="c2c", size=128, precision=np.float32, direction="inverse", ffts_per_block=1,
-                  elements_per_thread=2, execution="Block", compiler="numba")
+    FFT_fwd = fft(
+        fft_type="c2c",
+        size=128,
+        precision=np.float32,
+        direction="forward",
+        ffts_per_block=1,
+        elements_per_thread=2,
+        execution="Block",
+        compiler="numba",
+    )
+    FFT_inv = fft(
+        fft_type="c2c",
+        size=128,
+        precision=np.float32,
+        direction="inverse",
+        ffts_per_block=1,
+        elements_per_thread=2,
+        execution="Block",
+        compiler="numba",
+    )
     value_type, storage_size = FFT_fwd.value_type, FFT_fwd.storage_size
     shared_memory_size, block_dim = FFT_fwd.shared_memory_size, FFT_fwd.block_dim
 
@@ -58,8 +83,9 @@ def test_seed_kernel_runs_unchanged():
 @pytest.mark.parametrize("kind,direction", KINDS)
 @pytest.mark.parametrize("size,ept,fpb", BLOCK_CASES)
 def test_block_fft_matches_numpy(kind, direction, size, ept, fpb):
-    F = device.FFT(size, np.float32, kind, "Block", direction=direction, elements_per_thread=ept,
-                   ffts_per_block=fpb)
+    F = device.FFT(
+        size, np.float32, kind, "Block", direction=direction, elements_per_thread=ept, ffts_per_block=fpb
+    )
     result, reference = run_fft(F, batch=fpb + 1)
     assert relative_error(result, reference) < tolerance(np.float32)
 
@@ -74,8 +100,9 @@ def test_thread_fft_matches_numpy(kind, direction, size):
 
 @pytest.mark.parametrize("kind,direction", KINDS)
 def test_block_fft_double_precision(kind, direction):
-    F = device.FFT(48, np.float64, kind, "Block", direction=direction, elements_per_thread=6,
-                   ffts_per_block=1)
+    F = device.FFT(
+        48, np.float64, kind, "Block", direction=direction, elements_per_thread=6, ffts_per_block=1
+    )
     result, reference = run_fft(F, batch=1)
     assert relative_error(result, reference) < tolerance(np.float64)
 
@@ -83,8 +110,15 @@ def test_block_fft_double_precision(kind, direction):
 def test_class_style_execute_with_suggested_knobs():
     F = device.FFT(size=32, precision=np.float32, fft_type="c2c", execution="Block", direction="inverse")
     assert F.elements_per_thread in F.valid("elements_per_thread")
-    F_small = device.FFT(size=32, precision=np.float32, fft_type="c2c", execution="Block",
-                         direction="inverse", elements_per_thread=8, ffts_per_block="suggested")
+    F_small = device.FFT(
+        size=32,
+        precision=np.float32,
+        fft_type="c2c",
+        execution="Block",
+        direction="inverse",
+        elements_per_thread=8,
+        ffts_per_block="suggested",
+    )
     storage_size, value_type, stride = F_small.storage_size, F_small.value_type, F_small.stride
 
     @cuda.jit(link=F_small.files)

@@ -20,8 +20,14 @@ CASES = [
 
 @pytest.mark.parametrize("size,precision,data_type,arrangement,block", CASES)
 def test_matmul_matches_numpy(size, precision, data_type, arrangement, block):
-    MM = device.matmul(size=size, precision=precision, data_type=data_type, arrangement=arrangement,
-                       compiler="numba", **block)
+    MM = device.matmul(
+        size=size,
+        precision=precision,
+        data_type=data_type,
+        arrangement=arrangement,
+        compiler="numba",
+        **block,
+    )
     result, reference = run_gemm(MM, tiles=2)
     tol = 1e-5 if precision == np.float32 else 1e-12
     assert np.abs(result - reference).max() / np.abs(reference).max() < tol

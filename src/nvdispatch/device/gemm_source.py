@@ -45,7 +45,12 @@ def choose_layout(m: int, n: int, threads: int) -> GemmLayout:
 
 
 def generate_gemm_source(
-    m: int, n: int, k: int, layout: GemmLayout, arrangement: tuple[str, str, str], block_dim: tuple[int, int, int]
+    m: int,
+    n: int,
+    k: int,
+    layout: GemmLayout,
+    arrangement: tuple[str, str, str],
+    block_dim: tuple[int, int, int],
 ) -> str:
     """Source of ``gemm_impl(_self, alpha, a, b, beta, c)`` (uses globals ``VT`` and ``ZERO``)."""
     tm, tn = layout.tile(m, n)
