@@ -127,9 +127,7 @@ class FFTConfig:
             direction = {"r2c": "forward", "c2r": "inverse"}.get(fft_type)
         _check_choice("direction", direction, DIRECTIONS)
         if (fft_type, direction) in (("r2c", "inverse"), ("c2r", "forward")):
-            raise UnsupportedConfigurationError(
-                "direction", ["forward" if fft_type == "r2c" else "inverse"], direction
-            )
+            raise UnsupportedConfigurationError("direction", ["forward" if fft_type == "r2c" else "inverse"], direction)
         precision = normalize_precision(precision)
         sizes = valid_sizes(execution)
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or int(size) not in sizes:
@@ -145,9 +143,7 @@ class FFTConfig:
             ept = _resolve("elements_per_thread", elements_per_thread, options, _suggest_ept(size, options))
             threads = size // ept
             fpb_limit = MAX_THREADS_PER_BLOCK // threads
-            fpb = _resolve(
-                "ffts_per_block", ffts_per_block, list(range(1, fpb_limit + 1)), _suggest_fpb(threads)
-            )
+            fpb = _resolve("ffts_per_block", ffts_per_block, list(range(1, fpb_limit + 1)), _suggest_fpb(threads))
         return cls(fft_type, size, precision, direction, execution, ept, fpb)
 
 

@@ -61,7 +61,13 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
 
 def _promote(x, vector_axis):
     """PEP 465: a 1-D operand becomes a matrix (axis 0 for a, axis 1 for b); None: leave as is."""
+    x = _native(x)
     return x if vector_axis is None else np.expand_dims(x, vector_axis)
+
+
+def _native(x):
+    """A NumPy view of a CPU DLPack object (zero-copy); NumPy arrays pass through."""
+    return x if isinstance(x, np.ndarray) or x is None else np.from_dlpack(x)
 
 
 class NumpyMatmulPlan:
@@ -117,11 +123,11 @@ class NumpyMatmulPlan:
         b = _promote(operands["b"], 1 if p.b_vector else None)
         alpha = scalar_value(operands.get("alpha", 1))
         beta = operands.get("beta")
-        c = operands.get("c")
+        c = _native(operands.get("c"))
         if c is not None:
             beta = 1 if beta is None else scalar_value(beta)
             c = np.broadcast_to(c, p.result_shape).reshape(p.promoted_shape)
-        inputs = {name: operands[name] for name, _ in p.inputs}
+        inputs = {name: _native(operands[name]) for name, _ in p.inputs}
         for name in ("relu_aux", "gelu_aux"):
             if name in inputs:
                 inputs[name] = np.asarray(inputs[name]).reshape(p.promoted_shape)

@@ -1,0 +1,138 @@
+"""``python -m nvdispatch``: report what this machine offers and run a fused linear layer on it.
+
+Prints the frameworks, executors and GPUs found, then runs ``relu(x @ w + bias)`` as one nvdispatch call
+on every available framework/device, checks it against NumPy and prints the plan that was chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import sys
+import time
+
+import numpy as np
+
+import nvdispatch
+from nvdispatch import Epilog
+from nvdispatch.executors import BUILTIN, builtin
+
+
+def _gpus() -> list[str]:
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return []
+    if lib.cuInit(0) != 0:
+        return []
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return []
+    names = []
+    for i in range(count.value):
+        dev = ctypes.c_int(0)
+        lib.cuDeviceGet(ctypes.byref(dev), i)
+        buf = ctypes.create_string_buffer(256)
+        lib.cuDeviceGetName(buf, 256, dev)
+        names.append(f"cuda:{i} {buf.value.decode()}")
+    return names
+
+
+def _version(module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - a broken install is reported, not fatal
+        return f"broken ({type(exc).__name__})"
+    return getattr(mod, "__version__", "installed")
+
+
+def _executor_status(name: str) -> str:
+    ex = builtin(name)
+    if ex is None:
+        return "not in this build"
+    why = getattr(ex, "unavailable", lambda: None)()
+    return "available" if why is None else f"unavailable: {why}"
+
+
+def _operands(framework: str, device: str, m: int, k: int, n: int):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    want = np.maximum(x @ w + bias, 0)
+    if framework == "numpy":
+        return (x, w, bias), want
+    if framework == "torch":
+        import torch
+
+        return tuple(torch.from_numpy(v).to(device) for v in (x, w, bias)), want
+    import cupy
+
+    return tuple(cupy.asarray(v) for v in (x, w, bias)), want
+
+
+def _to_numpy(r):
+    if isinstance(r, np.ndarray):
+        return r
+    if hasattr(r, "get"):
+        return r.get()
+    return r.detach().cpu().numpy()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nvdispatch", description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", type=int, nargs=3, default=(512, 256, 128), metavar=("M", "K", "N"))
+    args = parser.parse_args(argv)
+    m, k, n = args.shape
+
+    print(f"nvdispatch {nvdispatch.__version__} on Python {sys.version.split()[0]}")
+    print("\nframeworks:")
+    versions = {mod: _version(mod) for mod in ("numpy", "scipy", "torch", "cupy", "cuda.bindings", "numba")}
+    for mod, ver in versions.items():
+        print(f"  {mod:14s} {ver or 'not installed'}")
+    gpus = _gpus()
+    print("\nGPUs:", ", ".join(gpus) if gpus else "none found")
+    print("\nexecutors:")
+    for name in BUILTIN:
+        print(f"  {name:6s} {_executor_status(name)}")
+
+    runs = [("numpy", "cpu")]
+    if versions["torch"]:
+        runs.append(("torch", "cpu"))
+        if gpus:
+            runs.append(("torch", "cuda"))
+    if versions["cupy"] and gpus:
+        runs.append(("cupy", "cuda"))
+
+    print(f"\nfused linear layer relu(x @ w + bias), x {m}x{k}, w {k}x{n}, bias ({n},), float32:")
+    failures = 0
+    for framework, device in runs:
+        try:
+            (x, w, bias), want = _operands(framework, device, m, k, n)
+            kwargs = {"epilog": Epilog.RELU_BIAS, "epilog_inputs": {"bias": bias}}
+            plan = nvdispatch.explain(x, w, **kwargs)
+            nvdispatch.matmul(x, w, **kwargs)
+            t0 = time.perf_counter()
+            got = nvdispatch.matmul(x, w, **kwargs)
+            got = _to_numpy(got)
+            elapsed = time.perf_counter() - t0
+            err = float(np.max(np.abs(got - want)) / max(1.0, float(np.max(np.abs(want)))))
+            ok = err < 1e-2  # loose enough for TF32 on GPUs
+            failures += not ok
+            print(
+                f"\n  [{framework} on {device}] {'ok' if ok else 'WRONG'}  max rel. error {err:.1e}  {elapsed * 1e3:.2f} ms"
+            )
+            for line in str(plan).splitlines():
+                print("    " + line)
+        except Exception as exc:  # noqa: BLE001 - the demo reports every path it tries
+            failures += 1
+            print(f"\n  [{framework} on {device}] failed: {type(exc).__name__}: {exc}")
+    print(f"\nplan cache: {nvdispatch.plan_cache.stats()}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""ctypes bindings of the cuBLASLt C API (the library located by cuda-pathfinder).
+
+Only what the matmul plan needs: handle, matmul descriptor, matrix layouts, preferences, heuristic and
+``cublasLtMatmul``. Enum values are those of ``cublasLt.h`` (CUDA 12/13).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+from .libs import library_unavailable, load_library
+
+__all__ = ["lib", "unavailable", "handle", "check", "Desc", "Layout", "Preference", "HeuristicResult", "CUDA_DTYPE"]
+
+# cudaDataType_t
+CUDA_DTYPE = {
+    "float32": 0,
+    "float64": 1,
+    "float16": 2,
+    "int8": 3,
+    "complex64": 4,
+    "complex128": 5,
+    "uint8": 8,
+    "int32": 10,
+    "bfloat16": 14,
+}
+
+# cublasLtMatmulDescAttributes_t
+DESC_COMPUTE_TYPE = 0
+DESC_SCALE_TYPE = 1
+DESC_POINTER_MODE = 2
+DESC_TRANSA = 3
+DESC_TRANSB = 4
+DESC_EPILOGUE = 7
+DESC_BIAS_POINTER = 8
+DESC_BIAS_BATCH_STRIDE = 10
+DESC_EPILOGUE_AUX_POINTER = 11
+DESC_EPILOGUE_AUX_LD = 12
+DESC_EPILOGUE_AUX_BATCH_STRIDE = 13
+DESC_EPILOGUE_AUX_DATA_TYPE = 22
+DESC_BIAS_DATA_TYPE = 26
+
+# cublasLtMatrixLayoutAttribute_t
+LAYOUT_TYPE = 0
+LAYOUT_ORDER = 1
+LAYOUT_ROWS = 2
+LAYOUT_COLS = 3
+LAYOUT_LD = 4
+LAYOUT_BATCH_COUNT = 5
+LAYOUT_STRIDED_BATCH_OFFSET = 6
+
+# cublasLtMatmulPreferenceAttributes_t
+PREF_SEARCH_MODE = 0
+PREF_MAX_WORKSPACE_BYTES = 1
+PREF_MIN_ALIGNMENT_A_BYTES = 5
+PREF_MIN_ALIGNMENT_B_BYTES = 6
+PREF_MIN_ALIGNMENT_C_BYTES = 7
+PREF_MIN_ALIGNMENT_D_BYTES = 8
+
+OP_N, OP_T = 0, 1
+
+_STATUS = {
+    0: "CUBLAS_STATUS_SUCCESS",
+    1: "CUBLAS_STATUS_NOT_INITIALIZED",
+    3: "CUBLAS_STATUS_ALLOC_FAILED",
+    7: "CUBLAS_STATUS_INVALID_VALUE",
+    8: "CUBLAS_STATUS_ARCH_MISMATCH",
+    11: "CUBLAS_STATUS_MAPPING_ERROR",
+    13: "CUBLAS_STATUS_EXECUTION_FAILED",
+    14: "CUBLAS_STATUS_INTERNAL_ERROR",
+    15: "CUBLAS_STATUS_NOT_SUPPORTED",
+    16: "CUBLAS_STATUS_LICENSE_ERROR",
+}
+
+
+class CublasLtError(RuntimeError):
+    def __init__(self, what: str, status: int):
+        self.status = status
+        super().__init__(f"{what} failed: {_STATUS.get(status, status)}")
+
+
+class Algo(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_uint64 * 8)]
+
+
+class HeuristicResult(ctypes.Structure):
+    _fields_ = [
+        ("algo", Algo),
+        ("workspaceSize", ctypes.c_size_t),
+        ("state", ctypes.c_int),
+        ("wavesCount", ctypes.c_float),
+        ("reserved", ctypes.c_int * 4),
+    ]
+
+
+_vp, _sz, _i32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+
+
+def unavailable() -> str | None:
+    return library_unavailable("cublasLt")
+
+
+@functools.lru_cache(maxsize=1)
+def lib():
+    """The loaded cuBLASLt with argtypes declared."""
+    L = load_library("cublasLt")
+    sig = {
+        "cublasLtCreate": [ctypes.POINTER(_vp)],
+        "cublasLtDestroy": [_vp],
+        "cublasLtGetVersion": [],
+        "cublasLtMatmulDescCreate": [ctypes.POINTER(_vp), _i32, _i32],
+        "cublasLtMatmulDescDestroy": [_vp],
+        "cublasLtMatmulDescSetAttribute": [_vp, _i32, _vp, _sz],
+        "cublasLtMatrixLayoutCreate": [ctypes.POINTER(_vp), _i32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64],
+        "cublasLtMatrixLayoutDestroy": [_vp],
+        "cublasLtMatrixLayoutSetAttribute": [_vp, _i32, _vp, _sz],
+        "cublasLtMatmulPreferenceCreate": [ctypes.POINTER(_vp)],
+        "cublasLtMatmulPreferenceDestroy": [_vp],
+        "cublasLtMatmulPreferenceSetAttribute": [_vp, _i32, _vp, _sz],
+        "cublasLtMatmulAlgoGetHeuristic": [
+            _vp,
+            _vp,
+            _vp,
+            _vp,
+            _vp,
+            _vp,
+            _vp,
+            _i32,
+            ctypes.POINTER(HeuristicResult),
+            ctypes.POINTER(_i32),
+        ],
+        "cublasLtMatmul": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp],
+    }
+    for name, args in sig.items():
+        fn = getattr(L, name)
+        fn.argtypes = args
+        fn.restype = ctypes.c_size_t if name == "cublasLtGetVersion" else ctypes.c_int
+    return L
+
+
+def check(status: int, what: str) -> None:
+    if status != 0:
+        raise CublasLtError(what, status)
+
+
+def version() -> int:
+    return int(lib().cublasLtGetVersion())
+
+
+_handles: dict[int, int] = {}
+_handle_lock = threading.Lock()
+
+
+def handle(device_index: int) -> int:
+    """The process-wide cuBLASLt handle of ``device_index`` (created once, never destroyed while work may
+    be queued: it lives as long as the process, as Torch's do)."""
+    h = _handles.get(device_index)
+    if h is None:
+        with _handle_lock:
+            h = _handles.get(device_index)
+            if h is None:
+                from . import runtime
+
+                rt = runtime.cudart()
+                prev = runtime.check(rt.cudaGetDevice(), "cudaGetDevice")
+                if prev != device_index:
+                    runtime.check(rt.cudaSetDevice(device_index), "cudaSetDevice")
+                p = _vp()
+                try:
+                    check(lib().cublasLtCreate(ctypes.byref(p)), "cublasLtCreate")
+                finally:
+                    if prev != device_index:
+                        rt.cudaSetDevice(prev)
+                h = _handles[device_index] = int(p.value)
+    return h
+
+
+def _set(setter, obj, attr: int, value, ctype) -> None:
+    buf = ctype(value)
+    check(setter(obj, attr, ctypes.byref(buf), ctypes.sizeof(buf)), f"set attribute {attr}")
+
+
+class Desc:
+    """A ``cublasLtMatmulDesc_t``."""
+
+    def __init__(self, compute_type: int, scale_type: int):
+        p = _vp()
+        check(lib().cublasLtMatmulDescCreate(ctypes.byref(p), compute_type, scale_type), "cublasLtMatmulDescCreate")
+        self.ptr = p.value
+
+    def set_i32(self, attr: int, value: int) -> None:
+        _set(lib().cublasLtMatmulDescSetAttribute, self.ptr, attr, value, ctypes.c_int32)
+
+    def set_i64(self, attr: int, value: int) -> None:
+        _set(lib().cublasLtMatmulDescSetAttribute, self.ptr, attr, value, ctypes.c_int64)
+
+    def set_ptr(self, attr: int, value: int) -> None:
+        _set(lib().cublasLtMatmulDescSetAttribute, self.ptr, attr, value, ctypes.c_void_p)
+
+    def destroy(self) -> None:
+        if self.ptr:
+            lib().cublasLtMatmulDescDestroy(self.ptr)
+            self.ptr = None
+
+    __del__ = destroy
+
+
+class Layout:
+    """A column-major ``cublasLtMatrixLayout_t`` (rows, cols, ld), optionally strided-batched."""
+
+    def __init__(self, dtype: int, rows: int, cols: int, ld: int, batch: int = 1, batch_stride: int = 0):
+        p = _vp()
+        check(lib().cublasLtMatrixLayoutCreate(ctypes.byref(p), dtype, rows, cols, ld), "cublasLtMatrixLayoutCreate")
+        self.ptr = p.value
+        if batch > 1:
+            setter = lib().cublasLtMatrixLayoutSetAttribute
+            _set(setter, self.ptr, LAYOUT_BATCH_COUNT, batch, ctypes.c_int32)
+            _set(setter, self.ptr, LAYOUT_STRIDED_BATCH_OFFSET, batch_stride, ctypes.c_int64)
+
+    def destroy(self) -> None:
+        if self.ptr:
+            lib().cublasLtMatrixLayoutDestroy(self.ptr)
+            self.ptr = None
+
+    __del__ = destroy
+
+
+class Preference:
+    """A ``cublasLtMatmulPreference_t`` with a workspace limit and operand alignments."""
+
+    def __init__(self, max_workspace: int, alignment: int = 256):
+        p = _vp()
+        check(lib().cublasLtMatmulPreferenceCreate(ctypes.byref(p)), "cublasLtMatmulPreferenceCreate")
+        self.ptr = p.value
+        setter = lib().cublasLtMatmulPreferenceSetAttribute
+        _set(setter, self.ptr, PREF_MAX_WORKSPACE_BYTES, max_workspace, ctypes.c_uint64)
+        for attr in (PREF_MIN_ALIGNMENT_A_BYTES, PREF_MIN_ALIGNMENT_B_BYTES, PREF_MIN_ALIGNMENT_C_BYTES):
+            _set(setter, self.ptr, attr, alignment, ctypes.c_uint32)
+        _set(setter, self.ptr, PREF_MIN_ALIGNMENT_D_BYTES, alignment, ctypes.c_uint32)
+
+    def destroy(self) -> None:
+        if self.ptr:
+            lib().cublasLtMatmulPreferenceDestroy(self.ptr)
+            self.ptr = None
+
+    __del__ = destroy
+
+
+def heuristic(h, desc: Desc, a: Layout, b: Layout, c: Layout, d: Layout, pref: Preference, count: int):
+    """Up to ``count`` algorithms, best first (an empty list when none fits)."""
+    results = (HeuristicResult * count)()
+    found = _i32(0)
+    status = lib().cublasLtMatmulAlgoGetHeuristic(
+        h, desc.ptr, a.ptr, b.ptr, c.ptr, d.ptr, pref.ptr, count, results, ctypes.byref(found)
+    )
+    if status != 0:
+        return []
+    return [results[i] for i in range(found.value) if results[i].state == 0]

@@ -1,0 +1,220 @@
+"""Elementwise and copy helpers over Torch or CuPy, for what a library call cannot do by itself
+(layout copies, casts, relu bit-mask packing, fallback epilogs).
+
+Raw ``__cuda_array_interface__``/DLPack operands are viewed zero-copy as CuPy arrays (or Torch tensors)
+when one of those is installed; :func:`namespace_for` says which one (None: neither is available, so
+only the cases a library handles directly can run).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from typing import Any
+
+__all__ = ["namespace_for", "as_xp", "Xp", "round_up"]
+
+
+def round_up(x: int, base: int) -> int:
+    return -(-x // base) * base
+
+
+def _has(mod: str) -> bool:
+    try:
+        return importlib.util.find_spec(mod) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def namespace_for(framework: str) -> str | None:
+    """Which helper namespace can work on ``framework``'s device arrays: "torch", "cupy" or None."""
+    if framework in ("torch", "cupy"):
+        return framework
+    if _has("cupy"):
+        return "cupy"
+    if _has("torch"):
+        return "torch"
+    return None
+
+
+def as_xp(x: Any, framework: str, xp: str):
+    """A zero-copy Torch tensor / CuPy array viewing device array ``x`` (owned by ``framework``)."""
+    if framework == xp:
+        return x
+    if xp == "torch":
+        import torch
+
+        if hasattr(x, "__cuda_array_interface__"):
+            return torch.as_tensor(x, device="cuda")
+        return torch.from_dlpack(x)
+    import cupy
+
+    if hasattr(x, "__cuda_array_interface__"):
+        return cupy.asarray(x)
+    return cupy.from_dlpack(x)
+
+
+class Xp:
+    """The few array operations the GPU plans need, on ``"torch"`` or ``"cupy"`` arrays."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.mod = importlib.import_module(name)
+
+    # -- layout and dtype ------------------------------------------------------------------------------
+    def astype(self, x, dtype: str):
+        if self.name == "torch":
+            return x.to(getattr(self.mod, dtype))
+        return x.astype(dtype)
+
+    def contiguous(self, x, shape=None):
+        """A C-contiguous copy of ``x`` broadcast to ``shape`` (always a new array when shape is given)."""
+        if self.name == "torch":
+            y = x.expand(shape) if shape is not None else x
+            return y.contiguous() if shape is None else y.clone(memory_format=self.mod.contiguous_format)
+        y = self.mod.broadcast_to(x, shape) if shape is not None else x
+        return self.mod.ascontiguousarray(y) if shape is None else y.copy(order="C")
+
+    def copy_into(self, dst, src) -> None:
+        if self.name == "torch":
+            dst.copy_(src)
+        else:
+            dst[...] = src
+
+    def swap_last(self, x):
+        return x.transpose(-1, -2) if self.name == "torch" else self.mod.swapaxes(x, -1, -2)
+
+    def empty(self, shape, dtype: str):
+        if self.name == "torch":
+            return self.mod.empty(tuple(shape), dtype=getattr(self.mod, dtype), device="cuda")
+        return self.mod.empty(tuple(shape), dtype=dtype)
+
+    # -- relu bit masks (cuBLASLt's RELU_AUX format) ---------------------------------------------------
+    def pack_mask(self, mask, ld_bits: int):
+        """Pack a boolean mask (..., cols, rows) — ``rows`` being cuBLASLt's row axis, contiguous in the
+        mask's bit order — into cuBLASLt's bit mask: uint8 (..., cols, ld_bits // 8), bit ``r % 8`` of byte
+        ``r // 8`` set where ``mask[..., c, r]``."""
+        rows = mask.shape[-1]
+        pad = ld_bits - rows
+        if self.name == "cupy":
+            cp = self.mod
+            m = mask.astype(cp.bool_)
+            if pad:
+                m = cp.concatenate([m, cp.zeros((*m.shape[:-1], pad), cp.bool_)], axis=-1)
+            return cp.ascontiguousarray(cp.packbits(m, axis=-1, bitorder="little"))
+        torch = self.mod
+        m = mask.to(torch.uint8)
+        if pad:
+            m = torch.nn.functional.pad(m, (0, pad))
+        m = m.reshape(*m.shape[:-1], ld_bits // 8, 8)
+        shifts = torch.arange(8, device=m.device, dtype=torch.uint8)
+        return (m << shifts).sum(-1, dtype=torch.uint8).contiguous()
+
+    def unpack_mask(self, bits, rows: int):
+        """The inverse of :meth:`pack_mask`: a boolean (..., cols, rows) mask."""
+        if self.name == "cupy":
+            cp = self.mod
+            return cp.unpackbits(cp.ascontiguousarray(bits), axis=-1, bitorder="little")[..., :rows].astype(cp.bool_)
+        torch = self.mod
+        shifts = torch.arange(8, device=bits.device, dtype=torch.uint8)
+        m = (bits.unsqueeze(-1) >> shifts) & 1
+        return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].bool()
+
+    # -- epilog steps in place (the vocabulary of nvdispatch._epilog.apply_inplace) --------------------
+    def epilog_ops(self):
+        return _TorchOps() if self.name == "torch" else _CupyOps()
+
+
+_K = math.sqrt(2.0 / math.pi)
+_C = 0.044715
+
+
+class _TorchOps:
+    @staticmethod
+    def add_(d, x):
+        d.add_(x.to(d.dtype))
+
+    @staticmethod
+    def relu_(d):
+        d.clamp_min_(0)
+
+    @staticmethod
+    def positive_mask(d):
+        return d > 0
+
+    @staticmethod
+    def gelu_(d):
+        import torch
+
+        d.copy_(torch.nn.functional.gelu(d, approximate="tanh"))
+
+    @staticmethod
+    def copy(d):
+        return d.clone()
+
+    @staticmethod
+    def mask_(d, mask):
+        d.mul_(mask)
+
+    @staticmethod
+    def mul_(d, x):
+        d.mul_(x)
+
+    @staticmethod
+    def gelu_grad(x):
+        import torch
+
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        t = torch.tanh(_K * (xf + _C * xf**3))
+        return (0.5 * (1.0 + t) + 0.5 * xf * (1.0 - t * t) * _K * (1.0 + 3.0 * _C * xf * xf)).to(x.dtype)
+
+    @staticmethod
+    def sum(x, axis, keepdims):
+        return x.sum(dim=axis, keepdim=keepdims)
+
+
+class _CupyOps:
+    @staticmethod
+    def add_(d, x):
+        d += x.astype(d.dtype, copy=False)
+
+    @staticmethod
+    def relu_(d):
+        import cupy
+
+        cupy.maximum(d, 0, out=d)
+
+    @staticmethod
+    def positive_mask(d):
+        return d > 0
+
+    @staticmethod
+    def gelu_(d):
+        import cupy
+
+        x = d.astype(cupy.float32) if d.dtype == cupy.float16 else d
+        d[...] = 0.5 * x * (1.0 + cupy.tanh(_K * (x + _C * x * x * x)))
+
+    @staticmethod
+    def copy(d):
+        return d.copy()
+
+    @staticmethod
+    def mask_(d, mask):
+        d *= mask
+
+    @staticmethod
+    def mul_(d, x):
+        d *= x
+
+    @staticmethod
+    def gelu_grad(x):
+        import cupy
+
+        xf = x.astype(cupy.float32) if x.dtype == cupy.float16 else x
+        t = cupy.tanh(_K * (xf + _C * xf * xf * xf))
+        return (0.5 * (1.0 + t) + 0.5 * xf * (1.0 - t * t) * _K * (1.0 + 3.0 * _C * xf * xf)).astype(x.dtype)
+
+    @staticmethod
+    def sum(x, axis, keepdims):
+        return x.sum(axis=axis, keepdims=keepdims)

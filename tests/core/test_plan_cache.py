@@ -1,0 +1,140 @@
+"""The shared plan cache: reuse, statistics, bound, clear, save/load of tuned choices, thread safety."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch import Epilog, plan_cache
+from nvdispatch._plan_cache import PlanCache
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    old = plan_cache.maxsize
+    plan_cache.clear()
+    yield
+    plan_cache.maxsize = old
+    plan_cache.clear()
+
+
+def test_repeated_stateless_call_reuses_the_plan():
+    a, b = np.ones((4, 3)), np.ones((3, 2))
+    bias = np.ones(2)
+    nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    s1 = plan_cache.stats()
+    nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    s2 = plan_cache.stats()
+    assert s2["hits"] == s1["hits"] + 1 and s2["misses"] == s1["misses"] and s2["size"] == s1["size"]
+    assert nvdispatch.explain(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias}).cached
+
+
+def test_keys_distinguish_everything_that_changes_a_plan():
+    a = np.ones((4, 3))
+    nvdispatch.matmul(a, np.ones((3, 2)))
+    nvdispatch.matmul(a, np.ones((3, 5)))  # shape
+    nvdispatch.matmul(a.astype(np.float32), np.ones((3, 2), np.float32))  # dtype
+    nvdispatch.matmul(np.asfortranarray(a), np.ones((3, 2)))  # strides
+    nvdispatch.matmul(a, np.ones((3, 2)), epilog="RELU")  # epilog
+    nvdispatch.matmul(a, np.ones((3, 2)), epilog="RELU", options={"bgrad_axis": "m"})  # options
+    nvdispatch.matmul(a, np.ones((3, 2)), epilog="RELU", preferences={"strategy": "plain"})  # strategy
+    nvdispatch.matmul(torch.ones(4, 3, dtype=torch.float64), torch.ones(3, 2, dtype=torch.float64))  # executor
+    assert plan_cache.stats()["hits"] == 0
+
+
+def test_bounded_lru_evicts_oldest_and_releases():
+    cache = PlanCache(maxsize=2)
+    released = []
+
+    class P:
+        def __init__(self, n):
+            self.n = n
+
+        def release(self):
+            released.append(self.n)
+
+    for n in range(3):
+        cache.put(n, P(n))
+    assert cache.get(0) is None and cache.get(2).n == 2
+    assert released == [0]
+    cache.get(1)  # 1 becomes most recent
+    cache.put(3, P(3))
+    assert cache.get(2) is None and released == [0, 2]
+    cache.maxsize = 1
+    assert len(cache) == 1 and cache.stats()["evictions"] == 3
+    cache.clear()
+    assert cache.stats() == {"hits": 0, "misses": 0, "size": 0, "maxsize": 1, "evictions": 0}
+
+
+def test_size_zero_disables_caching():
+    plan_cache.maxsize = 0
+    nvdispatch.matmul(np.ones((2, 2)), np.ones((2, 2)), epilog="RELU")
+    assert plan_cache.stats()["size"] == 0
+
+
+def test_save_and_load_tuned_choices(tmp_path):
+    a = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((64, 128)).astype(np.float32)
+    bias = np.ones(128, np.float32)
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan(epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    timings = mm.autotune(iterations=2)
+    assert set(timings) == {"inplace", "plain"}
+    path = tmp_path / "tuned.json"
+    assert plan_cache.save(path) >= 1
+    fresh = PlanCache()
+    assert fresh.load(path) >= 1
+    from nvdispatch._dispatch import choice_key
+
+    key = choice_key(mm._selection.executor, "matmul", mm._problem)
+    assert fresh.tuning_for(key)["strategy"] == mm.strategy
+    with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="path"):
+        bad = tmp_path / "bad.json"
+        bad.write_text('{"format": "other"}')
+        fresh.load(bad)
+
+
+def test_sixteen_threads_hammering_mixed_calls():
+    plan_cache.maxsize = 8  # force evictions while threads run
+    rng = np.random.default_rng(0)
+    shapes = [(m, k, n) for m in (1, 3, 8) for k in (2, 5) for n in (1, 4, 7)]
+    errors = []
+
+    def worker(seed):
+        r = random.Random(seed)
+        try:
+            for _ in range(60):
+                m, k, n = r.choice(shapes)
+                a = rng.standard_normal((m, k))
+                b = rng.standard_normal((k, n))
+                bias = rng.standard_normal(n)
+                kind = r.randrange(4)
+                if kind == 0:
+                    got, want = nvdispatch.matmul(a, b), a @ b
+                elif kind == 1:
+                    got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+                    want = np.maximum(a @ b + bias, 0)
+                elif kind == 2:
+                    got = nvdispatch.matmul(torch.from_numpy(a), torch.from_numpy(b), alpha=2.0).numpy()
+                    want = 2 * a @ b
+                else:
+                    got, aux = nvdispatch.matmul(a, b, epilog="GELU_AUX")
+                    want = nvdispatch._epilog.gelu_tanh(a @ b)
+                    np.testing.assert_allclose(aux["gelu_aux"], a @ b, rtol=1e-12)
+                np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert plan_cache.stats()["size"] <= 8

@@ -1,0 +1,90 @@
+"""The stateful Matmul: plan, autotune, execute, reset_operands, free, context manager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch import ComputeType, Epilog, MatmulOptions, errors
+
+torch = pytest.importorskip("torch")
+
+
+def test_seed_pattern_with_row_bias():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 16)).astype(np.float32)
+    bias = rng.standard_normal((1, 16)).astype(np.float32)
+    mm = nvdispatch.Matmul(a, b, options={"compute_type": ComputeType.COMPUTE_32F_FAST_16F})
+    mm.plan(epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    r = mm.execute()
+    mm.free()
+    np.testing.assert_allclose(r, np.maximum(a @ b + bias, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_options_as_dataclass_or_dict_are_equivalent():
+    a, b = np.ones((3, 2)), np.ones((2, 4))
+    x = nvdispatch.Matmul(a, b, options=MatmulOptions(bgrad_axis="m")).plan(
+        epilog="DRELU_BGRAD", epilog_inputs={"relu_aux": np.ones((3, 4), bool)}
+    )
+    y = nvdispatch.Matmul(a, b, options={"bgrad_axis": "m"}).plan(
+        epilog="DRELU_BGRAD", epilog_inputs={"relu_aux": np.ones((3, 4), bool)}
+    )
+    rx, ry = x.execute(), y.execute()
+    np.testing.assert_array_equal(rx[0], ry[0])
+    assert rx[1]["drelu_bgrad"].shape == (3, 1)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_reset_operands_and_reexecute(framework):
+    conv = (lambda x: x) if framework == "numpy" else torch.from_numpy
+    rng = np.random.default_rng(1)
+    a, b, bias = rng.standard_normal((5, 4)), rng.standard_normal((4, 3)), rng.standard_normal(3)
+    with nvdispatch.Matmul(conv(a), conv(b), alpha=2.0) as mm:
+        mm.plan(epilog="GELU_BIAS", epilog_inputs={"bias": conv(bias)})
+        first = mm.execute()
+        a2, bias2 = rng.standard_normal((5, 4)), rng.standard_normal(3)
+        mm.reset_operands(a=conv(a2), epilog_inputs={"bias": conv(bias2)})
+        second = mm.execute()
+        # non-contiguous replacement with the same shape: re-planned transparently
+        a3 = np.asfortranarray(rng.standard_normal((5, 4)))
+        mm.reset_operands(a=conv(a3) if framework == "numpy" else conv(a3.T.copy()).T)
+        third = mm.execute()
+    gelu = nvdispatch._epilog.gelu_tanh
+    np.testing.assert_allclose(np.asarray(first), gelu(2 * a @ b + bias), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(second), gelu(2 * a2 @ b + bias2), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(third), gelu(2 * a3 @ b + bias2), rtol=1e-12)
+    with pytest.raises(errors.PlanStateError):
+        mm.execute()
+
+
+def test_autotune_keeps_the_fastest_and_results_stay_right():
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((300, 50)), rng.standard_normal((50, 70))
+    bias = rng.standard_normal((300, 1))
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    timings = mm.autotune(iterations=2)
+    assert mm.strategy == min(timings, key=timings.get)
+    np.testing.assert_allclose(mm.execute(), np.maximum(a @ b + bias, 0), rtol=1e-12)
+    with pytest.raises(errors.InvalidArgumentError, match="iterations"):
+        mm.autotune(iterations=0)
+
+
+def test_plan_can_change_epilog_and_preferences():
+    a, b = np.ones((2, 3)), -np.ones((3, 2))
+    mm = nvdispatch.Matmul(a, b)
+    np.testing.assert_array_equal(mm.plan().execute(), a @ b)
+    np.testing.assert_array_equal(mm.plan(epilog=Epilog.RELU, preferences={"strategy": "plain"}).execute(), 0 * (a @ b))
+    assert mm.strategy == "plain" and mm.executor == "numpy"
+    assert "planned" in repr(mm)
+
+
+def test_matmul_with_c_alpha_beta():
+    rng = np.random.default_rng(3)
+    a, b, c = rng.standard_normal((4, 3)), rng.standard_normal((3, 5)), rng.standard_normal((4, 5))
+    mm = nvdispatch.Matmul(a, b, c, alpha=0.5, beta=-2.0).plan()
+    np.testing.assert_allclose(mm.execute(), 0.5 * a @ b - 2 * c, rtol=1e-12)
+    # beta defaults to 1 when c is given
+    np.testing.assert_allclose(nvdispatch.matmul(a, b, c), a @ b + c, rtol=1e-12)
