@@ -122,9 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             err = float(np.max(np.abs(got - want)) / max(1.0, float(np.max(np.abs(want)))))
             ok = err < 1e-2  # loose enough for TF32 on GPUs
             failures += not ok
-            print(
-                f"\n  [{framework} on {device}] {'ok' if ok else 'WRONG'}  max rel. error {err:.1e}  {elapsed * 1e3:.2f} ms"
-            )
+            verdict = "ok" if ok else "WRONG"
+            print(f"\n  [{framework} on {device}] {verdict}  max rel. error {err:.1e}  {elapsed * 1e3:.2f} ms")
             for line in str(plan).splitlines():
                 print("    " + line)
         except Exception as exc:  # noqa: BLE001 - the demo reports every path it tries

@@ -65,7 +65,7 @@ def _make(rng, shape, dtype, framework, layout):
         store, view = base, (lambda x: x)
     if framework == "numpy":
         return view(store.astype(dtype))
-    t = torch.from_numpy(np.ascontiguousarray(store))
+    t = torch.from_numpy(np.array(store, order="C"))
     t = t.to(getattr(torch, dtype))
     return view(t)
 

@@ -1,0 +1,239 @@
+"""FFT on the raw ``"cuda"`` executor: cuFFT called directly (ctypes, located with cuda-pathfinder) for
+Torch, CuPy, ``__cuda_array_interface__`` (Numba...) and DLPack device arrays.
+
+The transform is described to cuFFT with its advanced data layout (``inembed/istride/idist``), so strided
+inputs, batches along any side of the transformed axes, and up to 3 transformed axes run without a copy.
+The plan is made once (shared plan cache; bound to the device it was made on) and queued on the caller's
+stream (``stream=`` or the operand framework's current stream); nothing synchronizes.
+
+The executor declines, with the reason shown by ``explain()``/``NoExecutorError``, what cuFFT cannot
+express directly; the Torch/CuPy executors (tried next by default) then run the call: padding/trimming by
+``n``/``s``, ``hfft``/``ihfft``, real input to a complex transform (promotion), more than 3 axes, and
+layouts whose transformed axes are not nested in memory order.
+
+Normalisation other than none is one scaling pass over the result (as Torch and CuPy do). cuFFT's C2R
+overwrites its input, so C2R plans first copy the input into a scratch buffer: inputs are never modified.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from .._fft_problem import FFTProblem
+
+_SINGLE = {"complex64": True, "complex128": False}
+#: how many outer-batch launches we accept for layouts cuFFT cannot batch in one call
+_MAX_LOOP = 64
+
+
+def _cstrides(shape):
+    out, step = [], 1
+    for extent in reversed(shape):
+        out.append(step)
+        step *= max(int(extent), 1)
+    return tuple(reversed(out))
+
+
+def layout(p: FFTProblem):
+    """The cuFFT advanced layout of ``p``, or a string saying why there is none."""
+    if p.func in ("hfft", "ihfft"):
+        return "hfft/ihfft are run by the torch/cupy executors"
+    if p.needs_resize:
+        return "padding/trimming by n/s is run by the torch/cupy executors"
+    if p.kind in ("c2c", "c2r") and p.dtype not in _SINGLE:
+        return f"real {p.dtype} input to a complex transform is promoted by the torch/cupy executors"
+    if len(p.axes) > 3:
+        return "cuFFT transforms at most 3 axes at once"
+    shape = p.shape
+    strides = p.strides if p.strides is not None else _cstrides(shape)
+    if any(st <= 0 for d, st in zip(shape, strides) if d > 1):
+        return "zero or negative strides"
+    out_shape = p.out_shape
+    ostr = _cstrides(out_shape)
+    order = sorted(p.axes)  # transformed axes in position order
+    if p.kind != "c2c" and order[-1] != p.axes[-1]:
+        return "the halved axis of a real transform must be the innermost transformed axis for cuFFT"
+    rank = len(order)
+    n = [p.lengths[p.axes.index(a)] for a in order]
+    # input nesting: stride[a_k] == stride[a_{k+1}] * inembed[k+1]
+    inembed, onembed = [shape[order[0]]], [out_shape[order[0]]]
+    for k in range(rank - 1):
+        a, b = order[k], order[k + 1]
+        if strides[a] % strides[b] or strides[a] // strides[b] < shape[b]:
+            return "the transformed axes are not nested in memory order (transposed input)"
+        inembed.append(strides[a] // strides[b])
+        onembed.append(ostr[a] // ostr[b])
+    istride, ostride = strides[order[-1]], ostr[order[-1]]
+    # batch: the other axes with extent > 1, collapsed into groups of equal-stride runs
+    groups = []  # [count, istride, ostride]
+    for d in range(len(shape)):
+        if d in p.axes or shape[d] == 1:
+            continue
+        if groups and groups[-1][1] == strides[d] * shape[d] and groups[-1][2] == ostr[d] * out_shape[d]:
+            g = groups[-1]
+            groups[-1] = [g[0] * shape[d], strides[d], ostr[d]]
+        else:
+            groups.append([shape[d], strides[d], ostr[d]])
+    if groups:
+        inner = max(range(len(groups)), key=lambda i: groups[i][0])
+        batch, idist, odist = groups[inner]
+        loops = [g for i, g in enumerate(groups) if i != inner]
+    else:
+        batch, idist, odist, loops = 1, 1, 1, []
+    if math.prod(g[0] for g in loops) > _MAX_LOOP:
+        return "the batch axes cannot be expressed as one cuFFT batch (too many launches)"
+    return {
+        "n": n,
+        "inembed": inembed,
+        "istride": istride,
+        "idist": idist,
+        "onembed": onembed,
+        "ostride": ostride,
+        "odist": odist,
+        "batch": batch,
+        "loops": loops,
+        "span": 1 + sum((d - 1) * s for d, s in zip(shape, strides) if d > 0),
+    }
+
+
+def decline(problem: FFTProblem) -> str | None:
+    from .._cuda import cufft
+
+    why = cufft.unavailable()
+    if why:
+        return why
+    lay = layout(problem)
+    return lay if isinstance(lay, str) else None
+
+
+def strategies(problem: FFTProblem) -> tuple[str, ...]:
+    return ("cufft",)
+
+
+def plan(problem: FFTProblem, strategy: str, tuning=None):
+    return CudaFFTPlan(problem, strategy)
+
+
+class CudaFFTPlan:
+    """A cuFFT plan for one problem; ``execute`` allocates the result in the caller's type and queues
+    the transform (and the normalisation, if any) on the stream."""
+
+    def __init__(self, problem: FFTProblem, strategy: str):
+        from .._cuda import cufft, runtime
+
+        self.problem = p = problem
+        self.strategy = strategy
+        lay = layout(p)
+        self.layout = lay
+        rt = runtime.cudart()
+        dev = p.device.index if p.device.index is not None else runtime.current_device()
+        self.device_index = dev
+        cur = runtime.current_device()
+        if cur != dev:
+            runtime.check(rt.cudaSetDevice(dev), "cudaSetDevice")
+        try:
+            self.cufft = cufft.CufftPlan(
+                p.kind,
+                _SINGLE[p.compute_dtype],
+                lay["n"],
+                lay["inembed"],
+                lay["istride"],
+                lay["idist"],
+                lay["onembed"],
+                lay["ostride"],
+                lay["odist"],
+                lay["batch"],
+            )
+        finally:
+            if cur != dev:
+                rt.cudaSetDevice(cur)
+        # in-place C2C (operands["out"] is the input) when input and output layouts coincide
+        self.supports_out = p.kind == "c2c" and (p.strides is None or tuple(p.strides) == _cstrides(p.shape))
+        self.direction = cufft.FORWARD if p.direction == "forward" else cufft.INVERSE
+        self.scale = p.scale()
+        self.in_item = 8 if p.dtype in ("complex64", "float64") else (16 if p.dtype == "complex128" else 4)
+        self.out_item = {"complex64": 8, "complex128": 16, "float32": 4, "float64": 8}[p.result_dtype]
+        self.loop_offsets = [
+            (sum(i * g[1] for i, g in zip(idx, lay["loops"])), sum(i * g[2] for i, g in zip(idx, lay["loops"])))
+            for idx in itertools.product(*(range(g[0]) for g in lay["loops"]))
+        ] or [(0, 0)]
+        type_name = {0x29: "C2C", 0x69: "Z2Z", 0x2A: "R2C", 0x6A: "D2Z", 0x2C: "C2R", 0x6C: "Z2D"}[self.cufft.type]
+        steps = [
+            f"cufftMakePlanMany64 {type_name} n={lay['n']} batch={lay['batch']} "
+            f"istride={lay['istride']} idist={lay['idist']} (device {dev}, workspace {self.cufft.workspace_bytes} B)",
+            f"cufftExec{type_name} on the caller's stream"
+            + (f", {len(self.loop_offsets)} launches" if lay["loops"] else ""),
+        ]
+        if p.kind == "c2r":
+            steps.insert(1, "copy the input to scratch (cuFFT C2R overwrites its input)")
+        if self.scale != 1.0:
+            steps.append(f"scale by {self.scale:.6g} (norm={p.norm!r})")
+        self.steps = (*steps, p.describe())
+
+    def execute(self, operands, stream=None):
+        from .._cuda import arrays, memory, runtime, streams
+
+        p = self.problem
+        x = operands["x"]
+        fw = p.framework
+        s = streams.stream_pointer(stream, fw, self.device_index)
+        v = arrays.view(x, fw)
+        in_ptr = v.ptr
+        if p.strides is None and tuple(v.strides) != _cstrides(v.shape):
+            raise RuntimeError("cuda fft: the operand's strides differ from the planned C-contiguous layout")
+        out = operands.get("out")
+        kind = arrays.result_kind(x, fw)
+        if out is None:
+            out, out_ptr = arrays.empty(kind, p.out_shape, p.result_dtype, self.device_index, s)
+        else:
+            out_ptr = arrays.view(out, fw).ptr
+        tmp = None
+        if p.kind == "c2r":
+            nbytes = self.layout["span"] * self.in_item
+            tmp = memory.scratch(nbytes, fw, self.device_index, s)
+            rt = runtime.cudart()
+            runtime.check(
+                rt.cudaMemcpyAsync(tmp.ptr, in_ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, s),
+                "cudaMemcpyAsync",
+            )
+            in_ptr = tmp.ptr
+        for ioff, ooff in self.loop_offsets:
+            self.cufft.execute(in_ptr + ioff * self.in_item, out_ptr + ooff * self.out_item, s, self.direction)
+        if tmp is not None:
+            tmp.release()  # stream-ordered: reused only after the transform
+        if self.scale != 1.0:
+            _scale(out, fw, kind, self.scale, s, self.device_index)
+        return out
+
+    def release(self) -> None:
+        # cuFFT frees the plan's workspace at once: let work queued with it finish first
+        if self.cufft.handle is not None and self.cufft._stream is not None:
+            from .._cuda import runtime
+
+            try:
+                runtime.cudart().cudaStreamSynchronize(self.cufft._stream)
+            except Exception:  # noqa: BLE001
+                pass
+        self.cufft.destroy()
+
+
+def _scale(out, fw, kind, factor, stream, device_index):
+    """Multiply ``out`` by ``factor`` in place, on ``stream``, with Torch or CuPy (whichever can view it)."""
+    from .._cuda import xp as xpmod
+
+    name = kind if kind in ("torch", "cupy") else xpmod.namespace_for(fw)
+    if name is None:
+        raise RuntimeError("cuda fft: scaling by norm needs torch or cupy to view the result")
+    arr = xpmod.as_xp(out, kind if kind in ("torch", "cupy") else fw, name)
+    if name == "torch":
+        import torch
+
+        dev = torch.device("cuda", device_index)
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev)):
+            arr.mul_(factor)
+    else:
+        import cupy
+
+        with cupy.cuda.ExternalStream(stream):
+            arr *= factor
