@@ -88,21 +88,36 @@ def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     return problem, select("fft", problem), operand
 
 
+def _fast_key(x):
+    """A cache key for the operand's layout when it is a plain NumPy/Torch/CuPy array, else None."""
+    t = type(x)
+    if t is np.ndarray:
+        return (t, x.dtype, x.shape, x.strides)
+    mod = t.__module__
+    if mod == "torch" and t.__name__ in ("Tensor", "Parameter"):
+        return (t, x.dtype, tuple(x.shape), x.stride(), x.device)
+    if mod.startswith("cupy") and t.__name__ == "ndarray":
+        return (t, x.dtype, x.shape, x.strides, x.device.id)
+    return None
+
+
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
-    # Fast path: NumPy input, no backend control in effect -> one cache lookup.
-    if type(x) is np.ndarray and _backends.is_default_state():
-        key = ("fft-np", func, x.dtype, x.shape, x.strides, n, axis, _hashable(s), _hashable(axes), norm)
-        try:
-            plan = plan_cache.get(key)
-        except TypeError:  # unhashable arguments: validation below explains
-            plan = None
-        if plan is not None:
-            return plan.execute({"x": x}, stream)
-        problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
-        plan = get_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
-        if sel.executor.name == "numpy":
-            plan_cache.put(key, plan)
-        return plan.execute({"x": operand}, stream)
+    # Fast path: a NumPy/Torch/CuPy operand and no backend control in effect -> one cache lookup.
+    if _backends.is_default_state():
+        xk = _fast_key(x)
+        if xk is not None:
+            key = ("fft-fast", func, xk, n, axis, _hashable(s), _hashable(axes), norm)
+            try:
+                plan = plan_cache.get(key)
+            except TypeError:  # unhashable arguments: validation below explains
+                plan, key = None, None
+            if plan is not None:
+                return plan.execute({"x": x}, stream)
+            problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
+            plan = get_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
+            if key is not None:
+                plan_cache.put(key, plan)
+            return plan.execute({"x": operand}, stream)
     problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
     plan = get_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
     operands = coerce_operands(sel, {"x": operand}, ("x",))

@@ -76,7 +76,11 @@ def test_against_numpy_fft(executor, case, seed):
     x = _operand(shape, dtype, strided, seed)
     ref_kw = dict(kw)
     if ref_kw.get("s") is not None:
-        ref_kw["s"] = tuple(x.shape[a] if v == -1 else v for a, v in zip(ref_kw["axes"], ref_kw["s"]))
+        # -1 keeps the input extent; for irfftn's last axis that means the default output 2*(m-1)
+        sizes = [x.shape[a] if v == -1 else v for a, v in zip(ref_kw["axes"], ref_kw["s"])]
+        if func == "irfftn" and ref_kw["s"][-1] == -1:
+            sizes[-1] = 2 * (x.shape[ref_kw["axes"][-1]] - 1)
+        ref_kw["s"] = tuple(sizes)
     ref = reference(func, x, **ref_kw)
     before = x.copy()
     arg = x if executor == "numpy" else torch.from_numpy(x)
