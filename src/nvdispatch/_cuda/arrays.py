@@ -244,10 +244,11 @@ def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: s
         from numba import cuda
 
         arr = cuda.device_array(tshape, dtype=np.dtype(dtype))
+        ptr = int(arr.device_ctypes_pointer.value or 0)
         if tshape is not shape:
-            st = arr.strides
-            arr = cuda.devicearray.DeviceNDArray(shape, (*st[:-2], st[-1], st[-2]), arr.dtype, gpu_data=arr.gpu_data)
-        return arr, int(arr.device_ctypes_pointer.value or 0)
+            st = c_strides(tshape)
+            arr = make_view("numba", arr, shape, (*st[:-2], st[-1], st[-2]))
+        return arr, ptr
     st = c_strides(tshape)
     if tshape is not shape:
         st = (*st[:-2], st[-1], st[-2])
@@ -274,3 +275,23 @@ def as_kind(kind: str, arr: Any, framework_of_arr: str):
     v = view(arr, framework_of_arr)
     out = CudaArray(v.shape, v.dtype, v.strides, ptr=v.ptr, base=arr)
     return out
+
+
+def make_view(kind: str, base: Any, shape, strides_elems, offset_elems: int = 0):
+    """A view of ``base`` (an array of ``kind``) with the given shape and element strides."""
+    shape, strides_elems = tuple(shape), tuple(strides_elems)
+    if kind == "torch":
+        return base.as_strided(shape, strides_elems, base.storage_offset() + offset_elems)
+    if kind == "cupy":
+        import cupy
+
+        isz = base.itemsize
+        mem = base.data + offset_elems * isz
+        return cupy.ndarray(shape, base.dtype, mem, tuple(s * isz for s in strides_elems))
+    if kind == "numba":
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        isz = base.dtype.itemsize
+        data = base.gpu_data.view(offset_elems * isz) if offset_elems else base.gpu_data
+        return DeviceNDArray(shape, tuple(s * isz for s in strides_elems), base.dtype, gpu_data=data)
+    return base.view_as(shape, strides_elems, offset_elems)

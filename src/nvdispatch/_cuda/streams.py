@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["stream_pointer", "current_stream"]
+__all__ = ["stream_pointer", "current_stream", "framework_stream"]
 
 
 def current_stream(framework: str, device_index: int | None) -> int:
@@ -55,3 +55,20 @@ def stream_pointer(stream: Any, framework: str = "", device_index: int | None = 
         "a torch.cuda.Stream, a CuPy stream, an object with __cuda_stream__, a cuda-bindings stream or an int",
         describe(stream),
     )
+
+
+def framework_stream(framework: str, stream: int, device_index: int | None):
+    """A context making raw ``stream`` the current stream of ``framework`` ("torch"/"cupy"), so its
+    allocations and ops are ordered on it; a no-op when it already is, or for other frameworks."""
+    import contextlib
+
+    if framework not in ("torch", "cupy") or stream == current_stream(framework, device_index):
+        return contextlib.nullcontext()
+    if framework == "torch":
+        import torch
+
+        dev = torch.device("cuda", device_index if device_index is not None else torch.cuda.current_device())
+        return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev))
+    import cupy
+
+    return cupy.cuda.ExternalStream(stream)

@@ -1,0 +1,53 @@
+"""The raw cuda-python executor (``"cuda"``): NVIDIA libraries called directly.
+
+Libraries are located with cuda-pathfinder and called through ctypes (cuBLASLt for matmul, cuFFT for
+fft); streams, events and memory go through cuda-bindings (see :mod:`nvdispatch._cuda`). It serves Torch
+CUDA tensors, CuPy arrays and any object exposing ``__cuda_array_interface__`` (Numba device arrays
+included) or DLPack on a CUDA device, and returns results as the caller's type: a Torch tensor, a CuPy
+array, a Numba device array, or for other objects an :class:`nvdispatch._cuda.arrays.CudaArray` exposing
+``__cuda_array_interface__``.
+
+Execution is asynchronous on the caller's stream: ``stream=`` (a Torch/CuPy stream, a
+``__cuda_stream__`` object or a raw ``cudaStream_t`` int) or by default the operands' framework's current
+stream (``torch.cuda.current_stream()``, CuPy's current stream, the legacy default stream ``0`` for raw
+CAI/DLPack operands). Nothing synchronizes the host.
+
+Matmul auxiliary formats (cuBLASLt's): ``relu_aux`` is a ``uint8`` bit mask, ``(..., m, ceil128(n)/8)``
+for the default (bias along N) orientation; DRELU also takes a boolean mask of the result's shape. See
+:mod:`nvdispatch._cuda.lt_matmul` for the exact layouts.
+"""
+
+from __future__ import annotations
+
+from .base import ModularExecutor
+
+
+class CudaExecutor(ModularExecutor):
+    name = "cuda"
+    frameworks = frozenset({"torch", "cupy", "cuda_array_interface", "dlpack"})
+    device_kinds = frozenset({"cuda"})
+
+    def unavailable(self) -> str | None:
+        from .._cuda import runtime
+
+        return runtime.unavailable()
+
+    def coerce_operand(self, array):
+        """Device arrays pass through; host NumPy arrays are copied to the current device."""
+        if hasattr(array, "__cuda_array_interface__") or type(array).__module__.split(".")[0] in ("torch", "cupy"):
+            return array
+        import numpy as np
+
+        from .._cuda import runtime
+        from .._cuda.arrays import CudaArray
+
+        host = np.ascontiguousarray(np.asarray(array))
+        out = CudaArray(host.shape, host.dtype.name)
+        if host.nbytes:
+            rt = runtime.cudart()
+            runtime.check(rt.cudaStreamSynchronize(0), "cudaStreamSynchronize")
+            runtime.check(
+                rt.cudaMemcpy(out.ptr, host.ctypes.data, host.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice),
+                "cudaMemcpy",
+            )
+        return out

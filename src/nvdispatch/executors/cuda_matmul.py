@@ -1,0 +1,62 @@
+"""Matmul on the raw ``"cuda"`` executor: cuBLASLt with every epilog fused into one ``cublasLtMatmul``.
+
+Strategies: ``native`` (the epilog in cuBLASLt's epilogue: bias of either orientation, ReLU/GELU, aux
+outputs, DRELU/DGELU, bias gradients; see :mod:`nvdispatch._cuda.lt_matmul` for how a row-major problem is
+described to cuBLASLt) and ``inplace`` (cuBLASLt's plain matmul, then the epilog in place through CuPy or
+Torch ops) — only used where cuBLASLt has no fused kernel for the case, and ``explain()`` then says why.
+
+Plain matmuls (no epilog, no ``c``) of Torch tensors are declined so ``torch.matmul`` (same cuBLAS kernels,
+less host overhead) runs them; see :data:`PLAIN_TO_FRAMEWORK`.
+"""
+
+from __future__ import annotations
+
+from .._matmul_problem import MatmulProblem
+
+#: frameworks whose own matmul runs plain products (measured: same kernels, lower host overhead)
+PLAIN_TO_FRAMEWORK = {"torch"}
+
+
+def _lt():
+    from .._cuda import cublaslt, lt_matmul, xp
+
+    return cublaslt, lt_matmul, xp
+
+
+def decline(problem: MatmulProblem) -> str | None:
+    cublaslt, lt_matmul, xp = _lt()
+    why = cublaslt.unavailable()
+    if why:
+        return why
+    dt = problem.result_dtype
+    if dt not in lt_matmul.LT_DTYPES:
+        return f"cuBLASLt matmul takes float16/bfloat16/float32/float64/complex64/complex128, not {dt}"
+    for name in ("a", "b"):
+        if getattr(problem, name).dtype not in lt_matmul.LT_DTYPES:
+            return f"{name} is {getattr(problem, name).dtype}; cuBLASLt needs floating operands"
+    if 0 in (problem.m, problem.n, problem.k) or 0 in problem.batch_shape:
+        return "zero-size matmul: left to the framework"
+    plain = not problem.epilog.steps and problem.c is None
+    if plain and problem.framework in PLAIN_TO_FRAMEWORK:
+        return f"plain matmul: {problem.framework}'s own matmul runs the same kernels with less host overhead"
+    if problem.framework == "dlpack" and problem.a.strides is None:
+        pass  # strides are read at execution time; C-contiguous is assumed when planning
+    orientation, _, why_not = lt_matmul.probe(problem)
+    if orientation is None and xp.namespace_for(problem.framework) is None:
+        return f"{why_not}, and the unfused fallback needs CuPy or Torch"
+    return None
+
+
+def strategies(problem: MatmulProblem) -> tuple[str, ...]:
+    _, lt_matmul, xp = _lt()
+    orientation, _, _ = lt_matmul.probe(problem)
+    fallback = ("inplace",) if problem.epilog.steps and xp.namespace_for(problem.framework) else ()
+    return ("native", *fallback) if orientation is not None else fallback
+
+
+def plan(problem: MatmulProblem, strategy: str, tuning=None):
+    _, lt_matmul, _ = _lt()
+    if strategy == "native":
+        return lt_matmul.LtMatmulPlan(problem, tuning=tuning)
+    orientation, _, why = lt_matmul.probe(problem)
+    return lt_matmul.InplacePlan(problem, why if orientation is None else "", via="lt")

@@ -1,0 +1,36 @@
+"""The CuPy executor (``"cupy"``): CuPy arrays on CUDA devices.
+
+Matmul epilogs go to the same fused cuBLASLt path as the ``"cuda"`` executor (CuPy's current stream or
+``stream=``, CuPy's memory pool for results and workspaces); where cuBLASLt cannot fuse, ``cupy.matmul``
+plus in-place CuPy ops. Results stay CuPy arrays on the operands' device.
+"""
+
+from __future__ import annotations
+
+from .base import ModularExecutor
+
+
+class CupyExecutor(ModularExecutor):
+    name = "cupy"
+    frameworks = frozenset({"cupy"})
+    device_kinds = frozenset({"cuda"})
+
+    def unavailable(self) -> str | None:
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            return "cupy is not installed (pip install 'nvdispatch[cupy]')"
+        except Exception as exc:  # noqa: BLE001 - a CuPy build that cannot find its CUDA
+            return f"cupy failed to import ({exc})"
+        return None
+
+    def coerce_operand(self, array):
+        import cupy
+
+        if isinstance(array, cupy.ndarray):
+            return array
+        if hasattr(array, "__cuda_array_interface__"):
+            return cupy.asarray(array)
+        if type(array).__module__.split(".")[0] == "torch":
+            return cupy.from_dlpack(array.detach())
+        return cupy.asarray(array)
