@@ -122,8 +122,6 @@ class TorchMatmulPlan:
             bias = inputs["bias"]
             inputs["bias"] = bias.reshape(1, -1) if bias.ndim == 1 else bias
         ops = TORCH_INPLACE if self.strategy == "inplace" else TORCH_PLAIN
-        if self.strategy == "plain":
-            out = out.clone()
         aux = apply_inplace(p.epilog, out, inputs, ops, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
         result = _squeeze(p, out)
         if not p.epilog.outputs:

@@ -1,0 +1,67 @@
+"""The Torch executor on CUDA tensors (torch's own ops, on the tensor's current stream or ``stream=``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matmul_reference import assert_close, expected
+
+import nvdispatch
+from nvdispatch import Epilog
+from nvdispatch._epilog import spec_of
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+DTYPES = ["float16", "bfloat16", "float32", "float64"]
+
+
+def _t(rng, shape, dtype):
+    return torch.from_numpy(rng.integers(-3, 4, size=shape).astype(np.float32)).to("cuda", getattr(torch, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("epilog", list(Epilog), ids=lambda e: e.name)
+@pytest.mark.parametrize("bias_axis", ["n", "m"])
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_every_epilog_on_cuda_tensors(dtype, epilog, bias_axis, batch):
+    spec = spec_of(epilog)
+    if bias_axis == "m" and not spec.has_bias:
+        pytest.skip("no bias")
+    rng = np.random.default_rng(0)
+    m, k, n = 33, 20, 17
+    a, b = _t(rng, (*batch, m, k), dtype), _t(rng, (k, n), dtype)
+    inputs = {}
+    if spec.has_bias:
+        inputs["bias"] = _t(rng, (n,) if bias_axis == "n" else (m, 1), dtype)
+    if "relu_aux" in spec.inputs:
+        inputs["relu_aux"] = torch.from_numpy(rng.integers(0, 2, size=(*batch, m, n)).astype(bool)).cuda()
+    if "gelu_aux" in spec.inputs:
+        inputs["gelu_aux"] = _t(rng, (*batch, m, n), dtype)
+    with nvdispatch.set_backend("torch", only=True):
+        got = nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs or None)
+    want, want_aux = expected(a, b, None, 1, None, epilog, inputs)
+    if spec.outputs:
+        got, aux = got
+        for name in spec.outputs:
+            assert aux[name].is_cuda
+            assert_close(aux[name], want_aux[name], dtype if name != "relu_aux" else "bool", name, scale=8.0)
+    assert got.is_cuda and str(got.dtype) == f"torch.{dtype}"
+    assert_close(got, want, dtype, scale=8.0)
+
+
+def test_runs_on_the_given_stream_without_host_sync():
+    a = torch.randn(512, 256, device="cuda")
+    b = torch.randn(256, 128, device="cuda")
+    bias = torch.randn(128, device="cuda")
+    s = torch.cuda.Stream()
+    with nvdispatch.set_backend("torch", only=True):
+        s.wait_stream(torch.cuda.current_stream())
+        out = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}, stream=s)
+    s.synchronize()
+    torch.testing.assert_close(out, torch.relu(a @ b + bias), rtol=1e-2, atol=1e-2)
+    # a raw stream pointer works too
+    with nvdispatch.set_backend("torch", only=True):
+        out2 = nvdispatch.matmul(a, b, stream=s.cuda_stream)
+    s.synchronize()
+    torch.testing.assert_close(out2, a @ b, rtol=1e-2, atol=1e-2)
