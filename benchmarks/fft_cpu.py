@@ -1,0 +1,104 @@
+"""CPU FFT benchmark: nvdispatch.fft vs scipy.fft(..., workers=all) and numpy.fft, same process, interleaved,
+median over repeats.
+
+    python benchmarks/fft_cpu.py            # writes benchmarks/fft_cpu.json and benchmarks/fft_cpu.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+import scipy.fft
+
+import nvdispatch.fft as F
+
+try:
+    from tqdm import tqdm
+except ImportError:  # pragma: no cover
+    tqdm = None
+
+
+def cases():
+    rng = np.random.default_rng(0)
+    c = (rng.standard_normal((4096, 1024)) + 1j * rng.standard_normal((4096, 1024))).astype(np.complex64)
+    r = rng.standard_normal((256, 256, 256)).astype(np.float32)
+    return [
+        (
+            "c2c c64 4096x1024 fft(axis=-1)",
+            {
+                "nvdispatch": lambda: F.fft(c),
+                "scipy.fft workers=-1": lambda: scipy.fft.fft(c, workers=-1),
+                "numpy.fft": lambda: np.fft.fft(c),
+            },
+        ),
+        (
+            "r2c f32 256^3 rfftn",
+            {
+                "nvdispatch": lambda: F.rfftn(r),
+                "scipy.fft workers=-1": lambda: scipy.fft.rfftn(r, workers=-1),
+                "numpy.fft": lambda: np.fft.rfftn(r),
+            },
+        ),
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    args = ap.parse_args()
+    results = []
+    for label, fns in cases():
+        for fn in fns.values():
+            fn()  # warm-up (plans, caches)
+        samples = {k: [] for k in fns}
+        it = range(args.repeats)
+        if tqdm is not None:
+            it = tqdm(it, desc=label, leave=False)
+        for _ in it:
+            for k, fn in fns.items():  # interleaved so drift hits all alike
+                t0 = time.perf_counter()
+                fn()
+                samples[k].append(time.perf_counter() - t0)
+        row = {"case": label, **{k: statistics.median(v) for k, v in samples.items()}}
+        row["ratio nvdispatch/scipy"] = row["nvdispatch"] / row["scipy.fft workers=-1"]
+        row["ratio nvdispatch/numpy.fft"] = row["nvdispatch"] / row["numpy.fft"]
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    meta = {
+        "cpu_count": os.cpu_count(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "repeats": args.repeats,
+        "timing": "time.perf_counter per call, interleaved, median",
+    }
+    with open(os.path.join(args.out, "fft_cpu.json"), "w") as fh:
+        json.dump({"meta": meta, "results": results}, fh, indent=1)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        keys = ["nvdispatch", "scipy.fft workers=-1", "numpy.fft"]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        w = 0.8 / len(keys)
+        for i, k in enumerate(keys):
+            ax.bar([j + i * w for j in range(len(results))], [r[k] * 1e3 for r in results], w, label=k)
+        ax.set_xticks([j + w for j in range(len(results))], [r["case"] for r in results])
+        ax.set_ylabel("ms per transform (median)")
+        ax.set_title(f"CPU FFT ({os.cpu_count()} cores)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "fft_cpu.png"), dpi=110)
+    except ImportError:
+        print("matplotlib missing: no PNG")
+
+
+if __name__ == "__main__":
+    main()
