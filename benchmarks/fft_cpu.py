@@ -1,7 +1,7 @@
 """CPU FFT benchmark: nvdispatch.fft vs scipy.fft(..., workers=all) and numpy.fft, same process, interleaved,
 median over repeats.
 
-    python benchmarks/fft_cpu.py            # writes benchmarks/fft_cpu.json and benchmarks/fft_cpu.png
+    python benchmarks/fft_cpu.py            # writes benchmarks/results/fft_cpu.{json,png}
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def cases():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
     results = []
     for label, fns in cases():

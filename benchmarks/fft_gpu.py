@@ -2,7 +2,7 @@
 """GPU FFT benchmark (H200): nvdispatch vs torch.fft, cupy.fft and nvmath-python's FFT (stateless and
 stateful), timed with CUDA events over back-to-back launches on one stream (median of repeats).
 
-    python benchmarks/fft_gpu.py --out benchmarks   # writes fft_gpu.json and fft_gpu.png
+    python benchmarks/fft_gpu.py    # writes benchmarks/results/fft_gpu.{json,png}
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def timeit(fn, reps=9, inner=50):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
     import cupy
 
