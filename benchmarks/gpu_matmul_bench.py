@@ -1,0 +1,211 @@
+# ruff: noqa: B023 - the lambdas are timed at once, inside the loop
+"""GPU matmul benchmark: fused epilogs (nvdispatch / cuBLASLt) vs the plain matmul, Torch unfused,
+``torch._addmm_activation`` and nvmath-python's ``Matmul``; plus host overhead of a cached call.
+
+Kernel times use CUDA events around ``REPS`` back-to-back launches queued while the GPU is held busy by
+``torch.cuda._sleep`` (so the host's Python overhead is hidden and the events measure the GPU), median of
+``ROUNDS``. Run on the GPU machine:  python benchmarks/gpu_matmul_bench.py OUT_DIR
+then ``python benchmarks/gpu_matmul_bench.py --plot OUT_DIR/gpu_matmul_bench.json`` draws the PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 8192, 1024), (1024, 512, 2048)]
+DTYPES = ["float16", "bfloat16", "float32"]
+EPILOGS = ["RELU_BIAS", "GELU_BIAS", "BIAS", "GELU_AUX_BIAS"]
+REPS, ROUNDS = 20, 5
+
+
+def gpu_time(fn, torch) -> float:
+    """Median seconds per call of fn() measured by CUDA events, host overhead hidden."""
+    fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(ROUNDS):
+        torch.cuda._sleep(20_000_000)  # ~10 ms of GPU busy-wait: the launches below queue behind it
+        start.record()
+        for _ in range(REPS):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1e-3 / REPS)
+    return statistics.median(samples)
+
+
+def run(out_dir: str) -> None:
+    import torch
+
+    import nvdispatch
+    from nvdispatch import Epilog
+
+    try:
+        from nvmath.linalg.advanced import Matmul as NvMatmul
+        from nvmath.linalg.advanced import MatmulEpilog
+    except Exception as exc:  # noqa: BLE001
+        NvMatmul = None
+        print("nvmath unavailable:", exc)
+    results = {"shapes": SHAPES, "cells": [], "device": torch.cuda.get_device_name()}
+    F = torch.nn.functional
+    for m, n, k in SHAPES:
+        for dtype in DTYPES:
+            dt = getattr(torch, dtype)
+            a = torch.randn(m, k, device="cuda", dtype=dt)
+            b = torch.randn(k, n, device="cuda", dtype=dt)
+            bias = torch.randn(n, device="cuda", dtype=dt)
+            bias_m = torch.randn(m, 1, device="cuda", dtype=dt)
+            plain = gpu_time(lambda: torch.matmul(a, b), torch)
+            for ep in EPILOGS:
+                cell = {"m": m, "n": n, "k": k, "dtype": dtype, "epilog": ep, "plain_matmul": plain}
+                mm = nvdispatch.Matmul(a, b)
+                mm.plan(epilog=Epilog[ep], epilog_inputs={"bias": bias})
+                cell["strategy"] = f"{mm.executor}/{mm.strategy}"
+                cell["nvdispatch"] = gpu_time(mm.execute, torch)
+                try:
+                    mm.autotune(iterations=5)
+                    cell["nvdispatch_tuned"] = gpu_time(mm.execute, torch)
+                except Exception as exc:  # noqa: BLE001
+                    cell["autotune_error"] = repr(exc)
+                act = {"RELU_BIAS": torch.relu, "GELU_BIAS": lambda x: F.gelu(x, approximate="tanh")}
+                if ep == "BIAS":
+                    cell["torch_unfused"] = gpu_time(lambda: a @ b + bias, torch)
+                    cell["torch_addmm"] = gpu_time(lambda: torch.addmm(bias, a, b), torch)
+                elif ep == "GELU_AUX_BIAS":
+
+                    def unfused():
+                        pre = a @ b + bias
+                        return F.gelu(pre, approximate="tanh"), pre
+
+                    cell["torch_unfused"] = gpu_time(unfused, torch)
+                else:
+                    f = act[ep]
+                    cell["torch_unfused"] = gpu_time(lambda: f(a @ b + bias), torch)
+                    g = ep == "GELU_BIAS"
+                    cell["torch_addmm_activation"] = gpu_time(
+                        lambda: torch._addmm_activation(bias, a, b, use_gelu=g), torch
+                    )
+                if NvMatmul is not None:
+                    try:
+                        nm = NvMatmul(a, b)
+                        nm.plan(epilog=getattr(MatmulEpilog, ep), epilog_inputs={"bias": bias_m})
+                        cell["nvmath"] = gpu_time(nm.execute, torch)
+                        nm.free()
+                    except Exception as exc:  # noqa: BLE001
+                        cell["nvmath_error"] = repr(exc)[:200]
+                best = min(cell["nvdispatch"], cell.get("nvdispatch_tuned", 1e9))
+                cell["ratio_vs_plain"] = best / plain
+                if "nvmath" in cell:
+                    cell["ratio_vs_nvmath"] = best / cell["nvmath"]
+                results["cells"].append(cell)
+                print(
+                    f"{m}x{n}x{k} {dtype:9s} {ep:14s} plain {plain * 1e6:8.1f} us  nvd {best * 1e6:8.1f} "
+                    f"x{cell['ratio_vs_plain']:.3f}  nvmath {cell.get('nvmath', float('nan')) * 1e6:8.1f} "
+                    f"x{cell.get('ratio_vs_nvmath', float('nan')):.3f}  torch-unfused "
+                    f"{cell['torch_unfused'] * 1e6:8.1f}  [{cell['strategy']}]",
+                    flush=True,
+                )
+                mm.free()
+            a = b = bias = bias_m = None
+            nvdispatch.plan_cache.clear()
+            torch.cuda.empty_cache()
+    results["host_overhead"] = host_overhead(torch, nvdispatch)
+    with open(f"{out_dir}/gpu_matmul_bench.json", "w") as fh:
+        json.dump(results, fh, indent=1)
+
+
+def _per_call(fn, torch, n=3000) -> float:
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / n)
+    return statistics.median(samples)
+
+
+def host_overhead(torch, nvdispatch) -> dict:
+    a = torch.randn(16, 16, device="cuda")
+    b = torch.randn(16, 16, device="cuda")
+    bias = torch.randn(16, device="cuda")
+    out = {
+        "torch.matmul": _per_call(lambda: torch.matmul(a, b), torch),
+        "nvdispatch.matmul plain (torch tensors)": _per_call(lambda: nvdispatch.matmul(a, b), torch),
+        "nvdispatch.matmul RELU_BIAS (torch tensors)": _per_call(
+            lambda: nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}), torch
+        ),
+        "torch._addmm_activation": _per_call(lambda: torch._addmm_activation(bias, a, b), torch),
+    }
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    out["nvdispatch Matmul.execute RELU_BIAS"] = _per_call(mm.execute, torch)
+    p = mm._plan
+    ops = mm._operands()
+    out["cuBLASLt plan.execute alone"] = _per_call(lambda: p.execute(ops), torch)
+    try:
+        import cupy
+
+        ca, cb = cupy.asarray(a), cupy.asarray(b)
+        out["cupy.matmul"] = _per_call(lambda: cupy.matmul(ca, cb), torch)
+        out["nvdispatch.matmul plain (cupy)"] = _per_call(lambda: nvdispatch.matmul(ca, cb), torch)
+    except Exception as exc:  # noqa: BLE001
+        out["cupy_error"] = repr(exc)
+    # where the time goes: the core's problem building vs the plan's launch
+    from nvdispatch.linalg import _prepare
+
+    out["core _prepare (detect+validate+select)"] = _per_call(
+        lambda: _prepare(a, b, None, 1, None, "RELU_BIAS", {"bias": bias}, None), torch
+    )
+    out["ratio RELU_BIAS stateless / torch.matmul"] = (
+        out["nvdispatch.matmul RELU_BIAS (torch tensors)"] / out["torch.matmul"]
+    )
+    out["ratio plain stateless / torch.matmul"] = out["nvdispatch.matmul plain (torch tensors)"] / out["torch.matmul"]
+    for key, v in out.items():
+        print(f"{key:45s} {v * 1e6 if 'ratio' not in key and isinstance(v, float) else v}")
+    return out
+
+
+def plot(path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.load(open(path))
+    cells = data["cells"]
+    labels = [f"{c['m']}x{c['n']}x{c['k']}\n{c['dtype']}\n{c['epilog']}" for c in cells]
+    fig, ax = plt.subplots(figsize=(max(12, len(cells) * 0.45), 6))
+    xs = range(len(cells))
+    for key, color in (("ratio_vs_plain", "tab:blue"), ("ratio_vs_nvmath", "tab:green")):
+        ax.scatter(xs, [c.get(key, float("nan")) for c in cells], label=key.replace("_", " "), color=color, s=18)
+    ax.scatter(
+        xs,
+        [c["torch_unfused"] / c["plain_matmul"] for c in cells],
+        label="torch unfused vs plain",
+        color="tab:red",
+        s=10,
+    )
+    ax.axhline(1.03, color="tab:blue", ls="--", lw=0.8)
+    ax.axhline(1.0, color="tab:green", ls=":", lw=0.8)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, rotation=90, fontsize=5)
+    ax.set_ylabel("time ratio (lower is better)")
+    ax.set_title(f"nvdispatch fused cuBLASLt epilogs on {data.get('device', 'GPU')}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path.replace(".json", ".png"), dpi=130)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--plot":
+        plot(sys.argv[2])
+    else:
+        run(sys.argv[1])

@@ -1,0 +1,305 @@
+"""GPU matmul on the cuda/cupy executors against the float64 NumPy reference (run on a GPU machine)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch import Epilog
+from nvdispatch._epilog import EPILOGS, reference
+
+pytestmark = pytest.mark.gpu
+
+M, N, K, BATCH = 24, 40, 32, 3
+TOL = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 1e-4, "float64": 1e-10}
+FRAMEWORKS = ("torch", "cupy", "numba")
+
+
+def _fw(name):
+    return pytest.importorskip({"numba": "numba.cuda"}.get(name, name))
+
+
+def to_dev(x: np.ndarray, fw: str, dtype: str):
+    if fw == "torch":
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        return t.to(device="cuda", dtype=getattr(torch, dtype) if dtype != "bool" else torch.bool)
+    if fw == "cupy":
+        import cupy
+
+        return cupy.asarray(x.astype(dtype))
+    from numba import cuda
+
+    return cuda.to_device(np.ascontiguousarray(x.astype(dtype)))
+
+
+def to_host(x) -> np.ndarray:
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        import torch
+
+        x = x.detach()
+        return (x.float() if x.dtype == torch.bfloat16 else x).cpu().numpy()
+    if mod == "cupy":
+        return x.get()
+    return x.copy_to_host()
+
+
+def _round(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x as the device will see it after the cast to dtype, back in float64."""
+    if dtype == "bfloat16":
+        import torch
+
+        return torch.from_numpy(x).to(torch.bfloat16).double().numpy()
+    return x.astype(dtype).astype(np.float64)
+
+
+def _cases():
+    for ep in Epilog:
+        for dtype in ("float16", "bfloat16", "float32", "float64"):
+            for orient in ("n", "m") if (EPILOGS[ep].has_bias or ep.name.endswith("BGRAD")) else ("n",):
+                for batched in (False, True):
+                    for fw in FRAMEWORKS:
+                        if dtype == "bfloat16" and fw != "torch":
+                            continue
+                        yield pytest.param(
+                            ep, dtype, orient, batched, fw, id=f"{ep.name}-{dtype}-{orient}-{batched}-{fw}"
+                        )
+
+
+@pytest.mark.parametrize("epilog, dtype, orient, batched, fw", list(_cases()))
+def test_every_epilog(epilog, dtype, orient, batched, fw):
+    _fw(fw)
+    rng = np.random.default_rng(int(epilog) * 7 + len(dtype))
+    bshape = (BATCH,) if batched else ()
+    a = _round(rng.uniform(-1, 1, (*bshape, M, K)), dtype)
+    b = _round(rng.uniform(-1, 1, (K, N)), dtype)
+    spec = EPILOGS[epilog]
+    d64 = a @ b
+    inputs64, inputs = {}, {}
+    if spec.has_bias:
+        shape = ((*bshape, 1, N) if batched else (N,)) if orient == "n" else (*bshape, M, 1)
+        inputs64["bias"] = _round(rng.uniform(-1, 1, shape), dtype)
+    if "relu_aux" in spec.inputs:
+        inputs64["relu_aux"] = rng.random((*bshape, M, N)) > 0.4
+    if "gelu_aux" in spec.inputs:
+        inputs64["gelu_aux"] = _round(rng.uniform(-2, 2, (*bshape, M, N)), dtype)
+    for name, x in inputs64.items():
+        inputs[name] = to_dev(x, fw, "bool" if x.dtype == bool else dtype)
+    options = {"bgrad_axis": orient} if epilog.name.endswith("_BGRAD") else None
+    ref, ref_aux = reference(spec, d64, inputs64, a=a, b=b, bgrad_axis=orient)
+    ex = nvdispatch.explain(
+        to_dev(a, fw, dtype), to_dev(b, fw, dtype), epilog=epilog, epilog_inputs=inputs or None, options=options
+    )
+    out = nvdispatch.matmul(
+        to_dev(a, fw, dtype), to_dev(b, fw, dtype), epilog=epilog, epilog_inputs=inputs or None, options=options
+    )
+    if spec.outputs:
+        out, aux = out
+    assert type(out).__module__.split(".")[0] == {"numba": "numba"}.get(fw, fw)
+    tol = TOL[dtype] * (4 if epilog.name.startswith("DGELU") else 1)
+    scale = max(1.0, float(np.abs(ref).max()))
+    np.testing.assert_allclose(to_host(out), ref, atol=tol * scale, rtol=tol, err_msg=str(ex))
+    for name in spec.outputs:
+        got = to_host(aux[name])
+        want = ref_aux[name]
+        if name == "relu_aux":
+            pre = ref_aux.get("pre")  # not provided: compare where the pre-activation is clearly signed
+            bits = got.astype(np.uint8)
+            if ex.executor == "cuda" and bits.shape[-1] != N:
+                mask = _unpack(aux[name], bits)
+            else:
+                mask = bits.astype(bool)
+            pre = ref if pre is None else pre
+            clear = np.abs(_pre_activation(spec, d64, inputs64)) > 10 * tol
+            np.testing.assert_array_equal(mask[clear], want[clear], err_msg=str(ex))
+        else:
+            tol2 = (
+                tol
+                * max(1.0, float(np.abs(want).max()))
+                * (8 if name.endswith("bgrad") or name.startswith("bgrad") else 1)
+            )
+            np.testing.assert_allclose(got.reshape(want.shape), want, atol=tol2, rtol=tol, err_msg=f"{name}: {ex}")
+
+
+def _pre_activation(spec, d64, inputs64):
+    pre = d64.copy()
+    if "bias" in inputs64:
+        pre = pre + inputs64["bias"]
+    return pre
+
+
+def _unpack(arr, bits: np.ndarray) -> np.ndarray:
+    """A relu bit mask (either orientation, from its strides) as a boolean (..., m, n) mask."""
+    st = getattr(arr, "strides", None)
+    if hasattr(arr, "stride") and callable(arr.stride):
+        st = arr.stride()
+    else:
+        st = tuple(s // 1 for s in (st or bits.strides))
+    if st[-1] == 1:  # row orientation: (..., m, ld/8)
+        return np.unpackbits(bits, axis=-1, bitorder="little")[..., :N].astype(bool)
+    t = np.swapaxes(bits, -1, -2)  # (..., n, ld/8)
+    return np.swapaxes(np.unpackbits(t, axis=-1, bitorder="little")[..., :M].astype(bool), -1, -2)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_aux_roundtrips(fw):
+    _fw(fw)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+    b = rng.uniform(-1, 1, (K, N)).astype(np.float32)
+    bias = rng.uniform(-1, 1, N).astype(np.float32)
+    da, db, dbias = (to_dev(x, fw, "float32") for x in (a, b, bias))
+    g = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+    dg = to_dev(g, fw, "float32")
+    pre = a @ b + bias
+    for fwd, bwd, key in (
+        (Epilog.RELU_AUX_BIAS, Epilog.DRELU, "relu_aux"),
+        (Epilog.GELU_AUX_BIAS, Epilog.DGELU, "gelu_aux"),
+    ):
+        y, aux = nvdispatch.matmul(da, db, epilog=fwd, epilog_inputs={"bias": dbias})
+        grad = nvdispatch.matmul(dg, db, epilog=bwd, epilog_inputs={key: aux[key]})
+        d = g @ b
+        from nvdispatch._epilog import gelu_tanh_grad
+
+        want = d * (pre > 0) if key == "relu_aux" else d * gelu_tanh_grad(pre)
+        np.testing.assert_allclose(to_host(grad), want, atol=1e-3, rtol=1e-3)
+
+
+def test_streams_and_no_sync():
+    torch = pytest.importorskip("torch")
+    cupy = pytest.importorskip("cupy")
+    a = torch.randn(512, 256, device="cuda")
+    b = torch.randn(256, 384, device="cuda")
+    bias = torch.randn(384, device="cuda")
+    want = torch.relu(a @ b + bias)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # the framework's current stream
+        r1 = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    r2 = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}, stream=s)  # explicit
+    r3 = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}, stream=s.cuda_stream)  # raw int
+    s.synchronize()
+    for r in (r1, r2, r3):
+        torch.testing.assert_close(r, want, atol=1e-3, rtol=1e-3)
+    ca, cb, cbias = cupy.asarray(a), cupy.asarray(b), cupy.asarray(bias)
+    torch.cuda.synchronize()
+    cs = cupy.cuda.Stream(non_blocking=True)
+    r4 = nvdispatch.matmul(ca, cb, epilog="RELU_BIAS", epilog_inputs={"bias": cbias}, stream=cs)
+    cs.synchronize()
+    cupy.testing.assert_allclose(r4, cupy.asarray(want), atol=1e-3, rtol=1e-3)
+
+
+def test_ten_thousand_cached_calls_memory_flat():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+    b = torch.randn(32, 48, device="cuda", dtype=torch.float16)
+    bias = torch.randn(48, device="cuda", dtype=torch.float16)
+    for _ in range(10):
+        nvdispatch.matmul(a, b, epilog="GELU_BIAS", epilog_inputs={"bias": bias})
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    hits = nvdispatch.plan_cache.stats()["hits"]
+    for _ in range(10_000):
+        r = nvdispatch.matmul(a, b, epilog="GELU_BIAS", epilog_inputs={"bias": bias})
+    del r
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() <= before
+    assert nvdispatch.plan_cache.stats()["hits"] - hits >= 10_000
+
+
+def test_free_matmul_while_work_is_queued():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(2048, 2048, device="cuda")
+    b = torch.randn(2048, 2048, device="cuda")
+    bias = torch.randn(2048, device="cuda")
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan(epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    outs = [mm.execute() for _ in range(20)]
+    mm.free()
+    nvdispatch.plan_cache.clear()  # releases workspaces in stream order while work is queued
+    gc.collect()
+    torch.cuda.synchronize()
+    want = torch.relu(a @ b + bias)
+    torch.testing.assert_close(outs[-1], want, atol=2e-2, rtol=1e-3)
+
+
+def test_seed_example_cupy():
+    cupy = pytest.importorskip("cupy")
+    from nvdispatch import ComputeType, Matmul
+
+    m, n, k = 256, 128, 64
+    a = cupy.random.rand(m, k, dtype=cupy.float32)
+    b = cupy.random.rand(k, n, dtype=cupy.float32)
+    bias = cupy.random.rand(1, n, dtype=cupy.float32)
+    mm = Matmul(a, b, options={"compute_type": ComputeType.COMPUTE_32F_FAST_16F})
+    mm.plan(epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    r = mm.execute()
+    cupy.cuda.get_current_stream().synchronize()
+    assert isinstance(r, cupy.ndarray)
+    want = np.maximum(a.get().astype(np.float64) @ b.get() + bias.get(), 0)
+    np.testing.assert_allclose(r.get(), want, rtol=2e-3, atol=2e-2)
+    mm.free()
+
+
+def test_autotune_save_load(tmp_path):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(512, 768, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(768, device="cuda", dtype=torch.bfloat16)
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan(epilog="GELU_BIAS", epilog_inputs={"bias": bias})
+    timings = mm.autotune(iterations=3)
+    assert "native" in timings and mm.strategy == "native"
+    path = tmp_path / "tunings.json"
+    assert nvdispatch.plan_cache.save(path) >= 1
+    tuned = mm._plan.tuning()
+    nvdispatch.plan_cache.clear()
+    nvdispatch.plan_cache.load(path)
+    mm2 = nvdispatch.Matmul(a, b)
+    mm2.plan(epilog="GELU_BIAS", epilog_inputs={"bias": bias})
+    assert mm2._plan.tuning()["data"] == tuned["data"]
+    torch.testing.assert_close(mm2.execute(), mm.execute())
+
+
+def test_explain_says_native_and_single_launch():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(64, 32, device="cuda")
+    b = torch.randn(32, 16, device="cuda")
+    ex = nvdispatch.explain(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": torch.randn(16, device="cuda")})
+    assert ex.executor == "cuda" and ex.strategy == "native", str(ex)
+    assert any("cublasLtMatmul" in s for s in ex.steps)
+
+
+def test_cai_object_result_kind_and_alpha_beta_c():
+    cupy = pytest.importorskip("cupy")
+    from nvdispatch._cuda.arrays import CudaArray
+
+    class Raw:  # a foreign object with only __cuda_array_interface__
+        def __init__(self, arr):
+            self._a = arr
+            self.__cuda_array_interface__ = arr.__cuda_array_interface__
+
+    a = cupy.random.rand(3, 40, 24)
+    b = cupy.random.rand(24, 16)
+    c = cupy.random.rand(16)
+    r = nvdispatch.matmul(Raw(a), Raw(b), Raw(c), alpha=0.5, beta=2.0)
+    assert isinstance(r, CudaArray)
+    want = 0.5 * (a.get() @ b.get()) + 2.0 * c.get()
+    np.testing.assert_allclose(r.copy_to_host(), want, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_and_tf32_options(dtype):
+    cupy = pytest.importorskip("cupy")
+    a = (cupy.random.rand(33, 20) + 1j * cupy.random.rand(33, 20)).astype(dtype)
+    b = (cupy.random.rand(20, 17) + 1j * cupy.random.rand(20, 17)).astype(dtype)
+    r = nvdispatch.matmul(a, b, alpha=1 + 1j)
+    np.testing.assert_allclose(r.get(), (1 + 1j) * (a.get() @ b.get()), rtol=1e-4)
+    x = cupy.random.rand(64, 64, dtype=cupy.float32)
+    r = nvdispatch.matmul(x, x, options={"compute_type": nvdispatch.ComputeType.COMPUTE_32F_FAST_TF32})
+    np.testing.assert_allclose(r.get(), x.get() @ x.get(), rtol=5e-3)
