@@ -137,3 +137,11 @@ def test_class_style_execute_with_suggested_knobs():
     data_d = cuda.to_device(x)
     kernel[1, F_small.block_dim, 0, F_small.shared_memory_size](data_d)
     assert relative_error(data_d.copy_to_host(), np.fft.ifft(x, axis=-1) * 32) < 2e-5
+
+
+@pytest.mark.parametrize("kind,direction", [("c2c", "forward"), ("c2r", "inverse")])
+def test_block_fft_one_shared_plane_when_two_exceed_48k(kind, direction):
+    F = device.FFT(4096, np.float64, kind, "Block", direction=direction, elements_per_thread=32)
+    assert F.shared_memory_size <= 48 * 1024  # real and imaginary parts exchanged one after the other
+    result, reference = run_fft(F, batch=1)
+    assert relative_error(result, reference) < tolerance(np.float64)

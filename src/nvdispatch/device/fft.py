@@ -169,7 +169,8 @@ class FFT(KernelObject):
         if self.execution == "Thread" or self._config.threads_per_fft == 1:
             return 0
         real_bytes = np.dtype(self.precision).itemsize
-        return self.ffts_per_block * 2 * shared_plane_length(self.size) * real_bytes
+        planes = self._config.shared_planes
+        return self.ffts_per_block * planes * shared_plane_length(self.size) * real_bytes
 
     @property
     def files(self) -> list:

@@ -23,9 +23,9 @@ MAX_THREAD_SIZE = 64
 #: Most elements one thread holds in Block execution (register budget).
 MAX_ELEMENTS_PER_THREAD = 32
 MAX_THREADS_PER_BLOCK = 1024
+#: Dynamic shared memory available to a kernel without ``cudaFuncAttributeMaxDynamicSharedMemorySize``.
+DEFAULT_SHARED_MEMORY = 48 * 1024
 _PRIMES = (2, 3, 5, 7)
-#: Elements per thread that ``"suggested"`` prefers, best first.
-_PREFERRED_EPT = (16, 8, 12, 10, 14, 9, 6, 4, 15, 7, 5, 3, 2)
 
 
 def valid_sizes(execution: str = "Block") -> list[int]:
@@ -93,6 +93,14 @@ class FFTConfig:
         return 1 if self.execution == "Thread" else self.size // self.elements_per_thread
 
     @property
+    def shared_planes(self) -> int:
+        """2: real and imaginary planes exchanged together; 1: one after the other (fits 48 KiB)."""
+        if self.execution == "Thread" or self.threads_per_fft == 1:
+            return 2
+        two_planes = 2 * self.ffts_per_block * (self.size + (self.size >> 4) + 1)
+        return 2 if two_planes * np.dtype(self.precision).itemsize <= DEFAULT_SHARED_MEMORY else 1
+
+    @property
     def radices(self) -> list[int]:
         if self.execution == "Thread":
             return [self.size]
@@ -127,7 +135,9 @@ class FFTConfig:
             direction = {"r2c": "forward", "c2r": "inverse"}.get(fft_type)
         _check_choice("direction", direction, DIRECTIONS)
         if (fft_type, direction) in (("r2c", "inverse"), ("c2r", "forward")):
-            raise UnsupportedConfigurationError("direction", ["forward" if fft_type == "r2c" else "inverse"], direction)
+            raise UnsupportedConfigurationError(
+                "direction", ["forward" if fft_type == "r2c" else "inverse"], direction
+            )
         precision = normalize_precision(precision)
         sizes = valid_sizes(execution)
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or int(size) not in sizes:
@@ -142,8 +152,9 @@ class FFTConfig:
             options = valid_elements_per_thread(size, fft_type)
             ept = _resolve("elements_per_thread", elements_per_thread, options, _suggest_ept(size, options))
             threads = size // ept
-            fpb_limit = MAX_THREADS_PER_BLOCK // threads
-            fpb = _resolve("ffts_per_block", ffts_per_block, list(range(1, fpb_limit + 1)), _suggest_fpb(threads))
+            fpb_limit = max(1, min(MAX_THREADS_PER_BLOCK // threads, _shared_fit(size, precision, threads)))
+            suggestion = min(fpb_limit, _suggest_fpb(threads))
+            fpb = _resolve("ffts_per_block", ffts_per_block, list(range(1, fpb_limit + 1)), suggestion)
         return cls(fft_type, size, precision, direction, execution, ept, fpb)
 
 
@@ -163,15 +174,31 @@ def _resolve(argument: str, value: Any, options: list[int] | None, suggestion: i
     raise DeviceConfigurationError(argument, [*options, "suggested"], value)
 
 
+def _shared_fit(size: int, precision: type[np.floating], threads: int) -> int:
+    """How many FFTs fit in the 48 KiB of dynamic shared memory a kernel gets without opting in."""
+    if threads == 1:
+        return MAX_THREADS_PER_BLOCK
+    per_fft = 2 * (size + (size >> 4) + 1) * np.dtype(precision).itemsize
+    return DEFAULT_SHARED_MEMORY // per_fft
+
+
 def _suggest_ept(size: int, options: list[int]) -> int:
+    """Fewest butterfly groups per thread plus exchanges, summed over the passes; ties go to larger counts.
+
+    Measured on an H200 (benchmarks/device_fft_bench.json): uniform-radix plans win (512: 8x8x8 beats
+    16x16x2), and 32 elements per thread loses everywhere (register pressure), so at most 16 is suggested.
+    """
     if size <= 16 and size in options:
         return size
-    # Prefer enough threads per FFT to hide latency but at most 8..16 registers pairs per thread.
-    for e in _PREFERRED_EPT:
-        if e in options and (size // e >= 8 or e == size):
-            return e
-    return options[-1]
+    capped = [e for e in options if e <= 16] or options
+
+    def cost(e: int) -> tuple[int, int]:
+        plan = radix_plan(size, e) or []
+        return sum(e // r for r in plan) + len(plan), -e
+
+    return min(capped, key=cost)
 
 
 def _suggest_fpb(threads_per_fft: int) -> int:
+    """About 128 threads per block measured best for the load -> FFT -> store kernels."""
     return max(1, 128 // threads_per_fft)

@@ -22,6 +22,8 @@ through shared memory (real and imaginary planes, one padding slot per 16 to avo
 
 from __future__ import annotations
 
+import numpy as np
+
 from .codegen import Complex, SourceWriter
 from .fft_config import FFTConfig
 
@@ -41,6 +43,7 @@ def generate_fft_source(config: FFTConfig) -> tuple[str, dict]:
     """Return ``(source, globals)`` defining ``fft_impl(_self, thread_data, shared_mem=None)``."""
     w = SourceWriter(config.precision)
     w.constants["REAL"] = config.precision
+    w.constants["IDX"] = np.uint64  # unsigned shared-memory indices: no negative-index wraparound code
     if config.execution == "Thread":
         _thread_body(w, config)
     else:
@@ -84,40 +87,42 @@ def _load(w: SourceWriter, value: Complex) -> Complex:
 def _block_body(w: SourceWriter, c: FFTConfig) -> None:
     n, e, t_count = c.size, c.elements_per_thread, c.threads_per_fft
     plane = shared_plane_length(n)
-    uses_shared = t_count > 1
     w.emit("tdf = thread_data.view(REAL)")
     w.emit("t = cuda.threadIdx.x")
-    if uses_shared:
+    if t_count > 1:
         w.emit("smf = shared_mem.view(REAL)")
-        w.emit(f"re_base = cuda.threadIdx.y * {2 * plane}")
-        w.emit(f"im_base = re_base + {plane}")
+        w.emit(f"re_base = cuda.threadIdx.y * {c.shared_planes * plane}")
+        w.emit(f"im_base = re_base + {plane if c.shared_planes == 2 else 0}")
+        w.emit(f"tp = t + (t >> {PAD_SHIFT})")
+    # With one plane the real parts are exchanged first, then the imaginary parts.
+    phases = [("re", "im")] if c.shared_planes == 2 else [("re",), ("im",)]
     zero = w.const(0.0)
 
     # registers[i] holds element t + i * stride on entry.
     if c.fft_type == "r2c":
         regs = [w.assign(f"tdf[{i}]", zero, stem="x") for i in range(e)]
     elif c.fft_type == "c2r":
-        regs = _hermitian_registers(w, c, plane)
+        regs = _hermitian_registers(w, c, phases)
     else:
         regs = [w.assign(f"tdf[{2 * i}]", f"tdf[{2 * i + 1}]", stem="x") for i in range(e)]
 
     radices = c.radices
     span = 1
     for index, radix in enumerate(radices):
-        first, last = index == 0, index == len(radices) - 1
         groups = e // radix  # butterflies per thread in this pass
-        if not first:
-            regs = _read_pass_inputs(w, n, t_count, radix, groups)
         outputs: list[list[Complex]] = []
         for b in range(groups):
             x = [regs[b + r * groups] for r in range(radix)]
             if span > 1:
                 x = _apply_twiddles(w, x, f"t + {b * t_count}", span, radix, c.sign)
             outputs.append(w.dft(x, c.sign))
-        if last:
+        if index == len(radices) - 1:
             regs = [outputs[i % groups][i // groups] for i in range(e)]
         else:
-            _write_pass_outputs(w, outputs, t_count, span, radix)
+            writes = _output_slots(w, outputs, t_count, span, radix)
+            next_radix = radices[index + 1]
+            reads = _input_slots(w, n, t_count, next_radix, e // next_radix)
+            regs = _exchange(w, writes, reads, phases)
         span *= radix
 
     if c.fft_type == "c2r":
@@ -134,6 +139,16 @@ def _padded(index_expr: str) -> str:
     return f"({index_expr}) + (({index_expr}) >> {PAD_SHIFT})"
 
 
+_PAD_GROUP = 1 << PAD_SHIFT
+
+
+def _constant_offset_slot(padded_base: str, max_residue: int, offset: int) -> str | None:
+    """``padded(x + offset)`` as ``padded(x) + constant`` when ``x % 16 <= max_residue`` makes it exact."""
+    if offset % _PAD_GROUP + max_residue < _PAD_GROUP:
+        return f"{padded_base} + {offset + (offset >> PAD_SHIFT)}"
+    return None
+
+
 def _apply_twiddles(w: SourceWriter, x: list[Complex], j_expr: str, span: int, radix: int, sign: int):
     """Multiply x[r] by exp(sign 2 pi i r (j % span) / (span radix)), j given as an expression."""
     angle, sine, cosine = w.fresh("ang"), w.fresh("ws"), w.fresh("wc")
@@ -148,39 +163,66 @@ def _apply_twiddles(w: SourceWriter, x: list[Complex], j_expr: str, span: int, r
     return [x[0]] + [w.mul(x[r], powers[r]) for r in range(1, radix)]
 
 
-def _read_pass_inputs(w: SourceWriter, n: int, t_count: int, radix: int, groups: int) -> list[Complex]:
-    """Sync, then read element j + r * n / radix for each butterfly j = t + b * t_count this thread owns."""
-    w.emit("cuda.syncthreads()")
-    regs: list[Complex] = [("", "")] * (radix * groups)
+def _input_slots(w: SourceWriter, n: int, t_count: int, radix: int, groups: int) -> list[str]:
+    """Padded slots of element j + r * n / radix for each butterfly j = t + b * t_count, in register order."""
+    slots: list[str] = [""] * (radix * groups)
+    t_residue = min(t_count, _PAD_GROUP) - 1  # t % 16 is at most this
     for r in range(radix):
         for b in range(groups):
-            q = w.fresh("q")
-            w.emit(f"{q} = t + {b * t_count + r * (n // radix)}")
-            slot = _padded(q)
-            regs[b + r * groups] = w.assign(f"smf[re_base + {slot}]", f"smf[im_base + {slot}]", stem="x")
-    return regs
+            offset = b * t_count + r * (n // radix)
+            slot = _constant_offset_slot("tp", t_residue, offset)
+            if slot is None:
+                q = w.fresh("q")
+                w.emit(f"{q} = t + {offset}")
+                slot = _padded(q)
+            slots[b + r * groups] = slot
+    return slots
 
 
-def _write_pass_outputs(w: SourceWriter, outputs: list[list[Complex]], t_count: int, span: int, radix: int):
-    """Sync, then write butterfly outputs to (j // span) * span * radix + j % span + r * span."""
-    w.emit("cuda.syncthreads()")
+def _output_slots(w: SourceWriter, outputs: list[list[Complex]], t_count: int, span: int, radix: int):
+    """(slot, value) pairs: butterfly output r goes to (j // span) * span * radix + j % span + r * span."""
+    if span == 1:
+        alignment = min(radix & -radix, _PAD_GROUP)  # d = j * radix is a multiple of this
+        d_residue = _PAD_GROUP - alignment
+    elif (span * radix) % _PAD_GROUP == 0 and span <= _PAD_GROUP:
+        d_residue = span - 1  # d % 16 == j % span
+    else:
+        d_residue = _PAD_GROUP - 1
+    writes: list[tuple[str, Complex]] = []
     for b, values in enumerate(outputs):
-        j = w.fresh("j")
-        d = w.fresh("d")
+        j, d, dp = w.fresh("j"), w.fresh("d"), w.fresh("dp")
         w.emit(f"{j} = t + {b * t_count}")
         if span == 1:
             w.emit(f"{d} = {j} * {radix}")
         else:
             w.emit(f"{d} = ({j} // {span}) * {span * radix} + {j} % {span}")
-        for r, (re, im) in enumerate(values):
-            q = w.fresh("q")
-            w.emit(f"{q} = {d} + {r * span}")
-            slot = _padded(q)
-            w.emit(f"smf[re_base + {slot}] = {re}")
-            w.emit(f"smf[im_base + {slot}] = {im}")
+        w.emit(f"{dp} = {d} + ({d} >> {PAD_SHIFT})")
+        for r, value in enumerate(values):
+            slot = _constant_offset_slot(dp, d_residue, r * span)
+            if slot is None:
+                q = w.fresh("q")
+                w.emit(f"{q} = {d} + {r * span}")
+                slot = _padded(q)
+            writes.append((slot, value))
+    return writes
 
 
-def _hermitian_registers(w: SourceWriter, c: FFTConfig, plane: int) -> list[Complex]:
+def _exchange(w: SourceWriter, writes, reads: list[str], phases) -> list[Complex]:
+    """Write every (slot, value), then read ``reads`` back, one shared-memory plane per phase."""
+    names = [(w.fresh("xr"), w.fresh("xi")) for _ in reads]
+    for phase in phases:
+        w.emit("cuda.syncthreads()")
+        for slot, value in writes:
+            for part in phase:
+                w.emit(f"smf[IDX({part}_base + {slot})] = {value[0 if part == 're' else 1]}")
+        w.emit("cuda.syncthreads()")
+        for slot, name in zip(reads, names):
+            for part in phase:
+                w.emit(f"{name[0 if part == 're' else 1]} = smf[IDX({part}_base + {slot})]")
+    return names
+
+
+def _hermitian_registers(w: SourceWriter, c: FFTConfig, phases) -> list[Complex]:
     """c2r: load X[k] for k <= n // 2 and complete the spectrum with X[n - k] = conj(X[k])."""
     n, e, s = c.size, c.elements_per_thread, c.threads_per_fft
     half = n // 2
@@ -189,34 +231,30 @@ def _hermitian_registers(w: SourceWriter, c: FFTConfig, plane: int) -> list[Comp
         regs = [w.assign(f"tdf[{2 * i}]", f"tdf[{2 * i + 1}]", stem="x") for i in range(min(given, e))]
         regs += [w.assign(regs[n - k][0], f"-{regs[n - k][1]}", stem="x") for k in range(len(regs), n)]
         return regs
-    w.emit("cuda.syncthreads()")
-    for i in range(min(given, e)):
-        lowest, highest = i * s, i * s + s - 1
-        if lowest > half:
-            continue
-        guard = "" if highest <= half else f"if t + {i * s} <= {half}: "
-        slot = _padded(f"t + {i * s}")
-        w.emit(f"{guard}smf[re_base + {slot}] = tdf[{2 * i}]")
-        w.emit(f"{guard}smf[im_base + {slot}] = tdf[{2 * i + 1}]")
-    w.emit("cuda.syncthreads()")
-    regs: list[Complex] = []
-    for i in range(e):
-        lowest, highest = i * s, i * s + s - 1
-        own = _padded(f"t + {i * s}")
-        mirror = _padded(f"{n} - t - {i * s}")
-        re, im = w.fresh("xr"), w.fresh("xi")
-        if highest <= half:
-            w.emit(f"{re} = smf[re_base + {own}]")
-            w.emit(f"{im} = smf[im_base + {own}]")
-        elif lowest > half:
-            w.emit(f"{re} = smf[re_base + {mirror}]")
-            w.emit(f"{im} = -smf[im_base + {mirror}]")
-        else:
-            w.emit(f"if t + {i * s} <= {half}:")
-            w.emit(f"    {re} = smf[re_base + {own}]")
-            w.emit(f"    {im} = smf[im_base + {own}]")
-            w.emit("else:")
-            w.emit(f"    {re} = smf[re_base + {mirror}]")
-            w.emit(f"    {im} = -smf[im_base + {mirror}]")
-        regs.append((re, im))
+    regs = [(w.fresh("xr"), w.fresh("xi")) for _ in range(e)]
+    for phase in phases:
+        w.emit("cuda.syncthreads()")
+        for i in range(min(given, e)):
+            lowest, highest = i * s, i * s + s - 1
+            if lowest > half:
+                continue
+            guard = "" if highest <= half else f"if t + {i * s} <= {half}: "
+            slot = _padded(f"t + {i * s}")
+            for part in phase:
+                w.emit(f"{guard}smf[IDX({part}_base + {slot})] = tdf[{2 * i + (part == 'im')}]")
+        w.emit("cuda.syncthreads()")
+        for i in range(e):
+            lowest, highest = i * s, i * s + s - 1
+            own = _padded(f"t + {i * s}")
+            mirror = _padded(f"{n} - t - {i * s}")
+            for part in phase:
+                name = regs[i][part == "im"]
+                own_read = f"smf[IDX({part}_base + {own})]"
+                mirror_read = ("-" if part == "im" else "") + f"smf[IDX({part}_base + {mirror})]"
+                if highest <= half:
+                    w.emit(f"{name} = {own_read}")
+                elif lowest > half:
+                    w.emit(f"{name} = {mirror_read}")
+                else:
+                    w.emit(f"{name} = {own_read} if t + {i * s} <= {half} else {mirror_read}")
     return regs

@@ -195,7 +195,9 @@ def _check_size(size: Any) -> tuple[int, int, int]:
 
 def _check_block(block_size: Any, block_dim: Any, m: int, n: int) -> Dim3:
     if block_size is not None and block_dim is not None:
-        raise DeviceConfigurationError("block_dim", "only one of block_size and block_dim", (block_size, block_dim))
+        raise DeviceConfigurationError(
+            "block_dim", "only one of block_size and block_dim", (block_size, block_dim)
+        )
     if block_dim is not None:
         dims = tuple(block_dim) if isinstance(block_dim, (tuple, list, Dim3)) else (block_dim,)
         ok = 1 <= len(dims) <= 3 and all(isinstance(v, (int, np.integer)) and v >= 1 for v in dims)
