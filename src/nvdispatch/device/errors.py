@@ -24,7 +24,7 @@ class DeviceConfigurationError(ValueError):
     --------
     >>> from nvdispatch.device import fft
     >>> try:
-    ...     fft(fft_type="c2c", size=128, precision="float32", elements_per_thread=3)
+    ...     fft(fft_type="c2c", size=128, precision="float32", direction="forward", elements_per_thread=3)
     ... except DeviceConfigurationError as error:
     ...     print(error.argument)
     elements_per_thread
