@@ -1,0 +1,155 @@
+"""CPU matmul benchmarks: fused RELU_BIAS against NumPy and Torch, and the dispatch overhead of a tiny call.
+
+All contenders run in one process, interleaved round by round, and we report medians and ratios from the
+same run (the machine is noisy; ratios are what carry over). Writes JSON and a PNG.
+
+    python benchmarks/cpu_matmul_bench.py [--rounds 31] [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+import timeit
+
+import numpy as np
+
+import nvdispatch
+from nvdispatch import Epilog
+
+try:
+    from tqdm import tqdm
+except ImportError:  # the progress bar is optional
+    tqdm = None
+
+
+def _progress(iterable, total, desc):
+    return tqdm(iterable, total=total, desc=desc) if tqdm is not None else iterable
+
+
+def fused_relu_bias(rounds: int, m: int = 8192, n: int = 1024, k: int = 256) -> dict:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    kwargs = {"epilog": Epilog.RELU_BIAS, "epilog_inputs": {"bias": bias}}
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan(**kwargs)
+    tuned = mm.autotune(iterations=5)
+    contenders = {
+        "np.matmul alone": lambda: np.matmul(a, b),
+        "numpy naive maximum(a@b+bias, 0)": lambda: np.maximum(a @ b + bias, 0),
+        "nvdispatch.matmul RELU_BIAS": lambda: nvdispatch.matmul(a, b, **kwargs),
+        "nvdispatch.Matmul (autotuned)": mm.execute,
+    }
+    try:
+        import torch
+
+        ta, tb, tbias = (torch.from_numpy(v) for v in (a, b, bias))
+        contenders["torch relu(addmm)"] = lambda: torch.relu(torch.addmm(tbias, ta, tb))
+        contenders["torch _addmm_activation"] = lambda: torch._addmm_activation(tbias, ta, tb)
+    except ImportError:
+        pass
+    want = np.maximum(a @ b + bias, 0)
+    assert np.allclose(nvdispatch.matmul(a, b, **kwargs), want, rtol=1e-4, atol=1e-4)
+    samples = {name: [] for name in contenders}
+    for fn in contenders.values():  # warm-up
+        fn()
+    for _ in _progress(range(rounds), rounds, "fused RELU_BIAS"):
+        for name, fn in contenders.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    base = med["np.matmul alone"]
+    return {
+        "shape": {"m": m, "n": n, "k": k, "dtype": "float32"},
+        "median_seconds": med,
+        "ratio_to_np_matmul": {name: t / base for name, t in med.items()},
+        "nvdispatch_vs_naive_numpy": med["nvdispatch.matmul RELU_BIAS"] / med["numpy naive maximum(a@b+bias, 0)"],
+        "nvdispatch_vs_torch_relu_addmm": (
+            med["nvdispatch.matmul RELU_BIAS"] / med["torch relu(addmm)"] if "torch relu(addmm)" in med else None
+        ),
+        "autotune_choice": {
+            "strategy": mm.strategy,
+            "plan": mm._plan.tuning(),
+            "timings": {str(k): v for k, v in tuned.items()},
+        },
+        "plan": str(nvdispatch.explain(a, b, **kwargs)),
+    }
+
+
+def dispatch_overhead(rounds: int, size: int = 8) -> dict:
+    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
+    nvdispatch.matmul(a, b)
+    number = 20000
+    contenders = {"np.matmul": lambda: np.matmul(a, b), "nvdispatch.matmul": lambda: nvdispatch.matmul(a, b)}
+    samples = {name: [] for name in contenders}
+    for _ in _progress(range(rounds), rounds, "dispatch overhead"):
+        for name, fn in contenders.items():
+            samples[name].append(timeit.timeit(fn, number=number) / number)
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    return {
+        "shape": {"m": size, "n": size, "k": size, "dtype": "float32"},
+        "median_seconds_per_call": med,
+        "nvdispatch_us_per_call": med["nvdispatch.matmul"] * 1e6,
+        "overhead_us_over_np_matmul": (med["nvdispatch.matmul"] - med["np.matmul"]) * 1e6,
+        "ratio_to_np_matmul": med["nvdispatch.matmul"] / med["np.matmul"],
+    }
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]})
+    ratios = results["fused_relu_bias"]["ratio_to_np_matmul"]
+    names = list(ratios)
+    ax1.barh(names, [ratios[n] for n in names], color=["#888" if "nvdispatch" not in n else "#76b900" for n in names])
+    ax1.axvline(1.0, color="k", lw=0.8)
+    ax1.axvline(1.1, color="r", lw=0.8, ls="--", label="goal 1.1x")
+    ax1.set_xlabel("time / np.matmul alone (lower is better)")
+    s = results["fused_relu_bias"]["shape"]
+    ax1.set_title(f"RELU_BIAS fp32 {s['m']}x{s['n']}x{s['k']}, CPU")
+    ax1.legend()
+    o = results["dispatch_overhead"]["median_seconds_per_call"]
+    ax2.bar(list(o), [v * 1e6 for v in o.values()], color=["#888", "#76b900"])
+    ax2.axhline(3.0, color="r", lw=0.8, ls="--", label="goal 3 us")
+    ax2.set_ylabel("us per call")
+    ax2.set_title("8x8 float32 call")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    results = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__},
+        "fused_relu_bias": fused_relu_bias(args.rounds),
+        "dispatch_overhead": dispatch_overhead(max(5, args.rounds // 3)),
+    }
+    with open(os.path.join(args.out, "cpu_matmul.json"), "w") as fh:
+        json.dump(results, fh, indent=1)
+    plot(results, os.path.join(args.out, "cpu_matmul.png"))
+    f = results["fused_relu_bias"]
+    print(json.dumps({k: round(v, 3) for k, v in f["ratio_to_np_matmul"].items()}, indent=1))
+    print(f"vs naive numpy {f['nvdispatch_vs_naive_numpy']:.3f}")
+    print(f"vs torch relu(addmm) {f['nvdispatch_vs_torch_relu_addmm']}")
+    o = results["dispatch_overhead"]
+    print(f"8x8: nvdispatch {o['nvdispatch_us_per_call']:.2f} us/call, {o['ratio_to_np_matmul']:.2f}x np.matmul")
+
+
+if __name__ == "__main__":
+    main()
