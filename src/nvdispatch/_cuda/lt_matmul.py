@@ -293,9 +293,9 @@ class _Core:
         if s.epilogue != 1:
             self.desc.set_i32(lt.DESC_EPILOGUE, s.epilogue)
         bias = p.input_sigs.get("bias")
-        if bias is not None and bias.dtype != p.result_dtype and not s.bias_cast:
+        if bias is not None and s.epilogue & 4 and bias.dtype != p.result_dtype and not s.bias_cast:
             self.desc.set_i32(lt.DESC_BIAS_DATA_TYPE, lt.CUDA_DTYPE[bias.dtype])
-        if (bias is not None and s.bias_batch_stride) or (s.bgrad and s.batch > 1):
+        if (bias is not None and s.epilogue & 4 and s.bias_batch_stride) or (s.bgrad and s.batch > 1):
             stride = s.bias_batch_stride if bias is not None else s.bgrad_len
             self.desc.set_i64(lt.DESC_BIAS_BATCH_STRIDE, stride)
         if s.aux_out or s.aux_in:
@@ -507,6 +507,7 @@ class LtMatmulPlan:
 
     # -- execution ---------------------------------------------------------------------------------
     def _scalar(self, value):
+        value = scalar_value(value)
         buf = self._scalars.get(value)
         if buf is None:
             arr = np.array([scalar_value(value)], dtype=self._scale_dtype)
