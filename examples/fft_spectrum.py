@@ -16,10 +16,10 @@ import nvdispatch.fft as F
 def dominant_frequency(signal, rate):
     """The strongest frequency (Hz) of each row of a real ``signal`` sampled at ``rate``."""
     spectrum = F.rfft(signal)
-    freqs = F.rfftfreq(signal.shape[-1], d=1.0 / rate)
+    freqs = F.rfftfreq(signal.shape[-1], d=1.0 / rate, device=getattr(signal, "device", None))
     power = abs(spectrum) ** 2
     idx = power.argmax(-1)
-    return freqs[np.asarray(idx)] if isinstance(freqs, np.ndarray) else freqs[idx]
+    return freqs[idx]
 
 
 def main():
