@@ -1,5 +1,7 @@
 """Straight-line Python source for complex arithmetic on (real, imaginary) variable pairs.
 
+Generated code calls ``cuda.fma(a, b, c)`` (``a * b + c``, one rounding on a GPU) for products.
+
 Generated kernels never use Numba's complex type inside the transform: every complex value is a pair of
 real variables, every constant is a named global of the working precision (so fp32 code never promotes to
 fp64), and every DFT of a small radix is written out fully, with its twiddles as constants.
@@ -72,8 +74,10 @@ class SourceWriter:
         return self.assign(f"{a[0]} - {b[0]}", f"{a[1]} - {b[1]}")
 
     def mul(self, a: Complex, b: Complex) -> Complex:
-        """Product of two runtime complex values."""
-        return self.assign(f"{a[0]} * {b[0]} - {a[1]} * {b[1]}", f"{a[0]} * {b[1]} + {a[1]} * {b[0]}")
+        """Product of two runtime complex values (two multiplies and two fused multiply-adds)."""
+        return self.assign(
+            f"cuda.fma({a[0]}, {b[0]}, -({a[1]} * {b[1]}))", f"cuda.fma({a[0]}, {b[1]}, {a[1]} * {b[0]})"
+        )
 
     def mul_unit(self, a: Complex, angle: float) -> Complex:
         """``a * exp(i * angle)`` with the constant factor folded in (exact for multiples of pi/4)."""
@@ -97,7 +101,7 @@ class SourceWriter:
                 return self.assign(f"({a[1]} - {a[0]}) * {h}", f"-({a[0]} + {a[1]}) * {h}")
             return self.assign(f"({a[0]} + {a[1]}) * {h}", f"({a[1]} - {a[0]}) * {h}")  # (1 - i)/sqrt 2
         c, s = self.const(math.cos(angle)), self.const(math.sin(angle))
-        return self.assign(f"{a[0]} * {c} - {a[1]} * {s}", f"{a[0]} * {s} + {a[1]} * {c}")
+        return self.assign(f"cuda.fma({a[0]}, {c}, -({a[1]} * {s}))", f"cuda.fma({a[0]}, {s}, {a[1]} * {c})")
 
     # -- transforms --------------------------------------------------------------------------------------
     def dft(self, x: Sequence[Complex], sign: int) -> list[Complex]:
@@ -141,12 +145,13 @@ class SourceWriter:
             cos_terms = [(self.const(math.cos(2 * math.pi * j * k / p)), s) for j, s in enumerate(sums, 1)]
             sin_terms = [(self.const(math.sin(2 * math.pi * j * k / p)), d) for j, d in enumerate(diffs, 1)]
             a = self.assign(
-                " + ".join([x[0][0]] + [f"{c} * {s[0]}" for c, s in cos_terms]),
-                " + ".join([x[0][1]] + [f"{c} * {s[1]}" for c, s in cos_terms]),
+                _fma_chain(x[0][0], [(c, s[0]) for c, s in cos_terms]),
+                _fma_chain(x[0][1], [(c, s[1]) for c, s in cos_terms]),
             )
+            first_c, first_d = sin_terms[0]
             b = self.assign(
-                " + ".join(f"{c} * {d[0]}" for c, d in sin_terms),
-                " + ".join(f"{c} * {d[1]}" for c, d in sin_terms),
+                _fma_chain(f"{first_c} * {first_d[0]}", [(c, d[0]) for c, d in sin_terms[1:]]),
+                _fma_chain(f"{first_c} * {first_d[1]}", [(c, d[1]) for c, d in sin_terms[1:]]),
             )
             # X[k] = a + i*sign*b, X[p-k] = a - i*sign*b
             if sign < 0:
@@ -160,6 +165,14 @@ class SourceWriter:
     def source(self, header: str) -> str:
         """The function text: ``header`` line followed by the emitted body."""
         return "\n".join([header, *self.lines, self.indent + "return"]) + "\n"
+
+
+def _fma_chain(start: str, terms: Sequence[tuple[str, str]]) -> str:
+    """``start + sum(c * v)`` as nested fused multiply-adds."""
+    expr = start
+    for c, v in terms:
+        expr = f"cuda.fma({c}, {v}, {expr})"
+    return expr
 
 
 def _smallest_prime_factor(n: int) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 from .dim3 import Dim3
 from .errors import DeviceConfigurationError
 from .fft_config import FFTConfig, valid_elements_per_thread, valid_sizes
-from .fft_source import FUNCTION_NAME, generate_fft_source, shared_plane_length
+from .fft_source import FUNCTION_NAME, generate_fft_source
 from .kernel_object import KernelObject, compile_device_source
 from .precision import complex_of
 
@@ -169,8 +169,7 @@ class FFT(KernelObject):
         if self.execution == "Thread" or self._config.threads_per_fft == 1:
             return 0
         real_bytes = np.dtype(self.precision).itemsize
-        planes = self._config.shared_planes
-        return self.ffts_per_block * planes * shared_plane_length(self.size) * real_bytes
+        return self.ffts_per_block * self._config.shared_stride * real_bytes
 
     @property
     def files(self) -> list:

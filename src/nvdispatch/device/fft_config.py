@@ -47,6 +47,20 @@ def _is_smooth(n: int) -> bool:
     return n == 1
 
 
+def shared_plane_length(size: int) -> int:
+    """Length of one (real or imaginary) shared-memory plane: one padding slot per 16 elements."""
+    return size + (size >> 4) + 1
+
+
+def shared_fft_stride(size: int, planes: int, threads_per_fft: int) -> int:
+    """Reals reserved per FFT. When several FFTs share a warp (fewer than 32 threads each), the stride is
+    congruent to the thread count modulo the 32 banks, so the FFTs of a warp hit disjoint banks."""
+    stride = planes * shared_plane_length(size)
+    if threads_per_fft < 32:
+        stride += (threads_per_fft - stride) % 32
+    return stride
+
+
 def radix_plan(size: int, elements_per_thread: int) -> list[int] | None:
     """Radices of the Stockham passes (each divides ``elements_per_thread``), or None if impossible."""
     radices, rest = [], size
@@ -97,8 +111,13 @@ class FFTConfig:
         """2: real and imaginary planes exchanged together; 1: one after the other (fits 48 KiB)."""
         if self.execution == "Thread" or self.threads_per_fft == 1:
             return 2
-        two_planes = 2 * self.ffts_per_block * (self.size + (self.size >> 4) + 1)
+        two_planes = self.ffts_per_block * shared_fft_stride(self.size, 2, self.threads_per_fft)
         return 2 if two_planes * np.dtype(self.precision).itemsize <= DEFAULT_SHARED_MEMORY else 1
+
+    @property
+    def shared_stride(self) -> int:
+        """Reals between the shared-memory regions of consecutive FFTs of the block."""
+        return shared_fft_stride(self.size, self.shared_planes, self.threads_per_fft)
 
     @property
     def radices(self) -> list[int]:
@@ -178,7 +197,7 @@ def _shared_fit(size: int, precision: type[np.floating], threads: int) -> int:
     """How many FFTs fit in the 48 KiB of dynamic shared memory a kernel gets without opting in."""
     if threads == 1:
         return MAX_THREADS_PER_BLOCK
-    per_fft = 2 * (size + (size >> 4) + 1) * np.dtype(precision).itemsize
+    per_fft = shared_fft_stride(size, 2, threads) * np.dtype(precision).itemsize
     return DEFAULT_SHARED_MEMORY // per_fft
 
 

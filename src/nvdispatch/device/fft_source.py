@@ -25,18 +25,13 @@ from __future__ import annotations
 import numpy as np
 
 from .codegen import Complex, SourceWriter
-from .fft_config import FFTConfig
+from .fft_config import FFTConfig, shared_plane_length
 
 __all__ = ["generate_fft_source", "shared_plane_length", "PAD_SHIFT", "FUNCTION_NAME"]
 
 #: One padding slot every 2**PAD_SHIFT elements of each shared-memory plane.
 PAD_SHIFT = 4
 FUNCTION_NAME = "fft_impl"
-
-
-def shared_plane_length(size: int) -> int:
-    """Length of one (real or imaginary) shared-memory plane for an FFT of ``size`` points."""
-    return size + (size >> PAD_SHIFT) + 1
 
 
 def generate_fft_source(config: FFTConfig) -> tuple[str, dict]:
@@ -91,7 +86,7 @@ def _block_body(w: SourceWriter, c: FFTConfig) -> None:
     w.emit("t = cuda.threadIdx.x")
     if t_count > 1:
         w.emit("smf = shared_mem.view(REAL)")
-        w.emit(f"re_base = cuda.threadIdx.y * {c.shared_planes * plane}")
+        w.emit(f"re_base = cuda.threadIdx.y * {c.shared_stride}")
         w.emit(f"im_base = re_base + {plane if c.shared_planes == 2 else 0}")
         w.emit(f"tp = t + (t >> {PAD_SHIFT})")
     # With one plane the real parts are exchanged first, then the imaginary parts.
