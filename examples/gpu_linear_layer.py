@@ -47,7 +47,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     batch, d_in, d_out = 256, 128, 64
     x = xp.asarray(rng.standard_normal((batch, d_in), dtype=np.float32))
-    w = xp.asarray(rng.standard_normal((d_in, d_out), dtype=np.float32) / np.sqrt(d_in))
+    w = xp.asarray(rng.standard_normal((d_in, d_out), dtype=np.float32) / np.float32(np.sqrt(d_in)))
     bias = xp.asarray(rng.standard_normal(d_out, dtype=np.float32))
 
     print(nvdispatch.explain(x, w, epilog=Epilog.RELU_AUX_BIAS, epilog_inputs={"bias": bias}))

@@ -550,7 +550,7 @@ class LtMatmulPlan:
         ptr_a = self._operand_ptr(s.lt_a, a, b, keep)
         ptr_b = self._operand_ptr(s.lt_b, a, b, keep)
         # result
-        from .arrays import empty
+        from .arrays import empty, make_view
 
         shape = p.result_shape
         order = "F" if (s.orientation == "col" and not p.a_vector and not p.b_vector) else "C"
@@ -589,6 +589,11 @@ class LtMatmulPlan:
                 g, bias_ptr = empty(kind, bshape, p.result_dtype, self.device_index, sp)
                 if s.bgrad in ("drelu_bgrad", "dgelu_bgrad") and p.options.bgrad_axis == "m":
                     g = _reshape(g, kind, (*p.batch_shape, s.bgrad_len, 1))
+                elif s.bgrad in ("bgrada", "bgradb") and p.batch_shape:
+                    src = p.a if s.bgrad == "bgrada" else p.b
+                    vec = p.a_vector if s.bgrad == "bgrada" else p.b_vector
+                    if vec or len(src.shape) == 2:  # the operand is not batched: every batch gives the same
+                        g = make_view(kind, g, (s.bgrad_len,), (1,))
                 outputs[s.bgrad] = g
             if s.aux_out:
                 aux_out, aux_ptr = self._alloc_aux(kind, sp)

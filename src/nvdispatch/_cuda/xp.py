@@ -8,6 +8,7 @@ only the cases a library handles directly can run).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from typing import Any
@@ -26,6 +27,7 @@ def _has(mod: str) -> bool:
         return False
 
 
+@functools.cache
 def namespace_for(framework: str) -> str | None:
     """Which helper namespace can work on ``framework``'s device arrays: "torch", "cupy" or None."""
     if framework in ("torch", "cupy"):
@@ -96,25 +98,28 @@ class Xp:
         ``r // 8`` set where ``mask[..., c, r]``."""
         rows = mask.shape[-1]
         pad = ld_bits - rows
+        mod = self.mod
         if self.name == "cupy":
-            cp = self.mod
-            m = mask.astype(cp.bool_)
+            m = mask.astype(mod.uint8)
             if pad:
-                m = cp.concatenate([m, cp.zeros((*m.shape[:-1], pad), cp.bool_)], axis=-1)
-            return cp.ascontiguousarray(cp.packbits(m, axis=-1, bitorder="little"))
-        torch = self.mod
-        m = mask.to(torch.uint8)
+                m = mod.concatenate([m, mod.zeros((*m.shape[:-1], pad), mod.uint8)], axis=-1)
+            m = m.reshape(*m.shape[:-1], ld_bits // 8, 8)
+            shifts = mod.arange(8, dtype=mod.uint8)
+            return mod.ascontiguousarray((m << shifts).sum(-1, dtype=mod.uint8))
+        m = mask.to(mod.uint8)
         if pad:
-            m = torch.nn.functional.pad(m, (0, pad))
+            m = mod.nn.functional.pad(m, (0, pad))
         m = m.reshape(*m.shape[:-1], ld_bits // 8, 8)
-        shifts = torch.arange(8, device=m.device, dtype=torch.uint8)
-        return (m << shifts).sum(-1, dtype=torch.uint8).contiguous()
+        shifts = mod.arange(8, device=m.device, dtype=mod.uint8)
+        return (m << shifts).sum(-1, dtype=mod.uint8).contiguous()
 
     def unpack_mask(self, bits, rows: int):
         """The inverse of :meth:`pack_mask`: a boolean (..., cols, rows) mask."""
         if self.name == "cupy":
             cp = self.mod
-            return cp.unpackbits(cp.ascontiguousarray(bits), axis=-1, bitorder="little")[..., :rows].astype(cp.bool_)
+            shifts = cp.arange(8, dtype=cp.uint8)
+            m = (bits[..., None] >> shifts) & 1
+            return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].astype(cp.bool_)
         torch = self.mod
         shifts = torch.arange(8, device=bits.device, dtype=torch.uint8)
         m = (bits.unsqueeze(-1) >> shifts) & 1

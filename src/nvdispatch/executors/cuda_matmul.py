@@ -41,9 +41,10 @@ def decline(problem: MatmulProblem) -> str | None:
         return f"plain matmul: {problem.framework}'s own matmul runs the same kernels with less host overhead"
     if problem.framework == "dlpack" and problem.a.strides is None:
         pass  # strides are read at execution time; C-contiguous is assumed when planning
-    orientation, _, why_not = lt_matmul.probe(problem)
-    if orientation is None and xp.namespace_for(problem.framework) is None:
-        return f"{why_not}, and the unfused fallback needs CuPy or Torch"
+    if xp.namespace_for(problem.framework) is None:
+        orientation, _, why_not = lt_matmul.probe(problem)
+        if orientation is None:
+            return f"{why_not}, and the unfused fallback needs CuPy or Torch"
     return None
 
 
