@@ -171,6 +171,13 @@ def is_default_state() -> bool:
     return not _in_use
 
 
+def is_requested(executor: Any) -> bool:
+    """Whether ``executor`` was asked for by name or object (an active ``set_backend`` or the global
+    backend), as opposed to being tried as a default. Executors that decline some calls only to leave
+    them to a faster default (e.g. plain GPU matmuls to the framework) take them when requested."""
+    return any(c.executor is executor for c in _local.get()) or (_global is not None and _global.executor is executor)
+
+
 def any_coercing() -> bool:
     """Whether some active backend may convert foreign operands."""
     return any(c.coerce for c in _local.get()) or (_global is not None and _global.coerce)
