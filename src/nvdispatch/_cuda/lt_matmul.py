@@ -31,7 +31,7 @@ import numpy as np
 
 from .._matmul_problem import MatmulProblem, scalar_value
 from . import lt_layout as L
-from .arrays import c_strides
+from .arrays import c_strides, empty, make_view, result_kind
 
 __all__ = ["LtSetup", "setup", "probe", "LtMatmulPlan", "lt_types", "DEFAULT_MAX_WORKSPACE"]
 
@@ -550,8 +550,6 @@ class LtMatmulPlan:
         ptr_a = self._operand_ptr(s.lt_a, a, b, keep)
         ptr_b = self._operand_ptr(s.lt_b, a, b, keep)
         # result
-        from .arrays import empty, make_view
-
         shape = p.result_shape
         order = "F" if (s.orientation == "col" and not p.a_vector and not p.b_vector) else "C"
         out, ptr_d = empty(kind, shape, p.result_dtype, self.device_index, sp, order)
@@ -662,8 +660,6 @@ class LtMatmulPlan:
         return _xp_ptr(y, xp)
 
     def _alloc_aux(self, kind, sp):
-        from .arrays import empty, make_view
-
         p, s = self.problem, self.setup
         batch = p.batch_shape
         if s.aux_out == "relu":
@@ -735,8 +731,6 @@ def _lt_epi_name(value: int) -> str:
 
 
 def _kind(x, framework: str) -> str:
-    from .arrays import result_kind
-
     return result_kind(x, framework)
 
 
@@ -754,8 +748,6 @@ def _xp_ptr(x, xp) -> int:
 
 
 def _reshape(x, kind: str, shape):
-    from .arrays import c_strides, make_view
-
     return make_view(kind, x, shape, c_strides(shape))
 
 
