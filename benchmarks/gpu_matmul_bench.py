@@ -207,5 +207,12 @@ def plot(path: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--plot":
         plot(sys.argv[2])
+    elif sys.argv[1] == "--host-only":
+        import torch
+
+        import nvdispatch
+
+        with open(f"{sys.argv[2]}/gpu_matmul_host.json", "w") as fh:
+            json.dump(host_overhead(torch, nvdispatch), fh, indent=1)
     else:
         run(sys.argv[1])
