@@ -14,6 +14,8 @@ from dataclasses import dataclass
 __all__ = ["GemmLayout", "choose_layout", "generate_gemm_source", "FUNCTION_NAME"]
 
 FUNCTION_NAME = "gemm_impl"
+#: Statements of the k loop beyond which it is not unrolled.
+UNROLL_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,15 @@ def generate_gemm_source(
     layout: GemmLayout,
     arrangement: tuple[str, str, str],
     block_dim: tuple[int, int, int],
+    real: bool = True,
 ) -> str:
-    """Source of ``gemm_impl(_self, alpha, a, b, beta, c)`` (uses globals ``VT`` and ``ZERO``)."""
+    """Source of ``gemm_impl(_self, alpha, a, b, beta, c)`` (uses globals ``VT``, ``ZERO`` and ``IDX``)."""
     tm, tn = layout.tile(m, n)
     tr, tc = layout.tr, layout.tc
 
     def at(name: str, order: str, row: str, col: str) -> str:
+        # Unsigned indices: Numba then emits no negative-index wraparound code.
+        row, col = f"IDX({row})", f"IDX({col})"
         return f"{name}[{row}, {col}]" if order == "row_major" else f"{name}[{col}, {row}]"
 
     lines = [f"def {FUNCTION_NAME}(_self, alpha, a, b, beta, c):"]
@@ -72,18 +77,25 @@ def generate_gemm_source(
     for u in range(tm):
         for v in range(tn):
             emit(f"    acc_{u}_{v} = ZERO")
-    emit(f"    for p in range({k}):")
-    for u in range(tm):
-        guard = "" if row_ok[u] else f" if {rows[u]} < {m} else ZERO"
-        row = rows[u] if row_ok[u] else f"min({rows[u]}, {m - 1})"
-        emit(f"        a_{u} = {at('a', arrangement[0], row, 'p')}{guard}")
-    for v in range(tn):
-        guard = "" if col_ok[v] else f" if {cols[v]} < {n} else ZERO"
-        col = cols[v] if col_ok[v] else f"min({cols[v]}, {n - 1})"
-        emit(f"        b_{v} = {at('b', arrangement[1], 'p', col)}{guard}")
-    for u in range(tm):
+    # Small k: unroll completely (constant indices, loads scheduled early); large k: a counted loop.
+    unrolled = k * (tm + tn + tm * tn) <= UNROLL_LIMIT
+    steps = [str(p) for p in range(k)] if unrolled else ["p"]
+    indent = "    " if unrolled else "        "
+    if not unrolled:
+        emit(f"    for p in range({k}):")
+    for p in steps:
+        for u in range(tm):
+            guard = "" if row_ok[u] else f" if {rows[u]} < {m} else ZERO"
+            row = rows[u] if row_ok[u] else f"min({rows[u]}, {m - 1})"
+            emit(f"{indent}a_{u} = {at('a', arrangement[0], row, p)}{guard}")
         for v in range(tn):
-            emit(f"        acc_{u}_{v} += a_{u} * b_{v}")
+            guard = "" if col_ok[v] else f" if {cols[v]} < {n} else ZERO"
+            col = cols[v] if col_ok[v] else f"min({cols[v]}, {n - 1})"
+            emit(f"{indent}b_{v} = {at('b', arrangement[1], p, col)}{guard}")
+        for u in range(tm):
+            for v in range(tn):
+                update = f"cuda.fma(a_{u}, b_{v}, acc_{u}_{v})" if real else f"acc_{u}_{v} + a_{u} * b_{v}"
+                emit(f"{indent}acc_{u}_{v} = {update}")
     emit("    al = VT(alpha)")
     emit("    be = VT(beta)")
     for u in range(tm):

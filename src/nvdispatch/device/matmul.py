@@ -216,5 +216,8 @@ def _check_block(block_size: Any, block_dim: Any, m: int, n: int) -> Dim3:
 @functools.lru_cache(maxsize=256)
 def _compiled(m, n, k, value_type, arrangement, block_dim):
     layout = choose_layout(m, n, block_dim[0] * block_dim[1] * block_dim[2])
-    source = generate_gemm_source(m, n, k, layout, arrangement, block_dim)
-    return compile_device_source(source, {"VT": value_type, "ZERO": value_type(0)}, FUNCTION_NAME)
+    real = not np.issubdtype(value_type, np.complexfloating)
+    source = generate_gemm_source(m, n, k, layout, arrangement, block_dim, real=real)
+    return compile_device_source(
+        source, {"VT": value_type, "ZERO": value_type(0), "IDX": np.uint64}, FUNCTION_NAME
+    )
