@@ -107,3 +107,15 @@ def test_simulator_accepts_gpu_valid_kernel_spellings():
     out = cuda.to_device(np.zeros(2, np.int64))
     kernel[1, 2, 0, 64](out)
     assert list(out.copy_to_host()) == [8, 8]
+
+
+def test_nvmath_compatibility_keywords():
+    F = make(fft_type="r2c", sm=(9, 0), real_fft_options={"complex_layout": "natural", "real_mode": "normal"})
+    assert F.fft_type == "r2c"
+    with pytest.raises(UnsupportedConfigurationError) as info:
+        make(fft_type="r2c", real_fft_options={"complex_layout": "packed"})
+    assert info.value.argument == "real_fft_options"
+    with pytest.raises(TypeError):
+        make(leading_dimension=3)
+    MM = device.matmul(size=(4, 4, 4), precision=np.float32, alpha=2.0, beta=0.0)
+    assert (MM.alpha, MM.beta) == (2.0, 0.0)

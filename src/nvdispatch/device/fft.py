@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .dim3 import Dim3
-from .errors import DeviceConfigurationError
+from .errors import DeviceConfigurationError, UnsupportedConfigurationError
 from .fft_config import FFTConfig, valid_elements_per_thread, valid_sizes
 from .fft_source import FUNCTION_NAME, generate_fft_source
 from .kernel_object import KernelObject, compile_device_source
@@ -36,6 +36,10 @@ class FFT(KernelObject):
         Required for c2c; r2c is forward and c2r inverse. Inverse transforms are unnormalised.
     elements_per_thread, ffts_per_block : int or "suggested", optional
         Block execution knobs. ``valid("elements_per_thread")`` lists the accepted values.
+    sm : optional
+        Accepted for nvmath-python compatibility and ignored (the generated code suits every GPU).
+    real_fft_options : dict, optional
+        Only cuFFTDx's default ``{"complex_layout": "natural", "real_mode": "normal"}`` is implemented.
 
     Attributes
     ----------
@@ -84,8 +88,10 @@ class FFT(KernelObject):
         direction: str | None = None,
         ffts_per_block: int | str | None = "suggested",
         elements_per_thread: int | str | None = "suggested",
-        **ignored: Any,
+        sm: Any = None,
+        real_fft_options: dict | None = None,
     ):
+        _check_real_fft_options(real_fft_options)
         self._config = FFTConfig.build(
             fft_type=fft_type,
             size=size,
@@ -213,7 +219,8 @@ def fft(
     elements_per_thread: int | str | None = "suggested",
     ffts_per_block: int | str | None = "suggested",
     compiler: str | None = "numba",
-    **ignored: Any,
+    sm: Any = None,
+    real_fft_options: dict | None = None,
 ) -> FFT:
     """Build a device FFT (the nvmath-python ``nvmath.device.fft`` call style).
 
@@ -238,7 +245,21 @@ def fft(
         direction=direction,
         ffts_per_block=ffts_per_block,
         elements_per_thread=elements_per_thread,
+        sm=sm,
+        real_fft_options=real_fft_options,
     )
+
+
+def _check_real_fft_options(options: dict | None) -> None:
+    """Only cuFFTDx's default real-FFT layout (natural complex layout, normal mode) is implemented."""
+    default = {"complex_layout": "natural", "real_mode": "normal"}
+    if options is None:
+        return
+    if not isinstance(options, dict) or any(options.get(k, v) != v for k, v in default.items()):
+        raise UnsupportedConfigurationError("real_fft_options", f"None or {default}", options)
+    unknown = set(options) - set(default)
+    if unknown:
+        raise DeviceConfigurationError("real_fft_options", f"keys among {sorted(default)}", options)
 
 
 def valid(*knobs: str, size: int, fft_type: str = "c2c", execution: str = "Block") -> list[Any]:

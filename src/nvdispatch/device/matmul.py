@@ -38,6 +38,9 @@ class Matmul(KernelObject):
         Threads per block (1-D). Alternatively ``block_dim``; default: suggested from the tile size.
     block_dim : tuple of int, optional
         Block shape (x, y, z); the threads are linearised x-fastest.
+    execution : {"Block"}
+    alpha, beta : optional
+        Recorded as attributes for nvmath-python compatibility; the kernel passes the values it uses.
 
     Attributes
     ----------
@@ -82,7 +85,6 @@ class Matmul(KernelObject):
         execution: str = "Block",
         alpha: Any = None,
         beta: Any = None,
-        **ignored: Any,
     ):
         self.m, self.n, self.k = _check_size(size)
         self.size = (self.m, self.n, self.k)
@@ -159,7 +161,8 @@ def matmul(
     block_dim: tuple[int, ...] | None = None,
     execution: str = "Block",
     compiler: str | None = "numba",
-    **kwargs: Any,
+    alpha: Any = None,
+    beta: Any = None,
 ) -> Matmul:
     """Build a block GEMM (the nvmath-python ``nvmath.device.matmul`` call style); see :class:`Matmul`.
 
@@ -181,7 +184,8 @@ def matmul(
         block_size=block_size,
         block_dim=block_dim,
         execution=execution,
-        **kwargs,
+        alpha=alpha,
+        beta=beta,
     )
 
 
