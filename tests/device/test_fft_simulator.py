@@ -145,3 +145,21 @@ def test_block_fft_one_shared_plane_when_two_exceed_48k(kind, direction):
     assert F.shared_memory_size <= 48 * 1024  # real and imaginary parts exchanged one after the other
     result, reference = run_fft(F, batch=1)
     assert relative_error(result, reference) < tolerance(np.float64)
+
+
+@pytest.mark.parametrize(
+    "size,precision,kind,direction",
+    [
+        (512, np.float32, "c2c", "forward"),
+        (2048, np.float32, "c2c", "inverse"),
+        (4096, np.float32, "c2c", "forward"),
+        (4096, np.float64, "c2c", "forward"),
+        (1024, np.float32, "r2c", "forward"),
+        (1024, np.float32, "c2r", "inverse"),
+    ],
+)
+def test_suggested_configuration_of_large_sizes(size, precision, kind, direction):
+    F = device.FFT(size, precision, kind, "Block", direction=direction)
+    assert F.shared_memory_size % (2 * np.dtype(precision).itemsize) == 0  # whole value_type elements
+    result, reference = run_fft(F, batch=1)
+    assert relative_error(result, reference) < tolerance(precision)

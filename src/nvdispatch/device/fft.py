@@ -175,7 +175,9 @@ class FFT(KernelObject):
         if self.execution == "Thread" or self._config.threads_per_fft == 1:
             return 0
         real_bytes = np.dtype(self.precision).itemsize
-        return self.ffts_per_block * self._config.shared_stride * real_bytes
+        reals = self.ffts_per_block * self._config.shared_stride
+        # Whole complex values: the kernel declares the buffer with the complex value_type.
+        return (reals + reals % 2) * real_bytes
 
     @property
     def files(self) -> list:
@@ -233,7 +235,7 @@ def fft(
     >>> FFT_fwd = fft(fft_type="c2c", size=128, precision=np.float32, direction="forward",
     ...               ffts_per_block=1, elements_per_thread=2, execution="Block", compiler="numba")
     >>> FFT_fwd.shared_memory_size, FFT_fwd.files
-    (1096, [])
+    (1408, [])
     """
     if compiler not in ("numba", None):
         raise DeviceConfigurationError("compiler", ["numba", None], compiler)

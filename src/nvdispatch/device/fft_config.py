@@ -10,6 +10,7 @@ import numpy as np
 
 from .errors import DeviceConfigurationError, UnsupportedConfigurationError
 from .precision import normalize_precision
+from .shared_layout import Padding, exchange_paddings, plane_length
 
 __all__ = ["FFTConfig", "FFT_TYPES", "DIRECTIONS", "EXECUTIONS", "MAX_SIZE", "MAX_THREAD_SIZE", "valid_sizes"]
 
@@ -47,15 +48,10 @@ def _is_smooth(n: int) -> bool:
     return n == 1
 
 
-def shared_plane_length(size: int) -> int:
-    """Length of one (real or imaginary) shared-memory plane: one padding slot per 16 elements."""
-    return size + (size >> 4) + 1
-
-
-def shared_fft_stride(size: int, planes: int, threads_per_fft: int) -> int:
+def shared_fft_stride(plane: int, planes: int, threads_per_fft: int) -> int:
     """Reals reserved per FFT. When several FFTs share a warp (fewer than 32 threads each), the stride is
     congruent to the thread count modulo the 32 banks, so the FFTs of a warp hit disjoint banks."""
-    stride = planes * shared_plane_length(size)
+    stride = planes * plane
     if threads_per_fft < 32:
         stride += (threads_per_fft - stride) % 32
     return stride
@@ -111,13 +107,23 @@ class FFTConfig:
         """2: real and imaginary planes exchanged together; 1: one after the other (fits 48 KiB)."""
         if self.execution == "Thread" or self.threads_per_fft == 1:
             return 2
-        two_planes = self.ffts_per_block * shared_fft_stride(self.size, 2, self.threads_per_fft)
+        two_planes = self.ffts_per_block * shared_fft_stride(self.plane, 2, self.threads_per_fft)
         return 2 if two_planes * np.dtype(self.precision).itemsize <= DEFAULT_SHARED_MEMORY else 1
+
+    @property
+    def paddings(self) -> tuple[Padding, ...]:
+        """Shared-memory padding of each exchange between passes (see :mod:`.shared_layout`)."""
+        return _paddings(self.size, self.elements_per_thread, self.precision)
+
+    @property
+    def plane(self) -> int:
+        """Reals in one (real or imaginary) shared-memory plane."""
+        return plane_length(self.size, self.paddings)
 
     @property
     def shared_stride(self) -> int:
         """Reals between the shared-memory regions of consecutive FFTs of the block."""
-        return shared_fft_stride(self.size, self.shared_planes, self.threads_per_fft)
+        return shared_fft_stride(self.plane, self.shared_planes, self.threads_per_fft)
 
     @property
     def radices(self) -> list[int]:
@@ -171,7 +177,7 @@ class FFTConfig:
             options = valid_elements_per_thread(size, fft_type)
             ept = _resolve("elements_per_thread", elements_per_thread, options, _suggest_ept(size, options))
             threads = size // ept
-            fpb_limit = max(1, min(MAX_THREADS_PER_BLOCK // threads, _shared_fit(size, precision, threads)))
+            fpb_limit = max(1, min(MAX_THREADS_PER_BLOCK // threads, _shared_fit(size, ept, precision)))
             suggestion = min(fpb_limit, _suggest_fpb(threads))
             fpb = _resolve("ffts_per_block", ffts_per_block, list(range(1, fpb_limit + 1)), suggestion)
         return cls(fft_type, size, precision, direction, execution, ept, fpb)
@@ -193,11 +199,19 @@ def _resolve(argument: str, value: Any, options: list[int] | None, suggestion: i
     raise DeviceConfigurationError(argument, [*options, "suggested"], value)
 
 
-def _shared_fit(size: int, precision: type[np.floating], threads: int) -> int:
+def _paddings(size: int, ept: int, precision: type[np.floating]) -> tuple[Padding, ...]:
+    plan = radix_plan(size, ept)
+    assert plan is not None
+    return exchange_paddings(size, ept, tuple(plan), np.dtype(precision).itemsize)
+
+
+def _shared_fit(size: int, ept: int, precision: type[np.floating]) -> int:
     """How many FFTs fit in the 48 KiB of dynamic shared memory a kernel gets without opting in."""
+    threads = size // ept
     if threads == 1:
         return MAX_THREADS_PER_BLOCK
-    per_fft = shared_fft_stride(size, 2, threads) * np.dtype(precision).itemsize
+    plane = plane_length(size, _paddings(size, ept, precision))
+    per_fft = shared_fft_stride(plane, 2, threads) * np.dtype(precision).itemsize
     return DEFAULT_SHARED_MEMORY // per_fft
 
 

@@ -17,7 +17,8 @@ radix ``R`` and span ``Ns`` (the product of the previous radices) has ``size // 
 ``j`` reads ``j + r * size // R``, twiddles by ``exp(sign 2 pi i r (j % Ns) / (Ns R))``, and writes
 ``(j // Ns) * Ns * R + j % Ns + r * Ns``. Thread ``t`` owns butterflies ``t + b * stride``, so the first pass
 reads and the last pass writes exactly the registers of the layout above; the passes in between exchange
-through shared memory (real and imaginary planes, one padding slot per 16 to avoid bank conflicts).
+through shared memory (real and imaginary planes, padded per exchange to avoid bank conflicts, see
+:mod:`.shared_layout`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,10 @@ from __future__ import annotations
 import numpy as np
 
 from .codegen import Complex, SourceWriter
-from .fft_config import FFTConfig, shared_plane_length
+from .fft_config import FFTConfig
+from .shared_layout import HERMITIAN_PADDING, Padding
 
-__all__ = ["generate_fft_source", "shared_plane_length", "PAD_SHIFT", "FUNCTION_NAME"]
-
-#: One padding slot every 2**PAD_SHIFT elements of each shared-memory plane.
-PAD_SHIFT = 4
+__all__ = ["generate_fft_source", "FUNCTION_NAME"]
 FUNCTION_NAME = "fft_impl"
 
 
@@ -81,14 +80,13 @@ def _load(w: SourceWriter, value: Complex) -> Complex:
 # -- Block execution -------------------------------------------------------------------------------------
 def _block_body(w: SourceWriter, c: FFTConfig) -> None:
     n, e, t_count = c.size, c.elements_per_thread, c.threads_per_fft
-    plane = shared_plane_length(n)
+    plane = c.plane
     w.emit("tdf = thread_data.view(REAL)")
     w.emit("t = cuda.threadIdx.x")
     if t_count > 1:
         w.emit("smf = shared_mem.view(REAL)")
         w.emit(f"re_base = cuda.threadIdx.y * {c.shared_stride}")
         w.emit(f"im_base = re_base + {plane if c.shared_planes == 2 else 0}")
-        w.emit(f"tp = t + (t >> {PAD_SHIFT})")
     # With one plane the real parts are exchanged first, then the imaginary parts.
     phases = [("re", "im")] if c.shared_planes == 2 else [("re",), ("im",)]
     zero = w.const(0.0)
@@ -114,9 +112,10 @@ def _block_body(w: SourceWriter, c: FFTConfig) -> None:
         if index == len(radices) - 1:
             regs = [outputs[i % groups][i // groups] for i in range(e)]
         else:
-            writes = _output_slots(w, outputs, t_count, span, radix)
+            padding = c.paddings[index]
+            writes = _output_slots(w, padding, outputs, t_count, span, radix)
             next_radix = radices[index + 1]
-            reads = _input_slots(w, n, t_count, next_radix, e // next_radix)
+            reads = _input_slots(w, padding, n, t_count, next_radix, e // next_radix)
             regs = _exchange(w, writes, reads, phases)
         span *= radix
 
@@ -128,20 +127,6 @@ def _block_body(w: SourceWriter, c: FFTConfig) -> None:
     for i in range(count):
         w.emit(f"tdf[{2 * i}] = {regs[i][0]}")
         w.emit(f"tdf[{2 * i + 1}] = {regs[i][1]}")
-
-
-def _padded(index_expr: str) -> str:
-    return f"({index_expr}) + (({index_expr}) >> {PAD_SHIFT})"
-
-
-_PAD_GROUP = 1 << PAD_SHIFT
-
-
-def _constant_offset_slot(padded_base: str, max_residue: int, offset: int) -> str | None:
-    """``padded(x + offset)`` as ``padded(x) + constant`` when ``x % 16 <= max_residue`` makes it exact."""
-    if offset % _PAD_GROUP + max_residue < _PAD_GROUP:
-        return f"{padded_base} + {offset + (offset >> PAD_SHIFT)}"
-    return None
 
 
 def _apply_twiddles(w: SourceWriter, x: list[Complex], j_expr: str, span: int, radix: int, sign: int):
@@ -158,31 +143,37 @@ def _apply_twiddles(w: SourceWriter, x: list[Complex], j_expr: str, span: int, r
     return [x[0]] + [w.mul(x[r], powers[r]) for r in range(1, radix)]
 
 
-def _input_slots(w: SourceWriter, n: int, t_count: int, radix: int, groups: int) -> list[str]:
+def _input_slots(w: SourceWriter, pad: Padding, n: int, t_count: int, radix: int, groups: int) -> list[str]:
     """Padded slots of element j + r * n / radix for each butterfly j = t + b * t_count, in register order."""
     slots: list[str] = [""] * (radix * groups)
-    t_residue = min(t_count, _PAD_GROUP) - 1  # t % 16 is at most this
+    group = 1 << pad.shift
+    t_residue = min(t_count, group) - 1  # t % group is at most this
+    tp = w.fresh("tp")
+    w.emit(f"{tp} = {pad.expr('t')}")
     for r in range(radix):
         for b in range(groups):
             offset = b * t_count + r * (n // radix)
-            slot = _constant_offset_slot("tp", t_residue, offset)
+            slot = pad.constant_offset(tp, t_residue, offset)
             if slot is None:
                 q = w.fresh("q")
                 w.emit(f"{q} = t + {offset}")
-                slot = _padded(q)
+                slot = pad.expr(q)
             slots[b + r * groups] = slot
     return slots
 
 
-def _output_slots(w: SourceWriter, outputs: list[list[Complex]], t_count: int, span: int, radix: int):
+def _output_slots(
+    w: SourceWriter, pad: Padding, outputs: list[list[Complex]], t_count: int, span: int, radix: int
+):
     """(slot, value) pairs: butterfly output r goes to (j // span) * span * radix + j % span + r * span."""
+    group = 1 << pad.shift
     if span == 1:
-        alignment = min(radix & -radix, _PAD_GROUP)  # d = j * radix is a multiple of this
-        d_residue = _PAD_GROUP - alignment
-    elif (span * radix) % _PAD_GROUP == 0 and span <= _PAD_GROUP:
-        d_residue = span - 1  # d % 16 == j % span
+        alignment = min(radix & -radix, group)  # d = j * radix is a multiple of this
+        d_residue = group - alignment
+    elif (span * radix) % group == 0 and span <= group:
+        d_residue = span - 1  # d % group == j % span
     else:
-        d_residue = _PAD_GROUP - 1
+        d_residue = group - 1
     writes: list[tuple[str, Complex]] = []
     for b, values in enumerate(outputs):
         j, d, dp = w.fresh("j"), w.fresh("d"), w.fresh("dp")
@@ -191,13 +182,13 @@ def _output_slots(w: SourceWriter, outputs: list[list[Complex]], t_count: int, s
             w.emit(f"{d} = {j} * {radix}")
         else:
             w.emit(f"{d} = ({j} // {span}) * {span * radix} + {j} % {span}")
-        w.emit(f"{dp} = {d} + ({d} >> {PAD_SHIFT})")
+        w.emit(f"{dp} = {pad.expr(d)}")
         for r, value in enumerate(values):
-            slot = _constant_offset_slot(dp, d_residue, r * span)
+            slot = pad.constant_offset(dp, d_residue, r * span)
             if slot is None:
                 q = w.fresh("q")
                 w.emit(f"{q} = {d} + {r * span}")
-                slot = _padded(q)
+                slot = pad.expr(q)
             writes.append((slot, value))
     return writes
 
@@ -234,14 +225,14 @@ def _hermitian_registers(w: SourceWriter, c: FFTConfig, phases) -> list[Complex]
             if lowest > half:
                 continue
             guard = "" if highest <= half else f"if t + {i * s} <= {half}: "
-            slot = _padded(f"t + {i * s}")
+            slot = HERMITIAN_PADDING.expr(f"t + {i * s}")
             for part in phase:
                 w.emit(f"{guard}smf[IDX({part}_base + {slot})] = tdf[{2 * i + (part == 'im')}]")
         w.emit("cuda.syncthreads()")
         for i in range(e):
             lowest, highest = i * s, i * s + s - 1
-            own = _padded(f"t + {i * s}")
-            mirror = _padded(f"{n} - t - {i * s}")
+            own = HERMITIAN_PADDING.expr(f"t + {i * s}")
+            mirror = HERMITIAN_PADDING.expr(f"{n} - t - {i * s}")
             for part in phase:
                 name = regs[i][part == "im"]
                 own_read = f"smf[IDX({part}_base + {own})]"
