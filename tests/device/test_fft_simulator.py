@@ -163,3 +163,37 @@ def test_suggested_configuration_of_large_sizes(size, precision, kind, direction
     assert F.shared_memory_size % (2 * np.dtype(precision).itemsize) == 0  # whole value_type elements
     result, reference = run_fft(F, batch=1)
     assert relative_error(result, reference) < tolerance(precision)
+
+
+def test_nvmath_style_kernel_reads_every_knob_from_the_object():
+    fft_r2c = device.FFT(
+        fft_type="r2c",
+        size=128,
+        precision=np.float32,
+        elements_per_thread=8,
+        ffts_per_block=2,
+        execution="Block",
+    )
+
+    @cuda.jit
+    def kernel(inp, out):
+        thread_data = cuda.local.array(shape=(fft_r2c.storage_size,), dtype=fft_r2c.value_type)
+        reals = thread_data.view(np.float32)
+        shared_mem = cuda.shared.array(shape=(0,), dtype=fft_r2c.value_type)
+        row = cuda.threadIdx.y
+        index = cuda.threadIdx.x
+        for i in range(fft_r2c.elements_per_thread):
+            if index < fft_r2c.size:
+                reals[i] = inp[row, index]
+            index += fft_r2c.stride
+        fft_r2c(thread_data, shared_mem)
+        index = cuda.threadIdx.x
+        for i in range(fft_r2c.elements_per_thread):
+            if index < fft_r2c.size // 2 + 1:
+                out[row, index] = thread_data[i]
+            index += fft_r2c.stride
+
+    x = np.random.default_rng(3).standard_normal((2, 128)).astype(np.float32)
+    out = cuda.to_device(np.zeros((2, 65), np.complex64))
+    kernel[1, fft_r2c.block_dim, 0, fft_r2c.shared_memory_size](cuda.to_device(x), out)
+    assert relative_error(out.copy_to_host(), np.fft.rfft(x, axis=-1)) < 2e-5

@@ -77,6 +77,9 @@ class FFT(KernelObject):
         "ffts_per_block",
         "shared_memory_size",
         "block_dim",
+        "value_type",
+        "input_type",
+        "output_type",
     )
 
     def __init__(

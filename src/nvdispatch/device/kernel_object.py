@@ -4,7 +4,8 @@ A :class:`KernelObject` wraps one generated device function. In host Python (and
 simulator, where kernels are plain Python) calling the object calls that function. On the GPU target, Numba
 types each instance as its own :class:`KernelObjectType`; ``obj(...)`` and ``obj.execute(...)`` compile to an
 inlined call of the generated function, and every integer attribute listed in ``constant_attributes``
-(``obj.stride``, ``obj.elements_per_thread``...) is a literal, so it may size a ``cuda.local.array``.
+(``obj.stride``, ``obj.elements_per_thread``...) is a literal, so it may size a ``cuda.local.array``;
+type attributes (``obj.value_type``...) may serve as its ``dtype``.
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ def _register_gpu_typing() -> None:
             value = typ.obj.numba_attribute(attr)
             if isinstance(value, bool) or value is None:
                 return None
+            if isinstance(value, types.Type):  # value_type & co: usable as a dtype inside the kernel
+                return types.NumberClass(value)
             if isinstance(value, int):
                 return types.literal(value)
             if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
@@ -145,6 +148,8 @@ def _register_gpu_typing() -> None:
     @lower_getattr_generic(KernelObjectType)
     def _lower_attribute(context, builder, typ, value, attr):
         constant = typ.obj.numba_attribute(attr)
+        if isinstance(constant, types.Type):
+            return context.get_dummy_value()
         if isinstance(constant, tuple):
             return context.make_tuple(
                 builder,

@@ -72,6 +72,10 @@ class Matmul(KernelObject):
         "shared_memory_size",
         "block_dim",
         "size",
+        "value_type",
+        "a_value_type",
+        "b_value_type",
+        "c_value_type",
     )
 
     def __init__(
