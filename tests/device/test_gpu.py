@@ -9,6 +9,9 @@ import nvdispatch.device as device
 
 from .fft_kernels import relative_error, run_fft, tolerance
 from .gemm_kernels import run_gemm
+from .test_fft_simulator import (
+    test_nvmath_style_kernel_reads_every_knob_from_the_object as nvmath_style_kernel,
+)
 from .test_fft_simulator import test_seed_kernel_runs_unchanged as seed_kernel
 
 pytestmark = pytest.mark.gpu
@@ -18,6 +21,10 @@ POWERS_OF_TWO = [2**p for p in range(1, 13)]
 
 def test_seed_kernel_on_gpu():
     seed_kernel()
+
+
+def test_nvmath_style_kernel_on_gpu():
+    nvmath_style_kernel()
 
 
 @pytest.mark.parametrize("size", POWERS_OF_TWO + [96, 243, 1000, 2401])
