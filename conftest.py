@@ -1,4 +1,5 @@
-"""Shared test set-up for tests/ and conformance/: GPU detection without importing any framework, and the `gpu` marker's skip."""
+"""Shared test set-up for tests/ and conformance/: GPU detection without importing any framework, and the
+`gpu` marker's skip."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The one plan cache every executor shares: a bounded, thread-safe LRU of prepared plans.
 
 Keys are tuples holding everything that changes a plan (operation, executor, device, dtypes, shapes,
-strides, epilog, options, strategy...). Values are executor plans. An evicted plan is released (its
-executor makes that safe with respect to work still queued on a stream).
+strides, epilog, options, strategy...). Values are executor plans. One plan may be held under several keys
+(a hot path's cheap key beside the full problem key); it is released (its executor makes that safe with
+respect to work still queued on a stream) when the last key holding it is evicted.
 
 Autotuned choices can be saved to a JSON file and loaded in another process, so a service starts tuned:
 a plan that exposes ``tuning()`` (JSON-serialisable) is saved under its key; after ``load()``, an
@@ -33,6 +34,7 @@ class PlanCache:
 
     def __init__(self, maxsize: int = 512):
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
+        self._holders: dict[int, int] = {}  # id(plan) -> how many keys hold it
         self._tunings: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._maxsize = self._check_size(maxsize)
@@ -84,21 +86,24 @@ class PlanCache:
             return plan
 
     def put(self, key: Hashable, plan: Any) -> Any:
-        """Insert ``plan`` unless another thread inserted one first; returns the plan kept."""
+        """Insert ``plan`` under ``key`` unless another thread inserted one first; returns the plan kept.
+
+        ``plan`` may already be held under other keys (an alias); it is released only when no key holds it.
+        """
+        release: list[Any] = []
         with self._lock:
             kept = self._plans.get(key)
             if kept is not None:
                 self._plans.move_to_end(key)
-                loser = plan
+                if plan is not kept and id(plan) not in self._holders:
+                    release.append(plan)  # a duplicate planned by a racing thread
             else:
-                kept, loser = plan, None
+                kept = plan
                 if self._maxsize:
                     self._plans[key] = plan
-                evicted = self._trim()
-        if loser is not None:
-            _release([loser])
-        else:
-            _release(evicted)
+                    self._holders[id(plan)] = self._holders.get(id(plan), 0) + 1
+                    release = self._trim()
+        _release(release)
         return kept
 
     def get_or_create(self, key: Hashable, factory: Callable[[Any], Any]) -> Any:
@@ -112,8 +117,13 @@ class PlanCache:
         evicted = []
         while len(self._plans) > self._maxsize:
             _, plan = self._plans.popitem(last=False)
-            evicted.append(plan)
             self.evictions += 1
+            left = self._holders[id(plan)] - 1
+            if left:
+                self._holders[id(plan)] = left
+            else:
+                del self._holders[id(plan)]
+                evicted.append(plan)
         return evicted
 
     # -- statistics and maintenance --------------------------------------------------------------------
@@ -131,8 +141,9 @@ class PlanCache:
     def clear(self) -> None:
         """Drop (and release) every cached plan and reset the statistics; loaded tunings are kept."""
         with self._lock:
-            plans = list(self._plans.values())
+            plans = list({id(p): p for p in self._plans.values()}.values())
             self._plans.clear()
+            self._holders.clear()
             self.hits = self.misses = self.evictions = 0
         _release(plans)
 

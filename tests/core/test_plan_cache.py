@@ -138,3 +138,46 @@ def test_sixteen_threads_hammering_mixed_calls():
         t.join()
     assert not errors, errors[:3]
     assert plan_cache.stats()["size"] <= 8
+
+
+def test_a_plan_held_under_two_keys_is_released_with_the_last():
+    cache = PlanCache(maxsize=2)
+    released = []
+
+    class P:
+        def release(self):
+            released.append(self)
+
+    p = P()
+    cache.put("full", p)
+    cache.put("alias", p)
+    cache.put("other", P())  # evicts "full"; "alias" still holds p
+    assert released == [] and cache.get("alias") is p
+    cache.put("more", P())  # evicts "alias", the last key holding p
+    assert released == [p]
+    cache.clear()
+    assert released.count(p) == 1
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_hot_path_reuses_plans_and_stays_right(framework):
+    conv = (lambda x: x) if framework == "numpy" else torch.from_numpy
+    rng = np.random.default_rng(0)
+    a, b, bias = rng.standard_normal((6, 4)), rng.standard_normal((4, 3)), rng.standard_normal(3)
+    for alpha in (1, 2, 0.5, -1.5):
+        got = nvdispatch.matmul(conv(a), conv(b), alpha=alpha, epilog="GELU_BIAS", epilog_inputs={"bias": conv(bias)})
+        want = nvdispatch._epilog.gelu_tanh(alpha * a @ b + bias)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+    hits = plan_cache.stats()["hits"]
+    nvdispatch.matmul(conv(a), conv(b), epilog="GELU_BIAS", epilog_inputs={"bias": conv(bias)})
+    assert plan_cache.stats()["hits"] == hits + 1
+    # a call that differs in shape is validated again, not run with the old plan
+    with pytest.raises(nvdispatch.errors.EpilogInputError):
+        nvdispatch.matmul(conv(a), conv(b), epilog="GELU_BIAS", epilog_inputs={"bias": conv(bias[:2])})
+
+
+def test_hot_path_never_accepts_an_alpha_the_full_path_would_reject():
+    a = np.ones((2, 2), np.int32)
+    assert nvdispatch.matmul(a, a, alpha=2.0)[0, 0] == 4
+    with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="alpha"):
+        nvdispatch.matmul(a, a, alpha=2.5)
