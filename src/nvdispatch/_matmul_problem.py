@@ -427,8 +427,8 @@ def build_problem(
             if tuple(info.shape) != tuple(result_shape):
                 raise EpilogInputError(arg, f"shape {result_shape} (the result's)", str(tuple(info.shape)))
         elif name == "relu_aux":
-            # a boolean mask of the result's shape (CPU executors) or a uint8 bit mask (cuBLASLt's format;
-            # the executor that produced it checks its layout)
+            # a boolean mask of the result's shape (CPU executors) or cuBLASLt's uint8 bit mask, in either
+            # orientation (its layout is checked by the cuda executor; see _cuda/lt_matmul.py)
             if info.dtype == "bool":
                 if tuple(info.shape) != tuple(result_shape):
                     raise EpilogInputError(arg, f"shape {result_shape} (the result's)", str(tuple(info.shape)))

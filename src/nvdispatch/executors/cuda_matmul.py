@@ -6,7 +6,8 @@ described to cuBLASLt) and ``inplace`` (cuBLASLt's plain matmul, then the epilog
 Torch ops) — only used where cuBLASLt has no fused kernel for the case, and ``explain()`` then says why.
 
 Plain matmuls (no epilog, no ``c``) of Torch tensors are declined so ``torch.matmul`` (same cuBLAS kernels,
-less host overhead) runs them; see :data:`PLAIN_TO_FRAMEWORK`.
+less host overhead) runs them (see :data:`PLAIN_TO_FRAMEWORK`), unless the user asked for this executor with
+``set_backend("cuda")`` or ``set_global_backend("cuda")``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ def _lt():
     return cublaslt, lt_matmul, xp
 
 
+def _requested() -> bool:
+    """Whether the user asked for this executor (then it runs plain matmuls too)."""
+    from .._backends import is_requested
+    from . import builtin
+
+    return is_requested(builtin("cuda"))
+
+
 def decline(problem: MatmulProblem) -> str | None:
     cublaslt, lt_matmul, xp = _lt()
     why = cublaslt.unavailable()
@@ -37,7 +46,7 @@ def decline(problem: MatmulProblem) -> str | None:
     if 0 in (problem.m, problem.n, problem.k) or 0 in problem.batch_shape:
         return "zero-size matmul: left to the framework"
     plain = not problem.epilog.steps and problem.c is None
-    if plain and problem.framework in PLAIN_TO_FRAMEWORK:
+    if plain and problem.framework in PLAIN_TO_FRAMEWORK and not _requested():
         return f"plain matmul: {problem.framework}'s own matmul runs the same kernels with less host overhead"
     if problem.framework == "dlpack" and problem.a.strides is None:
         pass  # strides are read at execution time; C-contiguous is assumed when planning
