@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 import threading
 
 from .libs import library_unavailable, load_library
@@ -199,8 +200,9 @@ class Desc:
     def set_ptr(self, attr: int, value: int) -> None:
         _set(lib().cublasLtMatmulDescSetAttribute, self.ptr, attr, value, ctypes.c_void_p)
 
-    def destroy(self) -> None:
-        if self.ptr:
+    def destroy(self, _finalizing=sys.is_finalizing) -> None:
+        # at interpreter exit the library handle may already be gone; the process frees everything then
+        if self.ptr and not _finalizing():
             lib().cublasLtMatmulDescDestroy(self.ptr)
             self.ptr = None
 
@@ -219,8 +221,9 @@ class Layout:
             _set(setter, self.ptr, LAYOUT_BATCH_COUNT, batch, ctypes.c_int32)
             _set(setter, self.ptr, LAYOUT_STRIDED_BATCH_OFFSET, batch_stride, ctypes.c_int64)
 
-    def destroy(self) -> None:
-        if self.ptr:
+    def destroy(self, _finalizing=sys.is_finalizing) -> None:
+        # at interpreter exit the library handle may already be gone; the process frees everything then
+        if self.ptr and not _finalizing():
             lib().cublasLtMatrixLayoutDestroy(self.ptr)
             self.ptr = None
 
@@ -240,8 +243,9 @@ class Preference:
             _set(setter, self.ptr, attr, alignment, ctypes.c_uint32)
         _set(setter, self.ptr, PREF_MIN_ALIGNMENT_D_BYTES, alignment, ctypes.c_uint32)
 
-    def destroy(self) -> None:
-        if self.ptr:
+    def destroy(self, _finalizing=sys.is_finalizing) -> None:
+        # at interpreter exit the library handle may already be gone; the process frees everything then
+        if self.ptr and not _finalizing():
             lib().cublasLtMatmulPreferenceDestroy(self.ptr)
             self.ptr = None
 
