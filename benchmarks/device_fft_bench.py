@@ -58,7 +58,7 @@ def fft_kernel(F, value_type):
         index = cuda.threadIdx.x
         for i in range(ept):
             thread_data[i] = data[fft_id, index + i * stride]
-        F(thread_data, shared_mem)
+        F.execute(thread_data, shared_mem)  # nvmath 1.0's FFT objects are not callable, only .execute
         for i in range(ept):
             data[fft_id, index + i * stride] = thread_data[i]
 
