@@ -40,7 +40,10 @@ def _gpus() -> list[str]:
 
 
 def _version(module: str) -> str | None:
-    if importlib.util.find_spec(module) is None:
+    try:
+        if importlib.util.find_spec(module) is None:
+            return None
+    except ModuleNotFoundError:  # the parent package of a dotted name is missing
         return None
     try:
         mod = importlib.import_module(module)

@@ -82,3 +82,10 @@ def test_main_module_reports_and_runs(capsys):
     assert main([]) == 0
     out = capsys.readouterr().out
     assert "frameworks" in out.lower() and "plan" in out.lower()
+
+
+def test_main_module_copes_with_missing_packages():
+    from nvdispatch.__main__ import _version
+
+    assert _version("no_such_package_anywhere.bindings") is None
+    assert _version("no_such_package_anywhere") is None
