@@ -21,7 +21,14 @@ Dim3(x=8, y=2, z=1)
 
 from __future__ import annotations
 
-from . import simulator_compat as _simulator_compat
+try:
+    import numba.cuda  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "nvdispatch.device needs Numba's CUDA target: pip install 'nvdispatch[numba]' (numba and numba-cuda)"
+    ) from exc
+
+from . import simulator_compat as _simulator_compat  # noqa: E402
 
 _simulator_compat.install()
 

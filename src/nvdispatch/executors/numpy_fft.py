@@ -45,11 +45,12 @@ class NumpyFFTPlan:
             self.kwargs = {"n": p.lengths[0], "axis": p.axes[0], "norm": p.norm}
         if strategy == "scipy":
             self.kwargs["workers"] = -1
-            where = "scipy.fft (pocketfft, workers=-1: all cores)"
+            how = "scipy.fft (pocketfft on all cores)"
         else:
-            where = "numpy.fft (pocketfft), result cast to " + p.result_dtype
+            how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
-        self.steps = (f"{where}.{p.func}(x, {args})", p.describe())
+        module = "scipy.fft" if strategy == "scipy" else "numpy.fft"
+        self.steps = (f"{module}.{p.func}(x, {args}) via {how}", p.describe())
 
     def execute(self, operands, stream=None):
         x = operands["x"]
