@@ -127,55 +127,15 @@ class Xp:
 
     # -- epilog steps in place (the vocabulary of nvdispatch._epilog.apply_inplace) --------------------
     def epilog_ops(self):
-        return _TorchOps() if self.name == "torch" else _CupyOps()
+        if self.name == "torch":
+            from .._epilog_torch import TORCH_INPLACE
+
+            return TORCH_INPLACE
+        return _CupyOps()
 
 
 _K = math.sqrt(2.0 / math.pi)
 _C = 0.044715
-
-
-class _TorchOps:
-    @staticmethod
-    def add_(d, x):
-        d.add_(x.to(d.dtype))
-
-    @staticmethod
-    def relu_(d):
-        d.clamp_min_(0)
-
-    @staticmethod
-    def positive_mask(d):
-        return d > 0
-
-    @staticmethod
-    def gelu_(d):
-        import torch
-
-        d.copy_(torch.nn.functional.gelu(d, approximate="tanh"))
-
-    @staticmethod
-    def copy(d):
-        return d.clone()
-
-    @staticmethod
-    def mask_(d, mask):
-        d.mul_(mask)
-
-    @staticmethod
-    def mul_(d, x):
-        d.mul_(x)
-
-    @staticmethod
-    def gelu_grad(x):
-        import torch
-
-        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        t = torch.tanh(_K * (xf + _C * xf**3))
-        return (0.5 * (1.0 + t) + 0.5 * xf * (1.0 - t * t) * _K * (1.0 + 3.0 * _C * xf * xf)).to(x.dtype)
-
-    @staticmethod
-    def sum(x, axis, keepdims):
-        return x.sum(dim=axis, keepdim=keepdims)
 
 
 class _CupyOps:
