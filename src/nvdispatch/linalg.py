@@ -29,7 +29,6 @@ from ._matmul_problem import (
 )
 from ._plan_cache import plan_cache
 from .errors import EpilogInputError, PlanStateError, ShapeMismatchError, UnsupportedDtypeError, describe
-from .executors.numpy_matmul import NumpyMatmulPlan as _NumpyPlan
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
 
@@ -129,8 +128,10 @@ def matmul(
     if key is not None:
         plan = plan_cache.get(key)
         if plan is not None:
-            if epilog is None and alpha == 1 and plan.__class__ is _NumpyPlan:
-                return plan.plain(a, b)
+            if epilog is None and alpha == 1 and stream is None:
+                plain = getattr(plan, "plain", None)  # plans of plain products may offer a direct call
+                if plain is not None:
+                    return plain(a, b)
             return plan.execute(_operands(a, b, None, alpha, None, epilog_inputs), stream)
 
     problem, sel = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options)

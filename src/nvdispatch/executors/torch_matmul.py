@@ -22,6 +22,12 @@ def _torch_dtype(name: str):
     return getattr(torch, name)
 
 
+def _torch_matmul():
+    import torch
+
+    return torch.matmul
+
+
 def decline(problem: MatmulProblem) -> str | None:
     dt = problem.result_dtype
     if dt in _NO_TORCH_MATMUL:
@@ -74,6 +80,11 @@ class TorchMatmulPlan:
         else:
             how = "in place" if strategy == "inplace" else "separate Torch op"
             self.steps = ("torch.matmul", *(f"{s} ({how})" for s in problem.epilog.steps))
+        # The hot path of a plain product (no c, alpha 1, no epilog) on the current stream: torch.matmul
+        # itself, when no cast is needed.
+        plain = not problem.epilog.steps and problem.c is None
+        same = problem.a.dtype == problem.b.dtype == problem.result_dtype
+        self.plain = _torch_matmul() if plain and same else None
 
     def release(self) -> None:
         pass
