@@ -31,6 +31,8 @@ __all__ = [
     "build_problem",
     "as_options",
     "as_preferences",
+    "check_scalar",
+    "scalar_value",
     "MATMUL_DTYPES",
 ]
 
@@ -268,7 +270,7 @@ def promote_dtypes(x: str, y: str, argument: str = "b") -> str:
         raise UnsupportedDtypeError(argument, f"a dtype compatible with {x}", y) from None
 
 
-def _check_scalar(name: str, value: Any, result_dtype: str) -> None:
+def check_scalar(name: str, value: Any, result_dtype: str) -> None:
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
@@ -373,9 +375,9 @@ def build_problem(
             raise ShapeMismatchError("c", f"a shape broadcastable to the result's {result_shape}", str(c.shape))
         c_sig = ArraySig.of(c)
 
-    _check_scalar("alpha", alpha, result_dtype)
+    check_scalar("alpha", alpha, result_dtype)
     if beta is not None:
-        _check_scalar("beta", beta, result_dtype)
+        check_scalar("beta", beta, result_dtype)
         if c_sig is None and scalar_value(beta) != 0:
             raise InvalidArgumentError("beta", "0 or None when c is not given", repr(beta))
 

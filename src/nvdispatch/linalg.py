@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import _backends
+from ._detect import detect
 from ._dispatch import (
     Explanation,
     choice_key,
@@ -26,9 +27,19 @@ from ._matmul_problem import (
     as_options,
     as_preferences,
     build_problem,
+    check_scalar,
+    scalar_value,
 )
 from ._plan_cache import plan_cache
-from .errors import EpilogInputError, PlanStateError, ShapeMismatchError, UnsupportedDtypeError, describe
+from .errors import (
+    EpilogInputError,
+    InvalidArgumentError,
+    MixedOperandsError,
+    PlanStateError,
+    ShapeMismatchError,
+    UnsupportedDtypeError,
+    describe,
+)
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
 
@@ -250,7 +261,9 @@ class Matmul:
         # validate shapes and dtypes now, so mistakes surface at construction
         infos = detect_all({"a": a, "b": b, "c": c})
         framework, device = placement(infos)
-        build_problem(framework, device, infos, spec_of(None), self._options, alpha, beta)
+        problem = build_problem(framework, device, infos, spec_of(None), self._options, alpha, beta)
+        self._infos = infos
+        self._result_dtype = problem.result_dtype
         self._a, self._b, self._c = a, b, c
         self._alpha, self._beta = alpha, beta
         self._stream = stream
@@ -296,6 +309,7 @@ class Matmul:
         self._plan = get_plan(sel.executor, "matmul", problem, strategy)
         self._problem, self._selection, self._strategy = problem, sel, strategy
         self._epilog, self._inputs = epilog, inputs
+        self._infos = detect_all({"a": self._a, "b": self._b, "c": self._c, **inputs})
         return self
 
     def autotune(self, iterations: int = 3, *, stream=None) -> dict[str, float]:
@@ -304,8 +318,6 @@ class Matmul:
         ``plan_cache.save()``."""
         self._check_planned("autotune")
         if not isinstance(iterations, int) or iterations < 1:
-            from .errors import InvalidArgumentError
-
             raise InvalidArgumentError("iterations", "an int >= 1", repr(iterations))
         stream = stream if stream is not None else self._stream
         ex, problem = self._selection.executor, self._problem
@@ -344,37 +356,47 @@ class Matmul:
         return self._plan.execute(self._operands(), stream if stream is not None else self._stream)
 
     def reset_operands(self, a=None, b=None, c=None, *, alpha=None, beta=None, epilog_inputs=None):
-        """Swap in new operands of the same framework, device, dtypes and shapes (strides may change:
-        the plan is then looked up again in the cache)."""
+        """Swap in new operands of the same framework, device, dtypes and shapes, and/or new ``alpha``/``beta``.
+
+        Operands with other strides are fine: the plan is then looked up again in the cache. The checks are
+        those of construction; nothing is changed when one fails.
+        """
         self._check_alive("reset operands")
-        new = {"a": a, "b": b, "c": c}
-        old_infos = detect_all({"a": self._a, "b": self._b, "c": self._c, **self._inputs})
         new_inputs = _check_epilog_inputs(epilog_inputs)
-        for name, arr in {**new, **new_inputs}.items():
-            if arr is None:
-                continue
-            info = detect_all({name: arr})[name]
-            old = old_infos.get(name)
+        replaced = {k: v for k, v in {"a": a, "b": b, "c": c, **new_inputs}.items() if v is not None}
+        infos = dict(self._infos)
+        restride = False
+        for name, arr in replaced.items():
+            arg = name if name in ("a", "b", "c") else f"epilog_inputs[{name!r}]"
+            old = self._infos.get(name)
             if old is None:
-                raise EpilogInputError(name, "an operand the Matmul was planned with", "a new one")
-            arg = name if name in new else f"epilog_inputs[{name!r}]"
+                raise EpilogInputError(arg, "an operand the Matmul was created or planned with", f"a new {name!r}")
+            info = detect(arg, arr)
             if (info.framework, info.device) != (old.framework, old.device):
-                raise ShapeMismatchError(
-                    arg, f"a {old.framework} array on {old.device}", f"{info.framework} on {info.device}"
+                raise MixedOperandsError(
+                    arg, f"a {old.framework} array on {old.device} (as planned)", f"{info.framework} on {info.device}"
                 )
             if info.dtype != old.dtype:
                 raise UnsupportedDtypeError(arg, f"dtype {old.dtype} (as planned)", info.dtype)
             if tuple(info.shape) != tuple(old.shape):
                 raise ShapeMismatchError(arg, f"shape {old.shape} (as planned)", str(tuple(info.shape)))
+            restride |= info.strides != old.strides
+            infos[name] = info
+        if alpha is not None:
+            check_scalar("alpha", alpha, self._result_dtype)
+        if beta is not None:
+            check_scalar("beta", beta, self._result_dtype)
+            if self._c is None and scalar_value(beta) != 0:
+                raise InvalidArgumentError("beta", "0 or None when the Matmul has no c", repr(beta))
         self._a = a if a is not None else self._a
         self._b = b if b is not None else self._b
         self._c = c if c is not None else self._c
         self._alpha = alpha if alpha is not None else self._alpha
         self._beta = beta if beta is not None else self._beta
         self._inputs.update(new_inputs)
-        if self._plan is not None:
-            strategy = self._strategy
-            self.plan(self._epilog, self._inputs, {"strategy": strategy})
+        self._infos = infos
+        if self._plan is not None and restride:
+            self.plan(self._epilog, self._inputs, {"strategy": self._strategy})
 
     def free(self) -> None:
         """Drop the plan and operand references. Using the object afterwards raises ``PlanStateError``."""

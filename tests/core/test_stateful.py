@@ -88,3 +88,27 @@ def test_matmul_with_c_alpha_beta():
     np.testing.assert_allclose(mm.execute(), 0.5 * a @ b - 2 * c, rtol=1e-12)
     # beta defaults to 1 when c is given
     np.testing.assert_allclose(nvdispatch.matmul(a, b, c), a @ b + c, rtol=1e-12)
+
+
+def test_reset_operands_checks_like_construction_and_replans_only_for_new_strides():
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((6, 4)), rng.standard_normal((4, 5))
+    mm = nvdispatch.Matmul(a, b).plan(epilog="RELU")
+    plan = mm._plan
+    a2 = rng.standard_normal((6, 4))
+    mm.reset_operands(a=a2, alpha=2.0)
+    assert mm._plan is plan  # same layout: no re-planning
+    np.testing.assert_allclose(mm.execute(), np.maximum(2.0 * a2 @ b, 0), rtol=1e-12)
+    mm.reset_operands(a=np.asfortranarray(a2))
+    assert mm._plan is not plan
+    np.testing.assert_allclose(mm.execute(), np.maximum(2.0 * a2 @ b, 0), rtol=1e-12)
+    with pytest.raises(errors.MixedOperandsError, match="a"):
+        mm.reset_operands(a=torch.from_numpy(a2))
+    with pytest.raises(errors.InvalidArgumentError, match="alpha"):
+        mm.reset_operands(alpha=1j)
+    with pytest.raises(errors.InvalidArgumentError, match="beta"):
+        mm.reset_operands(beta=2.0)
+    with pytest.raises(errors.EpilogInputError, match="bias"):
+        mm.reset_operands(epilog_inputs={"bias": np.ones(5)})
+    # a failed reset changed nothing
+    np.testing.assert_allclose(mm.execute(), np.maximum(2.0 * a2 @ b, 0), rtol=1e-12)
