@@ -7,6 +7,7 @@ imports a framework just to ask. Objects that no framework claims are accepted t
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,8 @@ class OperandInfo:
     dtype: str
     shape: tuple[int, ...]
     strides: tuple[int, ...] | None
+    #: whether autograd records operations on this operand now (a Torch tensor requiring grad, grad enabled)
+    autograd: bool = False
 
     @property
     def ndim(self) -> int:
@@ -62,7 +65,8 @@ def _torch_info(x) -> OperandInfo:
     dev = x.device
     device = CPU if dev.type == "cpu" else Device(dev.type, dev.index if dev.index is not None else 0)
     dtype = str(x.dtype).removeprefix("torch.")
-    return OperandInfo(x, TORCH, device, dtype, tuple(x.shape), tuple(x.stride()))
+    autograd = bool(x.requires_grad) and sys.modules["torch"].is_grad_enabled()
+    return OperandInfo(x, TORCH, device, dtype, tuple(x.shape), tuple(x.stride()), autograd)
 
 
 def _cupy_info(x) -> OperandInfo:

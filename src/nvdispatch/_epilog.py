@@ -42,6 +42,7 @@ __all__ = [
     "spec_of",
     "reference",
     "apply_inplace",
+    "apply_steps",
     "gelu_tanh",
     "gelu_tanh_grad",
 ]
@@ -175,28 +176,31 @@ def reference(spec: EpilogSpec, d: np.ndarray, inputs: dict, a=None, b=None, bgr
     return d, aux
 
 
-def apply_inplace(spec: EpilogSpec, d, inputs: dict, ops, *, a=None, b=None, bgrad_axis: str = "n") -> dict:
-    """Apply ``spec``'s steps to ``d`` in place through the array ops ``ops``; returns the aux outputs.
+def apply_steps(spec: EpilogSpec, d, inputs: dict, ops, *, a=None, b=None, bgrad_axis: str = "n"):
+    """Apply ``spec``'s steps to ``d`` through the array ops ``ops``; returns ``(result, aux)``.
 
     ``ops`` is a small adapter (see :class:`NumpyEpilogOps`) so the same step list runs on every
-    framework. ``bias``/aux inputs must already broadcast against ``d``.
+    framework. Its elementwise methods either modify ``d`` in place and return None (in-place
+    vocabularies) or return the new array (out-of-place ones, e.g. for autograd). ``bias``/aux inputs
+    must already broadcast against ``d``.
     """
     aux: dict = {}
     for step in spec.steps:
+        new = None
         if step == "add_bias":
-            ops.add_(d, inputs["bias"])
+            new = ops.add_(d, inputs["bias"])
         elif step == "relu":
-            ops.relu_(d)
+            new = ops.relu_(d)
         elif step == "save_relu_mask":
             aux["relu_aux"] = ops.positive_mask(d)
         elif step == "gelu":
-            ops.gelu_(d)
+            new = ops.gelu_(d)
         elif step == "save_pre_activation":
             aux["gelu_aux"] = ops.copy(d)
         elif step == "drelu":
-            ops.mask_(d, inputs["relu_aux"])
+            new = ops.mask_(d, inputs["relu_aux"])
         elif step == "dgelu":
-            ops.mul_(d, ops.gelu_grad(inputs["gelu_aux"]))
+            new = ops.mul_(d, ops.gelu_grad(inputs["gelu_aux"]))
         elif step == "bgrad_result":
             name = spec.outputs[0]
             aux[name] = ops.sum(d, -2, False) if bgrad_axis == "n" else ops.sum(d, -1, True)
@@ -206,7 +210,14 @@ def apply_inplace(spec: EpilogSpec, d, inputs: dict, ops, *, a=None, b=None, bgr
             aux["bgradb"] = ops.sum(b, -2, False)
         else:  # pragma: no cover - the table and this loop are written together
             raise AssertionError(f"unknown epilog step {step!r}")
-    return aux
+        if new is not None:
+            d = new
+    return d, aux
+
+
+def apply_inplace(spec: EpilogSpec, d, inputs: dict, ops, *, a=None, b=None, bgrad_axis: str = "n") -> dict:
+    """:func:`apply_steps` with an in-place vocabulary: ``d`` is modified, the aux outputs returned."""
+    return apply_steps(spec, d, inputs, ops, a=a, b=b, bgrad_axis=bgrad_axis)[1]
 
 
 class NumpyEpilogOps:

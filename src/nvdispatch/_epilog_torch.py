@@ -62,17 +62,32 @@ class TorchEpilogOps:
 
 
 class TorchPlainOps(TorchEpilogOps):
-    """Out-of-place variants (strategy ``plain``); results copied back into ``d``."""
+    """Out-of-place variants, each step a separate Torch op returning a new tensor: strategy ``plain``, and
+    any call that autograd records (in-place steps would overwrite tensors autograd saved)."""
 
     @staticmethod
     def add_(d, x):
-        d.copy_(d + x.to(d.dtype))
+        return d + x.to(d.dtype)
 
     @staticmethod
     def relu_(d):
         import torch
 
-        d.copy_(torch.relu(d) if d.dtype.is_floating_point else d.clamp_min(0))
+        return torch.relu(d) if d.dtype.is_floating_point else d.clamp_min(0)
+
+    @staticmethod
+    def gelu_(d):
+        import torch
+
+        return torch.nn.functional.gelu(d, approximate="tanh")
+
+    @staticmethod
+    def mask_(d, mask):
+        return d * mask
+
+    @staticmethod
+    def mul_(d, x):
+        return d * x
 
 
 TORCH_INPLACE = TorchEpilogOps()

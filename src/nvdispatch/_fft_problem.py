@@ -68,6 +68,7 @@ class FFTProblem:
     lengths: tuple[int, ...]
     norm: str
     ndim_api: bool  # called through an n-D function (s/axes) rather than a 1-D one (n/axis)
+    autograd: bool = False  # autograd records this call (a Torch tensor requiring grad)
 
     @property
     def real_dtype(self) -> str:
@@ -243,4 +244,5 @@ def build_fft_problem(func: str, info, framework: str, device: Device, n=None, a
         tuple(lengths),
         norm,
         nd,
+        getattr(info, "autograd", False),
     )

@@ -235,6 +235,8 @@ class MatmulProblem:
     bias_axis: str | None
     inputs: tuple[tuple[str, ArraySig], ...]
     options: MatmulOptions
+    #: autograd records this call (Torch operands requiring grad): executors must keep the graph
+    autograd: bool = False
     coerced: bool = False
     extra: tuple = field(default=())
 
@@ -456,4 +458,5 @@ def build_problem(
         bias_axis=bias_axis,
         inputs=tuple(inputs),
         options=options,
+        autograd=any(info.autograd for info in infos.values()),
     )

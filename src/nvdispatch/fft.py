@@ -37,6 +37,7 @@ True
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,7 +96,8 @@ def _fast_key(x):
         return (t, x.dtype, x.shape, x.strides)
     mod = t.__module__
     if mod == "torch" and t.__name__ in ("Tensor", "Parameter"):
-        return (t, x.dtype, tuple(x.shape), x.stride(), x.device)
+        autograd = x.requires_grad and sys.modules["torch"].is_grad_enabled()
+        return (t, x.dtype, tuple(x.shape), x.stride(), x.device, autograd)
     if mod.startswith("cupy") and t.__name__ == "ndarray":
         return (t, x.dtype, x.shape, x.strides, x.device.id)
     return None

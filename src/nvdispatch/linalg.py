@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -165,7 +166,11 @@ def _numpy_signature(x):
 
 
 def _torch_signature(x):
-    return (x.dtype, x.shape, x.stride(), x.device)
+    return (x.dtype, x.shape, x.stride(), x.device, x.requires_grad and _torch_grad_enabled())
+
+
+def _torch_grad_enabled() -> bool:
+    return sys.modules["torch"].is_grad_enabled()
 
 
 def _cupy_signature(x):

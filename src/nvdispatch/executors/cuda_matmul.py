@@ -33,6 +33,8 @@ def _requested() -> bool:
 
 
 def decline(problem: MatmulProblem) -> str | None:
+    if problem.autograd:
+        return "autograd records this call; a raw cuBLASLt result would carry no graph (Torch's ops keep it)"
     cublaslt, lt_matmul, xp = _lt()
     why = cublaslt.unavailable()
     if why:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .._epilog import NUMPY_OPS, apply_inplace
+from .._epilog import NUMPY_OPS, apply_inplace, apply_steps, gelu_tanh
 from .._matmul_problem import MatmulProblem, scalar_value
 
 #: bytes of result rows finished per block by default (a block stays in L2 through all epilog steps)
@@ -147,8 +147,8 @@ class NumpyMatmulPlan:
             d = (alpha * d).astype(self.dtype, copy=False)
         if c is not None and beta != 0:
             d = (d + beta * c).astype(self.dtype, copy=False)
-        aux = apply_inplace(p.epilog, d, inputs, _PLAIN_OPS, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
-        return d, aux
+        d, aux = apply_steps(p.epilog, d, inputs, _PLAIN_OPS, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
+        return d.astype(self.dtype, copy=False), aux
 
     def _blocked(self, a, b, c, alpha, beta, inputs):
         p = self.problem
@@ -310,27 +310,25 @@ class _PlainOps:
     """Epilog steps as separate, out-of-place NumPy expressions (strategy ``plain``)."""
 
     def add_(self, d, x):
-        d[...] = d + x
+        return d + x
 
     def relu_(self, d):
-        d[...] = np.maximum(d, 0)
+        return np.maximum(d, 0)
 
     def positive_mask(self, d):
         return d > 0
 
     def gelu_(self, d):
-        from .._epilog import gelu_tanh
-
-        d[...] = gelu_tanh(d)
+        return gelu_tanh(d).astype(d.dtype, copy=False)
 
     def copy(self, d):
         return d.copy()
 
     def mask_(self, d, mask):
-        d[...] = d * mask
+        return d * mask
 
     def mul_(self, d, x):
-        d[...] = d * x
+        return (d * x).astype(d.dtype, copy=False)
 
     def gelu_grad(self, x):
         return NUMPY_OPS.gelu_grad(x)

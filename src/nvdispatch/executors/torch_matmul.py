@@ -7,7 +7,7 @@ product, then in-place ops on it); ``plain`` (separate out-of-place ops).
 
 from __future__ import annotations
 
-from .._epilog import apply_inplace
+from .._epilog import apply_steps
 from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN
 from .._matmul_problem import MatmulProblem, scalar_value
 from .torch import stream_context
@@ -105,7 +105,12 @@ class TorchMatmulPlan:
             b = b.unsqueeze(-1)
         alpha = scalar_value(operands.get("alpha", 1))
         inputs = {name: operands[name] for name, _ in p.inputs}
-        if self.strategy == "framework_fused":
+        # autograd records this call: no in-place steps, and no _addmm_activation (it has no derivative)
+        recorded = torch.is_grad_enabled() and (
+            a.requires_grad or b.requires_grad or any(v.requires_grad for v in inputs.values())
+        )
+        fused = self.strategy == "framework_fused" and (not recorded or p.epilog.epilog.name == "BIAS")
+        if fused:
             bias = inputs["bias"].reshape(-1)
             if p.epilog.epilog.name == "BIAS":
                 out = torch.addmm(bias, a, b, alpha=alpha)
@@ -122,17 +127,17 @@ class TorchMatmulPlan:
         else:
             out = torch.matmul(a, b)
             if alpha != 1:
-                out.mul_(alpha)
+                out = out * alpha
             if c is not None and beta != 0:
-                out.add_(c, alpha=beta)
+                out = out + beta * c
         for name in ("relu_aux", "gelu_aux"):
             if name in inputs:
                 inputs[name] = inputs[name].reshape(p.promoted_shape)
         if "bias" in inputs:
             bias = inputs["bias"]
             inputs["bias"] = bias.reshape(1, -1) if bias.ndim == 1 else bias
-        ops = TORCH_INPLACE if self.strategy == "inplace" else TORCH_PLAIN
-        aux = apply_inplace(p.epilog, out, inputs, ops, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
+        ops = TORCH_INPLACE if self.strategy == "inplace" and not recorded else TORCH_PLAIN
+        out, aux = apply_steps(p.epilog, out, inputs, ops, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
         result = _squeeze(p, out)
         if not p.epilog.outputs:
             return result

@@ -1,0 +1,86 @@
+"""Torch autograd through nvdispatch: gradients flow through every forward epilog, and executors that would
+drop the graph (raw cuBLASLt/cuFFT) decline calls that autograd records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch import Epilog
+from nvdispatch._detect import detect
+
+torch = pytest.importorskip("torch")
+
+FORWARD = [Epilog.DEFAULT, Epilog.RELU, Epilog.GELU, Epilog.BIAS, Epilog.RELU_BIAS, Epilog.GELU_BIAS,
+           Epilog.RELU_AUX_BIAS, Epilog.GELU_AUX_BIAS]  # fmt: skip
+
+
+def _torch_reference(epilog, x, w, bias, alpha):
+    pre = alpha * (x @ w) + (bias if "BIAS" in epilog.name else 0)
+    if "RELU" in epilog.name:
+        return torch.relu(pre)
+    if "GELU" in epilog.name:
+        return torch.nn.functional.gelu(pre, approximate="tanh")
+    return pre
+
+
+@pytest.mark.parametrize("epilog", FORWARD, ids=lambda e: e.name)
+@pytest.mark.parametrize("batch", [(), (2,)])
+@pytest.mark.parametrize("strategy", [None, "inplace", "plain"])
+def test_gradients_flow_through_every_forward_epilog(epilog, batch, strategy):
+    if strategy and epilog is Epilog.DEFAULT:
+        pytest.skip("no epilog steps")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(*batch, 5, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    w = torch.randn(4, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    bias = torch.randn(3, dtype=torch.float64, generator=gen, requires_grad=True)
+    kwargs = {"epilog_inputs": {"bias": bias}} if "BIAS" in epilog.name else {}
+    prefs = {"strategy": strategy} if strategy else None
+    y = nvdispatch.matmul(x, w, alpha=1.5, epilog=epilog, preferences=prefs, **kwargs)
+    y = y[0] if isinstance(y, tuple) else y
+    (y**2).sum().backward()
+    got = [t.grad.clone() for t in (x, w)] + ([bias.grad.clone()] if "BIAS" in epilog.name else [])
+    for t in (x, w, bias):
+        t.grad = None
+    (_torch_reference(epilog, x, w, bias, 1.5) ** 2).sum().backward()
+    want = [x.grad, w.grad] + ([bias.grad] if "BIAS" in epilog.name else [])
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r)
+
+
+def test_autograd_is_part_of_the_problem_and_the_raw_gpu_executors_decline_it():
+    from nvdispatch.executors import cuda_matmul
+
+    x = torch.ones(2, 3, requires_grad=True)
+    assert detect("a", x).autograd
+    with torch.no_grad():
+        assert not detect("a", x).autograd
+    assert not detect("a", x.detach()).autograd
+    problem = nvdispatch.explain(x, torch.ones(3, 2), epilog="RELU").problem
+    assert problem.autograd
+    assert "autograd" in cuda_matmul.decline(problem)
+
+
+def test_no_grad_calls_still_fuse():
+    x, w, bias = torch.ones(4, 3, requires_grad=True), torch.ones(3, 2), torch.ones(2)
+    with torch.no_grad():
+        e = nvdispatch.explain(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        out = nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    assert e.strategy == "framework_fused" and not e.problem.autograd
+    assert not out.requires_grad
+    np.testing.assert_allclose(out.numpy(), np.full((4, 2), 4.0))
+
+
+def test_fft_gradients_flow_and_raw_cufft_declines_recorded_calls():
+    from nvdispatch.executors import cuda_fft
+
+    x = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    y = nvdispatch.fft.rfft(x)
+    y.abs().pow(2).sum().backward()
+    got = x.grad.clone()
+    x.grad = None
+    torch.fft.rfft(x).abs().pow(2).sum().backward()
+    torch.testing.assert_close(got, x.grad)
+    problem = nvdispatch.explain(nvdispatch.fft.rfft, x).problem
+    assert problem.autograd and "autograd" in cuda_fft.decline(problem)
