@@ -163,6 +163,16 @@ class NumpyMatmulPlan:
             c = np.broadcast_to(c, p.promoted_shape)
         if alpha == 1 and (c is None or beta == 0) and not self.elementwise:
             return out, aux
+        if out.nbytes <= self.block_rows * p.n * self.dtype.itemsize:
+            # the whole result is one block: finish it in one go, without the block machinery
+            if alpha != 1:
+                np.multiply(out, alpha, out=out, casting="unsafe")
+            if c is not None and beta != 0:
+                np.add(out, c if beta == 1 else np.multiply(c, beta), out=out, casting="unsafe")
+            if self.elementwise:  # (BGRADA/BGRADB have none; their outputs are made above)
+                out, got = apply_steps(spec, out, inputs, NUMPY_OPS, bgrad_axis=p.options.bgrad_axis)
+                aux.update(got)
+            return out, aux
         for name in spec.outputs:
             if name == "relu_aux":
                 aux[name] = np.empty(p.promoted_shape, dtype=bool)
