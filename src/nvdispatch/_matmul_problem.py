@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 import numbers
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -237,8 +237,6 @@ class MatmulProblem:
     options: MatmulOptions
     #: autograd records this call (Torch operands requiring grad): executors must keep the graph
     autograd: bool = False
-    coerced: bool = False
-    extra: tuple = field(default=())
 
     @property
     def promoted_shape(self) -> tuple[int, ...]:
@@ -248,11 +246,15 @@ class MatmulProblem:
     def input_sigs(self) -> dict[str, ArraySig]:
         return dict(self.inputs)
 
-    def key(self, executor_name: str, strategy: str) -> tuple:
-        return ("matmul", executor_name, strategy, self)
-
-    def with_framework(self, framework: str, device: Device) -> MatmulProblem:
-        return replace(self, framework=framework, device=device, coerced=True)
+    def squeeze(self, x):
+        """Drop the axes PEP 465 added for 1-D operands from a promoted ``(..., m, n)`` array (any framework)."""
+        if self.a_vector and self.b_vector:
+            return x[..., 0, 0]
+        if self.a_vector:
+            return x[..., 0, :]
+        if self.b_vector:
+            return x[..., 0]
+        return x
 
 
 def promote_dtypes(x: str, y: str, argument: str = "b") -> str:

@@ -179,7 +179,7 @@ class NumpyMatmulPlan:
             elif name == "gelu_aux":
                 aux[name] = np.empty(p.promoted_shape, dtype=self.dtype)
         bgrad = next((o for o in spec.outputs if o.endswith("_bgrad")), None)
-        blocks = list(self._row_blocks(inputs, bgrad is not None))
+        blocks = list(self._row_blocks(inputs))
 
         def run(chunk):
             """Finish the blocks in ``chunk`` (alpha, beta*c, epilog) while each is in cache."""
@@ -217,7 +217,7 @@ class NumpyMatmulPlan:
             aux[bgrad] = self._gather_bgrad(parts)
         return out, aux
 
-    def _row_blocks(self, inputs, has_bgrad):
+    def _row_blocks(self, inputs):
         """(index, rows) pairs covering the result in blocks of about ``block_rows`` rows: row blocks of
         each matrix when matrices are large, groups of whole matrices along the last batch axis when
         they are small, or the whole result at once when it fits one block."""
@@ -272,13 +272,12 @@ class NumpyMatmulPlan:
 
     def _finish(self, out, aux):
         p = self.problem
-        squeeze = _squeezer(p)
-        result = squeeze(out)
+        result = p.squeeze(out)
         if not p.epilog.outputs:
             return result
         for name in ("relu_aux", "gelu_aux"):
             if name in aux:
-                aux[name] = squeeze(aux[name])
+                aux[name] = p.squeeze(aux[name])
         return result, aux
 
     # -- autotuning -----------------------------------------------------------------------------------
@@ -304,16 +303,6 @@ class NumpyMatmulPlan:
         self.block_rows, self.threads = best[0]
         self.steps = self._describe(self.problem.epilog)
         return timings
-
-
-def _squeezer(p: MatmulProblem):
-    if p.a_vector and p.b_vector:
-        return lambda x: x[..., 0, 0]
-    if p.a_vector:
-        return lambda x: x[..., 0, :]
-    if p.b_vector:
-        return lambda x: x[..., 0]
-    return lambda x: x
 
 
 class _PlainOps:

@@ -138,20 +138,10 @@ class TorchMatmulPlan:
             inputs["bias"] = bias.reshape(1, -1) if bias.ndim == 1 else bias
         ops = TORCH_INPLACE if self.strategy == "inplace" and not recorded else TORCH_PLAIN
         out, aux = apply_steps(p.epilog, out, inputs, ops, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
-        result = _squeeze(p, out)
+        result = p.squeeze(out)
         if not p.epilog.outputs:
             return result
         for name in ("relu_aux", "gelu_aux"):
             if name in aux:
-                aux[name] = _squeeze(p, aux[name])
+                aux[name] = p.squeeze(aux[name])
         return result, aux
-
-
-def _squeeze(p: MatmulProblem, x):
-    if p.a_vector and p.b_vector:
-        return x[..., 0, 0]
-    if p.a_vector:
-        return x[..., 0, :]
-    if p.b_vector:
-        return x[..., 0]
-    return x
