@@ -15,7 +15,7 @@ from ._detect import Device, OperandInfo, common_placement, detect
 from ._plan_cache import plan_cache
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError
 
-__all__ = ["Selection", "detect_all", "placement", "select", "choose_strategy", "get_plan", "Explanation"]
+__all__ = ["Selection", "detect_all", "placement", "select", "choose_strategy", "get_plan", "plan_key", "Explanation"]
 
 
 def detect_all(named: Mapping[str, Any]) -> dict[str, OperandInfo]:
@@ -85,9 +85,14 @@ def choice_key(executor: Any, op: str, problem: Any) -> tuple:
     return ("choice", op, executor.name, problem)
 
 
+def plan_key(executor: Any, op: str, problem: Any, strategy: str) -> tuple:
+    """The plan-cache key of (problem, executor, strategy)."""
+    return (op, executor.name, strategy, problem)
+
+
 def get_plan(executor: Any, op: str, problem: Any, strategy: str):
     """The cached plan for (problem, executor, strategy), planned on a miss."""
-    key = (op, executor.name, strategy, problem)
+    key = plan_key(executor, op, problem, strategy)
     return plan_cache.get_or_create(key, lambda tuning: executor.plan(op, problem, strategy, tuning))
 
 

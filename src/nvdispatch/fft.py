@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from . import _backends
-from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all, get_plan, placement, select
+from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all, get_plan, placement, plan_key, select
 from ._fft_problem import FFTProblem, build_fft_problem, check_norm
 from ._plan_cache import plan_cache
 from .errors import (
@@ -137,7 +137,7 @@ def explain_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward
     problem, sel, _ = _prepare(func, x, n, axis, s, axes, norm)
     strategies = tuple(sel.executor.strategies("fft", problem))
     strategy = choose_strategy(sel.executor, "fft", problem)
-    cached = plan_cache._plans.get(("fft", sel.executor.name, strategy, problem)) is not None
+    cached = plan_cache._plans.get(plan_key(sel.executor, "fft", problem, strategy)) is not None
     plan = get_plan(sel.executor, "fft", problem, strategy)
     return Explanation(
         func, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem

@@ -18,6 +18,7 @@ from ._dispatch import (
     detect_all,
     get_plan,
     placement,
+    plan_key,
     select,
 )
 from ._epilog import Epilog, spec_of
@@ -60,15 +61,17 @@ def _check_epilog_inputs(epilog_inputs) -> dict[str, Any]:
     return epilog_inputs
 
 
-def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options):
-    """Validate a call and choose its executor: (problem, selection)."""
+def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
+    """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos)."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
+    prefs = as_preferences(preferences)
     infos = detect_all({"a": a, "b": b, "c": c, **inputs})
     framework, device = placement(infos)
     problem = build_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs))
-    return problem, select("matmul", problem)
+    sel = select("matmul", problem)
+    return problem, sel, choose_strategy(sel.executor, "matmul", problem, prefs.strategy), infos
 
 
 def _operands(a, b, c, alpha, beta, epilog_inputs) -> dict[str, Any]:
@@ -146,9 +149,7 @@ def matmul(
                     return plain(a, b)
             return plan.execute(_operands(a, b, None, alpha, None, epilog_inputs), stream)
 
-    problem, sel = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options)
-    prefs = as_preferences(preferences) if preferences is not None else None
-    strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy if prefs else None)
+    problem, sel, strategy, _ = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
     plan = get_plan(sel.executor, "matmul", problem, strategy)
     if fast and not sel.coerce and _alpha_class_always_valid(alpha, problem.result_dtype):
         signature = _SIGNATURE_OF.get(problem.framework)
@@ -227,12 +228,9 @@ def explain_matmul(
     stream=None,
 ) -> Explanation:
     """What ``matmul`` would do with these arguments, without running it."""
-    problem, sel = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options)
-    prefs = as_preferences(preferences) if preferences is not None else None
+    problem, sel, strategy, _ = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
     strategies = tuple(sel.executor.strategies("matmul", problem))
-    strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy if prefs else None)
-    key = ("matmul", sel.executor.name, strategy, problem)
-    cached = plan_cache._plans.get(key) is not None
+    cached = plan_cache._plans.get(plan_key(sel.executor, "matmul", problem, strategy)) is not None
     plan = get_plan(sel.executor, "matmul", problem, strategy)
     return Explanation(
         "matmul", sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
@@ -307,14 +305,13 @@ class Matmul:
     def plan(self, epilog=None, epilog_inputs=None, preferences=None, *, stream=None):
         """Choose the executor and strategy and prepare the plan (kept in the shared plan cache)."""
         self._check_alive("plan")
-        prefs = as_preferences(preferences)
         inputs = dict(_check_epilog_inputs(epilog_inputs))
-        problem, sel = _prepare(self._a, self._b, self._c, self._alpha, self._beta, epilog, inputs, self._options)
-        strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy)
+        problem, sel, strategy, infos = _prepare(
+            self._a, self._b, self._c, self._alpha, self._beta, epilog, inputs, self._options, preferences
+        )
         self._plan = get_plan(sel.executor, "matmul", problem, strategy)
         self._problem, self._selection, self._strategy = problem, sel, strategy
-        self._epilog, self._inputs = epilog, inputs
-        self._infos = detect_all({"a": self._a, "b": self._b, "c": self._c, **inputs})
+        self._epilog, self._inputs, self._infos = epilog, inputs, infos
         return self
 
     def autotune(self, iterations: int = 3, *, stream=None) -> dict[str, float]:
