@@ -380,7 +380,6 @@ class LtMatmulPlan:
 
     def __init__(self, p: MatmulProblem, *, fused: bool = True, tuning=None, orientation=None, bias_cast=False):
         from . import cublaslt as lt
-        from .arrays import result_kind  # noqa: F401 - imported for its side-effect free availability
         from .streams import stream_pointer
         from .xp import namespace_for
 
@@ -430,6 +429,18 @@ class LtMatmulPlan:
         self._workspaces: dict[int, object] = {}
         self._lock = threading.Lock()
         self._last = (None, None)  # (bias/bgrad ptr, aux ptr) set on the descriptor
+        # per-call constants
+        self._inputs = p.input_sigs
+        self._order = "F" if (s.orientation == "col" and not p.a_vector and not p.b_vector) else "C"
+        self._one, self._zero = self._scalar_buffer(1, []), self._scalar_buffer(0, [])
+        self._torch_result = None  # (storage shape, dtype, transpose?) of Torch results, made like operand a
+        if p.framework == "torch":
+            import torch
+
+            shape = tuple(int(d) for d in p.result_shape)
+            f = self._order == "F" and len(shape) >= 2
+            storage = (*shape[:-2], shape[-1], shape[-2]) if f else shape
+            self._torch_result = (storage, getattr(torch, p.result_dtype), f)
         self.steps = self._describe()
 
     # -- description ---------------------------------------------------------------------------------
@@ -506,14 +517,22 @@ class LtMatmulPlan:
             return timer.time(lambda: self.execute(operands, sp), sp, iterations)
 
     # -- execution ---------------------------------------------------------------------------------
-    def _scalar(self, value):
+    def _scalar(self, value, keep: list):
+        """Host pointer to ``value`` in the scale type; a buffer not kept by the plan is kept in ``keep``."""
+        if value.__class__ is int and (value == 1 or value == 0):
+            return self._one if value else self._zero
+        return self._scalar_buffer(value, keep)
+
+    def _scalar_buffer(self, value, keep: list) -> int:
         value = scalar_value(value)
         buf = self._scalars.get(value)
         if buf is None:
-            arr = np.array([scalar_value(value)], dtype=self._scale_dtype)
+            arr = np.array([value], dtype=self._scale_dtype)
             buf = (arr, arr.ctypes.data)
-            if len(self._scalars) < 16:
+            if len(self._scalars) < 16:  # the plan keeps buffers of the first 16 values it sees
                 self._scalars[value] = buf
+            else:
+                keep.append(arr)  # cuBLASLt reads host scalars during the call: alive until it returns
         return buf[1]
 
     def _workspace(self, stream: int, nbytes: int, kind_fw: str) -> int:
@@ -541,7 +560,6 @@ class LtMatmulPlan:
     def _execute(self, operands, sp: int):
         p, s = self.problem, self.setup
         a, b = operands["a"], operands["b"]
-        kind = _kind(a, self.framework)
         keep = []  # temporaries alive until the launch is queued (their memory is stream-ordered)
         xp = self._xp
         if self._needs_xp:
@@ -550,9 +568,16 @@ class LtMatmulPlan:
         ptr_a = self._operand_ptr(s.lt_a, a, b, keep)
         ptr_b = self._operand_ptr(s.lt_b, a, b, keep)
         # result
-        shape = p.result_shape
-        order = "F" if (s.orientation == "col" and not p.a_vector and not p.b_vector) else "C"
-        out, ptr_d = empty(kind, shape, p.result_dtype, self.device_index, sp, order)
+        if self._torch_result is not None:
+            kind = "torch"
+            tshape, tdtype, transposed = self._torch_result
+            out = a.new_empty(tshape, dtype=tdtype)  # a's device, the current stream's caching allocator
+            ptr_d = out.data_ptr()
+            if transposed:
+                out = out.transpose(-1, -2)
+        else:
+            kind = _kind(a, self.framework)
+            out, ptr_d = empty(kind, p.result_shape, p.result_dtype, self.device_index, sp, self._order)
         beta = operands.get("beta")
         c = operands.get("c")
         ptr_c = ptr_d
@@ -569,8 +594,7 @@ class LtMatmulPlan:
         outputs = {}
         bias_ptr = aux_ptr = None
         if self.strategy == "native":
-            inputs = p.input_sigs
-            if "bias" in inputs:
+            if "bias" in self._inputs:
                 bias = operands["bias"]
                 if s.bias_copy or s.bias_cast:
                     bx = xa(bias)
@@ -599,15 +623,15 @@ class LtMatmulPlan:
                 aux_ptr = self._aux_in_ptr(operands, keep)
         # alignment of the pointers cuBLASLt reads
         algo = self._algo
-        al = _align(ptr_a | ptr_b | ptr_c | ptr_d)
-        if al < 256:
+        if (ptr_a | ptr_b | ptr_c | ptr_d) & 255:
+            al = _align(ptr_a | ptr_b | ptr_c | ptr_d)
             cands = self.core.algorithms(self.handle, al)
             if not cands:
                 raise self._lt.CublasLtError(f"no cuBLASLt algorithm for {al}-byte aligned operands", 15)
             algo = cands[0]
         ws_ptr = self._workspace(sp, algo.workspaceSize, kind) if algo.workspaceSize else 0
-        alpha_ptr = self._scalar(operands.get("alpha", 1))
-        beta_ptr = self._scalar(beta)
+        alpha_ptr = self._scalar(operands.get("alpha", 1), keep)
+        beta_ptr = self._scalar(beta, keep)
         lt = self._lt
         core = self.core
         with self._lock:
