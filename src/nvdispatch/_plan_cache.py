@@ -85,6 +85,20 @@ class PlanCache:
             self.hits += 1
             return plan
 
+    def peek(self, key: Hashable) -> Any | None:
+        """:meth:`get` without the lock, for the per-call hot path: a hit refreshes recency and is counted
+        (without the lock, so concurrent hits may be under-counted); a miss is not counted (the caller
+        falls back to a path that looks the plan up again)."""
+        plans = self._plans
+        plan = plans.get(key)
+        if plan is not None:
+            try:
+                plans.move_to_end(key)
+            except KeyError:  # evicted by another thread just now; the plan stays usable
+                pass
+            self.hits += 1
+        return plan
+
     def put(self, key: Hashable, plan: Any) -> Any:
         """Insert ``plan`` under ``key`` unless another thread inserted one first; returns the plan kept.
 

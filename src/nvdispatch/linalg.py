@@ -141,12 +141,17 @@ def matmul(
     fast = c is None and beta is None and options is None and preferences is None and not _backends._in_use
     key = _fast_key(a, b, alpha, epilog, epilog_inputs) if fast else None
     if key is not None:
-        plan = plan_cache.get(key)
+        plan = plan_cache.peek(key)
         if plan is not None:
-            if epilog is None and alpha == 1 and stream is None:
-                plain = getattr(plan, "plain", None)  # plans of plain products may offer a direct call
-                if plain is not None:
-                    return plain(a, b)
+            if alpha == 1 and stream is None:  # plans may offer a direct call for this case
+                if epilog is None:
+                    plain = getattr(plan, "plain", None)
+                    if plain is not None:
+                        return plain(a, b)
+                else:
+                    fused = getattr(plan, "fused_bias", None)
+                    if fused is not None:
+                        return fused(epilog_inputs["bias"], a, b)
             return plan.execute(_operands(a, b, None, alpha, None, epilog_inputs), stream)
 
     problem, sel, strategy, _ = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)

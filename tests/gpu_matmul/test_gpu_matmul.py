@@ -265,11 +265,30 @@ def test_autotune_save_load(tmp_path):
 
 def test_explain_says_native_and_single_launch():
     torch = pytest.importorskip("torch")
-    a = torch.randn(64, 32, device="cuda")
-    b = torch.randn(32, 16, device="cuda")
-    ex = nvdispatch.explain(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": torch.randn(16, device="cuda")})
+    a = torch.randn(512, 256, device="cuda")
+    b = torch.randn(256, 384, device="cuda")
+    ex = nvdispatch.explain(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": torch.randn(384, device="cuda")})
     assert ex.executor == "cuda" and ex.strategy == "native", str(ex)
     assert any("cublasLtMatmul" in s for s in ex.steps)
+
+
+@pytest.mark.parametrize("epilog", ["BIAS", "RELU_BIAS", "GELU_BIAS"])
+def test_host_bound_torch_bias_epilogs_go_to_torchs_fused_entry(epilog):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(16, 16, device="cuda")
+    b = torch.randn(16, 16, device="cuda")
+    bias = torch.randn(16, device="cuda")
+    ex = nvdispatch.explain(a, b, epilog=epilog, epilog_inputs={"bias": bias})
+    assert ex.executor == "torch" and ex.strategy == "framework_fused", str(ex)
+    assert any(name == "cuda" and "host-bound" in why for name, why in ex.declined), str(ex)
+    want = a @ b + bias
+    want = {"BIAS": want, "RELU_BIAS": torch.relu(want)}.get(epilog, torch.nn.functional.gelu(want, approximate="tanh"))
+    for _ in range(3):  # the first call plans, the next ones take the hot path's direct call
+        torch.testing.assert_close(nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs={"bias": bias}), want)
+    with nvdispatch.set_backend("cuda"):  # asked for by name: cuBLASLt runs it
+        ex = nvdispatch.explain(a, b, epilog=epilog, epilog_inputs={"bias": bias})
+        assert ex.executor == "cuda" and ex.strategy == "native", str(ex)
+        torch.testing.assert_close(nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs={"bias": bias}), want)
 
 
 def test_cai_object_result_kind_and_alpha_beta_c():

@@ -84,3 +84,22 @@ def test_fft_gradients_flow_and_raw_cufft_declines_recorded_calls():
     torch.testing.assert_close(got, x.grad)
     problem = nvdispatch.explain(nvdispatch.fft.rfft, x).problem
     assert problem.autograd and "autograd" in cuda_fft.decline(problem)
+
+
+@pytest.mark.parametrize("epilog", ["BIAS", "RELU_BIAS"])
+def test_hot_path_direct_fused_call_keeps_the_graph_only_when_recorded(epilog):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 4, generator=gen, requires_grad=True)
+    w = torch.randn(4, 5, generator=gen)
+    bias = torch.randn(5, generator=gen)
+    want = _torch_reference(Epilog[epilog], x, w, bias, 1).detach()
+    for _ in range(3):  # the first call plans; later ones take the hot path's direct call
+        with torch.no_grad():
+            y = nvdispatch.matmul(x, w, epilog=epilog, epilog_inputs={"bias": bias})
+        assert y.grad_fn is None
+        torch.testing.assert_close(y, want)
+        y = nvdispatch.matmul(x, w, epilog=epilog, epilog_inputs={"bias": bias})
+        assert y.grad_fn is not None
+        torch.testing.assert_close(y.detach(), want)
+    y.sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape

@@ -6,8 +6,12 @@ described to cuBLASLt) and ``inplace`` (cuBLASLt's plain matmul, then the epilog
 Torch ops) — only used where cuBLASLt has no fused kernel for the case, and ``explain()`` then says why.
 
 Plain matmuls (no epilog, no ``c``) of Torch tensors are declined so ``torch.matmul`` (same cuBLAS kernels,
-less host overhead) runs them (see :data:`PLAIN_TO_FRAMEWORK`), unless the user asked for this executor with
-``set_backend("cuda")`` or ``set_global_backend("cuda")``.
+less host overhead) runs them (see :data:`PLAIN_TO_FRAMEWORK`), and so are small 2-D BIAS/RELU_BIAS/GELU_BIAS
+products of Torch tensors with a bias along N (at most :data:`HOST_BOUND_MNK` multiply-adds): their GPU time is
+below the host cost of a launch, and Torch's ``addmm``/``_addmm_activation`` reach the same fused cuBLASLt
+epilogue (one launch) with less of it — measured on the H200, ``cublasLtMatmul`` through ctypes alone costs
+about as much host time as a whole ``torch.matmul`` call. Neither is declined when the user asked for this
+executor with ``set_backend("cuda")`` or ``set_global_backend("cuda")``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from .._matmul_problem import MatmulProblem
 
 #: frameworks whose own matmul runs plain products (measured: same kernels, lower host overhead)
 PLAIN_TO_FRAMEWORK = {"torch"}
+#: Torch problems up to this m*n*k whose epilog Torch fuses into cuBLASLt itself are left to Torch (host-bound:
+#: 256^3 multiply-adds take a few microseconds on a current GPU, less than a launch's host cost)
+HOST_BOUND_MNK = 256**3
 
 
 def _lt():
@@ -48,8 +55,13 @@ def decline(problem: MatmulProblem) -> str | None:
     if 0 in (problem.m, problem.n, problem.k) or 0 in problem.batch_shape:
         return "zero-size matmul: left to the framework"
     plain = not problem.epilog.steps and problem.c is None
-    if plain and problem.framework in PLAIN_TO_FRAMEWORK and not _requested():
-        return f"plain matmul: {problem.framework}'s own matmul runs the same kernels with less host overhead"
+    if problem.framework in PLAIN_TO_FRAMEWORK and (plain or _torch_fuses_small(problem)) and not _requested():
+        if plain:
+            return f"plain matmul: {problem.framework}'s own matmul runs the same kernels with less host overhead"
+        return (
+            f"host-bound ({problem.m}x{problem.n}x{problem.k}): Torch's addmm/_addmm_activation runs the same fused "
+            "cuBLASLt epilogue with less host overhead"
+        )
     if problem.framework == "dlpack" and problem.a.strides is None:
         pass  # strides are read at execution time; C-contiguous is assumed when planning
     if xp.namespace_for(problem.framework) is None:
@@ -57,6 +69,12 @@ def decline(problem: MatmulProblem) -> str | None:
         if orientation is None:
             return f"{why_not}, and the unfused fallback needs CuPy or Torch"
     return None
+
+
+def _torch_fuses_small(problem: MatmulProblem) -> bool:
+    from .torch_matmul import can_fuse
+
+    return problem.m * problem.n * problem.k <= HOST_BOUND_MNK and can_fuse(problem)
 
 
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:

@@ -22,10 +22,26 @@ def _torch_dtype(name: str):
     return getattr(torch, name)
 
 
+def _grad_enabled() -> bool:
+    import torch
+
+    return torch.is_grad_enabled()
+
+
 def _torch_matmul():
     import torch
 
     return torch.matmul
+
+
+def _fused_bias_op(name: str):
+    import functools
+
+    import torch
+
+    if name == "BIAS":
+        return torch.addmm
+    return functools.partial(torch._addmm_activation, use_gelu=name == "GELU_BIAS")
 
 
 def decline(problem: MatmulProblem) -> str | None:
@@ -40,7 +56,7 @@ def decline(problem: MatmulProblem) -> str | None:
     return None
 
 
-def _can_fuse(p: MatmulProblem) -> bool:
+def can_fuse(p: MatmulProblem) -> bool:
     return (
         p.epilog.epilog.name in _FUSABLE
         and not p.batch_shape
@@ -58,7 +74,7 @@ def _can_fuse(p: MatmulProblem) -> bool:
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
     if not problem.epilog.steps and problem.c is None:
         return ("plain",)
-    fused = ("framework_fused",) if _can_fuse(problem) else ()
+    fused = ("framework_fused",) if can_fuse(problem) else ()
     return (*fused, "inplace", "plain")
 
 
@@ -80,16 +96,29 @@ class TorchMatmulPlan:
         else:
             how = "in place" if strategy == "inplace" else "separate Torch op"
             self.steps = ("torch.matmul", *(f"{s} ({how})" for s in problem.epilog.steps))
-        # The hot path of a plain product (no c, alpha 1, no epilog) on the current stream: torch.matmul
-        # itself, when no cast is needed.
+        # Direct calls for the hot path (alpha 1, the current stream, no cast needed): ``plain(a, b)`` for a
+        # plain product, ``fused_bias(bias, a, b)`` for a Torch-fused bias epilog with a 1-D bias.
         plain = not problem.epilog.steps and problem.c is None
         same = problem.a.dtype == problem.b.dtype == problem.result_dtype
         self.plain = _torch_matmul() if plain and same else None
+        self.fused_bias = None
+        self._bias_only = name == "BIAS"
+        if strategy == "framework_fused" and same:
+            bias = dict(problem.inputs)["bias"]
+            if len(bias.shape) == 1 and (name == "BIAS" or not problem.autograd):
+                self.fused_bias = _fused_bias_op(name)
 
     def release(self) -> None:
         pass
 
     def execute(self, operands, stream=None):
+        fused = self.fused_bias
+        if fused is not None and stream is None and operands.get("alpha", 1) == 1:
+            a, b, bias = operands["a"], operands["b"], operands["bias"]
+            if self._bias_only or not (
+                (a.requires_grad or b.requires_grad or bias.requires_grad) and _grad_enabled()
+            ):  # _addmm_activation has no derivative: a call autograd records takes _run's path
+                return fused(bias, a, b)
         with stream_context(stream, self.problem.device):
             return self._run(operands)
 
