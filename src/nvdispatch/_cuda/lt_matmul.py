@@ -370,6 +370,21 @@ def _ptr_getter(framework: str):
     return lambda x: view(x, framework).ptr
 
 
+def _current_stream_getter(framework: str, device_index: int):
+    """A cheap callable giving the framework's current raw stream on the device (None: the default stream 0)."""
+    if framework == "torch":
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return lambda: raw(device_index)
+    if framework in ("torch", "cupy"):
+        from .streams import current_stream
+
+        return lambda: current_stream(framework, device_index)
+    return None
+
+
 def _align(ptr: int) -> int:
     return 256 if ptr % 256 == 0 else (ptr & -ptr) or 256
 
@@ -430,7 +445,9 @@ class LtMatmulPlan:
         self._lock = threading.Lock()
         self._last = (None, None)  # (bias/bgrad ptr, aux ptr) set on the descriptor
         # per-call constants
+        self._current_stream = _current_stream_getter(p.framework, self.device_index)
         self._inputs = p.input_sigs
+        self._direct_operands = not s.lt_a.copy and not s.lt_b.copy
         self._order = "F" if (s.orientation == "col" and not p.a_vector and not p.b_vector) else "C"
         self._one, self._zero = self._scalar_buffer(1, []), self._scalar_buffer(0, [])
         self._torch_result = None  # (storage shape, dtype, transpose?) of Torch results, made like operand a
@@ -549,7 +566,8 @@ class LtMatmulPlan:
     def execute(self, operands, stream=None):
         """Queue the matmul on ``stream`` (default: the operands' framework's current stream)."""
         if stream is None:
-            return self._execute(operands, self._stream_pointer(None, self.framework, self.device_index))
+            current = self._current_stream
+            return self._execute(operands, current() if current is not None else 0)
         from .streams import framework_stream
 
         sp = stream if type(stream) is int else self._stream_pointer(stream, self.framework, self.device_index)
@@ -565,8 +583,12 @@ class LtMatmulPlan:
         if self._needs_xp:
             xa = lambda x: _to_xp(x, self.framework, xp)  # noqa: E731
         # operands
-        ptr_a = self._operand_ptr(s.lt_a, a, b, keep)
-        ptr_b = self._operand_ptr(s.lt_b, a, b, keep)
+        if self._direct_operands:  # cuBLASLt reads a and b in place (lt_a is b in the row orientation)
+            get = self._get_ptr
+            ptr_a, ptr_b = (get(a), get(b)) if s.lt_a.source == "a" else (get(b), get(a))
+        else:
+            ptr_a = self._operand_ptr(s.lt_a, a, b, keep)
+            ptr_b = self._operand_ptr(s.lt_b, a, b, keep)
         # result
         if self._torch_result is not None:
             kind = "torch"
