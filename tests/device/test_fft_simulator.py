@@ -197,3 +197,23 @@ def test_nvmath_style_kernel_reads_every_knob_from_the_object():
     out = cuda.to_device(np.zeros((2, 65), np.complex64))
     kernel[1, fft_r2c.block_dim, 0, fft_r2c.shared_memory_size](cuda.to_device(x), out)
     assert relative_error(out.copy_to_host(), np.fft.rfft(x, axis=-1)) < 2e-5
+
+
+@pytest.mark.parametrize("kind,direction", KINDS)
+def test_double_buffered_exchanges_need_one_barrier_each(kind, direction):
+    F = device.FFT(
+        64, np.float32, kind, "Block", direction=direction, elements_per_thread=4, ffts_per_block=2
+    )
+    config = F._config
+    assert config.regions == 2 and config.exchanges >= 2
+    # one barrier on entry (the caller may have used the shared memory), then one per exchange
+    assert F.source.count("cuda.syncthreads()") == config.exchanges + 1
+    result, reference = run_fft(F, batch=5)
+    assert relative_error(result, reference) < tolerance(np.float32)
+
+
+def test_one_region_when_two_exceed_48k():
+    F = device.FFT(4096, np.float32, "c2c", "Block", direction="forward", elements_per_thread=16)
+    config = F._config
+    assert config.regions == 1 and F.shared_memory_size <= 48 * 1024
+    assert F.source.count("cuda.syncthreads()") == 2 * config.exchanges

@@ -238,7 +238,7 @@ def fft(
     >>> FFT_fwd = fft(fft_type="c2c", size=128, precision=np.float32, direction="forward",
     ...               ffts_per_block=1, elements_per_thread=2, execution="Block", compiler="numba")
     >>> FFT_fwd.shared_memory_size, FFT_fwd.files
-    (1408, [])
+    (2816, [])
     """
     if compiler not in ("numba", None):
         raise DeviceConfigurationError("compiler", ["numba", None], compiler)

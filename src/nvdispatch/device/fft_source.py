@@ -91,11 +91,15 @@ def _block_body(w: SourceWriter, c: FFTConfig) -> None:
     phases = [("re", "im")] if c.shared_planes == 2 else [("re",), ("im",)]
     zero = w.const(0.0)
 
+    barriers = _Barriers(w, c.regions)
+    exchange = 0  # exchange k uses region k % c.regions
+
     # registers[i] holds element t + i * stride on entry.
     if c.fft_type == "r2c":
         regs = [w.assign(f"tdf[{i}]", zero, stem="x") for i in range(e)]
     elif c.fft_type == "c2r":
-        regs = _hermitian_registers(w, c, phases)
+        regs = _hermitian_registers(w, c, phases, barriers)
+        exchange += 1
     else:
         regs = [w.assign(f"tdf[{2 * i}]", f"tdf[{2 * i + 1}]", stem="x") for i in range(e)]
 
@@ -116,7 +120,9 @@ def _block_body(w: SourceWriter, c: FFTConfig) -> None:
             writes = _output_slots(w, padding, outputs, t_count, span, radix)
             next_radix = radices[index + 1]
             reads = _input_slots(w, padding, n, t_count, next_radix, e // next_radix)
-            regs = _exchange(w, writes, reads, phases)
+            region = exchange % c.regions
+            regs = _exchange(w, writes, reads, phases, barriers, region, region * c.region_offset)
+            exchange += 1
         span *= radix
 
     if c.fft_type == "c2r":
@@ -193,22 +199,47 @@ def _output_slots(
     return writes
 
 
-def _exchange(w: SourceWriter, writes, reads: list[str], phases) -> list[Complex]:
+class _Barriers:
+    """Emits the block barriers of the exchanges: one between the writes and the reads of an exchange, and one
+    before writes into a region read since the last barrier (at entry every region counts as read: the
+    caller may have used the shared memory)."""
+
+    def __init__(self, w: SourceWriter, regions: int):
+        self.w = w
+        self.read_since_barrier = set(range(regions))
+
+    def before_write(self, region: int) -> None:
+        if region in self.read_since_barrier:
+            self.barrier()
+
+    def barrier(self) -> None:
+        self.w.emit("cuda.syncthreads()")
+        self.read_since_barrier.clear()
+
+    def after_read(self, region: int) -> None:
+        self.read_since_barrier.add(region)
+
+
+def _exchange(
+    w: SourceWriter, writes, reads: list[str], phases, barriers: _Barriers, region: int, offset: int
+) -> list[Complex]:
     """Write every (slot, value), then read ``reads`` back, one shared-memory plane per phase."""
     names = [(w.fresh("xr"), w.fresh("xi")) for _ in reads]
+    base = {part: f"{part}_base" + (f" + {offset}" if offset else "") for part in ("re", "im")}
     for phase in phases:
-        w.emit("cuda.syncthreads()")
+        barriers.before_write(region)
         for slot, value in writes:
             for part in phase:
-                w.emit(f"smf[IDX({part}_base + {slot})] = {value[0 if part == 're' else 1]}")
-        w.emit("cuda.syncthreads()")
+                w.emit(f"smf[IDX({base[part]} + {slot})] = {value[0 if part == 're' else 1]}")
+        barriers.barrier()
         for slot, name in zip(reads, names):
             for part in phase:
-                w.emit(f"{name[0 if part == 're' else 1]} = smf[IDX({part}_base + {slot})]")
+                w.emit(f"{name[0 if part == 're' else 1]} = smf[IDX({base[part]} + {slot})]")
+        barriers.after_read(region)
     return names
 
 
-def _hermitian_registers(w: SourceWriter, c: FFTConfig, phases) -> list[Complex]:
+def _hermitian_registers(w: SourceWriter, c: FFTConfig, phases, barriers: _Barriers) -> list[Complex]:
     """c2r: load X[k] for k <= n // 2 and complete the spectrum with X[n - k] = conj(X[k])."""
     n, e, s = c.size, c.elements_per_thread, c.threads_per_fft
     half = n // 2
@@ -219,7 +250,7 @@ def _hermitian_registers(w: SourceWriter, c: FFTConfig, phases) -> list[Complex]
         return regs
     regs = [(w.fresh("xr"), w.fresh("xi")) for _ in range(e)]
     for phase in phases:
-        w.emit("cuda.syncthreads()")
+        barriers.before_write(0)
         for i in range(min(given, e)):
             lowest, highest = i * s, i * s + s - 1
             if lowest > half:
@@ -228,7 +259,7 @@ def _hermitian_registers(w: SourceWriter, c: FFTConfig, phases) -> list[Complex]
             slot = HERMITIAN_PADDING.expr(f"t + {i * s}")
             for part in phase:
                 w.emit(f"{guard}smf[IDX({part}_base + {slot})] = tdf[{2 * i + (part == 'im')}]")
-        w.emit("cuda.syncthreads()")
+        barriers.barrier()
         for i in range(e):
             lowest, highest = i * s, i * s + s - 1
             own = HERMITIAN_PADDING.expr(f"t + {i * s}")
@@ -243,4 +274,5 @@ def _hermitian_registers(w: SourceWriter, c: FFTConfig, phases) -> list[Complex]
                     w.emit(f"{name} = {mirror_read}")
                 else:
                     w.emit(f"{name} = {own_read} if t + {i * s} <= {half} else {mirror_read}")
+        barriers.after_read(0)
     return regs
