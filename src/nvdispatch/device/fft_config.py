@@ -198,7 +198,7 @@ class FFTConfig:
             fpb = _resolve("ffts_per_block", ffts_per_block, None, 1)
         else:
             options = valid_elements_per_thread(size, fft_type)
-            ept = _resolve("elements_per_thread", elements_per_thread, options, _suggest_ept(size, options))
+            ept = _resolve("elements_per_thread", elements_per_thread, options, _suggest_ept(size, options, precision))
             threads = size // ept
             fpb_limit = max(1, min(MAX_THREADS_PER_BLOCK // threads, _shared_fit(size, ept, precision)))
             suggestion = min(fpb_limit, _suggest_fpb(threads))
@@ -238,12 +238,23 @@ def _shared_fit(size: int, ept: int, precision: type[np.floating]) -> int:
     return DEFAULT_SHARED_MEMORY // per_fft
 
 
-def _suggest_ept(size: int, options: list[int]) -> int:
-    """Fewest butterfly groups per thread plus exchanges, summed over the passes; ties go to larger counts.
+#: Elements per thread measured fastest for fp32 power-of-two sizes on an H200 (benchmarks/device_fft_bench.py
+#: kernels, ~128 threads per block). The cost rule of :func:`_suggest_ept` agrees except at 128 and 2048, where
+#: its 16-element plans (16x8, 16x16x8) measured 3.53 and 2.76 TB/s against 3.77 and 3.24 (double-buffered)
+#: with 8 elements per thread.
+_MEASURED_EPT_FP32 = {64: 8, 128: 8, 256: 16, 512: 8, 1024: 16, 2048: 8, 4096: 16}
 
-    Measured on an H200 (benchmarks/device_fft_bench.json): uniform-radix plans win (512: 8x8x8 beats
+
+def _suggest_ept(size: int, options: list[int], precision: type[np.floating]) -> int:
+    """The measured choice where there is one, else the fewest butterfly groups per thread plus exchanges,
+    summed over the passes (ties go to larger counts).
+
+    Measured on an H200 (benchmarks/device_fft_bench.json): uniform-radix plans mostly win (512: 8x8x8 beats
     16x16x2), and 32 elements per thread loses everywhere (register pressure), so at most 16 is suggested.
     """
+    measured = _MEASURED_EPT_FP32.get(size) if precision == np.float32 else None
+    if measured in options:
+        return measured
     if size <= 16 and size in options:
         return size
     capped = [e for e in options if e <= 16] or options
