@@ -217,3 +217,11 @@ def test_one_region_when_two_exceed_48k():
     config = F._config
     assert config.regions == 1 and F.shared_memory_size <= 48 * 1024
     assert F.source.count("cuda.syncthreads()") == 2 * config.exchanges
+
+
+@pytest.mark.parametrize("ffts_per_block, regions", [(1, 2), (2, 1)])
+def test_two_regions_for_one_fft_per_block_or_a_small_block(ffts_per_block, regions):
+    F = device.FFT(
+        1024, np.float32, "c2c", "Block", direction="forward", elements_per_thread=16, ffts_per_block=ffts_per_block
+    )
+    assert F._config.regions == regions

@@ -26,6 +26,8 @@ MAX_ELEMENTS_PER_THREAD = 32
 MAX_THREADS_PER_BLOCK = 1024
 #: Dynamic shared memory available to a kernel without ``cudaFuncAttributeMaxDynamicSharedMemorySize``.
 DEFAULT_SHARED_MEMORY = 48 * 1024
+#: Largest block (bytes of shared memory with both regions) of several FFTs that still gets two regions
+TWO_REGION_SHARED_LIMIT = 24 * 1024
 _PRIMES = (2, 3, 5, 7)
 
 
@@ -131,12 +133,16 @@ class FFTConfig:
     def regions(self) -> int:
         """2: consecutive exchanges alternate between two shared-memory regions, so an exchange's writes need
         no barrier of their own (the reads of the region they overwrite were fenced by the previous exchange's
-        barrier); used when it fits the 48 KiB. Measured on an H200 (fp32 c2c): 2048 with 8 elements per
-        thread 2.70 -> 3.24 TB/s, 1024 (16, 1) 3.28 -> 3.58, 512 (8, 2) 3.75 -> 3.81, none slower beyond noise."""
+        barrier). Used for one FFT per block when it fits the 48 KiB, and for several when the doubled block
+        stays within :data:`TWO_REGION_SHARED_LIMIT`. Measured on an H200 (fp32 c2c, elements per thread,
+        FFTs per block): 2048 (8, 1) 2.70 -> 3.24 TB/s, 1024 (16, 1) 3.28 -> 3.58, 512 (8, 2) 3.75 -> 3.81,
+        but 1024 (16, 2), whose doubled block is 34 KiB, 3.64 -> 2.85 (256 (16, 8), 35 KiB doubled, measured
+        3.74-3.76 either way)."""
         if self.exchanges < 2 or self.shared_planes == 1:
             return 1
         doubled = self.ffts_per_block * shared_fft_stride(self.plane, 4, self.threads_per_fft)
-        return 2 if doubled * np.dtype(self.precision).itemsize <= DEFAULT_SHARED_MEMORY else 1
+        limit = DEFAULT_SHARED_MEMORY if self.ffts_per_block == 1 else TWO_REGION_SHARED_LIMIT
+        return 2 if doubled * np.dtype(self.precision).itemsize <= limit else 1
 
     @property
     def region_offset(self) -> int:
