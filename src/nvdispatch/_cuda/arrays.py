@@ -215,6 +215,14 @@ def result_kind(x: Any, framework: str) -> str:
     return "cai"
 
 
+def storage_shape(shape: tuple, order: str) -> tuple:
+    """The C-ordered shape of the storage of an ``order`` array of ``shape`` (``"F"``: the last two axes
+    swapped, the array being its transposed view); ``shape`` itself when nothing is swapped."""
+    if order == "F" and len(shape) >= 2:
+        return (*shape[:-2], shape[-1], shape[-2])
+    return shape
+
+
 def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
     """A new uninitialised array of the caller's ``kind`` (see :func:`result_kind`) and its pointer.
 
@@ -222,10 +230,7 @@ def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: s
     Returns ``(array, ptr)``; the memory belongs to ``stream``'s pool where the framework has one.
     """
     shape = tuple(int(s) for s in shape)
-    if order == "F" and len(shape) >= 2:
-        tshape = (*shape[:-2], shape[-1], shape[-2])
-    else:
-        tshape = shape
+    tshape = storage_shape(shape, order)
     if kind == "torch":
         import torch
 

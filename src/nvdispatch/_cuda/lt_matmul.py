@@ -31,7 +31,7 @@ import numpy as np
 
 from .._matmul_problem import MatmulProblem, scalar_value
 from . import lt_layout as L
-from .arrays import c_strides, empty, make_view, result_kind
+from .arrays import c_strides, empty, make_view, result_kind, storage_shape
 
 __all__ = ["LtSetup", "setup", "probe", "LtMatmulPlan", "lt_types", "DEFAULT_MAX_WORKSPACE"]
 
@@ -370,21 +370,6 @@ def _ptr_getter(framework: str):
     return lambda x: view(x, framework).ptr
 
 
-def _current_stream_getter(framework: str, device_index: int):
-    """A cheap callable giving the framework's current raw stream on the device (None: the default stream 0)."""
-    if framework == "torch":
-        import torch
-
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw is not None:
-            return lambda: raw(device_index)
-    if framework in ("torch", "cupy"):
-        from .streams import current_stream
-
-        return lambda: current_stream(framework, device_index)
-    return None
-
-
 def _align(ptr: int) -> int:
     return 256 if ptr % 256 == 0 else (ptr & -ptr) or 256
 
@@ -395,7 +380,7 @@ class LtMatmulPlan:
 
     def __init__(self, p: MatmulProblem, *, fused: bool = True, tuning=None, orientation=None, bias_cast=False):
         from . import cublaslt as lt
-        from .streams import stream_pointer
+        from .streams import current_stream_getter, stream_pointer
         from .xp import namespace_for
 
         self.problem = p
@@ -445,7 +430,7 @@ class LtMatmulPlan:
         self._lock = threading.Lock()
         self._last = (None, None)  # (bias/bgrad ptr, aux ptr) set on the descriptor
         # per-call constants
-        self._current_stream = _current_stream_getter(p.framework, self.device_index)
+        self._current_stream = current_stream_getter(p.framework, self.device_index)
         self._inputs = p.input_sigs
         self._direct_operands = not s.lt_a.copy and not s.lt_b.copy
         self._order = "F" if (s.orientation == "col" and not p.a_vector and not p.b_vector) else "C"
@@ -455,9 +440,8 @@ class LtMatmulPlan:
             import torch
 
             shape = tuple(int(d) for d in p.result_shape)
-            f = self._order == "F" and len(shape) >= 2
-            storage = (*shape[:-2], shape[-1], shape[-2]) if f else shape
-            self._torch_result = (storage, getattr(torch, p.result_dtype), f)
+            storage = storage_shape(shape, self._order)
+            self._torch_result = (storage, getattr(torch, p.result_dtype), storage is not shape)
         self.steps = self._describe()
 
     # -- description ---------------------------------------------------------------------------------

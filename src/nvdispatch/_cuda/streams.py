@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["stream_pointer", "current_stream", "framework_stream"]
+__all__ = ["stream_pointer", "current_stream", "current_stream_getter", "framework_stream"]
 
 
 def current_stream(framework: str, device_index: int | None) -> int:
@@ -28,6 +28,20 @@ def current_stream(framework: str, device_index: int | None) -> int:
 
         return int(cupy.cuda.get_current_stream().ptr)
     return 0
+
+
+def current_stream_getter(framework: str, device_index: int):
+    """A cheap callable giving what :func:`current_stream` gives for ``device_index`` (for per-call use);
+    None where that is always the legacy default stream ``0``."""
+    if framework == "torch":
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return lambda: raw(device_index)
+    if framework in ("torch", "cupy"):
+        return lambda: current_stream(framework, device_index)
+    return None
 
 
 def stream_pointer(stream: Any, framework: str = "", device_index: int | None = None) -> int:
