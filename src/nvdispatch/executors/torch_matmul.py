@@ -22,10 +22,11 @@ def _torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def _grad_enabled() -> bool:
+def _recorded(*tensors) -> bool:
+    """Whether autograd records an op on ``tensors`` (one requires grad and grad mode is on)."""
     import torch
 
-    return torch.is_grad_enabled()
+    return any(t.requires_grad for t in tensors) and torch.is_grad_enabled()
 
 
 def _torch_matmul():
@@ -115,9 +116,8 @@ class TorchMatmulPlan:
         fused = self.fused_bias
         if fused is not None and stream is None and operands.get("alpha", 1) == 1:
             a, b, bias = operands["a"], operands["b"], operands["bias"]
-            if self._bias_only or not (
-                (a.requires_grad or b.requires_grad or bias.requires_grad) and _grad_enabled()
-            ):  # _addmm_activation has no derivative: a call autograd records takes _run's path
+            # _addmm_activation has no derivative: a call autograd records takes _run's path
+            if self._bias_only or not _recorded(a, b, bias):
                 return fused(bias, a, b)
         with stream_context(stream, self.problem.device):
             return self._run(operands)
@@ -135,10 +135,8 @@ class TorchMatmulPlan:
         alpha = scalar_value(operands.get("alpha", 1))
         inputs = {name: operands[name] for name, _ in p.inputs}
         # autograd records this call: no in-place steps, and no _addmm_activation (it has no derivative)
-        recorded = torch.is_grad_enabled() and (
-            a.requires_grad or b.requires_grad or any(v.requires_grad for v in inputs.values())
-        )
-        fused = self.strategy == "framework_fused" and (not recorded or p.epilog.epilog.name == "BIAS")
+        recorded = _recorded(a, b, *inputs.values())
+        fused = self.strategy == "framework_fused" and (not recorded or self._bias_only)
         if fused:
             bias = inputs["bias"].reshape(-1)
             if p.epilog.epilog.name == "BIAS":
