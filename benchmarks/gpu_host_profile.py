@@ -14,23 +14,14 @@ import json
 import pstats
 import statistics
 import sys
-import time
+
+from gpu_matmul_bench import host_times
 
 
-def per_call(fn, torch, n: int = 300, rounds: int = 60) -> float:
-    """Median over rounds of the host seconds per call. Rounds are short (``n`` calls, synchronised between
-    rounds, outside the timing) so the launch queue never fills and the GPU's own time never shows."""
-    for _ in range(200):
-        fn()
-    samples = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t0) / n)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
+def per_call(fn, torch) -> float:
+    """Median host seconds per call, measured as ``gpu_matmul_bench.host_times`` measures (short
+    synchronised rounds, so the launch queue never fills and the GPU's own time never shows)."""
+    return host_times({"call": fn}, torch)["call"]
 
 
 def gpu_per_call(fn, torch, n: int = 300, rounds: int = 5) -> float:
