@@ -85,17 +85,46 @@ def _to_numpy(r):
     return r.detach().cpu().numpy()
 
 
-def main(argv: list[str] | None = None) -> int:
+#: module -> the extra that installs it (shown next to a framework that is missing)
+_EXTRA = {"scipy": "scipy", "torch": "torch", "cupy": "cupy", "cuda.bindings": "cuda", "numba": "numba"}
+
+
+def _dimension(text: str) -> int:
+    """argparse type of one --shape entry: a positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m nvdispatch", description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", type=int, nargs=3, default=(512, 256, 128), metavar=("M", "K", "N"))
-    args = parser.parse_args(argv)
+    parser.add_argument("--version", action="version", version=f"nvdispatch {nvdispatch.__version__}")
+    parser.add_argument(
+        "--shape",
+        type=_dimension,
+        nargs=3,
+        default=(512, 256, 128),
+        metavar=("M", "K", "N"),
+        help="sizes of the demo product: x is M x K, w is K x N, bias has N entries (default: 512 256 128)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; ``argv`` as on the command line (``None``: ``sys.argv[1:]``). Returns the exit status."""
+    args = _parser().parse_args(argv)
     m, k, n = args.shape
 
     print(f"nvdispatch {nvdispatch.__version__} on Python {sys.version.split()[0]}")
     print("\nframeworks:")
     versions = {mod: _version(mod) for mod in ("numpy", "scipy", "torch", "cupy", "cuda.bindings", "numba")}
     for mod, ver in versions.items():
-        print(f"  {mod:14s} {ver or 'not installed'}")
+        missing = f"not installed (pip install 'nvdispatch[{_EXTRA[mod]}]')" if mod in _EXTRA else "not installed"
+        print(f"  {mod:14s} {ver or missing}")
     gpus = _gpus()
     print("\nGPUs:", ", ".join(gpus) if gpus else "none found")
     print("\nexecutors:")
