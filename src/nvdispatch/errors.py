@@ -1,8 +1,30 @@
-"""The exception types nvdispatch raises.
+"""The exception types nvdispatch raises: one tree under :class:`NvdispatchError`.
 
 Every error names the argument at fault, what was expected and what came. Each class also derives from
 the built-in exception a Python user would reach for first (``ValueError``, ``TypeError``,
-``RuntimeError``), so ``except ValueError`` keeps working.
+``RuntimeError``), so ``except ValueError`` keeps working. Every error pickles with all its fields (it
+crosses process boundaries in Dask and multiprocessing workers).
+
+::
+
+    NvdispatchError
+    ├── InvalidArgumentError (ValueError)
+    │   ├── ShapeMismatchError
+    │   ├── EpilogInputError
+    │   └── DeviceConfigurationError            (nvdispatch.device)
+    │       └── UnsupportedConfigurationError
+    ├── UnsupportedDtypeError (TypeError)
+    ├── UnsupportedOperandError (TypeError)
+    ├── MixedOperandsError (TypeError)
+    ├── BackendError (RuntimeError)
+    │   ├── UnknownBackendError (ValueError)
+    │   ├── NoExecutorError
+    │   └── ExecutorUnavailableError
+    ├── PlanStateError (RuntimeError)
+    └── CudaLibraryError (RuntimeError)         a CUDA library call returned an error status
+        ├── CudaRuntimeError
+        ├── CublasLtError
+        └── CufftError
 """
 
 from __future__ import annotations
@@ -20,6 +42,10 @@ __all__ = [
     "NoExecutorError",
     "PlanStateError",
     "ExecutorUnavailableError",
+    "CudaLibraryError",
+    "CudaRuntimeError",
+    "CublasLtError",
+    "CufftError",
     "describe",
 ]
 
@@ -41,6 +67,7 @@ class NvdispatchError(Exception):
 
     def __init__(self, argument: str, expected: str, got: str, hint: str = ""):
         self.argument = argument
+        self.hint = hint
         self.expected = expected
         self.got = got
         message = f"{argument}: expected {expected}, got {got}"
@@ -48,8 +75,17 @@ class NvdispatchError(Exception):
             message += f". {hint}"
         super().__init__(message)
 
-    def __reduce__(self):  # keep errors picklable across processes
-        return (type(self), (self.argument, self.expected, self.got))
+    def __reduce__(self):
+        # every field survives pickling, whatever a subclass's __init__ takes (hint, declined, status, ...)
+        return (_rebuild, (type(self), self.args, self.__dict__.copy()))
+
+
+def _rebuild(cls, args, state):
+    """Unpickle an :class:`NvdispatchError` without calling its ``__init__``."""
+    error = Exception.__new__(cls, *args)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidArgumentError(NvdispatchError, ValueError):
@@ -98,3 +134,71 @@ class PlanStateError(NvdispatchError, RuntimeError):
 
 class ExecutorUnavailableError(BackendError):
     """An executor whose library is not installed or that finds no device."""
+
+
+class CudaLibraryError(NvdispatchError, RuntimeError):
+    """A call into a CUDA library returned an error status.
+
+    Attributes
+    ----------
+    call : str
+        The library function (with what it was doing, where useful).
+    status : int
+        The status code the library returned.
+    status_name : str
+        Its symbolic name (e.g. ``CUBLAS_STATUS_NOT_SUPPORTED``).
+    """
+
+    library = "CUDA"
+    #: status code -> name, per library
+    status_names: dict[int, str] = {}
+
+    def __init__(self, call: str, status: int, status_name: str | None = None, hint: str = ""):
+        self.call = call
+        self.status = int(status)
+        self.status_name = status_name or self.status_names.get(self.status, str(status))
+        self.argument, self.expected, self.got, self.hint = call, f"{self.library} success", self.status_name, hint
+        message = f"{call} failed: {self.status_name}"
+        Exception.__init__(self, f"{message}. {hint}" if hint else message)
+
+
+class CudaRuntimeError(CudaLibraryError):
+    """A CUDA runtime call (through cuda-bindings) failed."""
+
+    library = "CUDA runtime"
+
+
+class CublasLtError(CudaLibraryError):
+    """A cuBLASLt call failed (or its heuristic found no algorithm: ``CUBLAS_STATUS_NOT_SUPPORTED``)."""
+
+    library = "cuBLASLt"
+    status_names = {
+        0: "CUBLAS_STATUS_SUCCESS",
+        1: "CUBLAS_STATUS_NOT_INITIALIZED",
+        3: "CUBLAS_STATUS_ALLOC_FAILED",
+        7: "CUBLAS_STATUS_INVALID_VALUE",
+        8: "CUBLAS_STATUS_ARCH_MISMATCH",
+        11: "CUBLAS_STATUS_MAPPING_ERROR",
+        13: "CUBLAS_STATUS_EXECUTION_FAILED",
+        14: "CUBLAS_STATUS_INTERNAL_ERROR",
+        15: "CUBLAS_STATUS_NOT_SUPPORTED",
+        16: "CUBLAS_STATUS_LICENSE_ERROR",
+    }
+
+
+class CufftError(CudaLibraryError):
+    """A cuFFT call failed."""
+
+    library = "cuFFT"
+    status_names = {
+        1: "CUFFT_INVALID_PLAN",
+        2: "CUFFT_ALLOC_FAILED",
+        3: "CUFFT_INVALID_TYPE",
+        4: "CUFFT_INVALID_VALUE",
+        5: "CUFFT_INTERNAL_ERROR",
+        6: "CUFFT_EXEC_FAILED",
+        7: "CUFFT_SETUP_FAILED",
+        8: "CUFFT_INVALID_SIZE",
+        9: "CUFFT_UNALIGNED_DATA",
+        12: "CUFFT_NOT_SUPPORTED",
+    }

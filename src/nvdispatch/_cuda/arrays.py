@@ -80,7 +80,9 @@ def view(x: Any, framework: str) -> DeviceView:
         return DeviceView(int(cai["data"][0] or 0), dt.name, shape, strides, x)
     if hasattr(x, "__dlpack__"):
         return _dlpack_view(x)
-    raise TypeError(f"not a device array: {type(x)!r}")
+    from ..errors import UnsupportedOperandError, describe
+
+    raise UnsupportedOperandError("operand", "a device array (CUDA array interface or DLPack)", describe(x))
 
 
 # -- DLPack (read-only import: pointer, shape, strides) ----------------------------------------------------

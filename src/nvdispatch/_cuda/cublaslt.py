@@ -11,9 +11,21 @@ import functools
 import sys
 import threading
 
+from ..errors import CublasLtError
 from .libs import library_unavailable, load_library
 
-__all__ = ["lib", "unavailable", "handle", "check", "Desc", "Layout", "Preference", "HeuristicResult", "CUDA_DTYPE"]
+__all__ = [
+    "lib",
+    "unavailable",
+    "handle",
+    "check",
+    "CublasLtError",
+    "Desc",
+    "Layout",
+    "Preference",
+    "HeuristicResult",
+    "CUDA_DTYPE",
+]
 
 # cudaDataType_t
 CUDA_DTYPE = {
@@ -61,26 +73,6 @@ PREF_MIN_ALIGNMENT_C_BYTES = 7
 PREF_MIN_ALIGNMENT_D_BYTES = 8
 
 OP_N, OP_T = 0, 1
-
-_STATUS = {
-    0: "CUBLAS_STATUS_SUCCESS",
-    1: "CUBLAS_STATUS_NOT_INITIALIZED",
-    3: "CUBLAS_STATUS_ALLOC_FAILED",
-    7: "CUBLAS_STATUS_INVALID_VALUE",
-    8: "CUBLAS_STATUS_ARCH_MISMATCH",
-    11: "CUBLAS_STATUS_MAPPING_ERROR",
-    13: "CUBLAS_STATUS_EXECUTION_FAILED",
-    14: "CUBLAS_STATUS_INTERNAL_ERROR",
-    15: "CUBLAS_STATUS_NOT_SUPPORTED",
-    16: "CUBLAS_STATUS_LICENSE_ERROR",
-}
-
-
-class CublasLtError(RuntimeError):
-    def __init__(self, what: str, status: int):
-        self.status = status
-        super().__init__(f"{what} failed: {_STATUS.get(status, status)}")
-
 
 class Algo(ctypes.Structure):
     _fields_ = [("data", ctypes.c_uint64 * 8)]
@@ -142,6 +134,7 @@ def lib():
 
 
 def check(status: int, what: str) -> None:
+    """Raise :class:`~nvdispatch.errors.CublasLtError` naming ``what`` when ``status`` is not success."""
     if status != 0:
         raise CublasLtError(what, status)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
+from ..errors import CufftError
 from .libs import library_unavailable, load_library
 
 __all__ = ["unavailable", "CufftPlan", "TYPES", "FORWARD", "INVERSE"]
@@ -26,20 +27,6 @@ TYPES = {
 }
 _EXEC = {0x29: "cufftExecC2C", 0x69: "cufftExecZ2Z", 0x2A: "cufftExecR2C", 0x6A: "cufftExecD2Z"}
 _EXEC.update({0x2C: "cufftExecC2R", 0x6C: "cufftExecZ2D"})
-_ERRORS = {
-    1: "CUFFT_INVALID_PLAN",
-    2: "CUFFT_ALLOC_FAILED",
-    3: "CUFFT_INVALID_TYPE",
-    4: "CUFFT_INVALID_VALUE",
-    5: "CUFFT_INTERNAL_ERROR",
-    6: "CUFFT_EXEC_FAILED",
-    7: "CUFFT_SETUP_FAILED",
-    8: "CUFFT_INVALID_SIZE",
-    9: "CUFFT_UNALIGNED_DATA",
-    12: "CUFFT_NOT_SUPPORTED",
-}
-
-
 def unavailable() -> str | None:
     return library_unavailable("cufft")
 
@@ -74,7 +61,7 @@ def _lib():
 
 def _check(status: int, what: str) -> None:
     if status != 0:
-        raise RuntimeError(f"{what} failed: {_ERRORS.get(status, status)}")
+        raise CufftError(what, status)
 
 
 class CufftPlan:

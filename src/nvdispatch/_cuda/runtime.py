@@ -10,7 +10,7 @@ import functools
 import statistics
 from typing import Any
 
-from ..errors import ExecutorUnavailableError
+from ..errors import CudaRuntimeError, ExecutorUnavailableError
 
 __all__ = [
     "unavailable",
@@ -54,7 +54,8 @@ def cudart():
 
 
 def check(result, what: str):
-    """Unpack a cuda-bindings ``(err, *values)`` tuple; raise RuntimeError naming ``what`` on failure."""
+    """Unpack a cuda-bindings ``(err, *values)`` tuple; raise :class:`~nvdispatch.errors.CudaRuntimeError`
+    naming ``what`` on failure."""
     rt = cudart()
     if isinstance(result, tuple):
         err, values = result[0], result[1:]
@@ -62,7 +63,8 @@ def check(result, what: str):
         err, values = result, ()
     if err != rt.cudaError_t.cudaSuccess:
         _, name = rt.cudaGetErrorName(err)
-        raise RuntimeError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        raise CudaRuntimeError(what, int(getattr(err, "value", err)), name)
     if not values:
         return None
     return values[0] if len(values) == 1 else values

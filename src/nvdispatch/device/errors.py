@@ -1,14 +1,21 @@
-"""Exception types raised by :mod:`nvdispatch.device` when a configuration cannot be built."""
+"""Exception types raised by :mod:`nvdispatch.device` when a configuration cannot be built.
+
+They are part of nvdispatch's one error tree: a :class:`DeviceConfigurationError` is an
+:class:`~nvdispatch.errors.InvalidArgumentError`, so both ``except nvdispatch.errors.NvdispatchError`` and
+``except ValueError`` catch it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["DeviceConfigurationError", "UnsupportedConfigurationError"]
 
 
-class DeviceConfigurationError(ValueError):
+class DeviceConfigurationError(InvalidArgumentError):
     """A knob of a device-side FFT or GEMM got a value it cannot take.
 
     Attributes
@@ -33,10 +40,8 @@ class DeviceConfigurationError(ValueError):
     def __init__(self, argument: str, expected: str | Iterable[Any], got: Any):
         if not isinstance(expected, str):
             expected = "one of " + ", ".join(repr(v) for v in expected)
-        self.argument = argument
-        self.expected = expected
+        super().__init__(argument, expected, repr(got))
         self.got = got
-        super().__init__(f"{argument}: expected {expected}, got {got!r}")
 
 
 class UnsupportedConfigurationError(DeviceConfigurationError):

@@ -224,7 +224,11 @@ class CudaFFTPlan:
         v = arrays.view(x, fw)
         in_ptr = v.ptr
         if p.strides is None and tuple(v.strides) != _cstrides(v.shape):
-            raise RuntimeError("cuda fft: the operand's strides differ from the planned C-contiguous layout")
+            from ..errors import PlanStateError
+
+            raise PlanStateError(
+                "x", f"the C-contiguous strides the plan was made for {_cstrides(v.shape)}", str(v.strides)
+            )
         out = operands.get("out")
         kind = arrays.result_kind(x, fw)
         if out is None:
@@ -267,7 +271,9 @@ def _scale(out, fw, kind, factor, stream, device_index):
 
     name = kind if kind in ("torch", "cupy") else xpmod.namespace_for(fw)
     if name is None:
-        raise RuntimeError("cuda fft: scaling by norm needs torch or cupy to view the result")
+        from ..errors import ExecutorUnavailableError
+
+        raise ExecutorUnavailableError("norm", "torch or cupy to scale the result on the GPU", "neither installed")
     from .._cuda.streams import current_stream
 
     arr = xpmod.as_xp(out, kind if kind in ("torch", "cupy") else fw, name)
