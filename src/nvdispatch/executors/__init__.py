@@ -1,6 +1,7 @@
-"""The built-in executors: their names, where they live, and which ones serve a framework by default.
+"""The built-in executors: their names and where they live (imported on first use).
 
-Adding a framework is one executor module plus one line in each table below.
+Which executors serve a framework by default is the framework adapter's ``default_executors``
+(:mod:`nvdispatch._adapters`); a new executor module is made known by name with :func:`register_executor`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import threading
 
 from .base import Executor, ModularExecutor, Plan
 
-__all__ = ["Executor", "ModularExecutor", "Plan", "BUILTIN", "builtin", "default_names"]
+__all__ = ["Executor", "ModularExecutor", "Plan", "BUILTIN", "builtin", "default_names", "register_executor"]
 
 #: name → "module:Class" of each built-in executor (imported on first use)
 BUILTIN: dict[str, str] = {
@@ -18,17 +19,6 @@ BUILTIN: dict[str, str] = {
     "torch": "nvdispatch.executors.torch:TorchExecutor",
     "cupy": "nvdispatch.executors.cupy:CupyExecutor",
     "cuda": "nvdispatch.executors.cuda:CudaExecutor",
-}
-
-#: (framework, device kind) → built-in executors tried by default, in order
-DEFAULTS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("numpy", "cpu"): ("numpy",),
-    ("dlpack", "cpu"): ("numpy",),
-    ("torch", "cpu"): ("torch",),
-    ("torch", "cuda"): ("cuda", "torch"),
-    ("cupy", "cuda"): ("cuda", "cupy"),
-    ("cuda_array_interface", "cuda"): ("cuda",),
-    ("dlpack", "cuda"): ("cuda",),
 }
 
 _instances: dict[str, Executor] = {}
@@ -57,5 +47,23 @@ def builtin(name: str) -> Executor | None:
     return inst
 
 
+def register_executor(name: str, target: str) -> None:
+    """Make executor ``name`` known, created on first use from ``target`` (``"package.module:Class"``).
+
+    Framework adapters name the executors serving their arrays in ``default_executors``; this is how a new
+    executor module becomes one of those names (and selectable with ``set_backend(name)``).
+    """
+    if not isinstance(target, str) or ":" not in target:
+        from ..errors import InvalidArgumentError
+
+        raise InvalidArgumentError("target", "'package.module:Class'", repr(target))
+    with _lock:
+        BUILTIN[name] = target
+        _instances.pop(name, None)
+
+
 def default_names(framework: str, device_kind: str) -> tuple[str, ...]:
-    return DEFAULTS.get((framework, device_kind), ())
+    """The executors tried by default for ``framework``'s arrays on a ``device_kind`` device."""
+    from .._adapters import default_executors
+
+    return default_executors(framework, device_kind)

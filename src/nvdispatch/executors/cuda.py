@@ -19,6 +19,7 @@ for the default (bias along N) orientation; DRELU also takes a boolean mask of t
 
 from __future__ import annotations
 
+from .._adapters import adapter_for, adapter_named
 from .base import ModularExecutor
 
 
@@ -33,21 +34,8 @@ class CudaExecutor(ModularExecutor):
         return runtime.unavailable()
 
     def coerce_operand(self, array):
-        """Device arrays pass through; host NumPy arrays are copied to the current device."""
-        if hasattr(array, "__cuda_array_interface__") or type(array).__module__.split(".")[0] in ("torch", "cupy"):
+        """Device arrays pass through; host arrays are copied to the current device (a ``CudaArray``)."""
+        ad = adapter_for(array)
+        if ad is not None and ad.device(array).kind == "cuda":
             return array
-        import numpy as np
-
-        from .._cuda import runtime
-        from .._cuda.arrays import CudaArray
-
-        host = np.ascontiguousarray(np.asarray(array))
-        out = CudaArray(host.shape, host.dtype.name)
-        if host.nbytes:
-            rt = runtime.cudart()
-            runtime.check(rt.cudaStreamSynchronize(0), "cudaStreamSynchronize")
-            runtime.check(
-                rt.cudaMemcpy(out.ptr, host.ctypes.data, host.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice),
-                "cudaMemcpy",
-            )
-        return out
+        return adapter_named("cuda_array_interface").coerce(array)

@@ -7,6 +7,7 @@ plus in-place CuPy ops. Results stay CuPy arrays on the operands' device.
 
 from __future__ import annotations
 
+from .._adapters import adapter_named
 from .base import ModularExecutor
 
 
@@ -25,12 +26,4 @@ class CupyExecutor(ModularExecutor):
         return None
 
     def coerce_operand(self, array):
-        import cupy
-
-        if isinstance(array, cupy.ndarray):
-            return array
-        if hasattr(array, "__cuda_array_interface__"):
-            return cupy.asarray(array)
-        if type(array).__module__.split(".")[0] == "torch":
-            return cupy.from_dlpack(array.detach())
-        return cupy.asarray(array)
+        return adapter_named("cupy").coerce(array)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
+from .._adapters import adapter_named
 from .base import ModularExecutor
 
 
@@ -14,11 +13,4 @@ class NumpyExecutor(ModularExecutor):
 
     def coerce_operand(self, array):
         """Bring any operand to a NumPy array (copying device memory to the host)."""
-        if isinstance(array, np.ndarray):
-            return array
-        mod = type(array).__module__.split(".")[0]
-        if mod == "torch":
-            return array.detach().cpu().numpy()
-        if mod == "cupy":
-            return array.get()
-        return np.from_dlpack(array) if hasattr(array, "__dlpack__") else np.asarray(array)
+        return adapter_named("numpy").coerce(array)

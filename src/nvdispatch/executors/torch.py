@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
+from .._adapters import adapter_named
 from .base import ModularExecutor
 
 
@@ -24,32 +25,12 @@ class TorchExecutor(ModularExecutor):
         return None
 
     def coerce_operand(self, array):
-        import torch
-
-        if isinstance(array, torch.Tensor):
-            return array
-        return torch.from_dlpack(array) if hasattr(array, "__dlpack__") else torch.as_tensor(array)
+        return adapter_named("torch").coerce(array)
 
 
 def stream_context(stream, device):
     """A context that makes ``stream`` current for Torch on ``device`` (a no-op on the CPU or for None)."""
     if stream is None or device.kind != "cuda":
         return contextlib.nullcontext()
-    import torch
+    return adapter_named("torch").native_stream_context(stream, device.index)
 
-    if isinstance(stream, torch.cuda.Stream):
-        return torch.cuda.stream(stream)
-    ptr = None
-    if isinstance(stream, int):
-        ptr = stream
-    elif hasattr(stream, "__cuda_stream__"):
-        ptr = stream.__cuda_stream__()[1]
-    elif hasattr(stream, "ptr"):  # CuPy
-        ptr = stream.ptr
-    if ptr is None:
-        from ..errors import InvalidArgumentError, describe
-
-        raise InvalidArgumentError(
-            "stream", "a torch.cuda.Stream, a CuPy stream, an object with __cuda_stream__, or an int", describe(stream)
-        )
-    return torch.cuda.stream(torch.cuda.ExternalStream(ptr, device=torch.device("cuda", device.index or 0)))

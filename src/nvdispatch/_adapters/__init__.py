@@ -1,0 +1,140 @@
+"""The framework adapters and their registry: which adapter owns an array, looked up once per class.
+
+Detection follows array-api-compat: an adapter recognises its arrays by class, finding the framework's
+classes in ``sys.modules`` (a framework that is not imported cannot have made the array, so nothing is
+ever imported just to ask). The answer is cached per class. Protocol adapters (``__cuda_array_interface__``,
+DLPack) come last and may also look at the instance.
+
+Adding a framework is one adapter file (a subclass of :class:`~nvdispatch._adapters.base.Adapter`) and
+one call::
+
+    from nvdispatch._adapters import register_adapter
+    register_adapter(MyAdapter())
+
+Its ``default_executors`` say which executors run its arrays by default (``register_executor`` adds a
+new one by name).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .base import CPU, Adapter, Device, OperandInfo, c_strides
+from .cai import CaiAdapter
+from .cupy import CupyAdapter
+from .dlpack import DlpackAdapter
+from .numpy import NumpyAdapter
+from .torch import TorchAdapter
+
+__all__ = [
+    "Adapter",
+    "Device",
+    "OperandInfo",
+    "CPU",
+    "c_strides",
+    "register_adapter",
+    "unregister_adapter",
+    "adapter_for",
+    "adapter_for_class",
+    "adapter_named",
+    "adapters",
+]
+
+_lock = threading.Lock()
+#: framework adapters (claim by class), most recently registered first
+_frameworks: tuple[Adapter, ...] = ()
+#: protocol adapters (claim by class or instance), tried after every framework adapter
+_protocols: tuple[Adapter, ...] = ()
+_by_name: dict[str, Adapter] = {}
+#: class -> its adapter; None: no framework adapter claims the class (protocols are asked per instance)
+_by_class: dict[type, Adapter | None] = {}
+
+
+def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
+    """Make ``adapter`` answer for the arrays it claims (before the adapters registered earlier).
+
+    ``protocol=True`` registers it among the protocol adapters (``__cuda_array_interface__``, DLPack),
+    which are asked only when no framework adapter claims an array. An adapter with the name of a
+    registered one replaces it. Returns ``adapter``.
+    """
+    global _frameworks, _protocols
+    if not isinstance(getattr(adapter, "name", None), str) or not callable(getattr(adapter, "claims", None)):
+        from ..errors import InvalidArgumentError, describe
+
+        raise InvalidArgumentError("adapter", "an Adapter (with a name and claims())", describe(adapter))
+    with _lock:
+        _frameworks = tuple(a for a in _frameworks if a.name != adapter.name)
+        _protocols = tuple(a for a in _protocols if a.name != adapter.name)
+        if protocol:
+            _protocols = (adapter, *_protocols)
+        else:
+            _frameworks = (adapter, *_frameworks)
+        _by_name[adapter.name] = adapter
+        _by_class.clear()
+    return adapter
+
+
+def unregister_adapter(name: str) -> None:
+    """Forget the adapter called ``name`` (no-op when none is registered)."""
+    global _frameworks, _protocols
+    with _lock:
+        _frameworks = tuple(a for a in _frameworks if a.name != name)
+        _protocols = tuple(a for a in _protocols if a.name != name)
+        _by_name.pop(name, None)
+        _by_class.clear()
+
+
+def adapter_for_class(cls: type) -> Adapter | None:
+    """The framework adapter claiming arrays of class ``cls``, or None (cached per class)."""
+    try:
+        return _by_class[cls]
+    except KeyError:
+        pass
+    found = None
+    for ad in _frameworks:
+        if ad.claims(cls):
+            found = ad
+            break
+    else:
+        for ad in _protocols:
+            if ad.claims(cls):
+                found = ad
+                break
+    _by_class[cls] = found
+    return found
+
+
+def adapter_for(x: Any) -> Adapter | None:
+    """The adapter owning array ``x``, or None when no adapter recognises it."""
+    ad = _by_class.get(x.__class__)
+    if ad is None:
+        ad = adapter_for_class(x.__class__)
+        if ad is None:
+            for proto in _protocols:
+                if proto.claims_instance(x):
+                    return proto
+    return ad
+
+
+def adapter_named(name: str) -> Adapter | None:
+    """The registered adapter of framework ``name``, or None."""
+    return _by_name.get(name)
+
+
+def adapters() -> tuple[Adapter, ...]:
+    """Every registered adapter, in the order they are asked."""
+    return (*_frameworks, *_protocols)
+
+
+def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
+    """The executors tried by default for ``framework``'s arrays on a ``device_kind`` device."""
+    ad = _by_name.get(framework)
+    return () if ad is None else tuple(ad.default_executors.get(device_kind, ()))
+
+
+for _ad in (DlpackAdapter(), CaiAdapter()):
+    register_adapter(_ad, protocol=True)
+for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter()):
+    register_adapter(_ad)
+del _ad

@@ -1,0 +1,167 @@
+"""What nvdispatch needs to know of an array framework: the :class:`Adapter` protocol, and the
+:class:`Device` / :class:`OperandInfo` descriptions adapters produce.
+
+An adapter answers, for arrays of one framework (or one protocol such as ``__cuda_array_interface__``):
+
+``claims(cls)`` / ``claims_instance(x)``
+    detection (by class, looked up once per class; protocol adapters may also look at the instance);
+``info(name, x)``
+    the full description (:class:`OperandInfo`: framework, device with its index, dtype, shape, strides);
+``signature(x)``
+    a cheap hashable summary of what a plan depends on (dtype, shape, strides, device...), for the
+    plan-cache key of repeated calls;
+``device(x)``, ``data_ptr(x)``
+    where the data lives;
+``current_stream(device_index)``, ``stream_context(stream, device_index)``
+    the framework's current CUDA stream (a raw handle), and a context making a raw stream current;
+``empty(shape, dtype, device_index, stream, order)``
+    a new array of this framework (with its pointer), on the stream's pool;
+``coerce(x)``, ``to_numpy(x)``, ``export(x)``
+    converting a foreign array into this framework, this framework's array to NumPy (host copy), and
+    this framework's array into something other frameworks can import (DLPack/CAI);
+``wrap(result, like)``
+    the result of an executor presented as the caller's type (identity for frameworks whose executors
+    already return their own type; ``wraps`` says whether the route needs to call it at all).
+
+Only adapters branch on a framework; everything else asks them (see ``nvdispatch._adapters``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Adapter", "Device", "OperandInfo", "CPU", "c_strides"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where an array lives: ``kind`` is ``"cpu"`` or ``"cuda"``; ``index`` is the CUDA ordinal."""
+
+    kind: str
+    index: int | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+
+CPU = Device("cpu")
+
+
+@dataclass(frozen=True)
+class OperandInfo:
+    """What dispatch needs to know of one operand. ``strides`` are in elements (None where unknown)."""
+
+    array: Any
+    framework: str
+    device: Device
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    #: whether autograd records operations on this operand now (a Torch tensor requiring grad, grad enabled)
+    autograd: bool = False
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def c_strides(shape) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    out, step = [], 1
+    for extent in reversed(shape):
+        out.append(step)
+        step *= max(int(extent), 1)
+    return tuple(reversed(out))
+
+
+class Adapter:
+    """Base class of framework adapters (see the module docstring). Subclass it, fill in what your
+    framework supports, and register an instance with :func:`nvdispatch._adapters.register_adapter`."""
+
+    #: the framework name used in problems, ``explain()`` and error messages
+    name: str = "adapter"
+    #: device kind -> built-in (or registered) executor names tried by default for this framework, in order
+    default_executors: Mapping[str, tuple[str, ...]] = {}
+    #: whether executors' results must go through :meth:`wrap` before the caller gets them
+    wraps: bool = False
+
+    # -- detection ---------------------------------------------------------------------------------------
+    def claims(self, cls: type) -> bool:
+        """Whether arrays of class ``cls`` belong to this framework (never import a framework to ask:
+        look it up in ``sys.modules``)."""
+        return False
+
+    def claims_instance(self, x: Any) -> bool:
+        """For protocol adapters: whether ``x`` (of a class nobody claims) speaks this protocol."""
+        return False
+
+    def info(self, name: str, x: Any) -> OperandInfo:
+        """Describe operand ``x`` (called ``name`` in error messages)."""
+        raise NotImplementedError
+
+    def signature(self, x: Any) -> Hashable:
+        """What a plan depends on of ``x`` (dtype, shape, strides, device, autograd), cheaply."""
+        info = self.info("x", x)
+        return (info.dtype, info.shape, info.strides, info.device, info.autograd)
+
+    # -- placement ---------------------------------------------------------------------------------------
+    def device(self, x: Any) -> Device:
+        return self.info("x", x).device
+
+    def data_ptr(self, x: Any) -> int:
+        """The address of ``x``'s first element."""
+        raise NotImplementedError(f"{self.name} arrays expose no data pointer")
+
+    # -- streams (CUDA) ----------------------------------------------------------------------------------
+    def current_stream(self, device_index: int | None) -> int:
+        """The framework's current stream on ``device_index`` as a raw handle (0: the legacy default)."""
+        return 0
+
+    def current_stream_getter(self, device_index: int):
+        """A cheap callable giving :meth:`current_stream` for ``device_index``, or None when that is
+        always the legacy default stream ``0``."""
+        return None
+
+    def stream_context(self, stream: int, device_index: int | None):
+        """A context making raw ``stream`` the framework's current stream (so its allocations and ops are
+        ordered on it); a no-op for frameworks without streams."""
+        return contextlib.nullcontext()
+
+    def native_stream_context(self, stream: Any, device_index: int | None):
+        """Like :meth:`stream_context` for a ``stream=`` argument as the user passed it (this framework's
+        stream object, a ``__cuda_stream__`` object, a raw int), or None (nothing to do)."""
+        if stream is None:
+            return contextlib.nullcontext()
+        from .._cuda.streams import stream_pointer
+
+        return self.stream_context(stream_pointer(stream, self.name, device_index), device_index)
+
+    # -- memory ------------------------------------------------------------------------------------------
+    def empty(self, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
+        """A new uninitialised array of this framework and its pointer: ``(array, ptr)``."""
+        raise NotImplementedError(f"{self.name} cannot allocate device arrays")
+
+    # -- conversion --------------------------------------------------------------------------------------
+    def coerce(self, x: Any) -> Any:
+        """Convert a foreign operand ``x`` into this framework (used under ``set_backend(coerce=True)``)."""
+        raise NotImplementedError(f"cannot convert operands into {self.name} arrays")
+
+    def to_numpy(self, x: Any):
+        """``x`` (an array of this framework) as a NumPy array on the host (a copy from a device)."""
+        import numpy as np
+
+        return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+
+    def export(self, x: Any) -> Any:
+        """``x`` as an object other frameworks can import through DLPack / CAI (e.g. detached from autograd)."""
+        return x
+
+    def wrap(self, result: Any, like: Any) -> Any:
+        """Present an executor's ``result`` as the type of the caller's operand ``like``."""
+        return result
+
+    def __repr__(self) -> str:
+        return f"<nvdispatch adapter {self.name!r}>"

@@ -1,0 +1,99 @@
+"""Objects exposing ``__cuda_array_interface__`` (Numba device arrays, nvdispatch's ``CudaArray``, ...).
+
+The interface does not name the device, so the device ordinal comes from the data pointer through the
+CUDA runtime (:func:`pointer_device`); results are created as :class:`nvdispatch._cuda.arrays.CudaArray`
+(memory from ``cudaMallocAsync`` on the caller's stream), or as Numba device arrays for Numba callers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Adapter, Device, OperandInfo, c_strides
+
+__all__ = ["CaiAdapter", "pointer_device"]
+
+
+def pointer_device(ptr: int) -> int | None:
+    """The CUDA ordinal owning device pointer ``ptr`` (the current device for a null pointer); None when
+    no CUDA runtime is usable here."""
+    from .._cuda import runtime
+
+    if runtime.unavailable():
+        return None
+    if not ptr:
+        return runtime.current_device()
+    return runtime.pointer_device(ptr)
+
+
+class CaiAdapter(Adapter):
+    name = "cuda_array_interface"
+    default_executors = {"cuda": ("cuda",)}
+
+    def claims(self, cls: type) -> bool:
+        return hasattr(cls, "__cuda_array_interface__")
+
+    def claims_instance(self, x: Any) -> bool:
+        return hasattr(x, "__cuda_array_interface__")
+
+    def info(self, name: str, x: Any) -> OperandInfo:
+        cai = x.__cuda_array_interface__
+        dtype = np.dtype(cai["typestr"])
+        shape = tuple(cai["shape"])
+        strides = cai.get("strides")
+        strides = c_strides(shape) if strides is None else tuple(s // dtype.itemsize for s in strides)
+        device = Device("cuda", pointer_device(int(cai["data"][0] or 0)))
+        return OperandInfo(x, self.name, device, dtype.name, shape, strides)
+
+    def signature(self, x):
+        cai = x.__cuda_array_interface__
+        return (cai["typestr"], tuple(cai["shape"]), cai.get("strides"), pointer_device(int(cai["data"][0] or 0)))
+
+    def device(self, x) -> Device:
+        return Device("cuda", pointer_device(int(x.__cuda_array_interface__["data"][0] or 0)))
+
+    def data_ptr(self, x) -> int:
+        return int(x.__cuda_array_interface__["data"][0] or 0)
+
+    def empty(self, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
+        from .._cuda.arrays import CudaArray, storage_shape
+
+        shape = tuple(int(s) for s in shape)
+        tshape = storage_shape(shape, order)
+        st = c_strides(tshape)
+        if tshape is not shape:
+            st = (*st[:-2], st[-1], st[-2])
+        arr = CudaArray(shape, dtype, st, stream=stream)
+        return arr, arr.ptr
+
+    def coerce(self, x):
+        """Device arrays pass through; host arrays are copied to the current device as a ``CudaArray``."""
+        if hasattr(x, "__cuda_array_interface__"):
+            return x
+        from .._cuda import runtime
+        from .._cuda.arrays import CudaArray
+        from . import adapter_for
+
+        ad = adapter_for(x)
+        host = np.ascontiguousarray(ad.to_numpy(x) if ad is not None else np.asarray(x))
+        out = CudaArray(host.shape, host.dtype.name)
+        if host.nbytes:
+            rt = runtime.cudart()
+            runtime.check(rt.cudaStreamSynchronize(0), "cudaStreamSynchronize")
+            runtime.check(
+                rt.cudaMemcpy(out.ptr, host.ctypes.data, host.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice),
+                "cudaMemcpy",
+            )
+        return out
+
+    def to_numpy(self, x):
+        from .._cuda.arrays import CudaArray
+
+        if isinstance(x, CudaArray):
+            return x.copy_to_host()
+        copy = getattr(x, "copy_to_host", None)  # Numba device arrays
+        if callable(copy):
+            return copy()
+        return super().to_numpy(x)

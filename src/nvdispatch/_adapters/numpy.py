@@ -1,0 +1,51 @@
+"""NumPy arrays (and NumPy scalars): host memory, no streams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import CPU, Adapter, OperandInfo
+
+__all__ = ["NumpyAdapter"]
+
+
+class NumpyAdapter(Adapter):
+    name = "numpy"
+    default_executors = {"cpu": ("numpy",)}
+
+    def claims(self, cls: type) -> bool:
+        return issubclass(cls, (np.ndarray, np.generic))
+
+    def info(self, name: str, x: Any, framework: str = "numpy") -> OperandInfo:
+        itemsize = x.itemsize or 1
+        return OperandInfo(x, framework, CPU, x.dtype.name, x.shape, tuple(s // itemsize for s in x.strides))
+
+    @staticmethod
+    def signature(x):
+        return (x.dtype, x.shape, x.strides)
+
+    def device(self, x):
+        return CPU
+
+    def data_ptr(self, x) -> int:
+        return int(x.ctypes.data)
+
+    def empty(self, shape, dtype: str, device_index=None, stream=0, order: str = "C"):
+        arr = np.empty(tuple(shape), dtype=dtype, order="C")
+        if order == "F" and arr.ndim >= 2:
+            arr = np.swapaxes(np.empty((*arr.shape[:-2], arr.shape[-1], arr.shape[-2]), dtype=dtype), -1, -2)
+        return arr, int(arr.ctypes.data)
+
+    def coerce(self, x):
+        """Any operand as a NumPy array (device memory is copied to the host)."""
+        if isinstance(x, np.ndarray):
+            return x
+        from . import adapter_for
+
+        ad = adapter_for(x)
+        return ad.to_numpy(x) if ad is not None else np.asarray(x)
+
+    def to_numpy(self, x):
+        return x if isinstance(x, np.ndarray) else np.asarray(x)

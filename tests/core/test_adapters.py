@@ -1,0 +1,101 @@
+"""Framework adapters: detection by class (cached, never importing a framework), the registry, CAI devices."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch import _adapters
+from nvdispatch._adapters import Adapter, OperandInfo, adapter_for, adapter_named, register_adapter
+from nvdispatch._detect import detect
+from nvdispatch.errors import UnsupportedOperandError
+
+
+class FakeCai:
+    """A device array known only by ``__cuda_array_interface__`` (no memory behind it)."""
+
+    def __init__(self, ptr, shape=(4, 4), typestr="<f4"):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr, "version": 3}
+
+
+@pytest.fixture
+def devices_by_pointer(monkeypatch):
+    """Pretend pointers below 1 << 40 live on GPU 0 and the others on GPU 1."""
+    monkeypatch.setattr(_adapters.cai, "pointer_device", lambda ptr: 0 if ptr < (1 << 40) else 1)
+
+
+def test_builtin_adapters_answer_for_their_classes():
+    assert adapter_for(np.ones(2)).name == "numpy"
+    assert adapter_for(np.float32(1)).name == "numpy"
+    assert adapter_for(FakeCai(256)).name == "cuda_array_interface"
+    assert adapter_for([1, 2]) is None
+    torch = pytest.importorskip("torch")
+    assert adapter_for(torch.ones(2)).name == "torch"
+    assert adapter_for(torch.nn.Parameter(torch.ones(2))).name == "torch"
+
+
+def test_detection_never_imports_a_framework():
+    before = set(sys.modules)
+    detect("a", np.ones(3))
+    with pytest.raises(UnsupportedOperandError):
+        detect("a", object())
+    assert not {"cupy", "jax", "dask"} & (set(sys.modules) - before)
+
+
+def test_cai_operands_get_their_gpu_from_the_pointer(devices_by_pointer):
+    assert detect("a", FakeCai(1 << 20)).device == nvdispatch._detect.Device("cuda", 0)
+    assert detect("a", FakeCai(1 << 41)).device == nvdispatch._detect.Device("cuda", 1)
+    assert adapter_named("cuda_array_interface").signature(FakeCai(1 << 20)) != adapter_named(
+        "cuda_array_interface"
+    ).signature(FakeCai(1 << 41))
+
+
+class Boxed:
+    """A toy framework: a NumPy array in a box."""
+
+    def __init__(self, arr):
+        self.arr = np.asarray(arr)
+
+
+class BoxedAdapter(Adapter):
+    name = "boxed"
+    default_executors = {"cpu": ("numpy",)}
+
+    def claims(self, cls):
+        return issubclass(cls, Boxed)
+
+    def info(self, name, x):
+        inner = adapter_named("numpy").info(name, x.arr)
+        return OperandInfo(x, self.name, inner.device, inner.dtype, inner.shape, inner.strides)
+
+
+def test_a_registered_adapter_claims_its_class_and_can_be_removed():
+    ad = register_adapter(BoxedAdapter())
+    try:
+        info = detect("x", Boxed(np.ones((2, 3), np.float32)))
+        assert (info.framework, info.dtype, info.shape) == ("boxed", "float32", (2, 3))
+        assert nvdispatch.executors.default_names("boxed", "cpu") == ("numpy",)
+        assert adapter_named("boxed") is ad
+    finally:
+        _adapters.unregister_adapter("boxed")
+    with pytest.raises(UnsupportedOperandError):
+        detect("x", Boxed(np.ones(2)))
+
+
+def test_register_adapter_refuses_what_is_no_adapter():
+    with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="adapter"):
+        register_adapter(object())
+
+
+def test_coercion_goes_through_the_adapters():
+    torch = pytest.importorskip("torch")
+    t = torch.ones((2, 2), dtype=torch.float64, requires_grad=True)
+    with nvdispatch.set_backend("numpy", coerce=True):
+        out = nvdispatch.matmul(t, t)
+    assert isinstance(out, np.ndarray) and out.tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    with nvdispatch.set_backend("torch", coerce=True):
+        out = nvdispatch.matmul(np.ones((2, 2)), np.ones((2, 2)))
+    assert isinstance(out, torch.Tensor)
