@@ -23,9 +23,14 @@ def pointer_device(ptr: int) -> int | None:
 
     if runtime.unavailable():
         return None
-    if not ptr:
-        return runtime.current_device()
-    return runtime.pointer_device(ptr)
+    if ptr:
+        try:
+            dev = runtime.pointer_device(ptr)
+        except RuntimeError:  # not memory the runtime knows: the current device, as before
+            dev = -1
+        if dev >= 0:
+            return dev
+    return runtime.current_device()
 
 
 class CaiAdapter(Adapter):
