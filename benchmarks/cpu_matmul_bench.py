@@ -3,7 +3,10 @@
 All contenders run in one process, interleaved round by round, and we report medians and ratios from the
 same run (the machine is noisy; ratios are what carry over). Writes JSON and a PNG.
 
-    python benchmarks/cpu_matmul_bench.py [--rounds 31] [--out benchmarks/results]
+    python benchmarks/cpu_matmul_bench.py [--rounds 31] [--out benchmarks/results] [--quick]
+
+Needs ``pip install 'nvdispatch[bench]'`` for the plot and progress bars (the JSON is written without them);
+Torch, when installed, is timed too.
 """
 
 from __future__ import annotations
@@ -17,18 +20,10 @@ import time
 import timeit
 
 import numpy as np
+from _bench import output_dir, progress, save_plot
 
 import nvdispatch
 from nvdispatch import Epilog
-
-try:
-    from tqdm import tqdm
-except ImportError:  # the progress bar is optional
-    tqdm = None
-
-
-def _progress(iterable, total, desc):
-    return tqdm(iterable, total=total, desc=desc) if tqdm is not None else iterable
 
 
 def fused_relu_bias(rounds: int, m: int = 8192, n: int = 1024, k: int = 256) -> dict:
@@ -59,7 +54,7 @@ def fused_relu_bias(rounds: int, m: int = 8192, n: int = 1024, k: int = 256) -> 
     samples = {name: [] for name in contenders}
     for fn in contenders.values():  # warm-up
         fn()
-    for _ in _progress(range(rounds), rounds, "fused RELU_BIAS"):
+    for _ in progress(range(rounds), "fused RELU_BIAS"):
         for name, fn in contenders.items():
             t0 = time.perf_counter()
             fn()
@@ -83,14 +78,13 @@ def fused_relu_bias(rounds: int, m: int = 8192, n: int = 1024, k: int = 256) -> 
     }
 
 
-def dispatch_overhead(rounds: int, size: int = 8) -> dict:
+def dispatch_overhead(rounds: int, size: int = 8, number: int = 20000) -> dict:
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
     b = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
     nvdispatch.matmul(a, b)
-    number = 20000
     contenders = {"np.matmul": lambda: np.matmul(a, b), "nvdispatch.matmul": lambda: nvdispatch.matmul(a, b)}
     samples = {name: [] for name in contenders}
-    for _ in _progress(range(rounds), rounds, "dispatch overhead"):
+    for _ in progress(range(rounds), "dispatch overhead"):
         for name, fn in contenders.items():
             samples[name].append(timeit.timeit(fn, number=number) / number)
     med = {name: statistics.median(v) for name, v in samples.items()}
@@ -103,12 +97,7 @@ def dispatch_overhead(rounds: int, size: int = 8) -> dict:
     }
 
 
-def plot(results: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: dict, plt) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]})
     ratios = results["fused_relu_bias"]["ratio_to_np_matmul"]
     names = list(ratios)
@@ -126,23 +115,24 @@ def plot(results: dict, path: str) -> None:
     ax2.set_title("8x8 float32 call")
     ax2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=31)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--quick", action="store_true", help="tiny shapes and few calls: checks the script runs")
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    out = output_dir(args.out)
+    fused = {"m": 64, "n": 32, "k": 16} if args.quick else {}
     results = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__},
-        "fused_relu_bias": fused_relu_bias(args.rounds),
-        "dispatch_overhead": dispatch_overhead(max(5, args.rounds // 3)),
+        "fused_relu_bias": fused_relu_bias(args.rounds, **fused),
+        "dispatch_overhead": dispatch_overhead(max(5, args.rounds // 3), number=100 if args.quick else 20000),
     }
-    with open(os.path.join(args.out, "cpu_matmul.json"), "w") as fh:
+    with open(os.path.join(out, "cpu_matmul.json"), "w") as fh:
         json.dump(results, fh, indent=1)
-    plot(results, os.path.join(args.out, "cpu_matmul.png"))
+    save_plot(lambda plt: plot(results, plt), os.path.join(out, "cpu_matmul.png"))
     f = results["fused_relu_bias"]
     print(json.dumps({k: round(v, 3) for k, v in f["ratio_to_np_matmul"].items()}, indent=1))
     print(f"vs naive numpy {f['nvdispatch_vs_naive_numpy']:.3f}")

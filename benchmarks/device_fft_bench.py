@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from _bench import progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -224,7 +225,7 @@ def run_tasks(task_list, deadline, jobs=1) -> dict:
     are then timed one process at a time (nothing else runs on the GPU while a kernel is timed)."""
     if jobs <= 1:
         results = {}
-        for task in task_list:
+        for task in progress(task_list, "kernels"):
             results[task] = _run_one(task, deadline)
             print(*task, results[task], flush=True)
         return results

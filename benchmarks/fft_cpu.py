@@ -1,7 +1,9 @@
 """CPU FFT benchmark: nvdispatch.fft vs scipy.fft(..., workers=all) and numpy.fft, same process, interleaved,
 median over repeats.
 
-    python benchmarks/fft_cpu.py            # writes benchmarks/results/fft_cpu.{json,png}
+    python benchmarks/fft_cpu.py [--repeats 15] [--out DIR] [--quick]   # writes DIR/fft_cpu.{json,png}
+
+Needs SciPy (``pip install 'nvdispatch[scipy]'``), and ``nvdispatch[bench]`` for the plot and progress bars.
 """
 
 from __future__ import annotations
@@ -14,22 +16,19 @@ import time
 
 import numpy as np
 import scipy.fft
+from _bench import output_dir, progress, save_plot
 
 import nvdispatch.fft as F
 
-try:
-    from tqdm import tqdm
-except ImportError:  # pragma: no cover
-    tqdm = None
 
-
-def cases():
+def cases(quick: bool = False):
     rng = np.random.default_rng(0)
-    c = (rng.standard_normal((4096, 1024)) + 1j * rng.standard_normal((4096, 1024))).astype(np.complex64)
-    r = rng.standard_normal((256, 256, 256)).astype(np.float32)
+    rows, n, cube = (64, 128, 16) if quick else (4096, 1024, 256)
+    c = (rng.standard_normal((rows, n)) + 1j * rng.standard_normal((rows, n))).astype(np.complex64)
+    r = rng.standard_normal((cube, cube, cube)).astype(np.float32)
     return [
         (
-            "c2c c64 4096x1024 fft(axis=-1)",
+            f"c2c c64 {rows}x{n} fft(axis=-1)",
             {
                 "nvdispatch": lambda: F.fft(c),
                 "scipy.fft workers=-1": lambda: scipy.fft.fft(c, workers=-1),
@@ -37,7 +36,7 @@ def cases():
             },
         ),
         (
-            "r2c f32 256^3 rfftn",
+            f"r2c f32 {cube}^3 rfftn",
             {
                 "nvdispatch": lambda: F.rfftn(r),
                 "scipy.fft workers=-1": lambda: scipy.fft.rfftn(r, workers=-1),
@@ -51,16 +50,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--quick", action="store_true", help="tiny shapes: checks the script runs")
     args = ap.parse_args()
+    out = output_dir(args.out)
     results = []
-    for label, fns in cases():
+    for label, fns in cases(args.quick):
         for fn in fns.values():
             fn()  # warm-up (plans, caches)
         samples = {k: [] for k in fns}
-        it = range(args.repeats)
-        if tqdm is not None:
-            it = tqdm(it, desc=label, leave=False)
-        for _ in it:
+        for _ in progress(range(args.repeats), label):
             for k, fn in fns.items():  # interleaved so drift hits all alike
                 t0 = time.perf_counter()
                 fn()
@@ -77,27 +75,22 @@ def main():
         "repeats": args.repeats,
         "timing": "time.perf_counter per call, interleaved, median",
     }
-    with open(os.path.join(args.out, "fft_cpu.json"), "w") as fh:
+    with open(os.path.join(out, "fft_cpu.json"), "w") as fh:
         json.dump({"meta": meta, "results": results}, fh, indent=1)
-    try:
-        import matplotlib
+    save_plot(lambda plt: plot(results, plt), os.path.join(out, "fft_cpu.png"))
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        keys = ["nvdispatch", "scipy.fft workers=-1", "numpy.fft"]
-        fig, ax = plt.subplots(figsize=(8, 4))
-        w = 0.8 / len(keys)
-        for i, k in enumerate(keys):
-            ax.bar([j + i * w for j in range(len(results))], [r[k] * 1e3 for r in results], w, label=k)
-        ax.set_xticks([j + w for j in range(len(results))], [r["case"] for r in results])
-        ax.set_ylabel("ms per transform (median)")
-        ax.set_title(f"CPU FFT ({os.cpu_count()} cores)")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "fft_cpu.png"), dpi=110)
-    except ImportError:
-        print("matplotlib missing: no PNG")
+def plot(results: list, plt) -> None:
+    keys = ["nvdispatch", "scipy.fft workers=-1", "numpy.fft"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    w = 0.8 / len(keys)
+    for i, k in enumerate(keys):
+        ax.bar([j + i * w for j in range(len(results))], [r[k] * 1e3 for r in results], w, label=k)
+    ax.set_xticks([j + w for j in range(len(results))], [r["case"] for r in results])
+    ax.set_ylabel("ms per transform (median)")
+    ax.set_title(f"CPU FFT ({os.cpu_count()} cores)")
+    ax.legend()
+    fig.tight_layout()
 
 
 if __name__ == "__main__":

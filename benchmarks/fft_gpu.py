@@ -2,7 +2,9 @@
 """GPU FFT benchmark (H200): nvdispatch vs torch.fft, cupy.fft and nvmath-python's FFT (stateless and
 stateful), timed with CUDA events over back-to-back launches on one stream (median of repeats).
 
-    python benchmarks/fft_gpu.py    # writes benchmarks/results/fft_gpu.{json,png}
+    python benchmarks/fft_gpu.py [--out DIR]   # writes DIR/fft_gpu.{json,png}
+
+Needs a GPU, ``pip install 'nvdispatch[torch,cupy,bench]'``; nvmath-python is timed when installed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import statistics
 import sys
 
 import torch
+from _bench import output_dir, progress, save_plot
 
 CASES = [  # (label, kind, batch, n)
     ("c2c c64 4096x1024", "c2c", 4096, 1024),
@@ -44,6 +47,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
+    out = output_dir(args.out)
     import cupy
 
     import nvdispatch
@@ -57,7 +61,7 @@ def main():
         nvmath = None
         nvmath_version = None
     results = []
-    for label, kind, batch, n in CASES:
+    for label, kind, batch, n in progress(CASES, "FFT cases"):
         g = torch.Generator(device="cuda").manual_seed(0)
         xr = torch.randn((batch, n), device="cuda", generator=g)
         xt = torch.complex(xr, torch.randn_like(xr)) if kind == "c2c" else xr
@@ -103,29 +107,24 @@ def main():
         "(nvmath stateless: 10 x 5)",
         "python": sys.version.split()[0],
     }
-    with open(os.path.join(args.out, "fft_gpu.json"), "w") as fh:
+    with open(os.path.join(out, "fft_gpu.json"), "w") as fh:
         json.dump({"meta": meta, "results": results}, fh, indent=1)
-    try:
-        import matplotlib
+    save_plot(lambda plt: plot(results, meta, plt), os.path.join(out, "fft_gpu.png"))
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        keys = ["torch.fft", "cupy.fft", "nvdispatch(torch)", "nvdispatch(cupy)", "nvdispatch FFT stateful"]
-        keys += [k for k in ("nvmath stateless", "nvmath FFT stateful") if any(k in r for r in results)]
-        fig, ax = plt.subplots(figsize=(10, 4.5))
-        w = 0.8 / len(keys)
-        for i, k in enumerate(keys):
-            ax.bar([j + i * w for j in range(len(results))], [r.get(k, 0) * 1e6 for r in results], w, label=k)
-        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(results))], [r["case"] for r in results])
-        ax.set_ylabel("µs per transform (CUDA events)")
-        ax.set_yscale("log")
-        ax.set_title(f"FFT on {meta['device']}")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "fft_gpu.png"), dpi=110)
-    except ImportError:
-        print("matplotlib missing: no PNG", flush=True)
+def plot(results: list, meta: dict, plt) -> None:
+    keys = ["torch.fft", "cupy.fft", "nvdispatch(torch)", "nvdispatch(cupy)", "nvdispatch FFT stateful"]
+    keys += [k for k in ("nvmath stateless", "nvmath FFT stateful") if any(k in r for r in results)]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    w = 0.8 / len(keys)
+    for i, k in enumerate(keys):
+        ax.bar([j + i * w for j in range(len(results))], [r.get(k, 0) * 1e6 for r in results], w, label=k)
+    ax.set_xticks([j + 0.4 - w / 2 for j in range(len(results))], [r["case"] for r in results])
+    ax.set_ylabel("µs per transform (CUDA events)")
+    ax.set_yscale("log")
+    ax.set_title(f"FFT on {meta['device']}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
 
 
 if __name__ == "__main__":

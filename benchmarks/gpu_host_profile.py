@@ -15,6 +15,7 @@ import pstats
 import statistics
 import sys
 
+from _bench import output_dir
 from gpu_matmul_bench import host_times
 
 
@@ -54,6 +55,7 @@ def kernels_per_call(fn, torch, n: int = 10) -> list:
 
 
 def main(out_dir: str) -> None:
+    out_dir = output_dir(out_dir)
     import torch
 
     import nvdispatch
@@ -147,7 +149,7 @@ def main(out_dir: str) -> None:
         json.dump(res, fh, indent=1)
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(20000):
+    for _ in range(20000):  # no progress bar: it would show in the profile
         nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
     prof.disable()
     torch.cuda.synchronize()

@@ -6,6 +6,7 @@ Kernel times use CUDA events around ``REPS`` back-to-back launches queued while 
 ``torch.cuda._sleep`` (so the host's Python overhead is hidden and the events measure the GPU), median of
 ``ROUNDS``. Run on the GPU machine:  python benchmarks/gpu_matmul_bench.py OUT_DIR
 then ``python benchmarks/gpu_matmul_bench.py --plot OUT_DIR/gpu_matmul_bench.json`` draws the PNG.
+Needs a GPU, ``pip install 'nvdispatch[torch,bench]'``; CuPy and nvmath-python are timed when installed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import statistics
 import sys
 import time
+
+from _bench import output_dir, progress, save_plot
 
 SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 8192, 1024), (1024, 512, 2048)]
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -50,69 +53,70 @@ def run(out_dir: str) -> None:
     except Exception as exc:  # noqa: BLE001
         NvMatmul = None
         print("nvmath unavailable:", exc)
+    out_dir = output_dir(out_dir)
     results = {"shapes": SHAPES, "cells": [], "device": torch.cuda.get_device_name()}
     F = torch.nn.functional
-    for m, n, k in SHAPES:
-        for dtype in DTYPES:
-            dt = getattr(torch, dtype)
-            a = torch.randn(m, k, device="cuda", dtype=dt)
-            b = torch.randn(k, n, device="cuda", dtype=dt)
-            bias = torch.randn(n, device="cuda", dtype=dt)
-            bias_m = torch.randn(m, 1, device="cuda", dtype=dt)
-            plain = gpu_time(lambda: torch.matmul(a, b), torch)
-            for ep in EPILOGS:
-                cell = {"m": m, "n": n, "k": k, "dtype": dtype, "epilog": ep, "plain_matmul": plain}
-                mm = nvdispatch.Matmul(a, b)
-                mm.plan(epilog=Epilog[ep], epilog_inputs={"bias": bias})
-                cell["strategy"] = f"{mm.executor}/{mm.strategy}"
-                cell["nvdispatch"] = gpu_time(mm.execute, torch)
-                try:
-                    mm.autotune(iterations=5)
-                    cell["nvdispatch_tuned"] = gpu_time(mm.execute, torch)
-                except Exception as exc:  # noqa: BLE001
-                    cell["autotune_error"] = repr(exc)
-                act = {"RELU_BIAS": torch.relu, "GELU_BIAS": lambda x: F.gelu(x, approximate="tanh")}
-                if ep == "BIAS":
-                    cell["torch_unfused"] = gpu_time(lambda: a @ b + bias, torch)
-                    cell["torch_addmm"] = gpu_time(lambda: torch.addmm(bias, a, b), torch)
-                elif ep == "GELU_AUX_BIAS":
+    cells = [(shape, dtype) for shape in SHAPES for dtype in DTYPES]
+    for (m, n, k), dtype in progress(cells, "shapes x dtypes"):
+        dt = getattr(torch, dtype)
+        a = torch.randn(m, k, device="cuda", dtype=dt)
+        b = torch.randn(k, n, device="cuda", dtype=dt)
+        bias = torch.randn(n, device="cuda", dtype=dt)
+        bias_m = torch.randn(m, 1, device="cuda", dtype=dt)
+        plain = gpu_time(lambda: torch.matmul(a, b), torch)
+        for ep in EPILOGS:
+            cell = {"m": m, "n": n, "k": k, "dtype": dtype, "epilog": ep, "plain_matmul": plain}
+            mm = nvdispatch.Matmul(a, b)
+            mm.plan(epilog=Epilog[ep], epilog_inputs={"bias": bias})
+            cell["strategy"] = f"{mm.executor}/{mm.strategy}"
+            cell["nvdispatch"] = gpu_time(mm.execute, torch)
+            try:
+                mm.autotune(iterations=5)
+                cell["nvdispatch_tuned"] = gpu_time(mm.execute, torch)
+            except Exception as exc:  # noqa: BLE001
+                cell["autotune_error"] = repr(exc)
+            act = {"RELU_BIAS": torch.relu, "GELU_BIAS": lambda x: F.gelu(x, approximate="tanh")}
+            if ep == "BIAS":
+                cell["torch_unfused"] = gpu_time(lambda: a @ b + bias, torch)
+                cell["torch_addmm"] = gpu_time(lambda: torch.addmm(bias, a, b), torch)
+            elif ep == "GELU_AUX_BIAS":
 
-                    def unfused():
-                        pre = a @ b + bias
-                        return F.gelu(pre, approximate="tanh"), pre
+                def unfused():
+                    pre = a @ b + bias
+                    return F.gelu(pre, approximate="tanh"), pre
 
-                    cell["torch_unfused"] = gpu_time(unfused, torch)
-                else:
-                    f = act[ep]
-                    cell["torch_unfused"] = gpu_time(lambda: f(a @ b + bias), torch)
-                    g = ep == "GELU_BIAS"
-                    cell["torch_addmm_activation"] = gpu_time(
-                        lambda: torch._addmm_activation(bias, a, b, use_gelu=g), torch
-                    )
-                if NvMatmul is not None:
-                    try:
-                        nm = NvMatmul(a, b)
-                        nm.plan(epilog=getattr(MatmulEpilog, ep), epilog_inputs={"bias": bias_m})
-                        cell["nvmath"] = gpu_time(nm.execute, torch)
-                        nm.free()
-                    except Exception as exc:  # noqa: BLE001
-                        cell["nvmath_error"] = repr(exc)[:200]
-                best = min(cell["nvdispatch"], cell.get("nvdispatch_tuned", 1e9))
-                cell["ratio_vs_plain"] = best / plain
-                if "nvmath" in cell:
-                    cell["ratio_vs_nvmath"] = best / cell["nvmath"]
-                results["cells"].append(cell)
-                print(
-                    f"{m}x{n}x{k} {dtype:9s} {ep:14s} plain {plain * 1e6:8.1f} us  nvd {best * 1e6:8.1f} "
-                    f"x{cell['ratio_vs_plain']:.3f}  nvmath {cell.get('nvmath', float('nan')) * 1e6:8.1f} "
-                    f"x{cell.get('ratio_vs_nvmath', float('nan')):.3f}  torch-unfused "
-                    f"{cell['torch_unfused'] * 1e6:8.1f}  [{cell['strategy']}]",
-                    flush=True,
+                cell["torch_unfused"] = gpu_time(unfused, torch)
+            else:
+                f = act[ep]
+                cell["torch_unfused"] = gpu_time(lambda: f(a @ b + bias), torch)
+                g = ep == "GELU_BIAS"
+                cell["torch_addmm_activation"] = gpu_time(
+                    lambda: torch._addmm_activation(bias, a, b, use_gelu=g), torch
                 )
-                mm.free()
-            a = b = bias = bias_m = None
-            nvdispatch.plan_cache.clear()
-            torch.cuda.empty_cache()
+            if NvMatmul is not None:
+                try:
+                    nm = NvMatmul(a, b)
+                    nm.plan(epilog=getattr(MatmulEpilog, ep), epilog_inputs={"bias": bias_m})
+                    cell["nvmath"] = gpu_time(nm.execute, torch)
+                    nm.free()
+                except Exception as exc:  # noqa: BLE001
+                    cell["nvmath_error"] = repr(exc)[:200]
+            best = min(cell["nvdispatch"], cell.get("nvdispatch_tuned", 1e9))
+            cell["ratio_vs_plain"] = best / plain
+            if "nvmath" in cell:
+                cell["ratio_vs_nvmath"] = best / cell["nvmath"]
+            results["cells"].append(cell)
+            print(
+                f"{m}x{n}x{k} {dtype:9s} {ep:14s} plain {plain * 1e6:8.1f} us  nvd {best * 1e6:8.1f} "
+                f"x{cell['ratio_vs_plain']:.3f}  nvmath {cell.get('nvmath', float('nan')) * 1e6:8.1f} "
+                f"x{cell.get('ratio_vs_nvmath', float('nan')):.3f}  torch-unfused "
+                f"{cell['torch_unfused'] * 1e6:8.1f}  [{cell['strategy']}]",
+                flush=True,
+            )
+            mm.free()
+        a = b = bias = bias_m = None
+        nvdispatch.plan_cache.clear()
+        torch.cuda.empty_cache()
     results["host_overhead"] = host_overhead(torch, nvdispatch)
     with open(f"{out_dir}/gpu_matmul_bench.json", "w") as fh:
         json.dump(results, fh, indent=1)
@@ -126,7 +130,7 @@ def host_times(cases: dict, torch, n: int = 300, rounds: int = 60) -> dict:
         for _ in range(200):
             fn()
     samples: dict = {name: [] for name in cases}
-    for _ in range(rounds):
+    for _ in progress(range(rounds), "host rounds"):
         for name, fn in cases.items():
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -194,12 +198,12 @@ def host_overhead(torch, nvdispatch) -> dict:
 
 
 def plot(path: str) -> None:
-    import matplotlib
+    with open(path) as fh:
+        data = json.load(fh)
+    save_plot(lambda plt: _draw(data, plt), path.replace(".json", ".png"), dpi=130)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    data = json.load(open(path))
+def _draw(data: dict, plt) -> None:
     cells = data["cells"]
     labels = [f"{c['m']}x{c['n']}x{c['k']}\n{c['dtype']}\n{c['epilog']}" for c in cells]
     fig, ax = plt.subplots(figsize=(max(12, len(cells) * 0.45), 6))
@@ -221,7 +225,6 @@ def plot(path: str) -> None:
     ax.set_title(f"nvdispatch fused cuBLASLt epilogs on {data.get('device', 'GPU')}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path.replace(".json", ".png"), dpi=130)
 
 
 if __name__ == "__main__":
@@ -232,7 +235,7 @@ if __name__ == "__main__":
 
         import nvdispatch
 
-        with open(f"{sys.argv[2]}/gpu_matmul_host.json", "w") as fh:
+        with open(f"{output_dir(sys.argv[2])}/gpu_matmul_host.json", "w") as fh:
             json.dump(host_overhead(torch, nvdispatch), fh, indent=1)
     else:
         run(sys.argv[1])
