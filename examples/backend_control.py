@@ -1,6 +1,8 @@
 """Choose the executor SciPy-style, and plug in your own.
 
 Shows set_backend (with coerce), skip_backend, explain() and a user-written executor that logs calls.
+
+Needs: the base install (``pip install -e .``); the Torch part runs when ``nvdispatch[torch]`` is installed.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ if __name__ == "__main__":
         import torch
     except ImportError:
         torch = None
+        print("Torch part skipped: it needs pip install 'nvdispatch[torch]'")
     if torch is not None:
         with nvdispatch.set_backend("torch", coerce=True):
             t = nvdispatch.matmul(a, b)

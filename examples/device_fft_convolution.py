@@ -4,12 +4,15 @@ Runs on an NVIDIA GPU, or anywhere under Numba's CUDA simulator: without a GPU t
 simulator on itself (set NUMBA_ENABLE_CUDASIM before numba is imported to choose explicitly).
 
     python examples/device_fft_convolution.py
+
+Needs: ``pip install 'nvdispatch[numba]'`` (numba and numba-cuda).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 
 
 def _has_gpu() -> bool:
@@ -23,7 +26,11 @@ if not _has_gpu():
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 import numpy as np  # noqa: E402
-from numba import cuda  # noqa: E402
+
+try:
+    from numba import cuda
+except ImportError:
+    sys.exit(f"{os.path.basename(__file__)} needs Numba: pip install 'nvdispatch[numba]'")
 
 from nvdispatch.device import fft  # noqa: E402
 

@@ -3,12 +3,15 @@
 Runs on an NVIDIA GPU, or under Numba's CUDA simulator when no GPU is present.
 
     python examples/device_gemm.py
+
+Needs: ``pip install 'nvdispatch[numba]'`` (numba and numba-cuda).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 
 
 def _has_gpu() -> bool:
@@ -22,7 +25,11 @@ if not _has_gpu():
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 import numpy as np  # noqa: E402
-from numba import cuda  # noqa: E402
+
+try:
+    from numba import cuda
+except ImportError:
+    sys.exit(f"{os.path.basename(__file__)} needs Numba: pip install 'nvdispatch[numba]'")
 
 from nvdispatch.device import matmul  # noqa: E402
 

@@ -2,12 +2,14 @@
 on the GPU (cuFFT); a stateful FFT; and nvdispatch as a scipy.fft backend.
 
     python examples/fft_spectrum.py
+
+Needs: the base install (``pip install -e .``; NumPy's pocketfft then does the CPU transforms); the scipy.fft
+backend part needs ``pip install 'nvdispatch[scipy]'``, the GPU part ``nvdispatch[torch]`` and a GPU.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.fft
 
 import nvdispatch
 import nvdispatch.fft as F
@@ -39,19 +41,26 @@ def main():
     print("stateful round trip error:", float(np.max(np.abs(back - x))), y.dtype)
 
     # as a scipy.fft backend
-    with scipy.fft.set_backend(F):
-        z = scipy.fft.fft2(x)
-    print("scipy.fft backend:", z.dtype, float(np.max(np.abs(z - np.fft.fft2(x)))))
+    try:
+        import scipy.fft
+    except ImportError:
+        print("scipy.fft backend part skipped: it needs pip install 'nvdispatch[scipy]'")
+    else:
+        with scipy.fft.set_backend(F):
+            z = scipy.fft.fft2(x)
+        print("scipy.fft backend:", z.dtype, float(np.max(np.abs(z - np.fft.fft2(x)))))
 
     try:
         import torch
-
-        if torch.cuda.is_available():
-            g = torch.from_numpy(sig).cuda()
-            print("dominant (Torch CUDA):", dominant_frequency(g, rate).cpu().numpy())
-            print(nvdispatch.explain(F.rfft, g))
     except ImportError:
-        pass
+        print("GPU part skipped: it needs pip install 'nvdispatch[torch]' and an NVIDIA GPU")
+        return
+    if not torch.cuda.is_available():
+        print("GPU part skipped: Torch finds no CUDA GPU")
+        return
+    g = torch.from_numpy(sig).cuda()
+    print("dominant (Torch CUDA):", dominant_frequency(g, rate).cpu().numpy())
+    print(nvdispatch.explain(F.rfft, g))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 Runs with CuPy arrays or Torch CUDA tensors (whichever is installed); skips politely without a GPU.
 The bias has the neural-network shape ``(n,)`` — cuBLASLt fuses it natively because nvdispatch describes
 the row-major problem to cuBLASLt in its transposed column-major form.
+
+Needs: an NVIDIA GPU, ``pip install 'nvdispatch[cuda]'`` and one of ``nvdispatch[cupy]`` / ``nvdispatch[torch]``.
+Without them it says what is missing and exits with status 0 (nothing to run here, nothing failed).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ def main() -> int:
 
     why = runtime.unavailable()
     if why:
-        print(f"skipping the GPU linear layer example: {why}")
+        print(f"skipped: {why}")
         return 0
     try:
         import cupy as xp
@@ -31,7 +34,7 @@ def main() -> int:
         try:
             import torch
         except ImportError:
-            print("skipping: neither CuPy nor Torch is installed")
+            print("skipped: needs pip install 'nvdispatch[cupy]' or 'nvdispatch[torch]'")
             return 0
 
         class xp:  # the three calls below, on torch

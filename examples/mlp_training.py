@@ -2,6 +2,8 @@
 
 Every linear layer is one nvdispatch call; the backward pass reuses the ReLU mask the forward pass
 returned, and gets the bias gradient from the same call. Runs on NumPy (and on Torch if installed).
+
+Needs: the base install (``pip install -e .``); the Torch run needs ``pip install 'nvdispatch[torch]'``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ if __name__ == "__main__":
         import torch
     except ImportError:
         torch = None
+        print("Torch run skipped: it needs pip install 'nvdispatch[torch]'")
     if torch is not None:
         t_losses = train(torch.from_numpy)
         print(f"torch: loss {t_losses[0]:.4f} -> {t_losses[-1]:.4f}")

@@ -21,7 +21,7 @@ class TorchExecutor(ModularExecutor):
         try:
             import torch  # noqa: F401
         except ImportError:
-            return "torch is not installed"
+            return "torch is not installed (pip install 'nvdispatch[torch]')"
         return None
 
     def coerce_operand(self, array):
