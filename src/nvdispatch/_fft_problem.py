@@ -5,18 +5,22 @@ Front-end (``nvdispatch.fft``) arguments are validated here against the array-AP
 
 * 1-D functions (``fft, ifft, rfft, irfft, hfft, ihfft``): ``n`` must be ``None`` or an int >= 1;
   ``axis`` an int in ``[-N, N)``. ``irfft``/``hfft`` default ``n`` is ``2 * (m - 1)``.
-* n-D functions (``fftn, ifftn, rfftn, irfftn``): ``axes=None`` means every axis; ``s`` requires
-  ``axes`` (as the standard says) and must have the same length; ``s[i] == -1`` keeps the input size.
-  Duplicate axes (implementation-defined in the standard) are rejected. For ``irfftn`` the last entry of
-  ``s`` is the output length of the last axis in ``axes`` (default ``2 * (m - 1)``).
+* n-D functions (``fftn, ifftn, rfftn, irfftn``): ``axes=None`` means every axis, or the last ``len(s)``
+  axes when ``s`` is given (as NumPy, SciPy, Torch and CuPy do; the standard leaves it open); ``s`` must
+  have one entry per axis; ``s[i] == -1`` keeps the input size. Duplicate axes (implementation-defined in
+  the standard) are rejected here; ``nvdispatch.fft`` runs them NumPy's way (one transform per entry) for
+  NumPy input. For ``irfftn`` the last entry of ``s`` is the output length of the last axis in ``axes``
+  (default ``2 * (m - 1)``).
 * ``norm`` is ``"backward"``, ``"ortho"`` or ``"forward"``.
 
 Dtypes: the standard asks complex floating input for ``fft/ifft/fftn/ifftn/irfft/irfftn/hfft`` and real
 floating input for ``rfft/rfftn/ihfft``. nvdispatch is friendlier on one side: real floating input to a
-complex transform is promoted to the complex dtype of the same precision (as NumPy does). Integer,
-boolean and half-precision inputs, and complex input to real-input transforms, raise
-:class:`~nvdispatch.errors.UnsupportedDtypeError`. Precision is kept: ``float32``/``complex64`` in gives
-``complex64``/``float32`` out.
+complex transform is promoted to the complex dtype of the same precision (as NumPy does), and NumPy's
+long double (``float128``/``complex256``, served by ``scipy.fft``'s pocketfft) is taken. Integer, boolean
+and half-precision inputs reach this module already promoted by ``nvdispatch.fft`` (NumPy's/SciPy's/the
+framework's rules, see ``_fft_conventions``); anything else, and complex input to real-input transforms,
+raises :class:`~nvdispatch.errors.UnsupportedDtypeError`. Precision is kept: ``float32``/``complex64`` in
+gives ``complex64``/``float32`` out.
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ FUNCS: dict[str, tuple[str, str, bool]] = {
     "ihfft": ("r2c", "inverse", False),  # real input, Hermitian (half) output
 }
 
-_REAL = {"float32": "complex64", "float64": "complex128"}
-_COMPLEX = {"complex64": "float32", "complex128": "float64"}
+_REAL = {"float32": "complex64", "float64": "complex128", "float128": "complex256"}
+_COMPLEX = {"complex64": "float32", "complex128": "float64", "complex256": "float128"}
+#: NumPy's long double (x86-64/aarch64 Linux): only the NumPy executor (scipy.fft's pocketfft) runs it
+LONG_DOUBLE = frozenset({"float128", "complex256"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,11 @@ class FFTProblem:
     @property
     def real_dtype(self) -> str:
         return _COMPLEX[self.compute_dtype]
+
+    @property
+    def long_double(self) -> bool:
+        """Whether the transform runs in long double (which only CPU pocketfft implements)."""
+        return self.compute_dtype in LONG_DOUBLE
 
     @property
     def in_lengths(self) -> tuple[int, ...]:
@@ -144,7 +155,9 @@ def _dtypes(func: str, kind: str, dtype: str) -> tuple[str, str]:
     if kind == "r2c":
         if dtype not in _REAL:
             hint = "take the real part first" if dtype in _COMPLEX else ""
-            raise UnsupportedDtypeError("x", f"a real floating dtype (float32 or float64) for {func}", dtype, hint)
+            raise UnsupportedDtypeError(
+                "x", f"a real floating dtype (float32, float64, long double) for {func}", dtype, hint
+            )
         return _REAL[dtype], _REAL[dtype]
     if dtype in _COMPLEX:
         cdt = dtype
@@ -172,13 +185,18 @@ def resolve_axes(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axe
         if n is not None:
             n = _as_int(n, "n")
             if n < 1:
-                raise InvalidArgumentError("n", "an int >= 1 (or None)", repr(n))
+                raise InvalidArgumentError(
+                    "n", "an int >= 1 (or None)", repr(n), f"Invalid number of FFT data points ({n}) specified"
+                )
         return (ax,), (n,)
+    if axes is None and s is not None:
+        # NumPy, SciPy, Torch and CuPy: s alone applies to the last len(s) axes
+        if isinstance(s, (str, bytes)) or not hasattr(s, "__len__"):
+            raise InvalidArgumentError("s", "a sequence of ints (or None)", repr(s))
+        if len(s) > ndim:
+            raise ShapeMismatchError("s", f"at most {ndim} sizes for a {ndim}-D input (no axes given)", repr(s))
+        axes = tuple(range(ndim - len(s), ndim))
     if axes is None:
-        if s is not None:
-            raise InvalidArgumentError(
-                "axes", "the axes s applies to (the standard requires axes when s is given)", "None"
-            )
         if ndim == 0:
             raise ShapeMismatchError("x", f"an array of at least 1 dimension for {func}", "a 0-d array")
         return tuple(range(ndim)), (None,) * ndim
@@ -193,7 +211,7 @@ def resolve_axes(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axe
         return axes_t, (None,) * len(axes_t)
     if isinstance(s, (str, bytes)) or not hasattr(s, "__iter__"):
         raise InvalidArgumentError("s", "a sequence of ints (or None)", repr(s))
-    s_t = tuple(_as_int(v, "s") for v in s)
+    s_t = tuple(-1 if v is None else _as_int(v, "s") for v in s)
     if len(s_t) != len(axes_t):
         raise ShapeMismatchError("s", f"{len(axes_t)} sizes, one per entry of axes", f"{len(s_t)}: {tuple(s)}")
     for v in s_t:
@@ -226,7 +244,12 @@ def build_fft_problem(func: str, info, framework: str, device: Device, n=None, a
             else:
                 size = m
                 if size < 1:
-                    raise ShapeMismatchError("x", f"a non-empty axis {ax} to transform", f"shape {shape}")
+                    raise ShapeMismatchError(
+                        "x",
+                        f"a non-empty axis {ax} to transform",
+                        f"shape {shape}",
+                        "Invalid number of FFT data points (0) specified",
+                    )
         lengths.append(size)
     strides = tuple(info.strides) if info.strides is not None else None
     return FFTProblem(

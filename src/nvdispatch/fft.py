@@ -10,10 +10,16 @@ shared plan cache); ``__cuda_array_interface__``/DLPack device arrays to the raw
 ``nvdispatch.set_backend`` and friends choose among them; ``nvdispatch.explain(nvdispatch.fft.rfft, x, n=64)``
 says what a call would do.
 
+Signatures are the array API's, widened to NumPy's: ``n``/``s``, ``axis``/``axes``, ``norm`` may be given
+positionally, ``out=`` receives the result, ``fft2``/``ifft2``/``rfft2``/``irfft2`` exist. On NumPy input
+every call ``numpy.fft`` accepts gives its result, dtype included (array-likes, integer/boolean/float16
+input, long double, repeated axes, ``s`` without ``axes``; see ``nvdispatch._fft_conventions``). On other
+frameworks the same arguments behave that framework's way (Torch: integers → its default float dtype).
+
 Dtype rules (see ``nvdispatch._fft_problem``): precision is kept; real floating input to the complex
 transforms (``fft``, ``ifft``, ``fftn``, ``ifftn``, ``irfft``, ``irfftn``, ``hfft``) is promoted to the
-complex dtype of the same precision; integer, boolean and half-precision input raise
-``UnsupportedDtypeError``, as does complex input to ``rfft``/``rfftn``/``ihfft``.
+complex dtype of the same precision; complex input to ``rfft``/``rfftn``/``ihfft`` raises
+``UnsupportedDtypeError``.
 
 As a SciPy backend::
 
@@ -21,9 +27,11 @@ As a SciPy backend::
     with scipy.fft.set_backend(nvdispatch.fft):
         y = scipy.fft.fft(x)          # NumPy, Torch or CuPy x
 
-SciPy's ``overwrite_x``, ``workers`` and ``plan`` keywords are accepted (and ignored: nvdispatch never
-overwrites its input and uses all cores); transforms nvdispatch does not implement (``dct``, ``dst``,
-``fht``, ``hfftn``, ...) return ``NotImplemented`` so SciPy falls through to the next backend.
+SciPy's ``overwrite_x`` and ``workers`` keywords are accepted (nvdispatch never overwrites its input and
+uses all cores); integer input is promoted as SciPy does. Whatever nvdispatch cannot serve returns
+``NotImplemented`` so SciPy falls through to its next backend: transforms it does not implement (``dct``,
+``dst``, ``fht``, ...), a precomputed ``plan=``, and any call an executor refuses (dtype, argument, layout).
+SciPy's own ``scipy/fft/tests/test_basic.py`` passes whole under this backend (``conformance/``).
 
 Examples
 --------
@@ -37,21 +45,26 @@ True
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass
 from typing import Any
 
+import array_api_compat
 import numpy as np
 
 from . import _backends
 from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all, get_plan, placement, plan_key, select
-from ._fft_problem import FFTProblem, build_fft_problem, check_norm
+from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
+from ._fft_problem import FUNCS, FFTProblem, build_fft_problem, check_norm
 from ._plan_cache import plan_cache
 from .errors import (
     InvalidArgumentError,
+    NvdispatchError,
     PlanStateError,
     ShapeMismatchError,
     UnsupportedDtypeError,
+    UnsupportedOperandError,
     describe,
 )
 
@@ -66,6 +79,10 @@ __all__ = [
     "irfftn",
     "hfft",
     "ihfft",
+    "fft2",
+    "ifft2",
+    "rfft2",
+    "irfft2",
     "fftfreq",
     "rfftfreq",
     "fftshift",
@@ -76,6 +93,7 @@ __all__ = [
 ]
 
 __ua_domain__ = "numpy.scipy.fft"
+_log = logging.getLogger("nvdispatch")
 
 
 # -- dispatch ------------------------------------------------------------------------------------------------
@@ -144,16 +162,43 @@ def explain_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward
     )
 
 
+def _call(func, a, n=None, axis=-1, s=None, axes=None, norm="backward", out=None, stream=None, convention="numpy"):
+    """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
+    if out is None and s is None and (axes is None or a.__class__ is not np.ndarray):
+        try:
+            return _run(func, a, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
+        except (UnsupportedDtypeError, UnsupportedOperandError):
+            pass  # an array-like, or a dtype NumPy/SciPy/the framework promote: the conventions below
+    x = as_operand(a)
+    nd = FUNCS[func][2]
+    naxes = 1 if not nd else len(axes if axes is not None else (s if s is not None else getattr(x, "shape", ())))
+    x, final = promote(x, func, convention, naxes)
+    if nd and convention == "numpy" and isinstance(x, np.ndarray):
+        sizes, axes_t = numpy_nd_args(func, x.shape, s, axes)
+        if not axes_t and func in ("fftn", "ifftn"):
+            result = x.copy()  # numpy.fft: nothing to transform, the input comes back
+        elif len(set(axes_t)) != len(axes_t):
+            one = lambda f, y, n_, ax, nm: _run(f, y, n=n_, axis=ax, norm=nm, stream=stream)  # noqa: E731
+            result = run_nd_numpy_way(func, x, sizes, axes_t, norm, one)
+        else:
+            result = _run(func, x, s=sizes, axes=axes_t, norm=norm, stream=stream)
+    else:
+        result = _run(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
+    if final is not None:
+        result = result.astype(final)
+    return result if out is None else write_out(result, out)
+
+
 def _with_explain(func_name: str, nd: bool):
     def deco(f):
         if nd:
 
-            def _explain(x, /, *, s=None, axes=None, norm="backward", stream=None):
-                return explain_fft(func_name, x, s=s, axes=axes, norm=norm, stream=stream)
+            def _explain(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
+                return explain_fft(func_name, a, s=s, axes=axes, norm=norm, stream=stream)
         else:
 
-            def _explain(x, /, *, n=None, axis=-1, norm="backward", stream=None):
-                return explain_fft(func_name, x, n=n, axis=axis, norm=norm, stream=stream)
+            def _explain(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
+                return explain_fft(func_name, a, n=n, axis=axis, norm=norm, stream=stream)
 
         f.__nvdispatch_explain__ = _explain
         return f
@@ -161,69 +206,198 @@ def _with_explain(func_name: str, nd: bool):
     return deco
 
 
-# -- the array-API functions ---------------------------------------------------------------------------------
-@_with_explain("fft", False)
-def fft(x, /, *, n=None, axis=-1, norm="backward", stream=None):
-    """One-dimensional discrete Fourier transform of ``x`` along ``axis`` (zero-padded/trimmed to ``n``).
+# -- the array-API functions (NumPy's positional n/axis, s/axes and out= accepted too) ----------------------
+_ONE_D_DOC = """
 
-    Returns a complex array of the input's precision. ``norm``: ``"backward"`` (no scaling),
-    ``"ortho"`` (``1/sqrt(n)``) or ``"forward"`` (``1/n``).
+    Parameters
+    ----------
+    a : array or array_like
+        NumPy, Torch, CuPy, JAX, ``__cuda_array_interface__`` or DLPack array; lists and scalars become NumPy
+        arrays. Integer and boolean input is promoted as the caller's library does (NumPy: float64).
+    n : int, optional
+        Transform length along ``axis`` (the input is zero-padded or trimmed); positional as in NumPy.
+    axis : int, optional
+        The axis to transform (default: the last).
+    norm : {"backward", "ortho", "forward"} or None, optional
+        Scaling (None: "backward").
+    out : array, optional
+        Where to write the result (NumPy: ``same_kind`` casting; may be the input itself); returned.
+    stream : optional
+        GPU stream (ignored on the CPU).
     """
-    return _run("fft", x, n=n, axis=axis, norm=norm, stream=stream)
+
+_N_D_DOC = """
+
+    Parameters
+    ----------
+    a : array or array_like
+        As for :func:`fft`.
+    s : sequence of int, optional
+        Transform length per axis in ``axes`` (-1: the input's); without ``axes`` the last ``len(s)`` axes
+        (NumPy input: with NumPy 2's DeprecationWarning).
+    axes : sequence of int, optional
+        Axes to transform (default: all). On NumPy input an axis may repeat (transformed once per entry, as
+        ``numpy.fft`` does).
+    norm : {"backward", "ortho", "forward"} or None, optional
+        Scaling (None: "backward").
+    out : array, optional
+        Where to write the result; returned.
+    stream : optional
+        GPU stream (ignored on the CPU).
+    """
+
+
+def _doc(summary: str, nd: bool, example: str) -> str:
+    return summary + (_N_D_DOC if nd else _ONE_D_DOC) + "\n    Examples\n    --------\n" + example
+
+
+@_with_explain("fft", False)
+def fft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
+    return _call("fft", a, n, axis, None, None, norm, out, stream)
 
 
 @_with_explain("ifft", False)
-def ifft(x, /, *, n=None, axis=-1, norm="backward", stream=None):
-    """One-dimensional inverse DFT (``"backward"`` scales by ``1/n``)."""
-    return _run("ifft", x, n=n, axis=axis, norm=norm, stream=stream)
+def ifft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
+    return _call("ifft", a, n, axis, None, None, norm, out, stream)
 
 
 @_with_explain("fftn", True)
-def fftn(x, /, *, s=None, axes=None, norm="backward", stream=None):
-    """n-dimensional DFT over ``axes`` (all axes when None); ``s`` (requires ``axes``) pads/trims each."""
-    return _run("fftn", x, s=s, axes=axes, norm=norm, stream=stream)
+def fftn(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
+    return _call("fftn", a, None, -1, s, axes, norm, out, stream)
 
 
 @_with_explain("ifftn", True)
-def ifftn(x, /, *, s=None, axes=None, norm="backward", stream=None):
-    """n-dimensional inverse DFT over ``axes``."""
-    return _run("ifftn", x, s=s, axes=axes, norm=norm, stream=stream)
+def ifftn(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
+    return _call("ifftn", a, None, -1, s, axes, norm, out, stream)
 
 
 @_with_explain("rfft", False)
-def rfft(x, /, *, n=None, axis=-1, norm="backward", stream=None):
-    """DFT of real input: the ``n//2 + 1`` non-negative frequency terms along ``axis``."""
-    return _run("rfft", x, n=n, axis=axis, norm=norm, stream=stream)
+def rfft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
+    return _call("rfft", a, n, axis, None, None, norm, out, stream)
 
 
 @_with_explain("irfft", False)
-def irfft(x, /, *, n=None, axis=-1, norm="backward", stream=None):
-    """Inverse of :func:`rfft`: real output of length ``n`` (default ``2*(m-1)``) along ``axis``."""
-    return _run("irfft", x, n=n, axis=axis, norm=norm, stream=stream)
+def irfft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
+    return _call("irfft", a, n, axis, None, None, norm, out, stream)
 
 
 @_with_explain("rfftn", True)
-def rfftn(x, /, *, s=None, axes=None, norm="backward", stream=None):
-    """n-dimensional DFT of real input; the last axis in ``axes`` is halved to ``s[-1]//2 + 1``."""
-    return _run("rfftn", x, s=s, axes=axes, norm=norm, stream=stream)
+def rfftn(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
+    return _call("rfftn", a, None, -1, s, axes, norm, out, stream)
 
 
 @_with_explain("irfftn", True)
-def irfftn(x, /, *, s=None, axes=None, norm="backward", stream=None):
-    """Inverse of :func:`rfftn`; ``s[-1]`` is the real output length of the last axis (default ``2*(m-1)``)."""
-    return _run("irfftn", x, s=s, axes=axes, norm=norm, stream=stream)
+def irfftn(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
+    return _call("irfftn", a, None, -1, s, axes, norm, out, stream)
 
 
 @_with_explain("hfft", False)
-def hfft(x, /, *, n=None, axis=-1, norm="backward", stream=None):
-    """DFT of a Hermitian-symmetric signal given by its first half: real output of length ``n``."""
-    return _run("hfft", x, n=n, axis=axis, norm=norm, stream=stream)
+def hfft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
+    return _call("hfft", a, n, axis, None, None, norm, out, stream)
 
 
 @_with_explain("ihfft", False)
-def ihfft(x, /, *, n=None, axis=-1, norm="backward", stream=None):
-    """Inverse of :func:`hfft`: the ``n//2 + 1`` terms of the Hermitian spectrum of real input."""
-    return _run("ihfft", x, n=n, axis=axis, norm=norm, stream=stream)
+def ihfft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
+    return _call("ihfft", a, n, axis, None, None, norm, out, stream)
+
+
+@_with_explain("fftn", True)
+def fft2(a, s=None, axes=(-2, -1), norm="backward", out=None, *, stream=None):
+    return _call("fftn", a, None, -1, s, axes, norm, out, stream)
+
+
+@_with_explain("ifftn", True)
+def ifft2(a, s=None, axes=(-2, -1), norm="backward", out=None, *, stream=None):
+    return _call("ifftn", a, None, -1, s, axes, norm, out, stream)
+
+
+@_with_explain("rfftn", True)
+def rfft2(a, s=None, axes=(-2, -1), norm="backward", out=None, *, stream=None):
+    return _call("rfftn", a, None, -1, s, axes, norm, out, stream)
+
+
+@_with_explain("irfftn", True)
+def irfft2(a, s=None, axes=(-2, -1), norm="backward", out=None, *, stream=None):
+    return _call("irfftn", a, None, -1, s, axes, norm, out, stream)
+
+
+fft.__doc__ = _doc(
+    "One-dimensional discrete Fourier transform of ``a`` along ``axis``; complex, of the input's precision.",
+    False,
+    "    >>> import nvdispatch\n    >>> nvdispatch.fft.fft([1.0, 0.0, 0.0, 0.0], 2).real  # n positional\n"
+    "    array([1., 1.])\n",
+)
+ifft.__doc__ = _doc(
+    "One-dimensional inverse DFT (``norm='backward'`` scales by ``1/n``).",
+    False,
+    "    >>> import nvdispatch\n    >>> nvdispatch.fft.ifft([4, 0, 0, 0]).real\n    array([1., 1., 1., 1.])\n",
+)
+fftn.__doc__ = _doc(
+    "n-dimensional DFT over ``axes``.",
+    True,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.fftn(np.ones((2, 2))).real\n"
+    "    array([[4., 0.],\n           [0., 0.]])\n",
+)
+ifftn.__doc__ = _doc(
+    "n-dimensional inverse DFT over ``axes``.",
+    True,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.ifftn(np.full((2, 2), 4.0)).real\n"
+    "    array([[4., 0.],\n           [0., 0.]])\n",
+)
+rfft.__doc__ = _doc(
+    "DFT of real input: the ``n//2 + 1`` non-negative frequency terms along ``axis``.",
+    False,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.rfft(np.ones(4, np.float32))\n"
+    "    array([4.+0.j, 0.+0.j, 0.+0.j], dtype=complex64)\n",
+)
+irfft.__doc__ = _doc(
+    "Inverse of :func:`rfft`: real output of length ``n`` (default ``2*(m-1)``) along ``axis``.",
+    False,
+    "    >>> import nvdispatch\n    >>> nvdispatch.fft.irfft([4, 0, 0])\n    array([1., 1., 1., 1.])\n",
+)
+rfftn.__doc__ = _doc(
+    "n-dimensional DFT of real input; the last axis in ``axes`` is halved to ``s[-1]//2 + 1``.",
+    True,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.rfftn(np.ones((2, 4))).shape\n    (2, 3)\n",
+)
+irfftn.__doc__ = _doc(
+    "Inverse of :func:`rfftn`; ``s[-1]`` is the real output length of the last axis (default ``2*(m-1)``).",
+    True,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.irfftn(np.ones((2, 3))).shape\n    (2, 4)\n",
+)
+hfft.__doc__ = _doc(
+    "DFT of a Hermitian-symmetric signal given by its first half: real output of length ``n``.",
+    False,
+    "    >>> import nvdispatch\n    >>> nvdispatch.fft.hfft([1, 0, 0])\n    array([1., 1., 1., 1.])\n",
+)
+ihfft.__doc__ = _doc(
+    "Inverse of :func:`hfft`: the ``n//2 + 1`` terms of the Hermitian spectrum of real input.",
+    False,
+    "    >>> import nvdispatch\n    >>> nvdispatch.fft.ihfft([1.0, 1.0, 1.0, 1.0]).real\n"
+    "    array([1., 0., 0.])\n",
+)
+fft2.__doc__ = _doc(
+    "Two-dimensional DFT (NumPy's ``fft2``: :func:`fftn` over the last two axes by default).",
+    True,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.fft2(np.ones((2, 2))).real\n"
+    "    array([[4., 0.],\n           [0., 0.]])\n",
+)
+ifft2.__doc__ = _doc(
+    "Two-dimensional inverse DFT (NumPy's ``ifft2``).",
+    True,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.ifft2(np.full((2, 2), 4.0)).real\n"
+    "    array([[4., 0.],\n           [0., 0.]])\n",
+)
+rfft2.__doc__ = _doc(
+    "Two-dimensional DFT of real input (NumPy's ``rfft2``).",
+    True,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.rfft2(np.ones((2, 4))).shape\n    (2, 3)\n",
+)
+irfft2.__doc__ = _doc(
+    "Inverse of :func:`rfft2` (NumPy's ``irfft2``).",
+    True,
+    "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.irfft2(np.ones((2, 3))).shape\n    (2, 4)\n",
+)
 
 
 # -- frequencies and shifts ----------------------------------------------------------------------------------
@@ -613,23 +787,61 @@ def _copy_into(dst, src) -> None:
 
 
 # -- scipy.fft backend protocol --------------------------------------------------------------------------------
+def _check_scipy_extras(workers, plan) -> None:
+    """SciPy's extra keywords: ``overwrite_x`` needs nothing (nvdispatch never writes its input), ``workers``
+    is taken (nvdispatch's CPU executor already uses every core), a precomputed ``plan`` is SciPy's own."""
+    if plan is not None:
+        raise InvalidArgumentError("plan", "None (precomputed plans belong to SciPy's own backend)", describe(plan))
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers == 0:
+            raise InvalidArgumentError("workers", "a non-zero int or None", repr(workers))
+
+
 def _sp_1d(func):
     def f(x, n=None, axis=-1, norm=None, overwrite_x=False, workers=None, *, plan=None):
-        return _run(func, x, n=n, axis=axis, norm=norm if norm is not None else "backward")
+        _check_scipy_extras(workers, plan)
+        return _call(func, x, n, axis, None, None, norm, None, None, "scipy")
 
     return f
 
 
 def _sp_nd(func, default_axes=None):
     def f(x, s=None, axes=default_axes, norm=None, overwrite_x=False, workers=None, *, plan=None):
-        if s is not None and axes is None:  # SciPy/NumPy: s alone applies to the last len(s) axes
-            axes = tuple(range(-len(s), 0))
-        return _run(func, x, s=s, axes=axes, norm=norm if norm is not None else "backward")
+        _check_scipy_extras(workers, plan)
+        return _call(func, x, None, -1, s, axes, norm, None, None, "scipy")
+
+    return f
+
+
+_SWAP_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
+
+
+def _conj(x):
+    return np.conjugate(x) if isinstance(x, np.ndarray) else array_api_compat.array_namespace(x).conj(x)
+
+
+def _sp_hermitian_nd(inverse: bool, default_axes=None):
+    """SciPy's ``hfftn``/``ihfftn`` (and the 2-D forms) from the real transforms, as SciPy defines them:
+    ``hfftn(x) = irfftn(conj(x))`` and ``ihfftn(x) = conj(rfftn(x))`` with the norm's direction swapped."""
+
+    def f(x, s=None, axes=default_axes, norm=None, overwrite_x=False, workers=None, *, plan=None):
+        _check_scipy_extras(workers, plan)
+        swapped = _SWAP_NORM[check_norm(norm)]
+        if inverse:
+            return _conj(_call("rfftn", x, None, -1, s, axes, swapped, None, None, "scipy"))
+        x = as_operand(x)
+        if not isinstance(x, np.ndarray) or x.dtype.kind == "c":
+            x = _conj(x)
+        return _call("irfftn", x, None, -1, s, axes, swapped, None, None, "scipy")
 
     return f
 
 
 _SCIPY_IMPL = {
+    "hfftn": _sp_hermitian_nd(False),
+    "ihfftn": _sp_hermitian_nd(True),
+    "hfft2": _sp_hermitian_nd(False, (-2, -1)),
+    "ihfft2": _sp_hermitian_nd(True, (-2, -1)),
     "fft": _sp_1d("fft"),
     "ifft": _sp_1d("ifft"),
     "rfft": _sp_1d("rfft"),
@@ -679,17 +891,19 @@ def __ua_convert__(dispatchables, coerce):
 
 
 def __ua_function__(method, args, kwargs):
-    """uarray entry point: run SciPy's ``method`` through nvdispatch, or ``NotImplemented`` to fall through."""
+    """uarray entry point: run SciPy's ``method`` through nvdispatch, or return ``NotImplemented`` so SciPy
+    falls back to its next backend. nvdispatch declines (and SciPy then serves, with SciPy's own errors for
+    bad arguments) whatever no nvdispatch executor can run: transforms it does not implement (``dct``,
+    ``hfftn``, ...), dtypes, arguments and layouts its executors refuse (each refusal is a typed
+    :class:`~nvdispatch.errors.NvdispatchError`, logged at DEBUG)."""
     impl = _SCIPY_IMPL.get(getattr(method, "__name__", ""))
     if impl is None:
         return NotImplemented
-    if args:
-        x = args[0]
-        if isinstance(x, np.ndarray) and x.dtype.kind in "biu" or (isinstance(x, np.ndarray) and x.dtype == np.float16):
-            # SciPy promotes these; do the same for NumPy input
-            args = (x.astype(np.float32 if x.dtype == np.float16 else np.float64), *args[1:])
-        elif not isinstance(x, np.ndarray):
-            info = detect_all({"x": x})["x"]
-            if info.dtype not in ("float32", "float64", "complex64", "complex128"):
-                return NotImplemented
-    return impl(*args, **kwargs)
+    try:
+        return impl(*args, **kwargs)
+    except NvdispatchError as exc:
+        _log.debug("scipy.fft.%s: nvdispatch declines (%s); SciPy's next backend runs it", method.__name__, exc)
+        return NotImplemented
+    except TypeError as exc:  # arguments SciPy's signature does not have: SciPy reports them
+        _log.debug("scipy.fft.%s: %s; SciPy's next backend runs it", method.__name__, exc)
+        return NotImplemented

@@ -98,6 +98,8 @@ def layout(p: FFTProblem):
 
 
 def decline(problem: FFTProblem) -> str | None:
+    if problem.long_double:
+        return "long double is computed on the CPU only (NumPy executor, scipy.fft's pocketfft)"
     if problem.autograd:
         return "autograd records this call; a raw cuFFT result would carry no graph (torch.fft keeps it)"
     from .._cuda import cufft

@@ -13,6 +13,8 @@ from .._fft_problem import FFTProblem
 
 
 def decline(problem: FFTProblem) -> str | None:
+    if problem.long_double:
+        return "long double is computed on the CPU only (NumPy executor, scipy.fft's pocketfft)"
     return None
 
 

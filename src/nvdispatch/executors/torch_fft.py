@@ -11,6 +11,8 @@ from .torch import stream_context
 
 
 def decline(problem: FFTProblem) -> str | None:
+    if problem.long_double:
+        return "long double is computed on the CPU only (NumPy executor, scipy.fft's pocketfft)"
     return None
 
 
