@@ -612,8 +612,7 @@ class FFT:
     >>> import numpy as np, nvdispatch
     >>> x = (np.random.rand(8, 16) + 1j * np.random.rand(8, 16)).astype(np.complex64)
     >>> with nvdispatch.fft.FFT(x, axes=(1,)) as f:
-    ...     f.plan()
-    ...     y = f.execute()
+    ...     y = f.plan().execute()  # plan() returns f
     ...     z = f.execute(direction="inverse")
     >>> bool(np.allclose(y, np.fft.fft(x, axis=1), atol=1e-4))
     True

@@ -258,8 +258,8 @@ class Matmul:
     >>> a = np.random.rand(64, 32).astype(np.float32); b = np.random.rand(32, 16).astype(np.float32)
     >>> bias = np.random.rand(1, 16).astype(np.float32)
     >>> with nvdispatch.Matmul(a, b, options={"compute_type": nvdispatch.ComputeType.COMPUTE_32F_FAST_16F}) as mm:
-    ...     mm.plan(epilog=nvdispatch.Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
-    ...     r = mm.execute()
+    ...     r = mm.plan(epilog=nvdispatch.Epilog.RELU_BIAS, epilog_inputs={"bias": bias}).execute()  # plan() returns mm
+    ...     r2 = mm.execute()  # planned once, run again
     >>> bool(np.allclose(r, np.maximum(a @ b + bias, 0), rtol=1e-5))
     True
     """
