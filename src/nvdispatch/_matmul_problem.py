@@ -180,6 +180,13 @@ def _as_dataclass(cls, value, argument):
     raise InvalidArgumentError(argument, f"a {cls.__name__} or a dict", describe(value))
 
 
+def compute_type_note(problem: MatmulProblem, how: str) -> tuple[str, ...]:
+    """The plan step an executor that does not apply ``options.compute_type`` shows in ``explain()``:
+    ``(note,)`` when one was asked for, else ``()``. ``how`` says what it computes with instead."""
+    ct = problem.options.compute_type
+    return () if ct is None else (f"options.compute_type {ct.name} not applied: {how}",)
+
+
 def as_options(value) -> MatmulOptions:
     return _as_dataclass(MatmulOptions, value, "options")
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .._epilog import NUMPY_OPS, apply_inplace, apply_steps, gelu_tanh
-from .._matmul_problem import MatmulProblem, scalar_value
+from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 
 #: bytes of result rows finished per block by default (a block stays in L2 through all epilog steps)
 DEFAULT_BLOCK_BYTES = 1 << 18
@@ -102,6 +102,7 @@ class NumpyMatmulPlan:
             steps += [f"{s} ({where})" for s in spec.steps]
         else:
             steps += [f"{s} (separate NumPy op)" for s in spec.steps]
+        steps += compute_type_note(p, f"NumPy computes in {p.result_dtype}, at least as precise as asked")
         return tuple(steps)
 
     def tuning(self):

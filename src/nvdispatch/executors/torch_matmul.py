@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .._epilog import apply_steps
 from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN
-from .._matmul_problem import MatmulProblem, scalar_value
+from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 from .torch import stream_context
 
 _NO_TORCH_MATMUL = {"uint16", "uint32", "uint64"}
@@ -97,6 +97,7 @@ class TorchMatmulPlan:
         else:
             how = "in place" if strategy == "inplace" else "separate Torch op"
             self.steps = ("torch.matmul", *(f"{s} ({how})" for s in problem.epilog.steps))
+        self.steps += compute_type_note(problem, "Torch's own matmul precision (torch.backends settings)")
         # Direct calls for the hot path (alpha 1, the current stream, no cast needed): ``plain(a, b)`` for a
         # plain product, ``fused_bias(bias, a, b)`` for a Torch-fused bias epilog with a 1-D bias.
         plain = not problem.epilog.steps and problem.c is None
