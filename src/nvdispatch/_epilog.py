@@ -49,7 +49,15 @@ __all__ = [
 
 
 class Epilog(enum.IntEnum):
-    """The cuBLASLt epilogues (values as ``cublasLtEpilogue_t``)."""
+    """The cuBLASLt epilogues (values as ``cublasLtEpilogue_t``); ``matmul(..., epilog=...)`` also takes the names.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> y, aux = nvdispatch.matmul(np.eye(2), -np.ones((2, 2)), epilog=nvdispatch.Epilog.RELU_AUX)
+    >>> y.tolist(), sorted(aux)
+    ([[0.0, 0.0], [0.0, 0.0]], ['relu_aux'])
+    """
 
     DEFAULT = 1
     RELU = 2

@@ -2,17 +2,50 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, overload
+
 from ._dispatch import Explanation
 
 __all__ = ["explain"]
 
 
-def explain(*args, **kwargs) -> Explanation:
-    """Explain a call without running it.
+@overload
+def explain(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    alpha: Any = 1,
+    beta: Any = None,
+    epilog: Any = None,
+    epilog_inputs: Mapping[str, Any] | None = None,
+    options: Any = None,
+    preferences: Any = None,
+    stream: Any = None,
+) -> Explanation: ...
 
-    ``explain(a, b, c=None, *, epilog=..., epilog_inputs=..., ...)`` explains ``matmul`` with those
-    arguments; ``explain(func, *args, **kwargs)`` explains any nvdispatch function (e.g.
-    ``explain(nvdispatch.fft.rfft, x, n=64)``).
+
+@overload
+def explain(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Explanation: ...
+
+
+def explain(*args: Any, **kwargs: Any) -> Explanation:
+    """Explain a call without running it: the executor and strategy it takes, the plan's steps, and which
+    executors declined and why.
+
+    ``explain(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None,
+    preferences=None, stream=None)`` explains :func:`nvdispatch.matmul` with those arguments;
+    ``explain(func, /, *args, **kwargs)`` explains any nvdispatch function called as ``func(*args, **kwargs)``
+    (e.g. ``explain(nvdispatch.fft.rfft, x, n=64)``).
+
+    Returns
+    -------
+    Explanation
+        ``operation``, ``executor``, ``strategy``, ``steps``, ``declined`` (``(executor, reason)`` pairs),
+        ``strategies`` (all the executor could run), ``cached`` (whether the plan was in the cache);
+        ``str()`` of it is a readable report.
 
     Examples
     --------
@@ -20,9 +53,34 @@ def explain(*args, **kwargs) -> Explanation:
     >>> e = nvdispatch.explain(np.ones((4, 3)), np.ones((3, 2)), epilog="RELU")
     >>> e.executor, e.strategy
     ('numpy', 'inplace')
+    >>> nvdispatch.explain(nvdispatch.fft.rfft, np.ones(64)).operation
+    'rfft'
     """
     if args and callable(args[0]) and hasattr(args[0], "__nvdispatch_explain__"):
         return args[0].__nvdispatch_explain__(*args[1:], **kwargs)
     from .linalg import explain_matmul
 
     return explain_matmul(*args, **kwargs)
+
+
+# help() and inspect show the matmul form's parameters (the common one) rather than (*args, **kwargs)
+explain.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter("a_or_func", inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter("b", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        *(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+            for name, default in (
+                ("alpha", 1),
+                ("beta", None),
+                ("epilog", None),
+                ("epilog_inputs", None),
+                ("options", None),
+                ("preferences", None),
+                ("stream", None),
+            )
+        ),
+    ],
+    return_annotation="Explanation",
+)

@@ -38,7 +38,16 @@ __all__ = [
 
 
 class ComputeType(enum.IntEnum):
-    """cuBLAS compute types (values as ``cublasComputeType_t``)."""
+    """cuBLAS compute types (values as ``cublasComputeType_t``), for ``MatmulOptions.compute_type``.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> a = np.ones((4, 3), np.float32)
+    >>> y = nvdispatch.matmul(a, a.T, options={"compute_type": nvdispatch.ComputeType.COMPUTE_32F_FAST_TF32})
+    >>> y.tolist()[0]
+    [3.0, 3.0, 3.0, 3.0]
+    """
 
     COMPUTE_16F = 64
     COMPUTE_16F_PEDANTIC = 65
@@ -113,6 +122,14 @@ class MatmulOptions:
         Orientation of the bias gradient of DRELU_BGRAD/DGELU_BGRAD: ``"n"`` (default, the
         neural-network convention) sums the result over M giving ``(..., n)``; ``"m"`` sums over N
         giving ``(..., m, 1)``.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> opts = nvdispatch.MatmulOptions(compute_type="COMPUTE_32F", bgrad_axis="n")  # or the same as a dict
+    >>> opts.compute_type
+    <ComputeType.COMPUTE_32F: 68>
+    >>> y = nvdispatch.matmul(np.ones((4, 3), np.float32), np.ones((3, 2), np.float32), options=opts)
     """
 
     compute_type: ComputeType | None = None
@@ -151,6 +168,14 @@ class MatmulPlanPreferences:
         How many candidate algorithms GPU executors consider when autotuning.
     max_workspace_bytes : int, optional
         Upper bound on the GPU workspace.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> a, b = np.ones((4, 3)), np.ones((3, 2))
+    >>> prefs = nvdispatch.MatmulPlanPreferences(strategy="plain")  # or {"strategy": "plain"}
+    >>> nvdispatch.explain(a, b, epilog="RELU", preferences=prefs).strategy
+    'plain'
     """
 
     strategy: str | None = None

@@ -21,3 +21,11 @@ def test_torch_notes_an_ignored_compute_type():
     e = nvdispatch.explain(t, t.T, epilog="RELU", options={"compute_type": "COMPUTE_32F_FAST_TF32"})
     assert e.executor == "torch"
     assert any("compute_type COMPUTE_32F_FAST_TF32 not applied" in s for s in e.steps)
+
+
+def test_explain_shows_its_parameters():
+    import inspect
+
+    params = inspect.signature(nvdispatch.explain).parameters
+    assert {"epilog", "epilog_inputs", "options", "preferences", "stream"} <= set(params)
+    assert "Examples" in nvdispatch.explain.__doc__
