@@ -122,6 +122,13 @@ class MatmulOptions:
         Orientation of the bias gradient of DRELU_BGRAD/DGELU_BGRAD: ``"n"`` (default, the
         neural-network convention) sums the result over M giving ``(..., n)``; ``"m"`` sums over N
         giving ``(..., m, 1)``.
+    result_type : str, optional
+        FP8 matmuls: the result dtype (``float8_e4m3fn``, ``float8_e5m2``, ``bfloat16``, ``float16``,
+        ``float32``); see :mod:`nvdispatch._fp8`.
+    result_amax : bool
+        FP8 matmuls with an FP8 result: also return ``aux["result_amax"]``, max(|result|) before the d scale.
+    operand_types : dict, optional
+        FP8 matmuls of CuPy/raw CUDA operands: ``{"a": "float8_e4m3fn", ...}`` for ``uint8`` arrays holding FP8.
 
     Examples
     --------
@@ -135,6 +142,9 @@ class MatmulOptions:
     compute_type: ComputeType | None = None
     scale_type: str | None = None
     bgrad_axis: str = "n"
+    result_type: str | None = None
+    result_amax: bool = False
+    operand_types: Any = None
 
     def __post_init__(self):
         if self.compute_type is not None:
@@ -153,6 +163,12 @@ class MatmulOptions:
             if name not in _FLOATING | _COMPLEX | {"int32"}:
                 raise InvalidArgumentError("options.scale_type", "a float, complex or int32 dtype", repr(name))
             object.__setattr__(self, "scale_type", name)
+        from ._fp8 import check_operand_types, check_result_type
+
+        object.__setattr__(self, "result_type", check_result_type(self.result_type))
+        object.__setattr__(self, "operand_types", check_operand_types(self.operand_types))
+        if not isinstance(self.result_amax, bool):
+            raise InvalidArgumentError("options.result_amax", "True or False", repr(self.result_amax))
 
 
 @dataclass(frozen=True)
@@ -269,6 +285,8 @@ class MatmulProblem:
     options: MatmulOptions
     #: autograd records this call (Torch operands requiring grad): executors must keep the graph
     autograd: bool = False
+    #: FP8 matmuls: types, scale kinds and amax (an :class:`nvdispatch._fp8.Fp8Spec`), else None
+    quantization: Any = None
 
     @property
     def promoted_shape(self) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from ._dispatch import (
     select,
 )
 from ._epilog import Epilog, spec_of
+from ._fp8 import build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -61,7 +62,7 @@ def _check_epilog_inputs(epilog_inputs) -> dict[str, Any]:
     return epilog_inputs
 
 
-def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
+def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None):
     """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos)."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
@@ -69,17 +70,22 @@ def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
     prefs = as_preferences(preferences)
     infos = detect_all({"a": a, "b": b, "c": c, **inputs})
     framework, device = placement(infos)
-    problem = build_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs))
+    if wants_fp8(infos, opts, scales):
+        problem = build_fp8_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs), scales)
+    else:
+        problem = build_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs))
     sel = select("matmul", problem)
     return problem, sel, choose_strategy(sel.executor, "matmul", problem, prefs.strategy), infos
 
 
-def _operands(a, b, c, alpha, beta, epilog_inputs) -> dict[str, Any]:
+def _operands(a, b, c, alpha, beta, epilog_inputs, scales=None) -> dict[str, Any]:
     ops = {"a": a, "b": b, "alpha": alpha, "beta": beta}
     if c is not None:
         ops["c"] = c
     if epilog_inputs:
         ops.update(epilog_inputs)
+    if scales is not None:
+        ops["quantization_scales"] = scale_values(scales)
     return ops
 
 
@@ -95,6 +101,7 @@ def matmul(
     options=None,
     preferences=None,
     stream=None,
+    quantization_scales=None,
 ):
     """Compute ``epilog(alpha * a @ b + beta * c)`` with whichever executor owns the operands.
 
@@ -114,18 +121,25 @@ def matmul(
         ``{"bias": ...}`` (shape ``(n,)``, ``(..., 1, n)`` or ``(..., m, 1)``), ``{"relu_aux": ...}``,
         ``{"gelu_aux": ...}`` as the epilog requires.
     options : MatmulOptions or dict, optional
-        ``compute_type``, ``scale_type``, ``bgrad_axis``.
+        ``compute_type``, ``scale_type``, ``bgrad_axis``; for FP8 operands ``result_type``, ``result_amax``
+        and ``operand_types`` (see :mod:`nvdispatch._fp8`).
     preferences : MatmulPlanPreferences or dict, optional
         ``strategy`` forces an epilog fusion strategy.
     stream : optional
         GPU stream (Torch/CuPy stream, ``__cuda_stream__`` object or raw pointer); default: the
         operands' framework's current stream. Ignored on the CPU.
+    quantization_scales : dict or MatmulQuantizationScales, optional
+        FP8 operands (``float8_e4m3fn``/``float8_e5m2``): per-tensor scales ``{"a", "b", "c", "d"}``, Python
+        numbers or one-element float32 device arrays; the result is
+        ``scale_d * epilog(alpha * scale_a * scale_b * a @ b + beta * scale_c * c)``, saturated and rounded to
+        an FP8 ``result_type``. cuBLASLt's FP8 kernels on compute capability 8.9+, Torch's reference path
+        elsewhere; ``explain()`` says which.
 
     Returns
     -------
     array or (array, dict)
         The result in the operands' framework and device; with epilogs that have auxiliary outputs
-        (``*_AUX``, ``*_BGRAD``, ``BGRADA``, ``BGRADB``) a tuple ``(result, aux)``.
+        (``*_AUX``, ``*_BGRAD``, ``BGRADA``, ``BGRADB``) or ``result_amax`` a tuple ``(result, aux)``.
 
     Examples
     --------
@@ -138,7 +152,14 @@ def matmul(
     # Hot path: with no backend control in effect, a call whose operands look like an earlier call's
     # (same array type, dtypes, shapes, strides, devices, epilog) reuses that call's plan after one
     # cache lookup, skipping detection, validation and selection (they gave the same answer then).
-    fast = c is None and beta is None and options is None and preferences is None and not _backends._in_use
+    fast = (
+        c is None
+        and beta is None
+        and options is None
+        and preferences is None
+        and quantization_scales is None
+        and not _backends._in_use
+    )
     key = _fast_key(a, b, alpha, epilog, epilog_inputs) if fast else None
     if key is not None:
         plan = plan_cache.peek(key)
@@ -154,7 +175,9 @@ def matmul(
                         return fused(epilog_inputs["bias"], a, b)
             return plan.execute(_operands(a, b, None, alpha, None, epilog_inputs), stream)
 
-    problem, sel, strategy, _ = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+    problem, sel, strategy, _ = _prepare(
+        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
+    )
     plan = get_plan(sel.executor, "matmul", problem, strategy)
     if fast and not sel.coerce and _alpha_class_always_valid(alpha, problem.result_dtype):
         signature = _SIGNATURE_OF.get(problem.framework)
@@ -163,8 +186,8 @@ def matmul(
             key = key or _fast_key(a, b, alpha, epilog, epilog_inputs)
             if key is not None:
                 plan_cache.put(key, plan)
-    operands = coerce_operands(sel, _operands(a, b, c, alpha, beta, epilog_inputs), _OPERAND_NAMES)
-    return plan.execute(operands, stream)
+    operands = _operands(a, b, c, alpha, beta, epilog_inputs, quantization_scales)
+    return plan.execute(coerce_operands(sel, operands, _OPERAND_NAMES), stream)
 
 
 def _numpy_signature(x):
@@ -231,9 +254,12 @@ def explain_matmul(
     options=None,
     preferences=None,
     stream=None,
+    quantization_scales=None,
 ) -> Explanation:
     """What ``matmul`` would do with these arguments, without running it."""
-    problem, sel, strategy, _ = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+    problem, sel, strategy, _ = _prepare(
+        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
+    )
     strategies = tuple(sel.executor.strategies("matmul", problem))
     cached = plan_cache._plans.get(plan_key(sel.executor, "matmul", problem, strategy)) is not None
     plan = get_plan(sel.executor, "matmul", problem, strategy)
@@ -247,7 +273,7 @@ class Matmul:
 
     Parameters
     ----------
-    a, b, c, alpha, beta, options
+    a, b, c, alpha, beta, options, quantization_scales
         As for :func:`matmul`.
     stream : optional
         Default stream for ``plan``/``autotune``/``execute``.
@@ -264,14 +290,20 @@ class Matmul:
     True
     """
 
-    def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, stream=None):
+    def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, stream=None, quantization_scales=None):
         self._options = as_options(options)
         # validate shapes and dtypes now, so mistakes surface at construction
         infos = detect_all({"a": a, "b": b, "c": c})
         framework, device = placement(infos)
-        problem = build_problem(framework, device, infos, spec_of(None), self._options, alpha, beta)
+        if wants_fp8(infos, self._options, quantization_scales):
+            spec, scales = spec_of(None), quantization_scales
+            problem = build_fp8_problem(framework, device, infos, spec, self._options, alpha, beta, (), scales)
+        else:
+            problem = build_problem(framework, device, infos, spec_of(None), self._options, alpha, beta)
+        self._scales = quantization_scales
         self._infos = infos
-        self._result_dtype = problem.result_dtype
+        # alpha/beta are float32 scalars of FP8 matmuls
+        self._result_dtype = problem.result_dtype if problem.quantization is None else "float32"
         self._a, self._b, self._c = a, b, c
         self._alpha, self._beta = alpha, beta
         self._stream = stream
@@ -294,7 +326,7 @@ class Matmul:
             raise PlanStateError("self", f"a planned Matmul to {what}", "one not planned yet", "call plan() first")
 
     def _operands(self):
-        ops = _operands(self._a, self._b, self._c, self._alpha, self._beta, self._inputs)
+        ops = _operands(self._a, self._b, self._c, self._alpha, self._beta, self._inputs, self._scales)
         return coerce_operands(self._selection, ops, _OPERAND_NAMES)
 
     # -- public API -----------------------------------------------------------------------------------
@@ -312,7 +344,7 @@ class Matmul:
         self._check_alive("plan")
         inputs = dict(_check_epilog_inputs(epilog_inputs))
         problem, sel, strategy, infos = _prepare(
-            self._a, self._b, self._c, self._alpha, self._beta, epilog, inputs, self._options, preferences
+            self._a, self._b, self._c, self._alpha, self._beta, epilog, inputs, self._options, preferences, self._scales
         )
         self._plan = get_plan(sel.executor, "matmul", problem, strategy)
         self._problem, self._selection, self._strategy = problem, sel, strategy
@@ -362,13 +394,27 @@ class Matmul:
         self._check_planned("execute")
         return self._plan.execute(self._operands(), stream if stream is not None else self._stream)
 
-    def reset_operands(self, a=None, b=None, c=None, *, alpha=None, beta=None, epilog_inputs=None):
-        """Swap in new operands of the same framework, device, dtypes and shapes, and/or new ``alpha``/``beta``.
+    def reset_operands(
+        self, a=None, b=None, c=None, *, alpha=None, beta=None, epilog_inputs=None, quantization_scales=None
+    ):
+        """Swap in new operands of the same framework, device, dtypes and shapes, and/or new ``alpha``/``beta``
+        and (FP8) ``quantization_scales`` (replacing all scales given at construction).
 
         Operands with other strides are fine: the plan is then looked up again in the cache. The checks are
         those of construction; nothing is changed when one fails.
         """
         self._check_alive("reset operands")
+        if quantization_scales is not None:
+            if self._problem is not None:
+                p = self._problem
+                infos = self._infos
+                fw, dev = p.framework, p.device
+                names = tuple(self._inputs)
+                build_fp8_problem(fw, dev, infos, p.epilog, p.options, 1, None, names, quantization_scales)
+            else:
+                infos = {k: v for k, v in self._infos.items() if k in ("a", "b", "c")}
+                fw, dev = placement(infos)
+                build_fp8_problem(fw, dev, infos, spec_of(None), self._options, 1, None, (), quantization_scales)
         new_inputs = _check_epilog_inputs(epilog_inputs)
         replaced = {k: v for k, v in {"a": a, "b": b, "c": c, **new_inputs}.items() if v is not None}
         infos = dict(self._infos)
@@ -402,6 +448,11 @@ class Matmul:
         self._beta = beta if beta is not None else self._beta
         self._inputs.update(new_inputs)
         self._infos = infos
+        if quantization_scales is not None:
+            self._scales = quantization_scales
+            if self._plan is not None:  # a scale that moved between host and device needs another plan
+                self.plan(self._epilog, self._inputs, {"strategy": self._strategy})
+                restride = False
         if self._plan is not None and restride:
             self.plan(self._epilog, self._inputs, {"strategy": self._strategy})
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._matmul_problem import MatmulProblem, scalar_value
+from . import lt_autotune
 from . import lt_layout as L
 from .arrays import c_strides, empty, make_view, result_kind, storage_shape
 
@@ -397,10 +397,11 @@ class LtMatmulPlan:
         algos = self.core.algorithms(self.handle, 256)
         if not algos:
             raise lt.CublasLtError("cublasLtMatmulAlgoGetHeuristic (no algorithm)", 15)
-        self._algo_index = 0
         self._algo = algos[0]
-        if tuning and isinstance(tuning, dict) and "algo" in tuning:
-            self._apply_tuning(tuning)
+        self._tuned = None  # the recorded autotune choice in use (see lt_autotune)
+        saved = lt_autotune.saved_choice(self, tuning)
+        if saved is not None:
+            self._algo = saved
         self.framework = p.framework
         self._get_ptr = _ptr_getter(p.framework)
         xp_name = namespace_for(p.framework)
@@ -472,43 +473,19 @@ class LtMatmulPlan:
 
     # -- tuning ----------------------------------------------------------------------------------------
     def tuning(self):
-        if self._algo_index is None:
-            return None
-        return {
-            "algo": self._algo_index,
-            "data": [int(x) for x in self._algo.algo.data],
-            "ws": int(self._algo.workspaceSize),
-        }
-
-    def _apply_tuning(self, tuning) -> None:
-        cands = self.core.algorithms(self.handle, 256, AUTOTUNE_CANDIDATES)
-        data = tuning.get("data")
-        for i, r in enumerate(cands):
-            if data is not None and [int(x) for x in r.algo.data] == list(data):
-                self._algo, self._algo_index = r, i
-                return
-        i = int(tuning.get("algo", 0))
-        if 0 <= i < len(cands):
-            self._algo, self._algo_index = cands[i], i
+        """The autotuned (or loaded) algorithm choice in use, None while the heuristic's first answer runs."""
+        return self._tuned
 
     def autotune(self, operands, iterations: int = 3, stream=None):
-        """Time the heuristic's candidate algorithms with CUDA events on ``stream``; keep the fastest."""
-        from .runtime import EventTimer
-
-        cands = self.core.algorithms(self.handle, 256, AUTOTUNE_CANDIDATES)
+        """Time the heuristic's candidates, smaller-workspace and split-K variants (see :mod:`.lt_autotune`)
+        with CUDA events on ``stream``; keep and record the fastest. Returns ``[(label, seconds)]``."""
         sp = self._stream_pointer(stream, self.framework, self.device_index)
-        times = []
-        with EventTimer() as timer:
-            for i, cand in enumerate(cands):
-                self._algo, self._algo_index = cand, i
-                try:
-                    t = timer.time(lambda: self.execute(operands, sp), sp, iterations)
-                except Exception:  # noqa: BLE001 - an algorithm that fails on these operands is skipped
-                    t = math.inf
-                times.append(t)
-        best = int(np.argmin(times))
-        self._algo, self._algo_index = cands[best], best
-        return times
+
+        def launch(result):
+            self._algo = result
+            self.execute(operands, sp)
+
+        return lt_autotune.autotune(self, launch, sp, iterations, AUTOTUNE_CANDIDATES)
 
     def time(self, operands, iterations: int = 3, stream=None) -> float:
         from .runtime import EventTimer

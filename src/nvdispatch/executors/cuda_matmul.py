@@ -46,6 +46,10 @@ def decline(problem: MatmulProblem) -> str | None:
     why = cublaslt.unavailable()
     if why:
         return why
+    if problem.quantization is not None:
+        from .._cuda import lt_fp8
+
+        return lt_fp8.decline(problem)
     dt = problem.result_dtype
     if dt not in lt_matmul.LT_DTYPES:
         return f"cuBLASLt matmul takes float16/bfloat16/float32/float64/complex64/complex128, not {dt}"
@@ -78,6 +82,8 @@ def _torch_fuses_small(problem: MatmulProblem) -> bool:
 
 
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
+    if problem.quantization is not None:
+        return ("native",)  # one cublasLtMatmul on FP8 tensor cores (decline sent the rest elsewhere)
     _, lt_matmul, xp = _lt()
     orientation, _, _ = lt_matmul.probe(problem)
     fallback = ("inplace",) if problem.epilog.steps and xp.namespace_for(problem.framework) else ()
@@ -85,6 +91,10 @@ def strategies(problem: MatmulProblem) -> tuple[str, ...]:
 
 
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
+    if problem.quantization is not None:
+        from .._cuda import lt_fp8
+
+        return lt_fp8.Fp8LtPlan(problem, tuning=tuning)
     _, lt_matmul, _ = _lt()
     if strategy == "native":
         return lt_matmul.LtMatmulPlan(problem, tuning=tuning)

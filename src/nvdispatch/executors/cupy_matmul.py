@@ -28,6 +28,8 @@ def _native_possible(problem: MatmulProblem) -> tuple[bool, str]:
 
 
 def decline(problem: MatmulProblem) -> str | None:
+    if problem.quantization is not None:
+        return "CuPy has no FP8 matmul (the cuda executor runs FP8 on compute capability 8.9+)"
     if "bfloat16" in (problem.a.dtype, problem.b.dtype):
         return "CuPy has no bfloat16"
     if problem.epilog.activation == "gelu" and not problem.result_dtype.startswith("float"):

@@ -39,6 +39,8 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def decline(problem: MatmulProblem) -> str | None:
+    if problem.quantization is not None:
+        return "NumPy has no FP8 matmul (Torch tensors run the FP8 reference path on the CPU)"
     if problem.result_dtype == "bfloat16" or "bfloat16" in (problem.a.dtype, problem.b.dtype):
         return "NumPy has no bfloat16"
     for name, sig in problem.inputs:

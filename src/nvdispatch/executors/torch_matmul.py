@@ -46,6 +46,8 @@ def _fused_bias_op(name: str):
 
 
 def decline(problem: MatmulProblem) -> str | None:
+    if problem.quantization is not None:
+        return None  # FP8: the reference path (nvdispatch._fp8_reference) runs on the CPU and any GPU
     dt = problem.result_dtype
     if dt in _NO_TORCH_MATMUL:
         return f"torch has no {dt} matmul"
@@ -73,6 +75,8 @@ def can_fuse(p: MatmulProblem) -> bool:
 
 
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
+    if problem.quantization is not None:
+        return ("plain",)
     if not problem.epilog.steps and problem.c is None:
         return ("plain",)
     fused = ("framework_fused",) if can_fuse(problem) else ()
@@ -80,7 +84,19 @@ def strategies(problem: MatmulProblem) -> tuple[str, ...]:
 
 
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
+    if problem.quantization is not None:
+        from .._fp8_reference import Fp8ReferencePlan
+
+        return Fp8ReferencePlan(problem, _fp8_why_not_cublaslt(problem))
     return TorchMatmulPlan(problem, strategy)
+
+
+def _fp8_why_not_cublaslt(problem: MatmulProblem) -> str:
+    if problem.device.kind != "cuda":
+        return "the operands are on the CPU"
+    from .cuda_matmul import decline as cuda_decline
+
+    return cuda_decline(problem) or "the torch executor was chosen (set_backend)"
 
 
 class TorchMatmulPlan:
