@@ -11,6 +11,7 @@ from . import errors
 from ._backends import register_backend, set_backend, set_global_backend, skip_backend
 from ._epilog import Epilog
 from ._explain import explain
+from ._fp8 import MatmulQuantizationScales
 from ._matmul_problem import ComputeType, MatmulOptions, MatmulPlanPreferences
 from ._plan_cache import plan_cache
 from .linalg import Matmul, matmul
@@ -24,6 +25,7 @@ __all__ = [
     "ComputeType",
     "MatmulOptions",
     "MatmulPlanPreferences",
+    "MatmulQuantizationScales",
     "explain",
     "plan_cache",
     "set_backend",
