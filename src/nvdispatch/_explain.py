@@ -24,6 +24,7 @@ def explain(
     options: Any = None,
     preferences: Any = None,
     stream: Any = None,
+    quantization_scales: Any = None,
 ) -> Explanation: ...
 
 
@@ -36,7 +37,7 @@ def explain(*args: Any, **kwargs: Any) -> Explanation:
     executors declined and why.
 
     ``explain(a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None,
-    preferences=None, stream=None)`` explains :func:`nvdispatch.matmul` with those arguments;
+    preferences=None, stream=None, quantization_scales=None)`` explains :func:`nvdispatch.matmul` with those arguments;
     ``explain(func, /, *args, **kwargs)`` explains any nvdispatch function called as ``func(*args, **kwargs)``
     (e.g. ``explain(nvdispatch.fft.rfft, x, n=64)``).
 
@@ -79,6 +80,7 @@ explain.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
                 ("options", None),
                 ("preferences", None),
                 ("stream", None),
+                ("quantization_scales", None),
             )
         ),
     ],
