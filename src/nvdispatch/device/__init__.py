@@ -33,7 +33,7 @@ from . import simulator_compat as _simulator_compat  # noqa: E402
 _simulator_compat.install()
 
 from .dim3 import Dim3  # noqa: E402
-from .errors import DeviceConfigurationError, UnsupportedConfigurationError  # noqa: E402
+from .errors import DeviceConfigurationError, DeviceLaunchError, UnsupportedConfigurationError  # noqa: E402
 from .fft import FFT, fft, valid  # noqa: E402
 from .matmul import Matmul, matmul  # noqa: E402
 
@@ -42,6 +42,7 @@ __all__ = [
     "Matmul",
     "Dim3",
     "DeviceConfigurationError",
+    "DeviceLaunchError",
     "UnsupportedConfigurationError",
     "fft",
     "matmul",

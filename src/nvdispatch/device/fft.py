@@ -12,6 +12,7 @@ from .errors import DeviceConfigurationError, UnsupportedConfigurationError
 from .fft_config import FFTConfig, valid_elements_per_thread, valid_sizes
 from .fft_source import FUNCTION_NAME, generate_fft_source
 from .kernel_object import KernelObject, compile_device_source
+from .launch_checks import checks_enabled, fft_checks
 from .precision import complex_of
 
 __all__ = ["FFT", "fft", "valid"]
@@ -104,8 +105,9 @@ class FFT(KernelObject):
             elements_per_thread=elements_per_thread,
             ffts_per_block=ffts_per_block,
         )
-        self._numba_key = self._config.key
-        self._implementation = _compiled(self._config)
+        self._checks = self._launch_checks() if checks_enabled() else ()
+        self._numba_key = self._config.key + ("_checked" if self._checks else "")
+        self._implementation = _compiled(self._config, self._checks)
         self._finish_setup()
 
     # -- the knobs ----------------------------------------------------------------------------------------
@@ -192,7 +194,19 @@ class FFT(KernelObject):
         return self._implementation_source()
 
     def _implementation_source(self) -> str:
-        return generate_fft_source(self._config)[0]
+        return generate_fft_source(self._config, self._checks)[0]
+
+    def _launch_checks(self) -> tuple[str, ...]:
+        return tuple(
+            fft_checks(
+                execution=self.execution,
+                threads_per_fft=self._config.threads_per_fft,
+                ffts_per_block=self.ffts_per_block,
+                storage_size=self.storage_size,
+                shared_bytes=self.shared_memory_size,
+                value_type=np.dtype(complex_of(self.precision)).name,
+            )
+        )
 
     def valid(self, *knobs: str) -> list[Any]:
         """Values (or, for several knobs, tuples of values) accepted for ``knobs`` at this size.
@@ -296,6 +310,6 @@ def valid(*knobs: str, size: int, fft_type: str = "c2c", execution: str = "Block
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(config: FFTConfig):
-    source, constants = generate_fft_source(config)
+def _compiled(config: FFTConfig, checks: tuple[str, ...] = ()):
+    source, constants = generate_fft_source(config, checks)
     return compile_device_source(source, constants, FUNCTION_NAME)

@@ -23,6 +23,8 @@ through shared memory (real and imaginary planes, padded per exchange to avoid b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .codegen import Complex, SourceWriter
@@ -33,11 +35,14 @@ __all__ = ["generate_fft_source", "FUNCTION_NAME"]
 FUNCTION_NAME = "fft_impl"
 
 
-def generate_fft_source(config: FFTConfig) -> tuple[str, dict]:
-    """Return ``(source, globals)`` defining ``fft_impl(_self, thread_data, shared_mem=None)``."""
+def generate_fft_source(config: FFTConfig, checks: Sequence[str] = ()) -> tuple[str, dict]:
+    """Return ``(source, globals)`` defining ``fft_impl(_self, thread_data, shared_mem=None)``; ``checks``
+    are statements run first (see :mod:`.launch_checks`)."""
     w = SourceWriter(config.precision)
     w.constants["REAL"] = config.precision
     w.constants["IDX"] = np.uint64  # unsigned shared-memory indices: no negative-index wraparound code
+    for statement in checks:
+        w.emit(statement)
     if config.execution == "Thread":
         _thread_body(w, config)
     else:

@@ -54,8 +54,10 @@ def generate_gemm_source(
     arrangement: tuple[str, str, str],
     block_dim: tuple[int, int, int],
     real: bool = True,
+    checks: tuple[str, ...] = (),
 ) -> str:
-    """Source of ``gemm_impl(_self, alpha, a, b, beta, c)`` (uses globals ``VT``, ``ZERO`` and ``IDX``)."""
+    """Source of ``gemm_impl(_self, alpha, a, b, beta, c)`` (uses globals ``VT``, ``ZERO`` and ``IDX``);
+    ``checks`` are statements run first (see :mod:`.launch_checks`)."""
     tm, tn = layout.tile(m, n)
     tr, tc = layout.tr, layout.tc
 
@@ -66,6 +68,8 @@ def generate_gemm_source(
 
     lines = [f"def {FUNCTION_NAME}(_self, alpha, a, b, beta, c):"]
     emit = lines.append
+    for statement in checks:
+        emit("    " + statement)
     bx, by = block_dim[0], block_dim[1]
     emit(f"    tid = cuda.threadIdx.x + cuda.threadIdx.y * {bx} + cuda.threadIdx.z * {bx * by}")
     emit(f"    ri = tid % {tr}")

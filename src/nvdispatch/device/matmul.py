@@ -11,6 +11,7 @@ from .dim3 import Dim3
 from .errors import DeviceConfigurationError
 from .gemm_source import FUNCTION_NAME, choose_layout, generate_gemm_source
 from .kernel_object import KernelObject, compile_device_source
+from .launch_checks import checks_enabled, gemm_checks
 from .precision import complex_of, normalize_precision
 
 __all__ = ["Matmul", "matmul"]
@@ -106,14 +107,30 @@ class Matmul(KernelObject):
         self.block_dim = _check_block(block_size, block_dim, self.m, self.n)
         self.block_size = self.block_dim.count
         self.alpha, self.beta = alpha, beta
+        self._checks = self._launch_checks() if checks_enabled() else ()
         self._numba_key = (
             f"gemm_{self.m}x{self.n}x{self.k}_{np.dtype(self.numpy_value_type).name}_"
             f"{'_'.join(a[0] for a in arrangement)}_{'x'.join(map(str, self.block_dim))}"
+            + ("_checked" if self._checks else "")
         )
         self._implementation = _compiled(
-            self.m, self.n, self.k, self.numpy_value_type, arrangement, tuple(self.block_dim)
+            self.m, self.n, self.k, self.numpy_value_type, arrangement, tuple(self.block_dim), self._checks
         )
         self._finish_setup()
+
+    def _launch_checks(self) -> tuple[str, ...]:
+        def stored(dims: tuple[int, int], order: str) -> tuple[int, int]:
+            return dims if order == "row_major" else dims[::-1]
+
+        a, b, c = self.arrangement
+        return tuple(
+            gemm_checks(
+                block_dim=tuple(self.block_dim),
+                a_shape=stored((self.m, self.k), a),
+                b_shape=stored((self.k, self.n), b),
+                c_shape=stored((self.m, self.n), c),
+            )
+        )
 
     @property
     def numpy_value_type(self) -> type[np.generic]:
@@ -222,10 +239,10 @@ def _check_block(block_size: Any, block_dim: Any, m: int, n: int) -> Dim3:
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(m, n, k, value_type, arrangement, block_dim):
+def _compiled(m, n, k, value_type, arrangement, block_dim, checks: tuple[str, ...] = ()):
     layout = choose_layout(m, n, block_dim[0] * block_dim[1] * block_dim[2])
     real = not np.issubdtype(value_type, np.complexfloating)
-    source = generate_gemm_source(m, n, k, layout, arrangement, block_dim, real=real)
+    source = generate_gemm_source(m, n, k, layout, arrangement, block_dim, real=real, checks=checks)
     return compile_device_source(
         source, {"VT": value_type, "ZERO": value_type(0), "IDX": np.uint64}, FUNCTION_NAME
     )
