@@ -34,7 +34,9 @@ def gelu_tanh(x):
 def emulate(a, b, *, alpha=1.0, scales=None, c=None, beta=1.0, bias=None, epilog="DEFAULT", result_type="float32"):
     """(t, amax, d_unrounded, abs_sum): the pre-scale result ``t``, its amax, ``scale_d * t`` saturated for FP8
     results (not rounded), and ``|alpha sa sb| |a| @ |b|`` (for the accumulation tolerance)."""
-    scales = {k: float(np.asarray(f64(v) if hasattr(v, "detach") else v).reshape(())) for k, v in (scales or {}).items()}
+    scales = {
+        k: float(np.asarray(f64(v) if hasattr(v, "detach") else v).reshape(())) for k, v in (scales or {}).items()
+    }
     A, B = f64(a), f64(b)
     factor = alpha * scales.get("a", 1.0) * scales.get("b", 1.0)
     t = factor * (A @ B)

@@ -112,7 +112,9 @@ def test_inputs_are_not_modified_and_explain_names_the_path():
     bias = bf16((16,))
     a0, b0, bias0 = a.clone(), b.clone(), bias.clone()
     nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}, quantization_scales={"a": 2.0})
-    assert torch.equal(a.view(torch.uint8), a0.view(torch.uint8)) and torch.equal(b.view(torch.uint8), b0.view(torch.uint8))
+    assert torch.equal(a.view(torch.uint8), a0.view(torch.uint8)) and torch.equal(
+        b.view(torch.uint8), b0.view(torch.uint8)
+    )
     assert torch.equal(bias, bias0)
     ex = nvdispatch.explain(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}, quantization_scales={"a": 2.0})
     text = str(ex)

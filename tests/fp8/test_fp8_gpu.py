@@ -1,0 +1,224 @@
+"""FP8 on the GPU: the cuBLASLt path against the float64 emulation, the CPU reference path and
+torch._scaled_mm; device scales, amax, CuPy bytes; autotuning that persists across processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import nvdispatch
+
+from .fp8_emulation import FP8_MAX, assert_matches, emulate, f64
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
+
+
+def fp8(shape, dtype=E4M3, scale=1.0, seed=0, device="cuda"):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=g) * scale).clamp(-FP8_MAX[dtype], FP8_MAX[dtype])
+    return x.to(getattr(torch, dtype)).to(device)
+
+
+def bf16(shape, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(torch.bfloat16).to("cuda")
+
+
+def fp8_capable() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+
+
+needs_fp8 = pytest.mark.skipif(not fp8_capable(), reason="needs compute capability 8.9+")
+
+
+def run_both(a, b, **kw):
+    """(cuBLASLt result, CPU reference result, explanation) of one call."""
+    got = nvdispatch.matmul(a, b, **kw)
+    ex = nvdispatch.explain(a, b, **kw)
+    cpu = {k: v for k, v in kw.items()}
+    if "epilog_inputs" in kw:
+        cpu["epilog_inputs"] = {k: v.cpu() for k, v in kw["epilog_inputs"].items()}
+    if "quantization_scales" in kw:
+        cpu["quantization_scales"] = {
+            k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in kw["quantization_scales"].items()
+        }
+    ref = nvdispatch.matmul(a.cpu(), b.cpu(), **cpu)
+    return got, ref, ex
+
+
+@needs_fp8
+@pytest.mark.parametrize("m,n,k", [(64, 48, 32), (40, 24, 48), (33, 17, 20), (128, 256, 512)])
+@pytest.mark.parametrize("result_type", [E4M3, "bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+def test_cublaslt_vs_emulation_and_reference(m, n, k, result_type, b_layout):
+    a = fp8((m, k), seed=m)
+    b = fp8((k, n), seed=n) if b_layout == "row" else fp8((n, k), seed=n).t()
+    scales = {"a": 0.5, "b": 2.0} | ({"d": 0.25} if result_type == E4M3 else {})
+    got, ref, ex = run_both(a, b, quantization_scales=scales, options={"result_type": result_type})
+    assert ex.executor == "cuda" and any("cublasLtMatmul FP8" in s for s in ex.steps), str(ex)
+    assert got.dtype == getattr(torch, result_type) and got.device.type == "cuda"
+    _, _, want, abs_sum, _ = emulate(a, b, scales=scales, result_type=result_type)
+    assert_matches(got, want, abs_sum, result_type, extra_scale=scales.get("d", 1.0))
+    assert_matches(got, f64(ref), abs_sum + np.abs(f64(ref)) * 0, result_type, extra_scale=2.0)
+
+
+@needs_fp8
+@pytest.mark.parametrize("result_type", [E4M3, E5M2, "bfloat16", "float32"])
+def test_mixed_formats(result_type):
+    a, b = fp8((32, 64), E5M2, seed=1), fp8((64, 48), E4M3, seed=2)
+    scales = {"d": 2.0} if result_type.startswith("float8") else {}
+    got, _, ex = run_both(a, b, quantization_scales=scales or None, options={"result_type": result_type})
+    assert ex.executor == "cuda", str(ex)
+    _, _, want, abs_sum, _ = emulate(a, b, scales=scales, result_type=result_type)
+    assert_matches(got, want, abs_sum, result_type, extra_scale=2.0)
+
+
+@needs_fp8
+@pytest.mark.parametrize("epilog", ["BIAS", "RELU_BIAS", "GELU_BIAS", "GELU_AUX_BIAS", "RELU", "GELU"])
+@pytest.mark.parametrize("result_type", [E4M3, "bfloat16"])
+def test_fused_epilogs_device_scales_and_amax(epilog, result_type):
+    a, b = fp8((64, 96), seed=3), fp8((96, 80), seed=4)
+    bias = bf16((80,), seed=5)
+    scales = {"a": torch.tensor([0.5], device="cuda"), "b": 1.5}
+    opts = {"result_type": result_type}
+    if result_type == E4M3:
+        scales["d"] = torch.tensor(2.0, device="cuda")
+        opts["result_amax"] = True
+    kw = {"epilog": epilog, "quantization_scales": scales, "options": opts}
+    if "BIAS" in epilog:
+        kw["epilog_inputs"] = {"bias": bias}
+    ex = nvdispatch.explain(a, b, **kw)
+    if ex.executor != "cuda":  # cuBLASLt's heuristic may lack a kernel: then the reference path must say why
+        assert any("not cuBLASLt" in s for s in ex.steps), str(ex)
+    out = nvdispatch.matmul(a, b, **kw)
+    t, amax, want, abs_sum, pre = emulate(
+        a,
+        b,
+        scales={"a": 0.5, "b": 1.5, "d": 2.0},
+        bias=bias if "BIAS" in epilog else None,
+        epilog=epilog,
+        result_type=result_type,
+    )
+    aux = {}
+    if isinstance(out, tuple):
+        out, aux = out
+    assert_matches(out, want, abs_sum * 1.2 + 1e-2, result_type, extra_scale=2.0)
+    if result_type == E4M3:
+        assert abs(float(aux["result_amax"]) - amax) <= 2e-3 * amax + 1e-3, (float(aux["result_amax"]), amax)
+    if "AUX" in epilog:
+        lim = FP8_MAX.get(result_type, np.inf)
+        assert_matches(aux["gelu_aux"], np.clip(pre, -lim, lim), abs_sum + 1e-2, result_type)
+
+
+@needs_fp8
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_against_torch_scaled_mm(out_dtype):
+    m, n, k = 256, 512, 128
+    a, bt = fp8((m, k), seed=6), fp8((n, k), seed=7)
+    b = bt.t()  # column-major, as _scaled_mm wants
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+    bias = bf16((n,), seed=8)
+    dt = getattr(torch, out_dtype)
+    theirs = torch._scaled_mm(
+        a, b, scale_a=sa, scale_b=sb, bias=bias if out_dtype == "bfloat16" else None, out_dtype=dt
+    )
+    kw = {"quantization_scales": {"a": sa, "b": sb}, "options": {"result_type": out_dtype}}
+    if out_dtype == "bfloat16":
+        kw |= {"epilog": "BIAS", "epilog_inputs": {"bias": bias}}
+    ours = nvdispatch.matmul(a, b, **kw)
+    _, _, want, abs_sum, _ = emulate(a, b, scales={"a": 0.5, "b": 0.25}, bias=kw.get("epilog_inputs", {}).get("bias"))
+    assert_matches(ours, want, abs_sum, out_dtype)
+    assert_matches(theirs, want, abs_sum, out_dtype)
+    np.testing.assert_allclose(f64(ours), f64(theirs), rtol=2**-7, atol=1e-2)
+
+
+@needs_fp8
+def test_c_beta_batches_vectors_and_reference_fallback():
+    a, b = fp8((3, 32, 64), seed=9), fp8((64, 48), seed=10)
+    c = bf16((32, 48), seed=11)
+    kw = {"alpha": 0.5, "beta": 2.0, "quantization_scales": {"c": 0.5}}
+    got = nvdispatch.matmul(a, b, c, **kw)
+    assert got.shape == (3, 32, 48) and got.dtype == torch.bfloat16
+    with nvdispatch.set_backend("torch"):  # the reference path on the GPU
+        ref = nvdispatch.matmul(a, b, c, **kw)
+        ex = nvdispatch.explain(a, b, c, **kw)
+    assert ex.executor == "torch" and "FP8 reference path" in str(ex)
+    sums = np.abs(f64(a)) @ np.abs(f64(b)) * 0.5 + 1.0
+    assert_matches(got, f64(ref), sums, "bfloat16", extra_scale=2.0)
+    v = fp8((64,), seed=12)
+    r = nvdispatch.matmul(v, b, options={"result_type": "float32"})
+    np.testing.assert_allclose(f64(r), f64(v) @ f64(b), rtol=1e-5, atol=1e-4)
+
+
+@needs_fp8
+def test_cupy_bytes_with_declared_types():
+    cupy = pytest.importorskip("cupy")
+    a, b = fp8((32, 64), seed=13), fp8((64, 48), seed=14)
+    want = nvdispatch.matmul(a, b, options={"result_type": "float16"})
+    ca = cupy.asarray(a.view(torch.uint8))
+    cb = cupy.asarray(b.view(torch.uint8))
+    got = nvdispatch.matmul(ca, cb, options={"result_type": "float16", "operand_types": {"a": E4M3, "b": E4M3}})
+    assert isinstance(got, cupy.ndarray) and got.dtype == np.float16
+    np.testing.assert_allclose(cupy.asnumpy(got), want.cpu().numpy(), rtol=2**-10, atol=1e-3)
+
+
+@needs_fp8
+def test_fp8_autotune_persists_across_processes(tmp_path):
+    a, b = fp8((1024, 512), seed=15), fp8((768, 512), seed=16).t()
+    bias = bf16((768,), seed=17)
+    kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
+    mm = nvdispatch.Matmul(a, b, options={"result_type": "bfloat16"})
+    mm.plan(**kw)
+    before = mm.execute()
+    timings = mm.autotune(iterations=3)
+    tuned = mm._plan.tuning()
+    assert "native" in timings and tuned["env"]["gpu"] and len(tuned["data"]) == 8
+    torch.testing.assert_close(mm.execute(), before, rtol=2**-7, atol=1e-2)
+    path = tmp_path / "tunings.json"
+    assert nvdispatch.plan_cache.save(path) >= 1
+    saved = json.loads(path.read_text())["tunings"]
+    assert any("cublaslt-algo" in key and tuned["env"]["gpu"] in key for key in saved)
+    script = textwrap.dedent(
+        f"""
+        import torch, nvdispatch
+        from nvdispatch.linalg import _prepare
+        from nvdispatch._dispatch import get_plan
+        nvdispatch.plan_cache.load({str(path)!r})
+        g = torch.Generator().manual_seed(0)
+        a = torch.zeros(1024, 512, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.zeros(768, 512, device="cuda").to(torch.float8_e4m3fn).t()
+        bias = torch.zeros(768, device="cuda", dtype=torch.bfloat16)
+        kw = dict(epilog="RELU_BIAS", epilog_inputs={{"bias": bias}}, options={{"result_type": "bfloat16"}})
+        nvdispatch.matmul(a, b, **kw)  # a stateless call
+        p, sel, strategy, _ = _prepare(a, b, None, 1, None, kw["epilog"], kw["epilog_inputs"], kw["options"], None)
+        t = get_plan(sel.executor, "matmul", p, strategy).tuning()
+        print(t["data"] if t else None)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == str(tuned["data"])
+
+
+def test_bf16_autotune_times_variants_and_records_them():
+    a = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, 1536, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(1536, device="cuda", dtype=torch.bfloat16)
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan(epilog="GELU_BIAS", epilog_inputs={"bias": bias})
+    plan = mm._plan
+    from nvdispatch._cuda import lt_autotune
+
+    labels = [label for label, _ in lt_autotune.candidates(plan.core, plan.handle)]
+    assert labels and labels[0] == "heuristic #0"
+    times = plan.autotune(mm._operands(), 3)
+    assert len(times) == len(labels) and plan.tuning()["seconds"] == min(t for _, t in times)
+    r = nvdispatch.matmul(a, b, epilog="GELU_BIAS", epilog_inputs={"bias": bias})  # the stateless call: tuned
+    torch.testing.assert_close(r, mm.execute())
