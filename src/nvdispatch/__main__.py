@@ -72,6 +72,11 @@ def _operands(framework: str, device: str, m: int, k: int, n: int):
         import torch
 
         return tuple(torch.from_numpy(v).to(device) for v in (x, w, bias)), want
+    if framework == "dask":  # NumPy chunks, 2 x 2 blocks; the small bias is broadcast as it is
+        import dask.array as da
+
+        return (da.from_array(x, chunks=(-(-m // 2), -(-k // 2))), da.from_array(w, chunks=(-(-k // 2), -(-n // 2))),
+                bias), want
     import cupy
 
     return tuple(cupy.asarray(v) for v in (x, w, bias)), want
@@ -80,6 +85,8 @@ def _operands(framework: str, device: str, m: int, k: int, n: int):
 def _to_numpy(r):
     if isinstance(r, np.ndarray):
         return r
+    if hasattr(r, "dask"):  # a Dask array: compute it here (synchronous scheduler)
+        return np.asarray(r.compute(scheduler="sync"))
     if hasattr(r, "get"):
         return r.get()
     return r.detach().cpu().numpy()
@@ -121,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"nvdispatch {nvdispatch.__version__} on Python {sys.version.split()[0]}")
     print("\nframeworks:")
-    versions = {mod: _version(mod) for mod in ("numpy", "scipy", "torch", "cupy", "cuda.bindings", "numba")}
+    versions = {
+        mod: _version(mod)
+        for mod in ("numpy", "scipy", "torch", "cupy", "cuda.bindings", "numba", "dask", "distributed", "dask_cuda")
+    }
     for mod, ver in versions.items():
         missing = f"not installed (pip install 'nvdispatch[{_EXTRA[mod]}]')" if mod in _EXTRA else "not installed"
         print(f"  {mod:14s} {ver or missing}")
@@ -138,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(("torch", "cuda"))
     if versions["cupy"] and gpus:
         runs.append(("cupy", "cuda"))
+    if versions["dask"]:
+        runs.append(("dask", "cpu"))
+    else:
+        print("\ndask: not installed (pip install 'nvdispatch[dask]' for Dask arrays)")
 
     print(f"\nfused linear layer relu(x @ w + bias), x {m}x{k}, w {k}x{n}, bias ({n},), float32:")
     failures = 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _backends
+from ._adapters import adapter_named
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._plan_cache import plan_cache
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError
@@ -25,6 +26,11 @@ def detect_all(named: Mapping[str, Any]) -> dict[str, OperandInfo]:
 
 def placement(infos: dict[str, OperandInfo]) -> tuple[str, Device]:
     """The operands' common framework and device; mixed ones are allowed only under a coercing backend."""
+    for info in infos.values():
+        # an adapter whose arrays hold other arrays' blocks (Dask) places calls that mix them
+        place = getattr(adapter_named(info.framework), "placement", None)
+        if place is not None:
+            return place(infos)
     try:
         return common_placement(infos)
     except MixedOperandsError:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Any
 
 from ._detect import Device
 from .errors import InvalidArgumentError, ShapeMismatchError, UnsupportedDtypeError
@@ -75,6 +76,7 @@ class FFTProblem:
     norm: str
     ndim_api: bool  # called through an n-D function (s/axes) rather than a 1-D one (n/axis)
     autograd: bool = False  # autograd records this call (a Torch tensor requiring grad)
+    chunks: Any = None  # a chunked (Dask) operand's layout, else None
 
     @property
     def real_dtype(self) -> str:
@@ -268,4 +270,5 @@ def build_fft_problem(func: str, info, framework: str, device: Device, n=None, a
         norm,
         nd,
         getattr(info, "autograd", False),
+        getattr(info, "chunks", None),
     )

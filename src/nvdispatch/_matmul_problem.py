@@ -255,10 +255,12 @@ class ArraySig:
     dtype: str
     shape: tuple[int, ...]
     strides: tuple[int, ...] | None
+    #: a chunked (Dask) operand's layout, else None
+    chunks: Any = None
 
     @classmethod
     def of(cls, info: OperandInfo) -> ArraySig:
-        return cls(info.dtype, info.shape, info.strides)
+        return cls(info.dtype, info.shape, info.strides, info.chunks)
 
 
 @dataclass(frozen=True)

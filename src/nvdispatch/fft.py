@@ -472,18 +472,31 @@ def _as_pos_int(n, arg):
     return v
 
 
-def fftfreq(n, /, *, d=1.0, dtype=None, device=None):
+def fftfreq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
     """The sample frequencies ``[0, 1, ..., n//2-ish, -.., -1] / (d*n)`` of an ``n``-point DFT.
 
     ``device``: None or ``"cpu"`` (NumPy array), a ``torch.device`` (Torch tensor), a ``cupy.cuda.Device``
     (CuPy array), or ``"cuda[:N]"`` (Torch when installed, else CuPy). ``dtype`` defaults to float64.
+    ``chunks`` (nvdispatch extra): a lazy Dask array chunked so (e.g. ``chunks=1000``), of blocks of that
+    framework and device.
     """
+    if chunks is not None:
+        return _dask_freq(n, d, dtype, device, False, chunks)
     return _freq(n, d, dtype, device, False, "fftfreq")
 
 
-def rfftfreq(n, /, *, d=1.0, dtype=None, device=None):
+def rfftfreq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
     """The sample frequencies ``[0, 1, ..., n//2] / (d*n)`` of an ``n``-point real DFT (see :func:`fftfreq`)."""
+    if chunks is not None:
+        return _dask_freq(n, d, dtype, device, True, chunks)
     return _freq(n, d, dtype, device, True, "rfftfreq")
+
+
+def _dask_freq(n, d, dtype, device, real: bool, chunks):
+    from .executors.dask_fft import freq
+
+    like = _freq(1, d, dtype, device, real, "fftfreq")  # validates the arguments, fixes dtype and device
+    return freq(_as_pos_int(n, "n"), d, real, chunks, like)
 
 
 def _shift(x, axes, inverse: bool):
@@ -500,6 +513,10 @@ def _shift(x, axes, inverse: bool):
         axes_t = tuple(_axis(a, ndim, "axes") for a in seq)
     shifts = tuple(-(info.shape[a] // 2) if inverse else info.shape[a] // 2 for a in axes_t)
     fw = info.framework
+    if fw == "dask":
+        from .executors.dask_fft import shift
+
+        return shift(x, shifts, axes_t)
     if fw == "torch":
         import torch
 

@@ -23,6 +23,7 @@ from typing import Any
 from .base import CPU, Adapter, Device, OperandInfo, c_strides
 from .cai import CaiAdapter
 from .cupy import CupyAdapter
+from .dask import DaskAdapter
 from .dlpack import DlpackAdapter
 from .numpy import NumpyAdapter
 from .torch import TorchAdapter
@@ -135,6 +136,6 @@ def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
 
 for _ad in (DlpackAdapter(), CaiAdapter()):
     register_adapter(_ad, protocol=True)
-for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter()):
+for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter()):
     register_adapter(_ad)
 del _ad

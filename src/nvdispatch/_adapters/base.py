@@ -62,6 +62,8 @@ class OperandInfo:
     strides: tuple[int, ...] | None
     #: whether autograd records operations on this operand now (a Torch tensor requiring grad, grad enabled)
     autograd: bool = False
+    #: how a chunked (Dask) array is cut (an ``_adapters.dask.DaskLayout``); None for plain arrays
+    chunks: Any = None
 
     @property
     def ndim(self) -> int:

@@ -19,6 +19,7 @@ BUILTIN: dict[str, str] = {
     "torch": "nvdispatch.executors.torch:TorchExecutor",
     "cupy": "nvdispatch.executors.cupy:CupyExecutor",
     "cuda": "nvdispatch.executors.cuda:CudaExecutor",
+    "dask": "nvdispatch.executors.dask:DaskExecutor",
 }
 
 _instances: dict[str, Executor] = {}

@@ -1,0 +1,39 @@
+"""The Dask executor (``"dask"``): ``dask.array.Array`` operands, computed lazily, block by block.
+
+Dask is the engine: calls return Dask arrays whose graphs run each block through ``nvdispatch``'s own route
+on the worker holding it, so the chunks' framework (NumPy, CuPy, Torch) picks the block executor there,
+with that worker's plan cache. The caller's backend state (``set_backend``/``skip_backend``, global and
+registered backends) is carried into the graph as a value. Operations: ``executors/dask_matmul.py``,
+``executors/dask_fft.py``.
+
+Under ``set_backend("dask", coerce=True)`` plain operands are wrapped as single-block Dask arrays.
+"""
+
+from __future__ import annotations
+
+from .base import ModularExecutor
+
+
+class DaskExecutor(ModularExecutor):
+    name = "dask"
+    frameworks = frozenset({"dask"})
+    device_kinds = frozenset({"cpu", "cuda"})
+
+    def unavailable(self) -> str | None:
+        try:
+            import dask.array  # noqa: F401
+        except ImportError:
+            return "dask is not installed (pip install 'nvdispatch[dask]')"
+        return None
+
+    def coerce_operand(self, array):
+        from .dask_graph import wrap
+
+        return wrap(array)
+
+
+def worker_plan_cache_stats() -> dict[str, int]:
+    """This process's plan-cache statistics; for Dask workers: ``client.run(worker_plan_cache_stats)``."""
+    from .._plan_cache import plan_cache
+
+    return plan_cache.stats()

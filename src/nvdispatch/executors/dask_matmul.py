@@ -1,0 +1,377 @@
+"""Matmul on Dask arrays: a lazy graph of block matmuls, each run by nvdispatch's own route on the worker.
+
+For output block ``(batch..., i, j)`` and K cut into chunks ``0..K-1``:
+
+* K-chunks ``0..K-2`` give partial products ``alpha * a[i,k] @ b[k,j]`` (the first adds ``beta * c``),
+  summed by a tree reduction (``split_every`` at a time);
+* the last K-chunk is the block's one fused call: ``matmul(a[i,K-1], b[K-1,j], c=<partial sum>, beta=1,
+  alpha, epilog, bias/aux blocks)``, so the epilog sees the whole K-sum, once per block, fused wherever
+  the block executor fuses ``c`` and the epilog (one cuBLASLt launch on the GPU). With K in one chunk this
+  is the block's only call.
+
+Bias along N is sliced per block column, along M per block row, batched biases per batch block. Operands
+whose chunks do not meet (K of ``a`` vs ``b``, batch axes) are rechunked to the common refinement of their
+block boundaries (``explain()`` lists each rechunk). Auxiliary outputs come back as Dask arrays: ``relu_aux``
+and ``gelu_aux`` chunked like the result, bias gradients (``*_BGRAD``) and ``BGRADA``/``BGRADB`` tree-reduced
+over the blocks that share them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from .._epilog import Epilog
+from .._matmul_problem import ArraySig, MatmulProblem
+from ..errors import ShapeMismatchError
+from . import dask_graph as G
+from . import dask_tasks as T
+
+#: partial products added per node of the K reduction
+SPLIT_EVERY = 4
+
+
+def decline(problem: MatmulProblem) -> str | None:
+    return None
+
+
+def strategies(problem: MatmulProblem) -> tuple[str, ...]:
+    return ("blockwise",)
+
+
+def plan(problem: MatmulProblem, strategy: str, tuning=None):
+    return DaskMatmulPlan(problem)
+
+
+def _chunks(sig: ArraySig | None):
+    if sig is None:
+        return None
+    if sig.chunks is not None:
+        return sig.chunks.chunks
+    return tuple((s,) for s in sig.shape)  # a plain operand: wrapped as one block
+
+
+def _chunk_framework(p: MatmulProblem) -> str:
+    for sig in (p.a, p.b, p.c, *(s for _, s in p.inputs)):
+        if sig is not None and sig.chunks is not None:
+            return sig.chunks.chunk_framework
+    return "numpy"
+
+
+def block_lines(explain_block) -> list[str]:
+    """``explain`` lines of one block call, run under the caller's backend state (as the workers will)."""
+    try:
+        e = explain_block(T.carry_state())
+    except Exception as exc:  # noqa: BLE001 - e.g. the chunk library is missing on this (client) machine
+        return [f"first block: not explained on this machine ({type(exc).__name__}: {exc})"]
+    lines = [f"first block: executor {e.executor!r}, strategy {e.strategy!r}"]
+    return lines + [f"first block step: {s}" for s in e.steps]
+
+
+class DaskMatmulPlan:
+    """The block decomposition of one Dask matmul (from the operands' chunks); ``execute`` builds the graph."""
+
+    strategy = "blockwise"
+
+    def __init__(self, p: MatmulProblem):
+        self.problem = p
+        self.chunk_framework = _chunk_framework(p)
+        self.notes: list[str] = []
+        ca, cb = _chunks(p.a), _chunks(p.b)
+        self.pa_shape = (1, *p.a.shape) if p.a_vector else tuple(p.a.shape)
+        self.pb_shape = (*p.b.shape, 1) if p.b_vector else tuple(p.b.shape)
+        pa = ((1,), *ca) if p.a_vector else ca
+        pb = (*cb, (1,)) if p.b_vector else cb
+        nb = len(p.batch_shape)
+        batch = []
+        for d in range(nb):
+            own = []
+            for shape, chunks in ((self.pa_shape, pa), (self.pb_shape, pb)):
+                lead = nb - (len(shape) - 2)
+                if d >= lead and shape[d - lead] != 1:
+                    own.append(chunks[d - lead])
+            batch.append(G.refine(*own) if own else (p.batch_shape[d],))
+        self.k_chunks = G.refine(pa[-1], pb[-2])
+        self.out_chunks = (*batch, pa[-2], pb[-1])
+        a_target = (*G.broadcast_target(self.pa_shape[:-2], tuple(batch)), pa[-2], self.k_chunks)
+        b_target = (*G.broadcast_target(self.pb_shape[:-2], tuple(batch)), self.k_chunks, pb[-1])
+        self.targets: dict[str, Any] = {"a": a_target, "b": b_target}
+        self._note("a", pa, a_target)
+        self._note("b", pb, b_target)
+        self.promoted_shapes = {"a": self.pa_shape, "b": self.pb_shape}
+        vectors = p.a_vector or p.b_vector
+        for name, sig in (("c", p.c), *p.inputs):
+            if sig is None:
+                continue
+            shape = tuple(sig.shape)
+            if name != "bias" and vectors:
+                shape = p.promoted_shape  # c and aux inputs are broadcast to the result and promoted
+            arg = name if name == "c" else f"epilog_inputs[{name!r}]"
+            if name == "relu_aux" and sig.dtype == "uint8":  # a block executor's bit mask: block for block
+                own = _chunks(sig)
+                if len(own) != len(self.out_chunks) or len(own[-1]) != len(self.out_chunks[-1]):
+                    raise ShapeMismatchError(
+                        arg,
+                        f"the relu_aux a Dask RELU_AUX call returned for this result ({len(self.out_chunks[-1])} "
+                        "blocks along the last axis)",
+                        f"{len(own[-1])} blocks along the last axis",
+                    )
+                target = (*self.out_chunks[:-1], own[-1])
+            else:
+                target = G.broadcast_target(shape, self.out_chunks)
+            self.targets[name] = target
+            self.promoted_shapes[name] = shape
+            if name == "bias" or not vectors:
+                self._note(arg, _chunks(sig), target)
+        self._steps = self._describe()
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The decomposition, then the first output block's call as a worker would run it."""
+        return (*self._steps, *block_lines(self.explain_block))
+
+    def _note(self, operand: str, chunks, target) -> None:
+        for axis, (was, now) in enumerate(zip(chunks, target)):
+            if tuple(was) != tuple(now):
+                self.notes.append(
+                    f"rechunk {operand} along axis {axis} from {G.describe_chunks(was)} to {G.describe_chunks(now)} "
+                    "so its blocks meet the other operands'"
+                )
+
+    # -- explain ----------------------------------------------------------------------------------------------
+    def _describe(self) -> tuple[str, ...]:
+        p = self.problem
+        grid = " × ".join(str(len(c)) for c in self.out_chunks)
+        nk = len(self.k_chunks)
+        spec = p.epilog
+        epilog = spec.epilog.name
+        steps = [f"Dask graph of {grid} output blocks (chunks {self.out_chunks}), K in {nk} chunk(s)"]
+        steps += self.notes
+        if nk == 1:
+            steps.append(
+                f"one fused block call per output block: nvdispatch.matmul(a, b{', c' if p.c else ''}, "
+                f"epilog={epilog}) on the worker"
+            )
+        else:
+            steps.append(
+                f"per output block: K-chunks 1..{nk - 1} as partial products alpha·a@b"
+                f"{' (+ beta·c in the first)' if p.c else ''}, tree-summed {SPLIT_EVERY} at a time; K-chunk {nk} is "
+                f"the block's one fused call matmul(a, b, c=<partial sum>, beta=1, epilog={epilog}), so the epilog "
+                "runs once per block, after the K-sum"
+            )
+        if p.bias_axis:
+            steps.append(f"bias along {p.bias_axis.upper()} sliced to each output block")
+        for name in spec.outputs:
+            if name.endswith("_bgrad"):
+                over = "M (block rows)" if p.options.bgrad_axis == "n" else "N (block columns)"
+                steps.append(f"{name}: per-block partial sums tree-reduced over {over}")
+            elif name in ("bgrada", "bgradb"):
+                steps.append(f"{name}: per-K-chunk partial sums (from the block calls) tree-reduced over K")
+            else:
+                steps.append(f"{name}: a Dask array of the blocks' {name}, chunked like the result")
+        steps.append(
+            f"block calls run {self.chunk_framework} blocks through nvdispatch.matmul on each worker "
+            "(executor chosen there, under the caller's backend state; plans from the worker's cache)"
+        )
+        return tuple(steps)
+
+    def explain_block(self, state: T.CarriedState):
+        """The explanation of the first output block's fused call, as a worker would run it."""
+        from .._explain import explain
+
+        p = self.problem
+        shapes = {
+            name: tuple(c[0] if size != 1 else 1 for c, size in zip(self.targets[name], self.promoted_shapes[name]))
+            for name in self.targets
+        }
+        shapes["a"] = (*shapes["a"][:-1], self.k_chunks[-1])
+        shapes["b"] = (self.k_chunks[-1], *shapes["b"][1:]) if len(shapes["b"]) == 2 else shapes["b"]
+        sigs = {"a": p.a, "b": p.b, "c": p.c, **dict(p.inputs)}
+        blocks = {n: G.empty_block(self.chunk_framework, s, sigs[n].dtype) for n, s in shapes.items()}
+        c = blocks.pop("c", None)
+        if c is None and len(self.k_chunks) > 1:
+            c = G.empty_block(self.chunk_framework, tuple(x[0] for x in self.out_chunks), p.result_dtype)
+        a, b = blocks.pop("a"), blocks.pop("b")
+        with T.applied(state):
+            return explain(
+                a,
+                b,
+                c,
+                alpha=1,
+                beta=1 if c is not None else None,
+                epilog=p.epilog.epilog,
+                epilog_inputs=blocks or None,
+                options=p.options,
+            )
+
+    def release(self) -> None:
+        pass
+
+    # -- the graph -------------------------------------------------------------------------------------------
+    def _operand(self, name: str, x):
+        import dask.array as da
+
+        p = self.problem
+        x = G.wrap(x)
+        if name == "a" and p.a_vector:
+            x = x[None, :]
+        elif name == "b" and p.b_vector:
+            x = x[:, None]
+        elif name not in ("a", "b", "bias") and (p.a_vector or p.b_vector):
+            x = da.broadcast_to(x, p.result_shape)
+            x = (
+                x[..., None, :]
+                if p.a_vector and not p.b_vector
+                else x[..., None]
+                if p.b_vector and not p.a_vector
+                else x[..., None, None]
+            )
+        target = self.targets[name]
+        if name == "relu_aux" and x.dtype == "uint8":
+            target = (*target[:-1], x.chunks[-1])
+        return x if tuple(x.chunks) == tuple(target) else x.rechunk(target)
+
+    def execute(self, operands, stream=None):
+        p = self.problem
+        spec = p.epilog
+        state = T.carry_state()
+        arrays = {n: self._operand(n, operands[n]) for n in self.targets if operands.get(n) is not None}
+        A, B = arrays["a"], arrays["b"]
+        C = arrays.get("c")
+        inputs = [(n, arrays.get(n)) for n in ("bias", "relu_aux", "gelu_aux")]
+        alpha, beta = operands.get("alpha", 1), operands.get("beta")
+        tok = G.token(*(x.name for x in arrays.values()), alpha, beta, spec.epilog, p.options, state)
+        core, res = f"nvdispatch-matmul-blocks-{tok}", f"nvdispatch-matmul-{tok}"
+        ep, bgrad_ab = spec.epilog, None
+        if ep in (Epilog.BGRADA, Epilog.BGRADB):
+            ep, bgrad_ab = None, spec.epilog
+        full = T.MatmulBlockCall(alpha, beta if C is not None else None, ep, p.options, state)
+        summed = T.MatmulBlockCall(alpha, 1, ep, p.options, state)
+        nb = len(p.batch_shape)
+        nk = len(self.k_chunks)
+        grid = [range(len(c)) for c in self.out_chunks]
+        dsk: dict = {}
+        aux_parts: dict[str, dict] = {}  # output name -> {aux block index: [keys of partial values]}
+
+        def part_call(first: bool, with_grad):
+            return T.MatmulBlockCall(alpha, beta if first and C is not None else None, with_grad, p.options, state)
+
+        for idx in itertools.product(*grid):
+            bidx, i, j = idx[:nb], idx[-2], idx[-1]
+            grad_here = self._grad_block(bgrad_ab, bidx, i, j)
+            parts = []
+            for k in range(nk):
+                a_key = G.block_of(A.name, A.shape, (*bidx, i, k))
+                b_key = G.block_of(B.name, B.shape, (*bidx, k, j))
+                c_key = G.block_of(C.name, C.shape, idx) if C is not None else None
+                if k < nk - 1:
+                    key = (f"{core}-partial", *idx, k)
+                    dsk[key] = (T.matmul_block, part_call(k == 0, grad_here), a_key, b_key, c_key if k == 0 else None)
+                    if grad_here is not None:
+                        self._collect(aux_parts, dsk, key, grad_here, bidx, i, j, k)
+                        key = (T.pick, key, 0)
+                        dsk[(f"{core}-product", *idx, k)] = key
+                        key = (f"{core}-product", *idx, k)
+                    parts.append(key)
+                    continue
+                others = [G.block_of(x.name, x.shape, idx) if x is not None else None for _, x in inputs]
+                if parts:
+                    c_in = G.tree_sum(dsk, f"{core}-sum", idx, parts, SPLIT_EVERY, T.add_blocks)
+                    call = summed if grad_here is None else T.MatmulBlockCall(alpha, 1, grad_here, p.options, state)
+                else:
+                    c_in = c_key
+                    call = (
+                        full
+                        if grad_here is None
+                        else T.MatmulBlockCall(alpha, beta if C is not None else None, grad_here, p.options, state)
+                    )
+                dsk[(core, *idx)] = (T.matmul_block, call, a_key, b_key, c_in, *others)
+                if grad_here is not None:
+                    self._collect(aux_parts, dsk, (core, *idx), grad_here, bidx, i, j, k)
+        tupled = bool(spec.outputs) and bgrad_ab is None
+        res_dsk = dict(dsk)
+        for idx in itertools.product(*grid):
+            if tupled or self._grad_block(bgrad_ab, idx[:nb], idx[-2], idx[-1]) is not None:
+                res_dsk[(res, *idx)] = (T.pick, (core, *idx), 0)
+            else:
+                res_dsk[(res, *idx)] = (core, *idx)
+        deps = [x for x in arrays.values()]
+        meta_like = getattr(A, "_meta", None)
+        result = G.new_array(
+            res, res_dsk, deps, self.out_chunks, G.meta_of(meta_like, len(self.out_chunks), p.result_dtype)
+        )
+        out = p.squeeze(result)
+        if not spec.outputs:
+            return out
+        aux = {}
+        for name in spec.outputs:
+            if name in ("relu_aux", "gelu_aux"):
+                aux[name] = p.squeeze(self._block_aux(name, result, res, grid, meta_like, core))
+            elif name.endswith("_bgrad"):
+                aux[name] = self._bgrad(name, result, res, grid, meta_like, core)
+            else:
+                aux[name] = self._reduced(name, aux_parts[name], result, meta_like, tok)
+        return out, aux
+
+    # -- auxiliary outputs -----------------------------------------------------------------------------------
+    def _grad_block(self, bgrad_ab, bidx, i, j):
+        """BGRADA/BGRADB where this output block is the one computing it for its a (b) blocks, else None."""
+        if bgrad_ab is None:
+            return None
+        nb = len(self.problem.batch_shape)
+        shape, along = (self.pa_shape, j) if bgrad_ab == Epilog.BGRADA else (self.pb_shape, i)
+        lead = nb - (len(shape) - 2)
+        first = all(bidx[d] == 0 for d in range(nb) if d < lead or shape[d - lead] == 1)
+        return bgrad_ab if along == 0 and first else None
+
+    def _collect(self, aux_parts, dsk, key, which, bidx, i, j, k):
+        nb = len(self.problem.batch_shape)
+        name = "bgrada" if which == Epilog.BGRADA else "bgradb"
+        shape = self.pa_shape if which == Epilog.BGRADA else self.pb_shape
+        lead = nb - (len(shape) - 2)
+        own = tuple(0 if shape[d - lead] == 1 else bidx[d] for d in range(lead, nb))
+        index = (*own, i) if which == Epilog.BGRADA else (*own, j)
+        pkey = (f"{key[0]}-{name}", *key[1:])
+        dsk[pkey] = (T.pick_aux, key, name)
+        aux_parts.setdefault(name, {}).setdefault(index, []).append(pkey)
+
+    def _reduced(self, name, parts: dict, result, meta_like, tok):
+        p = self.problem
+        target = self.targets["a"] if name == "bgrada" else self.targets["b"]
+        chunks = (*target[:-2], target[-2] if name == "bgrada" else target[-1])
+        out = f"nvdispatch-matmul-{name}-{tok}"
+        dsk: dict = {}
+        for index, keys in parts.items():
+            dsk[(out, *index)] = G.tree_sum(dsk, f"{out}-sum", index, keys, SPLIT_EVERY, T.add_blocks)
+        return G.new_array(out, dsk, [result], chunks, G.meta_of(meta_like, len(chunks), p.result_dtype))
+
+    def _block_aux(self, name, result, res, grid, meta_like, core):
+        p = self.problem
+        out = f"{res}-{name}"
+        dsk = {(out, *idx): (T.pick_aux, (core, *idx), name) for idx in itertools.product(*grid)}
+        chunks, dtype = self.out_chunks, p.result_dtype
+        if name == "relu_aux":
+            dtype = "bool"
+            if self.problem.device.kind != "cpu":  # the block executor's own format (cuBLASLt: a bit mask)
+                dtype = "uint8"
+                chunks = (*chunks[:-1], (math.nan,) * len(chunks[-1]))
+        return G.new_array(out, dsk, [result], chunks, G.meta_of(meta_like, len(chunks), dtype))
+
+    def _bgrad(self, name, result, res, grid, meta_like, core):
+        p = self.problem
+        nb = len(p.batch_shape)
+        out = f"{res}-{name}"
+        picks: dict[tuple, list] = {}
+        dsk: dict = {}
+        for idx in itertools.product(*grid):
+            key = (f"{out}-part", *idx)
+            dsk[key] = (T.pick_aux, (core, *idx), name)
+            bidx, i, j = idx[:nb], idx[-2], idx[-1]
+            picks.setdefault((*bidx, j) if p.options.bgrad_axis == "n" else (*bidx, i, 0), []).append(key)
+        for index, keys in picks.items():
+            total = G.tree_sum(dsk, f"{out}-sum", index, keys, SPLIT_EVERY, T.add_blocks)
+            dsk[(out, *index)] = total
+        batch = self.out_chunks[:nb]
+        chunks = (*batch, self.out_chunks[-1]) if p.options.bgrad_axis == "n" else (*batch, self.out_chunks[-2], (1,))
+        return G.new_array(out, dsk, [result], chunks, G.meta_of(meta_like, len(chunks), p.result_dtype))

@@ -1,0 +1,177 @@
+"""What runs inside the Dask executor's tasks, on the workers: nvdispatch's own route on each block, under
+the backend state of the call that built the graph.
+
+Everything here is a module-level function or a small frozen dataclass, so graphs pickle by reference and
+carry values only: the caller's backend state (:class:`CarriedState`), the call's scalars and options. No
+plan, handle or executor instance enters a graph: each worker finds its plans in its own plan cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendError
+
+__all__ = [
+    "CarriedState",
+    "carry_state",
+    "applied",
+    "MatmulBlockCall",
+    "FFTBlockCall",
+    "matmul_block",
+    "fft_block",
+    "add_blocks",
+    "pick",
+    "pick_aux",
+    "freq_block",
+]
+
+#: the executor whose tasks these are: never carried into them (its blocks are plain arrays)
+_SELF = "dask"
+
+
+# -- the caller's backend state, carried as a value -------------------------------------------------------------
+@dataclass(frozen=True)
+class CarriedState:
+    """The caller's backend choices, picklable: ``(backend, coerce, only)`` outermost first, and the
+    skipped backends. Built-in executors travel by name; user executors as themselves (they must pickle)."""
+
+    chosen: tuple[tuple[Any, bool, bool], ...] = ()
+    skipped: tuple[Any, ...] = ()
+
+
+def _ref(executor: Any) -> Any:
+    from . import BUILTIN, builtin
+
+    name = getattr(executor, "name", None)
+    return name if name in BUILTIN and builtin(name) is executor else executor
+
+
+def carry_state() -> CarriedState:
+    """The calling context's backend state, without the Dask executor itself, as a picklable value.
+
+    The caller's ``set_backend``/``skip_backend`` contexts come first, then its global and registered backends
+    (in the order the registry tries them), so a worker resolves block calls as the caller would have.
+    """
+    # Until the registry's public get_state() lands, the state is read here (and only here).
+    from .. import _backends as registry
+
+    chosen = [(c.executor, c.coerce, c.only) for c in registry._local.get()]  # outermost first
+    outer = []
+    if registry._global is not None and not registry._global_try_last:
+        outer.append((registry._global.executor, registry._global.coerce, registry._global.only))
+    outer += [(r, False, False) for r in registry._registered]
+    if registry._global is not None and registry._global_try_last:
+        outer.append((registry._global.executor, registry._global.coerce, registry._global.only))
+    # contexts are tried innermost first: the global/registered ones go outermost, reversed
+    chosen = list(reversed(outer)) + chosen
+    kept = tuple((_ref(e), co, on) for e, co, on in chosen if getattr(e, "name", None) != _SELF)
+    skipped = tuple(_ref(e) for e in registry._skipped.get() if getattr(e, "name", None) != _SELF)
+    state = CarriedState(kept, skipped)
+    users = [r for r, _, _ in kept if not isinstance(r, str)] + [r for r in skipped if not isinstance(r, str)]
+    if users:
+        try:
+            pickle.dumps(users)
+        except Exception as exc:  # noqa: BLE001 - whatever stops pickling stops Dask too
+            raise BackendError(
+                "backend",
+                "backends that can be carried into Dask tasks (picklable executors)",
+                f"{users[0]!r}, which does not pickle ({exc})",
+                "register the executor by name on the workers, or make it picklable",
+            ) from None
+    return state
+
+
+@contextlib.contextmanager
+def applied(state: CarriedState) -> Iterator[None]:
+    """Run the body under ``state`` (as the caller's ``with set_backend(...)`` blocks would)."""
+    from .._backends import set_backend, skip_backend
+
+    with contextlib.ExitStack() as stack:
+        for ref, coerce, only in state.chosen:
+            stack.enter_context(set_backend(ref, coerce=coerce, only=only))
+        for ref in state.skipped:
+            stack.enter_context(skip_backend(ref))
+        yield
+
+
+# -- block calls -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MatmulBlockCall:
+    """One block's ``nvdispatch.matmul`` arguments other than arrays."""
+
+    alpha: Any
+    beta: Any
+    epilog: Any
+    options: Any
+    state: CarriedState
+
+
+def matmul_block(call: MatmulBlockCall, a, b, c=None, bias=None, relu_aux=None, gelu_aux=None):
+    """``nvdispatch.matmul`` on one block (array, or ``(array, aux)`` for epilogs with outputs)."""
+    from ..linalg import matmul
+
+    inputs = {k: v for k, v in (("bias", bias), ("relu_aux", relu_aux), ("gelu_aux", gelu_aux)) if v is not None}
+    with applied(call.state):
+        return matmul(
+            a,
+            b,
+            c,
+            alpha=call.alpha,
+            beta=call.beta if c is not None else None,
+            epilog=call.epilog,
+            epilog_inputs=inputs or None,
+            options=call.options,
+        )
+
+
+@dataclass(frozen=True)
+class FFTBlockCall:
+    """One block's ``nvdispatch.fft.<func>`` call: the function name and its keyword arguments."""
+
+    func: str
+    kwargs: tuple[tuple[str, Any], ...]
+    state: CarriedState
+
+
+def fft_block(call: FFTBlockCall, x):
+    """``nvdispatch.fft.<func>`` on one block whose transformed axes are whole."""
+    from .. import fft
+
+    with applied(call.state):
+        return getattr(fft, call.func)(x, **dict(call.kwargs))
+
+
+def add_blocks(*parts):
+    """The sum of partial blocks (one node of a tree reduction); the inputs are left as they are."""
+    total = parts[0] + parts[1] if len(parts) > 1 else parts[0]
+    for p in parts[2:]:
+        total += p
+    return total
+
+
+def pick(result, index: int):
+    return result[index]
+
+
+def pick_aux(result, name: str):
+    return result[1][name]
+
+
+def freq_block(start: int, stop: int, n: int, d: float, real: bool, meta):
+    """Entries ``start:stop`` of ``fftfreq(n, d)`` (``rfftfreq`` when ``real``) as an array like ``meta``."""
+    import array_api_compat
+    import numpy as np
+
+    k = np.arange(start, stop, dtype=np.float64)
+    if not real:
+        k = np.where(k <= (n - 1) // 2, k, k - n)
+    values = k / (n * float(d))
+    xp = array_api_compat.array_namespace(meta)
+    return xp.asarray(
+        values.astype(str(meta.dtype).removeprefix("torch.")), dtype=meta.dtype, device=array_api_compat.device(meta)
+    )
