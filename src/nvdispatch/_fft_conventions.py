@@ -25,6 +25,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ._adapters import adapter_for
 from ._fft_problem import _axis
 from .errors import (
     InvalidArgumentError,
@@ -49,6 +50,8 @@ def as_operand(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x
     if not isinstance(x, np.generic) and any(hasattr(x, p) for p in _ARRAY_PROTOCOLS):
+        return x
+    if adapter_for(x) is not None:  # an array nvdispatch knows (e.g. a lazy Dask array: never compute it)
         return x
     try:
         arr = np.asarray(x)
