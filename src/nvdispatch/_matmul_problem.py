@@ -18,7 +18,6 @@ from .errors import (
     InvalidArgumentError,
     ShapeMismatchError,
     UnsupportedDtypeError,
-    UnsupportedOperandError,
     describe,
 )
 
@@ -403,8 +402,8 @@ def build_problem(
     a, b = infos["a"], infos["b"]
     for name in ("a", "b"):
         info = infos[name]
-        if info.ndim == 0:
-            raise UnsupportedOperandError(name, "an array with at least 1 dimension", "a 0-d array")
+        if info.ndim == 0:  # a shape error, as NumPy's (and fft's of a 0-d array)
+            raise ShapeMismatchError(name, "an array with at least 1 dimension", "a 0-d array")
         _check_dtype(name, info.dtype)
     result_dtype = promote_dtypes(a.dtype, b.dtype)
     a_vec, b_vec = a.ndim == 1, b.ndim == 1

@@ -101,7 +101,7 @@ class UnsupportedDtypeError(NvdispatchError, TypeError):
 
 
 class UnsupportedOperandError(NvdispatchError, TypeError):
-    """An object that is no array nvdispatch can recognise (or a 0-d array where a matrix is needed)."""
+    """An object that is no array nvdispatch can recognise (None included where an array is required)."""
 
 
 class MixedOperandsError(NvdispatchError, TypeError):

@@ -41,6 +41,7 @@ from .errors import (
     PlanStateError,
     ShapeMismatchError,
     UnsupportedDtypeError,
+    UnsupportedOperandError,
     describe,
 )
 
@@ -54,12 +55,21 @@ def _check_epilog_inputs(epilog_inputs) -> dict[str, Any]:
         return {}
     if not isinstance(epilog_inputs, dict):
         raise EpilogInputError("epilog_inputs", "a dict of named arrays", describe(epilog_inputs))
-    for key in epilog_inputs:
+    for key, value in epilog_inputs.items():
         if key not in ("bias", "relu_aux", "gelu_aux"):
             raise EpilogInputError(
                 "epilog_inputs", "keys among 'bias', 'relu_aux', 'gelu_aux'", f"unexpected key {key!r}"
             )
+        if value is None:
+            raise EpilogInputError(f"epilog_inputs[{key!r}]", "an array", "None")
     return epilog_inputs
+
+
+def _check_required(a, b) -> None:
+    """``a`` and ``b`` must be given (None means "absent" only for ``c`` and the epilog inputs)."""
+    for name, value in (("a", a), ("b", b)):
+        if value is None:
+            raise UnsupportedOperandError(name, "an array", "None")
 
 
 def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None):
@@ -68,6 +78,7 @@ def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, 
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
     prefs = as_preferences(preferences)
+    _check_required(a, b)
     infos = detect_all({"a": a, "b": b, "c": c, **inputs})
     framework, device = placement(infos)
     if wants_fp8(infos, opts, scales):
@@ -293,6 +304,7 @@ class Matmul:
     def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, stream=None, quantization_scales=None):
         self._options = as_options(options)
         # validate shapes and dtypes now, so mistakes surface at construction
+        _check_required(a, b)
         infos = detect_all({"a": a, "b": b, "c": c})
         framework, device = placement(infos)
         if wants_fp8(infos, self._options, quantization_scales):

@@ -39,8 +39,14 @@ def _freed():
 CASES = [
     # (id, callable, error type, argument named in the message)
     ("inner dims", lambda: nvdispatch.matmul(A, np.ones((4, 5), f32)), errors.ShapeMismatchError, "b"),
-    ("0-d a", lambda: nvdispatch.matmul(np.float32(1.0) * np.ones(()), B), errors.UnsupportedOperandError, "a"),
-    ("0-d b", lambda: nvdispatch.matmul(A, np.ones((), f32)), errors.UnsupportedOperandError, "b"),
+    ("0-d a", lambda: nvdispatch.matmul(np.float32(1.0) * np.ones(()), B), errors.ShapeMismatchError, "a"),
+    ("0-d b", lambda: nvdispatch.matmul(A, np.ones((), f32)), errors.ShapeMismatchError, "b"),
+    ("1-d a, 0-d b", lambda: nvdispatch.matmul(np.ones(1), np.ones(())), errors.ShapeMismatchError, "b"),
+    ("None a", lambda: nvdispatch.matmul(None, B), errors.UnsupportedOperandError, "a"),
+    ("None b", lambda: nvdispatch.matmul(A, None), errors.UnsupportedOperandError, "b"),
+    ("None bias", lambda: nvdispatch.matmul(A, B, epilog="BIAS", epilog_inputs={"bias": None}), errors.EpilogInputError, "bias"),
+    ("None relu_aux", lambda: nvdispatch.matmul(A, B, epilog="DRELU", epilog_inputs={"relu_aux": None}), errors.EpilogInputError, "relu_aux"),
+    ("Matmul None b", lambda: nvdispatch.Matmul(A, None), errors.UnsupportedOperandError, "b"),
     ("list operand", lambda: nvdispatch.matmul([[1.0]], B), errors.UnsupportedOperandError, "a"),
     ("string operand", lambda: nvdispatch.matmul(A, "b"), errors.UnsupportedOperandError, "b"),
     ("bool dtype", lambda: nvdispatch.matmul(A.astype(bool), B), errors.UnsupportedDtypeError, "a"),
