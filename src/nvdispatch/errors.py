@@ -46,6 +46,7 @@ __all__ = [
     "CudaRuntimeError",
     "CublasLtError",
     "CufftError",
+    "CallbackError",
     "describe",
 ]
 
@@ -202,3 +203,8 @@ class CufftError(CudaLibraryError):
         9: "CUFFT_UNALIGNED_DATA",
         12: "CUFFT_NOT_SUPPORTED",
     }
+
+
+class CallbackError(NvdispatchError, TypeError):
+    """An FFT prolog/epilog callback that cannot be compiled or run, or returns the wrong dtype or shape
+    (``argument`` is ``"prolog"`` or ``"epilog"``; the message names the function and what failed)."""

@@ -53,7 +53,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from . import _backends
+from . import _backends, _fft_callbacks, _fft_convolve
 from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all, get_plan, placement, plan_key, select
 from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from ._fft_problem import FUNCS, FFTProblem, build_fft_problem, check_norm
@@ -87,6 +87,7 @@ __all__ = [
     "rfftfreq",
     "fftshift",
     "ifftshift",
+    "convolve",
     "FFT",
     "FFTOptions",
     "explain_fft",
@@ -162,8 +163,23 @@ def explain_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward
     )
 
 
-def _call(func, a, n=None, axis=-1, s=None, axes=None, norm="backward", out=None, stream=None, convention="numpy"):
+def _call(
+    func,
+    a,
+    n=None,
+    axis=-1,
+    s=None,
+    axes=None,
+    norm="backward",
+    out=None,
+    stream=None,
+    convention="numpy",
+    callbacks=None,
+):
     """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
+    if callbacks is not None and any(c is not None for c in callbacks):  # prolog/epilog: their own route
+        result = _fft_callbacks.run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks=callbacks)
+        return result if out is None else write_out(result, out)
     if out is None and s is None and (axes is None or a.__class__ is not np.ndarray):
         try:
             return _run(func, a, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
@@ -193,11 +209,41 @@ def _with_explain(func_name: str, nd: bool):
     def deco(f):
         if nd:
 
-            def _explain(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
+            def _explain(
+                a,
+                s=None,
+                axes=None,
+                norm="backward",
+                out=None,
+                *,
+                stream=None,
+                prolog=None,
+                epilog=None,
+                prolog_data=None,
+                epilog_data=None,
+            ):
+                cbs = (prolog, epilog, prolog_data, epilog_data)
+                if any(c is not None for c in cbs):
+                    return _fft_callbacks.explain(func_name, a, None, -1, s, axes, norm, stream, callbacks=cbs)
                 return explain_fft(func_name, a, s=s, axes=axes, norm=norm, stream=stream)
         else:
 
-            def _explain(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
+            def _explain(
+                a,
+                n=None,
+                axis=-1,
+                norm="backward",
+                out=None,
+                *,
+                stream=None,
+                prolog=None,
+                epilog=None,
+                prolog_data=None,
+                epilog_data=None,
+            ):
+                cbs = (prolog, epilog, prolog_data, epilog_data)
+                if any(c is not None for c in cbs):
+                    return _fft_callbacks.explain(func_name, a, n, axis, None, None, norm, stream, callbacks=cbs)
                 return explain_fft(func_name, a, n=n, axis=axis, norm=norm, stream=stream)
 
         f.__nvdispatch_explain__ = _explain
@@ -252,73 +298,255 @@ def _doc(summary: str, nd: bool, example: str) -> str:
 
 
 @_with_explain("fft", False)
-def fft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
-    return _call("fft", a, n, axis, None, None, norm, out, stream)
+def fft(
+    a,
+    n=None,
+    axis=-1,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call("fft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("ifft", False)
-def ifft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
-    return _call("ifft", a, n, axis, None, None, norm, out, stream)
+def ifft(
+    a,
+    n=None,
+    axis=-1,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call(
+        "ifft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+    )
 
 
 @_with_explain("fftn", True)
-def fftn(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
-    return _call("fftn", a, None, -1, s, axes, norm, out, stream)
+def fftn(
+    a,
+    s=None,
+    axes=None,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call("fftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("ifftn", True)
-def ifftn(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
-    return _call("ifftn", a, None, -1, s, axes, norm, out, stream)
+def ifftn(
+    a,
+    s=None,
+    axes=None,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call("ifftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("rfft", False)
-def rfft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
-    return _call("rfft", a, n, axis, None, None, norm, out, stream)
+def rfft(
+    a,
+    n=None,
+    axis=-1,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call(
+        "rfft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+    )
 
 
 @_with_explain("irfft", False)
-def irfft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
-    return _call("irfft", a, n, axis, None, None, norm, out, stream)
+def irfft(
+    a,
+    n=None,
+    axis=-1,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call(
+        "irfft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+    )
 
 
 @_with_explain("rfftn", True)
-def rfftn(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
-    return _call("rfftn", a, None, -1, s, axes, norm, out, stream)
+def rfftn(
+    a,
+    s=None,
+    axes=None,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call("rfftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("irfftn", True)
-def irfftn(a, s=None, axes=None, norm="backward", out=None, *, stream=None):
-    return _call("irfftn", a, None, -1, s, axes, norm, out, stream)
+def irfftn(
+    a,
+    s=None,
+    axes=None,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call(
+        "irfftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+    )
 
 
 @_with_explain("hfft", False)
-def hfft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
-    return _call("hfft", a, n, axis, None, None, norm, out, stream)
+def hfft(
+    a,
+    n=None,
+    axis=-1,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call(
+        "hfft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+    )
 
 
 @_with_explain("ihfft", False)
-def ihfft(a, n=None, axis=-1, norm="backward", out=None, *, stream=None):
-    return _call("ihfft", a, n, axis, None, None, norm, out, stream)
+def ihfft(
+    a,
+    n=None,
+    axis=-1,
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call(
+        "ihfft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+    )
 
 
 @_with_explain("fftn", True)
-def fft2(a, s=None, axes=(-2, -1), norm="backward", out=None, *, stream=None):
-    return _call("fftn", a, None, -1, s, axes, norm, out, stream)
+def fft2(
+    a,
+    s=None,
+    axes=(-2, -1),
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call("fftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("ifftn", True)
-def ifft2(a, s=None, axes=(-2, -1), norm="backward", out=None, *, stream=None):
-    return _call("ifftn", a, None, -1, s, axes, norm, out, stream)
+def ifft2(
+    a,
+    s=None,
+    axes=(-2, -1),
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call("ifftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("rfftn", True)
-def rfft2(a, s=None, axes=(-2, -1), norm="backward", out=None, *, stream=None):
-    return _call("rfftn", a, None, -1, s, axes, norm, out, stream)
+def rfft2(
+    a,
+    s=None,
+    axes=(-2, -1),
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call("rfftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("irfftn", True)
-def irfft2(a, s=None, axes=(-2, -1), norm="backward", out=None, *, stream=None):
-    return _call("irfftn", a, None, -1, s, axes, norm, out, stream)
+def irfft2(
+    a,
+    s=None,
+    axes=(-2, -1),
+    norm="backward",
+    out=None,
+    *,
+    stream=None,
+    prolog=None,
+    epilog=None,
+    prolog_data=None,
+    epilog_data=None,
+):
+    return _call(
+        "irfftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+    )
 
 
 fft.__doc__ = _doc(
@@ -397,6 +625,33 @@ irfft2.__doc__ = _doc(
     "Inverse of :func:`rfft2` (NumPy's ``irfft2``).",
     True,
     "    >>> import numpy as np, nvdispatch\n    >>> nvdispatch.fft.irfft2(np.ones((2, 3))).shape\n    (2, 4)\n",
+)
+
+
+def convolve(x, h, /, *, n=None, axis=-1, stream=None):
+    """Filter signals in the frequency domain: ``ifft(fft(x, n) * h, n)`` along ``axis`` (``irfft(rfft(x, n)
+    * h, n)`` for real ``x``), a circular convolution of ``x`` with the filter whose spectrum is ``h``.
+
+    ``h`` broadcasts against the spectrum (``n`` values along ``axis``, ``n//2 + 1`` for real ``x``). On the
+    GPU, for lengths up to 4096 along the last axis, the whole convolution is one generated kernel (the
+    multiply between the two FFTs happens in registers); larger sizes use cuFFT with the multiply as an LTO
+    callback; elsewhere it is the executor's FFT, one multiply and its inverse FFT
+    (see :mod:`nvdispatch._fft_convolve`; ``nvdispatch.explain(nvdispatch.fft.convolve, x, h)`` says which).
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    >>> kernel = np.zeros(16, np.float32); kernel[:3] = 1 / 3          # a 3-tap moving average
+    >>> y = nvdispatch.fft.convolve(x, np.fft.rfft(kernel))
+    >>> bool(np.allclose(y[:, 2], x[:, :3].mean(axis=1), atol=1e-5))
+    True
+    """
+    return _fft_convolve.run(x, h, n=n, axis=axis, stream=stream)
+
+
+convolve.__nvdispatch_explain__ = lambda x, h, /, *, n=None, axis=-1, stream=None: _fft_convolve.explain(
+    x, h, n=n, axis=axis, stream=stream
 )
 
 
@@ -639,6 +894,8 @@ class FFT:
         self._options = _as_fft_options(options)
         self._stream = stream
         self._freed = False
+        self._callbacks: dict[str, Any] = {}  # prolog/epilog/prolog_data/epilog_data given to plan()
+        self._cb_data: dict[str, tuple] = {}
         self._plans: dict[str, Any] = {}
         self._problems: dict[str, FFTProblem] = {}
         self._selections: dict[str, Any] = {}
@@ -705,16 +962,29 @@ class FFT:
         sel = next(iter(self._selections.values()), None)
         return None if sel is None else sel.executor.name
 
-    def plan(self, *, stream=None):
-        """Choose the executor and prepare the plan(s) (kept in the shared plan cache)."""
+    def plan(self, *, stream=None, prolog=None, epilog=None, prolog_data=None, epilog_data=None):
+        """Choose the executor and prepare the plan(s) (kept in the shared plan cache).
+
+        ``prolog``/``epilog`` (with their ``prolog_data``/``epilog_data`` arrays) are fused into the
+        transform(s) of this object, in every direction it executes; see :mod:`nvdispatch._fft_callbacks`
+        for their signature and the layout of ``index``. Planning again with other data arrays of the same
+        layout reuses the cached plan.
+        """
         self._check_alive("plan")
         if self._x is None:
             raise PlanStateError("x", "an operand to plan for", "None", "call reset_operand(x) first")
         self._plans.clear()
+        self._callbacks = {"prolog": prolog, "epilog": epilog, "prolog_data": prolog_data, "epilog_data": epilog_data}
+        with_callbacks = any(v is not None for v in self._callbacks.values())
+        self._cb_data = {}
         for direction, problem in self._build(self._x).items():
-            sel = select("fft", problem)
-            strategy = choose_strategy(sel.executor, "fft", problem)
-            self._plans[direction] = get_plan(sel.executor, "fft", problem, strategy)
+            op = "fft"
+            if with_callbacks:
+                op = _fft_callbacks.OP
+                problem, self._cb_data = _fft_callbacks.attach(problem, **self._callbacks)
+            sel = select(op, problem)
+            strategy = choose_strategy(sel.executor, op, problem)
+            self._plans[direction] = get_plan(sel.executor, op, problem, strategy)
             self._problems[direction], self._selections[direction] = problem, sel
         return self
 
@@ -740,6 +1010,8 @@ class FFT:
         if self._info.framework == "dlpack" and self._info.device.kind == "cpu":
             operand = self._info.array
         operands = coerce_operands(sel, {"x": operand}, ("x",))
+        if self._cb_data:
+            operands = _fft_callbacks.coerce_all(sel, {"x": operand, **self._cb_data})
         plan = self._plans[d]
         if self._options.inplace and getattr(plan, "supports_out", False):
             operands["out"] = operand
@@ -770,12 +1042,13 @@ class FFT:
             raise ShapeMismatchError("x", f"shape {tuple(old.shape)} (as planned)", str(tuple(info.shape)))
         self._x, self._info = x, info
         if self._plans and info.strides != old.strides:
-            self.plan(stream=stream)
+            self.plan(stream=stream, **self._callbacks)
 
     def free(self) -> None:
         """Drop plans and the operand reference. Using the object afterwards raises ``PlanStateError``."""
         self._x = None
         self._plans.clear()
+        self._callbacks, self._cb_data = {}, {}
         self._selections.clear()
         self._problems.clear()
         self._freed = True

@@ -67,7 +67,9 @@ def _check(status: int, what: str) -> None:
 class CufftPlan:
     """A cuFFT plan for one advanced layout. ``execute(in_ptr, out_ptr, stream)`` queues it on ``stream``."""
 
-    def __init__(self, kind, single, n, inembed, istride, idist, onembed, ostride, odist, batch):
+    def __init__(self, kind, single, n, inembed, istride, idist, onembed, ostride, odist, batch, configure=None):
+        """``configure(lib, handle)``, when given, runs between ``cufftCreate`` and the plan's making (where
+        cuFFT takes JIT callbacks)."""
         lib = _lib()
         self._lib = lib
         self.type = TYPES[(kind, single)]
@@ -78,6 +80,8 @@ class CufftPlan:
         arr = ctypes.c_longlong * len(n)
         work = ctypes.c_size_t(0)
         try:
+            if configure is not None:
+                configure(lib, self.handle)
             _check(
                 lib.cufftMakePlanMany64(
                     self.handle,

@@ -123,6 +123,9 @@ class CudaFFTPlan:
     """A cuFFT plan for one problem; ``execute`` allocates the result in the caller's type and queues
     the transform (and the normalisation, if any) on the stream."""
 
+    #: ``configure(lib, handle)`` run before cuFFT makes the plan (subclasses set JIT callbacks there)
+    _configure = None
+
     def __init__(self, problem: FFTProblem, strategy: str):
         from .._cuda import cufft, runtime
 
@@ -148,6 +151,7 @@ class CudaFFTPlan:
                 lay["ostride"],
                 lay["odist"],
                 lay["batch"],
+                self._configure,
             )
         finally:
             if cur != dev:

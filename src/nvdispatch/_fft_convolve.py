@@ -1,0 +1,161 @@
+"""``nvdispatch.fft.convolve``: filter a batch of signals in the frequency domain, ``ifft(fft(x, n) * h, n)``.
+
+The problem (:class:`ConvolveProblem`) is the forward transform of ``x`` (``fft`` for complex ``x``,
+``rfft`` for real ``x``), the filter's layout, and the inverse transform; executors implement the op
+``fft_convolve`` (``executors/<executor>_fft_convolve.py``):
+
+* ``"cuda"``: one generated kernel per call for lengths the device engine has (load -> block FFT ->
+  multiply by ``h`` in registers -> inverse block FFT -> store: one read and one write of the signal), see
+  :mod:`nvdispatch.device.fft_callback_kernel`;
+* NumPy, Torch, CuPy: the executor's forward FFT, one multiply, its inverse FFT.
+
+The result is the same for every ``norm`` pair of the array API (the two factors multiply to ``1/n``), so
+there is no ``norm`` argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._detect import OperandInfo
+from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all, get_plan, placement, plan_key, select
+from ._fft_callbacks import DataLayout
+from ._fft_problem import FFTProblem, build_fft_problem
+from ._plan_cache import plan_cache
+from .errors import ShapeMismatchError, UnsupportedDtypeError
+
+__all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan"]
+
+OP = "fft_convolve"
+_log = logging.getLogger("nvdispatch")
+
+
+@dataclass(frozen=True)
+class ConvolveProblem:
+    """``inverse(forward(x) * h)``: the two transforms and the filter's layout (the plan-cache key)."""
+
+    forward: FFTProblem
+    inverse: FFTProblem
+    filter: DataLayout
+
+    @property
+    def framework(self) -> str:
+        return self.forward.framework
+
+    @property
+    def device(self):
+        return self.forward.device
+
+    @property
+    def spectrum_shape(self) -> tuple[int, ...]:
+        return self.forward.out_shape
+
+    @property
+    def filter_rows(self) -> str | None:
+        """How the filter spans the batch when the transform is along the last axis: ``"one"`` (one filter
+        for every row), ``"each"`` (a C-contiguous filter of the spectrum's shape), None otherwise."""
+        shape, spec = self.filter.shape, self.spectrum_shape
+        if all(e == 1 for e in shape[:-1]) and shape and shape[-1] == spec[-1]:
+            return "one"
+        if tuple(shape) == tuple(spec) and self.filter.c_contiguous:
+            return "each"
+        return None
+
+    def describe(self) -> str:
+        f = self.forward
+        return (
+            f"convolve({f.dtype}{list(f.shape)}, h={self.filter.dtype}{list(self.filter.shape)}, n={f.lengths[0]}, "
+            f"axis={f.axes[0]}) = {self.inverse.func}({f.func}(x) * h) -> {self.inverse.result_dtype}"
+            f"{list(self.inverse.out_shape)}"
+        )
+
+
+def prepare(x, h, n, axis):
+    """Validate; return ``(problem, operands)``."""
+    infos = detect_all({"x": x, "h": h})
+    framework, device = placement(infos)
+    xi, hi = infos["x"], infos["h"]
+    real = xi.dtype in ("float32", "float64")
+    forward = build_fft_problem("rfft" if real else "fft", xi, framework, device, n=n, axis=axis)
+    spectrum = OperandInfo(None, framework, device, forward.result_dtype, forward.out_shape, None)
+    length = forward.lengths[0]
+    inverse = build_fft_problem("irfft" if real else "ifft", spectrum, framework, device, n=length, axis=axis)
+    if hi.dtype not in ("float32", "float64", "complex64", "complex128"):
+        raise UnsupportedDtypeError("h", "a floating filter (real or complex)", hi.dtype)
+    spec_shape = forward.out_shape
+    try:
+        ok = np.broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ShapeMismatchError(
+            "h",
+            f"a filter broadcastable to the spectrum's shape {spec_shape} "
+            f"({spec_shape[forward.axes[0]]} values along axis {forward.axes[0]})",
+            f"shape {tuple(hi.shape)}",
+        )
+    layout = DataLayout(hi.framework, hi.device, hi.dtype, tuple(hi.shape), hi.strides)
+
+    def operand(name, value):
+        i = infos[name]
+        return i.array if i.framework == "dlpack" and i.device.kind == "cpu" else value
+
+    return ConvolveProblem(forward, inverse, layout), {"x": operand("x", x), "h": operand("h", h)}
+
+
+def run(x, h, n=None, axis=-1, stream=None):
+    problem, operands = prepare(x, h, n, axis)
+    sel = select(OP, problem)
+    strategy = choose_strategy(sel.executor, OP, problem)
+    plan = get_plan(sel.executor, OP, problem, strategy)
+    _log.debug("fft convolve: executor %s, strategy %s, plan %s", sel.executor.name, strategy, plan)
+    return plan.execute(coerce_operands(sel, operands, ("x", "h")), stream)
+
+
+def explain(x, h, n=None, axis=-1, stream=None) -> Explanation:
+    problem, _ = prepare(x, h, n, axis)
+    sel = select(OP, problem)
+    strategies = tuple(sel.executor.strategies(OP, problem))
+    strategy = choose_strategy(sel.executor, OP, problem)
+    cached = plan_cache._plans.get(plan_key(sel.executor, OP, problem, strategy)) is not None
+    plan = get_plan(sel.executor, OP, problem, strategy)
+    return Explanation(
+        "convolve", sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
+    )
+
+
+class VectorisedConvolvePlan:
+    """The executor's forward FFT, ``* h`` (cast back to the transform's dtype), its inverse FFT."""
+
+    def __init__(self, problem: ConvolveProblem, strategy: str, forward, inverse, stream_context=None):
+        self.problem, self.strategy = problem, strategy
+        self.forward, self.inverse = forward, inverse
+        self._stream_context = stream_context
+        self.steps = (
+            *forward.steps[:-1],
+            f"multiply the spectrum by h ({problem.filter.dtype}{list(problem.filter.shape)}, broadcast)",
+            *inverse.steps[:-1],
+            problem.describe(),
+        )
+
+    def execute(self, operands, stream=None):
+        from array_api_compat import array_namespace
+
+        ctx = self._stream_context(stream, self.problem.device) if self._stream_context else contextlib.nullcontext()
+        with ctx:
+            x, h = operands["x"], operands["h"]
+            xp = array_namespace(x)
+            y = self.forward.execute({"x": x}, stream)
+            y = y * h
+            want = getattr(xp, self.problem.forward.result_dtype)
+            if y.dtype != want:
+                y = xp.astype(y, want)
+            return self.inverse.execute({"x": y}, stream)
+
+    def release(self) -> None:
+        self.forward.release()
+        self.inverse.release()

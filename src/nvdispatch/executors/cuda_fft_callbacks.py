@@ -1,0 +1,333 @@
+"""FFT with prolog/epilog callbacks fused on the GPU (the raw ``"cuda"`` executor).
+
+Strategies, best first (``explain()`` names the one taken and why the others do not apply):
+
+``device-fused``
+    One generated Numba kernel per plan (:mod:`nvdispatch.device.fft_callback_kernel`): load -> prolog ->
+    block FFT -> norm -> epilog -> store, the callbacks inlined; one launch per call. Taken for 1-D
+    transforms along the last axis of a C-contiguous operand, of a length the device engine has
+    (2**a 3**b 5**c 7**d up to 4096), except hfft/ihfft. Padding/trimming by ``n`` and real input to a
+    complex transform are done in the load.
+``cufft-lto``
+    cuFFT with the callbacks linked in as LTO callbacks (``cufftXtSetJITCallback``, LTO-IR compiled from
+    the Python functions by numba-cuda; see :mod:`nvdispatch._cuda.cufft_callbacks`): any size and up to 3
+    axes, when the installed cuFFT has them, for C-contiguous operands without padding/trimming and
+    C-contiguous data arrays. The norm is folded into the epilog (or one scaling pass without one).
+
+Otherwise the executor declines and the Torch/CuPy executors run the unfused sequence (the callbacks on
+whole arrays around their FFT). Callbacks are compiled when the plan is made: one that Numba cannot
+compile, or that returns the wrong kind of value, raises :class:`~nvdispatch.errors.CallbackError` then.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._fft_callbacks import Callback, CallbackFFTProblem
+from ..errors import CallbackError
+from .cuda_fft import CudaFFTPlan, _cstrides, layout
+
+
+def _c_contiguous(p) -> bool:
+    return p.strides is None or tuple(p.strides) == _cstrides(p.shape) or math.prod(p.shape) <= 1
+
+
+def _numba_reason() -> str | None:
+    try:
+        import numba.cuda  # noqa: F401
+    except ImportError:
+        return "numba-cuda is not installed (pip install 'nvdispatch[numba]')"
+    from ..device.simulator_compat import simulator_active
+
+    if simulator_active():
+        return "Numba's CUDA simulator is active"
+    return None
+
+
+def fused_reason(problem: CallbackFFTProblem) -> str | None:
+    """Why the generated-kernel strategy does not apply, or None."""
+    p = problem.fft
+    why = _numba_reason()
+    if why:
+        return why
+    from ..device.fft_callback_kernel import covers
+
+    if p.func in ("hfft", "ihfft"):
+        return "hfft/ihfft have no device-engine kernel"
+    if len(p.axes) != 1 or p.axes[0] != len(p.shape) - 1:
+        return "the device engine runs 1-D transforms along the last axis"
+    if not covers(p.lengths[0]):
+        return f"n={p.lengths[0]} is not a device-engine length (2**a 3**b 5**c 7**d, 2..4096)"
+    if not _c_contiguous(p):
+        return "x is not C-contiguous"
+    if p.compute_dtype not in ("complex64", "complex128"):
+        return f"{p.compute_dtype} transforms"
+    return None
+
+
+def lto_reason(problem: CallbackFFTProblem) -> str | None:
+    """Why the cuFFT LTO-callback strategy does not apply, or None."""
+    from .._cuda import cufft_callbacks
+
+    why = cufft_callbacks.unavailable()
+    if why:
+        return why
+    p = problem.fft
+    lay = layout(p)
+    if isinstance(lay, str):
+        return lay
+    if lay["loops"]:
+        return "the batch needs several cuFFT launches"
+    if not _c_contiguous(p):
+        return "x is not C-contiguous (cuFFT's callback offset would not be the logical index)"
+    for cb in (problem.prolog, problem.epilog):
+        if cb is not None and any(not d.c_contiguous or not d.shape for d in cb.data):
+            return f"{cb.role} data arrays must be C-contiguous arrays of at least 1 dimension"
+    return None
+
+
+def decline(problem: CallbackFFTProblem) -> str | None:
+    if problem.fft.autograd:
+        return "autograd records this call; the Torch executor keeps the graph"
+    fused, lto = fused_reason(problem), lto_reason(problem)
+    if fused is None or lto is None:
+        return None
+    return f"device-fused: {fused}; cufft-lto: {lto}"
+
+
+def strategies(problem: CallbackFFTProblem) -> tuple[str, ...]:
+    out = []
+    if fused_reason(problem) is None:
+        out.append("device-fused")
+    if lto_reason(problem) is None:
+        out.append("cufft-lto")
+    return tuple(out)
+
+
+def plan(problem: CallbackFFTProblem, strategy: str, tuning=None):
+    if strategy == "device-fused":
+        return FusedCallbackPlan(problem, strategy)
+    return LtoCallbackPlan(problem, strategy)
+
+
+# -- compile-time checks --------------------------------------------------------------------------------------
+def _array_type(layout):
+    from numba.cuda import types
+    from numba.np.numpy_support import from_dtype
+
+    return types.Array(from_dtype(np.dtype(layout.dtype)), len(layout.shape), "C" if layout.c_contiguous else "A")
+
+
+def check_callback(cb: Callback | None, value_dtype: str) -> None:
+    """Compile ``cb`` for one element (Numba, CUDA target) and check its return type; CallbackError if not."""
+    if cb is None:
+        return
+    from numba import cuda
+    from numba.cuda import types
+    from numba.np.numpy_support import from_dtype
+
+    argtypes = (from_dtype(np.dtype(value_dtype)), types.int64, *(_array_type(d) for d in cb.data))
+    described = ", ".join(str(t) for t in argtypes)
+    try:
+        cc = cuda.get_current_device().compute_capability
+        _, resty = cuda.compile(cb.function, argtypes, device=True, abi="numba", output="ptx", cc=cc)
+    except Exception as exc:  # noqa: BLE001 - Numba's typing/lowering errors, reported as the callback's
+        message = str(exc).strip().splitlines()
+        raise CallbackError(
+            cb.role,
+            f"{cb.name} compilable by Numba for the GPU with arguments ({described})",
+            f"{type(exc).__name__}: {' '.join(message[:6])}",
+        ) from exc
+    complex_ok = value_dtype.startswith("complex")
+    accepted = (types.Float, types.Integer, types.Boolean) + ((types.Complex,) if complex_ok else ())
+    if not isinstance(resty, accepted):
+        raise CallbackError(
+            cb.role,
+            f"{cb.name} to return a {'complex or real' if complex_ok else 'real'} scalar ({value_dtype})",
+            f"{resty} (Numba's inferred return type for ({described}))",
+        )
+
+
+def _numba_view(a, framework: str, shape=None):
+    """A Numba device array over ``a`` (no copy, no stream synchronisation); ``shape`` reshapes a
+    C-contiguous array."""
+    from numba import cuda
+
+    from .._cuda import arrays
+
+    v = arrays.view(a, framework)
+    dt = np.dtype(v.dtype)
+    if shape is None:
+        desc_shape, strides = tuple(v.shape), tuple(s * dt.itemsize for s in v.strides)
+    else:
+        desc_shape, strides = tuple(shape), None
+    desc = {"shape": desc_shape, "strides": strides, "typestr": dt.str, "data": (v.ptr, False), "version": 3}
+    return cuda.from_cuda_array_interface(desc, owner=a, sync=False)
+
+
+class _Streams:
+    """Numba stream objects for raw ``cudaStream_t`` handles (made once per handle)."""
+
+    def __init__(self):
+        self._streams: dict[int, object] = {}
+
+    def __call__(self, ptr: int):
+        s = self._streams.get(ptr)
+        if s is None:
+            from numba import cuda
+
+            s = cuda.external_stream(ptr) if ptr else cuda.default_stream()
+            self._streams[ptr] = s
+        return s
+
+
+# -- device-fused -------------------------------------------------------------------------------------------
+class FusedCallbackPlan:
+    """One generated kernel: load -> prolog -> block FFT -> norm -> epilog -> store."""
+
+    def __init__(self, problem: CallbackFFTProblem, strategy: str):
+        from numba.cuda import types
+        from numba.np.numpy_support import from_dtype
+
+        from .._cuda import runtime
+        from ..device.fft_callback_kernel import KernelSpec, build_callback_kernel
+
+        self.problem = problem
+        self.strategy = strategy
+        p = problem.fft
+        self.device_index = p.device.index if p.device.index is not None else runtime.current_device()
+        pro, epi = problem.prolog, problem.epilog
+        check_callback(pro, problem.in_dtype)
+        check_callback(epi, problem.out_dtype)
+        n, m_in = p.lengths[0], p.shape[-1]
+        self.rows = math.prod(p.shape[:-1])
+        spec = KernelSpec(
+            p.kind,
+            n,
+            p.real_dtype,
+            p.direction,
+            m_in,
+            prolog_args=None if pro is None else len(pro.data),
+            epilog_args=None if epi is None else len(epi.data),
+            scale=p.scale(),
+            promote=p.kind != "r2c" and p.dtype != p.compute_dtype,
+        )
+        self.spec = spec
+        self.kernel = build_callback_kernel(
+            spec, None if pro is None else pro.function, None if epi is None else epi.function
+        )
+        argtypes = [
+            types.Array(from_dtype(np.dtype(p.dtype)), 2, "C"),
+            types.Array(from_dtype(np.dtype(p.result_dtype)), 2, "C"),
+            *(_array_type(d) for d in (pro.data if pro else ())),
+            *(_array_type(d) for d in (epi.data if epi else ())),
+        ]
+        try:
+            self.kernel.compile(argtypes)
+        except Exception as exc:  # noqa: BLE001
+            raise CallbackError(
+                "prolog" if pro is not None else "epilog",
+                "callbacks that compile into the generated FFT kernel",
+                f"{type(exc).__name__}: {' '.join(str(exc).strip().splitlines()[:6])}",
+            ) from exc
+        self._streams = _Streams()
+        F = self.kernel.first
+        steps = [
+            f"one generated Numba kernel per call: load x ({p.dtype}, rows of {m_in}"
+            + (f", padded/trimmed to {spec.n_in}" if m_in != spec.n_in else "")
+            + ")"
+            + ("" if pro is None else f" -> prolog {pro.name} (inlined)")
+            + f" -> block {p.kind} FFT n={n} ({F.elements_per_thread} elements/thread, {F.ffts_per_block} FFTs/block)"
+            + (f" -> scale {spec.scale:.6g}" if spec.scale != 1.0 else "")
+            + ("" if epi is None else f" -> epilog {epi.name} (inlined)")
+            + " -> store",
+            f"grid {self.kernel.grid(self.rows)} x block {self.kernel.block_dim}, "
+            f"{self.kernel.shared_memory_size} B shared memory, on the caller's stream",
+        ]
+        self.steps = (*steps, problem.describe())
+
+    def execute(self, operands, stream=None):
+        from .._cuda import arrays, streams
+
+        p, spec = self.problem.fft, self.spec
+        fw = p.framework
+        x = operands["x"]
+        s = streams.stream_pointer(stream, fw, self.device_index)
+        kind = arrays.result_kind(x, fw)
+        out, _ = arrays.empty(kind, p.out_shape, p.result_dtype, self.device_index, s)
+        if self.rows == 0:
+            return out
+        xv = _numba_view(x, fw, (self.rows, p.shape[-1]))
+        ov = _numba_view(out, kind, (self.rows, spec.n_out))
+        pdata = tuple(_numba_view(d, fw) for d in operands.get("prolog_data", ()))
+        edata = tuple(_numba_view(d, fw) for d in operands.get("epilog_data", ()))
+        self.kernel.launch(xv, ov, None, pdata, edata, self._streams(s))
+        return out
+
+    def release(self) -> None:
+        pass
+
+
+# -- cuFFT LTO callbacks ---------------------------------------------------------------------------------------
+class LtoCallbackPlan(CudaFFTPlan):
+    """The raw cuFFT plan with the prolog/epilog linked in as LTO callbacks."""
+
+    def __init__(self, problem: CallbackFFTProblem, strategy: str):
+        from .._cuda import cufft_callbacks as cbs
+
+        p = problem.fft
+        pro, epi = problem.prolog, problem.epilog
+        check_callback(pro, problem.in_dtype)
+        check_callback(epi, problem.out_dtype)
+        self.cb_problem = problem
+        self._pinfo = cbs.CallerInfo(len(pro.data)) if pro is not None else None
+        self._einfo = cbs.CallerInfo(len(epi.data)) if epi is not None else None
+        load = store = None
+        try:
+            if pro is not None:
+                load = (
+                    cbs.compile_callback(pro.function, "Load", problem.in_dtype, pro.data),
+                    problem.in_dtype,
+                    self._pinfo.ptr,
+                )
+            if epi is not None:
+                ltoir = cbs.compile_callback(epi.function, "Store", problem.out_dtype, epi.data, scale=p.scale())
+                store = (ltoir, problem.out_dtype, self._einfo.ptr)
+        except Exception as exc:  # noqa: BLE001
+            raise CallbackError(
+                "prolog" if load is None and pro is not None else "epilog",
+                "a callback numba-cuda compiles to LTO-IR for cuFFT",
+                f"{type(exc).__name__}: {' '.join(str(exc).strip().splitlines()[:6])}",
+            ) from exc
+        self._configure = cbs.configure_callbacks(load, store)
+        super().__init__(p, strategy)
+        steps = list(self.steps[:-1])
+        linked = [f"{cb.role} {cb.name}" for cb in (pro, epi) if cb is not None]
+        steps.insert(0, f"cuFFT LTO callbacks ({', '.join(linked)}) compiled by numba-cuda, linked into the plan")
+        if epi is not None and self.scale != 1.0:
+            steps = [s for s in steps if not s.startswith("scale by")]
+            steps.append(f"norm factor {self.scale:.6g} applied in the store callback, before the epilog")
+            self.scale = 1.0
+            self._fast = self._fast_path()
+        self.steps = (*steps, problem.describe())
+
+    def execute(self, operands, stream=None):
+        pdata, edata = operands.get("prolog_data", ()), operands.get("epilog_data", ())
+        if pdata or edata:
+            from .._cuda import arrays, streams
+
+            fw = self.problem.framework
+            s = streams.stream_pointer(stream, fw, self.device_index)
+            if pdata:
+                self._pinfo.bind(tuple(arrays.view(d, fw).ptr for d in pdata), s)
+            if edata:
+                self._einfo.bind(tuple(arrays.view(d, fw).ptr for d in edata), s)
+        return super().execute({"x": operands["x"]}, stream)
+
+    def release(self) -> None:
+        super().release()
+        for info in (self._pinfo, self._einfo):
+            if info is not None:
+                info.free()
