@@ -734,6 +734,12 @@ def fftfreq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
     (CuPy array), or ``"cuda[:N]"`` (Torch when installed, else CuPy). ``dtype`` defaults to float64.
     ``chunks`` (nvdispatch extra): a lazy Dask array chunked so (e.g. ``chunks=1000``), of blocks of that
     framework and device.
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> nvdispatch.fft.fftfreq(4, d=0.5).tolist()
+    [0.0, 0.5, -1.0, -0.5]
     """
     if chunks is not None:
         return _dask_freq(n, d, dtype, device, False, chunks)
@@ -741,7 +747,14 @@ def fftfreq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
 
 
 def rfftfreq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
-    """The sample frequencies ``[0, 1, ..., n//2] / (d*n)`` of an ``n``-point real DFT (see :func:`fftfreq`)."""
+    """The sample frequencies ``[0, 1, ..., n//2] / (d*n)`` of an ``n``-point real DFT (see :func:`fftfreq`).
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> nvdispatch.fft.rfftfreq(4, d=0.5).tolist()
+    [0.0, 0.5, 1.0]
+    """
     if chunks is not None:
         return _dask_freq(n, d, dtype, device, True, chunks)
     return _freq(n, d, dtype, device, True, "rfftfreq")
@@ -788,12 +801,25 @@ def fftshift(x, /, *, axes=None):
     """Move the zero-frequency term to the centre along ``axes`` (all axes when None).
 
     ``__cuda_array_interface__``/DLPack device arrays come back as CuPy arrays.
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> nvdispatch.fft.fftshift(nvdispatch.fft.fftfreq(4)).tolist()
+    [-0.5, -0.25, 0.0, 0.25]
     """
     return _shift(x, axes, False)
 
 
 def ifftshift(x, /, *, axes=None):
-    """Inverse of :func:`fftshift`."""
+    """Inverse of :func:`fftshift`.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> nvdispatch.fft.ifftshift(np.array([-2, -1, 0, 1])).tolist()
+    [0, 1, -2, -1]
+    """
     return _shift(x, axes, True)
 
 
@@ -832,6 +858,16 @@ class FFTOptions:
     norm : "backward", "ortho" or "forward"
         Scaling as in the array API (nvmath's FFT leaves both directions unnormalised; nvdispatch follows
         the array API so the stateless and stateful results agree).
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> x = np.ones(8, np.complex64)
+    >>> opts = nvdispatch.fft.FFTOptions(inplace=True, norm="ortho")  # or the same as a dict
+    >>> with nvdispatch.fft.FFT(x, options=opts) as f:
+    ...     y = f.plan().execute()
+    >>> y is x, round(float(x[0].real), 4)
+    (True, 2.8284)
     """
 
     fft_type: str | None = None
