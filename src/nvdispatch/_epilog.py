@@ -1,9 +1,11 @@
-"""The epilog table and the fusion planner.
+"""The epilog table: what every epilog needs, returns and does, as data.
 
-An epilog ``F`` turns a matmul into ``F(alpha * a @ b + beta * c)``. Each row of :data:`EPILOGS` says, as
-data, what one epilog needs (inputs), what it returns besides the result (outputs) and what it does
-(the ordered elementwise steps). The NumPy reference (:func:`reference`) and every executor's in-place
-pass (:func:`apply_inplace`) are written once against these rows.
+An epilog ``F`` turns a matmul into ``F(alpha * a @ b + beta * c)``. Each row of :data:`EPILOGS` says what one
+epilog needs (inputs), what it returns besides the result (outputs), what it does (the ordered steps) and how
+it may run (``backward``, ``fusable``). Inputs and outputs have handlers (:data:`INPUTS`, :data:`OUTPUTS`:
+validate when the call is checked, prepare before execution), steps are looked up in :data:`STEPS` and run
+through a framework's step vocabulary (``_epilog_numpy``, ``_epilog_torch``, ``_epilog_cupy``), so adding an
+epilog is one row, and adding a framework one vocabulary.
 
 Semantics (those of cuBLASLt's epilogues, in row-major terms; result ``d`` of shape ``(..., m, n)``):
 
@@ -22,6 +24,21 @@ Semantics (those of cuBLASLt's epilogues, in row-major terms; result ``d`` of sh
                           / ``b`` summed over K (``bgradb``, shape ``(..., n)``)
 ========================  ===========================================================================
 
+The same answer on every executor, where libraries differ (each held by a cross-executor test):
+
+* ``alpha`` and ``beta`` scale the product and ``c`` only: the bias is added after them,
+  ``F(alpha * a @ b + beta * c + bias)``, which is what cuBLASLt computes (its epilogue adds the bias to the
+  scaled result "before applying the final post-processing").
+* ``relu(x) = x if x > 0 else 0``: NaN becomes 0. cuBLASLt's RELU epilogue is ``max(x, 0)`` in the GPU's
+  max, which returns the non-NaN operand; NumPy's ``maximum`` and ``torch.relu`` would keep the NaN, so the
+  CPU vocabularies use ``fmax`` (or ``where(x > 0, x, 0)`` where autograd records). ``relu_aux`` is
+  ``x > 0`` (False at NaN), consistent with it.
+* DRELU passes the upstream gradient where the mask is set and gives 0 elsewhere, even where that gradient
+  is inf or NaN (as Torch's relu backward; a multiplication by the mask would give NaN there).
+* GELU is the tanh approximation everywhere (Torch's CPU ``_addmm_activation`` computes the erf form, so
+  it is not used for GELU on the CPU).
+* Reductions (bias gradients) of float16/bfloat16 data accumulate in float32 and round once at the end.
+
 The formats of ``relu_aux`` differ per executor (the CPU ones use a boolean mask of the result's shape;
 cuBLASLt uses a bit mask); each executor's backward epilogs accept the format its forward ones return.
 """
@@ -30,19 +47,31 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 __all__ = [
     "Epilog",
     "EpilogSpec",
+    "EpilogInput",
+    "EpilogOutput",
+    "Shapes",
+    "Step",
     "EPILOGS",
+    "INPUTS",
+    "OUTPUTS",
+    "STEPS",
     "STRATEGIES",
     "spec_of",
-    "reference",
-    "apply_inplace",
+    "prepare_inputs",
+    "declined_mask_format",
+    "validate_inputs",
+    "finish_outputs",
     "apply_steps",
+    "output_of_kind",
     "gelu_tanh",
     "gelu_tanh_grad",
 ]
@@ -83,27 +112,260 @@ class Epilog(enum.IntEnum):
 STRATEGIES = ("native", "framework_fused", "inplace", "plain")
 
 
+# -- GELU: the one definition ---------------------------------------------------------------------------------
+#: GELU's tanh approximation, ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``: its two constants
+GELU_K = math.sqrt(2.0 / math.pi)
+GELU_C = 0.044715
+
+
+def gelu_tanh(x, xp=np, out=None):
+    """GELU (tanh approximation) of ``x`` with the array namespace ``xp`` (NumPy, CuPy or Torch), into ``out``
+    when given (``out`` may be ``x``). One temporary of ``x``'s size."""
+    t = xp.multiply(x, x)
+    xp.multiply(t, GELU_C, out=t)
+    xp.add(t, 1.0, out=t)
+    xp.multiply(t, x, out=t)
+    xp.multiply(t, GELU_K, out=t)
+    xp.tanh(t, out=t)
+    xp.add(t, 1.0, out=t)
+    r = xp.multiply(x, 0.5, out=out)
+    return xp.multiply(r, t, out=r)
+
+
+def gelu_tanh_grad(x, xp=np):
+    """The derivative of :func:`gelu_tanh` at ``x`` (a new array of ``x``'s dtype)."""
+    t = xp.tanh(GELU_K * (x + GELU_C * x * x * x))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * x * x)
+
+
+# -- steps: what each one does, through a framework's vocabulary ``ops`` ---------------------------------------
+@dataclass(frozen=True)
+class Step:
+    """One step of an epilog: ``run(ops, d, env)`` through a framework's vocabulary ``ops`` (``env`` holds
+    ``inputs``, ``a``, ``b``, ``bgrad_axis``). Without ``output`` it returns the new result, or None when ``ops``
+    changed ``d`` in place; with one, what it returns is that auxiliary output (``"bias_gradient"``: the
+    epilog's output of that kind)."""
+
+    name: str
+    run: Callable[[Any, Any, dict], Any]
+    output: str | None = None
+    #: reads the operands (a/b), not the result: executors that finish the result in blocks run it once
+    on_operands: bool = False
+
+
+def _bias_gradient(ops, d, env):
+    return ops.sum(d, -2, False) if env["bgrad_axis"] == "n" else ops.sum(d, -1, True)
+
+
+STEPS: dict[str, Step] = {
+    s.name: s
+    for s in (
+        Step("add_bias", lambda ops, d, env: ops.add_(d, env["inputs"]["bias"])),
+        Step("relu", lambda ops, d, env: ops.relu_(d)),
+        Step("save_relu_mask", lambda ops, d, env: ops.positive_mask(d), output="relu_aux"),
+        Step("gelu", lambda ops, d, env: ops.gelu_(d)),
+        Step("save_pre_activation", lambda ops, d, env: ops.copy(d), output="gelu_aux"),
+        Step("drelu", lambda ops, d, env: ops.mask_(d, env["inputs"]["relu_aux"])),
+        Step("dgelu", lambda ops, d, env: ops.mul_(d, ops.gelu_grad(env["inputs"]["gelu_aux"]))),
+        Step("bgrad_result", _bias_gradient, output="bias_gradient"),
+        Step("bgrad_a", lambda ops, d, env: ops.sum(env["a"], -1, False), output="bgrada", on_operands=True),
+        Step("bgrad_b", lambda ops, d, env: ops.sum(env["b"], -2, False), output="bgradb", on_operands=True),
+    )
+}
+
+
+# -- inputs and outputs: their handlers ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EpilogInput:
+    """An epilog input. ``validate(info, shapes)`` checks it when the call is validated (raising
+    :class:`~nvdispatch.errors.EpilogInputError`) and returns the bias orientation for a bias (else None);
+    ``prepare(x, problem)`` shapes it to broadcast against the promoted ``(..., m, n)`` result (any framework).
+    ``like_result``: it has the result's shape (executors that work in blocks slice it like the result).
+    ``mask_of``: the forward epilog family that returns it as a mask (boolean on the CPU executors, bits on
+    cuBLASLt)."""
+
+    name: str
+    validate: Callable[[Any, Any], str | None]
+    prepare: Callable[[Any, Any], Any]
+    like_result: bool
+    mask_of: str | None = None
+
+
+@dataclass(frozen=True)
+class EpilogOutput:
+    """An auxiliary output. ``kind``: ``"mask"`` (boolean, the result's shape on the CPU executors),
+    ``"pre_activation"`` (the result's dtype and shape), ``"bias_gradient"`` (a reduction of the result) or
+    ``"operand_sum"`` (a reduction of ``a`` or ``b``)."""
+
+    name: str
+    kind: str
+
+    @property
+    def like_result(self) -> bool:
+        return self.kind in ("mask", "pre_activation")
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What input validation needs to know of the call."""
+
+    result_dtype: str
+    result_shape: tuple[int, ...]
+    batch: tuple[int, ...]
+    m: int
+    n: int
+
+
+def _argument(name: str) -> str:
+    return f"epilog_inputs[{name!r}]"
+
+
+def _validate_bias(info, sh: Shapes) -> str:
+    from .errors import EpilogInputError
+
+    axis = _bias_axis(tuple(info.shape), sh)
+    if not (info.dtype == sh.result_dtype or (sh.result_dtype in ("float16", "bfloat16") and info.dtype == "float32")):
+        raise EpilogInputError(_argument("bias"), f"dtype {sh.result_dtype} (the result's)", info.dtype)
+    return axis
+
+
+def _bias_axis(shape: tuple[int, ...], sh: Shapes) -> str:
+    """``"n"`` or ``"m"``: which axis of the result a bias of ``shape`` lies along."""
+    from .errors import EpilogInputError
+
+    arg, batch, m, n = _argument("bias"), sh.batch, sh.m, sh.n
+    if len(shape) == 1:
+        if shape[0] == n:
+            return "n"
+        hint = f"for a bias along M give shape ({m}, 1)" if shape[0] == m else ""
+        raise EpilogInputError(arg, f"shape ({n},), (1, {n}) or ({m}, 1)", str(shape), hint)
+    if len(shape) < 2 or len(shape) > len(batch) + 2:
+        raise EpilogInputError(
+            arg, f"shape ({n},), (..., 1, {n}) or (..., {m}, 1) with batch dims broadcastable to {batch}", str(shape)
+        )
+    try:
+        if np.broadcast_shapes(shape[:-2], batch) != tuple(batch):
+            raise ValueError
+    except ValueError:
+        raise EpilogInputError(arg, f"batch dimensions broadcastable to {batch}", str(shape)) from None
+    if shape[-2:] == (1, n):
+        return "n"
+    if shape[-2:] == (m, 1):
+        return "m"
+    raise EpilogInputError(arg, f"shape ({n},), (..., 1, {n}) or (..., {m}, 1)", str(shape))
+
+
+def _validate_gelu_aux(info, sh: Shapes) -> None:
+    from .errors import EpilogInputError
+
+    if info.dtype != sh.result_dtype:
+        raise EpilogInputError(_argument("gelu_aux"), f"dtype {sh.result_dtype} (as GELU_AUX returned it)", info.dtype)
+    if tuple(info.shape) != tuple(sh.result_shape):
+        raise EpilogInputError(_argument("gelu_aux"), f"shape {sh.result_shape} (the result's)", str(tuple(info.shape)))
+
+
+def _validate_relu_aux(info, sh: Shapes) -> None:
+    """A boolean mask of the result's shape (CPU executors) or cuBLASLt's uint8 bit mask, in either orientation
+    (its layout is checked by the cuda executor; see ``_cuda/lt_matmul.py``)."""
+    from .errors import EpilogInputError
+
+    arg = _argument("relu_aux")
+    if info.dtype == "bool":
+        if tuple(info.shape) != tuple(sh.result_shape):
+            raise EpilogInputError(arg, f"shape {sh.result_shape} (the result's)", str(tuple(info.shape)))
+    elif info.dtype != "uint8":
+        raise EpilogInputError(arg, "the mask RELU_AUX returned (bool, or uint8 bit mask)", info.dtype)
+
+
+def _prepare_bias(x, p):
+    return x.reshape(1, -1) if x.ndim == 1 else x
+
+
+def _prepare_like_result(x, p):
+    return x.reshape(p.promoted_shape)
+
+
+INPUTS: dict[str, EpilogInput] = {
+    i.name: i
+    for i in (
+        EpilogInput("bias", _validate_bias, _prepare_bias, like_result=False),
+        EpilogInput("relu_aux", _validate_relu_aux, _prepare_like_result, like_result=True, mask_of="RELU_AUX"),
+        EpilogInput("gelu_aux", _validate_gelu_aux, _prepare_like_result, like_result=True),
+    )
+}
+
+OUTPUTS: dict[str, EpilogOutput] = {
+    o.name: o
+    for o in (
+        EpilogOutput("relu_aux", "mask"),
+        EpilogOutput("gelu_aux", "pre_activation"),
+        EpilogOutput("drelu_bgrad", "bias_gradient"),
+        EpilogOutput("dgelu_bgrad", "bias_gradient"),
+        EpilogOutput("bgrada", "operand_sum"),
+        EpilogOutput("bgradb", "operand_sum"),
+    )
+}
+
+
+def validate_inputs(spec: EpilogSpec, infos: dict, shapes: Shapes) -> str | None:
+    """Check each of ``spec``'s inputs (``infos``: name -> operand info) with its handler; returns the bias
+    orientation (``"n"``/``"m"``) where the epilog takes a bias, else None."""
+    bias_axis = None
+    for name in spec.inputs:
+        axis = INPUTS[name].validate(infos[name], shapes)
+        if axis is not None:
+            bias_axis = axis
+    return bias_axis
+
+
+def declined_mask_format(problem, executor: str) -> str | None:
+    """Why an executor that takes masks as booleans (the CPU ones) declines ``problem`` (a mask in another
+    format, e.g. cuBLASLt's bits), or None."""
+    for name, sig in problem.inputs:
+        forward = INPUTS[name].mask_of
+        if forward is not None and sig.dtype != "bool":
+            return f"the {executor} executor takes {name} as the boolean mask its {forward} returns"
+    return None
+
+
+def prepare_inputs(problem, operands: dict, convert: Callable[[Any], Any] = lambda x: x) -> dict:
+    """The epilog inputs of ``operands``, each ``convert``-ed (e.g. to the executor's array type) and shaped by its
+    handler to broadcast against the promoted result."""
+    return {name: INPUTS[name].prepare(convert(operands[name]), problem) for name, _ in problem.inputs}
+
+
+def finish_outputs(problem, aux: dict) -> dict:
+    """Drop the axes PEP 465 added for 1-D operands from the outputs of the result's shape."""
+    if problem.a_vector or problem.b_vector:
+        for name, value in aux.items():
+            if OUTPUTS[name].like_result:
+                aux[name] = problem.squeeze(value)
+    return aux
+
+
+# -- the table ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EpilogSpec:
     """One row of the epilog table."""
 
     epilog: Epilog
-    #: names of the required ``epilog_inputs``
+    #: names of the required ``epilog_inputs`` (handlers in :data:`INPUTS`)
     inputs: tuple[str, ...]
-    #: names of the auxiliary outputs, returned as ``(result, {name: array})``
+    #: names of the auxiliary outputs, returned as ``(result, {name: array})`` (handlers in :data:`OUTPUTS`)
     outputs: tuple[str, ...]
-    #: the elementwise steps applied to the matmul result, in order
+    #: the steps applied to the matmul result, in order (see :data:`STEPS`)
     steps: tuple[str, ...]
     #: activation family ("relu"/"gelu") for forward or backward epilogs, else None
     activation: str | None = None
+    #: a backward epilog (takes a forward call's aux and gives the gradient wrt the pre-activation)
+    backward: bool = False
+    #: a linear layer's forward epilog (bias, then an optional activation, no aux): what frameworks' fused
+    #: linear ops (``torch.addmm`` / ``torch._addmm_activation``) compute
+    fusable: bool = False
 
     @property
     def has_bias(self) -> bool:
         return "bias" in self.inputs
-
-    @property
-    def is_backward(self) -> bool:
-        return self.epilog in (Epilog.DRELU, Epilog.DRELU_BGRAD, Epilog.DGELU, Epilog.DGELU_BGRAD)
 
     @property
     def real_only(self) -> bool:
@@ -117,27 +379,29 @@ class EpilogSpec:
 
 
 E = Epilog
+_BIAS = ("bias",)
 _rows = [
     EpilogSpec(E.DEFAULT, (), (), ()),
     EpilogSpec(E.RELU, (), (), ("relu",), "relu"),
     EpilogSpec(E.RELU_AUX, (), ("relu_aux",), ("save_relu_mask", "relu"), "relu"),
-    EpilogSpec(E.BIAS, ("bias",), (), ("add_bias",)),
-    EpilogSpec(E.RELU_BIAS, ("bias",), (), ("add_bias", "relu"), "relu"),
-    EpilogSpec(E.RELU_AUX_BIAS, ("bias",), ("relu_aux",), ("add_bias", "save_relu_mask", "relu"), "relu"),
+    EpilogSpec(E.BIAS, _BIAS, (), ("add_bias",), fusable=True),
+    EpilogSpec(E.RELU_BIAS, _BIAS, (), ("add_bias", "relu"), "relu", fusable=True),
+    EpilogSpec(E.RELU_AUX_BIAS, _BIAS, ("relu_aux",), ("add_bias", "save_relu_mask", "relu"), "relu"),
     EpilogSpec(E.GELU, (), (), ("gelu",), "gelu"),
     EpilogSpec(E.GELU_AUX, (), ("gelu_aux",), ("save_pre_activation", "gelu"), "gelu"),
-    EpilogSpec(E.GELU_BIAS, ("bias",), (), ("add_bias", "gelu"), "gelu"),
-    EpilogSpec(E.GELU_AUX_BIAS, ("bias",), ("gelu_aux",), ("add_bias", "save_pre_activation", "gelu"), "gelu"),
-    EpilogSpec(E.DRELU, ("relu_aux",), (), ("drelu",), "relu"),
-    EpilogSpec(E.DRELU_BGRAD, ("relu_aux",), ("drelu_bgrad",), ("drelu", "bgrad_result"), "relu"),
-    EpilogSpec(E.DGELU, ("gelu_aux",), (), ("dgelu",), "gelu"),
-    EpilogSpec(E.DGELU_BGRAD, ("gelu_aux",), ("dgelu_bgrad",), ("dgelu", "bgrad_result"), "gelu"),
+    EpilogSpec(E.GELU_BIAS, _BIAS, (), ("add_bias", "gelu"), "gelu", fusable=True),
+    EpilogSpec(E.GELU_AUX_BIAS, _BIAS, ("gelu_aux",), ("add_bias", "save_pre_activation", "gelu"), "gelu"),
+    EpilogSpec(E.DRELU, ("relu_aux",), (), ("drelu",), "relu", backward=True),
+    EpilogSpec(E.DRELU_BGRAD, ("relu_aux",), ("drelu_bgrad",), ("drelu", "bgrad_result"), "relu", backward=True),
+    EpilogSpec(E.DGELU, ("gelu_aux",), (), ("dgelu",), "gelu", backward=True),
+    EpilogSpec(E.DGELU_BGRAD, ("gelu_aux",), ("dgelu_bgrad",), ("dgelu", "bgrad_result"), "gelu", backward=True),
     EpilogSpec(E.BGRADA, (), ("bgrada",), ("bgrad_a",)),
     EpilogSpec(E.BGRADB, (), ("bgradb",), ("bgrad_b",)),
 ]
 
 #: the epilog table
 EPILOGS: dict[Epilog, EpilogSpec] = {row.epilog: row for row in _rows}
+_BY_NAME: dict[str, EpilogSpec] = {row.epilog.name: row for row in _rows}
 
 
 def spec_of(epilog) -> EpilogSpec:
@@ -147,10 +411,9 @@ def spec_of(epilog) -> EpilogSpec:
     if epilog is None:
         return EPILOGS[Epilog.DEFAULT]
     if isinstance(epilog, str):
-        try:
-            return EPILOGS[Epilog[epilog.upper()]]
-        except KeyError:
-            pass
+        row = _BY_NAME.get(epilog.upper())
+        if row is not None:
+            return row
     else:
         try:
             return EPILOGS[Epilog(epilog)]
@@ -159,123 +422,29 @@ def spec_of(epilog) -> EpilogSpec:
     raise InvalidArgumentError("epilog", f"an Epilog ({', '.join(e.name for e in Epilog)})", repr(epilog))
 
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_GELU_C = 0.044715
+def apply_steps(spec: EpilogSpec, d, inputs: dict, ops, *, a=None, b=None, bgrad_axis: str = "n", which: str = "all"):
+    """Apply ``spec``'s steps to ``d`` through the step vocabulary ``ops``; returns ``(result, aux)``.
 
-
-def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
-    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + _GELU_C * x**3)))
-
-
-def gelu_tanh_grad(x: np.ndarray) -> np.ndarray:
-    """Derivative of :func:`gelu_tanh`."""
-    t = np.tanh(_SQRT_2_OVER_PI * (x + _GELU_C * x**3))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_C * x * x)
-
-
-def reference(spec: EpilogSpec, d: np.ndarray, inputs: dict, a=None, b=None, bgrad_axis: str = "n"):
-    """The NumPy reference of an epilog applied to ``d`` (not modified); returns ``(result, aux)``.
-
-    ``d`` holds ``alpha * a @ b + beta * c`` with 1-D operands already promoted (shape ``(..., m, n)``).
-    """
-    d = np.array(d, copy=True)
-    aux = apply_inplace(spec, d, inputs, NUMPY_OPS, a=a, b=b, bgrad_axis=bgrad_axis)
-    return d, aux
-
-
-def apply_steps(spec: EpilogSpec, d, inputs: dict, ops, *, a=None, b=None, bgrad_axis: str = "n"):
-    """Apply ``spec``'s steps to ``d`` through the array ops ``ops``; returns ``(result, aux)``.
-
-    ``ops`` is a small adapter (see :class:`NumpyEpilogOps`) so the same step list runs on every
-    framework. Its elementwise methods either modify ``d`` in place and return None (in-place
-    vocabularies) or return the new array (out-of-place ones, e.g. for autograd). ``bias``/aux inputs
-    must already broadcast against ``d``.
+    ``ops`` is one framework's vocabulary (``add_``, ``relu_``, ``positive_mask``, ``gelu_``, ``copy``, ``mask_``,
+    ``mul_``, ``gelu_grad``, ``sum``): its elementwise methods either modify ``d`` in place and return None (an
+    in-place vocabulary) or return the new array (an out-of-place one, e.g. for autograd). Inputs must already
+    broadcast against ``d`` (:func:`prepare_inputs`). ``which``: ``"all"`` steps, only those on the ``"result"``, or
+    only those on the ``"operands"`` (a/b; executors that finish the result in blocks run these once).
     """
     aux: dict = {}
-    for step in spec.steps:
-        new = None
-        if step == "add_bias":
-            new = ops.add_(d, inputs["bias"])
-        elif step == "relu":
-            new = ops.relu_(d)
-        elif step == "save_relu_mask":
-            aux["relu_aux"] = ops.positive_mask(d)
-        elif step == "gelu":
-            new = ops.gelu_(d)
-        elif step == "save_pre_activation":
-            aux["gelu_aux"] = ops.copy(d)
-        elif step == "drelu":
-            new = ops.mask_(d, inputs["relu_aux"])
-        elif step == "dgelu":
-            new = ops.mul_(d, ops.gelu_grad(inputs["gelu_aux"]))
-        elif step == "bgrad_result":
-            name = spec.outputs[0]
-            aux[name] = ops.sum(d, -2, False) if bgrad_axis == "n" else ops.sum(d, -1, True)
-        elif step == "bgrad_a":
-            aux["bgrada"] = ops.sum(a, -1, False)
-        elif step == "bgrad_b":
-            aux["bgradb"] = ops.sum(b, -2, False)
-        else:  # pragma: no cover - the table and this loop are written together
-            raise AssertionError(f"unknown epilog step {step!r}")
-        if new is not None:
-            d = new
+    env = {"inputs": inputs, "a": a, "b": b, "bgrad_axis": bgrad_axis}
+    for name in spec.steps:
+        step = STEPS[name]
+        if which != "all" and step.on_operands != (which == "operands"):
+            continue
+        got = step.run(ops, d, env)
+        if step.output is not None:
+            aux[output_of_kind(spec, step.output) if step.output == "bias_gradient" else step.output] = got
+        elif got is not None:
+            d = got
     return d, aux
 
 
-def apply_inplace(spec: EpilogSpec, d, inputs: dict, ops, *, a=None, b=None, bgrad_axis: str = "n") -> dict:
-    """:func:`apply_steps` with an in-place vocabulary: ``d`` is modified, the aux outputs returned."""
-    return apply_steps(spec, d, inputs, ops, a=a, b=b, bgrad_axis=bgrad_axis)[1]
-
-
-class NumpyEpilogOps:
-    """The epilog step vocabulary on NumPy arrays, in place and without full-size temporaries
-    beyond what the step itself must return."""
-
-    @staticmethod
-    def add_(d, x):
-        np.add(d, x, out=d)
-
-    @staticmethod
-    def relu_(d):
-        np.maximum(d, 0, out=d)
-
-    @staticmethod
-    def positive_mask(d):
-        return np.greater(d, 0)
-
-    @staticmethod
-    def gelu_(d):
-        # 0.5 d (1 + tanh(k (d + c d^3))) with one temporary of d's size
-        t = np.multiply(d, d)
-        np.multiply(t, _GELU_C, out=t)
-        np.add(t, 1.0, out=t)
-        np.multiply(t, d, out=t)
-        np.multiply(t, _SQRT_2_OVER_PI, out=t)
-        np.tanh(t, out=t)
-        np.add(t, 1.0, out=t)
-        np.multiply(d, 0.5, out=d)
-        np.multiply(d, t, out=d)
-
-    @staticmethod
-    def copy(d):
-        return d.copy()
-
-    @staticmethod
-    def mask_(d, mask):
-        np.multiply(d, mask, out=d, casting="unsafe")
-
-    @staticmethod
-    def mul_(d, x):
-        np.multiply(d, x, out=d, casting="unsafe")
-
-    @staticmethod
-    def gelu_grad(x):
-        return gelu_tanh_grad(x.astype(np.result_type(x, np.float32), copy=False))
-
-    @staticmethod
-    def sum(x, axis, keepdims):
-        return np.sum(x, axis=axis, keepdims=keepdims)
-
-
-NUMPY_OPS = NumpyEpilogOps()
+def output_of_kind(spec: EpilogSpec, kind: str) -> str | None:
+    """The name of ``spec``'s output of ``kind`` (see :class:`EpilogOutput`), or None."""
+    return next((o for o in spec.outputs if OUTPUTS[o].kind == kind), None)

@@ -10,6 +10,7 @@ the result type (accumulation order differs).
 
 from __future__ import annotations
 
+from ._epilog_torch import TORCH_PLAIN
 from ._fp8 import FP8_MAX, Fp8Spec, is_fp8
 from ._matmul_problem import MatmulProblem, scalar_value
 
@@ -107,7 +108,7 @@ class Fp8ReferencePlan:
         if "RELU" in epi:
             if "AUX" in epi:
                 aux["relu_aux"] = p.squeeze(t > 0)
-            t = torch.relu(t)
+            t = TORCH_PLAIN.relu_(t)  # NaN -> 0, as every executor (see _epilog)
         elif "GELU" in epi:
             if "AUX" in epi:
                 aux["gelu_aux"] = p.squeeze(self._quantise(t))

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._detect import Device, OperandInfo
-from ._epilog import EpilogSpec
+from ._epilog import EpilogSpec, Shapes, validate_inputs
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -360,34 +360,6 @@ def _check_dtype(name: str, dtype: str) -> None:
         raise UnsupportedDtypeError(name, f"a numeric dtype ({', '.join(MATMUL_DTYPES)})", dtype)
 
 
-def _bias_axis(sig: ArraySig, batch: tuple[int, ...], m: int, n: int) -> str:
-    shape = sig.shape
-    if len(shape) == 1:
-        if shape[0] == n:
-            return "n"
-        hint = f"for a bias along M give shape ({m}, 1)" if shape[0] == m else ""
-        raise EpilogInputError("epilog_inputs['bias']", f"shape ({n},), (1, {n}) or ({m}, 1)", str(tuple(shape)), hint)
-    if len(shape) < 2 or len(shape) > len(batch) + 2:
-        raise EpilogInputError(
-            "epilog_inputs['bias']",
-            f"shape ({n},), (..., 1, {n}) or (..., {m}, 1) with batch dims broadcastable to {batch}",
-            str(tuple(shape)),
-        )
-    lead = shape[:-2]
-    try:
-        if np.broadcast_shapes(lead, batch) != tuple(batch):
-            raise ValueError
-    except ValueError:
-        raise EpilogInputError(
-            "epilog_inputs['bias']", f"batch dimensions broadcastable to {batch}", str(tuple(shape))
-        ) from None
-    if shape[-2:] == (1, n):
-        return "n"
-    if shape[-2:] == (m, 1):
-        return "m"
-    raise EpilogInputError("epilog_inputs['bias']", f"shape ({n},), (..., 1, {n}) or (..., {m}, 1)", str(tuple(shape)))
-
-
 def build_problem(
     framework: str,
     device: Device,
@@ -467,31 +439,9 @@ def build_problem(
             f"unexpected {unexpected}",
         )
 
-    inputs: list[tuple[str, ArraySig]] = []
-    bias_axis = None
-    for name in spec.inputs:
-        info = infos[name]
-        sig = ArraySig.of(info)
-        arg = f"epilog_inputs[{name!r}]"
-        if name == "bias":
-            bias_axis = _bias_axis(sig, batch, m, n)
-            ok = info.dtype == result_dtype or (result_dtype in ("float16", "bfloat16") and info.dtype == "float32")
-            if not ok:
-                raise EpilogInputError(arg, f"dtype {result_dtype} (the result's)", info.dtype)
-        elif name == "gelu_aux":
-            if info.dtype != result_dtype:
-                raise EpilogInputError(arg, f"dtype {result_dtype} (as GELU_AUX returned it)", info.dtype)
-            if tuple(info.shape) != tuple(result_shape):
-                raise EpilogInputError(arg, f"shape {result_shape} (the result's)", str(tuple(info.shape)))
-        elif name == "relu_aux":
-            # a boolean mask of the result's shape (CPU executors) or cuBLASLt's uint8 bit mask, in either
-            # orientation (its layout is checked by the cuda executor; see _cuda/lt_matmul.py)
-            if info.dtype == "bool":
-                if tuple(info.shape) != tuple(result_shape):
-                    raise EpilogInputError(arg, f"shape {result_shape} (the result's)", str(tuple(info.shape)))
-            elif info.dtype != "uint8":
-                raise EpilogInputError(arg, "the mask RELU_AUX returned (bool, or uint8 bit mask)", info.dtype)
-        inputs.append((name, sig))
+    shapes = Shapes(result_dtype, tuple(result_shape), tuple(batch), m, n)
+    bias_axis = validate_inputs(spec, infos, shapes)
+    inputs = tuple((name, ArraySig.of(infos[name])) for name in spec.inputs)
 
     return MatmulProblem(
         framework=framework,
@@ -509,7 +459,7 @@ def build_problem(
         result_shape=result_shape,
         epilog=spec,
         bias_axis=bias_axis,
-        inputs=tuple(inputs),
+        inputs=inputs,
         options=options,
         autograd=any(info.autograd for info in infos.values()),
     )

@@ -21,7 +21,7 @@ from ._dispatch import (
     plan_key,
     select,
 )
-from ._epilog import Epilog, spec_of
+from ._epilog import INPUTS, Epilog, spec_of
 from ._fp8 import build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
@@ -56,10 +56,9 @@ def _check_epilog_inputs(epilog_inputs) -> dict[str, Any]:
     if not isinstance(epilog_inputs, dict):
         raise EpilogInputError("epilog_inputs", "a dict of named arrays", describe(epilog_inputs))
     for key, value in epilog_inputs.items():
-        if key not in ("bias", "relu_aux", "gelu_aux"):
-            raise EpilogInputError(
-                "epilog_inputs", "keys among 'bias', 'relu_aux', 'gelu_aux'", f"unexpected key {key!r}"
-            )
+        if key not in INPUTS:
+            expected = f"keys among {', '.join(map(repr, INPUTS))}"
+            raise EpilogInputError("epilog_inputs", expected, f"unexpected key {key!r}")
         if value is None:
             raise EpilogInputError(f"epilog_inputs[{key!r}]", "an array", "None")
     return epilog_inputs

@@ -206,7 +206,7 @@ def setup(p: MatmulProblem, orientation: str, bias_cast: bool = False, epilogue:
     elif spec.epilog.name in ("GELU_AUX", "GELU_AUX_BIAS"):
         s.aux_out, s.aux_ld = "gelu", L.gelu_aux_ld(m_lt)
         s.aux_batch_stride = s.aux_ld * n_lt if p.batch_shape else 0
-    if spec.is_backward:
+    if spec.backward:
         name = "relu_aux" if "relu_aux" in inputs else "gelu_aux"
         sig = inputs[name]
         st = sig.strides if sig.strides is not None else c_strides(sig.shape)
@@ -795,7 +795,7 @@ class InplacePlan:
             return self._run(operands, sp)
 
     def _run(self, operands, sp):
-        from .._epilog import apply_inplace
+        from .._epilog import INPUTS, apply_steps
         from .arrays import as_kind
 
         p, xp = self.problem, self.xp
@@ -821,13 +821,9 @@ class InplacePlan:
         inputs = {}
         for name, sig in p.inputs:
             x = _to_xp(operands[name], self.framework, xp)
-            if name == "bias":
-                x = x.reshape(1, -1) if len(sig.shape) == 1 else x
-            elif name == "relu_aux" and sig.dtype == "uint8":
+            if INPUTS[name].mask_of and sig.dtype == "uint8":  # cuBLASLt's bits -> a boolean mask
                 x = xp.unpack_mask(xp.contiguous(x), p.n)
-            elif p.a_vector or p.b_vector:
-                x = x.reshape(p.promoted_shape)
-            inputs[name] = x
+            inputs[name] = INPUTS[name].prepare(x, p)
         ops = xp.epilog_ops()
         name = p.epilog.epilog.name
         if name in ("BGRADA", "BGRADB"):
@@ -838,7 +834,7 @@ class InplacePlan:
                 b = xp.astype(_to_xp(operands["b"], self.framework, xp), p.result_dtype)
                 aux = {"bgradb": ops.sum(b.reshape(-1, 1) if p.b_vector else b, -2, False)}
         else:
-            aux = apply_inplace(p.epilog, dd, inputs, ops, bgrad_axis=p.options.bgrad_axis)
+            aux = apply_steps(p.epilog, dd, inputs, ops, bgrad_axis=p.options.bgrad_axis)[1]
         if "relu_aux" in aux:
             aux["relu_aux"] = xp.pack_mask(xp.contiguous(aux["relu_aux"]), self.ld_bits)
         elif "gelu_aux" in aux and (p.a_vector or p.b_vector):

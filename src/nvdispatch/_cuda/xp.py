@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 from typing import Any
 
 __all__ = ["namespace_for", "as_xp", "Xp", "round_up"]
@@ -125,61 +124,12 @@ class Xp:
         m = (bits.unsqueeze(-1) >> shifts) & 1
         return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].bool()
 
-    # -- epilog steps in place (the vocabulary of nvdispatch._epilog.apply_inplace) --------------------
+    # -- epilog steps in place (the vocabulary of nvdispatch._epilog.apply_steps) --------------------
     def epilog_ops(self):
         if self.name == "torch":
             from .._epilog_torch import TORCH_INPLACE
 
             return TORCH_INPLACE
-        return _CupyOps()
+        from .._epilog_cupy import CUPY_INPLACE
 
-
-_K = math.sqrt(2.0 / math.pi)
-_C = 0.044715
-
-
-class _CupyOps:
-    @staticmethod
-    def add_(d, x):
-        d += x.astype(d.dtype, copy=False)
-
-    @staticmethod
-    def relu_(d):
-        import cupy
-
-        cupy.maximum(d, 0, out=d)
-
-    @staticmethod
-    def positive_mask(d):
-        return d > 0
-
-    @staticmethod
-    def gelu_(d):
-        import cupy
-
-        x = d.astype(cupy.float32) if d.dtype == cupy.float16 else d
-        d[...] = 0.5 * x * (1.0 + cupy.tanh(_K * (x + _C * x * x * x)))
-
-    @staticmethod
-    def copy(d):
-        return d.copy()
-
-    @staticmethod
-    def mask_(d, mask):
-        d *= mask
-
-    @staticmethod
-    def mul_(d, x):
-        d *= x
-
-    @staticmethod
-    def gelu_grad(x):
-        import cupy
-
-        xf = x.astype(cupy.float32) if x.dtype == cupy.float16 else x
-        t = cupy.tanh(_K * (xf + _C * xf * xf * xf))
-        return (0.5 * (1.0 + t) + 0.5 * xf * (1.0 - t * t) * _K * (1.0 + 3.0 * _C * xf * xf)).astype(x.dtype)
-
-    @staticmethod
-    def sum(x, axis, keepdims):
-        return x.sum(axis=axis, keepdims=keepdims)
+        return CUPY_INPLACE

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .._epilog import NUMPY_OPS, apply_inplace, apply_steps, gelu_tanh
+from .._epilog import INPUTS, OUTPUTS, STEPS, apply_steps, declined_mask_format, finish_outputs, output_of_kind
+from .._epilog_numpy import NumpyEpilogOps, accumulator_dtype
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 
 #: bytes of result rows finished per block by default (a block stays in L2 through all epilog steps)
@@ -43,12 +44,9 @@ def decline(problem: MatmulProblem) -> str | None:
         return "NumPy has no FP8 matmul (Torch tensors run the FP8 reference path on the CPU)"
     if problem.result_dtype == "bfloat16" or "bfloat16" in (problem.a.dtype, problem.b.dtype):
         return "NumPy has no bfloat16"
-    for name, sig in problem.inputs:
-        if name == "relu_aux" and sig.dtype != "bool":
-            return "the NumPy executor takes relu_aux as the boolean mask its RELU_AUX returns"
-        if sig.dtype == "bfloat16":
-            return "NumPy has no bfloat16"
-    return None
+    if any(sig.dtype == "bfloat16" for _, sig in problem.inputs):
+        return "NumPy has no bfloat16"
+    return declined_mask_format(problem, "NumPy")
 
 
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
@@ -84,7 +82,10 @@ class NumpyMatmulPlan:
         self.block_rows = self._rows_for(int(tuning.get("block_bytes", DEFAULT_BLOCK_BYTES)), problem.n * itemsize)
         big = math.prod(problem.promoted_shape) * itemsize >= _THREADED_BYTES
         self.threads = int(tuning.get("threads", _CPUS if big else 1))
-        self.elementwise = [s for s in problem.epilog.steps if s not in ("bgrad_a", "bgrad_b")]
+        self.elementwise = [s for s in problem.epilog.steps if not STEPS[s].on_operands]
+        self.operand_steps = len(self.elementwise) < len(problem.epilog.steps)
+        self._prepare = tuple((name, INPUTS[name].prepare) for name, _ in problem.inputs)
+        self.ops = NumpyEpilogOps(inplace=strategy == "inplace", dtype=self.dtype)
         spec = problem.epilog
         self.steps = self._describe(spec)
 
@@ -130,13 +131,7 @@ class NumpyMatmulPlan:
         if c is not None:
             beta = 1 if beta is None else scalar_value(beta)
             c = np.broadcast_to(c, p.result_shape).reshape(p.promoted_shape)
-        inputs = {name: _native(operands[name]) for name, _ in p.inputs}
-        for name in ("relu_aux", "gelu_aux"):
-            if name in inputs:
-                inputs[name] = np.asarray(inputs[name]).reshape(p.promoted_shape)
-        if "bias" in inputs:
-            bias = np.asarray(inputs["bias"])
-            inputs["bias"] = bias.reshape(1, -1) if bias.ndim == 1 else bias
+        inputs = {name: prepare(np.asarray(_native(operands[name])), p) for name, prepare in self._prepare}
         if self.strategy == "plain":
             out, aux = self._plain(a, b, c, alpha, beta, inputs)
         else:
@@ -150,7 +145,7 @@ class NumpyMatmulPlan:
             d = (alpha * d).astype(self.dtype, copy=False)
         if c is not None and beta != 0:
             d = (d + beta * c).astype(self.dtype, copy=False)
-        d, aux = apply_steps(p.epilog, d, inputs, _PLAIN_OPS, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
+        d, aux = apply_steps(p.epilog, d, inputs, self.ops, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
         return d.astype(self.dtype, copy=False), aux
 
     def _blocked(self, a, b, c, alpha, beta, inputs):
@@ -158,10 +153,8 @@ class NumpyMatmulPlan:
         spec = p.epilog
         out = np.matmul(a, b, out=np.empty(p.promoted_shape, dtype=self.dtype))
         aux = {}
-        if "bgrad_a" in spec.steps:
-            aux["bgrada"] = np.sum(a, axis=-1, dtype=self.dtype)
-        if "bgrad_b" in spec.steps:
-            aux["bgradb"] = np.sum(b, axis=-2, dtype=self.dtype)
+        if self.operand_steps:  # the steps that read a/b (BGRADA/BGRADB), once
+            aux.update(apply_steps(spec, out, inputs, self.ops, a=a, b=b, which="operands")[1])
         if c is not None and beta != 0:
             c = np.broadcast_to(c, p.promoted_shape)
         if alpha == 1 and (c is None or beta == 0) and not self.elementwise:
@@ -173,15 +166,14 @@ class NumpyMatmulPlan:
             if c is not None and beta != 0:
                 np.add(out, c if beta == 1 else np.multiply(c, beta), out=out, casting="unsafe")
             if self.elementwise:  # (BGRADA/BGRADB have none; their outputs are made above)
-                out, got = apply_steps(spec, out, inputs, NUMPY_OPS, bgrad_axis=p.options.bgrad_axis)
+                out, got = apply_steps(spec, out, inputs, self.ops, bgrad_axis=p.options.bgrad_axis, which="result")
                 aux.update(got)
             return out, aux
         for name in spec.outputs:
-            if name == "relu_aux":
-                aux[name] = np.empty(p.promoted_shape, dtype=bool)
-            elif name == "gelu_aux":
-                aux[name] = np.empty(p.promoted_shape, dtype=self.dtype)
-        bgrad = next((o for o in spec.outputs if o.endswith("_bgrad")), None)
+            kind = OUTPUTS[name].kind
+            if OUTPUTS[name].like_result:
+                aux[name] = np.empty(p.promoted_shape, dtype=bool if kind == "mask" else self.dtype)
+        bgrad = output_of_kind(spec, "bias_gradient")
         blocks = list(self._row_blocks(inputs))
 
         def run(chunk):
@@ -204,10 +196,10 @@ class NumpyMatmulPlan:
                     elif bias.ndim > 2:
                         bias = bias[index]
                     blk["bias"] = bias
-                for name in ("relu_aux", "gelu_aux"):
-                    if name in inputs:
-                        blk[name] = inputs[name][index][rows]
-                got = apply_inplace(spec, o, blk, NUMPY_OPS, bgrad_axis=p.options.bgrad_axis)
+                for name, value in inputs.items():
+                    if INPUTS[name].like_result:
+                        blk[name] = value[index][rows]
+                got = apply_steps(spec, o, blk, self.ops, bgrad_axis=p.options.bgrad_axis, which="result")[1]
                 for name, value in got.items():
                     if name == bgrad:
                         partial.append((index, rows, value))
@@ -264,10 +256,11 @@ class NumpyMatmulPlan:
     def _gather_bgrad(self, parts):
         p = self.problem
         if p.options.bgrad_axis == "n":
-            total = np.zeros((*p.batch_shape, p.n), dtype=self.dtype)
+            # the blocks' partial sums are added in float32 at least (float16 data), rounded once
+            total = np.zeros((*p.batch_shape, p.n), dtype=accumulator_dtype(self.dtype) or self.dtype)
             for index, _, value in parts:
                 total[index] += value
-            return total
+            return total.astype(self.dtype, copy=False)
         full = np.empty((*p.batch_shape, p.m, 1), dtype=self.dtype)
         for index, rows, value in parts:
             full[index][rows] = value
@@ -278,10 +271,7 @@ class NumpyMatmulPlan:
         result = p.squeeze(out)
         if not p.epilog.outputs:
             return result
-        for name in ("relu_aux", "gelu_aux"):
-            if name in aux:
-                aux[name] = p.squeeze(aux[name])
-        return result, aux
+        return result, finish_outputs(p, aux)
 
     # -- autotuning -----------------------------------------------------------------------------------
     def autotune(self, operands, iterations: int = 3):
@@ -306,37 +296,3 @@ class NumpyMatmulPlan:
         self.block_rows, self.threads = best[0]
         self.steps = self._describe(self.problem.epilog)
         return timings
-
-
-class _PlainOps:
-    """Epilog steps as separate, out-of-place NumPy expressions (strategy ``plain``)."""
-
-    def add_(self, d, x):
-        return d + x
-
-    def relu_(self, d):
-        return np.maximum(d, 0)
-
-    def positive_mask(self, d):
-        return d > 0
-
-    def gelu_(self, d):
-        return gelu_tanh(d).astype(d.dtype, copy=False)
-
-    def copy(self, d):
-        return d.copy()
-
-    def mask_(self, d, mask):
-        return d * mask
-
-    def mul_(self, d, x):
-        return (d * x).astype(d.dtype, copy=False)
-
-    def gelu_grad(self, x):
-        return NUMPY_OPS.gelu_grad(x)
-
-    def sum(self, x, axis, keepdims):
-        return np.sum(x, axis=axis, keepdims=keepdims)
-
-
-_PLAIN_OPS = _PlainOps()

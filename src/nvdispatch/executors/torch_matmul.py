@@ -1,19 +1,19 @@
 """Matmul with epilogs through Torch ops, on CPU or CUDA tensors.
 
-Strategies: ``framework_fused`` (``torch.addmm`` / ``torch._addmm_activation``: bias and ReLU/GELU fused
-by Torch, on CUDA into the cuBLASLt epilogue) for 2-D problems with a bias along N; ``inplace`` (the
-product, then in-place ops on it); ``plain`` (separate out-of-place ops).
+Strategies: ``framework_fused`` (``torch.addmm`` / ``torch._addmm_activation``: bias and ReLU/GELU fused by
+Torch, on CUDA into the cuBLASLt epilogue; after its ReLU, NaN -> 0 in place, since Torch's ReLU keeps NaN where
+cuBLASLt's gives 0, see ``_epilog``) for 2-D problems with a bias along N; ``inplace`` (the product, then
+in-place ops on it); ``plain`` (separate out-of-place ops).
 """
 
 from __future__ import annotations
 
-from .._epilog import apply_steps
-from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN
+from .._epilog import apply_steps, declined_mask_format, finish_outputs, prepare_inputs
+from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN, nan_to_zero_
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 from .torch import stream_context
 
 _NO_TORCH_MATMUL = {"uint16", "uint32", "uint64"}
-_FUSABLE = {"BIAS", "RELU_BIAS", "GELU_BIAS"}
 
 
 def _torch_dtype(name: str):
@@ -42,7 +42,17 @@ def _fused_bias_op(name: str):
 
     if name == "BIAS":
         return torch.addmm
-    return functools.partial(torch._addmm_activation, use_gelu=name == "GELU_BIAS")
+    if name == "RELU_BIAS":
+        return _addmm_relu
+    return functools.partial(torch._addmm_activation, use_gelu=True)
+
+
+def _addmm_relu(bias, a, b, alpha=1):
+    """``relu(alpha * a @ b + bias)`` with NaN -> 0 (see ``_epilog``): Torch's fused op, whose ReLU keeps NaN
+    (on the CPU, and on CUDA where it does not reach cuBLASLt's epilogue), then NaN -> 0 in place."""
+    import torch
+
+    return nan_to_zero_(torch._addmm_activation(bias, a, b, alpha=alpha))
 
 
 def decline(problem: MatmulProblem) -> str | None:
@@ -53,15 +63,12 @@ def decline(problem: MatmulProblem) -> str | None:
         return f"torch has no {dt} matmul"
     if problem.device.kind == "cuda" and not dt.startswith(("float", "bfloat", "complex")):
         return f"torch has no {dt} matmul on CUDA"
-    for name, sig in problem.inputs:
-        if name == "relu_aux" and sig.dtype != "bool":
-            return "the Torch executor takes relu_aux as the boolean mask its RELU_AUX returns"
-    return None
+    return declined_mask_format(problem, "Torch")
 
 
 def can_fuse(p: MatmulProblem) -> bool:
     return (
-        p.epilog.epilog.name in _FUSABLE
+        p.epilog.fusable
         and not p.batch_shape
         and not p.a_vector
         and not p.b_vector
@@ -106,10 +113,10 @@ class TorchMatmulPlan:
         self.dtype = _torch_dtype(problem.result_dtype)
         name = problem.epilog.epilog.name
         if strategy == "framework_fused":
-            op = {"BIAS": "torch.addmm", "RELU_BIAS": "torch._addmm_activation(relu)"}.get(
-                name, "torch._addmm_activation(gelu tanh)"
-            )
-            self.steps = (f"{op}: bias and activation fused by Torch",)
+            self.steps = {
+                "BIAS": ("torch.addmm: bias fused by Torch",),
+                "RELU_BIAS": ("torch._addmm_activation(relu): bias and activation fused by Torch", "NaN -> 0 in place"),
+            }.get(name, ("torch._addmm_activation(gelu tanh): bias and activation fused by Torch",))
         else:
             how = "in place" if strategy == "inplace" else "separate Torch op"
             self.steps = ("torch.matmul", *(f"{s} ({how})" for s in problem.epilog.steps))
@@ -156,11 +163,7 @@ class TorchMatmulPlan:
         fused = self.strategy == "framework_fused" and (not recorded or self._bias_only)
         if fused:
             bias = inputs["bias"].reshape(-1)
-            if p.epilog.epilog.name == "BIAS":
-                out = torch.addmm(bias, a, b, alpha=alpha)
-            else:
-                out = torch._addmm_activation(bias, a, b, alpha=alpha, use_gelu=p.epilog.activation == "gelu")
-            return out
+            return _fused_bias_op(p.epilog.epilog.name)(bias, a, b, alpha=alpha)
         c = operands.get("c")
         beta = operands.get("beta")
         if c is not None:
@@ -174,18 +177,10 @@ class TorchMatmulPlan:
                 out = out * alpha
             if c is not None and beta != 0:
                 out = out + beta * c
-        for name in ("relu_aux", "gelu_aux"):
-            if name in inputs:
-                inputs[name] = inputs[name].reshape(p.promoted_shape)
-        if "bias" in inputs:
-            bias = inputs["bias"]
-            inputs["bias"] = bias.reshape(1, -1) if bias.ndim == 1 else bias
+        inputs = prepare_inputs(p, inputs)
         ops = TORCH_INPLACE if self.strategy == "inplace" and not recorded else TORCH_PLAIN
         out, aux = apply_steps(p.epilog, out, inputs, ops, a=a, b=b, bgrad_axis=p.options.bgrad_axis)
         result = p.squeeze(out)
         if not p.epilog.outputs:
             return result
-        for name in ("relu_aux", "gelu_aux"):
-            if name in aux:
-                aux[name] = p.squeeze(aux[name])
-        return result, aux
+        return result, finish_outputs(p, aux)
