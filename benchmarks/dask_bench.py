@@ -1,0 +1,283 @@
+"""Dask benchmark: nvdispatch on Dask arrays vs dask.array's own expressions, same run, medians over repeats.
+
+CPU (default): a ``distributed.LocalCluster`` of 2 worker processes (1 thread each), operands persisted on the
+workers, each timing a ``persist()`` + ``wait()`` of the result (nothing gathered to the client):
+
+* fused RELU_BIAS matmul, 16384×4096 @ 4096×1024 fp32, a and b in 4×4 blocks (K chunked in 4), vs
+  ``da.maximum(a @ b + bias, 0)``; goal ≤ 0.8×;
+* fft2 of an 8192×8192 complex64 array in 4×4 blocks: ``nvdispatch.fft.fftn`` (pencil stages, no user
+  action) vs ``da.fft.fft2`` after the hand rechunk it needs (both axes whole); goal ≤ 1.0×. The hand-written
+  pencil (``da.fft.fft`` along one axis, rechunk, along the other) is timed too, for reference.
+
+GPU (``--gpu``): the same on CuPy chunks on one GPU (synchronous scheduler, or ``--scheduler cuda-cluster``
+for a one-GPU ``dask_cuda.LocalCUDACluster``), against the single-array nvdispatch call on the same data;
+goal ≤ 1.1×.
+
+    python benchmarks/dask_bench.py [--repeats 5] [--quick] [--gpu] [--scheduler sync|cuda-cluster] [--out DIR]
+
+Writes ``DIR/dask_bench[_gpu].json`` and ``.png``. Needs ``nvdispatch[dask,bench]`` (``dask-cuda`` and CuPy
+for ``--gpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+from _bench import output_dir, progress, save_plot
+
+import nvdispatch
+import nvdispatch.fft as F
+from nvdispatch import Epilog
+
+
+def _shapes(quick: bool):
+    if quick:
+        return (512, 256, 128), 512
+    return (16384, 4096, 1024), 8192
+
+
+def _timer(run, repeats: int, desc: str, sync=None) -> list[float]:
+    run()  # warm-up: plans on the workers, imports
+    if sync:
+        sync()
+    samples = []
+    for _ in progress(range(repeats), desc):
+        t0 = time.perf_counter()
+        run()
+        if sync:
+            sync()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def cpu_cases(client, quick: bool):
+    from distributed import wait
+
+    (m, k, n), side = _shapes(quick)
+    rng = da.random.default_rng(0)
+    a = rng.standard_normal((m, k), chunks=(m // 4, k // 4), dtype=np.float32).persist()
+    b = rng.standard_normal((k, n), chunks=(k // 4, n // 4), dtype=np.float32).persist()
+    bias = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    x = (
+        (
+            rng.standard_normal((side, side), chunks=side // 4, dtype=np.float32)
+            + 1j * rng.standard_normal((side, side), chunks=side // 4, dtype=np.float32)
+        )
+        .astype(np.complex64)
+        .persist()
+    )
+    wait([a, b, x])
+
+    rep = iter(range(1, 1 << 30))
+
+    def run(make):
+        """Time ``make(i)`` persisted on the workers; ``i`` differs per run, so every run has new keys (a result
+        of the same keys still held from the run before would be reused, not recomputed)."""
+
+        def go():
+            r = make(next(rep)).persist()
+            wait(r)
+            del r
+
+        return go
+
+    def bias_(i):
+        return bias + np.float32(i)
+
+    def x_(i):
+        return x * np.complex64(1 + i * 2**-20)
+
+    # correctness of what is timed, on a corner of the result
+    got = nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})[:64, :64].compute()
+    want = da.maximum(a @ b + bias, 0)[:64, :64].compute()
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    got = F.fftn(x)[:64, :64].compute()
+    want = da.fft.fft2(x.rechunk({0: -1, 1: -1}))[:64, :64].compute()
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2 * float(np.abs(want).max()))
+
+    mm = f"RELU_BIAS fp32 {m}x{k}x{n}, 4x4 blocks"
+    ft = f"fft2 c64 {side}x{side}, 4x4 blocks"
+    return [
+        (
+            mm,
+            {
+                "nvdispatch": run(
+                    lambda i: nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias_(i)})
+                ),
+                "dask.array": run(lambda i: da.maximum(a @ b + bias_(i), 0)),
+            },
+            "dask.array",
+            0.8,
+        ),
+        (
+            ft,
+            {
+                "nvdispatch": run(lambda i: F.fftn(x_(i))),
+                "dask.array": run(lambda i: da.fft.fft2(x_(i).rechunk({0: -1, 1: -1}))),
+                "dask.array hand pencil": run(
+                    lambda i: da.fft.fft(
+                        da.fft.fft(x_(i).rechunk({0: "auto", 1: -1}), axis=1).rechunk({0: -1, 1: "auto"}), axis=0
+                    )
+                ),
+            },
+            "dask.array",
+            1.0,
+        ),
+    ]
+
+
+def gpu_cases(quick: bool, scheduler: str):
+    import cupy
+
+    (m, k, n), side = _shapes(quick)
+    rng = cupy.random.default_rng(0)
+    a0 = rng.standard_normal((m, k), dtype=cupy.float32)
+    b0 = rng.standard_normal((k, n), dtype=cupy.float32)
+    bias = rng.standard_normal(n, dtype=cupy.float32)
+    x0 = (
+        rng.standard_normal((side, side), dtype=cupy.float32)
+        + 1j * rng.standard_normal((side, side), dtype=cupy.float32)
+    ).astype(cupy.complex64)
+    a = da.from_array(a0, chunks=(m // 4, k // 4), asarray=False)
+    b = da.from_array(b0, chunks=(k // 4, n // 4), asarray=False)
+    x = da.from_array(x0, chunks=side // 4, asarray=False)
+    sync = cupy.cuda.runtime.deviceSynchronize
+    if scheduler == "cuda-cluster":
+        from dask_cuda import LocalCUDACluster
+        from distributed import Client, wait
+
+        cluster = LocalCUDACluster(n_workers=1, dashboard_address=None)
+        client = Client(cluster)
+        a, b, x = client.persist([a, b, x])
+        wait([a, b, x])
+
+        def run_dask(make):
+            def go():
+                r = make().persist()
+                wait(r)
+                del r
+
+            return go
+    else:
+        a, b, x = dask.persist(a, b, x, scheduler="sync")
+
+        def run_dask(make):
+            return lambda: make().persist(scheduler="sync")
+
+    got = nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias}).compute(scheduler="sync")
+    want = nvdispatch.matmul(a0, b0, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    cupy.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+    mm = f"RELU_BIAS fp32 {m}x{k}x{n}, CuPy 4x4 blocks ({scheduler})"
+    ft = f"fft2 c64 {side}x{side}, CuPy 4x4 blocks ({scheduler})"
+    return [
+        (
+            mm,
+            {
+                "nvdispatch on Dask": run_dask(
+                    lambda: nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+                ),
+                "nvdispatch single array": lambda: nvdispatch.matmul(
+                    a0, b0, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias}
+                ),
+            },
+            "nvdispatch single array",
+            1.1,
+        ),
+        (
+            ft,
+            {
+                "nvdispatch on Dask": run_dask(lambda: F.fftn(x)),
+                "nvdispatch single array": lambda: F.fftn(x0),
+            },
+            "nvdispatch single array",
+            1.1,
+        ),
+    ], sync
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--quick", action="store_true", help="small shapes: checks the script runs")
+    ap.add_argument("--gpu", action="store_true", help="CuPy chunks on one GPU against the single-array call")
+    ap.add_argument("--scheduler", default="sync", choices=("sync", "cuda-cluster"), help="for --gpu")
+    args = ap.parse_args()
+    out = output_dir(args.out)
+    client = cluster = None
+    sync = None
+    if args.gpu:
+        cases, sync = gpu_cases(args.quick, args.scheduler)
+        setting = f"one GPU, {args.scheduler} scheduler"
+    else:
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, memory_limit="6GiB", dashboard_address=None
+        )
+        client = Client(cluster)
+        cases = cpu_cases(client, args.quick)
+        setting = "LocalCluster, 2 worker processes x 1 thread"
+    results = []
+    for label, fns, baseline, goal in cases:
+        medians = {}
+        for name, fn in fns.items():
+            samples = _timer(fn, args.repeats, f"{label}: {name}", sync)
+            medians[name] = statistics.median(samples)
+        ratio = medians["nvdispatch" if "nvdispatch" in medians else "nvdispatch on Dask"] / medians[baseline]
+        results.append(
+            {
+                "case": label,
+                "median_s": medians,
+                "baseline": baseline,
+                "ratio": ratio,
+                "goal": goal,
+                "met": ratio <= goal,
+            }
+        )
+        print(
+            f"{label}: "
+            + ", ".join(f"{k} {v:.3f} s" for k, v in medians.items())
+            + f"; ratio {ratio:.2f} (goal <= {goal})"
+        )
+    if client is not None:
+        client.close()
+        cluster.close()
+    name = "dask_bench_gpu" if args.gpu else "dask_bench"
+    record = {
+        "setting": setting,
+        "repeats": args.repeats,
+        "machine": platform.node(),
+        "cpus": os.cpu_count(),
+        "dask": dask.__version__,
+        "quick": args.quick,
+        "results": results,
+    }
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(record, f, indent=2)
+    print(f"wrote {os.path.join(out, name + '.json')}")
+
+    def draw(plt):
+        fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4))
+        for ax, r in zip(np.atleast_1d(axes), results):
+            names = list(r["median_s"])
+            ax.bar(range(len(names)), [r["median_s"][k] for k in names], color=["tab:green"] + ["tab:gray"] * 3)
+            ax.set_xticks(range(len(names)), names, rotation=15, fontsize=8)
+            ax.set_ylabel("median seconds")
+            ax.set_title(f"{r['case']}\nratio {r['ratio']:.2f} (goal <= {r['goal']})", fontsize=8)
+        fig.suptitle(f"nvdispatch on Dask ({setting})", fontsize=9)
+        fig.tight_layout()
+
+    save_plot(draw, os.path.join(out, f"{name}.png"))
+
+
+if __name__ == "__main__":
+    main()
