@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import array_api_compat
 import numpy as np
@@ -58,6 +58,7 @@ from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all
 from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from ._fft_problem import FUNCS, FFTProblem, build_fft_problem, check_norm
 from ._plan_cache import plan_cache
+from ._typing import Array, ArrayLike, Axes, CallbackData, ElementCallback, Norm, Shape, Stream
 from .errors import (
     InvalidArgumentError,
     NvdispatchError,
@@ -299,35 +300,35 @@ def _doc(summary: str, nd: bool, example: str) -> str:
 
 @_with_explain("fft", False)
 def fft(
-    a,
-    n=None,
-    axis=-1,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    n: int | None = None,
+    axis: int = -1,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call("fft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("ifft", False)
 def ifft(
-    a,
-    n=None,
-    axis=-1,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    n: int | None = None,
+    axis: int = -1,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call(
         "ifft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
     )
@@ -335,52 +336,52 @@ def ifft(
 
 @_with_explain("fftn", True)
 def fftn(
-    a,
-    s=None,
-    axes=None,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    s: Shape = None,
+    axes: Axes = None,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call("fftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("ifftn", True)
 def ifftn(
-    a,
-    s=None,
-    axes=None,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    s: Shape = None,
+    axes: Axes = None,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call("ifftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("rfft", False)
 def rfft(
-    a,
-    n=None,
-    axis=-1,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    n: int | None = None,
+    axis: int = -1,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call(
         "rfft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
     )
@@ -388,18 +389,18 @@ def rfft(
 
 @_with_explain("irfft", False)
 def irfft(
-    a,
-    n=None,
-    axis=-1,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    n: int | None = None,
+    axis: int = -1,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call(
         "irfft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
     )
@@ -407,35 +408,35 @@ def irfft(
 
 @_with_explain("rfftn", True)
 def rfftn(
-    a,
-    s=None,
-    axes=None,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    s: Shape = None,
+    axes: Axes = None,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call("rfftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("irfftn", True)
 def irfftn(
-    a,
-    s=None,
-    axes=None,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    s: Shape = None,
+    axes: Axes = None,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call(
         "irfftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
     )
@@ -443,18 +444,18 @@ def irfftn(
 
 @_with_explain("hfft", False)
 def hfft(
-    a,
-    n=None,
-    axis=-1,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    n: int | None = None,
+    axis: int = -1,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call(
         "hfft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
     )
@@ -462,18 +463,18 @@ def hfft(
 
 @_with_explain("ihfft", False)
 def ihfft(
-    a,
-    n=None,
-    axis=-1,
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    n: int | None = None,
+    axis: int = -1,
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call(
         "ihfft", a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
     )
@@ -481,69 +482,69 @@ def ihfft(
 
 @_with_explain("fftn", True)
 def fft2(
-    a,
-    s=None,
-    axes=(-2, -1),
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    s: Shape = None,
+    axes: Axes = (-2, -1),
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call("fftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("ifftn", True)
 def ifft2(
-    a,
-    s=None,
-    axes=(-2, -1),
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    s: Shape = None,
+    axes: Axes = (-2, -1),
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call("ifftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("rfftn", True)
 def rfft2(
-    a,
-    s=None,
-    axes=(-2, -1),
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    s: Shape = None,
+    axes: Axes = (-2, -1),
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call("rfftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data))
 
 
 @_with_explain("irfftn", True)
 def irfft2(
-    a,
-    s=None,
-    axes=(-2, -1),
-    norm="backward",
-    out=None,
+    a: ArrayLike,
+    s: Shape = None,
+    axes: Axes = (-2, -1),
+    norm: Norm = "backward",
+    out: Array | None = None,
     *,
-    stream=None,
-    prolog=None,
-    epilog=None,
-    prolog_data=None,
-    epilog_data=None,
-):
+    stream: Stream = None,
+    prolog: ElementCallback | None = None,
+    epilog: ElementCallback | None = None,
+    prolog_data: CallbackData = None,
+    epilog_data: CallbackData = None,
+) -> Array:
     return _call(
         "irfftn", a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
     )
@@ -628,7 +629,7 @@ irfft2.__doc__ = _doc(
 )
 
 
-def convolve(x, h, /, *, n=None, axis=-1, stream=None):
+def convolve(x: Array, h: Array, /, *, n: int | None = None, axis: int = -1, stream: Stream = None) -> Array:
     """Filter signals in the frequency domain: ``ifft(fft(x, n) * h, n)`` along ``axis`` (``irfft(rfft(x, n)
     * h, n)`` for real ``x``), a circular convolution of ``x`` with the filter whose spectrum is ``h``.
 
@@ -727,7 +728,7 @@ def _as_pos_int(n, arg):
     return v
 
 
-def fftfreq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
+def fftfreq(n: int, /, *, d: float = 1.0, dtype: Any = None, device: Any = None, chunks: Any = None) -> Array:
     """The sample frequencies ``[0, 1, ..., n//2-ish, -.., -1] / (d*n)`` of an ``n``-point DFT.
 
     ``device``: None or ``"cpu"`` (NumPy array), a ``torch.device`` (Torch tensor), a ``cupy.cuda.Device``
@@ -746,7 +747,7 @@ def fftfreq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
     return _freq(n, d, dtype, device, False, "fftfreq")
 
 
-def rfftfreq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
+def rfftfreq(n: int, /, *, d: float = 1.0, dtype: Any = None, device: Any = None, chunks: Any = None) -> Array:
     """The sample frequencies ``[0, 1, ..., n//2] / (d*n)`` of an ``n``-point real DFT (see :func:`fftfreq`).
 
     Examples
@@ -797,7 +798,7 @@ def _shift(x, axes, inverse: bool):
     return cupy.roll(arr, shifts, axes_t) if axes_t else arr.copy()
 
 
-def fftshift(x, /, *, axes=None):
+def fftshift(x: Array, /, *, axes: int | Axes = None) -> Array:
     """Move the zero-frequency term to the centre along ``axes`` (all axes when None).
 
     ``__cuda_array_interface__``/DLPack device arrays come back as CuPy arrays.
@@ -811,7 +812,7 @@ def fftshift(x, /, *, axes=None):
     return _shift(x, axes, False)
 
 
-def ifftshift(x, /, *, axes=None):
+def ifftshift(x: Array, /, *, axes: int | Axes = None) -> Array:
     """Inverse of :func:`fftshift`.
 
     Examples
@@ -926,7 +927,9 @@ class FFT:
     True
     """
 
-    def __init__(self, x, *, axes=None, options=None, stream=None):
+    def __init__(
+        self, x: Array, *, axes: Axes = None, options: FFTOptions | dict[str, Any] | None = None, stream: Stream = None
+    ) -> None:
         self._options = _as_fft_options(options)
         self._stream = stream
         self._freed = False
@@ -998,7 +1001,15 @@ class FFT:
         sel = next(iter(self._selections.values()), None)
         return None if sel is None else sel.executor.name
 
-    def plan(self, *, stream=None, prolog=None, epilog=None, prolog_data=None, epilog_data=None):
+    def plan(
+        self,
+        *,
+        stream: Stream = None,
+        prolog: ElementCallback | None = None,
+        epilog: ElementCallback | None = None,
+        prolog_data: CallbackData = None,
+        epilog_data: CallbackData = None,
+    ) -> FFT:
         """Choose the executor and prepare the plan(s) (kept in the shared plan cache).
 
         ``prolog``/``epilog`` (with their ``prolog_data``/``epilog_data`` arrays) are fused into the
@@ -1024,7 +1035,7 @@ class FFT:
             self._problems[direction], self._selections[direction] = problem, sel
         return self
 
-    def execute(self, *, direction=None, stream=None):
+    def execute(self, *, direction: Literal["forward", "inverse"] | None = None, stream: Stream = None) -> Array:
         """Run the transform; ``direction`` ``"forward"``/``"inverse"`` (C2C; R2C is forward, C2R inverse).
 
         Returns the result in the operand's framework (the operand itself when ``inplace``).
@@ -1059,7 +1070,7 @@ class FFT:
             return self._x
         return result
 
-    def reset_operand(self, x=None, *, stream=None):
+    def reset_operand(self, x: Array | None = None, *, stream: Stream = None) -> None:
         """Swap in a new operand of the same framework, device, dtype and shape (``None`` drops the
         reference). Strides may change: plans are then looked up again in the cache."""
         self._check_alive("reset operand")
@@ -1089,10 +1100,10 @@ class FFT:
         self._problems.clear()
         self._freed = True
 
-    def __enter__(self):
+    def __enter__(self) -> FFT:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         self.free()
         return False
 
