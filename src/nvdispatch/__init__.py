@@ -8,7 +8,15 @@
 from __future__ import annotations
 
 from . import errors
-from ._backends import register_backend, set_backend, set_global_backend, skip_backend
+from ._backends import (
+    get_state,
+    register_backend,
+    reset_backends,
+    set_backend,
+    set_global_backend,
+    set_state,
+    skip_backend,
+)
 from ._epilog import Epilog
 from ._explain import explain
 from ._fp8 import MatmulQuantizationScales
@@ -32,6 +40,9 @@ __all__ = [
     "set_global_backend",
     "register_backend",
     "skip_backend",
+    "get_state",
+    "set_state",
+    "reset_backends",
     "errors",
     "fft",
     "device",

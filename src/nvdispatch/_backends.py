@@ -1,31 +1,49 @@
 """Backend control in the style of ``scipy.fft``: ``set_backend``, ``set_global_backend``,
-``register_backend`` and ``skip_backend``.
+``register_backend``, ``skip_backend``, ``get_state``/``set_state`` and ``reset_backends``.
 
 Resolution order for a call (as SciPy/uarray): the backends of active ``set_backend`` contexts, innermost
 first; then the global backend; then registered backends (``set_global_backend(..., try_last=True)`` puts
-the global one after them); then the built-in default executors for the operands' framework and device.
-A backend set with ``only=True`` ends the list after itself; ``coerce=True`` lets it convert operands of
-other frameworks and implies ``only``. ``skip_backend`` removes a backend from the list wherever it is.
+the global one after them); then the default executors for the operands' framework and device (the
+framework adapter's ``default_executors``). A backend set with ``only=True`` ends the list after itself;
+``coerce=True`` lets it convert operands of other frameworks and implies ``only``. ``skip_backend``
+removes a backend from the list wherever it is.
 
-Context state lives in ``contextvars``, so it is local to each thread and asyncio task; global and
-registered backends are process-wide and guarded by a lock.
+State
+-----
+What the ``with`` blocks set is one immutable :class:`BackendState` held in one ``ContextVar``: local to
+each thread and asyncio task, inherited by tasks (and by threads run in a copied context) and kept by
+them after the block that set it exits in its own thread/task. :func:`get_state` returns it and
+:func:`set_state` makes it current in another thread or task (``with nvdispatch.set_state(state):``), as
+uarray allows. The global and registered backends are process-wide: one immutable snapshot replaced under
+a lock. Both snapshots carry a small integer ``key``, equal for equal states, which the call route puts in
+its plan-cache keys.
+
+Context objects hold no state of their own: one ``set_backend`` object may be entered from several
+threads and tasks at once, and re-entered. Leaving a ``with`` block runs no Python code (see
+:class:`_ExitHook`), so a ``KeyboardInterrupt`` arriving at any point cannot leave the context active.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
+import io
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from . import executors as _executors
-from .errors import UnknownBackendError, describe
+from .errors import InvalidArgumentError, UnknownBackendError, describe
 
 __all__ = [
     "set_backend",
     "set_global_backend",
     "register_backend",
     "skip_backend",
+    "get_state",
+    "set_state",
+    "reset_backends",
+    "BackendState",
     "resolve_backend",
     "candidates",
     "Candidate",
@@ -39,21 +57,76 @@ class Candidate:
     only: bool
 
 
-_local: contextvars.ContextVar[tuple[Candidate, ...]] = contextvars.ContextVar("nvdispatch_local", default=())
-_skipped: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar("nvdispatch_skipped", default=())
 _lock = threading.Lock()
-_global: Candidate | None = None
-_global_try_last = False
-_registered: tuple[Any, ...] = ()
-# How many set_backend/skip_backend contexts are open in any thread, plus one for a global backend and
-# one for registered backends: zero lets the hot path skip resolution with one global read.
-_in_use = 0
+#: (local, skipped) -> a small int, the same for equal states (cheap to hash in plan-cache keys)
+_state_keys: dict[tuple, int] = {}
 
 
-def _count(delta: int) -> None:
-    global _in_use
+def _key_of(value: tuple) -> int:
+    key = _state_keys.get(value)
+    if key is None:
+        with _lock:
+            key = _state_keys.setdefault(value, len(_state_keys))
+    return key
+
+
+class BackendState:
+    """An immutable snapshot of the backends set in a thread/task: ``local`` (active ``set_backend``
+    candidates, innermost last) and ``skipped`` (executors skipped). Get it with :func:`get_state`;
+    make it current elsewhere with :func:`set_state`."""
+
+    __slots__ = ("local", "skipped", "key", "_parent", "_entered_by")
+
+    def __init__(self, local=(), skipped=(), *, parent=None, entered_by=None):
+        self.local: tuple[Candidate, ...] = tuple(local)
+        self.skipped: tuple[Any, ...] = tuple(skipped)
+        self.key: int = _key_of((self.local, tuple(id(s) for s in self.skipped)))
+        self._parent = parent
+        self._entered_by = entered_by
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BackendState) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return self.key
+
+    def __repr__(self) -> str:
+        local = [c.executor.name for c in self.local]
+        return f"<nvdispatch.BackendState local={local} skipped={[s.name for s in self.skipped]}>"
+
+    def __reduce__(self):
+        # carried into Dask tasks / other processes: the value, not the chain of enclosing blocks
+        return (BackendState, (self.local, self.skipped))
+
+
+_EMPTY = BackendState()
+_state: contextvars.ContextVar[BackendState] = contextvars.ContextVar("nvdispatch_backends", default=_EMPTY)
+
+
+@dataclass(frozen=True)
+class _Global:
+    """The process-wide part: the global backend (and whether it goes last) and the registered ones."""
+
+    candidate: Candidate | None = None
+    try_last: bool = False
+    registered: tuple[Any, ...] = ()
+    key: int = 0
+
+
+_global = _Global()
+
+
+def _set_global(**changes) -> None:
+    global _global
     with _lock:
-        _in_use += delta
+        fields = {"candidate": _global.candidate, "try_last": _global.try_last, "registered": _global.registered}
+        fields.update(changes)
+        _global = _Global(**fields, key=_global.key + 1)
+
+
+def state_keys() -> tuple[int, int]:
+    """``(context key, global key)``: equal whenever the backend resolution is the same."""
+    return _state.get().key, _global.key
 
 
 def _is_executor(obj: Any) -> bool:
@@ -65,10 +138,10 @@ def resolve_backend(backend: Any, argument: str = "backend"):
     if isinstance(backend, str):
         inst = _executors.builtin(backend)
         if inst is None:
-            for reg in _registered:
+            for reg in _global.registered:
                 if reg.name == backend:
                     return reg
-            known = sorted(set(_executors.BUILTIN) | {r.name for r in _registered})
+            known = sorted(set(_executors.BUILTIN) | {r.name for r in _global.registered})
             raise UnknownBackendError(argument, f"one of {known} or an executor object", repr(backend))
         return inst
     if _is_executor(backend):
@@ -80,8 +153,83 @@ def resolve_backend(backend: Any, argument: str = "backend"):
     )
 
 
-class set_backend:
-    """Context manager: prefer ``backend`` for calls made inside the ``with`` block (this thread/task only).
+class _Exit(io.IOBase):
+    """A C-level ``__exit__``: ``io.IOBase.__exit__(*exc)`` calls ``self.close()`` and returns its
+    result. :meth:`_StateContext.__enter__` sets ``close`` to ``functools.partial(ContextVar.reset,
+    token)`` (C, returns None), so leaving the block restores the state without running Python code,
+    and a KeyboardInterrupt cannot land in between. ``close`` as a method is the fallback for an exit
+    called by hand (``cm.__exit__(...)``) without a matching ``with`` entry."""
+
+    closed = True  # so IOBase's finalizer never calls close() again
+
+    def __init__(self, owner):
+        self._owner = owner
+
+    def close(self):  # only when __enter__ did not bind the C reset (a hand-called __exit__)
+        return _manual_exit(self._owner)
+
+
+_pending = threading.local()  # (context object, _Exit) between the __exit__ lookup and __enter__
+
+
+class _ExitHook:
+    """The ``__exit__`` of backend contexts, as a descriptor. A ``with`` statement looks ``__exit__``
+    up before it calls ``__enter__``: the lookup returns the bound C method of a fresh :class:`_Exit`,
+    which ``__enter__`` (next, on this thread) arms with the token of the state it sets."""
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return _class_exit
+        hook = _Exit(obj)
+        _pending.slot = (obj, hook)
+        return hook.__exit__
+
+
+def _class_exit(self, *exc):
+    """``type(cm).__exit__(cm, ...)`` (as ``contextlib.ExitStack`` calls it)."""
+    return _manual_exit(self)
+
+
+def _manual_exit(owner) -> None:
+    """Leave the innermost block ``owner`` entered in this thread/task (and any left open inside it)."""
+    state = _state.get()
+    while state is not None and state._entered_by is not owner:
+        state = state._parent
+    if state is None:
+        raise InvalidArgumentError(
+            "context", f"a {type(owner).__name__} entered in this thread/task", "one that is not active here"
+        )
+    _state.set(state._parent)
+
+
+class _StateContext:
+    """Base of the backend context managers: ``__enter__`` makes ``self._new_state(current)`` current
+    in this thread/task; leaving restores what was current before (see :class:`_ExitHook`)."""
+
+    __exit__ = _ExitHook()
+
+    def _new_state(self, current: BackendState) -> BackendState:
+        raise NotImplementedError
+
+    def __enter__(self):
+        slot = getattr(_pending, "slot", None)
+        _pending.slot = None
+        hook = slot[1] if slot is not None and slot[0] is self else None
+        old = _state.get()
+        new = self._new_state(old)
+        try:
+            token = _state.set(new)
+            if hook is not None:
+                hook.close = functools.partial(_state.reset, token)
+            return self
+        except BaseException:  # interrupted after the set: the block is not entered, undo it
+            _state.set(old)
+            raise
+
+
+class set_backend(_StateContext):
+    """Context manager: prefer ``backend`` for calls made inside the ``with`` block (this thread/task and
+    the tasks it starts).
 
     Parameters
     ----------
@@ -93,6 +241,8 @@ class set_backend:
     only : bool
         If the backend declines, fail instead of trying further backends.
 
+    One object may be entered from several threads or tasks at once, and re-entered.
+
     Examples
     --------
     >>> import numpy as np, nvdispatch
@@ -102,35 +252,64 @@ class set_backend:
 
     def __init__(self, backend: Any, coerce: bool = False, only: bool = False):
         self._candidate = Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
-        self._tokens: list[contextvars.Token] = []
 
-    def __enter__(self):
-        self._tokens.append(_local.set(_local.get() + (self._candidate,)))
-        _count(1)
-        return self
-
-    def __exit__(self, *exc):
-        _local.reset(self._tokens.pop())
-        _count(-1)
-        return False
+    def _new_state(self, current: BackendState) -> BackendState:
+        return BackendState(current.local + (self._candidate,), current.skipped, parent=current, entered_by=self)
 
 
-class skip_backend:
-    """Context manager: never use ``backend`` inside the ``with`` block (this thread/task only)."""
+class skip_backend(_StateContext):
+    """Context manager: never use ``backend`` inside the ``with`` block (this thread/task only).
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> with nvdispatch.skip_backend("torch"):
+    ...     r = nvdispatch.matmul(np.eye(2), np.ones((2, 2)))
+    """
 
     def __init__(self, backend: Any):
         self._executor = resolve_backend(backend)
-        self._tokens: list[contextvars.Token] = []
 
-    def __enter__(self):
-        self._tokens.append(_skipped.set(_skipped.get() + (self._executor,)))
-        _count(1)
-        return self
+    def _new_state(self, current: BackendState) -> BackendState:
+        return BackendState(current.local, current.skipped + (self._executor,), parent=current, entered_by=self)
 
-    def __exit__(self, *exc):
-        _skipped.reset(self._tokens.pop())
-        _count(-1)
-        return False
+
+class set_state(_StateContext):
+    """Context manager: make ``state`` (from :func:`get_state`, maybe in another thread or task) the
+    backend state inside the ``with`` block.
+
+    Examples
+    --------
+    >>> import threading, numpy as np, nvdispatch
+    >>> with nvdispatch.set_backend("numpy", only=True):
+    ...     state = nvdispatch.get_state()
+    >>> def work():
+    ...     with nvdispatch.set_state(state):
+    ...         return nvdispatch.explain(np.eye(2), np.eye(2)).executor
+    >>> work()
+    'numpy'
+    """
+
+    def __init__(self, state: BackendState):
+        if not isinstance(state, BackendState):
+            raise InvalidArgumentError("state", "a BackendState from nvdispatch.get_state()", describe(state))
+        self._state = state
+
+    def _new_state(self, current: BackendState) -> BackendState:
+        return BackendState(self._state.local, self._state.skipped, parent=current, entered_by=self)
+
+
+def get_state() -> BackendState:
+    """The backend state of this thread/task (what its active ``set_backend``/``skip_backend`` blocks
+    set), to carry into worker threads or Dask tasks with :class:`set_state`.
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> nvdispatch.get_state().local
+    ()
+    """
+    return _state.get()
 
 
 def set_global_backend(backend: Any, coerce: bool = False, only: bool = False, try_last: bool = False) -> None:
@@ -138,11 +317,8 @@ def set_global_backend(backend: Any, coerce: bool = False, only: bool = False, t
 
     ``try_last=True`` tries registered backends before it, as in SciPy.
     """
-    global _global, _global_try_last, _in_use
     cand = None if backend is None else Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
-    with _lock:
-        _in_use += (cand is not None) - (_global is not None)
-        _global, _global_try_last = cand, bool(try_last)
+    _set_global(candidate=cand, try_last=bool(try_last))
 
 
 def register_backend(backend: Any) -> None:
@@ -150,42 +326,54 @@ def register_backend(backend: Any) -> None:
 
     A registered executor object can afterwards be selected by its ``name``.
     """
-    global _registered, _in_use
     ex = resolve_backend(backend)
-    with _lock:
-        if not any(r is ex for r in _registered):
-            _in_use += not _registered
-            _registered = _registered + (ex,)
+    if not any(r is ex for r in _global.registered):
+        _set_global(registered=_global.registered + (ex,))
+
+
+def reset_backends() -> None:
+    """Forget the global and registered backends, and end every ``set_backend``/``skip_backend``/
+    ``set_state`` block active in the calling thread or task: after a ``KeyboardInterrupt`` in an
+    interactive session, or between tests, this returns to the built-in defaults.
+
+    Other threads' and tasks' blocks are theirs. A ``with`` block still open when this is called restores,
+    on exit, what was active when it was entered.
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> nvdispatch.set_global_backend("numpy")
+    >>> nvdispatch.reset_backends()
+    >>> nvdispatch.get_state().local
+    ()
+    """
+    _set_global(candidate=None, try_last=False, registered=())
+    _state.set(_EMPTY)
 
 
 def _unregister_all() -> None:
     """Forget registered and global backends (for tests)."""
-    global _registered, _global, _global_try_last, _in_use
-    with _lock:
-        _in_use -= bool(_registered) + (_global is not None)
-        _registered, _global, _global_try_last = (), None, False
-
-
-def is_default_state() -> bool:
-    """True when no backend control is in effect (lets hot paths skip resolution)."""
-    return not _in_use
+    _set_global(candidate=None, try_last=False, registered=())
 
 
 def is_requested(executor: Any) -> bool:
     """Whether ``executor`` was asked for by name or object (an active ``set_backend`` or the global
     backend), as opposed to being tried as a default. Executors that decline some calls only to leave
     them to a faster default (e.g. plain GPU matmuls to the framework) take them when requested."""
-    return any(c.executor is executor for c in _local.get()) or (_global is not None and _global.executor is executor)
+    glob = _global.candidate
+    return any(c.executor is executor for c in _state.get().local) or (glob is not None and glob.executor is executor)
 
 
 def any_coercing() -> bool:
     """Whether some active backend may convert foreign operands."""
-    return any(c.coerce for c in _local.get()) or (_global is not None and _global.coerce)
+    glob = _global.candidate
+    return any(c.coerce for c in _state.get().local) or (glob is not None and glob.coerce)
 
 
 def candidates(framework: str, device_kind: str) -> list[Candidate]:
     """The executors to try, in order, for operands of ``framework`` on a ``device_kind`` device."""
-    skipped = _skipped.get()
+    state, glob_state = _state.get(), _global
+    skipped = state.skipped
     out: list[Candidate] = []
 
     def add(c: Candidate) -> bool:
@@ -196,15 +384,15 @@ def candidates(framework: str, device_kind: str) -> list[Candidate]:
             out.append(c)
         return c.only
 
-    for c in reversed(_local.get()):
+    for c in reversed(state.local):
         if add(c):
             return out
-    glob, regs = _global, _registered
-    if glob is not None and not _global_try_last and add(glob):
+    glob, regs, try_last = glob_state.candidate, glob_state.registered, glob_state.try_last
+    if glob is not None and not try_last and add(glob):
         return out
     for r in regs:
         add(Candidate(r, False, False))
-    if glob is not None and _global_try_last and add(glob):
+    if glob is not None and try_last and add(glob):
         return out
     for name in _executors.default_names(framework, device_kind):
         inst = _executors.builtin(name)

@@ -1,22 +1,90 @@
-"""The steps every call goes through: detect → select → plan (shared cache) → execute.
+"""The one route every call takes: call key → plan cache → (on a miss) detect → select → plan → store
+→ execute → wrap.
 
-Operation front-ends (``linalg``, ``fft``) describe their call as a *problem* and hand it here; nothing
-in this module knows what a matmul or an FFT is.
+A *call key* is built from the operands' adapter signatures (dtype, shape, strides, device...), the
+call's other arguments and the backend state keys; it is looked up first in the shared plan cache. On a
+miss the full path runs: detection (:mod:`nvdispatch._adapters`), validation into a *problem*, executor
+selection (:mod:`nvdispatch._backends`), strategy and plan (cached under the problem key), and the plan is
+stored under the call key too, so the next identical call costs one lookup. Operation front-ends
+(``linalg``, ``fft``) build their call keys and problems; nothing here knows what a matmul or an FFT is.
+
+DEBUG logging on ``logging.getLogger("nvdispatch")`` says which executor, strategy and plan (cache hit or
+miss) each call took.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import _backends
-from ._adapters import adapter_named
+from ._adapters import adapter_for, adapter_for_class, adapter_named
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._plan_cache import plan_cache
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError
 
-__all__ = ["Selection", "detect_all", "placement", "select", "choose_strategy", "get_plan", "plan_key", "Explanation"]
+__all__ = [
+    "Selection",
+    "detect_all",
+    "placement",
+    "select",
+    "choose_strategy",
+    "get_plan",
+    "plan_key",
+    "lookup",
+    "store",
+    "signature_of",
+    "wrap_result",
+    "log",
+    "Explanation",
+]
+
+log = logging.getLogger("nvdispatch")
+
+
+# -- call keys -----------------------------------------------------------------------------------------------
+def signature_of(cls: type):
+    """The adapter-signature function for arrays of class ``cls``, or None (no adapter claims the class, or
+    its adapter wraps results: those calls take the full path every time)."""
+    ad = adapter_for_class(cls)
+    if ad is None or ad.wraps:
+        return None
+    return ad.signature
+
+
+def lookup(key: Hashable | None):
+    """The plan stored under call key ``key`` (None: no key, no plan, or a key that cannot be hashed)."""
+    if key is None:
+        return None
+    try:
+        plan = plan_cache.peek(key)
+    except TypeError:  # an unhashable argument: the full path validates (and reports) it
+        return None
+    if plan is not None and log.isEnabledFor(logging.DEBUG):
+        log.debug("%s: plan cache hit (call key) -> %s strategy %r", key[0], type(plan).__name__, plan.strategy)
+    return plan
+
+
+def store(key: Hashable | None, plan) -> None:
+    """Keep ``plan`` under call key ``key`` too (no-op without a key)."""
+    if key is not None:
+        try:
+            plan_cache.put(key, plan)
+        except TypeError:
+            pass
+
+
+def wrap_result(result, like):
+    """``result`` as the type of the caller's operand ``like`` (only adapters with ``wraps`` change it)."""
+    ad = adapter_for(like)
+    if ad is None or not ad.wraps:
+        return result
+    if isinstance(result, tuple):
+        out, aux = result
+        return ad.wrap(out, like), {k: ad.wrap(v, like) for k, v in aux.items()}
+    return ad.wrap(result, like)
 
 
 def detect_all(named: Mapping[str, Any]) -> dict[str, OperandInfo]:
@@ -99,7 +167,24 @@ def plan_key(executor: Any, op: str, problem: Any, strategy: str) -> tuple:
 def get_plan(executor: Any, op: str, problem: Any, strategy: str):
     """The cached plan for (problem, executor, strategy), planned on a miss."""
     key = plan_key(executor, op, problem, strategy)
-    return plan_cache.get_or_create(key, lambda tuning: executor.plan(op, problem, strategy, tuning))
+    if not log.isEnabledFor(logging.DEBUG):
+        return plan_cache.get_or_create(key, lambda tuning: executor.plan(op, problem, strategy, tuning))
+    made = []
+
+    def factory(tuning):
+        made.append(True)
+        return executor.plan(op, problem, strategy, tuning)
+
+    plan = plan_cache.get_or_create(key, factory)
+    log.debug(
+        "%s: executor %r, strategy %r, plan %s (plan cache %s)",
+        op,
+        executor.name,
+        strategy,
+        type(plan).__name__,
+        "miss: planned" if made else "hit",
+    )
+    return plan
 
 
 def coerce_operands(selection: Selection, operands: dict[str, Any], names) -> dict[str, Any]:

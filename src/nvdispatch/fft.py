@@ -46,7 +46,6 @@ True
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,7 +53,20 @@ import array_api_compat
 import numpy as np
 
 from . import _backends, _fft_callbacks, _fft_convolve
-from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all, get_plan, placement, plan_key, select
+from ._dispatch import (
+    Explanation,
+    choose_strategy,
+    coerce_operands,
+    detect_all,
+    get_plan,
+    lookup,
+    placement,
+    plan_key,
+    select,
+    signature_of,
+    store,
+    wrap_result,
+)
 from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from ._fft_problem import FUNCS, FFTProblem, build_fft_problem, check_norm
 from ._plan_cache import plan_cache
@@ -104,52 +116,43 @@ def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     framework, device = placement(infos)
     info = infos["x"]
     problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
-    # CPU DLPack objects are executed through their zero-copy NumPy view
-    operand = info.array if framework == "dlpack" and device.kind == "cpu" else x
-    return problem, select("fft", problem), operand
+    # the operand as executors take it (e.g. a CPU DLPack object's zero-copy NumPy view)
+    return problem, select("fft", problem), info.array
 
 
-def _fast_key(x):
-    """A cache key for the operand's layout when it is a plain NumPy/Torch/CuPy array, else None."""
-    t = type(x)
-    if t is np.ndarray:
-        return (t, x.dtype, x.shape, x.strides)
-    mod = t.__module__
-    if mod == "torch" and t.__name__ in ("Tensor", "Parameter"):
-        autograd = x.requires_grad and sys.modules["torch"].is_grad_enabled()
-        return (t, x.dtype, tuple(x.shape), x.stride(), x.device, autograd)
-    if mod.startswith("cupy") and t.__name__ == "ndarray":
-        return (t, x.dtype, x.shape, x.strides, x.device.id)
-    return None
+def _call_key(func: str, x, n, axis, s, axes, norm):
+    """The call key of a transform (see ``_dispatch``), or None when the call does not qualify."""
+    sig = signature_of(x.__class__)
+    if sig is None:
+        return None
+    s_key, axes_key = _int_seq(s), _int_seq(axes)
+    if s_key is False or axes_key is False:
+        return None
+    state = _backends._state.get().key
+    return ("fft", func, x.__class__, sig(x), n, axis, s_key, axes_key, norm, state, _backends._global.key)
+
+
+def _int_seq(v):
+    """``v`` as a key part: None, an int, or a tuple of ints; False when it is anything else (arrays of
+    axes, ...): such calls are validated in full every time instead of growing the cache."""
+    if v is None or v.__class__ is int:
+        return v
+    if v.__class__ in (tuple, list) and all(e.__class__ is int for e in v):
+        return tuple(v)
+    return False
 
 
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
-    # Fast path: a NumPy/Torch/CuPy operand and no backend control in effect -> one cache lookup.
-    if _backends.is_default_state():
-        xk = _fast_key(x)
-        if xk is not None:
-            key = ("fft-fast", func, xk, n, axis, _hashable(s), _hashable(axes), norm)
-            try:
-                plan = plan_cache.get(key)
-            except TypeError:  # unhashable arguments: validation below explains
-                plan, key = None, None
-            if plan is not None:
-                return plan.execute({"x": x}, stream)
-            problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
-            plan = get_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
-            if key is not None:
-                plan_cache.put(key, plan)
-            return plan.execute({"x": operand}, stream)
-    problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
-    plan = get_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
-    operands = coerce_operands(sel, {"x": operand}, ("x",))
-    return plan.execute(operands, stream)
-
-
-def _hashable(v):
-    if v is None or isinstance(v, (int, str)):
-        return v
-    return ("seq", *v) if isinstance(v, (tuple, list)) else object()
+    key = _call_key(func, x, n, axis, s, axes, norm)
+    plan = lookup(key)
+    if plan is None:
+        problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
+        plan = get_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
+        if not sel.coerce:
+            store(key, plan)
+        operands = coerce_operands(sel, {"x": operand}, ("x",))
+        return wrap_result(plan.execute(operands, stream), x)
+    return plan.execute({"x": x}, stream)
 
 
 def explain_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None) -> Explanation:

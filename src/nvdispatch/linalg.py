@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -17,9 +16,13 @@ from ._dispatch import (
     coerce_operands,
     detect_all,
     get_plan,
+    lookup,
     placement,
     plan_key,
     select,
+    signature_of,
+    store,
+    wrap_result,
 )
 from ._epilog import INPUTS, Epilog, spec_of
 from ._fp8 import build_fp8_problem, scale_values, wants_fp8
@@ -159,75 +162,58 @@ def matmul(
     >>> nvdispatch.matmul(x, w, epilog=nvdispatch.Epilog.RELU_BIAS, epilog_inputs={"bias": bias})[0]
     array([0., 2.], dtype=float32)
     """
-    # Hot path: with no backend control in effect, a call whose operands look like an earlier call's
-    # (same array type, dtypes, shapes, strides, devices, epilog) reuses that call's plan after one
-    # cache lookup, skipping detection, validation and selection (they gave the same answer then).
-    fast = (
-        c is None
-        and beta is None
-        and options is None
-        and preferences is None
-        and quantization_scales is None
-        and not _backends._in_use
+    key = None if quantization_scales is not None else _call_key(
+        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences
     )
-    key = _fast_key(a, b, alpha, epilog, epilog_inputs) if fast else None
-    if key is not None:
-        plan = plan_cache.peek(key)
-        if plan is not None:
-            if alpha == 1 and stream is None:  # plans may offer a direct call for this case
-                if epilog is None:
-                    plain = getattr(plan, "plain", None)
-                    if plain is not None:
-                        return plain(a, b)
-                else:
-                    fused = getattr(plan, "fused_bias", None)
-                    if fused is not None:
-                        return fused(epilog_inputs["bias"], a, b)
-            return plan.execute(_operands(a, b, None, alpha, None, epilog_inputs), stream)
+    plan = lookup(key)
+    if plan is None:
+        return _plan_and_run(
+            key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales
+        )
+    if stream is None and alpha == 1 and c is None:
+        direct = getattr(plan, "direct", None)
+        if direct is not None:
+            return direct(a, b) if epilog_inputs is None else direct(a, b, *epilog_inputs.values())
+    return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs), stream)
 
-    problem, sel, strategy, _ = _prepare(
-        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
+
+def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):
+    """The full path of a call: detect, validate, select, plan (and keep the plan under the call key when
+    every call with that key validates and selects the same way), execute, wrap."""
+    problem, sel, strategy, infos = _prepare(
+        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales
     )
     plan = get_plan(sel.executor, "matmul", problem, strategy)
-    if fast and not sel.coerce and _alpha_class_always_valid(alpha, problem.result_dtype):
-        signature = _SIGNATURE_OF.get(problem.framework)
-        if signature is not None:
-            _FAST_SIGNATURES.setdefault(type(a), signature)
-            key = key or _fast_key(a, b, alpha, epilog, epilog_inputs)
-            if key is not None:
-                plan_cache.put(key, plan)
-    operands = _operands(a, b, c, alpha, beta, epilog_inputs, quantization_scales)
-    return plan.execute(coerce_operands(sel, operands, _OPERAND_NAMES), stream)
+    scalars_ok = _scalar_class_always_valid(alpha, problem.result_dtype) and (
+        beta is None or _scalar_class_always_valid(beta, problem.result_dtype)
+    )
+    if not sel.coerce and scalars_ok:
+        store(key, plan)
+    operands = _operands(a, b, c, alpha, beta, epilog_inputs, scales)
+    operands.update((name, info.array) for name, info in infos.items())  # as executors take them
+    operands = coerce_operands(sel, operands, _OPERAND_NAMES)
+    return wrap_result(plan.execute(operands, stream), a)
 
 
-def _numpy_signature(x):
-    return (x.dtype, x.shape, x.strides)
-
-
-def _torch_signature(x):
-    return (x.dtype, x.shape, x.stride(), x.device, x.requires_grad and _torch_grad_enabled())
-
-
-def _torch_grad_enabled() -> bool:
-    return sys.modules["torch"].is_grad_enabled()
-
-
-def _cupy_signature(x):
-    return (x.dtype, x.shape, x.strides, x.device.id)
-
-
-_SIGNATURE_OF = {"numpy": _numpy_signature, "torch": _torch_signature, "cupy": _cupy_signature}
-#: array class -> what of an operand of that class a plan depends on (classes are added as they are seen)
-_FAST_SIGNATURES = {np.ndarray: _numpy_signature}
 _SCALARS = (int, float, complex)
 
 
-def _fast_key(a, b, alpha, epilog, epilog_inputs):
-    """The hot-path cache key of a call, or None when the call does not qualify."""
+def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
+    """The call key of a matmul (see ``_dispatch``): the operands' adapter signatures (all operands of one
+    array class), the scalars' classes, the epilog, options, preferences and backend state; None when the
+    call does not qualify (it then takes the full path)."""
     cls = a.__class__
-    sig = _FAST_SIGNATURES.get(cls)
+    sig = signature_of(cls)
     if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS:
         return None
+    if c is None:
+        if beta is not None:
+            return None
+        c_sig = None
+    elif c.__class__ is not cls or beta.__class__ not in _SCALARS and beta is not None:
+        return None
+    else:
+        c_sig = (sig(c), beta.__class__)
     if epilog_inputs is None:
         inputs = None
     elif epilog_inputs.__class__ is dict:
@@ -239,14 +225,24 @@ def _fast_key(a, b, alpha, epilog, epilog_inputs):
         inputs = tuple(inputs)
     else:
         return None
-    try:
-        return ("matmul-fast", cls, sig(a), sig(b), epilog, inputs, alpha.__class__)
-    except TypeError:  # an unhashable epilog argument: let the full path report it
-        return None
+    return (
+        "matmul",
+        cls,
+        sig(a),
+        sig(b),
+        epilog,
+        inputs,
+        alpha.__class__,
+        c_sig,
+        options,
+        preferences,
+        _backends._state.get().key,
+        _backends._global.key,
+    )
 
 
-def _alpha_class_always_valid(alpha, result_dtype: str) -> bool:
-    """Whether every alpha of this Python class is valid for the result dtype (the key holds the class)."""
+def _scalar_class_always_valid(alpha, result_dtype: str) -> bool:
+    """Whether every scalar of this Python class is valid for the result dtype (the key holds the class)."""
     if alpha.__class__ is complex:
         return result_dtype.startswith("complex")
     return alpha.__class__ is int or result_dtype.startswith(("float", "bfloat", "complex"))

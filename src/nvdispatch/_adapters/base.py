@@ -20,8 +20,10 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     converting a foreign array into this framework, this framework's array to NumPy (host copy), and
     this framework's array into something other frameworks can import (DLPack/CAI);
 ``wrap(result, like)``
-    the result of an executor presented as the caller's type (identity for frameworks whose executors
-    already return their own type; ``wraps`` says whether the route needs to call it at all).
+    for frameworks that run on another framework's executors (``wraps = True``; ``info`` then describes
+    the operand as that framework's array, ``OperandInfo.array`` being what executors receive): their
+    result presented as the caller's type. Frameworks whose executors take and return their own arrays
+    leave ``wraps`` False, and the route never calls it.
 
 Only adapters branch on a framework; everything else asks them (see ``nvdispatch._adapters``).
 """
@@ -29,7 +31,7 @@ Only adapters branch on a framework; everything else asks them (see ``nvdispatch
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,10 +106,10 @@ class Adapter:
         """Describe operand ``x`` (called ``name`` in error messages)."""
         raise NotImplementedError
 
-    def signature(self, x: Any) -> Hashable:
-        """What a plan depends on of ``x`` (dtype, shape, strides, device, autograd), cheaply."""
-        info = self.info("x", x)
-        return (info.dtype, info.shape, info.strides, info.device, info.autograd)
+    #: ``signature(x)``: what a plan depends on of ``x`` (dtype, shape, strides, device, autograd...), as
+    #: a cheap hashable value; None (the default): calls with these arrays take the full route every time
+    #: (needed where executors receive ``OperandInfo.array`` rather than ``x`` itself)
+    signature: Callable[[Any], Hashable] | None = None
 
     # -- placement ---------------------------------------------------------------------------------------
     def device(self, x: Any) -> Device:

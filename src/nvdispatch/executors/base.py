@@ -32,7 +32,16 @@ __all__ = ["Executor", "Plan", "ModularExecutor"]
 
 @runtime_checkable
 class Plan(Protocol):
-    """A prepared operation. ``steps`` describe what it does, for ``explain()``."""
+    """A prepared operation. ``steps`` describe what it does, for ``explain()``.
+
+    ``execute(operands, stream)`` runs it for any call whose call key or problem maps to this plan;
+    everything that does not vary per call is bound when the plan is made.
+
+    ``direct`` (optional; None or absent when the plan has none) is a callable the route uses instead of
+    ``execute`` when every per-call value other than the arrays is at its default (``alpha`` 1, no ``c``,
+    the current stream): ``direct(a, b, *epilog_input_arrays)`` for matmul (epilog inputs in the order the
+    caller gave them), ``direct(x)`` for fft. It must return exactly what ``execute`` would.
+    """
 
     strategy: str
     steps: tuple[str, ...]

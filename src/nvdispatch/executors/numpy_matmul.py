@@ -88,6 +88,8 @@ class NumpyMatmulPlan:
         self.ops = NumpyEpilogOps(inplace=strategy == "inplace", dtype=self.dtype)
         spec = problem.epilog
         self.steps = self._describe(spec)
+        #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul
+        self.direct = self._matmul_only if not spec.steps and not spec.outputs and problem.c is None else None
 
     def _rows_for(self, block_bytes: int, row_bytes: int) -> int:
         p = self.problem
@@ -116,8 +118,8 @@ class NumpyMatmulPlan:
 
     # -- execution ------------------------------------------------------------------------------------
     @staticmethod
-    def plain(a, b):
-        """The hot path of a plain matmul of two NumPy arrays (no c, alpha 1, no epilog)."""
+    def _matmul_only(a, b):
+        """A plain matmul of two NumPy arrays (no c, alpha 1, no epilog)."""
         out = np.matmul(a, b)
         return out if type(out) is np.ndarray else np.asarray(out)
 

@@ -121,17 +121,18 @@ class TorchMatmulPlan:
             how = "in place" if strategy == "inplace" else "separate Torch op"
             self.steps = ("torch.matmul", *(f"{s} ({how})" for s in problem.epilog.steps))
         self.steps += compute_type_note(problem, "Torch's own matmul precision (torch.backends settings)")
-        # Direct calls for the hot path (alpha 1, the current stream, no cast needed): ``plain(a, b)`` for a
-        # plain product, ``fused_bias(bias, a, b)`` for a Torch-fused bias epilog with a 1-D bias.
+        # The Plan protocol's direct call (alpha 1, the current stream, no cast needed): ``direct(a, b)`` is
+        # torch.matmul for a plain product; ``direct(a, b, bias)`` the Torch-fused bias epilog (1-D bias).
         plain = not problem.epilog.steps and problem.c is None
         same = problem.a.dtype == problem.b.dtype == problem.result_dtype
-        self.plain = _torch_matmul() if plain and same else None
+        self.direct = _torch_matmul() if plain and same else None
         self.fused_bias = None
         self._bias_only = name == "BIAS"
         if strategy == "framework_fused" and same:
             bias = dict(problem.inputs)["bias"]
             if len(bias.shape) == 1 and (name == "BIAS" or not problem.autograd):
-                self.fused_bias = _fused_bias_op(name)
+                fused = self.fused_bias = _fused_bias_op(name)
+                self.direct = lambda a, b, bias: fused(bias, a, b)
 
     def release(self) -> None:
         pass
