@@ -60,17 +60,18 @@ def carry_state() -> CarriedState:
     # Until the registry's public get_state() lands, the state is read here (and only here).
     from .. import _backends as registry
 
-    chosen = [(c.executor, c.coerce, c.only) for c in registry._local.get()]  # outermost first
+    local, glob = registry.get_state(), registry._global
+    chosen = [(c.executor, c.coerce, c.only) for c in local.local]  # outermost first
     outer = []
-    if registry._global is not None and not registry._global_try_last:
-        outer.append((registry._global.executor, registry._global.coerce, registry._global.only))
-    outer += [(r, False, False) for r in registry._registered]
-    if registry._global is not None and registry._global_try_last:
-        outer.append((registry._global.executor, registry._global.coerce, registry._global.only))
+    if glob.candidate is not None and not glob.try_last:
+        outer.append((glob.candidate.executor, glob.candidate.coerce, glob.candidate.only))
+    outer += [(r, False, False) for r in glob.registered]
+    if glob.candidate is not None and glob.try_last:
+        outer.append((glob.candidate.executor, glob.candidate.coerce, glob.candidate.only))
     # contexts are tried innermost first: the global/registered ones go outermost, reversed
     chosen = list(reversed(outer)) + chosen
     kept = tuple((_ref(e), co, on) for e, co, on in chosen if getattr(e, "name", None) != _SELF)
-    skipped = tuple(_ref(e) for e in registry._skipped.get() if getattr(e, "name", None) != _SELF)
+    skipped = tuple(_ref(e) for e in local.skipped if getattr(e, "name", None) != _SELF)
     state = CarriedState(kept, skipped)
     users = [r for r, _, _ in kept if not isinstance(r, str)] + [r for r in skipped if not isinstance(r, str)]
     if users:
