@@ -13,8 +13,10 @@ device as ``x``). The same function runs on every executor:
   into a generated kernel (load -> prolog -> block FFT -> epilog -> store, sizes up to 4096) or into cuFFT as
   an LTO callback; ``explain()`` says which.
 * everywhere else (NumPy, Torch, CuPy): called once on whole arrays, ``value`` the input (or output) array
-  and ``index`` an int64 array of the same shape. Write it with operators and ``h[i]`` indexing, which
-  mean the same on a scalar and on arrays, and the results agree.
+  and ``index`` an int64 array of the same shape. Write it with operators, comparisons, ``abs`` and
+  ``h[i]`` indexing, which mean the same on a scalar and on arrays, and the results agree. (Method names
+  differ between libraries: the complex conjugate is ``v.conjugate()`` for Numba, NumPy and CuPy, but
+  ``v.conj()`` for Torch tensors.) Dask arrays are not supported with callbacks.
 
 The layout of ``index``
 -----------------------

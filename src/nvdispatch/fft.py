@@ -274,6 +274,14 @@ _ONE_D_DOC = """
         Where to write the result (NumPy: ``same_kind`` casting; may be the input itself); returned.
     stream : optional
         GPU stream (ignored on the CPU).
+    prolog, epilog : callable, optional
+        ``f(value, index, *data)`` applied to every input element as the transform loads it (prolog) and to
+        every normalised output element before it is stored (epilog); ``index`` is the element's flat
+        C-order position in the logical input (after padding/trimming) or output. Fused on the GPU (a
+        generated kernel, or cuFFT LTO callbacks), called on whole arrays elsewhere; see
+        :mod:`nvdispatch._fft_callbacks`.
+    prolog_data, epilog_data : array or tuple of arrays, optional
+        Extra arguments of the prolog/epilog (same framework and device as ``a``).
     """
 
 _N_D_DOC = """
@@ -294,6 +302,14 @@ _N_D_DOC = """
         Where to write the result; returned.
     stream : optional
         GPU stream (ignored on the CPU).
+    prolog, epilog : callable, optional
+        ``f(value, index, *data)`` applied to every input element as the transform loads it (prolog) and to
+        every normalised output element before it is stored (epilog); ``index`` is the element's flat
+        C-order position in the logical input (after padding/trimming) or output. Fused on the GPU (a
+        generated kernel, or cuFFT LTO callbacks), called on whole arrays elsewhere; see
+        :mod:`nvdispatch._fft_callbacks`.
+    prolog_data, epilog_data : array or tuple of arrays, optional
+        Extra arguments of the prolog/epilog (same framework and device as ``a``).
     """
 
 
