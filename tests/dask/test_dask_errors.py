@@ -85,3 +85,19 @@ def test_a_worker_killed_during_compute_still_gives_the_right_result(client):
     close(got, np.maximum(a @ b + bias, 0), "float64")
     client.wait_for_workers(2, timeout=60)
     assert victim not in client.scheduler_info()["workers"]  # it did die (its nanny started a new one)
+
+
+def test_a_bit_mask_aux_of_unknown_width_is_taken_block_for_block():
+    """cuBLASLt's ReLU bit mask has a width per block only the block executor knows (NaN chunk sizes along
+    the last axis): a DRELU call takes it block for block, rechunking the rows only."""
+    import math
+
+    mask = da.from_array(np.zeros((6, 16), np.uint8), chunks=(3, 8))
+    mask = mask.map_blocks(lambda b: b[:, :2], chunks=((3, 3), (math.nan, math.nan)), dtype=np.uint8)
+    a, b = _x((6, 4), (2, 4)), _x((4, 10), (4, 5))
+    r = nvdispatch.matmul(a, b, epilog="DRELU", epilog_inputs={"relu_aux": mask})
+    assert r.chunks == ((2, 2, 2), (5, 5))
+    with pytest.raises(errors.ShapeMismatchError, match=r"relu_aux"):
+        nvdispatch.matmul(a, _x((4, 10), ((4,), (4, 4, 2))), epilog="DRELU", epilog_inputs={"relu_aux": mask})
+    with pytest.raises(errors.UnsupportedOperandError, match=r"^b: "):
+        nvdispatch.matmul(a, mask)  # unknown sizes are taken only where a bit mask is expected

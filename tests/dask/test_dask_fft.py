@@ -166,3 +166,12 @@ def test_worker_plan_caches_serve_fft_blocks(client):
     close(client.compute(F.fft(x), sync=True), np.fft.fft(np.ones((64, 32))), "complex64")
     after = client.run(worker_plan_cache_stats)
     assert sum(s["hits"] for s in after.values()) > sum(s["hits"] for s in before.values())
+
+
+def test_integer_input_is_promoted_lazily(compute):
+    x = np.arange(24).reshape(4, 6)
+    X = da.from_array(x, chunks=(2, 4))
+    y = F.fft(X)
+    assert isinstance(y, da.Array) and y.dtype == np.complex128
+    (got,) = compute(y)
+    close(got, np.fft.fft(x), "complex128")

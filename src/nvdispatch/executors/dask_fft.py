@@ -14,6 +14,7 @@ the requested one. ``explain()`` lists each stage and what each rechunk moves.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -21,6 +22,8 @@ import numpy as np
 from .._fft_problem import FFTProblem
 from . import dask_graph as G
 from . import dask_tasks as T
+
+_log = logging.getLogger("nvdispatch")
 
 
 def decline(problem: FFTProblem) -> str | None:
@@ -205,6 +208,13 @@ class DaskFFTPlan:
                 dtype=np.dtype(st.out_dtype),
                 meta=G.meta_of(meta_like, len(st.out_chunks), st.out_dtype),
             )
+        _log.debug(
+            "dask fft %s: %d stage(s) %s, %d rechunk(s)",
+            x.name,
+            len(self.stages),
+            [st.func for st in self.stages],
+            sum(st.target is not None for st in self.stages),
+        )
         return x
 
 

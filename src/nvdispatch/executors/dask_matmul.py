@@ -19,6 +19,7 @@ over the blocks that share them.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from typing import Any
 
@@ -30,6 +31,7 @@ from . import dask_tasks as T
 
 #: partial products added per node of the K reduction
 SPLIT_EVERY = 4
+_log = logging.getLogger("nvdispatch")
 
 
 def decline(problem: MatmulProblem) -> str | None:
@@ -228,8 +230,10 @@ class DaskMatmulPlan:
                 else x[..., None, None]
             )
         target = self.targets[name]
-        if name == "relu_aux" and x.dtype == "uint8":
-            target = (*target[:-1], x.chunks[-1])
+        if name == "relu_aux" and x.dtype == "uint8":  # a bit mask: its last axis stays as the blocks made it
+            if tuple(x.chunks[:-1]) == tuple(target[:-1]):
+                return x
+            return x.rechunk(dict(enumerate(target[:-1])))
         return x if tuple(x.chunks) == tuple(target) else x.rechunk(target)
 
     def execute(self, operands, stream=None):
@@ -289,6 +293,13 @@ class DaskMatmulPlan:
                 dsk[(core, *idx)] = (T.matmul_block, call, a_key, b_key, c_in, *others)
                 if grad_here is not None:
                     self._collect(aux_parts, dsk, (core, *idx), grad_here, bidx, i, j, k)
+        _log.debug(
+            "dask matmul %s: %s output blocks, K in %d chunk(s), %d tasks of block calls and sums",
+            res,
+            "x".join(str(len(c)) for c in self.out_chunks),
+            nk,
+            len(dsk),
+        )
         tupled = bool(spec.outputs) and bgrad_ab is None
         res_dsk = dict(dsk)
         for idx in itertools.product(*grid):
