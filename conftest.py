@@ -38,3 +38,36 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# -- Dask (tests/dask): one 2-process LocalCluster for the session, and the schedulers -----------------------
+@pytest.fixture(scope="session")
+def dask_client():
+    """A ``distributed.LocalCluster`` of 2 worker processes (1 thread each, small memory, no dashboard)."""
+    distributed = pytest.importorskip("distributed")
+    import cloudpickle
+    import dask_reference  # tests/dask: the helpers run on the workers too, shipped by value
+
+    cloudpickle.register_pickle_by_value(dask_reference)
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="1GiB",
+            dashboard_address=None,
+            silence_logs=40,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(params=["sync", "distributed"])
+def dask_compute(request):
+    """``dask_compute(*arrays)``: on the synchronous scheduler, or on the session's LocalCluster."""
+    dask = pytest.importorskip("dask")
+    if request.param == "sync":
+        return lambda *xs: dask.compute(*xs, scheduler="sync")
+    client = request.getfixturevalue("dask_client")
+    return lambda *xs: client.compute(list(xs), sync=True)

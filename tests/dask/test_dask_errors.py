@@ -1,4 +1,4 @@
-"""Bad Dask input raises typed errors naming the argument when the call is made (not at compute), and a
+"""Bad Dask input raises typed errors naming the argument when the call is made (not at dask_compute), and a
 worker killed during compute() still gives the right, whole result."""
 
 from __future__ import annotations
@@ -67,24 +67,24 @@ def test_no_executor_when_dask_is_skipped():
         F.fft(_x())
 
 
-def test_a_worker_killed_during_compute_still_gives_the_right_result(client):
+def test_a_worker_killed_during_compute_still_gives_the_right_result(dask_client):
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((96, 48)), rng.standard_normal((48, 96))
     bias = rng.standard_normal(96)
     A = da.from_array(a, chunks=(8, 16)).map_blocks(slow_copy, 0.02)
     B = da.from_array(b, chunks=(16, 8)).map_blocks(slow_copy, 0.02)
     r = nvdispatch.matmul(A, B, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
-    future = client.compute(r)
+    future = dask_client.compute(r)
     deadline = time.monotonic() + 30
-    while not any(client.processing().values()) and time.monotonic() < deadline:
+    while not any(dask_client.processing().values()) and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.3)  # some blocks done, many in flight
-    victim = sorted(client.scheduler_info()["workers"])[0]
-    client.run(exit_soon, workers=[victim])
+    victim = sorted(dask_client.scheduler_info()["workers"])[0]
+    dask_client.run(exit_soon, workers=[victim])
     got = future.result(timeout=120)
     close(got, np.maximum(a @ b + bias, 0), "float64")
-    client.wait_for_workers(2, timeout=60)
-    assert victim not in client.scheduler_info()["workers"]  # it did die (its nanny started a new one)
+    dask_client.wait_for_workers(2, timeout=60)
+    assert victim not in dask_client.scheduler_info()["workers"]  # it did die (its nanny started a new one)
 
 
 def test_a_bit_mask_aux_of_unknown_width_is_taken_block_for_block():

@@ -47,14 +47,14 @@ def cases(draw):
     return func, x, chunks, kwargs
 
 
-def _check(case, compute):
+def _check(case, dask_compute):
     func, x, chunks, kwargs = case
     x0 = x.copy()
     X = da.from_array(x, chunks=chunks)
     got = getattr(F, func)(X, **kwargs)
     assert isinstance(got, da.Array)
     want = getattr(np.fft, func)(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64), **kwargs)
-    (value,) = compute(got)
+    (value,) = dask_compute(got)
     precision = "32" if x.dtype in (np.float32, np.complex64) else "64"
     assert value.dtype.kind == want.dtype.kind and str(value.dtype).endswith(
         precision if value.dtype.kind == "f" else ("64" if precision == "32" else "128")
@@ -72,12 +72,12 @@ def test_fft_sync(case):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
-def test_fft_local_cluster(case, client):
-    _check(case, lambda *xs: client.compute(list(xs), sync=True))
+def test_fft_local_cluster(case, dask_client):
+    _check(case, lambda *xs: dask_client.compute(list(xs), sync=True))
 
 
 @pytest.mark.parametrize("func", ONE_D + N_D)
-def test_every_function_chunked_and_unchunked(func, compute):
+def test_every_function_chunked_and_unchunked(func, dask_compute):
     rng = np.random.default_rng(0)
     x = (
         rng.standard_normal((6, 8))
@@ -87,7 +87,7 @@ def test_every_function_chunked_and_unchunked(func, compute):
     ref = getattr(np.fft, func)(x)
     unchunked = da.from_array(x, chunks=(2, 8))  # the transformed (last) axis whole: blockwise, no rechunk
     chunked = da.from_array(x, chunks=(4, 3))
-    got = compute(getattr(F, func)(unchunked), getattr(F, func)(chunked))
+    got = dask_compute(getattr(F, func)(unchunked), getattr(F, func)(chunked))
     close(got[0], ref, got[0].dtype, "unchunked")
     close(got[1], ref, got[1].dtype, "chunked")
 
@@ -119,28 +119,28 @@ def test_pencil_decomposition_never_makes_one_block():
         assert "on each of 1 blocks" not in s
 
 
-def test_fftfreq_with_chunks(compute):
+def test_fftfreq_with_chunks(dask_compute):
     for n, chunks in ((1, 1), (7, 3), (8, 2), (10, 4)):
         f, r = F.fftfreq(n, d=0.25, chunks=chunks), F.rfftfreq(n, d=0.25, chunks=chunks, dtype=np.float32)
         assert isinstance(f, da.Array) and r.dtype == np.float32
-        got = compute(f, r)
+        got = dask_compute(f, r)
         np.testing.assert_allclose(got[0], np.fft.fftfreq(n, 0.25))
         np.testing.assert_allclose(got[1], np.fft.rfftfreq(n, 0.25), rtol=1e-6)
     with pytest.raises(nvdispatch.errors.InvalidArgumentError):
         F.fftfreq(4, chunks=(1, 1))
 
 
-def test_fftshift_is_lazy(compute):
+def test_fftshift_is_lazy(dask_compute):
     x = np.arange(35.0).reshape(5, 7)
     X = da.from_array(x, chunks=(2, 3))
     s, i = F.fftshift(X), F.ifftshift(X, axes=(1,))
     assert isinstance(s, da.Array) and isinstance(i, da.Array)
-    got = compute(s, i)
+    got = dask_compute(s, i)
     np.testing.assert_array_equal(got[0], np.fft.fftshift(x))
     np.testing.assert_array_equal(got[1], np.fft.ifftshift(x, axes=(1,)))
 
 
-def test_stateful_fft_and_scipy_backend_take_dask_arrays(compute):
+def test_stateful_fft_and_scipy_backend_take_dask_arrays(dask_compute):
     import scipy.fft
 
     rng = np.random.default_rng(1)
@@ -152,26 +152,26 @@ def test_stateful_fft_and_scipy_backend_take_dask_arrays(compute):
         z = f.execute(direction="inverse")
     with scipy.fft.set_backend(F):
         w = scipy.fft.fft2(X)
-    got = compute(y, z, w)
+    got = dask_compute(y, z, w)
     close(got[0], np.fft.fft2(x), "complex128")
     close(got[1], np.fft.ifft2(x), "complex128")
     close(got[2], np.fft.fft2(x), "complex128")
 
 
-def test_worker_plan_caches_serve_fft_blocks(client):
+def test_worker_plan_caches_serve_fft_blocks(dask_client):
     from nvdispatch.executors.dask import worker_plan_cache_stats
 
-    before = client.run(worker_plan_cache_stats)
+    before = dask_client.run(worker_plan_cache_stats)
     x = da.from_array(np.ones((64, 32), np.complex64), chunks=(4, 32))
-    close(client.compute(F.fft(x), sync=True), np.fft.fft(np.ones((64, 32))), "complex64")
-    after = client.run(worker_plan_cache_stats)
+    close(dask_client.compute(F.fft(x), sync=True), np.fft.fft(np.ones((64, 32))), "complex64")
+    after = dask_client.run(worker_plan_cache_stats)
     assert sum(s["hits"] for s in after.values()) > sum(s["hits"] for s in before.values())
 
 
-def test_integer_input_is_promoted_lazily(compute):
+def test_integer_input_is_promoted_lazily(dask_compute):
     x = np.arange(24).reshape(4, 6)
     X = da.from_array(x, chunks=(2, 4))
     y = F.fft(X)
     assert isinstance(y, da.Array) and y.dtype == np.complex128
-    (got,) = compute(y)
+    (got,) = dask_compute(y)
     close(got, np.fft.fft(x), "complex128")

@@ -64,7 +64,7 @@ def cases(draw):
     return a, b, A, B, c, alpha, kwargs, ref_inputs, bgrad_axis
 
 
-def _check(case, compute):
+def _check(case, dask_compute):
     a, b, A, B, c, alpha, kwargs, ref_inputs, bgrad_axis = case
     a0, b0 = a.copy(), b.copy()
     C = None if c is None else da.from_array(c, chunks=1)
@@ -74,7 +74,7 @@ def _check(case, compute):
         result, aux = got
         assert set(aux) == set(want_aux)
         names = sorted(aux)
-        values = compute(result, *(aux[k] for k in names))
+        values = dask_compute(result, *(aux[k] for k in names))
         close(values[0], want, a.dtype)
         for name, value in zip(names, values[1:]):
             if want_aux[name].dtype == bool:
@@ -84,7 +84,7 @@ def _check(case, compute):
         assert aux[names[0]].dtype == values[1].dtype
     else:
         assert isinstance(got, da.Array)
-        (result,) = compute(got)
+        (result,) = dask_compute(got)
         close(result, want, a.dtype)
         assert got.dtype == result.dtype == a.dtype
     np.testing.assert_array_equal(a, a0)
@@ -99,11 +99,11 @@ def test_matmul_sync(case):
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
-def test_matmul_local_cluster(case, client):
-    _check(case, lambda *xs: client.compute(list(xs), sync=True))
+def test_matmul_local_cluster(case, dask_client):
+    _check(case, lambda *xs: dask_client.compute(list(xs), sync=True))
 
 
-def test_result_is_lazy_and_chunked_like_the_operands(compute):
+def test_result_is_lazy_and_chunked_like_the_operands(dask_compute):
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((10, 6)), rng.standard_normal((6, 8))
     bias = rng.standard_normal(8)
@@ -116,16 +116,16 @@ def test_result_is_lazy_and_chunked_like_the_operands(compute):
 
     calls = [v for v in dict(layer).values() if isinstance(v, tuple) and v and v[0] is matmul_block]
     assert len(calls) == 9
-    (got,) = compute(r)
+    (got,) = dask_compute(r)
     close(got, np.maximum(a @ b + bias, 0), "float64")
 
 
-def test_vectors_and_alpha_beta_c(compute):
+def test_vectors_and_alpha_beta_c(dask_compute):
     rng = np.random.default_rng(2)
     a, b, v = rng.standard_normal((5, 7)), rng.standard_normal((7, 4)), rng.standard_normal(7)
     A, B, V = da.from_array(a, chunks=(2, 3)), da.from_array(b, chunks=(3, 2)), da.from_array(v, chunks=3)
     c = rng.standard_normal(4)
-    got = compute(
+    got = dask_compute(
         nvdispatch.matmul(V, B),
         nvdispatch.matmul(A, V),
         nvdispatch.matmul(V, V),
@@ -137,22 +137,22 @@ def test_vectors_and_alpha_beta_c(compute):
     close(got[3], 2 * (v @ b) - c, "float64")
 
 
-def test_integer_and_complex_dtypes_kept(compute):
+def test_integer_and_complex_dtypes_kept(dask_compute):
     rng = np.random.default_rng(3)
     a = rng.integers(-5, 5, (6, 5)).astype(np.int32)
     b = rng.integers(-5, 5, (5, 4)).astype(np.int32)
     r = nvdispatch.matmul(da.from_array(a, chunks=2), da.from_array(b, chunks=2))
     assert r.dtype == np.int32
-    (got,) = compute(r)
+    (got,) = dask_compute(r)
     np.testing.assert_array_equal(got, a @ b)
     ca = (rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3))).astype(np.complex64)
     r = nvdispatch.matmul(da.from_array(ca, chunks=2), da.from_array(ca.T.copy(), chunks=2), alpha=1j)
-    (got,) = compute(r)
+    (got,) = dask_compute(r)
     assert got.dtype == np.complex64
     close(got, 1j * (ca.astype(np.complex128) @ ca.T), "complex64")
 
 
-def test_stateful_matmul_with_dask_operands(compute):
+def test_stateful_matmul_with_dask_operands(dask_compute):
     rng = np.random.default_rng(4)
     a, b, bias = rng.standard_normal((8, 6)), rng.standard_normal((6, 5)), rng.standard_normal((8, 1))
     A, B = da.from_array(a, chunks=3), da.from_array(b, chunks=2)
@@ -165,12 +165,12 @@ def test_stateful_matmul_with_dask_operands(compute):
         second = mm.execute()
     want1, _ = matmul_reference(a, b, epilog="GELU_BIAS", inputs={"bias": bias})
     want2, _ = matmul_reference(a2, b, epilog="GELU_BIAS", inputs={"bias": bias})
-    got1, got2 = compute(first, second)
+    got1, got2 = dask_compute(first, second)
     close(got1, want1, "float64")
     close(got2, want2, "float64")
 
 
-def test_forward_aux_feeds_backward(compute):
+def test_forward_aux_feeds_backward(dask_compute):
     """RELU_AUX's mask and GELU_AUX's pre-activation, as Dask arrays, go back into DRELU/DGELU."""
     rng = np.random.default_rng(5)
     a, b, g = rng.standard_normal((9, 4)), rng.standard_normal((4, 7)), rng.standard_normal((9, 5))
@@ -183,7 +183,7 @@ def test_forward_aux_feeds_backward(compute):
         dx, grads = nvdispatch.matmul(G, W, epilog=bwd, epilog_inputs={name: aux[name]})
         _, ref_aux = matmul_reference(a, b, epilog=fwd)
         want, want_aux = matmul_reference(g, w, epilog=bwd, inputs={name: ref_aux[name]})
-        got, got_grad = compute(dx, grads[bwd[:5].lower() + "_bgrad"])
+        got, got_grad = dask_compute(dx, grads[bwd[:5].lower() + "_bgrad"])
         close(got, want, "float64")
         close(got_grad, want_aux[bwd[:5].lower() + "_bgrad"], "float64")
 
@@ -200,7 +200,7 @@ def test_explain_says_dask_and_the_block_call():
     assert "after the K-sum" in text
 
 
-def test_backend_state_is_carried_into_the_tasks(client):
+def test_backend_state_is_carried_into_the_tasks(dask_client):
     """The caller's skip_backend/set_backend hold inside the tasks, on the workers too."""
     rng = np.random.default_rng(7)
     A = da.from_array(rng.standard_normal((6, 4)), chunks=3)
@@ -210,23 +210,23 @@ def test_backend_state_is_carried_into_the_tasks(client):
     with pytest.raises(nvdispatch.errors.NoExecutorError):
         r.compute(scheduler="sync")
     with pytest.raises(nvdispatch.errors.NoExecutorError):
-        client.compute(r, sync=True)
+        dask_client.compute(r, sync=True)
     with nvdispatch.set_backend("numpy", only=True), nvdispatch.set_backend("dask", only=True):
         r = nvdispatch.matmul(A, B)  # dask takes the call; its blocks may use numpy only
-    close(client.compute(r, sync=True), A.compute() @ B.compute(), "float64")
+    close(dask_client.compute(r, sync=True), A.compute() @ B.compute(), "float64")
     with nvdispatch.skip_backend("dask"), pytest.raises(nvdispatch.errors.NoExecutorError):
         nvdispatch.matmul(A, B)
 
 
-def test_worker_plan_caches_are_hit(client):
+def test_worker_plan_caches_are_hit(dask_client):
     from nvdispatch.executors.dask import worker_plan_cache_stats
 
     rng = np.random.default_rng(8)
     a, b = rng.standard_normal((64, 16)).astype(np.float32), rng.standard_normal((16, 64)).astype(np.float32)
-    before = client.run(worker_plan_cache_stats)
+    before = dask_client.run(worker_plan_cache_stats)
     r = nvdispatch.matmul(da.from_array(a, chunks=8), da.from_array(b, chunks=8), epilog="RELU")
-    close(client.compute(r, sync=True), np.maximum(a.astype(np.float64) @ b, 0), "float32")
-    after = client.run(worker_plan_cache_stats)
+    close(dask_client.compute(r, sync=True), np.maximum(a.astype(np.float64) @ b, 0), "float32")
+    after = dask_client.run(worker_plan_cache_stats)
     hits = sum(s["hits"] for s in after.values()) - sum(s["hits"] for s in before.values())
     assert hits > 0  # 64 blocks of one shape: each worker plans it once and finds it afterwards
     assert all(s["size"] >= 1 for s in after.values())
