@@ -167,6 +167,18 @@ def _numba_view(a, framework: str, shape=None):
     return cuda.from_cuda_array_interface(desc, owner=a, sync=False)
 
 
+def on_device(index: int, several: bool):
+    """A context making GPU ``index`` Numba's current device where the machine has several (a null context
+    otherwise: Numba launches on its current device)."""
+    import contextlib
+
+    if not several:
+        return contextlib.nullcontext()
+    from numba import cuda
+
+    return cuda.gpus[index]
+
+
 class _Streams:
     """Numba stream objects for raw ``cudaStream_t`` handles (made once per handle)."""
 
@@ -224,8 +236,10 @@ class FusedCallbackPlan:
             *(_array_type(d) for d in (pro.data if pro else ())),
             *(_array_type(d) for d in (epi.data if epi else ())),
         ]
+        self._several = runtime.device_count() > 1
         try:
-            self.kernel.compile(argtypes)
+            with on_device(self.device_index, self._several):
+                self.kernel.compile(argtypes)
         except Exception as exc:  # noqa: BLE001
             raise CallbackError(
                 "prolog" if pro is not None else "epilog",
@@ -259,11 +273,12 @@ class FusedCallbackPlan:
         out, _ = arrays.empty(kind, p.out_shape, p.result_dtype, self.device_index, s)
         if self.rows == 0:
             return out
-        xv = _numba_view(x, fw, (self.rows, p.shape[-1]))
-        ov = _numba_view(out, kind, (self.rows, spec.n_out))
-        pdata = tuple(_numba_view(d, fw) for d in operands.get("prolog_data", ()))
-        edata = tuple(_numba_view(d, fw) for d in operands.get("epilog_data", ()))
-        self.kernel.launch(xv, ov, None, pdata, edata, self._streams(s))
+        with on_device(self.device_index, self._several):
+            xv = _numba_view(x, fw, (self.rows, p.shape[-1]))
+            ov = _numba_view(out, kind, (self.rows, spec.n_out))
+            pdata = tuple(_numba_view(d, fw) for d in operands.get("prolog_data", ()))
+            edata = tuple(_numba_view(d, fw) for d in operands.get("epilog_data", ()))
+            self.kernel.launch(xv, ov, None, pdata, edata, self._streams(s))
         return out
 
     def release(self) -> None:

@@ -23,7 +23,15 @@ from .._fft_callbacks import Callback, CallbackFFTProblem, DataLayout
 from .._fft_convolve import ConvolveProblem
 from ..errors import CallbackError
 from .cuda_fft import CudaFFTPlan, layout
-from .cuda_fft_callbacks import LtoCallbackPlan, _c_contiguous, _numba_reason, _numba_view, _Streams, lto_reason
+from .cuda_fft_callbacks import (
+    LtoCallbackPlan,
+    _c_contiguous,
+    _numba_reason,
+    _numba_view,
+    _Streams,
+    lto_reason,
+    on_device,
+)
 
 
 def times_filter_row(v, i, h):
@@ -128,8 +136,10 @@ class FusedConvolvePlan:
             types.Array(from_dtype(np.dtype(problem.inverse.result_dtype)), 2, "C"),
             types.Array(from_dtype(np.dtype(problem.filter.dtype)), 2, "C"),
         ]
+        self._several = runtime.device_count() > 1
         try:
-            self.kernel.compile(argtypes)
+            with on_device(self.device_index, self._several):
+                self.kernel.compile(argtypes)
         except Exception as exc:  # noqa: BLE001
             raise CallbackError("h", "a filter the generated convolution kernel compiles for", str(exc)) from exc
         self._streams = _Streams()
@@ -155,10 +165,11 @@ class FusedConvolvePlan:
         out, _ = arrays.empty(kind, inv.out_shape, inv.result_dtype, self.device_index, s)
         if self.rows == 0:
             return out
-        xv = _numba_view(x, fw, (self.rows, p.shape[-1]))
-        ov = _numba_view(out, kind, (self.rows, self.spec.n_out))
-        hv = _numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
-        self.kernel.launch(xv, ov, hv, (), (), self._streams(s))
+        with on_device(self.device_index, self._several):
+            xv = _numba_view(x, fw, (self.rows, p.shape[-1]))
+            ov = _numba_view(out, kind, (self.rows, self.spec.n_out))
+            hv = _numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
+            self.kernel.launch(xv, ov, hv, (), (), self._streams(s))
         return out
 
     def release(self) -> None:
