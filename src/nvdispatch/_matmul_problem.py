@@ -180,9 +180,14 @@ class MatmulPlanPreferences:
         Force an epilog fusion strategy (``"native"``, ``"framework_fused"``, ``"inplace"``, ``"plain"``)
         instead of the planner's first choice; a strategy the executor cannot run is an error.
     limit : int
-        How many candidate algorithms GPU executors consider when autotuning.
+        How many candidates ``Matmul.autotune()`` times (default 8): on the ``cuda``/``cupy`` executors the
+        cuBLASLt heuristic's top ``limit`` algorithms (each also tried at smaller workspace limits and as
+        split-K variants, see ``_cuda/lt_autotune.py``); on the NumPy executor the first ``limit`` of its
+        block-size × thread-count configurations. The Torch executor has nothing to tune and ignores it.
     max_workspace_bytes : int, optional
-        Upper bound on the GPU workspace.
+        Upper bound on the workspace cuBLASLt may use (default 32 MiB, NVIDIA's figure for Hopper): the
+        heuristic (planning and autotuning alike) offers only algorithms within it, and a plan never holds
+        more. 0 asks for algorithms without a workspace. The CPU executors use no workspace and ignore it.
 
     Examples
     --------
@@ -202,8 +207,21 @@ class MatmulPlanPreferences:
 
         if self.strategy is not None and self.strategy not in STRATEGIES:
             raise InvalidArgumentError("preferences.strategy", f"one of {STRATEGIES}", repr(self.strategy))
-        if not isinstance(self.limit, int) or self.limit < 1:
+        if not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1:
             raise InvalidArgumentError("preferences.limit", "an int >= 1", repr(self.limit))
+        ws = self.max_workspace_bytes
+        if ws is not None and (not isinstance(ws, int) or isinstance(ws, bool) or ws < 0):
+            raise InvalidArgumentError("preferences.max_workspace_bytes", "None or an int >= 0", repr(ws))
+
+    def for_plan(self) -> MatmulPlanPreferences | None:
+        """What of these preferences shapes a plan (``limit``, ``max_workspace_bytes``; the strategy is chosen
+        apart), as the :class:`MatmulProblem` field; None when they are the defaults."""
+        if self.limit == _DEFAULT_LIMIT and self.max_workspace_bytes is None:
+            return None
+        return MatmulPlanPreferences(None, self.limit, self.max_workspace_bytes)
+
+
+_DEFAULT_LIMIT = 8
 
 
 def _as_dataclass(cls, value, argument):
@@ -233,6 +251,9 @@ def as_options(value) -> MatmulOptions:
 
 def as_preferences(value) -> MatmulPlanPreferences:
     return _as_dataclass(MatmulPlanPreferences, value, "preferences")
+
+
+_DEFAULT_PREFERENCES = MatmulPlanPreferences()
 
 
 def _dtype_name(dtype) -> str:
@@ -288,6 +309,13 @@ class MatmulProblem:
     autograd: bool = False
     #: FP8 matmuls: types, scale kinds and amax (an :class:`nvdispatch._fp8.Fp8Spec`), else None
     quantization: Any = None
+    #: plan-shaping preferences (autotune ``limit``, ``max_workspace_bytes``); None: the defaults
+    preferences: MatmulPlanPreferences | None = None
+
+    @property
+    def plan_preferences(self) -> MatmulPlanPreferences:
+        """The plan-shaping preferences, defaults filled in."""
+        return self.preferences or _DEFAULT_PREFERENCES
 
     @property
     def promoted_shape(self) -> tuple[int, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -87,6 +88,9 @@ def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, 
         problem = build_fp8_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs), scales)
     else:
         problem = build_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs))
+    plan_prefs = prefs.for_plan()
+    if plan_prefs is not None:  # limit / max_workspace_bytes shape the plan: part of its key
+        problem = dataclasses.replace(problem, preferences=plan_prefs)
     sel = select("matmul", problem)
     return problem, sel, choose_strategy(sel.executor, "matmul", problem, prefs.strategy), infos
 

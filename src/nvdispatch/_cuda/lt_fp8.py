@@ -234,6 +234,12 @@ class _Fp8Core:
         return got
 
 
+def _max_workspace(p: MatmulProblem) -> int:
+    """``preferences.max_workspace_bytes``, else :data:`MAX_WORKSPACE`."""
+    cap = p.plan_preferences.max_workspace_bytes
+    return MAX_WORKSPACE if cap is None else cap
+
+
 def _device_index(p: MatmulProblem) -> int:
     from .lt_matmul import _device_index as index
 
@@ -264,7 +270,7 @@ def probe(p: MatmulProblem) -> tuple[bool, str]:
     from . import cublaslt as lt
 
     try:
-        core = _Fp8Core(p, fp8_layout(p))
+        core = _Fp8Core(p, fp8_layout(p), _max_workspace(p))
         algos = core.algorithms(lt.handle(_device_index(p)), 256)
     except lt.CublasLtError as exc:
         return False, f"cuBLASLt rejects this FP8 matmul ({exc})"
@@ -304,7 +310,7 @@ class Fp8LtPlan:
         self._xp = Xp(namespace_for(p.framework))
         self.setup = s = fp8_layout(p)
         self.handle = lt.handle(self.device_index)
-        self.core = _Fp8Core(p, s)
+        self.core = _Fp8Core(p, s, _max_workspace(p))
         algos = self.core.algorithms(self.handle, 256)
         if not algos:
             raise lt.CublasLtError("cublasLtMatmulAlgoGetHeuristic (no FP8 algorithm)", 15)
@@ -356,7 +362,7 @@ class Fp8LtPlan:
             self._algo = result
             self.execute(operands, sp)
 
-        return lt_autotune.autotune(self, launch, sp, iterations)
+        return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit)
 
     def time(self, operands, iterations: int = 3, stream=None) -> float:
         from .runtime import EventTimer

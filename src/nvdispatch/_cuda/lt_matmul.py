@@ -35,10 +35,9 @@ from .arrays import c_strides, empty, make_view, result_kind, storage_shape
 
 __all__ = ["LtSetup", "setup", "probe", "LtMatmulPlan", "lt_types", "DEFAULT_MAX_WORKSPACE"]
 
-#: workspace cuBLASLt may use (the figure NVIDIA recommends for Hopper)
+#: workspace cuBLASLt may use (the figure NVIDIA recommends for Hopper); ``preferences.max_workspace_bytes``
+#: replaces it
 DEFAULT_MAX_WORKSPACE = 32 << 20
-#: algorithms the heuristic is asked for when autotuning
-AUTOTUNE_CANDIDATES = 8
 
 _REAL_FLOAT = {"float16", "bfloat16", "float32", "float64"}
 LT_DTYPES = _REAL_FLOAT | {"complex64", "complex128"}
@@ -325,6 +324,12 @@ class _Core:
         return got
 
 
+def max_workspace(p: MatmulProblem) -> int:
+    """The workspace cap of ``p``'s plans: ``preferences.max_workspace_bytes``, else :data:`DEFAULT_MAX_WORKSPACE`."""
+    cap = p.plan_preferences.max_workspace_bytes
+    return DEFAULT_MAX_WORKSPACE if cap is None else cap
+
+
 def _device_index(p: MatmulProblem) -> int:
     if p.device.index is not None:
         return p.device.index
@@ -347,7 +352,7 @@ def probe(p: MatmulProblem) -> tuple[str | None, bool, str]:
     for orientation in orientations(p):
         for cast in casts:
             try:
-                core = _Core(p, setup(p, orientation, cast), DEFAULT_MAX_WORKSPACE)
+                core = _Core(p, setup(p, orientation, cast), max_workspace(p))
                 if core.algorithms(handle, 256):
                     return orientation, cast, ""
             except lt.CublasLtError as exc:
@@ -393,7 +398,7 @@ class LtMatmulPlan:
             orientation = orientation or "row"
         self.setup = s = setup(p, orientation, bias_cast, None if fused else 1)
         self.handle = lt.handle(self.device_index)
-        self.core = _Core(p, s, DEFAULT_MAX_WORKSPACE)
+        self.core = _Core(p, s, max_workspace(p))
         algos = self.core.algorithms(self.handle, 256)
         if not algos:
             raise lt.CublasLtError("cublasLtMatmulAlgoGetHeuristic (no algorithm)", 15)
@@ -485,7 +490,7 @@ class LtMatmulPlan:
             self._algo = result
             self.execute(operands, sp)
 
-        return lt_autotune.autotune(self, launch, sp, iterations, AUTOTUNE_CANDIDATES)
+        return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit)
 
     def time(self, operands, iterations: int = 3, stream=None) -> float:
         from .runtime import EventTimer

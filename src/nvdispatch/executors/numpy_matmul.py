@@ -8,6 +8,7 @@ separate NumPy expressions, as a user would write them.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -277,24 +278,25 @@ class NumpyMatmulPlan:
 
     # -- autotuning -----------------------------------------------------------------------------------
     def autotune(self, operands, iterations: int = 3):
-        """Time block sizes × thread counts on the real operands and keep the fastest; returns the timings."""
+        """Time block sizes × thread counts (the first ``preferences.limit`` of them) on the real operands and keep
+        the fastest; returns the timings."""
         if self.strategy != "inplace":
             return {}
         timings = {}
         row_bytes = self.problem.n * self.dtype.itemsize
         best = None
-        for block_bytes in _BLOCK_CHOICES:
-            for threads in sorted({1, _CPUS}):
-                self.block_rows, self.threads = self._rows_for(block_bytes, row_bytes), threads
-                samples = []
-                for _ in range(max(1, iterations)):
-                    t0 = time.perf_counter()
-                    self.execute(operands)
-                    samples.append(time.perf_counter() - t0)
-                t = float(np.median(samples))
-                timings[(block_bytes, threads)] = t
-                if best is None or t < best[1]:
-                    best = ((self.block_rows, threads), t)
+        configs = itertools.product(_BLOCK_CHOICES, sorted({1, _CPUS}))
+        for block_bytes, threads in itertools.islice(configs, self.problem.plan_preferences.limit):
+            self.block_rows, self.threads = self._rows_for(block_bytes, row_bytes), threads
+            samples = []
+            for _ in range(max(1, iterations)):
+                t0 = time.perf_counter()
+                self.execute(operands)
+                samples.append(time.perf_counter() - t0)
+            t = float(np.median(samples))
+            timings[(block_bytes, threads)] = t
+            if best is None or t < best[1]:
+                best = ((self.block_rows, threads), t)
         self.block_rows, self.threads = best[0]
         self.steps = self._describe(self.problem.epilog)
         return timings

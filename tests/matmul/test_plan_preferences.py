@@ -1,0 +1,107 @@
+"""MatmulPlanPreferences.limit and max_workspace_bytes are honoured: validated, part of the plan key, and read by
+the executors that have the knob (cuBLASLt's heuristic request count and workspace cap; the NumPy executor's
+autotune configurations). GPU-marked tests check the cuBLASLt side on a GPU machine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch import errors
+
+A, B, BIAS = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32), np.ones(48, np.float32)
+RELU_BIAS = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": BIAS}}
+
+
+@pytest.mark.parametrize(
+    "prefs, argument",
+    [
+        ({"limit": 0}, "preferences.limit"),
+        ({"limit": True}, "preferences.limit"),
+        ({"max_workspace_bytes": -1}, "preferences.max_workspace_bytes"),
+        ({"max_workspace_bytes": 1.5}, "preferences.max_workspace_bytes"),
+        ({"max_workspace_bytes": "32MiB"}, "preferences.max_workspace_bytes"),
+    ],
+)
+def test_bad_preferences_are_refused_naming_them(prefs, argument):
+    with pytest.raises(errors.InvalidArgumentError, match=argument):
+        nvdispatch.matmul(A, B, preferences=prefs)
+
+
+def test_plan_shaping_preferences_are_part_of_the_problem_and_the_strategy_is_not():
+    plain = nvdispatch.explain(A, B, **RELU_BIAS)
+    assert plain.problem.preferences is None  # defaults: the same plan as a call without preferences
+    same = nvdispatch.explain(A, B, **RELU_BIAS, preferences={"strategy": "inplace", "limit": 8})
+    assert same.problem == plain.problem
+    capped = nvdispatch.explain(A, B, **RELU_BIAS, preferences={"max_workspace_bytes": 1 << 20, "limit": 3})
+    assert capped.problem != plain.problem
+    assert capped.problem.plan_preferences.max_workspace_bytes == 1 << 20
+    assert capped.problem.plan_preferences.limit == 3 and capped.problem.preferences.strategy is None
+
+
+@pytest.mark.parametrize("limit", [1, 3, 100])
+def test_numpy_autotune_times_at_most_limit_configurations(limit, monkeypatch):
+    from nvdispatch.executors import numpy_matmul
+
+    timed = []
+    original = numpy_matmul.NumpyMatmulPlan.autotune
+
+    def spy(self, operands, iterations=3):
+        got = original(self, operands, iterations)
+        timed.append(len(got))
+        return got
+
+    monkeypatch.setattr(numpy_matmul.NumpyMatmulPlan, "autotune", spy)
+    mm = nvdispatch.Matmul(A, B)
+    mm.plan(**RELU_BIAS, preferences={"strategy": "inplace", "limit": limit})
+    mm.autotune(iterations=1)
+    every = len(numpy_matmul._BLOCK_CHOICES) * len({1, numpy_matmul._CPUS})
+    assert timed and max(timed) == min(limit, every)
+    np.testing.assert_allclose(mm.execute(), np.maximum(A @ B + BIAS, 0))
+
+
+# -- cuBLASLt (GPU machine) ------------------------------------------------------------------------------------
+def _cuda_operands():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(512, 256, device="cuda")
+    b = torch.randn(256, 384, device="cuda")
+    return a, b, torch.randn(384, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cap", [0, 1 << 16, 1 << 20])
+def test_cublaslt_plans_stay_within_max_workspace_bytes(cap):
+    a, b, bias = _cuda_operands()
+    prefs = {"strategy": "native", "max_workspace_bytes": cap}
+    with nvdispatch.set_backend("cuda", only=True):
+        mm = nvdispatch.Matmul(a, b)
+        mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias}, preferences=prefs)
+        out = mm.execute()
+        plan = mm._plan
+        assert plan.core.max_workspace == cap and plan._algo.workspaceSize <= cap
+        mm.autotune(iterations=1)  # every candidate timed stays within the cap too
+        assert mm._plan._algo.workspaceSize <= cap
+    want = (a @ b + bias).clamp_min(0)
+    assert (out - want).abs().max().item() < 1e-2 * want.abs().max().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("limit", [1, 4])
+def test_cublaslt_autotune_asks_the_heuristic_for_limit_candidates(limit, monkeypatch):
+    from nvdispatch._cuda import lt_autotune
+
+    asked = []
+    original = lt_autotune.candidates
+
+    def spy(core, handle, count=lt_autotune.CANDIDATES):
+        asked.append(count)
+        return original(core, handle, count)
+
+    monkeypatch.setattr(lt_autotune, "candidates", spy)
+    a, b, bias = _cuda_operands()
+    with nvdispatch.set_backend("cuda", only=True):
+        mm = nvdispatch.Matmul(a, b)
+        mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias}, preferences={"strategy": "native", "limit": limit})
+        mm.autotune(iterations=1)
+    assert asked and set(asked) == {limit}
