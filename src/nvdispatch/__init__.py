@@ -16,6 +16,7 @@ from ._backends import (
     set_global_backend,
     set_state,
     skip_backend,
+    unregister_backend,
 )
 from ._epilog import Epilog
 from ._explain import explain
@@ -39,6 +40,7 @@ __all__ = [
     "set_backend",
     "set_global_backend",
     "register_backend",
+    "unregister_backend",
     "skip_backend",
     "get_state",
     "set_state",

@@ -39,6 +39,7 @@ __all__ = [
     "set_backend",
     "set_global_backend",
     "register_backend",
+    "unregister_backend",
     "skip_backend",
     "get_state",
     "set_state",
@@ -316,6 +317,14 @@ def set_global_backend(backend: Any, coerce: bool = False, only: bool = False, t
     """Make ``backend`` the process-wide preferred backend (``None`` restores the built-in defaults).
 
     ``try_last=True`` tries registered backends before it, as in SciPy.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> nvdispatch.set_global_backend("numpy", only=True)
+    >>> nvdispatch.explain(np.eye(2), np.eye(2)).executor
+    'numpy'
+    >>> nvdispatch.set_global_backend(None)  # back to the built-in defaults
     """
     cand = None if backend is None else Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
     _set_global(candidate=cand, try_last=bool(try_last))
@@ -324,11 +333,63 @@ def set_global_backend(backend: Any, coerce: bool = False, only: bool = False, t
 def register_backend(backend: Any) -> None:
     """Add ``backend`` to the process-wide list tried after the global backend (once; re-adding is a no-op).
 
-    A registered executor object can afterwards be selected by its ``name``.
+    A registered executor object can afterwards be selected by its ``name``; :func:`unregister_backend`
+    removes it.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> from nvdispatch.executors import Executor, builtin
+    >>> class Mine(Executor):  # NumPy's executor under another name
+    ...     name = "mine"
+    ...     fused_epilogs = "all"
+    ...     def decline(self, op, problem, *, coerce=False):
+    ...         return builtin("numpy").decline(op, problem, coerce=coerce)
+    ...     def strategies(self, op, problem):
+    ...         return builtin("numpy").strategies(op, problem)
+    ...     def plan(self, op, problem, strategy, tuning=None):
+    ...         return builtin("numpy").plan(op, problem, strategy, tuning)
+    >>> nvdispatch.register_backend(Mine())
+    >>> nvdispatch.explain(np.eye(2), np.eye(2)).executor
+    'mine'
+    >>> nvdispatch.unregister_backend("mine")
     """
     ex = resolve_backend(backend)
     if not any(r is ex for r in _global.registered):
         _set_global(registered=_global.registered + (ex,))
+
+
+def unregister_backend(backend: Any) -> None:
+    """Remove ``backend`` (an executor object, or the name it was registered under) from the registered ones.
+
+    A backend that is also the global one stays global until ``set_global_backend(None)``; active
+    ``set_backend`` blocks are not affected.
+
+    Raises
+    ------
+    UnknownBackendError
+        ``backend`` is not registered.
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> try:
+    ...     nvdispatch.unregister_backend("numpy")  # built in, never registered
+    ... except nvdispatch.errors.UnknownBackendError as error:
+    ...     print(error.argument)
+    backend
+    """
+    registered = _global.registered
+    if isinstance(backend, str):
+        found = [r for r in registered if r.name == backend]
+    else:
+        found = [r for r in registered if r is backend]
+    if not found:
+        names = [r.name for r in registered]
+        raise UnknownBackendError(
+            "backend", f"a registered backend (registered: {names or 'none'})", describe(backend)
+        )
+    _set_global(registered=tuple(r for r in registered if r is not found[0]))
 
 
 def reset_backends() -> None:

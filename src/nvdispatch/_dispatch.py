@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _backends
+from . import _executor_contract as _contract
 from ._adapters import adapter_for, adapter_for_class, adapter_named
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._plan_cache import plan_cache
@@ -120,11 +121,17 @@ class Selection:
 def select(op: str, problem: Any) -> Selection:
     """Ask each candidate executor in backend order; the first that does not decline runs the call."""
     declined: list[tuple[str, str]] = []
+    requested: list[tuple[str, str]] = []
     for cand in _backends.candidates(problem.framework, problem.device.kind):
-        reason = cand.executor.decline(op, problem, coerce=cand.coerce)
+        reason = _contract.decline(cand.executor, op, problem, cand.coerce)
         if reason is None:
+            for name, why in requested:  # set_backend("cuda") on a machine without a GPU, say
+                log.info("%s: backend %r was asked for but declined (%s); executor %r runs it instead",
+                         op, name, why, cand.executor.name)
             return Selection(cand.executor, cand.coerce, declined)
         declined.append((cand.executor.name, reason))
+        if _backends.is_requested(cand.executor):
+            requested.append(declined[-1])
     if declined:
         tried = "; ".join(f"{name}: {why}" for name, why in declined)
         hint = f"executors tried: {tried}"
@@ -139,9 +146,14 @@ def select(op: str, problem: Any) -> Selection:
     )
 
 
+def strategies_of(executor: Any, op: str, problem: Any) -> tuple[str, ...]:
+    """The strategies ``executor`` can run ``problem`` with, best first (a user executor's answer checked)."""
+    return _contract.strategies(executor, op, problem)
+
+
 def choose_strategy(executor: Any, op: str, problem: Any, preferred: str | None = None) -> str:
     """The epilog/plan strategy: the caller's preference, a loaded autotune choice, or the executor's best."""
-    available = tuple(executor.strategies(op, problem))
+    available = strategies_of(executor, op, problem)
     if preferred is not None:
         if preferred not in available:
             raise InvalidArgumentError(
@@ -168,12 +180,12 @@ def get_plan(executor: Any, op: str, problem: Any, strategy: str):
     """The cached plan for (problem, executor, strategy), planned on a miss."""
     key = plan_key(executor, op, problem, strategy)
     if not log.isEnabledFor(logging.DEBUG):
-        return plan_cache.get_or_create(key, lambda tuning: executor.plan(op, problem, strategy, tuning))
+        return plan_cache.get_or_create(key, lambda tuning: _contract.plan(executor, op, problem, strategy, tuning))
     made = []
 
     def factory(tuning):
         made.append(True)
-        return executor.plan(op, problem, strategy, tuning)
+        return _contract.plan(executor, op, problem, strategy, tuning)
 
     plan = plan_cache.get_or_create(key, factory)
     log.debug(

@@ -50,7 +50,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all, get_plan, placement, plan_key, select
+from ._dispatch import (
+    Explanation,
+    choose_strategy,
+    coerce_operands,
+    detect_all,
+    get_plan,
+    placement,
+    plan_key,
+    select,
+    strategies_of,
+)
 from ._fft_problem import FFTProblem, build_fft_problem
 from ._plan_cache import plan_cache
 from .errors import CallbackError, InvalidArgumentError, MixedOperandsError, describe
@@ -263,7 +273,7 @@ def explain(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream
     """What a callback FFT would do (executor, strategy, fused or not), without running it."""
     problem, _ = prepare(func, x, n, axis, s, axes, norm, *callbacks)
     sel = select(OP, problem)
-    strategies = tuple(sel.executor.strategies(OP, problem))
+    strategies = strategies_of(sel.executor, OP, problem)
     strategy = choose_strategy(sel.executor, OP, problem)
     cached = plan_cache._plans.get(plan_key(sel.executor, OP, problem, strategy)) is not None
     plan = get_plan(sel.executor, OP, problem, strategy)

@@ -22,7 +22,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._detect import OperandInfo
-from ._dispatch import Explanation, choose_strategy, coerce_operands, detect_all, get_plan, placement, plan_key, select
+from ._dispatch import (
+    Explanation,
+    choose_strategy,
+    coerce_operands,
+    detect_all,
+    get_plan,
+    placement,
+    plan_key,
+    select,
+    strategies_of,
+)
 from ._fft_callbacks import DataLayout
 from ._fft_problem import FFTProblem, build_fft_problem
 from ._plan_cache import plan_cache
@@ -119,7 +129,7 @@ def run(x, h, n=None, axis=-1, stream=None):
 def explain(x, h, n=None, axis=-1, stream=None) -> Explanation:
     problem, _ = prepare(x, h, n, axis)
     sel = select(OP, problem)
-    strategies = tuple(sel.executor.strategies(OP, problem))
+    strategies = strategies_of(sel.executor, OP, problem)
     strategy = choose_strategy(sel.executor, OP, problem)
     cached = plan_cache._plans.get(plan_key(sel.executor, OP, problem, strategy)) is not None
     plan = get_plan(sel.executor, OP, problem, strategy)

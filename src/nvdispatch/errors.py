@@ -42,6 +42,7 @@ __all__ = [
     "NoExecutorError",
     "PlanStateError",
     "ExecutorUnavailableError",
+    "ExecutorContractError",
     "CudaLibraryError",
     "CudaRuntimeError",
     "CublasLtError",
@@ -135,6 +136,12 @@ class PlanStateError(NvdispatchError, RuntimeError):
 
 class ExecutorUnavailableError(BackendError):
     """An executor whose library is not installed or that finds no device."""
+
+
+class ExecutorContractError(BackendError):
+    """A user executor broke the executor protocol (see ``nvdispatch.executors.base``): a ``decline`` that
+    cannot take ``coerce``, no strategies, a ``plan`` that is no plan, a result of the wrong type, shape or
+    dtype, or the wrong aux outputs. ``argument`` names the executor and the method."""
 
 
 class CudaLibraryError(NvdispatchError, RuntimeError):

@@ -65,6 +65,7 @@ from ._dispatch import (
     select,
     signature_of,
     store,
+    strategies_of,
     wrap_result,
 )
 from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
@@ -158,7 +159,7 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
 def explain_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None) -> Explanation:
     """What ``nvdispatch.fft.<func>`` would do with these arguments, without running it."""
     problem, sel, _ = _prepare(func, x, n, axis, s, axes, norm)
-    strategies = tuple(sel.executor.strategies("fft", problem))
+    strategies = strategies_of(sel.executor, "fft", problem)
     strategy = choose_strategy(sel.executor, "fft", problem)
     cached = plan_cache._plans.get(plan_key(sel.executor, "fft", problem, strategy)) is not None
     plan = get_plan(sel.executor, "fft", problem, strategy)

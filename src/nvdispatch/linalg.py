@@ -23,6 +23,7 @@ from ._dispatch import (
     select,
     signature_of,
     store,
+    strategies_of,
     wrap_result,
 )
 from ._epilog import INPUTS, Epilog, spec_of
@@ -270,7 +271,7 @@ def explain_matmul(
     problem, sel, strategy, _ = _prepare(
         a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
     )
-    strategies = tuple(sel.executor.strategies("matmul", problem))
+    strategies = strategies_of(sel.executor, "matmul", problem)
     cached = plan_cache._plans.get(plan_key(sel.executor, "matmul", problem, strategy)) is not None
     plan = get_plan(sel.executor, "matmul", problem, strategy)
     return Explanation(
@@ -374,7 +375,7 @@ class Matmul:
         operands = self._operands()
         timings: dict[str, float] = {}
         best = None
-        for strategy in ex.strategies("matmul", problem):
+        for strategy in strategies_of(ex, "matmul", problem):
             plan = get_plan(ex, "matmul", problem, strategy)
             tune = getattr(plan, "autotune", None)
             if callable(tune):

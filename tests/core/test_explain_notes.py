@@ -29,3 +29,21 @@ def test_explain_shows_its_parameters():
     params = inspect.signature(nvdispatch.explain).parameters
     assert {"epilog", "epilog_inputs", "options", "preferences", "stream"} <= set(params)
     assert "Examples" in nvdispatch.explain.__doc__
+
+
+def test_a_requested_backend_that_declines_says_so(caplog):
+    from nvdispatch._cuda import runtime
+
+    if runtime.unavailable() is None:
+        pytest.skip("a GPU is present: the cuda executor takes the call")
+    a = np.ones((3, 3))
+    nvdispatch.plan_cache.clear()
+    with caplog.at_level("INFO", logger="nvdispatch"), nvdispatch.set_backend("cuda"):
+        e = nvdispatch.explain(a, a)
+        nvdispatch.matmul(a, a + 1)
+    assert e.executor == "numpy" and e.declined and e.declined[0][0] == "cuda"
+    assert "declined by cuda" in str(e)
+    assert any("backend 'cuda' was asked for but declined" in r.getMessage() for r in caplog.records)
+    with pytest.raises(nvdispatch.errors.NoExecutorError, match="cuda"):
+        with nvdispatch.set_backend("cuda", only=True):
+            nvdispatch.matmul(a, a + 2)

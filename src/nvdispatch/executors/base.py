@@ -1,19 +1,57 @@
-"""The executor protocol: what every executor (built-in or user-registered) provides.
+"""The executor protocol: what every executor (built-in or user-registered) provides, receives and returns.
 
-An executor is a backend that can run operations ("matmul", "fft") for some frameworks and devices.
-Dispatch talks to it in three phases, always with a *problem*: an immutable description of the call
-(operand dtypes, shapes, strides, device, options...) that also yields the plan-cache key.
+An executor is a backend that can run operations (``"matmul"``, ``"fft"``) for some frameworks and devices.
+The core talks to it in three phases, always with a *problem*: an immutable, hashable description of the
+call that is also the plan-cache key (with the executor's ``name`` and the strategy).
 
-``decline(op, problem, coerce=...)``
-    ``None`` when the executor takes the call, else a short reason (shown when nobody takes it).
-``strategies(op, problem)``
-    The ways it can run the call, best first (for matmul: the epilog fusion strategies, see ``_epilog``).
-``plan(op, problem, strategy, tuning=None)``
-    A :class:`Plan`: everything prepared once (handles, descriptors, workspaces, chosen algorithm).
+``name`` : str
+    What ``set_backend("name")`` selects and ``explain()`` shows. Plans are cached per name: two different
+    executors need two names.
+``decline(op, problem, *, coerce=False) -> str | None``
+    ``None`` to take the call, else a short reason (listed by ``NoExecutorError`` when nobody takes it).
+    ``coerce`` is True when a ``set_backend(..., coerce=True)`` lets it take other frameworks' operands
+    (it then receives them converted by ``coerce_operand``).
+``strategies(op, problem) -> tuple[str, ...]``
+    The ways it can run a call it took, best first; at least one (names are free; the built-ins use
+    ``"native"``, ``"framework_fused"``, ``"inplace"``, ``"plain"``). ``preferences={"strategy": ...}`` and
+    ``Matmul.autotune`` choose among them.
+``plan(op, problem, strategy, tuning=None) -> Plan``
+    Everything prepared once (handles, descriptors, workspaces, chosen algorithm): an object with
+    ``execute(operands, stream)`` and optionally ``steps`` (for ``explain``), ``strategy``, ``release()``,
+    ``tuning()`` (a JSON-able autotune choice) and ``direct`` (see :class:`Plan`). ``tuning`` is a choice
+    saved by ``plan_cache.save``, if any.
+``fused_epilogs`` : ``"all"`` or a set of epilog names (default: none)
+    The matmul epilogs its plans apply themselves. For any other epilog the core asks the executor about
+    the same matmul *without* the epilog (``problem.epilog`` is ``DEFAULT``, no epilog inputs) and applies
+    the epilog's steps to its result itself, with the framework's array operations (NumPy, Torch or CuPy
+    results; for other frameworks such a call is declined). An executor that lists an epilog must return
+    exactly what the built-ins return for it.
 
-Plans live in the shared plan cache and are executed many times, each time with the actual operands and
-the caller's stream: ``plan.execute(operands, stream)``. GPU executors own streams, devices and
-allocation through the same calls; CPU executors ignore the stream.
+**What a problem carries.** Matmul (``nvdispatch._matmul_problem.MatmulProblem``): ``framework``,
+``device`` (``kind``, ``index``), ``a``/``b``/``c`` (``ArraySig``: ``dtype``, ``shape``, ``strides``; ``c``
+None when absent), ``result_dtype``, ``result_shape``, ``m``, ``n``, ``k``, ``batch_shape``,
+``promoted_shape``, ``a_vector``/``b_vector`` (1-D operands promoted as in PEP 465), ``epilog`` (its table
+row: ``epilog.epilog`` the ``Epilog``, ``inputs``, ``outputs``, ``steps``), ``inputs`` (the epilog inputs'
+signatures), ``bias_axis``, ``options`` (``MatmulOptions``), ``autograd``. FFT
+(``nvdispatch._fft_problem.FFTProblem``): ``framework``, ``device``, ``func`` (``"fft"``, ``"rfftn"``...),
+``kind`` (``"c2c"``/``"r2c"``/``"c2r"``), ``direction``, ``dtype``, ``result_dtype``, ``shape``, ``axes``,
+``lengths``, ``norm``, ``out_shape``.
+
+**What ``execute`` receives.** ``operands``, a mapping: for matmul ``"a"``, ``"b"``, ``"alpha"``, ``"beta"``
+(None when not given), ``"c"`` when given, and each epilog input by name (``"bias"``, ``"relu_aux"``,
+``"gelu_aux"``) the executor fuses; for fft ``"x"``. ``stream``: the caller's stream (None: the current
+one; CPU executors ignore it).
+
+**What ``execute`` returns.** An array of the operands' framework (under ``coerce``: the executor's own),
+of ``problem.result_shape`` (fft: ``problem.out_shape``) and ``problem.result_dtype``; for an epilog with
+outputs, ``(result, aux)`` with ``aux`` a dict holding exactly the epilog's output names. Inputs are never
+modified.
+
+**Checked at the boundary.** For executors other than nvdispatch's own, the core checks every answer
+(:mod:`nvdispatch._executor_contract`): a ``decline`` that cannot take ``coerce`` or returns something other
+than a string or None, no strategies, a ``plan`` without ``execute``, a result of the wrong type, shape or
+dtype, or the wrong aux keys raise :class:`~nvdispatch.errors.ExecutorContractError` naming the executor
+and the method.
 
 The built-in executors keep each operation in its own module, ``executors/<executor>_<op>.py``, which
 exposes ``decline(problem)``, ``strategies(problem)`` and ``plan(problem, strategy, tuning)``; adding an
@@ -56,6 +94,8 @@ class Executor(ABC):
 
     #: the name used by ``set_backend("name")`` and shown by ``explain()``
     name: str = "executor"
+    #: the matmul epilogs its plans apply themselves ("all", or a set of names); the core applies the others
+    fused_epilogs: str | frozenset[str] = frozenset()
 
     @abstractmethod
     def decline(self, op: str, problem: Any, *, coerce: bool = False) -> str | None:
@@ -87,6 +127,7 @@ class ModularExecutor(Executor):
     frameworks: frozenset[str] = frozenset()
     #: device kinds ("cpu", "cuda") it runs on
     device_kinds: frozenset[str] = frozenset()
+    fused_epilogs = "all"
 
     def __init__(self) -> None:
         self._op_modules: dict[str, Any] = {}
