@@ -20,6 +20,8 @@ import numpy as np
 from .._epilog import INPUTS, OUTPUTS, STEPS, apply_steps, declined_mask_format, finish_outputs, output_of_kind
 from .._epilog_numpy import NumpyEpilogOps, accumulator_dtype
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
+from . import numpy_matmul_calibration as calibration
+from . import numpy_matmul_engines as engines
 
 #: bytes of result rows finished per block by default (a block stays in L2 through all epilog steps)
 DEFAULT_BLOCK_BYTES = 1 << 18
@@ -51,12 +53,22 @@ def decline(problem: MatmulProblem) -> str | None:
 
 
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
+    """``plain`` alone for a bare product; else the strategies whose engines this machine has for the
+    epilog (``native``: BLAS gemm with beta=1, ``framework_fused``: Torch's addmm family, see
+    ``numpy_matmul_engines``) and ``inplace``, fastest first as calibrated here for the problem's class
+    (``numpy_matmul_calibration``), then ``plain``."""
     if not problem.epilog.steps and problem.c is None:
         return ("plain",)
-    return ("inplace", "plain")
+    fused = tuple(engines.STRATEGY_OF[e] for e in engines.applicable(problem) if e != "ufunc")
+    return (*calibration.ordered(problem, (*fused, "inplace"), plan), "plain")
 
 
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
+    if strategy in ("native", "framework_fused"):
+        return engines.plan(problem, "blas" if strategy == "native" else "torch")
+    one_block = math.prod(problem.promoted_shape) * np.dtype(problem.result_dtype).itemsize <= DEFAULT_BLOCK_BYTES
+    if strategy == "inplace" and not tuning and one_block and "ufunc" in engines.applicable(problem):
+        return engines.plan(problem, "ufunc")  # one block: the whole-result pass, with a direct hot-path call
     return NumpyMatmulPlan(problem, strategy, tuning)
 
 

@@ -1,0 +1,166 @@
+"""Which CPU strategy runs a matmul by default: measured once per process and problem class, never assumed.
+
+The fastest way to fuse an epilog on the CPU depends on the machine (the BLAS build and the core type it
+picks, cache sizes, whether Torch is installed): on one 2-core box the blocked in-place pass matches
+``np.matmul``, on another Torch's ``_addmm_activation`` does and the blocked pass costs 1.4x. So the first
+call of a *problem class* times every candidate strategy briefly on synthetic operands shaped like the call
+(rows capped so one run stays near ``BUDGET_MACS``), interleaved round by round, and orders the strategies
+fastest first; later calls of the class reuse the order. ``Matmul.autotune()`` refines a single problem on
+its real operands (that choice, kept in the plan cache, wins over the class order).
+
+A problem class: result dtype, epilog steps, operands' layout kinds, ``c``/bias placement, batching, and
+the size bucket ``log2(m*n*k) // 3`` (calls within 8x of each other in work share a class).
+
+The measured orders live in this module for the process (thread-safe); :func:`calibrations` shows them,
+:func:`clear` forgets them (tests, or after changing thread counts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from .._matmul_problem import ArraySig, MatmulProblem
+
+__all__ = ["ordered", "calibrations", "clear", "problem_class", "BUDGET_MACS"]
+
+#: one calibration run does about this many multiply-adds (rows are capped to stay near it)
+BUDGET_MACS = 1 << 26
+#: seconds of repeated calls per candidate per round, and rounds (interleaved: noise hits all alike)
+_ROUND_SECONDS = 2e-3
+_ROUNDS = 3
+_log = logging.getLogger("nvdispatch")
+_lock = threading.Lock()
+_orders: dict[tuple, dict] = {}
+
+
+def problem_class(problem: MatmulProblem) -> tuple:
+    p = problem
+    macs = max(1, p.m * p.n * p.k * math.prod(p.batch_shape))
+    layout = tuple(_layout(sig) for sig in (p.a, p.b))
+    return (
+        p.result_dtype,
+        tuple(p.epilog.steps),
+        layout,
+        None if p.c is None else len(p.c.shape),
+        p.bias_axis,
+        bool(p.batch_shape) and math.prod(p.batch_shape) > 1,
+        p.a_vector or p.b_vector,
+        int(math.log2(macs)) // 3,
+    )
+
+
+def ordered(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> tuple[str, ...]:
+    """``candidates`` fastest first for ``problem``'s class (calibrating the class on its first call)."""
+    if len(candidates) < 2:
+        return candidates
+    key = (problem_class(problem), candidates)
+    got = _orders.get(key)
+    if got is None:
+        with _lock:
+            got = _orders.get(key)
+            if got is None:
+                got = _calibrate(problem, candidates, make_plan)
+                _orders[key] = got
+    return got["order"]
+
+
+def calibrations() -> dict[str, dict]:
+    """Every class calibrated in this process: its timings (seconds per call) and the order chosen."""
+    with _lock:
+        return {repr(k[0]): dict(v) for k, v in _orders.items()}
+
+
+def clear() -> None:
+    """Forget every calibration (the next call of each class measures again)."""
+    with _lock:
+        _orders.clear()
+
+
+# -- measuring -------------------------------------------------------------------------------------------------
+def _layout(sig: ArraySig) -> str:
+    if sig.strides is None or len(sig.shape) < 2:
+        return "c"
+    s = sig.strides
+    if s[-1] == 1:
+        return "c"
+    if s[-2] == 1:
+        return "f"
+    return "strided"
+
+
+def _representative(problem: MatmulProblem) -> MatmulProblem | None:
+    """``problem`` itself when one run fits the budget, else the same call with fewer rows (2-D, bias along n
+    or none, no c); None when it cannot be shrunk faithfully (then the class keeps the default order)."""
+    p = problem
+    macs = p.m * p.n * p.k * math.prod(p.batch_shape)
+    if macs <= BUDGET_MACS:
+        return p
+    if p.c is not None or p.bias_axis == "m" or p.a_vector or p.b_vector:
+        return None
+    if any(name != "bias" for name, _ in p.inputs):
+        return None
+    rows = max(8, BUDGET_MACS // max(1, p.n * p.k))
+    a = ArraySig(p.a.dtype, (rows, p.k), (p.k, 1) if _layout(p.a) == "c" else (1, rows))
+    b = ArraySig(p.b.dtype, p.b.shape[-2:], p.b.strides[-2:] if p.b.strides else None)
+    return dataclasses.replace(p, a=a, b=b, batch_shape=(), m=rows, result_shape=(rows, p.n))
+
+
+def _operands(p: MatmulProblem) -> dict:
+    rng = np.random.default_rng(0)
+
+    def make(sig: ArraySig):
+        if sig.dtype == "bool":
+            return rng.random(sig.shape) > 0.5
+        x = rng.standard_normal(sig.shape).astype(sig.dtype)
+        return np.asfortranarray(x) if _layout(sig) == "f" else x
+
+    ops = {"a": make(p.a), "b": make(p.b), "alpha": 1, "beta": None}
+    if p.c is not None:
+        ops["c"], ops["beta"] = make(p.c), 1
+    for name, sig in p.inputs:
+        ops[name] = make(sig)
+    return ops
+
+
+def _hot_call(plan, ops: dict) -> Callable:
+    """What a repeated call runs: the plan's direct bias call where the hot path would take it."""
+    fused = getattr(plan, "fused_bias", None)
+    if fused is not None and "bias" in ops and ops.get("c") is None:
+        a, b, bias = ops["a"], ops["b"], ops["bias"]
+        return lambda: fused(bias, a, b)
+    return lambda: plan.execute(ops)
+
+
+def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> dict:
+    rep = _representative(problem)
+    if rep is None:
+        _log.debug("numpy matmul calibration: %s cannot be shrunk; order %s", problem_class(problem), candidates)
+        return {"order": candidates, "seconds": {}, "calibrated": False}
+    ops = _operands(rep)
+    calls, reps = {}, {}
+    for name in candidates:
+        fn = _hot_call(make_plan(rep, name), ops)
+        t0 = time.perf_counter()
+        fn()  # warm-up (and first-touch of the output pages)
+        once = max(time.perf_counter() - t0, 1e-7)
+        calls[name], reps[name] = fn, max(1, min(2000, int(_ROUND_SECONDS / once)))
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(_ROUNDS):
+        for name in candidates:
+            fn, n = calls[name], reps[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / n)
+    seconds = {name: statistics.median(v) for name, v in samples.items()}
+    order = tuple(sorted(candidates, key=lambda s: (seconds[s], candidates.index(s))))
+    _log.debug("numpy matmul calibration %s: %s -> %s", problem_class(problem), seconds, order[0])
+    return {"order": order, "seconds": seconds, "calibrated": True}

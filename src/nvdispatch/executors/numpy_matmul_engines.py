@@ -1,0 +1,257 @@
+"""The engines the NumPy executor can fuse a linear-layer epilog with, beside its blocked in-place pass.
+
+A linear-layer call is ``act(alpha * a @ b + beta * c + bias)`` with ``act`` none, RELU or GELU (tanh form)
+on real floating operands (float32/float64). Each engine below computes it into one result array, without
+full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``) in brackets:
+
+``blas`` (strategy ``native``)
+    BLAS ``gemm`` (``scipy.linalg.blas``) with ``beta = 1`` into a result pre-filled with the bias (or
+    ``c``): the bias add rides in the GEMM's own write of the result. 2-D operands.
+``torch`` (strategy ``framework_fused``)
+    Torch's ``_addmm_activation`` (bias + GEMM + RELU) or ``addmm`` (bias + GEMM) on zero-copy Torch views
+    of the NumPy operands, where Torch is installed; the result is a NumPy view of Torch's output. Torch's
+    GELU is the erf form, so GELU is applied afterwards, NumPy's tanh form, in place. 2-D operands.
+``ufunc`` (strategy ``inplace`` for results of one block)
+    ``np.matmul`` into the result, then ``alpha``, ``beta * c``, the bias and the activation as in-place
+    ufuncs over the whole result, with a direct call for the hot path of small repeated calls (larger
+    results get the blocked pass of ``numpy_matmul``).
+
+Which one is fastest depends on the machine (BLAS build, core type, cache sizes): the executor picks by a
+short calibration per problem class (``numpy_matmul_calibration``). An engine that cannot take a particular
+call's arrays (a layout BLAS cannot read without a copy, a read-only array Torch cannot view) runs it with
+``ufunc`` instead, which takes everything; results agree within rounding.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from .._epilog import NUMPY_OPS
+from .._matmul_problem import MatmulProblem, scalar_value
+
+__all__ = ["ENGINES", "STRATEGY_OF", "available", "applicable", "EnginePlan"]
+
+#: every engine, and the strategy each serves
+STRATEGY_OF = {"blas": "native", "torch": "framework_fused", "ufunc": "inplace"}
+ENGINES = tuple(STRATEGY_OF)
+_ACTIVATIONS = {"relu": NUMPY_OPS.relu_, "gelu": NUMPY_OPS.gelu_}
+_LINEAR_STEPS = {(): None, ("add_bias",): None, ("relu",): "relu", ("gelu",): "gelu"}
+_LINEAR_STEPS.update({("add_bias", "relu"): "relu", ("add_bias", "gelu"): "gelu"})
+
+
+def available() -> tuple[str, ...]:
+    """The engines this machine has (SciPy's BLAS, Torch), without importing either."""
+    have = ["ufunc"]
+    if importlib.util.find_spec("scipy") is not None:
+        have.append("blas")
+    if importlib.util.find_spec("torch") is not None:
+        have.append("torch")
+    return tuple(have)
+
+
+def applicable(problem: MatmulProblem) -> tuple[str, ...]:
+    """The engines that can run ``problem`` (empty for epilogs beyond a linear layer, non-real dtypes...)."""
+    p = problem
+    if p.result_dtype not in ("float32", "float64") or p.a.dtype != p.result_dtype or p.b.dtype != p.result_dtype:
+        return ()
+    if tuple(p.epilog.steps) not in _LINEAR_STEPS or p.epilog.outputs:
+        return ()
+    names = tuple(name for name, _ in p.inputs)
+    if names not in ((), ("bias",)) or (names and p.input_sigs["bias"].dtype != p.result_dtype):
+        return ()
+    if p.bias_axis == "m" or (names and len(p.input_sigs["bias"].shape) > 2):
+        return ("ufunc",)
+    if p.c is not None and p.c.dtype != p.result_dtype:
+        return ()
+    if p.m * p.n * p.k == 0:
+        return ("ufunc",)  # nothing to multiply: BLAS and Torch add nothing but checks
+    two_d = not p.batch_shape or all(d == 1 for d in p.batch_shape)
+    return tuple(e for e in available() if e == "ufunc" or two_d)
+
+
+def plan(problem: MatmulProblem, engine: str) -> EnginePlan:
+    return EnginePlan(problem, engine)
+
+
+class EnginePlan:
+    """A linear-layer matmul run by one engine. ``execute`` returns the result (no aux outputs)."""
+
+    def __init__(self, problem: MatmulProblem, engine: str):
+        self.problem = problem
+        self.engine = engine
+        self.strategy = STRATEGY_OF[engine]
+        self.dtype = np.dtype(problem.result_dtype)
+        self.activation = _LINEAR_STEPS[tuple(problem.epilog.steps)]
+        self.shape = problem.promoted_shape
+        self.run = {"ufunc": self._ufunc, "blas": self._blas, "torch": self._torch}[engine]
+        if engine == "blas":
+            from scipy.linalg import blas
+
+            self.gemm = blas.sgemm if self.dtype == np.float32 else blas.dgemm
+        elif engine == "torch":
+            import torch
+
+            self.torch = torch
+        self.steps = self._describe()
+        # The hot path's direct call (default alpha, no c): result = run(a, b, bias)
+        plain_2d = problem.c is None and not problem.a_vector and not problem.b_vector and len(self.shape) == 2
+        has_bias = "bias" in problem.input_sigs
+        self.fused_bias = None
+        if plain_2d and has_bias:
+            self.fused_bias = _ufunc_direct(self.dtype, self.activation) if engine == "ufunc" else self._direct_bias
+        self.plain = None
+
+    def _describe(self) -> tuple[str, ...]:
+        p = self.problem
+        gemm = {
+            "ufunc": "np.matmul into the result",
+            "blas": "BLAS gemm (scipy.linalg.blas) with beta=1 into the result pre-filled with bias/c",
+            "torch": "torch._addmm_activation/addmm on zero-copy Torch views of the NumPy arrays",
+        }[self.engine]
+        steps = [f"alpha * a @ b{' + beta * c' if p.c is not None else ''} via {gemm} (engine {self.engine!r})"]
+        fused = {"blas": ("add_bias",), "torch": ("add_bias", "relu")}.get(self.engine, ()) if p.c is None else ()
+        for step in p.epilog.steps:
+            where = "fused in the GEMM call" if step in fused else "in place over the whole result"
+            steps.append(f"{step} ({where})")
+        return tuple(steps)
+
+    def release(self) -> None:
+        pass
+
+    def tuning(self):
+        return None
+
+    # -- execution ----------------------------------------------------------------------------------------
+    def _direct_bias(self, bias, a, b):
+        return self.run(a, b, bias.reshape(1, -1) if bias.ndim == 1 else bias, None, 1, 0)
+
+    def execute(self, operands, stream=None):
+        p = self.problem
+        a, b = _native(operands["a"]), _native(operands["b"])
+        if p.a_vector:
+            a = a[np.newaxis, :] if a.ndim == 1 else np.expand_dims(a, -2)
+        if p.b_vector:
+            b = b[:, np.newaxis] if b.ndim == 1 else np.expand_dims(b, -1)
+        alpha = scalar_value(operands.get("alpha", 1))
+        c = _native(operands.get("c"))
+        beta = 0
+        if c is not None:
+            beta = operands.get("beta")
+            beta = 1 if beta is None else scalar_value(beta)
+            c = np.broadcast_to(c, p.result_shape).reshape(self.shape)
+        bias = _native(operands.get("bias"))
+        if bias is not None:
+            bias = np.asarray(bias)
+            bias = bias.reshape(1, -1) if bias.ndim == 1 else bias
+        if len(self.shape) != 2 and self.engine != "ufunc":  # batch of one: 2-D views
+            a, b = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
+            c = None if c is None else c.reshape(self.shape[-2:])
+            bias = None if bias is None else bias.reshape(bias.shape[-2:])
+            return p.squeeze(self.run(a, b, bias, c, alpha, beta).reshape(self.shape))
+        return p.squeeze(self.run(a, b, bias, c, alpha, beta))
+
+    def _finish(self, out, act):
+        if act is not None:
+            _ACTIVATIONS[act](out)
+        return out
+
+    def _ufunc(self, a, b, bias, c, alpha, beta):
+        out = np.matmul(a, b, out=np.empty(self.shape, self.dtype))
+        if alpha != 1:
+            np.multiply(out, alpha, out=out, casting="unsafe")
+        if c is not None and beta != 0:
+            np.add(out, c if beta == 1 else np.multiply(c, beta), out=out, casting="unsafe")
+        if bias is not None:
+            np.add(out, bias, out=out)
+        return self._finish(out, self.activation)
+
+    def _blas(self, a, b, bias, c, alpha, beta):
+        # row-major out = a @ b is column-major out.T = b.T @ a.T: BLAS reads each operand as it lies when it
+        # is C- or F-contiguous (transposed flag), and writes into out.T (F-contiguous) in place.
+        bt, trans_a = _fortran_operand(b)
+        at, trans_b = _fortran_operand(a)
+        if bt is None or at is None:
+            return self._ufunc(a, b, bias, c, alpha, beta)
+        out = np.empty(self.shape, self.dtype)
+        if c is not None and beta != 0:
+            out[...] = c
+            gemm_beta = beta
+        elif bias is not None:
+            out[...] = bias
+            gemm_beta, bias = 1.0, None
+        else:
+            gemm_beta = 0.0
+        r = self.gemm(alpha, bt, at, beta=gemm_beta, c=out.T, trans_a=trans_a, trans_b=trans_b, overwrite_c=1)
+        if r.base is not out and not np.shares_memory(r, out):  # BLAS wrote a copy: keep its result
+            out = r.T
+        if bias is not None:
+            np.add(out, bias, out=out)
+        return self._finish(out, self.activation)
+
+    def _torch(self, a, b, bias, c, alpha, beta):
+        torch = self.torch
+        if not (a.flags.writeable and b.flags.writeable) or (bias is not None and not bias.flags.writeable):
+            return self._ufunc(a, b, bias, c, alpha, beta)  # Torch cannot view read-only memory
+        try:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            tbias = None if bias is None else torch.from_numpy(bias if bias.flags.c_contiguous else bias.copy())
+        except (ValueError, RuntimeError, TypeError):  # negative strides...
+            return self._ufunc(a, b, bias, c, alpha, beta)
+        act = self.activation
+        if c is not None and beta != 0:
+            r = torch.addmm(torch.from_numpy(np.array(c, order="C")), ta, tb, beta=beta, alpha=alpha)
+            if tbias is not None:
+                r.add_(tbias)
+        elif tbias is not None:
+            if act == "relu":
+                r, act = torch._addmm_activation(tbias, ta, tb, alpha=alpha), None
+            else:
+                r = torch.addmm(tbias, ta, tb, alpha=alpha)
+        else:
+            r = torch.mm(ta, tb)
+            if alpha != 1:
+                r.mul_(alpha)
+        return self._finish(r.numpy(), act)
+
+
+def _ufunc_direct(dtype: np.dtype, activation: str | None):
+    """The ``ufunc`` engine's hot path for ``act(a @ b + bias)``: three ufunc calls and nothing else
+    (small repeated calls are bound by call overhead, not arithmetic)."""
+    matmul, add = np.matmul, np.add
+    if activation == "relu":
+        maximum, zero = np.maximum, dtype.type(0)
+
+        def direct(bias, a, b):
+            out = matmul(a, b)
+            add(out, bias, out=out)
+            maximum(out, zero, out=out)
+            return out
+
+    else:
+        act = _ACTIVATIONS.get(activation)
+
+        def direct(bias, a, b):
+            out = matmul(a, b)
+            add(out, bias, out=out)
+            if act is not None:
+                act(out)
+            return out
+
+    return direct
+
+
+def _fortran_operand(x):
+    """``(array BLAS reads as x.T, trans flag)``: x.T itself for C-contiguous x, x transposed by the flag for
+    F-contiguous x; (None, 0) for other layouts."""
+    if x.flags.c_contiguous:
+        return x.T, 0
+    if x.flags.f_contiguous:
+        return x, 1
+    return None, 0
+
+
+def _native(x):
+    """A NumPy view of a CPU DLPack object (zero-copy); NumPy arrays and None pass through."""
+    return x if x is None or isinstance(x, np.ndarray) else np.from_dlpack(x)
