@@ -86,7 +86,7 @@ def test_save_and_load_tuned_choices(tmp_path):
     mm = nvdispatch.Matmul(a, b)
     mm.plan(epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
     timings = mm.autotune(iterations=2)
-    assert set(timings) == {"inplace", "plain"}
+    assert set(timings) >= {"inplace", "plain"}  # and the engines this machine has (native, framework_fused)
     path = tmp_path / "tuned.json"
     assert plan_cache.save(path) >= 1
     fresh = PlanCache()

@@ -146,3 +146,16 @@ def test_engines_available_are_the_installed_ones():
     assert have[0] == "ufunc"
     assert ("torch" in have) == (importlib.util.find_spec("torch") is not None)
     assert ("blas" in have) == (importlib.util.find_spec("scipy") is not None)
+
+
+@pytest.mark.parametrize("strategy", ["native", "framework_fused", "inplace"])
+def test_batch_of_one_with_c(strategy):
+    a, b = _ints((1, 2, 3), "float64", 18), _ints((1, 3, 1), "float64", 19)
+    c = _ints((1, 2, 1), "float64", 20)
+    kw = {"epilog": Epilog.RELU, "alpha": 2.0, "beta": 0.5}
+    if strategy not in _offered(a, b, c=c, **kw):
+        pytest.skip(f"{strategy} not offered here")
+    got = nvdispatch.matmul(a, b, c, **kw, preferences={"strategy": strategy})
+    want, _ = expected(a, b, c, 2.0, 0.5, Epilog.RELU, None)
+    assert got.shape == want.shape
+    assert_close(got, want, "float64")

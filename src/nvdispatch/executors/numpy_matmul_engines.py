@@ -158,7 +158,7 @@ class EnginePlan:
         return out
 
     def _ufunc(self, a, b, bias, c, alpha, beta):
-        out = np.matmul(a, b, out=np.empty(self.shape, self.dtype))
+        out = np.matmul(a, b, out=np.empty(self.shape if a.ndim + b.ndim > 4 else self.shape[-2:], self.dtype))
         if alpha != 1:
             np.multiply(out, alpha, out=out, casting="unsafe")
         if c is not None and beta != 0:
@@ -174,7 +174,7 @@ class EnginePlan:
         at, trans_b = _fortran_operand(a)
         if bt is None or at is None:
             return self._ufunc(a, b, bias, c, alpha, beta)
-        out = np.empty(self.shape, self.dtype)
+        out = np.empty((a.shape[0], b.shape[1]), self.dtype)
         if c is not None and beta != 0:
             out[...] = c
             gemm_beta = beta
