@@ -8,9 +8,10 @@ full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``
     BLAS ``gemm`` (``scipy.linalg.blas``) with ``beta = 1`` into a result pre-filled with the bias (or
     ``c``): the bias add rides in the GEMM's own write of the result. 2-D operands.
 ``torch`` (strategy ``framework_fused``)
-    Torch's ``_addmm_activation`` (bias + GEMM + RELU) or ``addmm`` (bias + GEMM) on zero-copy Torch views
-    of the NumPy operands, where Torch is installed; the result is a NumPy view of Torch's output. Torch's
-    GELU is the erf form, so GELU is applied afterwards, NumPy's tanh form, in place. 2-D operands.
+    Torch's ``addmm`` (bias + GEMM in one call, Torch's BLAS) on zero-copy Torch views of the NumPy operands,
+    where Torch is installed; the result is a NumPy view of Torch's output. The activation follows in place
+    with the executor's own step (Torch's fused ``_addmm_activation`` keeps NaN through RELU and its GELU is
+    the erf form, where nvdispatch's RELU maps NaN to 0 and its GELU is the tanh form). 2-D operands.
 ``ufunc`` (strategy ``inplace`` for results of one block)
     ``np.matmul`` into the result, then ``alpha``, ``beta * c``, the bias and the activation as in-place
     ufuncs over the whole result, with a direct call for the hot path of small repeated calls (larger
@@ -28,7 +29,7 @@ import importlib.util
 
 import numpy as np
 
-from .._epilog import NUMPY_OPS
+from .._epilog_numpy import NumpyEpilogOps
 from .._matmul_problem import MatmulProblem, scalar_value
 
 __all__ = ["ENGINES", "STRATEGY_OF", "available", "applicable", "EnginePlan"]
@@ -36,7 +37,8 @@ __all__ = ["ENGINES", "STRATEGY_OF", "available", "applicable", "EnginePlan"]
 #: every engine, and the strategy each serves
 STRATEGY_OF = {"blas": "native", "torch": "framework_fused", "ufunc": "inplace"}
 ENGINES = tuple(STRATEGY_OF)
-_ACTIVATIONS = {"relu": NUMPY_OPS.relu_, "gelu": NUMPY_OPS.gelu_}
+_OPS = NumpyEpilogOps(inplace=True)  # the executor's own step vocabulary: RELU maps NaN to 0, GELU tanh form
+_ACTIVATIONS = {"relu": _OPS.relu_, "gelu": _OPS.gelu_}
 _LINEAR_STEPS = {(): None, ("add_bias",): None, ("relu",): "relu", ("gelu",): "gelu"}
 _LINEAR_STEPS.update({("add_bias", "relu"): "relu", ("add_bias", "gelu"): "gelu"})
 
@@ -108,10 +110,10 @@ class EnginePlan:
         gemm = {
             "ufunc": "np.matmul into the result",
             "blas": "BLAS gemm (scipy.linalg.blas) with beta=1 into the result pre-filled with bias/c",
-            "torch": "torch._addmm_activation/addmm on zero-copy Torch views of the NumPy arrays",
+            "torch": "torch.addmm on zero-copy Torch views of the NumPy arrays",
         }[self.engine]
         steps = [f"alpha * a @ b{' + beta * c' if p.c is not None else ''} via {gemm} (engine {self.engine!r})"]
-        fused = {"blas": ("add_bias",), "torch": ("add_bias", "relu")}.get(self.engine, ()) if p.c is None else ()
+        fused = ("add_bias",) if self.engine != "ufunc" and p.c is None else ()
         for step in p.epilog.steps:
             where = "fused in the GEMM call" if step in fused else "in place over the whole result"
             steps.append(f"{step} ({where})")
@@ -205,10 +207,7 @@ class EnginePlan:
             if tbias is not None:
                 r.add_(tbias)
         elif tbias is not None:
-            if act == "relu":
-                r, act = torch._addmm_activation(tbias, ta, tb, alpha=alpha), None
-            else:
-                r = torch.addmm(tbias, ta, tb, alpha=alpha)
+            r = torch.addmm(tbias, ta, tb, alpha=alpha)
         else:
             r = torch.mm(ta, tb)
             if alpha != 1:
@@ -221,12 +220,12 @@ def _ufunc_direct(dtype: np.dtype, activation: str | None):
     (small repeated calls are bound by call overhead, not arithmetic)."""
     matmul, add = np.matmul, np.add
     if activation == "relu":
-        maximum, zero = np.maximum, dtype.type(0)
+        fmax, zero = np.fmax, dtype.type(0)  # as the step vocabulary's relu_: NaN -> 0
 
         def direct(bias, a, b):
             out = matmul(a, b)
             add(out, bias, out=out)
-            maximum(out, zero, out=out)
+            fmax(out, zero, out=out)
             return out
 
     else:
