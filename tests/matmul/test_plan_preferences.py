@@ -53,12 +53,13 @@ def test_numpy_autotune_times_at_most_limit_configurations(limit, monkeypatch):
         return got
 
     monkeypatch.setattr(numpy_matmul.NumpyMatmulPlan, "autotune", spy)
-    mm = nvdispatch.Matmul(A, B)
+    a = np.ones((2048, 32), np.float32)  # a result of several blocks: one block has no block knobs to tune
+    mm = nvdispatch.Matmul(a, B)
     mm.plan(**RELU_BIAS, preferences={"strategy": "inplace", "limit": limit})
     mm.autotune(iterations=1)
     every = len(numpy_matmul._BLOCK_CHOICES) * len({1, numpy_matmul._CPUS})
     assert timed and max(timed) == min(limit, every)
-    np.testing.assert_allclose(mm.execute(), np.maximum(A @ B + BIAS, 0))
+    np.testing.assert_allclose(mm.execute(), np.maximum(a @ B + BIAS, 0))
 
 
 # -- cuBLASLt (GPU machine) ------------------------------------------------------------------------------------

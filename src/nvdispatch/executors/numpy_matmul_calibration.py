@@ -131,11 +131,11 @@ def _operands(p: MatmulProblem) -> dict:
 
 
 def _hot_call(plan, ops: dict) -> Callable:
-    """What a repeated call runs: the plan's direct bias call where the hot path would take it."""
-    fused = getattr(plan, "fused_bias", None)
-    if fused is not None and "bias" in ops and ops.get("c") is None:
-        a, b, bias = ops["a"], ops["b"], ops["bias"]
-        return lambda: fused(bias, a, b)
+    """What a repeated call runs: the plan's direct call where the route would take it (alpha 1, no c)."""
+    direct = getattr(plan, "direct", None)
+    if direct is not None and ops.get("c") is None:
+        args = [ops["a"], ops["b"], *(v for k, v in ops.items() if k not in ("a", "b", "alpha", "beta", "c"))]
+        return lambda: direct(*args)
     return lambda: plan.execute(ops)
 
 

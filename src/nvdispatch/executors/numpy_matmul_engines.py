@@ -97,13 +97,13 @@ class EnginePlan:
 
             self.torch = torch
         self.steps = self._describe()
-        # The hot path's direct call (default alpha, no c): result = run(a, b, bias)
+        # the Plan protocol's direct call (alpha 1, no c, the caller's arrays): direct(a, b[, bias])
         plain_2d = problem.c is None and not problem.a_vector and not problem.b_vector and len(self.shape) == 2
-        has_bias = "bias" in problem.input_sigs
-        self.fused_bias = None
-        if plain_2d and has_bias:
-            self.fused_bias = _ufunc_direct(self.dtype, self.activation) if engine == "ufunc" else self._direct_bias
-        self.plain = None
+        self.direct = None
+        if plain_2d and "bias" in problem.input_sigs:
+            self.direct = _ufunc_direct(self.dtype, self.activation) if engine == "ufunc" else self._direct_bias
+        elif plain_2d and not problem.inputs:
+            self.direct = self._direct_plain
 
     def _describe(self) -> tuple[str, ...]:
         p = self.problem
@@ -126,8 +126,11 @@ class EnginePlan:
         return None
 
     # -- execution ----------------------------------------------------------------------------------------
-    def _direct_bias(self, bias, a, b):
-        return self.run(a, b, bias.reshape(1, -1) if bias.ndim == 1 else bias, None, 1, 0)
+    def _direct_bias(self, a, b, bias):
+        return self.run(_native(a), _native(b), _native(bias).reshape(1, -1), None, 1, 0)
+
+    def _direct_plain(self, a, b):
+        return self.run(_native(a), _native(b), None, None, 1, 0)
 
     def execute(self, operands, stream=None):
         p = self.problem
@@ -222,7 +225,7 @@ def _ufunc_direct(dtype: np.dtype, activation: str | None):
     if activation == "relu":
         fmax, zero = np.fmax, dtype.type(0)  # as the step vocabulary's relu_: NaN -> 0
 
-        def direct(bias, a, b):
+        def direct(a, b, bias):
             out = matmul(a, b)
             add(out, bias, out=out)
             fmax(out, zero, out=out)
@@ -231,7 +234,7 @@ def _ufunc_direct(dtype: np.dtype, activation: str | None):
     else:
         act = _ACTIVATIONS.get(activation)
 
-        def direct(bias, a, b):
+        def direct(a, b, bias):
             out = matmul(a, b)
             add(out, bias, out=out)
             if act is not None:
