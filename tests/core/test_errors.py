@@ -26,6 +26,8 @@ def _examples():
             out.append(cls("a", "a matrix", "a 0-d array", hint="promote it first"))
     out.append(device_errors.DeviceConfigurationError("elements_per_thread", [2, 4, 8], 3))
     out.append(device_errors.UnsupportedConfigurationError("size", "a power of 2", 12))
+    out.append(device_errors.DeviceLaunchError("tid=[0, 0, 0]: block_dim: expected x == 64, got blockDim.x = 32"))
+    assert {type(e).__name__ for e in out} >= set(device_errors.__all__)  # every class, library and device
     return out
 
 
@@ -66,6 +68,7 @@ def test_fields_survive_pickling_by_name():
         (errors.CufftError, RuntimeError),
         (device_errors.DeviceConfigurationError, ValueError),
         (device_errors.UnsupportedConfigurationError, ValueError),
+        (device_errors.DeviceLaunchError, ValueError),
     ],
 )
 def test_one_tree_keeping_the_builtin_bases(cls, builtin):
