@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from .._epilog import Epilog
-from .._matmul_problem import ArraySig, MatmulProblem
+from .._matmul_problem import ArraySig, MatmulOptions, MatmulProblem
 from ..errors import ShapeMismatchError
 from . import dask_graph as G
 from . import dask_tasks as T
@@ -250,8 +250,10 @@ class DaskMatmulPlan:
         ep, bgrad_ab = spec.epilog, None
         if ep in (Epilog.BGRADA, Epilog.BGRADB):
             ep, bgrad_ab = None, spec.epilog
-        full = T.MatmulBlockCall(alpha, beta if C is not None else None, ep, p.options, state)
-        summed = T.MatmulBlockCall(alpha, 1, ep, p.options, state)
+        # default options travel as None: block calls without c then take the route's cached fast path
+        options = None if p.options == MatmulOptions() else p.options
+        full = T.MatmulBlockCall(alpha, beta if C is not None else None, ep, options, state)
+        summed = T.MatmulBlockCall(alpha, 1, ep, options, state)
         nb = len(p.batch_shape)
         nk = len(self.k_chunks)
         grid = [range(len(c)) for c in self.out_chunks]
@@ -259,7 +261,7 @@ class DaskMatmulPlan:
         aux_parts: dict[str, dict] = {}  # output name -> {aux block index: [keys of partial values]}
 
         def part_call(first: bool, with_grad):
-            return T.MatmulBlockCall(alpha, beta if first and C is not None else None, with_grad, p.options, state)
+            return T.MatmulBlockCall(alpha, beta if first and C is not None else None, with_grad, options, state)
 
         for idx in itertools.product(*grid):
             bidx, i, j = idx[:nb], idx[-2], idx[-1]
@@ -282,13 +284,13 @@ class DaskMatmulPlan:
                 others = [G.block_of(x.name, x.shape, idx) if x is not None else None for _, x in inputs]
                 if parts:
                     c_in = G.tree_sum(dsk, f"{core}-sum", idx, parts, SPLIT_EVERY, T.add_blocks)
-                    call = summed if grad_here is None else T.MatmulBlockCall(alpha, 1, grad_here, p.options, state)
+                    call = summed if grad_here is None else T.MatmulBlockCall(alpha, 1, grad_here, options, state)
                 else:
                     c_in = c_key
                     call = (
                         full
                         if grad_here is None
-                        else T.MatmulBlockCall(alpha, beta if C is not None else None, grad_here, p.options, state)
+                        else T.MatmulBlockCall(alpha, beta if C is not None else None, grad_here, options, state)
                     )
                 dsk[(core, *idx)] = (T.matmul_block, call, a_key, b_key, c_in, *others)
                 if grad_here is not None:
