@@ -54,25 +54,25 @@ def _ref(executor: Any) -> Any:
 def carry_state() -> CarriedState:
     """The calling context's backend state, without the Dask executor itself, as a picklable value.
 
-    The caller's ``set_backend``/``skip_backend`` contexts come first, then its global and registered backends
-    (in the order the registry tries them), so a worker resolves block calls as the caller would have.
+    The caller's ``set_backend``/``skip_backend`` contexts (``nvdispatch.get_state()``) come first, then the
+    process's global and registered backends (in the order the registry tries them), so a worker resolves
+    block calls as the caller would have, whatever its own global state.
     """
-    # Until the registry's public get_state() lands, the state is read here (and only here).
     from .. import _backends as registry
 
-    local, glob = registry.get_state(), registry._global
-    chosen = [(c.executor, c.coerce, c.only) for c in local.local]  # outermost first
+    state = registry.get_state()
+    chosen = [(c.executor, c.coerce, c.only) for c in state.local]  # outermost first
+    g = registry._global  # the process-wide part (no public getter): folded in below the contexts
     outer = []
-    if glob.candidate is not None and not glob.try_last:
-        outer.append((glob.candidate.executor, glob.candidate.coerce, glob.candidate.only))
-    outer += [(r, False, False) for r in glob.registered]
-    if glob.candidate is not None and glob.try_last:
-        outer.append((glob.candidate.executor, glob.candidate.coerce, glob.candidate.only))
+    if g.candidate is not None and not g.try_last:
+        outer.append((g.candidate.executor, g.candidate.coerce, g.candidate.only))
+    outer += [(r, False, False) for r in g.registered]
+    if g.candidate is not None and g.try_last:
+        outer.append((g.candidate.executor, g.candidate.coerce, g.candidate.only))
     # contexts are tried innermost first: the global/registered ones go outermost, reversed
     chosen = list(reversed(outer)) + chosen
     kept = tuple((_ref(e), co, on) for e, co, on in chosen if getattr(e, "name", None) != _SELF)
-    skipped = tuple(_ref(e) for e in local.skipped if getattr(e, "name", None) != _SELF)
-    state = CarriedState(kept, skipped)
+    skipped = tuple(_ref(e) for e in state.skipped if getattr(e, "name", None) != _SELF)
     users = [r for r, _, _ in kept if not isinstance(r, str)] + [r for r in skipped if not isinstance(r, str)]
     if users:
         try:
@@ -84,19 +84,20 @@ def carry_state() -> CarriedState:
                 f"{users[0]!r}, which does not pickle ({exc})",
                 "register the executor by name on the workers, or make it picklable",
             ) from None
-    return state
+    return CarriedState(kept, skipped)
 
 
 @contextlib.contextmanager
 def applied(state: CarriedState) -> Iterator[None]:
-    """Run the body under ``state`` (as the caller's ``with set_backend(...)`` blocks would)."""
-    from .._backends import set_backend, skip_backend
+    """Run the body under ``state`` (``nvdispatch.set_state`` of the caller's backends, resolved here)."""
+    if not state.chosen and not state.skipped:
+        yield
+        return
+    from .._backends import BackendState, Candidate, resolve_backend, set_state
 
-    with contextlib.ExitStack() as stack:
-        for ref, coerce, only in state.chosen:
-            stack.enter_context(set_backend(ref, coerce=coerce, only=only))
-        for ref in state.skipped:
-            stack.enter_context(skip_backend(ref))
+    local = tuple(Candidate(resolve_backend(ref), coerce, only) for ref, coerce, only in state.chosen)
+    skipped = tuple(resolve_backend(ref) for ref in state.skipped)
+    with set_state(BackendState(local, skipped)):
         yield
 
 
