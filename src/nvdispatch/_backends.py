@@ -30,7 +30,7 @@ import functools
 import io
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from . import executors as _executors
 from .errors import InvalidArgumentError, UnknownBackendError, describe
@@ -203,6 +203,9 @@ def _manual_exit(owner) -> None:
     _state.set(state._parent)
 
 
+_Context = TypeVar("_Context", bound="_StateContext")
+
+
 class _StateContext:
     """Base of the backend context managers: ``__enter__`` makes ``self._new_state(current)`` current
     in this thread/task; leaving restores what was current before (see :class:`_ExitHook`)."""
@@ -212,7 +215,7 @@ class _StateContext:
     def _new_state(self, current: BackendState) -> BackendState:
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self: _Context) -> _Context:
         slot = getattr(_pending, "slot", None)
         _pending.slot = None
         hook = slot[1] if slot is not None and slot[0] is self else None
@@ -251,7 +254,7 @@ class set_backend(_StateContext):
     ...     r = nvdispatch.matmul(np.eye(2), np.ones((2, 2)))
     """
 
-    def __init__(self, backend: Any, coerce: bool = False, only: bool = False):
+    def __init__(self, backend: Any, coerce: bool = False, only: bool = False) -> None:
         self._candidate = Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
 
     def _new_state(self, current: BackendState) -> BackendState:
@@ -268,7 +271,7 @@ class skip_backend(_StateContext):
     ...     r = nvdispatch.matmul(np.eye(2), np.ones((2, 2)))
     """
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: Any) -> None:
         self._executor = resolve_backend(backend)
 
     def _new_state(self, current: BackendState) -> BackendState:
@@ -291,7 +294,7 @@ class set_state(_StateContext):
     'numpy'
     """
 
-    def __init__(self, state: BackendState):
+    def __init__(self, state: BackendState) -> None:
         if not isinstance(state, BackendState):
             raise InvalidArgumentError("state", "a BackendState from nvdispatch.get_state()", describe(state))
         self._state = state

@@ -67,20 +67,20 @@ def explain(*args: Any, **kwargs: Any) -> Explanation:
 # help() and inspect show the matmul form's parameters (the common one) rather than (*args, **kwargs)
 explain.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [
-        inspect.Parameter("a_or_func", inspect.Parameter.POSITIONAL_ONLY),
-        inspect.Parameter("b", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-        inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        inspect.Parameter("a_or_func", inspect.Parameter.POSITIONAL_ONLY, annotation="Array | Callable[..., Any]"),
+        inspect.Parameter("b", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="Array | None"),
+        inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="Array | None"),
         *(
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
-            for name, default in (
-                ("alpha", 1),
-                ("beta", None),
-                ("epilog", None),
-                ("epilog_inputs", None),
-                ("options", None),
-                ("preferences", None),
-                ("stream", None),
-                ("quantization_scales", None),
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+            for name, default, annotation in (
+                ("alpha", 1, "Any"),
+                ("beta", None, "Any"),
+                ("epilog", None, "Epilog | str | None"),
+                ("epilog_inputs", None, "Mapping[str, Array] | None"),
+                ("options", None, "MatmulOptions | Mapping[str, Any] | None"),
+                ("preferences", None, "MatmulPlanPreferences | Mapping[str, Any] | None"),
+                ("stream", None, "Any"),
+                ("quantization_scales", None, "MatmulQuantizationScales | Mapping[str, Any] | None"),
             )
         ),
     ],

@@ -46,8 +46,9 @@ True
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import array_api_compat
 import numpy as np
@@ -156,7 +157,16 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     return plan.execute({"x": x}, stream)
 
 
-def explain_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None) -> Explanation:
+def explain_fft(
+    func: str,
+    x: Array,
+    n: int | None = None,
+    axis: int = -1,
+    s: Shape = None,
+    axes: Axes = None,
+    norm: Norm = "backward",
+    stream: Stream = None,
+) -> Explanation:
     """What ``nvdispatch.fft.<func>`` would do with these arguments, without running it."""
     problem, sel, _ = _prepare(func, x, n, axis, s, axes, norm)
     strategies = strategies_of(sel.executor, "fft", problem)
@@ -210,8 +220,11 @@ def _call(
     return result if out is None else write_out(result, out)
 
 
-def _with_explain(func_name: str, nd: bool):
-    def deco(f):
+_Func = TypeVar("_Func", bound=Callable[..., Any])
+
+
+def _with_explain(func_name: str, nd: bool) -> Callable[[_Func], _Func]:
+    def deco(f: _Func) -> _Func:
         if nd:
 
             def _explain(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from ._dispatch import (
     wrap_result,
 )
 from ._epilog import INPUTS, Epilog, spec_of
-from ._fp8 import build_fp8_problem, scale_values, wants_fp8
+from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -39,6 +40,7 @@ from ._matmul_problem import (
     scalar_value,
 )
 from ._plan_cache import plan_cache
+from ._typing import Array, Scalar, Stream
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -108,19 +110,19 @@ def _operands(a, b, c, alpha, beta, epilog_inputs, scales=None) -> dict[str, Any
 
 
 def matmul(
-    a,
-    b,
-    c=None,
+    a: Array,
+    b: Array,
+    c: Array | None = None,
     *,
-    alpha=1,
-    beta=None,
-    epilog=None,
-    epilog_inputs=None,
-    options=None,
-    preferences=None,
-    stream=None,
-    quantization_scales=None,
-):
+    alpha: Scalar = 1,
+    beta: Scalar | None = None,
+    epilog: Epilog | str | None = None,
+    epilog_inputs: Mapping[str, Array] | None = None,
+    options: MatmulOptions | Mapping[str, Any] | None = None,
+    preferences: MatmulPlanPreferences | Mapping[str, Any] | None = None,
+    stream: Stream = None,
+    quantization_scales: MatmulQuantizationScales | Mapping[str, Any] | None = None,
+) -> Array:  # (result, aux) for an epilog with outputs
     """Compute ``epilog(alpha * a @ b + beta * c)`` with whichever executor owns the operands.
 
     Parameters
@@ -254,18 +256,18 @@ def _scalar_class_always_valid(alpha, result_dtype: str) -> bool:
 
 
 def explain_matmul(
-    a,
-    b,
-    c=None,
+    a: Array,
+    b: Array,
+    c: Array | None = None,
     *,
-    alpha=1,
-    beta=None,
-    epilog=None,
-    epilog_inputs=None,
-    options=None,
-    preferences=None,
-    stream=None,
-    quantization_scales=None,
+    alpha: Scalar = 1,
+    beta: Scalar | None = None,
+    epilog: Epilog | str | None = None,
+    epilog_inputs: Mapping[str, Array] | None = None,
+    options: MatmulOptions | Mapping[str, Any] | None = None,
+    preferences: MatmulPlanPreferences | Mapping[str, Any] | None = None,
+    stream: Stream = None,
+    quantization_scales: MatmulQuantizationScales | Mapping[str, Any] | None = None,
 ) -> Explanation:
     """What ``matmul`` would do with these arguments, without running it."""
     problem, sel, strategy, _ = _prepare(
@@ -301,7 +303,18 @@ class Matmul:
     True
     """
 
-    def __init__(self, a, b, c=None, *, alpha=1, beta=None, options=None, stream=None, quantization_scales=None):
+    def __init__(
+        self,
+        a: Array,
+        b: Array,
+        c: Array | None = None,
+        *,
+        alpha: Scalar = 1,
+        beta: Scalar | None = None,
+        options: MatmulOptions | Mapping[str, Any] | None = None,
+        stream: Stream = None,
+        quantization_scales: MatmulQuantizationScales | Mapping[str, Any] | None = None,
+    ) -> None:
         self._options = as_options(options)
         # validate shapes and dtypes now, so mistakes surface at construction
         _check_required(a, b)
@@ -351,7 +364,14 @@ class Matmul:
     def executor(self) -> str | None:
         return None if self._selection is None else self._selection.executor.name
 
-    def plan(self, epilog=None, epilog_inputs=None, preferences=None, *, stream=None):
+    def plan(
+        self,
+        epilog: Epilog | str | None = None,
+        epilog_inputs: Mapping[str, Array] | None = None,
+        preferences: MatmulPlanPreferences | Mapping[str, Any] | None = None,
+        *,
+        stream: Stream = None,
+    ) -> Matmul:
         """Choose the executor and strategy and prepare the plan (kept in the shared plan cache)."""
         self._check_alive("plan")
         inputs = dict(_check_epilog_inputs(epilog_inputs))
@@ -363,7 +383,7 @@ class Matmul:
         self._epilog, self._inputs, self._infos = epilog, inputs, infos
         return self
 
-    def autotune(self, iterations: int = 3, *, stream=None) -> dict[str, float]:
+    def autotune(self, iterations: int = 3, *, stream: Stream = None) -> dict[str, float]:
         """Time each strategy the executor offers (and each plan's own knobs) on the actual operands and
         keep the fastest. Returns ``{strategy: median seconds}``. The choice is recorded for
         ``plan_cache.save()``."""
@@ -401,14 +421,22 @@ class Matmul:
         )
         return timings
 
-    def execute(self, *, stream=None):
+    def execute(self, *, stream: Stream = None) -> Array:  # (result, aux) for an epilog with outputs
         """Run the planned matmul on the current operands; returns as :func:`matmul` does."""
         self._check_planned("execute")
         return self._plan.execute(self._operands(), stream if stream is not None else self._stream)
 
     def reset_operands(
-        self, a=None, b=None, c=None, *, alpha=None, beta=None, epilog_inputs=None, quantization_scales=None
-    ):
+        self,
+        a: Array | None = None,
+        b: Array | None = None,
+        c: Array | None = None,
+        *,
+        alpha: Scalar | None = None,
+        beta: Scalar | None = None,
+        epilog_inputs: Mapping[str, Array] | None = None,
+        quantization_scales: MatmulQuantizationScales | Mapping[str, Any] | None = None,
+    ) -> None:
         """Swap in new operands of the same framework, device, dtypes and shapes, and/or new ``alpha``/``beta``
         and (FP8) ``quantization_scales`` (replacing all scales given at construction).
 
@@ -475,10 +503,10 @@ class Matmul:
         self._plan = self._problem = self._selection = None
         self._freed = True
 
-    def __enter__(self):
+    def __enter__(self) -> Matmul:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         self.free()
         return False
 
