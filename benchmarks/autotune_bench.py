@@ -138,12 +138,16 @@ def host_overhead(torch, nvdispatch) -> dict:
     bias = torch.randn(16, device="cuda")
     cases = {
         "torch.matmul": lambda: torch.matmul(a, b),
+        "torch._addmm_activation": lambda: torch._addmm_activation(bias, a, b),
+        "nvdispatch.matmul plain": lambda: nvdispatch.matmul(a, b),
         "nvdispatch.matmul RELU_BIAS": lambda: nvdispatch.matmul(
             a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}
         ),
     }
     t = gmb.host_times(cases, torch, n=200, rounds=30)
     t["ratio_relu_bias_vs_torch_matmul"] = t["nvdispatch.matmul RELU_BIAS"] / t["torch.matmul"]
+    t["ratio_relu_bias_vs_torch_addmm_activation"] = t["nvdispatch.matmul RELU_BIAS"] / t["torch._addmm_activation"]
+    t["ratio_plain_vs_torch_matmul"] = t["nvdispatch.matmul plain"] / t["torch.matmul"]
     return t
 
 

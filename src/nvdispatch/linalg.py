@@ -405,10 +405,13 @@ class Matmul:
                 t = float(timer(operands, iterations, stream))
             else:
                 samples = []
+                sync = _device_sync(problem)  # GPU work is asynchronous: time it to completion
                 plan.execute(operands, stream)  # warm-up
                 for _ in range(iterations):
+                    sync()
                     t0 = time.perf_counter()
                     plan.execute(operands, stream)
+                    sync()
                     samples.append(time.perf_counter() - t0)
                 t = float(np.median(samples))
             timings[strategy] = t
@@ -513,6 +516,16 @@ class Matmul:
     def __repr__(self) -> str:
         state = "freed" if self._freed else ("planned" if self._plan else "not planned")
         return f"<nvdispatch.Matmul {state} executor={self.executor} strategy={self._strategy}>"
+
+
+def _device_sync(problem):
+    """A callable waiting for the problem's GPU to finish its work (a no-op on the CPU)."""
+    if problem.device.kind != "cuda":
+        return lambda: None
+    from ._cuda import runtime
+
+    rt = runtime.cudart()
+    return lambda: runtime.check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
 def _takes_stream(fn) -> bool:

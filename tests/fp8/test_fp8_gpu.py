@@ -13,11 +13,23 @@ import pytest
 
 import nvdispatch
 
-from .fp8_emulation import FP8_MAX, assert_matches, emulate, f64
+from .fp8_emulation import ACC_FP8_TENSOR_CORES, FP8_MAX, emulate, f64
+from .fp8_emulation import assert_matches as _assert_matches
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
+
+
+def assert_matches(*args, **kwargs):
+    """The emulation check with the accumulation allowance of FP8 tensor cores."""
+    return _assert_matches(*args, acc_eps=ACC_FP8_TENSOR_CORES, **kwargs)
+
+
+def lt_can(m, n, k, result_type) -> bool:
+    """Whether cuBLASLt has FP8 kernels for the shape (measured on the H200: K a multiple of 16, and for FP8
+    results the extent along the bias, N here, too); other shapes take the reference path."""
+    return k % 16 == 0 and (not result_type.startswith("float8") or n % 16 == 0)
 
 
 def fp8(shape, dtype=E4M3, scale=1.0, seed=0, device="cuda"):
@@ -62,7 +74,10 @@ def test_cublaslt_vs_emulation_and_reference(m, n, k, result_type, b_layout):
     b = fp8((k, n), seed=n) if b_layout == "row" else fp8((n, k), seed=n).t()
     scales = {"a": 0.5, "b": 2.0} | ({"d": 0.25} if result_type == E4M3 else {})
     got, ref, ex = run_both(a, b, quantization_scales=scales, options={"result_type": result_type})
-    assert ex.executor == "cuda" and any("cublasLtMatmul FP8" in s for s in ex.steps), str(ex)
+    if lt_can(m, n, k, result_type):
+        assert ex.executor == "cuda" and any("cublasLtMatmul FP8" in s for s in ex.steps), str(ex)
+    else:  # the reference path on the GPU, and explain() says why
+        assert ex.executor == "torch" and "multiple of 16" in str(ex), str(ex)
     assert got.dtype == getattr(torch, result_type) and got.device.type == "cuda"
     _, _, want, abs_sum, _ = emulate(a, b, scales=scales, result_type=result_type)
     assert_matches(got, want, abs_sum, result_type, extra_scale=scales.get("d", 1.0))

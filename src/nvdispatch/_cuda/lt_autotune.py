@@ -143,21 +143,62 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
     return out
 
 
+#: launches per timed sample, queued behind a GPU busy-wait so host overhead never shows in the GPU time
+_BURST = 5
+
+
+def _busy_wait(stream: int, device_index: int, seconds: float) -> bool:
+    """Hold ``stream`` busy on the GPU for about ``seconds`` (Torch's sleep kernel), so launches queued after
+    it run back to back; False where Torch is not available (then samples include host gaps)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch
+        except ImportError:
+            return False
+    dev = torch.device("cuda", device_index)
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev)):
+        torch.cuda._sleep(max(int(seconds * 2e9), 1))  # clock cycles at ~2 GHz (longer on slower clocks)
+    return True
+
+
+def gpu_seconds(launch: Callable[[], None], stream: int, device_index: int, iterations: int = 3) -> float:
+    """Median GPU seconds of ``launch()`` (queuing work on ``stream``): CUDA events around bursts of
+    back-to-back launches queued behind a busy-wait, so small kernels are not timed with the host's gaps."""
+    import statistics
+
+    from .runtime import EventTimer, check, cudart
+
+    rt = cudart()
+    launch()  # warm-up (and workspace allocation)
+    with EventTimer() as timer:
+        samples = []
+        for _ in range(max(1, iterations)):
+            _busy_wait(stream, device_index, 2e-3)
+            check(rt.cudaEventRecord(timer._start, stream), "cudaEventRecord")
+            for _ in range(_BURST):
+                launch()
+            check(rt.cudaEventRecord(timer._stop, stream), "cudaEventRecord")
+            check(rt.cudaEventSynchronize(timer._stop), "cudaEventSynchronize")
+            ms = check(rt.cudaEventElapsedTime(timer._start, timer._stop), "cudaEventElapsedTime")
+            samples.append(ms * 1e-3 / _BURST)
+    return float(statistics.median(samples))
+
+
 def autotune(plan, launch: Callable[[object], None], stream: int, iterations: int = 3, limit: int = CANDIDATES):
     """Time every candidate of ``plan`` (``launch(result)`` queues one matmul with it on ``stream``); set and
     record the fastest. Returns ``[(label, seconds)]`` (inf for a candidate that failed)."""
-    from .runtime import EventTimer
-
     cands = candidates(plan.core, plan.handle, limit)
     original = plan._algo
     times = []
-    with EventTimer() as timer:
-        for label, r in cands:
-            try:
-                t = timer.time(lambda r=r: launch(r), stream, iterations)
-            except Exception:  # noqa: BLE001 - an algorithm that fails on these operands is skipped
-                t = math.inf
-            times.append((label, t))
+    for label, r in cands:
+        try:
+            t = gpu_seconds(lambda r=r: launch(r), stream, plan.device_index, iterations)
+        except Exception:  # noqa: BLE001 - an algorithm that fails on these operands is skipped
+            t = math.inf
+        times.append((label, t))
     best = min(range(len(cands)), key=lambda i: times[i][1]) if cands else None
     if best is not None and math.isfinite(times[best][1]):
         label, r = cands[best]

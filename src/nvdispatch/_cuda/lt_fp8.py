@@ -275,10 +275,15 @@ def probe(p: MatmulProblem) -> tuple[bool, str]:
     except lt.CublasLtError as exc:
         return False, f"cuBLASLt rejects this FP8 matmul ({exc})"
     if not algos:
-        q = p.quantization
+        q, s = p.quantization, fp8_layout(p)
+        hint = []
+        if p.k % 16:
+            hint.append(f"K = {p.k} is not a multiple of 16")
+        if q.fp8_result and s.m_lt % 16:
+            hint.append(f"the result's extent along the bias ({s.m_lt}) is not a multiple of 16 (FP8 results)")
         return False, (
             f"cuBLASLt's heuristic has no FP8 kernel for {q.a_type} x {q.b_type} -> {q.result_type} "
-            f"with epilogue {p.epilog.epilog.name}"
+            f"with epilogue {p.epilog.epilog.name}" + (f" ({'; '.join(hint)})" if hint else "")
         )
     return True, ""
 
@@ -365,11 +370,8 @@ class Fp8LtPlan:
         return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit)
 
     def time(self, operands, iterations: int = 3, stream=None) -> float:
-        from .runtime import EventTimer
-
         sp = self._stream_pointer(stream, self.framework, self.device_index)
-        with EventTimer() as timer:
-            return timer.time(lambda: self.execute(operands, sp), sp, iterations)
+        return lt_autotune.gpu_seconds(lambda: self.execute(operands, sp), sp, self.device_index, iterations)
 
     # -- execution ---------------------------------------------------------------------------------
     def release(self) -> None:
@@ -482,6 +484,8 @@ class Fp8LtPlan:
                 xp.copy_into(self._view(cbuf, s.ldc), src)
                 keep.append(cbuf)
                 ptr_c = self._ptr(cbuf)
+        elif self.core.c is not self.core.d:
+            ptr_c = 0  # no c, and C's type differs from D's (an FP8 result): C is not read and must not alias D
         # epilogue pointers
         ptrs = {}
         if "bias" in p.input_sigs:

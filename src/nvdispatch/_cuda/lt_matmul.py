@@ -493,11 +493,8 @@ class LtMatmulPlan:
         return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit)
 
     def time(self, operands, iterations: int = 3, stream=None) -> float:
-        from .runtime import EventTimer
-
         sp = self._stream_pointer(stream, self.framework, self.device_index)
-        with EventTimer() as timer:
-            return timer.time(lambda: self.execute(operands, sp), sp, iterations)
+        return lt_autotune.gpu_seconds(lambda: self.execute(operands, sp), sp, self.device_index, iterations)
 
     # -- execution ---------------------------------------------------------------------------------
     def _scalar(self, value, keep: list):
@@ -791,6 +788,13 @@ class InplacePlan:
 
     def tuning(self):
         return None
+
+    def time(self, operands, iterations: int = 3, stream=None) -> float:
+        """GPU seconds of one call (CUDA events, as the native plan is timed: Matmul.autotune compares them)."""
+        from .streams import stream_pointer
+
+        sp = stream_pointer(stream, self.framework, self.device_index)
+        return lt_autotune.gpu_seconds(lambda: self.execute(operands, sp), sp, self.device_index, iterations)
 
     def execute(self, operands, stream=None):
         from .streams import framework_stream, stream_pointer
