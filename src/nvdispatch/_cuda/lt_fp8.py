@@ -485,7 +485,11 @@ class Fp8LtPlan:
                 keep.append(cbuf)
                 ptr_c = self._ptr(cbuf)
         elif self.core.c is not self.core.d:
-            ptr_c = 0  # no c, and C's type differs from D's (an FP8 result): C is not read and must not alias D
+            # no c, and C's type differs from D's (an FP8 result): C is not read (beta = 0), but must not alias D
+            # (cuBLASLt answers CUBLAS_STATUS_INVALID_VALUE, measured on the H200): its own buffer, as NVIDIA's sample
+            cbuf = self._empty((*batch, s.n_lt, s.ldd), q.c_type)
+            keep.append(cbuf)
+            ptr_c = self._ptr(cbuf)
         # epilogue pointers
         ptrs = {}
         if "bias" in p.input_sigs:
