@@ -54,7 +54,7 @@ from .errors import (
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
 
-_OPERAND_NAMES = ("a", "b", "c", "bias", "relu_aux", "gelu_aux")
+_OPERAND_NAMES = ("a", "b", "c", *INPUTS)  # the operands and every epilog input of the table
 
 
 def _check_epilog_inputs(epilog_inputs) -> dict[str, Any]:
