@@ -7,6 +7,19 @@ registered backends) is carried into the graph as a value. Operations: ``executo
 ``executors/dask_fft.py``.
 
 Under ``set_backend("dask", coerce=True)`` plain operands are wrapped as single-block Dask arrays.
+
+Examples
+--------
+>>> import dask.array as da, numpy as np, nvdispatch
+>>> a = da.ones((4, 6), chunks=2); b = da.ones((6, 3), chunks=3)
+>>> r = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": np.full(3, -1.0)})  # lazy
+>>> r.chunks, r.compute(scheduler="sync")[0].tolist()
+(((2, 2), (3,)), [5.0, 5.0, 5.0])
+>>> y = nvdispatch.fft.fft(da.ones((4, 8), chunks=(2, 4)), axis=1)  # axis 1 chunked: rechunked whole (tiny: 1 block)
+>>> y.chunks, float(y[0, 0].compute(scheduler="sync").real)
+(((4,), (8,)), 8.0)
+>>> nvdispatch.fft.rfftfreq(8, chunks=2).compute().tolist()
+[0.0, 0.125, 0.25, 0.375, 0.5]
 """
 
 from __future__ import annotations

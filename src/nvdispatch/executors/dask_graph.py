@@ -18,7 +18,6 @@ __all__ = [
     "broadcast_target",
     "block_of",
     "wrap",
-    "aligned",
     "new_array",
     "meta_of",
     "empty_block",
@@ -72,20 +71,6 @@ def wrap(x: Any):
     if isinstance(x, da.Array):
         return x
     return da.from_array(x, chunks=tuple(x.shape) or (), asarray=False)
-
-
-def aligned(x, target: Chunks, operand: str, notes: list[str]):
-    """``x`` rechunked to ``target`` (a no-op when it already is); a note for ``explain`` when it moves."""
-    current = tuple(tuple(c) for c in x.chunks)
-    if current == tuple(tuple(t) for t in target):
-        return x
-    for axis, (was, now) in enumerate(zip(current, target)):
-        if tuple(was) != tuple(now):
-            notes.append(
-                f"rechunk {operand} along axis {axis} from {describe_chunks(was)} to {describe_chunks(now)} "
-                "to align its blocks with the other operands"
-            )
-    return x.rechunk(target)
 
 
 def token(*parts: Any) -> str:
