@@ -25,6 +25,7 @@ from .cai import CaiAdapter
 from .cupy import CupyAdapter
 from .dask import DaskAdapter
 from .dlpack import DlpackAdapter
+from .jax import JaxAdapter
 from .numpy import NumpyAdapter
 from .torch import TorchAdapter
 
@@ -136,6 +137,6 @@ def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
 
 for _ad in (DlpackAdapter(), CaiAdapter()):
     register_adapter(_ad, protocol=True)
-for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter()):
+for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter(), JaxAdapter()):
     register_adapter(_ad)
 del _ad

@@ -16,8 +16,14 @@ _DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
 
 
 class DlpackAdapter(Adapter):
+    """Results come back in the caller's framework: its array-API namespace's ``from_dlpack`` (found by
+    array-api-compat) imports the executor's result; where no namespace is known the result is returned as
+    is: a NumPy array on the CPU, a :class:`~nvdispatch._cuda.arrays.CudaArray` on a GPU (which exports
+    ``__dlpack__`` and ``__cuda_array_interface__``, so any framework imports it zero-copy)."""
+
     name = "dlpack"
     default_executors = {"cpu": ("numpy",), "cuda": ("cuda",)}
+    wraps = True
 
     def claims(self, cls: type) -> bool:
         return hasattr(cls, "__dlpack_device__")
@@ -61,3 +67,20 @@ class DlpackAdapter(Adapter):
 
     def to_numpy(self, x):
         return np.from_dlpack(x)
+
+    def unwrap(self, x: Any) -> Any:
+        return self.info("x", x).array
+
+    def wrap(self, result: Any, like: Any) -> Any:
+        import array_api_compat
+
+        try:
+            xp = array_api_compat.array_namespace(like)
+        except TypeError:  # no namespace known for the caller's type
+            return result
+        if xp is array_api_compat.array_namespace(result):
+            return result
+        try:
+            return xp.from_dlpack(result)
+        except Exception:  # noqa: BLE001 - a namespace that cannot import it: the documented fallback type
+            return result

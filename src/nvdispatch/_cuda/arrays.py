@@ -160,6 +160,23 @@ class CudaArray:
             "stream": None,
         }
 
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .dlpack_export import KDL_CUDA
+
+        return (KDL_CUDA, runtime.pointer_device(self.ptr) if self.ptr else runtime.current_device())
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this memory (keeps it alive), so any framework's ``from_dlpack`` imports it.
+        Work queued on the allocation's stream is finished first when the consumer names another stream."""
+        from .dlpack_export import capsule
+
+        if copy:
+            raise BufferError("CudaArray exports its memory without copying (copy=True is not supported)")
+        if stream is not None and stream != -1 and stream != self._stream and self.ptr:
+            runtime.check(runtime.cudart().cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+        kind, index = self.__dlpack_device__()
+        return capsule(self.ptr, self.shape, self.strides_elems, self.dtype, kind, index, self)
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
