@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _backends
 from . import _executor_contract as _contract
-from ._adapters import adapter_for, adapter_for_class, adapter_named
+from ._adapters import adapter_for, adapter_for_class, adapter_named, signature_by_class
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._plan_cache import plan_cache
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError
@@ -34,9 +34,11 @@ __all__ = [
     "choose_strategy",
     "get_plan",
     "plan_key",
-    "lookup",
     "store",
     "signature_of",
+    "signature_by_class",
+    "debug_enabled",
+    "log_hit",
     "wrap_result",
     "log",
     "Explanation",
@@ -47,25 +49,27 @@ log = logging.getLogger("nvdispatch")
 
 # -- call keys -----------------------------------------------------------------------------------------------
 def signature_of(cls: type):
-    """The adapter-signature function for arrays of class ``cls``, or None (no adapter claims the class, or
-    its adapter wraps results: those calls take the full path every time)."""
+    """The adapter-signature function for arrays of class ``cls``, or None (no adapter claims the class, its
+    adapter has no signature, or it wraps results: those calls take the full path every time). Cached per
+    class in ``signature_by_class``, which call-key builders read first."""
     ad = adapter_for_class(cls)
-    if ad is None or ad.wraps:
-        return None
-    return ad.signature
+    sig = None if ad is None or ad.wraps else ad.signature_for(cls)
+    signature_by_class[cls] = sig
+    return sig
 
 
-def lookup(key: Hashable | None):
-    """The plan stored under call key ``key`` (None: no key, no plan, or a key that cannot be hashed)."""
-    if key is None:
-        return None
-    try:
-        plan = plan_cache.peek(key)
-    except TypeError:  # an unhashable argument: the full path validates (and reports) it
-        return None
-    if plan is not None and log.isEnabledFor(logging.DEBUG):
-        log.debug("%s: plan cache hit (call key) -> %s strategy %r", key[0], type(plan).__name__, plan.strategy)
-    return plan
+#: logging's per-level cache of ``log``: ``.get(DEBUG) is False`` says "not logging" without a method call
+_log_levels = getattr(log, "_cache", {})
+
+
+def debug_enabled() -> bool:
+    """Whether DEBUG records of ``log`` are emitted (cheap when they are not)."""
+    return _log_levels.get(logging.DEBUG) is not False and log.isEnabledFor(logging.DEBUG)
+
+
+def log_hit(key: tuple, plan) -> None:
+    """The DEBUG record of a call served from the plan cache by its call key."""
+    log.debug("%s: plan cache hit (call key): plan %s, strategy %r", key[0], type(plan).__name__, plan.strategy)
 
 
 def store(key: Hashable | None, plan) -> None:
@@ -179,7 +183,7 @@ def plan_key(executor: Any, op: str, problem: Any, strategy: str) -> tuple:
 def get_plan(executor: Any, op: str, problem: Any, strategy: str):
     """The cached plan for (problem, executor, strategy), planned on a miss."""
     key = plan_key(executor, op, problem, strategy)
-    if not log.isEnabledFor(logging.DEBUG):
+    if not debug_enabled():
         return plan_cache.get_or_create(key, lambda tuning: _contract.plan(executor, op, problem, strategy, tuning))
     made = []
 

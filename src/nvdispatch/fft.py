@@ -54,13 +54,17 @@ import array_api_compat
 import numpy as np
 
 from . import _backends, _fft_callbacks, _fft_convolve
+from ._adapters import adapter_for, adapter_named
+from ._backends import _state
 from ._dispatch import (
     Explanation,
+    _log_levels,
     choose_strategy,
     coerce_operands,
+    debug_enabled,
     detect_all,
     get_plan,
-    lookup,
+    log_hit,
     placement,
     plan_key,
     select,
@@ -68,6 +72,9 @@ from ._dispatch import (
     store,
     strategies_of,
     wrap_result,
+)
+from ._dispatch import (
+    signature_by_class as _signatures,
 )
 from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from ._fft_problem import FUNCS, FFTProblem, build_fft_problem, check_norm
@@ -109,6 +116,7 @@ __all__ = [
 ]
 
 __ua_domain__ = "numpy.scipy.fft"
+_peek = plan_cache.peek  # the call route's first step, bound once
 _log = logging.getLogger("nvdispatch")
 
 
@@ -124,14 +132,19 @@ def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
 
 def _call_key(func: str, x, n, axis, s, axes, norm):
     """The call key of a transform (see ``_dispatch``), or None when the call does not qualify."""
-    sig = signature_of(x.__class__)
+    cls = x.__class__
+    sig = _signatures.get(cls, signature_of)
+    if sig is signature_of:
+        sig = signature_of(cls)
     if sig is None:
         return None
-    s_key, axes_key = _int_seq(s), _int_seq(axes)
-    if s_key is False or axes_key is False:
+    if s is not None:
+        s = _int_seq(s)
+    if axes is not None:
+        axes = _int_seq(axes)
+    if s is False or axes is False:
         return None
-    state = _backends._state.get().key
-    return ("fft", func, x.__class__, sig(x), n, axis, s_key, axes_key, norm, state, _backends._global.key)
+    return ("fft", func, cls, sig(x), n, axis, s, axes, norm, _state.get().key, _backends._global.key)
 
 
 def _int_seq(v):
@@ -146,7 +159,10 @@ def _int_seq(v):
 
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
     key = _call_key(func, x, n, axis, s, axes, norm)
-    plan = lookup(key)
+    try:
+        plan = None if key is None else _peek(key)
+    except TypeError:  # an unhashable argument: the full path validates (and reports) it
+        plan = None
     if plan is None:
         problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
         plan = get_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
@@ -154,6 +170,8 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
             store(key, plan)
         operands = coerce_operands(sel, {"x": operand}, ("x",))
         return wrap_result(plan.execute(operands, stream), x)
+    if _log_levels.get(10) is not False and debug_enabled():
+        log_hit(key, plan)
     return plan.execute({"x": x}, stream)
 
 
@@ -814,21 +832,25 @@ def _shift(x, axes, inverse: bool):
             raise InvalidArgumentError("axes", "an int, a sequence of ints, or None", repr(axes))
         axes_t = tuple(_axis(a, ndim, "axes") for a in seq)
     shifts = tuple(-(info.shape[a] // 2) if inverse else info.shape[a] // 2 for a in axes_t)
-    fw = info.framework
-    if fw == "dask":
-        from .executors.dask_fft import shift
+    return _roll(info, shifts, axes_t)
 
-        return shift(x, shifts, axes_t)
-    if fw == "torch":
-        import torch
 
-        return torch.roll(x, shifts, axes_t) if axes_t else x.clone()
-    if fw == "numpy" or (fw == "dlpack" and info.device.kind == "cpu"):
-        return np.roll(info.array, shifts, axes_t) if axes_t else info.array.copy()
-    import cupy
+def _roll(info, shifts, axes):
+    """``info.array`` rolled by ``shifts`` along ``axes`` (a copy when no axes), through its adapter; device
+    arrays known only by a protocol through the helper namespace that can view them (CuPy, else Torch)."""
+    arr = info.array  # (a CPU DLPack object's NumPy view)
+    ad = adapter_for(arr)
+    if not ad.can_roll:
+        from ._cuda.xp import namespace_for
 
-    arr = x if fw == "cupy" else cupy.asarray(x)
-    return cupy.roll(arr, shifts, axes_t) if axes_t else arr.copy()
+        helper = namespace_for(info.framework)
+        if helper is None:
+            raise UnsupportedOperandError(
+                "x", "an array CuPy or Torch can view (to shift it)", f"a {info.framework} array", ""
+            )
+        ad = adapter_named(helper)
+        arr = ad.view_device_array(arr)
+    return ad.roll(arr, shifts, axes)
 
 
 def fftshift(x: Array, /, *, axes: int | Axes = None) -> Array:
@@ -1086,9 +1108,7 @@ class FFT:
             raise InvalidArgumentError("direction", f"one of {allowed} for a {self._fft_type} FFT", repr(direction))
         stream = stream if stream is not None else self._stream
         sel = self._selections[d]
-        operand = self._x
-        if self._info.framework == "dlpack" and self._info.device.kind == "cpu":
-            operand = self._info.array
+        operand = self._info.array  # as executors take it (a CPU DLPack object's NumPy view)
         operands = coerce_operands(sel, {"x": operand}, ("x",))
         if self._cb_data:
             operands = _fft_callbacks.coerce_all(sel, {"x": operand, **self._cb_data})
@@ -1146,13 +1166,10 @@ class FFT:
 
 
 def _copy_into(dst, src) -> None:
-    mod = type(dst).__module__.split(".")[0]
-    if mod == "torch":
-        dst.copy_(src)
-    elif isinstance(dst, np.ndarray) or mod == "cupy":
-        dst[...] = src
-    else:
+    ad = adapter_for(dst)
+    if ad is None or not ad.can_copy_into:
         raise InvalidArgumentError("options.inplace", "an operand the executor can write into", describe(dst))
+    ad.copy_into(dst, src)
 
 
 # -- scipy.fft backend protocol --------------------------------------------------------------------------------

@@ -10,15 +10,18 @@ from typing import Any
 import numpy as np
 
 from . import _backends
+from ._backends import _state
 from ._detect import detect
 from ._dispatch import (
     Explanation,
+    _log_levels,
     choice_key,
     choose_strategy,
     coerce_operands,
+    debug_enabled,
     detect_all,
     get_plan,
-    lookup,
+    log_hit,
     placement,
     plan_key,
     select,
@@ -26,6 +29,9 @@ from ._dispatch import (
     store,
     strategies_of,
     wrap_result,
+)
+from ._dispatch import (
+    signature_by_class as _signatures,
 )
 from ._epilog import INPUTS, Epilog, spec_of
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
@@ -51,6 +57,8 @@ from .errors import (
     UnsupportedOperandError,
     describe,
 )
+
+_peek = plan_cache.peek  # the call route's first step, bound once
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
 
@@ -169,14 +177,28 @@ def matmul(
     >>> nvdispatch.matmul(x, w, epilog=nvdispatch.Epilog.RELU_BIAS, epilog_inputs={"bias": bias})[0]
     array([0., 2.], dtype=float32)
     """
-    key = None if quantization_scales is not None else _call_key(
-        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences
-    )
-    plan = lookup(key)
+    # The call key (see _dispatch), built inline for the common call: a function call costs as much.
+    cls = a.__class__
+    sig = _signatures.get(cls, signature_of)
+    if sig is signature_of:
+        sig = signature_of(cls)
+    if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS or quantization_scales is not None:
+        key = None
+    elif c is None and beta is None and epilog_inputs is None:
+        state, glob = _state.get().key, _backends._global.key
+        key = ("matmul", cls, sig(a), sig(b), epilog, None, alpha.__class__, None, options, preferences, state, glob)
+    else:
+        key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+    try:
+        plan = None if key is None else _peek(key)
+    except TypeError:  # an unhashable argument: the full path validates (and reports) it
+        plan = None
     if plan is None:
         return _plan_and_run(
             key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales
         )
+    if _log_levels.get(10) is not False and debug_enabled():
+        log_hit(key, plan)
     if stream is None and alpha == 1 and c is None:
         direct = getattr(plan, "direct", None)
         if direct is not None:
@@ -205,19 +227,15 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
 _SCALARS = (int, float, complex)
 
 
-def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
-    """The call key of a matmul (see ``_dispatch``): the operands' adapter signatures (all operands of one
-    array class), the scalars' classes, the epilog, options, preferences and backend state; None when the
-    call does not qualify (it then takes the full path)."""
-    cls = a.__class__
-    sig = signature_of(cls)
-    if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS:
-        return None
+def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
+    """The call key of a matmul with ``c``/``beta`` or epilog inputs (``matmul`` builds the plain one):
+    the operands' adapter signatures (all operands of ``a``'s class), the scalars' classes, the epilog,
+    options, preferences and backend state; None when the call does not qualify (it takes the full path)."""
     if c is None:
         if beta is not None:
             return None
         c_sig = None
-    elif c.__class__ is not cls or beta.__class__ not in _SCALARS and beta is not None:
+    elif c.__class__ is not cls or (beta is not None and beta.__class__ not in _SCALARS):
         return None
     else:
         c_sig = (sig(c), beta.__class__)
@@ -243,7 +261,7 @@ def _call_key(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
         c_sig,
         options,
         preferences,
-        _backends._state.get().key,
+        _state.get().key,
         _backends._global.key,
     )
 

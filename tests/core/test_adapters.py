@@ -99,3 +99,62 @@ def test_coercion_goes_through_the_adapters():
     with nvdispatch.set_backend("torch", coerce=True):
         out = nvdispatch.matmul(np.ones((2, 2)), np.ones((2, 2)))
     assert isinstance(out, torch.Tensor)
+
+
+def test_streams_are_normalised_through_the_adapters():
+    from nvdispatch._cuda.streams import current_stream, framework_stream, stream_pointer
+
+    class ProtocolStream:
+        def __cuda_stream__(self):
+            return (0, 1234)
+
+    class CupyLikeStream:
+        ptr = 5678
+
+    assert stream_pointer(ProtocolStream()) == 1234
+    assert stream_pointer(CupyLikeStream()) == 5678
+    assert stream_pointer(42) == 42
+    assert current_stream("cuda_array_interface", 0) == 0 and current_stream("no such framework", 0) == 0
+    with framework_stream("cuda_array_interface", 7, 0):
+        pass
+    with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="stream"):
+        stream_pointer(object())
+
+
+def test_gpu_result_kinds_come_from_the_adapters():
+    from nvdispatch._cuda.arrays import result_kind
+
+    assert result_kind(FakeCai(256), "cuda_array_interface") == "cai"
+    numba_like = type("DeviceNDArray", (FakeCai,), {"__module__": "numba.cuda.cudadrv.devicearray"})
+    assert result_kind(numba_like(256), "cuda_array_interface") == "numba"
+    assert _adapters.adapter_for_result_kind("numba").name == "cuda_array_interface"
+    torch = pytest.importorskip("torch")
+    assert result_kind(torch.ones(1), "torch") == "torch"
+    assert _adapters.adapter_for_result_kind("torch").name == "torch"
+
+
+def test_torch_device_helpers_pack_relu_masks_both_ways():
+    torch = pytest.importorskip("torch")
+    from nvdispatch._cuda.xp import Xp, namespace_for
+
+    xp = Xp("torch")
+    mask = torch.rand(2, 3, 37, generator=torch.Generator().manual_seed(0)) > 0.5
+    bits = xp.pack_mask(mask, 128)
+    assert bits.shape == (2, 3, 16) and bits.dtype == torch.uint8
+    want = np.packbits(mask.numpy(), axis=-1, bitorder="little")
+    np.testing.assert_array_equal(bits.numpy()[..., : want.shape[-1]], want)
+    assert bool((xp.unpack_mask(bits, 37) == mask).all())
+    assert namespace_for("torch") == "torch"
+
+
+def test_debug_log_names_executor_strategy_and_plan(caplog):
+    import logging
+
+    a = np.ones((3, 5))
+    nvdispatch.plan_cache.clear()
+    with caplog.at_level(logging.DEBUG, logger="nvdispatch"):
+        nvdispatch.matmul(a, a.T)
+        nvdispatch.matmul(a, a.T)
+    text = caplog.text
+    assert "executor 'numpy', strategy 'plain'" in text and "miss: planned" in text
+    assert "plan cache hit (call key)" in text

@@ -40,6 +40,7 @@ __all__ = [
     "adapter_for",
     "adapter_for_class",
     "adapter_named",
+    "adapter_for_result_kind",
     "adapters",
 ]
 
@@ -51,6 +52,10 @@ _protocols: tuple[Adapter, ...] = ()
 _by_name: dict[str, Adapter] = {}
 #: class -> its adapter; None: no framework adapter claims the class (protocols are asked per instance)
 _by_class: dict[type, Adapter | None] = {}
+#: class -> its adapter's signature function, None when calls with it take the full route (filled by the
+#: call route, cleared here when adapters change)
+signature_by_class: dict[type, Any] = {}
+_by_result_kind: dict[str, Adapter] = {}
 
 
 def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
@@ -74,6 +79,9 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
             _frameworks = (adapter, *_frameworks)
         _by_name[adapter.name] = adapter
         _by_class.clear()
+        signature_by_class.clear()
+        _by_result_kind.clear()
+        _by_result_kind.clear()
     return adapter
 
 
@@ -85,6 +93,8 @@ def unregister_adapter(name: str) -> None:
         _protocols = tuple(a for a in _protocols if a.name != name)
         _by_name.pop(name, None)
         _by_class.clear()
+        signature_by_class.clear()
+        _by_result_kind.clear()
 
 
 def adapter_for_class(cls: type) -> Adapter | None:
@@ -116,6 +126,16 @@ def adapter_for(x: Any) -> Adapter | None:
             for proto in _protocols:
                 if proto.claims_instance(x):
                     return proto
+    return ad
+
+
+def adapter_for_result_kind(kind: str) -> Adapter:
+    """The adapter creating GPU results of ``kind`` (``_cuda.arrays.result_kind``); the CAI adapter for
+    kinds nobody declares (results exposing ``__cuda_array_interface__``)."""
+    ad = _by_result_kind.get(kind)
+    if ad is None:
+        ad = next((a for a in adapters() if kind in a.result_kinds), _by_name["cuda_array_interface"])
+        _by_result_kind[kind] = ad
     return ad
 
 

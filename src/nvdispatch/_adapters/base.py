@@ -111,6 +111,10 @@ class Adapter:
     #: (needed where executors receive ``OperandInfo.array`` rather than ``x`` itself)
     signature: Callable[[Any], Hashable] | None = None
 
+    def signature_for(self, cls: type) -> Callable[[Any], Hashable] | None:
+        """The signature function for arrays of class ``cls`` (a subclass may need the full route)."""
+        return self.signature
+
     # -- placement ---------------------------------------------------------------------------------------
     def device(self, x: Any) -> Device:
         return self.info("x", x).device
@@ -127,6 +131,10 @@ class Adapter:
     def current_stream_getter(self, device_index: int):
         """A cheap callable giving :meth:`current_stream` for ``device_index``, or None when that is
         always the legacy default stream ``0``."""
+        return None
+
+    def stream_handle(self, stream: Any) -> int | None:
+        """The raw handle of ``stream`` when it is this framework's stream object, else None."""
         return None
 
     def stream_context(self, stream: int, device_index: int | None):
@@ -147,6 +155,62 @@ class Adapter:
     def empty(self, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
         """A new uninitialised array of this framework and its pointer: ``(array, ptr)``."""
         raise NotImplementedError(f"{self.name} cannot allocate device arrays")
+
+    def scratch(self, nbytes: int, device_index: int, stream: int):
+        """``(ptr, owner)`` of ``nbytes`` bytes from the framework's stream-ordered allocator for work on raw
+        ``stream`` (``owner`` keeps them alive), or None: nvdispatch allocates them itself."""
+        return None
+
+    # -- array operations the front-ends need (fftshift, in-place FFT results) --------------------------------
+    #: whether :meth:`roll` / :meth:`copy_into` work on this framework's arrays
+    can_roll = False
+    can_copy_into = False
+
+    def roll(self, x: Any, shifts: tuple[int, ...], axes: tuple[int, ...]) -> Any:
+        """``x`` rolled by ``shifts`` along ``axes`` (a copy of ``x`` when ``axes`` is empty)."""
+        raise NotImplementedError(f"{self.name} arrays cannot be rolled")
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        """Write ``src`` into ``dst`` (an array of this framework)."""
+        dst[...] = src
+
+    # -- results on CUDA devices (kinds: what the GPU executors create results as) ----------------------------
+    #: the result kinds this adapter creates (``_cuda.arrays.result_kind``)
+    result_kinds: tuple[str, ...] = ()
+
+    def result_kind(self, x: Any) -> str:
+        """The kind of result to create for a caller whose operand is ``x``."""
+        return "cai"
+
+    def device_view(self, x: Any):
+        """A ``_cuda.arrays.DeviceView`` of this framework's device array ``x``, or None (protocol adapters:
+        the protocol is read)."""
+        return None
+
+    def empty_result(self, kind: str, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
+        """``(array, ptr)``: a new array of result kind ``kind``."""
+        return self.empty(shape, dtype, device_index, stream, order)
+
+    def as_result(self, kind: str, arr: Any, framework_of_arr: str) -> Any:
+        """``arr`` (a Torch tensor or CuPy array made by a helper) as a result of ``kind``, zero-copy."""
+        return self.view_device_array(arr)
+
+    def result_view(self, kind: str, base: Any, shape, strides_elems, offset_elems: int = 0) -> Any:
+        """A view of ``base`` (a result of ``kind``) with the given shape and element strides."""
+        raise NotImplementedError(f"{self.name} cannot make views of its results")
+
+    # -- device helpers (layout copies, casts, fallback epilogs of the GPU plans) -----------------------------
+    def device_ops_available(self) -> bool:
+        """Whether :meth:`device_ops` can work here (the framework installed)."""
+        return False
+
+    def device_ops(self):
+        """The helper object the GPU plans use on this framework's device arrays (see ``_cuda.xp.Xp``)."""
+        raise NotImplementedError(f"{self.name} has no device helpers")
+
+    def view_device_array(self, x: Any) -> Any:
+        """A zero-copy array of this framework viewing device array ``x`` (CAI or DLPack)."""
+        raise NotImplementedError(f"{self.name} cannot view foreign device arrays")
 
     # -- conversion --------------------------------------------------------------------------------------
     def coerce(self, x: Any) -> Any:

@@ -73,6 +73,47 @@ class CaiAdapter(Adapter):
         arr = CudaArray(shape, dtype, st, stream=stream)
         return arr, arr.ptr
 
+    # -- results: Numba device arrays for Numba callers, CudaArray otherwise -----------------------------
+    result_kinds = ("numba", "cai")
+
+    def result_kind(self, x) -> str:
+        return "numba" if type(x).__module__.startswith("numba") else "cai"
+
+    def empty_result(self, kind, shape, dtype, device_index, stream, order="C"):
+        if kind != "numba":
+            return self.empty(shape, dtype, device_index, stream, order)
+        from numba import cuda
+
+        from .._cuda.arrays import storage_shape
+
+        shape = tuple(int(s) for s in shape)
+        tshape = storage_shape(shape, order)
+        arr = cuda.device_array(tshape, dtype=np.dtype(dtype))
+        ptr = int(arr.device_ctypes_pointer.value or 0)
+        if tshape is not shape:
+            st = c_strides(tshape)
+            arr = self.result_view("numba", arr, shape, (*st[:-2], st[-1], st[-2]))
+        return arr, ptr
+
+    def as_result(self, kind, arr, framework_of_arr):
+        if kind == "numba":
+            from numba import cuda
+
+            return cuda.as_cuda_array(arr)
+        from .._cuda.arrays import CudaArray, view
+
+        v = view(arr, framework_of_arr)
+        return CudaArray(v.shape, v.dtype, v.strides, ptr=v.ptr, base=arr)
+
+    def result_view(self, kind, base, shape, strides_elems, offset_elems=0):
+        if kind == "numba":
+            from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+            isz = base.dtype.itemsize
+            data = base.gpu_data.view(offset_elems * isz) if offset_elems else base.gpu_data
+            return DeviceNDArray(shape, tuple(s * isz for s in strides_elems), base.dtype, gpu_data=data)
+        return base.view_as(shape, strides_elems, offset_elems)
+
     def coerce(self, x):
         """Device arrays pass through; host arrays are copied to the current device as a ``CudaArray``."""
         if hasattr(x, "__cuda_array_interface__"):

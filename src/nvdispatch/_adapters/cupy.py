@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import sys
 from typing import Any
 
@@ -24,9 +25,8 @@ class CupyAdapter(Adapter):
         strides = tuple(s // itemsize for s in x.strides)
         return OperandInfo(x, self.name, Device("cuda", int(x.device.id)), x.dtype.name, tuple(x.shape), strides)
 
-    @staticmethod
-    def signature(x):
-        return (x.dtype, x.shape, x.strides, x.device.id)
+    #: (dtype, shape, strides, device ordinal), read in C
+    signature = operator.attrgetter("dtype", "shape", "strides", "device.id")
 
     def device(self, x) -> Device:
         return Device("cuda", int(x.device.id))
@@ -42,6 +42,10 @@ class CupyAdapter(Adapter):
 
     def current_stream_getter(self, device_index: int):
         return lambda: self.current_stream(device_index)
+
+    def stream_handle(self, stream: Any) -> int | None:
+        ptr = getattr(stream, "ptr", None)  # cupy.cuda.Stream / ExternalStream (and look-alikes)
+        return ptr if isinstance(ptr, int) and not isinstance(ptr, bool) else None
 
     def stream_context(self, stream: int, device_index: int | None):
         import cupy
@@ -74,6 +78,62 @@ class CupyAdapter(Adapter):
             arr = cupy.swapaxes(arr, -1, -2)
         return arr, arr.data.ptr
 
+    def scratch(self, nbytes: int, device_index: int, stream: int):
+        import cupy
+
+        if cupy.cuda.get_current_stream().ptr == stream:
+            mem = cupy.cuda.alloc(nbytes)
+        else:
+            with cupy.cuda.ExternalStream(stream):
+                mem = cupy.cuda.alloc(nbytes)
+        return mem.ptr, mem
+
+    # -- array operations ------------------------------------------------------------------------------------
+    can_roll = can_copy_into = True
+
+    def roll(self, x, shifts, axes):
+        import cupy
+
+        return cupy.roll(x, shifts, axes) if axes else x.copy()
+
+    # -- results ---------------------------------------------------------------------------------------------
+    result_kinds = ("cupy",)
+
+    def result_kind(self, x) -> str:
+        return "cupy"
+
+    def device_view(self, x):
+        from .._cuda.arrays import DeviceView
+
+        isz = x.itemsize or 1
+        return DeviceView(x.data.ptr, x.dtype.name, x.shape, tuple(s // isz for s in x.strides), x)
+
+    def result_view(self, kind, base, shape, strides_elems, offset_elems=0):
+        import cupy
+
+        isz = base.itemsize
+        mem = base.data + offset_elems * isz
+        return cupy.ndarray(shape, base.dtype, mem, tuple(s * isz for s in strides_elems))
+
+    # -- device helpers ------------------------------------------------------------------------------------
+    def device_ops_available(self) -> bool:
+        import importlib.util
+
+        try:
+            return importlib.util.find_spec("cupy") is not None
+        except (ImportError, ValueError):
+            return False
+
+    def device_ops(self):
+        return CupyDeviceOps()
+
+    def view_device_array(self, x):
+        import cupy
+
+        if hasattr(x, "__cuda_array_interface__"):
+            return cupy.asarray(x)
+        return cupy.from_dlpack(x)
+
     # -- conversion --------------------------------------------------------------------------------------
     def coerce(self, x):
         import cupy
@@ -93,3 +153,58 @@ class CupyAdapter(Adapter):
 
     def to_numpy(self, x):
         return x.get()
+
+
+class CupyDeviceOps:
+    """The few array operations the GPU plans need, on CuPy arrays (see ``nvdispatch._cuda.xp``)."""
+
+    name = "cupy"
+
+    def __init__(self):
+        import cupy
+
+        self.mod = cupy
+
+    # -- layout and dtype ------------------------------------------------------------------------------
+    def astype(self, x, dtype: str):
+        return x.astype(dtype)
+
+    def contiguous(self, x, shape=None):
+        """A C-contiguous copy of ``x`` broadcast to ``shape`` (always a new array when shape is given)."""
+        y = self.mod.broadcast_to(x, shape) if shape is not None else x
+        return self.mod.ascontiguousarray(y) if shape is None else y.copy(order="C")
+
+    def copy_into(self, dst, src) -> None:
+        dst[...] = src
+
+    def swap_last(self, x):
+        return self.mod.swapaxes(x, -1, -2)
+
+    def empty(self, shape, dtype: str):
+        return self.mod.empty(tuple(shape), dtype=dtype)
+
+    # -- relu bit masks (cuBLASLt's RELU_AUX format) ---------------------------------------------------
+    def pack_mask(self, mask, ld_bits: int):
+        """Pack a boolean mask (..., cols, rows) into cuBLASLt's bit mask (see ``TorchDeviceOps.pack_mask``)."""
+        rows = mask.shape[-1]
+        pad = ld_bits - rows
+        mod = self.mod
+        m = mask.astype(mod.uint8)
+        if pad:
+            m = mod.concatenate([m, mod.zeros((*m.shape[:-1], pad), mod.uint8)], axis=-1)
+        m = m.reshape(*m.shape[:-1], ld_bits // 8, 8)
+        shifts = mod.arange(8, dtype=mod.uint8)
+        return mod.ascontiguousarray((m << shifts).sum(-1, dtype=mod.uint8))
+
+    def unpack_mask(self, bits, rows: int):
+        """The inverse of :meth:`pack_mask`: a boolean (..., cols, rows) mask."""
+        cp = self.mod
+        shifts = cp.arange(8, dtype=cp.uint8)
+        m = (bits[..., None] >> shifts) & 1
+        return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].astype(cp.bool_)
+
+    # -- epilog steps in place (the vocabulary of nvdispatch._epilog.apply_steps) --------------------
+    def epilog_ops(self):
+        from .._epilog_cupy import CUPY_INPLACE
+
+        return CUPY_INPLACE

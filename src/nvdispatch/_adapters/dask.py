@@ -81,6 +81,13 @@ class DaskAdapter(Adapter):
     def signature(self, x: Any):
         return (x.dtype, x.chunks, type(x._meta))
 
+    can_roll = True
+
+    def roll(self, x: Any, shifts, axes) -> Any:
+        from ..executors.dask_fft import shift
+
+        return shift(x, shifts, axes)
+
     def coerce(self, x: Any) -> Any:
         """A plain array as a single-block Dask array (Dask arrays pass through)."""
         import dask.array as da

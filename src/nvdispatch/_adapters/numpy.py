@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -22,9 +23,12 @@ class NumpyAdapter(Adapter):
         itemsize = x.itemsize or 1
         return OperandInfo(x, framework, CPU, x.dtype.name, x.shape, tuple(s // itemsize for s in x.strides))
 
-    @staticmethod
-    def signature(x):
-        return (x.dtype, x.shape, x.strides)
+    #: (dtype, shape, strides), read in C: no Python frame on the per-call path
+    signature = operator.attrgetter("dtype", "shape", "strides")
+
+    def signature_for(self, cls: type):
+        # ndarray subclasses (matrix, memmap...) take the full route: plans' direct calls return ndarrays
+        return self.signature if cls is np.ndarray else None
 
     def device(self, x):
         return CPU
@@ -37,6 +41,11 @@ class NumpyAdapter(Adapter):
         if order == "F" and arr.ndim >= 2:
             arr = np.swapaxes(np.empty((*arr.shape[:-2], arr.shape[-1], arr.shape[-2]), dtype=dtype), -1, -2)
         return arr, int(arr.ctypes.data)
+
+    can_roll = can_copy_into = True
+
+    def roll(self, x, shifts, axes):
+        return np.roll(x, shifts, axes) if axes else x.copy()
 
     def coerce(self, x):
         """Any operand as a NumPy array (device memory is copied to the host)."""

@@ -32,7 +32,8 @@ class TorchAdapter(Adapter):
 
     @staticmethod
     def signature(x):
-        return (x.dtype, x.shape, x.stride(), x.device, x.requires_grad and _grad_enabled())
+        # get_device() (-1 on the CPU) and is_cuda: cheaper to read and hash than a torch.device
+        return (x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled())
 
     def device(self, x) -> Device:
         dev = x.device
@@ -56,6 +57,12 @@ class TorchAdapter(Adapter):
         if raw is not None:
             return lambda: raw(device_index)
         return lambda: self.current_stream(device_index)
+
+    def stream_handle(self, stream: Any) -> int | None:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(stream, torch.cuda.Stream):
+            return int(stream.cuda_stream)
+        return None
 
     def stream_context(self, stream: int, device_index: int | None):
         import torch
@@ -103,6 +110,57 @@ class TorchAdapter(Adapter):
             arr = arr.transpose(-1, -2)
         return arr, arr.data_ptr()
 
+    def scratch(self, nbytes: int, device_index: int, stream: int):
+        import torch
+
+        dev = torch.device("cuda", device_index)
+        cur = torch.cuda.current_stream(dev)
+        if cur.cuda_stream == stream:
+            t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        else:
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev)):
+                t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        return t.data_ptr(), t
+
+    # -- array operations ------------------------------------------------------------------------------------
+    can_roll = can_copy_into = True
+
+    def roll(self, x, shifts, axes):
+        import torch
+
+        return torch.roll(x, shifts, axes) if axes else x.clone()
+
+    def copy_into(self, dst, src) -> None:
+        dst.copy_(src)
+
+    # -- results ---------------------------------------------------------------------------------------------
+    result_kinds = ("torch",)
+
+    def result_kind(self, x) -> str:
+        return "torch"
+
+    def device_view(self, x):
+        from .._cuda.arrays import DeviceView
+
+        return DeviceView(x.data_ptr(), str(x.dtype)[6:], tuple(x.shape), tuple(x.stride()), x)
+
+    def result_view(self, kind, base, shape, strides_elems, offset_elems=0):
+        return base.as_strided(shape, strides_elems, base.storage_offset() + offset_elems)
+
+    # -- device helpers ------------------------------------------------------------------------------------
+    def device_ops_available(self) -> bool:
+        return _installed("torch")
+
+    def device_ops(self):
+        return TorchDeviceOps()
+
+    def view_device_array(self, x):
+        import torch
+
+        if hasattr(x, "__cuda_array_interface__"):
+            return torch.as_tensor(x, device="cuda")
+        return torch.from_dlpack(x)
+
     # -- conversion --------------------------------------------------------------------------------------
     def coerce(self, x):
         import torch
@@ -116,3 +174,69 @@ class TorchAdapter(Adapter):
 
     def export(self, x):
         return x.detach()
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class TorchDeviceOps:
+    """The few array operations the GPU plans need, on Torch tensors (see ``nvdispatch._cuda.xp``)."""
+
+    name = "torch"
+
+    def __init__(self):
+        import torch
+
+        self.mod = torch
+
+    # -- layout and dtype ------------------------------------------------------------------------------
+    def astype(self, x, dtype: str):
+        return x.to(getattr(self.mod, dtype))
+
+    def contiguous(self, x, shape=None):
+        """A C-contiguous copy of ``x`` broadcast to ``shape`` (always a new array when shape is given)."""
+        y = x.expand(shape) if shape is not None else x
+        return y.contiguous() if shape is None else y.clone(memory_format=self.mod.contiguous_format)
+
+    def copy_into(self, dst, src) -> None:
+        dst.copy_(src)
+
+    def swap_last(self, x):
+        return x.transpose(-1, -2)
+
+    def empty(self, shape, dtype: str):
+        return self.mod.empty(tuple(shape), dtype=getattr(self.mod, dtype), device="cuda")
+
+    # -- relu bit masks (cuBLASLt's RELU_AUX format) ---------------------------------------------------
+    def pack_mask(self, mask, ld_bits: int):
+        """Pack a boolean mask (..., cols, rows) — ``rows`` being cuBLASLt's row axis, contiguous in the
+        mask's bit order — into cuBLASLt's bit mask: uint8 (..., cols, ld_bits // 8), bit ``r % 8`` of byte
+        ``r // 8`` set where ``mask[..., c, r]``."""
+        rows = mask.shape[-1]
+        pad = ld_bits - rows
+        mod = self.mod
+        m = mask.to(mod.uint8)
+        if pad:
+            m = mod.nn.functional.pad(m, (0, pad))
+        m = m.reshape(*m.shape[:-1], ld_bits // 8, 8)
+        shifts = mod.arange(8, device=m.device, dtype=mod.uint8)
+        return (m << shifts).sum(-1, dtype=mod.uint8).contiguous()
+
+    def unpack_mask(self, bits, rows: int):
+        """The inverse of :meth:`pack_mask`: a boolean (..., cols, rows) mask."""
+        torch = self.mod
+        shifts = torch.arange(8, device=bits.device, dtype=torch.uint8)
+        m = (bits.unsqueeze(-1) >> shifts) & 1
+        return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].bool()
+
+    # -- epilog steps in place (the vocabulary of nvdispatch._epilog.apply_steps) --------------------
+    def epilog_ops(self):
+        from .._epilog_torch import TORCH_INPLACE
+
+        return TORCH_INPLACE

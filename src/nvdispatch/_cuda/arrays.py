@@ -66,11 +66,12 @@ def itemsize(name: str) -> int:
 
 def view(x: Any, framework: str) -> DeviceView:
     """Pointer, dtype, shape and strides of device array ``x`` owned by ``framework``."""
-    if framework == "torch":
-        return DeviceView(x.data_ptr(), str(x.dtype)[6:], tuple(x.shape), tuple(x.stride()), x)
-    if framework == "cupy":
-        isz = x.itemsize or 1
-        return DeviceView(x.data.ptr, x.dtype.name, x.shape, tuple(s // isz for s in x.strides), x)
+    from .._adapters import adapter_named
+
+    ad = adapter_named(framework)
+    v = None if ad is None else ad.device_view(x)  # a framework's own arrays (Torch, CuPy)
+    if v is not None:
+        return v
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is not None:
         dt = np.dtype(cai["typestr"])
@@ -225,13 +226,12 @@ def _span(shape, strides) -> int:
 
 
 def result_kind(x: Any, framework: str) -> str:
-    """How to create results for a caller whose operand is ``x``: "torch", "cupy", "numba" or "cai"."""
-    if framework in ("torch", "cupy"):
-        return framework
-    mod = type(x).__module__
-    if mod.startswith("numba"):
-        return "numba"
-    return "cai"
+    """How to create results for a caller whose operand is ``x``: "torch", "cupy", "numba" or "cai" (the
+    result kinds adapters declare, see :func:`nvdispatch._adapters.adapter_for_result_kind`)."""
+    from .._adapters import adapter_named
+
+    ad = adapter_named(framework)
+    return "cai" if ad is None else ad.result_kind(x)
 
 
 def storage_shape(shape: tuple, order: str) -> tuple:
@@ -248,74 +248,23 @@ def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: s
     ``order="F"`` makes the last two axes column-major (each matrix of a batch stored by columns).
     Returns ``(array, ptr)``; the memory belongs to ``stream``'s pool where the framework has one.
     """
-    shape = tuple(int(s) for s in shape)
-    tshape = storage_shape(shape, order)
-    if kind == "torch":
-        import torch
+    from .._adapters import adapter_for_result_kind
 
-        arr = torch.empty(tshape, dtype=getattr(torch, dtype), device=torch.device("cuda", device_index))
-        if tshape is not shape:
-            arr = arr.transpose(-1, -2)
-        return arr, arr.data_ptr()
-    if kind == "cupy":
-        import cupy
-
-        arr = cupy.empty(tshape, dtype=dtype)
-        if tshape is not shape:
-            arr = cupy.swapaxes(arr, -1, -2)
-        return arr, arr.data.ptr
-    if kind == "numba":
-        from numba import cuda
-
-        arr = cuda.device_array(tshape, dtype=np.dtype(dtype))
-        ptr = int(arr.device_ctypes_pointer.value or 0)
-        if tshape is not shape:
-            st = c_strides(tshape)
-            arr = make_view("numba", arr, shape, (*st[:-2], st[-1], st[-2]))
-        return arr, ptr
-    st = c_strides(tshape)
-    if tshape is not shape:
-        st = (*st[:-2], st[-1], st[-2])
-    arr = CudaArray(shape, dtype, st, stream=stream)
-    return arr, arr.ptr
+    return adapter_for_result_kind(kind).empty_result(kind, shape, dtype, device_index, stream, order)
 
 
 def as_kind(kind: str, arr: Any, framework_of_arr: str):
     """Present ``arr`` (a Torch tensor or CuPy array made by a helper) as the caller's ``kind``, zero-copy."""
     if kind == framework_of_arr:
         return arr
-    if kind == "torch":
-        import torch
+    from .._adapters import adapter_for_result_kind
 
-        return torch.as_tensor(arr, device="cuda")
-    if kind == "cupy":
-        import cupy
-
-        return cupy.asarray(arr)
-    if kind == "numba":
-        from numba import cuda
-
-        return cuda.as_cuda_array(arr)
-    v = view(arr, framework_of_arr)
-    out = CudaArray(v.shape, v.dtype, v.strides, ptr=v.ptr, base=arr)
-    return out
+    return adapter_for_result_kind(kind).as_result(kind, arr, framework_of_arr)
 
 
 def make_view(kind: str, base: Any, shape, strides_elems, offset_elems: int = 0):
     """A view of ``base`` (an array of ``kind``) with the given shape and element strides."""
+    from .._adapters import adapter_for_result_kind
+
     shape, strides_elems = tuple(shape), tuple(strides_elems)
-    if kind == "torch":
-        return base.as_strided(shape, strides_elems, base.storage_offset() + offset_elems)
-    if kind == "cupy":
-        import cupy
-
-        isz = base.itemsize
-        mem = base.data + offset_elems * isz
-        return cupy.ndarray(shape, base.dtype, mem, tuple(s * isz for s in strides_elems))
-    if kind == "numba":
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-        isz = base.dtype.itemsize
-        data = base.gpu_data.view(offset_elems * isz) if offset_elems else base.gpu_data
-        return DeviceNDArray(shape, tuple(s * isz for s in strides_elems), base.dtype, gpu_data=data)
-    return base.view_as(shape, strides_elems, offset_elems)
+    return adapter_for_result_kind(kind).result_view(kind, base, shape, strides_elems, offset_elems)

@@ -364,12 +364,11 @@ def probe(p: MatmulProblem) -> tuple[str | None, bool, str]:
 
 # -- the plan -------------------------------------------------------------------------------------------
 def _ptr_getter(framework: str):
-    if framework == "torch":
-        return lambda x: x.data_ptr()
-    if framework == "cupy":
-        return lambda x: x.data.ptr
-    if framework == "cuda_array_interface":
-        return lambda x: x.__cuda_array_interface__["data"][0]
+    from .._adapters import adapter_named
+
+    ad = adapter_named(framework)
+    if ad is not None:
+        return ad.data_ptr
     from .arrays import view
 
     return lambda x: view(x, framework).ptr
@@ -753,7 +752,9 @@ def _to_xp(x, framework: str, xp):
 
 
 def _xp_ptr(x, xp) -> int:
-    return x.data_ptr() if xp.name == "torch" else x.data.ptr
+    from .._adapters import adapter_named
+
+    return adapter_named(xp.name).data_ptr(x)
 
 
 def _reshape(x, kind: str, shape):

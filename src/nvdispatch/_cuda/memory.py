@@ -46,24 +46,11 @@ def scratch(nbytes: int, framework: str, device_index: int, stream: int) -> Scra
     nbytes = int(nbytes)
     if nbytes <= 0:
         return Scratch(0, 0, stream)
-    if framework == "torch":
-        import torch
+    from .._adapters import adapter_named
 
-        dev = torch.device("cuda", device_index)
-        cur = torch.cuda.current_stream(dev)
-        if cur.cuda_stream == stream:
-            t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        else:
-            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev)):
-                t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        return Scratch(t.data_ptr(), nbytes, stream, t)
-    if framework == "cupy":
-        import cupy
-
-        if cupy.cuda.get_current_stream().ptr == stream:
-            mem = cupy.cuda.alloc(nbytes)
-        else:
-            with cupy.cuda.ExternalStream(stream):
-                mem = cupy.cuda.alloc(nbytes)
-        return Scratch(mem.ptr, nbytes, stream, mem)
+    ad = adapter_named(framework)
+    got = None if ad is None else ad.scratch(nbytes, device_index, stream)
+    if got is not None:  # the framework's stream-ordered allocator
+        ptr, owner = got
+        return Scratch(ptr, nbytes, stream, owner)
     return Scratch(runtime.malloc_async(nbytes, stream), nbytes, stream, raw=True)

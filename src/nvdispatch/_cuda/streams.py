@@ -9,39 +9,29 @@ any object implementing ``__cuda_stream__`` (cuda.core, the CUDA stream protocol
 
 from __future__ import annotations
 
-import sys
+import contextlib
 from typing import Any
 
 __all__ = ["stream_pointer", "current_stream", "current_stream_getter", "framework_stream"]
 
 
+def _adapter(framework: str):
+    from .._adapters import adapter_named
+
+    return adapter_named(framework)
+
+
 def current_stream(framework: str, device_index: int | None) -> int:
     """The framework's current stream on ``device_index`` as a raw handle (0: the legacy default stream)."""
-    if framework == "torch":
-        import torch
-
-        idx = device_index if device_index is not None else torch.cuda.current_device()
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        return int(raw(idx)) if raw is not None else int(torch.cuda.current_stream(idx).cuda_stream)
-    if framework == "cupy":
-        import cupy
-
-        return int(cupy.cuda.get_current_stream().ptr)
-    return 0
+    ad = _adapter(framework)
+    return 0 if ad is None else ad.current_stream(device_index)
 
 
 def current_stream_getter(framework: str, device_index: int):
     """A cheap callable giving what :func:`current_stream` gives for ``device_index`` (for per-call use);
     None where that is always the legacy default stream ``0``."""
-    if framework == "torch":
-        import torch
-
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw is not None:
-            return lambda: raw(device_index)
-    if framework in ("torch", "cupy"):
-        return lambda: current_stream(framework, device_index)
-    return None
+    ad = _adapter(framework)
+    return None if ad is None else ad.current_stream_getter(device_index)
 
 
 def stream_pointer(stream: Any, framework: str = "", device_index: int | None = None) -> int:
@@ -54,12 +44,12 @@ def stream_pointer(stream: Any, framework: str = "", device_index: int | None = 
     if proto is not None:
         version, handle = proto() if callable(proto) else proto
         return int(handle)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(stream, torch.cuda.Stream):
-        return int(stream.cuda_stream)
-    ptr = getattr(stream, "ptr", None)  # CuPy streams
-    if isinstance(ptr, int):
-        return ptr
+    from .._adapters import adapters
+
+    for ad in adapters():  # a framework's own stream object (torch.cuda.Stream, cupy.cuda.Stream)
+        handle = ad.stream_handle(stream)
+        if handle is not None:
+            return handle
     if type(stream).__module__.startswith("cuda.bindings"):  # CUstream / cudaStream_t
         return int(stream)
     from ..errors import InvalidArgumentError, describe
@@ -74,15 +64,5 @@ def stream_pointer(stream: Any, framework: str = "", device_index: int | None = 
 def framework_stream(framework: str, stream: int, device_index: int | None):
     """A context making raw ``stream`` the current stream of ``framework`` ("torch"/"cupy"), so its
     allocations and ops are ordered on it; a no-op when it already is, or for other frameworks."""
-    import contextlib
-
-    if framework not in ("torch", "cupy") or stream == current_stream(framework, device_index):
-        return contextlib.nullcontext()
-    if framework == "torch":
-        import torch
-
-        dev = torch.device("cuda", device_index if device_index is not None else torch.cuda.current_device())
-        return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=dev))
-    import cupy
-
-    return cupy.cuda.ExternalStream(stream)
+    ad = _adapter(framework)
+    return contextlib.nullcontext() if ad is None else ad.stream_context(stream, device_index)

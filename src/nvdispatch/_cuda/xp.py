@@ -28,13 +28,16 @@ def _has(mod: str) -> bool:
 
 @functools.cache
 def namespace_for(framework: str) -> str | None:
-    """Which helper namespace can work on ``framework``'s device arrays: "torch", "cupy" or None."""
-    if framework in ("torch", "cupy"):
+    """Which helper namespace can work on ``framework``'s device arrays: "torch", "cupy" or None (the
+    framework's own when its adapter has device helpers, else the first installed one that has)."""
+    from .._adapters import adapter_named, adapters
+
+    own = adapter_named(framework)
+    if own is not None and own.device_ops_available():
         return framework
-    if _has("cupy"):
-        return "cupy"
-    if _has("torch"):
-        return "torch"
+    for ad in adapters():
+        if _has(ad.name) and ad.device_ops_available():
+            return ad.name
     return None
 
 
@@ -42,94 +45,15 @@ def as_xp(x: Any, framework: str, xp: str):
     """A zero-copy Torch tensor / CuPy array viewing device array ``x`` (owned by ``framework``)."""
     if framework == xp:
         return x
-    if xp == "torch":
-        import torch
+    from .._adapters import adapter_named
 
-        if hasattr(x, "__cuda_array_interface__"):
-            return torch.as_tensor(x, device="cuda")
-        return torch.from_dlpack(x)
-    import cupy
-
-    if hasattr(x, "__cuda_array_interface__"):
-        return cupy.asarray(x)
-    return cupy.from_dlpack(x)
+    return adapter_named(xp).view_device_array(x)
 
 
-class Xp:
-    """The few array operations the GPU plans need, on ``"torch"`` or ``"cupy"`` arrays."""
+def Xp(name: str):  # noqa: N802 - the name callers construct helpers with
+    """The few array operations the GPU plans need, on ``name``'s ("torch"/"cupy") device arrays: the
+    framework adapter's device helpers (``astype``, ``contiguous``, ``copy_into``, ``swap_last``,
+    ``empty``, ``pack_mask``/``unpack_mask`` for cuBLASLt's RELU bit masks, ``epilog_ops``)."""
+    from .._adapters import adapter_named
 
-    def __init__(self, name: str):
-        self.name = name
-        self.mod = importlib.import_module(name)
-
-    # -- layout and dtype ------------------------------------------------------------------------------
-    def astype(self, x, dtype: str):
-        if self.name == "torch":
-            return x.to(getattr(self.mod, dtype))
-        return x.astype(dtype)
-
-    def contiguous(self, x, shape=None):
-        """A C-contiguous copy of ``x`` broadcast to ``shape`` (always a new array when shape is given)."""
-        if self.name == "torch":
-            y = x.expand(shape) if shape is not None else x
-            return y.contiguous() if shape is None else y.clone(memory_format=self.mod.contiguous_format)
-        y = self.mod.broadcast_to(x, shape) if shape is not None else x
-        return self.mod.ascontiguousarray(y) if shape is None else y.copy(order="C")
-
-    def copy_into(self, dst, src) -> None:
-        if self.name == "torch":
-            dst.copy_(src)
-        else:
-            dst[...] = src
-
-    def swap_last(self, x):
-        return x.transpose(-1, -2) if self.name == "torch" else self.mod.swapaxes(x, -1, -2)
-
-    def empty(self, shape, dtype: str):
-        if self.name == "torch":
-            return self.mod.empty(tuple(shape), dtype=getattr(self.mod, dtype), device="cuda")
-        return self.mod.empty(tuple(shape), dtype=dtype)
-
-    # -- relu bit masks (cuBLASLt's RELU_AUX format) ---------------------------------------------------
-    def pack_mask(self, mask, ld_bits: int):
-        """Pack a boolean mask (..., cols, rows) — ``rows`` being cuBLASLt's row axis, contiguous in the
-        mask's bit order — into cuBLASLt's bit mask: uint8 (..., cols, ld_bits // 8), bit ``r % 8`` of byte
-        ``r // 8`` set where ``mask[..., c, r]``."""
-        rows = mask.shape[-1]
-        pad = ld_bits - rows
-        mod = self.mod
-        if self.name == "cupy":
-            m = mask.astype(mod.uint8)
-            if pad:
-                m = mod.concatenate([m, mod.zeros((*m.shape[:-1], pad), mod.uint8)], axis=-1)
-            m = m.reshape(*m.shape[:-1], ld_bits // 8, 8)
-            shifts = mod.arange(8, dtype=mod.uint8)
-            return mod.ascontiguousarray((m << shifts).sum(-1, dtype=mod.uint8))
-        m = mask.to(mod.uint8)
-        if pad:
-            m = mod.nn.functional.pad(m, (0, pad))
-        m = m.reshape(*m.shape[:-1], ld_bits // 8, 8)
-        shifts = mod.arange(8, device=m.device, dtype=mod.uint8)
-        return (m << shifts).sum(-1, dtype=mod.uint8).contiguous()
-
-    def unpack_mask(self, bits, rows: int):
-        """The inverse of :meth:`pack_mask`: a boolean (..., cols, rows) mask."""
-        if self.name == "cupy":
-            cp = self.mod
-            shifts = cp.arange(8, dtype=cp.uint8)
-            m = (bits[..., None] >> shifts) & 1
-            return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].astype(cp.bool_)
-        torch = self.mod
-        shifts = torch.arange(8, device=bits.device, dtype=torch.uint8)
-        m = (bits.unsqueeze(-1) >> shifts) & 1
-        return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].bool()
-
-    # -- epilog steps in place (the vocabulary of nvdispatch._epilog.apply_steps) --------------------
-    def epilog_ops(self):
-        if self.name == "torch":
-            from .._epilog_torch import TORCH_INPLACE
-
-            return TORCH_INPLACE
-        from .._epilog_cupy import CUPY_INPLACE
-
-        return CUPY_INPLACE
+    return adapter_named(name).device_ops()

@@ -101,8 +101,11 @@ class NumpyMatmulPlan:
         self.ops = NumpyEpilogOps(inplace=strategy == "inplace", dtype=self.dtype)
         spec = problem.epilog
         self.steps = self._describe(spec)
-        #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul
-        self.direct = self._matmul_only if not spec.steps and not spec.outputs and problem.c is None else None
+        #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul (of ndarrays, the
+        #: only arrays given call keys; a vector product's NumPy scalar is made a 0-d array)
+        plain = not spec.steps and not spec.outputs and problem.c is None
+        vector = problem.a_vector or problem.b_vector
+        self.direct = (self._matmul_only if vector else np.matmul) if plain else None
 
     def _rows_for(self, block_bytes: int, row_bytes: int) -> int:
         p = self.problem

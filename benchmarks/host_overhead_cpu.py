@@ -1,0 +1,159 @@
+"""Host overhead of cached CPU calls: nvdispatch against the library call it dispatches to, same operands.
+
+Cases (each a repeated call whose plan is cached, timed per call): an 8×8 float32 NumPy matmul, plain and
+RELU_BIAS (against ``np.matmul`` and ``np.maximum(a @ b + bias, 0)`` / ``np.matmul`` alone), a 16×16
+float32 Torch CPU matmul (against ``torch.matmul``) and a 64-point complex64 fft (against ``np.fft.fft``).
+Contenders are interleaved round by round; each sample is the calling thread's CPU time
+(``time.thread_time``) over ``--number`` calls, so time the shared machine gives to other processes is not
+counted. We report the median per-call time and its ratio to the peer.
+
+    python benchmarks/host_overhead_cpu.py [--rounds 41] [--number 2000] [--out benchmarks/results] [--quick]
+    python benchmarks/host_overhead_cpu.py --compare SRC_A SRC_B   # two nvdispatch source trees, alternately
+
+``--compare`` runs this script on each source tree (``PYTHONPATH=SRC``) in alternating child processes,
+several times, and reports each case's median ratio per tree: a before/after comparison from one run.
+Writes ``host_overhead_cpu.json`` (and a PNG with matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+from _bench import output_dir, progress, save_plot
+
+
+def _cases(nvd):
+    rng = np.random.default_rng(0)
+    a8, b8 = (rng.standard_normal((8, 8), dtype=np.float32) for _ in range(2))
+    bias8 = rng.standard_normal(8, dtype=np.float32)
+    x64 = (rng.standard_normal(64) + 1j * rng.standard_normal(64)).astype(np.complex64)
+    relu = {"epilog": nvd.Epilog.RELU_BIAS, "epilog_inputs": {"bias": bias8}}
+    cases = {
+        "numpy 8x8 matmul": (lambda: nvd.matmul(a8, b8), lambda: np.matmul(a8, b8)),
+        "numpy 8x8 RELU_BIAS": (lambda: nvd.matmul(a8, b8, **relu), lambda: np.matmul(a8, b8)),
+        "numpy 8x8 RELU_BIAS vs expression": (
+            lambda: nvd.matmul(a8, b8, **relu),
+            lambda: np.maximum(a8 @ b8 + bias8, 0),
+        ),
+        "fft 64 complex64": (lambda: nvd.fft.fft(x64), lambda: np.fft.fft(x64)),
+    }
+    checks = [
+        (nvd.matmul(a8, b8), a8 @ b8),
+        (nvd.matmul(a8, b8, **relu), np.maximum(a8 @ b8 + bias8, 0)),
+        (nvd.fft.fft(x64), np.fft.fft(x64)),
+    ]
+    try:
+        import torch
+
+        ta, tb = (torch.from_numpy(rng.standard_normal((16, 16), dtype=np.float32)) for _ in range(2))
+        cases["torch cpu 16x16 matmul"] = (lambda: nvd.matmul(ta, tb), lambda: torch.matmul(ta, tb))
+        checks.append((nvd.matmul(ta, tb).numpy(), (ta @ tb).numpy()))
+    except ImportError:
+        print("torch is not installed: the Torch case is skipped")
+    for got, want in checks:
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    return cases
+
+
+def measure(rounds: int, number: int) -> dict:
+    import nvdispatch
+
+    cases = _cases(nvdispatch)
+    samples = {name: ([], []) for name in cases}
+    for ours, peer in cases.values():  # warm-up: plans cached
+        for _ in range(50):
+            ours()
+            peer()
+    for _ in progress(range(rounds), "host overhead"):
+        for name, (ours, peer) in cases.items():
+            for fn, out in ((ours, samples[name][0]), (peer, samples[name][1])):
+                t0 = time.thread_time()
+                for _ in range(number):
+                    fn()
+                out.append((time.thread_time() - t0) / number)
+    result = {}
+    for name, (ours, peer) in samples.items():
+        o, p = statistics.median(ours), statistics.median(peer)
+        result[name] = {"nvdispatch_us": o * 1e6, "peer_us": p * 1e6, "ratio": o / p}
+    return {"nvdispatch": os.path.dirname(os.path.dirname(nvdispatch.__file__)), "cases": result}
+
+
+def compare(sources: list[str], repeats: int, rounds: int, number: int) -> dict:
+    """Run :func:`measure` under each source tree in alternating child processes, ``repeats`` times."""
+    runs = {src: [] for src in sources}
+    order = [src for _ in range(repeats) for src in sources]
+    for src in progress(order, "compare", total=len(order)):
+        env = dict(os.environ, PYTHONPATH=src)
+        cmd = [sys.executable, __file__, "--child", "--rounds", str(rounds), "--number", str(number)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        runs[src].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    out = {}
+    for src, results in runs.items():
+        names = results[0]["cases"]
+        out[src] = {
+            name: {
+                key: statistics.median(r["cases"][name][key] for r in results)
+                for key in ("nvdispatch_us", "peer_us", "ratio")
+            }
+            for name in names
+        }
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=41)
+    ap.add_argument("--number", type=int, default=2000, help="calls per timed sample")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    ap.add_argument("--quick", action="store_true", help="a smoke test: few rounds and calls")
+    ap.add_argument("--compare", nargs="+", metavar="SRC", help="nvdispatch source trees to compare")
+    ap.add_argument("--repeats", type=int, default=5, help="child runs per source tree with --compare")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.number, args.repeats = 3, 50, 1
+    if args.child:
+        print(json.dumps(measure(args.rounds, args.number)))
+        return
+    meta = {"machine": platform.processor() or platform.machine(), "python": platform.python_version()}
+    meta.update(rounds=args.rounds, number=args.number, numpy=np.__version__)
+    if args.compare:
+        results = {"compare": compare(args.compare, args.repeats, args.rounds, args.number), "repeats": args.repeats}
+    else:
+        results = measure(args.rounds, args.number)
+    out = output_dir(args.out)
+    path = os.path.join(out, "host_overhead_cpu.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({**meta, **results}, fh, indent=1)
+    table = results["compare"] if args.compare else {results["nvdispatch"]: results["cases"]}
+    for src, cases in table.items():
+        print(f"nvdispatch from {src}")
+        for name, r in cases.items():
+            print(f"  {name:36s} {r['nvdispatch_us']:7.2f} us  peer {r['peer_us']:6.2f} us  ratio {r['ratio']:.3f}")
+    print(f"wrote {path}")
+
+    def draw(plt):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        names = list(next(iter(table.values())))
+        width = 0.8 / len(table)
+        for i, (src, cases) in enumerate(table.items()):
+            xs = [j + i * width for j in range(len(names))]
+            ax.bar(xs, [cases[n]["ratio"] for n in names], width, label=src)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))], names, rotation=15, fontsize=7)
+        ax.set_ylabel("per-call time / peer's")
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+
+    save_plot(draw, os.path.join(out, "host_overhead_cpu.png"))
+
+
+if __name__ == "__main__":
+    main()
