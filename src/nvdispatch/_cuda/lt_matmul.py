@@ -519,7 +519,7 @@ class LtMatmulPlan:
         if ws is None or ws.nbytes < nbytes:
             from .memory import scratch
 
-            fw = kind_fw if kind_fw in ("torch", "cupy") else "raw"
+            fw = kind_fw  # Torch/CuPy results: their allocator; other kinds: cudaMallocAsync (memory.scratch)
             if ws is not None:
                 ws.release()
             ws = self._workspaces[stream] = scratch(nbytes, fw, self.device_index, stream)
@@ -533,7 +533,7 @@ class LtMatmulPlan:
         from .streams import framework_stream
 
         sp = stream if type(stream) is int else self._stream_pointer(stream, self.framework, self.device_index)
-        fw = self.framework if self.framework in ("torch", "cupy") else (self._xp.name if self._xp else "")
+        fw = self._xp.name if self._xp is not None else ""  # the framework's own, or the one viewing its arrays
         with framework_stream(fw, sp, self.device_index):
             return self._execute(operands, sp)
 
@@ -743,12 +743,12 @@ def _kind(x, framework: str) -> str:
 
 
 def _to_xp(x, framework: str, xp):
+    from .._adapters import adapter_named
     from .arrays import CudaArray
-    from .xp import as_xp
 
-    if isinstance(x, CudaArray) or framework not in ("torch", "cupy"):
-        return as_xp(x, "cuda_array_interface" if hasattr(x, "__cuda_array_interface__") else "dlpack", xp.name)
-    return as_xp(x, framework, xp.name)
+    if framework == xp.name and not isinstance(x, CudaArray):
+        return x
+    return adapter_named(xp.name).view_device_array(x)
 
 
 def _xp_ptr(x, xp) -> int:
