@@ -176,8 +176,10 @@ def choice_key(executor: Any, op: str, problem: Any) -> tuple:
 
 
 def plan_key(executor: Any, op: str, problem: Any, strategy: str) -> tuple:
-    """The plan-cache key of (problem, executor, strategy)."""
-    return (op, executor.name, strategy, problem)
+    """The plan-cache key of (problem, executor, strategy). A user executor is told apart by identity too:
+    two of them may share a name (a class re-defined in a notebook), never their plans."""
+    who = executor.name if _contract.trusted(executor) else (executor.name, id(executor))
+    return (op, who, strategy, problem)
 
 
 def get_plan(executor: Any, op: str, problem: Any, strategy: str):

@@ -198,3 +198,11 @@ def test_unregister_backend():
     nvdispatch.register_backend(ex)
     nvdispatch.unregister_backend(ex)  # by object
     assert nvdispatch.explain(A, B).executor == "numpy"
+
+
+def test_two_executors_with_one_name_do_not_share_plans():
+    first = ProductOnly(result=lambda ops: np.zeros((5, 3)))
+    second = ProductOnly()
+    second.name = first.name
+    assert not _with(first, lambda: nvdispatch.matmul(A, B)).any()
+    np.testing.assert_allclose(_with(second, lambda: nvdispatch.matmul(A, B)), A @ B)

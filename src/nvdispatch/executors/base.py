@@ -5,8 +5,8 @@ The core talks to it in three phases, always with a *problem*: an immutable, has
 call that is also the plan-cache key (with the executor's ``name`` and the strategy).
 
 ``name`` : str
-    What ``set_backend("name")`` selects and ``explain()`` shows. Plans are cached per name: two different
-    executors need two names.
+    What ``set_backend("name")`` selects and ``explain()`` shows (plans are cached per executor object;
+    saved autotune choices per name).
 ``decline(op, problem, *, coerce=False) -> str | None``
     ``None`` to take the call, else a short reason (listed by ``NoExecutorError`` when nobody takes it).
     ``coerce`` is True when a ``set_backend(..., coerce=True)`` lets it take other frameworks' operands
