@@ -188,7 +188,7 @@ class DaskMatmulPlan:
             for name in self.targets
         }
         shapes["a"] = (*shapes["a"][:-1], self.k_chunks[-1])
-        shapes["b"] = (self.k_chunks[-1], *shapes["b"][1:]) if len(shapes["b"]) == 2 else shapes["b"]
+        shapes["b"] = (*shapes["b"][:-2], self.k_chunks[-1], shapes["b"][-1])
         sigs = {"a": p.a, "b": p.b, "c": p.c, **dict(p.inputs)}
         blocks = {n: G.empty_block(self.chunk_framework, s, sigs[n].dtype) for n, s in shapes.items()}
         c = blocks.pop("c", None)
