@@ -22,6 +22,11 @@ import timeit
 import numpy as np
 from _bench import output_dir, progress, save_plot
 
+try:  # imported up front: the NumPy executor's Torch engine is a candidate only in processes using Torch
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
 import nvdispatch
 from nvdispatch import Epilog
 from nvdispatch.executors import numpy_matmul_calibration

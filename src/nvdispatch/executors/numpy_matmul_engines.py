@@ -7,7 +7,7 @@ full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``
 ``blas`` (strategy ``native``)
     BLAS ``gemm`` (``scipy.linalg.blas``) with ``beta = 1`` into a result pre-filled with the bias (or
     ``c``): the bias add rides in the GEMM's own write of the result. 2-D operands.
-``torch`` (strategy ``framework_fused``)
+``torch`` (strategy ``framework_fused``, in processes that have imported Torch)
     Torch's ``addmm`` (bias + GEMM in one call, Torch's BLAS) on zero-copy Torch views of the NumPy operands,
     where Torch is installed; the result is a NumPy view of Torch's output. The activation follows in place
     with the executor's own step (Torch's fused ``_addmm_activation`` keeps NaN through RELU and its GELU is
@@ -26,6 +26,7 @@ call's arrays (a layout BLAS cannot read without a copy, a read-only array Torch
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 
@@ -44,11 +45,13 @@ _LINEAR_STEPS.update({("add_bias", "relu"): "relu", ("add_bias", "gelu"): "gelu"
 
 
 def available() -> tuple[str, ...]:
-    """The engines this machine has (SciPy's BLAS, Torch), without importing either."""
+    """The engines this process has: SciPy's BLAS where SciPy is installed, Torch's where the process has
+    imported Torch (importing it costs seconds and a second thread pool: nvdispatch never does so just to
+    try an engine)."""
     have = ["ufunc"]
     if importlib.util.find_spec("scipy") is not None:
         have.append("blas")
-    if importlib.util.find_spec("torch") is not None:
+    if "torch" in sys.modules:
         have.append("torch")
     return tuple(have)
 
