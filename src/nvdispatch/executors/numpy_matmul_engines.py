@@ -49,11 +49,20 @@ def available() -> tuple[str, ...]:
     imported Torch (importing it costs seconds and a second thread pool: nvdispatch never does so just to
     try an engine)."""
     have = ["ufunc"]
-    if importlib.util.find_spec("scipy") is not None:
+    if _installed("scipy"):
         have.append("blas")
-    if "torch" in sys.modules:
+    if sys.modules.get("torch") is not None:
         have.append("torch")
     return tuple(have)
+
+
+def _installed(name: str) -> bool:
+    if name in sys.modules:
+        return sys.modules[name] is not None  # None: the import is blocked
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def applicable(problem: MatmulProblem) -> tuple[str, ...]:
