@@ -31,7 +31,7 @@ class CupyEpilogOps:
 
     @staticmethod
     def relu_(d):
-        _cupy().fmax(d, 0, out=d)  # NaN -> 0, as cuBLASLt's RELU epilogue
+        _cupy().maximum(d, 0, out=d)  # keeps NaN, as cuBLASLt's RELU epilogue
 
     @staticmethod
     def positive_mask(d):

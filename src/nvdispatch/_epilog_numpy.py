@@ -39,8 +39,8 @@ class NumpyEpilogOps:
         return np.add(d, x, out=d if self.inplace else None)
 
     def relu_(self, d):
-        # fmax, not maximum: NaN -> 0 as cuBLASLt's RELU epilogue (see _epilog)
-        return np.fmax(d, 0, out=d if self.inplace else None)
+        # maximum keeps NaN, as cuBLASLt's RELU epilogue (see _epilog)
+        return np.maximum(d, 0, out=d if self.inplace else None)
 
     @staticmethod
     def positive_mask(d):

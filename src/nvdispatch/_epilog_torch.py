@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._epilog import gelu_tanh_grad
 
-__all__ = ["TorchEpilogOps", "TORCH_INPLACE", "TORCH_PLAIN", "relu_inplace", "nan_to_zero_"]
+__all__ = ["TorchEpilogOps", "TORCH_INPLACE", "TORCH_PLAIN"]
 
 
 def _torch():
@@ -19,20 +19,8 @@ def _torch():
     return torch
 
 
-_INF = float("inf")
 #: integer dtypes of the floating ones' sizes (masks are applied to the bits: exact zeros, whatever the value)
 _BITS = {2: "int16", 4: "int32", 8: "int64"}
-
-
-def nan_to_zero_(d):
-    """NaN -> 0 in ``d``, in place, infinities kept; returns ``d``."""
-    return d.nan_to_num_(nan=0.0, posinf=_INF, neginf=-_INF) if d.is_floating_point() else d
-
-
-def relu_inplace(d):
-    """``d = relu(d)`` in place with NaN -> 0 (as cuBLASLt's RELU epilogue); returns ``d``. Torch's ReLU and
-    clamp keep NaN and its fmax is not vectorised on the CPU, so: clamp, then NaN -> 0."""
-    return nan_to_zero_(d.clamp_min_(0))
 
 
 class TorchEpilogOps:
@@ -47,11 +35,10 @@ class TorchEpilogOps:
         return d.add_(x) if self.inplace else d + x
 
     def relu_(self, d):
+        # clamp and relu keep NaN, as cuBLASLt's RELU epilogue (see _epilog)
         if self.inplace:
-            return relu_inplace(d)
-        if not d.is_floating_point():
-            return d.clamp_min(0)
-        return _torch().relu(d).nan_to_num(nan=0.0, posinf=_INF)  # NaN -> 0; autograd knows both ops
+            return d.clamp_min_(0)
+        return _torch().relu(d) if d.is_floating_point() else d.clamp_min(0)
 
     @staticmethod
     def positive_mask(d):

@@ -108,7 +108,7 @@ class Fp8ReferencePlan:
         if "RELU" in epi:
             if "AUX" in epi:
                 aux["relu_aux"] = p.squeeze(t > 0)
-            t = TORCH_PLAIN.relu_(t)  # NaN -> 0, as every executor (see _epilog)
+            t = TORCH_PLAIN.relu_(t)  # NaN stays NaN, as every executor (see _epilog)
         elif "GELU" in epi:
             if "AUX" in epi:
                 aux["gelu_aux"] = p.squeeze(self._quantise(t))

@@ -6,7 +6,8 @@ compares the NumPy executor with the library's own step code could never fail).
 
 Documented choices every executor is held to (see ``nvdispatch._epilog``):
 
-* ``relu(x) = x if x > 0 else 0``: NaN maps to 0, as cuBLASLt's RELU epilogue does; ``relu_aux`` is ``x > 0``.
+* ``relu(x) = max(x, 0)`` with NaN propagated (NaN where ``x`` is NaN), as cuBLASLt's RELU epilogue, Torch and
+  NumPy's ``maximum`` give; ``relu_aux`` is ``x > 0`` (False at NaN).
 * DRELU passes the upstream gradient where the mask is set and gives 0 elsewhere, whatever the gradient
   there (inf/NaN included), as Torch's relu backward.
 * the bias is added after alpha and beta: ``epilog(alpha * a @ b + beta * c + bias)``.
@@ -32,7 +33,7 @@ TOLERANCE = {
 
 # -- the oracle -----------------------------------------------------------------------------------------------
 def relu(x: np.ndarray) -> np.ndarray:
-    return np.where(x > 0, x, 0).astype(x.dtype)
+    return np.where((x > 0) | np.isnan(x), x, 0).astype(x.dtype)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:

@@ -10,8 +10,8 @@ full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``
 ``torch`` (strategy ``framework_fused``, in processes that have imported Torch)
     Torch's ``addmm`` (bias + GEMM in one call, Torch's BLAS) on zero-copy Torch views of the NumPy operands,
     where Torch is installed; the result is a NumPy view of Torch's output. The activation follows in place
-    with the executor's own step (Torch's fused ``_addmm_activation`` keeps NaN through RELU and its GELU is
-    the erf form, where nvdispatch's RELU maps NaN to 0 and its GELU is the tanh form). 2-D operands.
+    with the executor's own step (Torch's CPU ``_addmm_activation`` is the same addmm and a separate activation
+    pass, and its GELU is the erf form where nvdispatch's is the tanh form). 2-D operands.
 ``ufunc`` (strategy ``inplace`` for results of one block)
     ``np.matmul`` into the result, then ``alpha``, ``beta * c``, the bias and the activation as in-place
     ufuncs over the whole result, with a direct call for the hot path of small repeated calls (larger
@@ -38,7 +38,7 @@ __all__ = ["ENGINES", "STRATEGY_OF", "available", "applicable", "EnginePlan"]
 #: every engine, and the strategy each serves
 STRATEGY_OF = {"blas": "native", "torch": "framework_fused", "ufunc": "inplace"}
 ENGINES = tuple(STRATEGY_OF)
-_OPS = NumpyEpilogOps(inplace=True)  # the executor's own step vocabulary: RELU maps NaN to 0, GELU tanh form
+_OPS = NumpyEpilogOps(inplace=True)  # the executor's own step vocabulary: RELU keeps NaN, GELU tanh form
 _ACTIVATIONS = {"relu": _OPS.relu_, "gelu": _OPS.gelu_}
 _LINEAR_STEPS = {(): None, ("add_bias",): None, ("relu",): "relu", ("gelu",): "gelu"}
 _LINEAR_STEPS.update({("add_bias", "relu"): "relu", ("add_bias", "gelu"): "gelu"})
@@ -235,12 +235,12 @@ def _ufunc_direct(dtype: np.dtype, activation: str | None):
     (small repeated calls are bound by call overhead, not arithmetic)."""
     matmul, add = np.matmul, np.add
     if activation == "relu":
-        fmax, zero = np.fmax, dtype.type(0)  # as the step vocabulary's relu_: NaN -> 0
+        maximum, zero = np.maximum, dtype.type(0)  # as the step vocabulary's relu_: NaN stays NaN
 
         def direct(a, b, bias):
             out = matmul(a, b)
             add(out, bias, out=out)
-            fmax(out, zero, out=out)
+            maximum(out, zero, out=out)
             return out
 
     else:

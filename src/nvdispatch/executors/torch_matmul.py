@@ -1,15 +1,14 @@
 """Matmul with epilogs through Torch ops, on CPU or CUDA tensors.
 
 Strategies: ``framework_fused`` (``torch.addmm`` / ``torch._addmm_activation``: bias and ReLU/GELU fused by
-Torch, on CUDA into the cuBLASLt epilogue; after its ReLU, NaN -> 0 in place, since Torch's ReLU keeps NaN where
-cuBLASLt's gives 0, see ``_epilog``) for 2-D problems with a bias along N; ``inplace`` (the product, then
-in-place ops on it); ``plain`` (separate out-of-place ops).
+Torch, on CUDA into the cuBLASLt epilogue; its ReLU keeps NaN, as every executor's, see ``_epilog``) for 2-D
+problems with a bias along N; ``inplace`` (the product, then in-place ops on it); ``plain`` (separate out-of-place ops).
 """
 
 from __future__ import annotations
 
 from .._epilog import apply_steps, declined_mask_format, finish_outputs, prepare_inputs
-from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN, nan_to_zero_
+from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 from .torch import stream_context
 
@@ -42,17 +41,7 @@ def _fused_bias_op(name: str):
 
     if name == "BIAS":
         return torch.addmm
-    if name == "RELU_BIAS":
-        return _addmm_relu
-    return functools.partial(torch._addmm_activation, use_gelu=True)
-
-
-def _addmm_relu(bias, a, b, alpha=1):
-    """``relu(alpha * a @ b + bias)`` with NaN -> 0 (see ``_epilog``): Torch's fused op, whose ReLU keeps NaN
-    (on the CPU, and on CUDA where it does not reach cuBLASLt's epilogue), then NaN -> 0 in place."""
-    import torch
-
-    return nan_to_zero_(torch._addmm_activation(bias, a, b, alpha=alpha))
+    return functools.partial(torch._addmm_activation, use_gelu=name != "RELU_BIAS")
 
 
 def decline(problem: MatmulProblem) -> str | None:
@@ -115,7 +104,7 @@ class TorchMatmulPlan:
         if strategy == "framework_fused":
             self.steps = {
                 "BIAS": ("torch.addmm: bias fused by Torch",),
-                "RELU_BIAS": ("torch._addmm_activation(relu): bias and activation fused by Torch", "NaN -> 0 in place"),
+                "RELU_BIAS": ("torch._addmm_activation(relu): bias and activation fused by Torch",),
             }.get(name, ("torch._addmm_activation(gelu tanh): bias and activation fused by Torch",))
         else:
             how = "in place" if strategy == "inplace" else "separate Torch op"
