@@ -13,7 +13,7 @@ Bias along N is sliced per block column, along M per block row, batched biases p
 whose chunks do not meet (K of ``a`` vs ``b``, batch axes) are rechunked to the common refinement of their
 block boundaries (``explain()`` lists each rechunk). Auxiliary outputs come back as Dask arrays: ``relu_aux``
 and ``gelu_aux`` chunked like the result, bias gradients (``*_BGRAD``) and ``BGRADA``/``BGRADB`` tree-reduced
-over the blocks that share them.
+over the blocks that share them (float16/bfloat16 partials accumulated in float32, rounded once at the end).
 """
 
 from __future__ import annotations
@@ -356,8 +356,17 @@ class DaskMatmulPlan:
         out = f"nvdispatch-matmul-{name}-{tok}"
         dsk: dict = {}
         for index, keys in parts.items():
-            dsk[(out, *index)] = G.tree_sum(dsk, f"{out}-sum", index, keys, SPLIT_EVERY, T.add_blocks)
+            dsk[(out, *index)] = self._aux_sum(dsk, f"{out}-sum", index, keys)
         return G.new_array(out, dsk, [result], chunks, G.meta_of(meta_like, len(chunks), p.result_dtype))
+
+    def _aux_sum(self, dsk: dict, prefix: str, index: tuple, keys: list):
+        """Graph nodes summing the partial bias gradients ``keys``; float16/bfloat16 partials are accumulated in
+        float32 and the total rounded once to the result dtype (as every executor's reductions)."""
+        dtype = self.problem.result_dtype
+        if dtype not in ("float16", "bfloat16") or len(keys) == 1:
+            return G.tree_sum(dsk, prefix, index, keys, SPLIT_EVERY, T.add_blocks)
+        total = G.tree_sum(dsk, f"{prefix}-wide", index, keys, SPLIT_EVERY, T.add_blocks_wide)
+        return (T.cast_to, total, dtype)
 
     def _block_aux(self, name, result, res, grid, meta_like, core):
         p = self.problem
@@ -383,8 +392,7 @@ class DaskMatmulPlan:
             bidx, i, j = idx[:nb], idx[-2], idx[-1]
             picks.setdefault((*bidx, j) if p.options.bgrad_axis == "n" else (*bidx, i, 0), []).append(key)
         for index, keys in picks.items():
-            total = G.tree_sum(dsk, f"{out}-sum", index, keys, SPLIT_EVERY, T.add_blocks)
-            dsk[(out, *index)] = total
+            dsk[(out, *index)] = self._aux_sum(dsk, f"{out}-sum", index, keys)
         batch = self.out_chunks[:nb]
         chunks = (*batch, self.out_chunks[-1]) if p.options.bgrad_axis == "n" else (*batch, self.out_chunks[-2], (1,))
         return G.new_array(out, dsk, [result], chunks, G.meta_of(meta_like, len(chunks), p.result_dtype))

@@ -25,6 +25,8 @@ __all__ = [
     "matmul_block",
     "fft_block",
     "add_blocks",
+    "add_blocks_wide",
+    "cast_to",
     "pick",
     "pick_aux",
     "freq_block",
@@ -154,6 +156,39 @@ def add_blocks(*parts):
     for p in parts[2:]:
         total += p
     return total
+
+
+#: dtypes whose reductions accumulate in float32 (as every executor's, see ``nvdispatch._epilog``)
+_HALF = ("float16", "bfloat16")
+
+
+def _wide(x):
+    """``x`` in float32 where it is float16/bfloat16, else ``x`` itself."""
+    if str(x.dtype).rsplit(".", 1)[-1] not in _HALF:
+        return x
+    import array_api_compat
+
+    xp = array_api_compat.array_namespace(x)
+    return xp.astype(x, xp.float32)
+
+
+def add_blocks_wide(*parts):
+    """:func:`add_blocks` accumulating float16/bfloat16 partials in float32 (the sum comes back float32; the
+    reduction's last node casts it once with :func:`cast_to`)."""
+    total = _wide(parts[0])
+    total = total + _wide(parts[1]) if len(parts) > 1 else total
+    for p in parts[2:]:
+        total += _wide(p)
+    return total
+
+
+def cast_to(x, dtype: str):
+    """``x`` as the dtype named ``dtype`` of its own namespace (``x`` itself where it already is)."""
+    import array_api_compat
+
+    xp = array_api_compat.array_namespace(x)
+    target = getattr(xp, dtype)
+    return x if x.dtype == target else xp.astype(x, target)
 
 
 def pick(result, index: int):
