@@ -184,9 +184,9 @@ def matmul(
         sig = signature_of(cls)
     if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS or quantization_scales is not None:
         key = None
-    elif c is None and beta is None and epilog_inputs is None:
-        state, glob = _state.get().key, _backends._global.key
-        key = ("matmul", cls, sig(a), sig(b), epilog, None, alpha.__class__, None, options, preferences, state, glob)
+    elif c is None and beta is None and epilog_inputs is None and options is None and preferences is None:
+        # the shortest key for the commonest call (it is hashed twice per lookup); others have more fields
+        key = ("matmul", cls, sig(a), sig(b), epilog, alpha.__class__, _state.get().key, _backends._global.key)
     else:
         key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
     try:
