@@ -31,8 +31,10 @@ __all__ = [
     "detect_all",
     "placement",
     "select",
+    "keep_or_select",
     "choose_strategy",
     "get_plan",
+    "acquire_plan",
     "plan_key",
     "store",
     "signature_of",
@@ -155,6 +157,17 @@ def strategies_of(executor: Any, op: str, problem: Any) -> tuple[str, ...]:
     return _contract.strategies(executor, op, problem)
 
 
+def keep_or_select(selection: Selection | None, op: str, problem: Any) -> Selection:
+    """``selection``'s executor when it takes ``problem`` (a stateful object re-planning keeps the executor
+    it was planned with, whatever backend state is active now), else a fresh :func:`select`."""
+    if selection is not None:
+        why = selection.executor.decline(op, problem, coerce=selection.coerce)
+        if why is None:
+            return selection
+        log.debug("%s: executor %s declines the new operands (%s); selecting again", op, selection.executor.name, why)
+    return select(op, problem)
+
+
 def choose_strategy(executor: Any, op: str, problem: Any, preferred: str | None = None) -> str:
     """The epilog/plan strategy: the caller's preference, a loaded autotune choice, or the executor's best."""
     available = strategies_of(executor, op, problem)
@@ -164,7 +177,7 @@ def choose_strategy(executor: Any, op: str, problem: Any, preferred: str | None 
                 "preferences.strategy", f"one of {available} (what {executor.name} can run here)", repr(preferred)
             )
         return preferred
-    if plan_cache._tunings:
+    if plan_cache.has_tunings():
         tuned = plan_cache.tuning_for(choice_key(executor, op, problem))
         if tuned and tuned.get("strategy") in available:
             return tuned["strategy"]
@@ -183,17 +196,24 @@ def plan_key(executor: Any, op: str, problem: Any, strategy: str) -> tuple:
 
 
 def get_plan(executor: Any, op: str, problem: Any, strategy: str):
-    """The cached plan for (problem, executor, strategy), planned on a miss."""
+    """The cached plan for (problem, executor, strategy), planned on a miss (to look at, not to run)."""
+    plan = acquire_plan(executor, op, problem, strategy)
+    plan_cache.let_go(plan)
+    return plan
+
+
+def acquire_plan(executor: Any, op: str, problem: Any, strategy: str):
+    """:func:`get_plan`, pinned for the caller until ``plan_cache.let_go(plan)`` (``_execute.run`` does it)."""
     key = plan_key(executor, op, problem, strategy)
     if not debug_enabled():
-        return plan_cache.get_or_create(key, lambda tuning: _contract.plan(executor, op, problem, strategy, tuning))
+        return plan_cache.acquire_or_create(key, lambda tuning: _plan(executor, op, problem, strategy, tuning))
     made = []
 
     def factory(tuning):
         made.append(True)
-        return _contract.plan(executor, op, problem, strategy, tuning)
+        return _plan(executor, op, problem, strategy, tuning)
 
-    plan = plan_cache.get_or_create(key, factory)
+    plan = plan_cache.acquire_or_create(key, factory)
     log.debug(
         "%s: executor %r, strategy %r, plan %s (plan cache %s)",
         op,
@@ -203,6 +223,16 @@ def get_plan(executor: Any, op: str, problem: Any, strategy: str):
         "miss: planned" if made else "hit",
     )
     return plan
+
+
+def _plan(executor: Any, op: str, problem: Any, strategy: str, tuning: Any):
+    from ._execute import raise_if_out_of_memory
+
+    try:
+        return _contract.plan(executor, op, problem, strategy, tuning)
+    except Exception as exc:
+        raise_if_out_of_memory(exc)
+        raise
 
 
 def coerce_operands(selection: Selection, operands: dict[str, Any], names) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from typing import Any
 
 from ._dispatch import (
     Explanation,
+    acquire_plan,
     choose_strategy,
     coerce_operands,
     detect_all,
@@ -61,6 +62,7 @@ from ._dispatch import (
     select,
     strategies_of,
 )
+from ._execute import run as run_plan
 from ._fft_problem import FFTProblem, build_fft_problem
 from ._plan_cache import plan_cache
 from .errors import CallbackError, InvalidArgumentError, MixedOperandsError, describe
@@ -264,9 +266,14 @@ def run(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=Non
     problem, operands = prepare(func, x, n, axis, s, axes, norm, *callbacks)
     sel = select(OP, problem)
     strategy = choose_strategy(sel.executor, OP, problem)
-    plan = get_plan(sel.executor, OP, problem, strategy)
+    plan = acquire_plan(sel.executor, OP, problem, strategy)  # pinned until run_plan() returns
     _log.debug("fft %s with callbacks: executor %s, strategy %s, plan %s", func, sel.executor.name, strategy, plan)
-    return plan.execute(coerce_all(sel, operands), stream)
+    try:
+        operands = coerce_all(sel, operands)
+    except BaseException:
+        plan_cache.let_go(plan)
+        raise
+    return run_plan(plan, operands, stream)
 
 
 def explain(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, *, callbacks) -> Explanation:
@@ -275,7 +282,7 @@ def explain(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream
     sel = select(OP, problem)
     strategies = strategies_of(sel.executor, OP, problem)
     strategy = choose_strategy(sel.executor, OP, problem)
-    cached = plan_cache._plans.get(plan_key(sel.executor, OP, problem, strategy)) is not None
+    cached = plan_cache.contains(plan_key(sel.executor, OP, problem, strategy))
     plan = get_plan(sel.executor, OP, problem, strategy)
     return Explanation(
         func, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem

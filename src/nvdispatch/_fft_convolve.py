@@ -24,6 +24,7 @@ import numpy as np
 from ._detect import OperandInfo
 from ._dispatch import (
     Explanation,
+    acquire_plan,
     choose_strategy,
     coerce_operands,
     detect_all,
@@ -33,6 +34,7 @@ from ._dispatch import (
     select,
     strategies_of,
 )
+from ._execute import run as run_plan
 from ._fft_callbacks import DataLayout
 from ._fft_problem import FFTProblem, build_fft_problem
 from ._plan_cache import plan_cache
@@ -121,9 +123,14 @@ def run(x, h, n=None, axis=-1, stream=None):
     problem, operands = prepare(x, h, n, axis)
     sel = select(OP, problem)
     strategy = choose_strategy(sel.executor, OP, problem)
-    plan = get_plan(sel.executor, OP, problem, strategy)
+    plan = acquire_plan(sel.executor, OP, problem, strategy)  # pinned until run() returns
     _log.debug("fft convolve: executor %s, strategy %s, plan %s", sel.executor.name, strategy, plan)
-    return plan.execute(coerce_operands(sel, operands, ("x", "h")), stream)
+    try:
+        operands = coerce_operands(sel, operands, ("x", "h"))
+    except BaseException:
+        plan_cache.let_go(plan)
+        raise
+    return run_plan(plan, operands, stream)
 
 
 def explain(x, h, n=None, axis=-1, stream=None) -> Explanation:
@@ -131,7 +138,7 @@ def explain(x, h, n=None, axis=-1, stream=None) -> Explanation:
     sel = select(OP, problem)
     strategies = strategies_of(sel.executor, OP, problem)
     strategy = choose_strategy(sel.executor, OP, problem)
-    cached = plan_cache._plans.get(plan_key(sel.executor, OP, problem, strategy)) is not None
+    cached = plan_cache.contains(plan_key(sel.executor, OP, problem, strategy))
     plan = get_plan(sel.executor, OP, problem, strategy)
     return Explanation(
         "convolve", sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem

@@ -104,6 +104,11 @@ class FFTProblem:
         return tuple(shape)
 
     @property
+    def empty(self) -> bool:
+        """Whether the input has no elements (a zero-length batch axis): the result is empty too."""
+        return 0 in self.shape
+
+    @property
     def needs_resize(self) -> bool:
         """Whether the input must be zero-padded or trimmed along some axis."""
         return any(self.shape[a] != n for a, n in zip(self.axes, self.in_lengths))

@@ -2,28 +2,114 @@
 
 Keys are tuples holding everything that changes a plan (operation, executor, device, dtypes, shapes,
 strides, epilog, options, strategy...). Values are executor plans. One plan may be held under several keys
-(a hot path's cheap key beside the full problem key); it is released (its executor makes that safe with
-respect to work still queued on a stream) when the last key holding it is evicted.
+(a hot path's cheap key beside the full problem key): it is **one entry** — it counts once towards the
+size, is evicted once (with all its keys), and is shown once by :meth:`PlanCache.show_info`.
 
-Autotuned choices can be saved to a JSON file and loaded in another process, so a service starts tuned:
-a plan that exposes ``tuning()`` (JSON-serialisable) is saved under its key; after ``load()``, an
-executor planning the same key receives that tuning.
+Lifetime. A plan is *used* by the cache itself while cached, by each stateful ``Matmul``/``FFT`` planned
+with it (a :class:`PlanHold`) and by each call running it (:meth:`PlanCache.acquire` ...
+:meth:`PlanCache.let_go`). Eviction and :meth:`PlanCache.clear` only retire an entry; its plan is released
+(``plan.release()``: cuFFT handles destroyed, workspaces given back) when its last user lets go.
+
+Bounds. The cache holds at most ``maxsize`` plans and ``max_bytes`` bytes of plan workspaces (a plan
+reports its bytes as ``workspace_bytes``; plans without one count 0). Workspaces a plan allocates after it
+was cached (per-stream cuBLASLt workspaces, on first use) count from the next insertion on.
+
+Tunings. Autotuned choices can be saved to a JSON file and loaded in another process, so a service starts
+tuned: a plan exposing ``tuning()`` (JSON-serialisable) is saved under its key; after :meth:`load`, an
+executor planning the same key receives that tuning. Files are versioned; entries are validated one by
+one on load, and a tuning that still fails when a plan is built is dropped with a warning (the plan is
+then built untuned), so a damaged file never breaks calls.
+
+Small memoised answers that are not plans (which cuBLASLt epilogues fuse natively, say) live here too
+(:meth:`PlanCache.memo`), bounded by ``maxsize`` and dropped by :meth:`clear`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
+import tempfile
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-__all__ = ["PlanCache", "plan_cache"]
+__all__ = ["PlanCache", "PlanHold", "TuningsWarning", "plan_cache", "TUNINGS_FORMAT"]
+
+#: the ``"format"`` field of files written by :meth:`PlanCache.save`
+TUNINGS_FORMAT = "nvdispatch-tunings/2"
+_OLD_FORMATS = ("nvdispatch-tunings/1",)  # readable, but without the version stamp
+#: default bound on the workspace bytes the cache holds
+DEFAULT_MAX_BYTES = 1 << 30
+
+
+class TuningsWarning(UserWarning):
+    """A tunings file, or one of its entries, that could not be (fully) applied."""
+
+
+class _Entry:
+    """One cached plan: its keys, its users and its bytes."""
+
+    __slots__ = ("plan", "keys", "users", "retired", "released", "nbytes")
+
+    def __init__(self, plan: Any):
+        self.plan = plan
+        self.keys: list[Hashable] = []
+        # one item per user besides the cache; list.append/pop are atomic, so calls pin without the lock
+        self.users: list[None] = []
+        self.retired = False  # no longer cached: released when the last user lets go
+        self.released = False
+        self.nbytes = _plan_bytes(plan)
+
+
+class PlanHold:
+    """A stateful object's hold on a plan: the plan stays usable until :meth:`close` (or until the hold is
+    garbage-collected), even if the cache evicts it meanwhile.
+
+    Examples
+    --------
+    >>> from nvdispatch._plan_cache import PlanCache
+    >>> class Plan:
+    ...     def release(self): print("released")
+    >>> cache = PlanCache(maxsize=1)
+    >>> hold = cache.hold(cache.put("key", Plan()))
+    >>> cache.clear()  # retired, but still held
+    >>> hold.close()
+    released
+    """
+
+    __slots__ = ("plan", "_cache", "__weakref__")
+
+    def __init__(self, cache: PlanCache, plan: Any):
+        cache.pin(plan)
+        self.plan = plan
+        self._cache = cache
+
+    def close(self) -> None:
+        """Let go of the plan (idempotent)."""
+        cache, self._cache = self._cache, None
+        if cache is not None:
+            cache.let_go(self.plan)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 class PlanCache:
-    """Bounded LRU cache of plans with hit/miss statistics.
+    """Bounded LRU cache of plans (count and workspace bytes) with hit/miss statistics.
+
+    Parameters
+    ----------
+    maxsize : int
+        The most plans kept (0 disables caching).
+    max_bytes : int
+        The most bytes of plan workspaces kept (``math.inf`` for no bound).
 
     Examples
     --------
@@ -32,12 +118,15 @@ class PlanCache:
     True
     """
 
-    def __init__(self, maxsize: int = 512):
-        self._plans: OrderedDict[Hashable, Any] = OrderedDict()
-        self._holders: dict[int, int] = {}  # id(plan) -> how many keys hold it
+    def __init__(self, maxsize: int = 512, max_bytes: int | float = DEFAULT_MAX_BYTES):
+        self._keys: dict[Hashable, _Entry] = {}  # every key -> its entry
+        self._lru: OrderedDict[_Entry, _Entry] = OrderedDict()  # entries (hashed by identity), least recent first
+        self._users: dict[int, _Entry] = {}  # id(plan) -> entry, for every plan cached or in use
         self._tunings: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._memos: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.RLock()
         self._maxsize = self._check_size(maxsize)
+        self._max_bytes = self._check_bytes(max_bytes)
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -50,9 +139,20 @@ class PlanCache:
             raise InvalidArgumentError("maxsize", "an int >= 0", repr(maxsize))
         return maxsize
 
+    @staticmethod
+    def _check_bytes(max_bytes) -> int | float:
+        from .errors import InvalidArgumentError
+
+        if max_bytes == math.inf:
+            return math.inf
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise InvalidArgumentError("max_bytes", "an int >= 0 or math.inf", repr(max_bytes))
+        return max_bytes
+
     # -- sizing -----------------------------------------------------------------------------------------
     @property
     def maxsize(self) -> int:
+        """The most plans kept (0 disables caching)."""
         return self._maxsize
 
     @maxsize.setter
@@ -60,144 +160,517 @@ class PlanCache:
         value = self._check_size(value)
         with self._lock:
             self._maxsize = value
-            evicted = self._trim()
-        _release(evicted)
+            released = self._trim()
+        _release(released)
+
+    @property
+    def max_bytes(self) -> int | float:
+        """The most bytes of plan workspaces kept."""
+        return self._max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int | float) -> None:
+        value = self._check_bytes(value)
+        with self._lock:
+            self._max_bytes = value
+            released = self._trim()
+        _release(released)
 
     def set_size_limit(self, maxsize: int) -> None:
         """Bound the cache to ``maxsize`` plans (0 disables caching)."""
         self.maxsize = maxsize
 
+    def set_memory_limit(self, max_bytes: int | float) -> None:
+        """Bound the workspace bytes of cached plans to ``max_bytes`` (``math.inf``: no bound)."""
+        self.max_bytes = max_bytes
+
     def __len__(self) -> int:
-        return len(self._plans)
+        with self._lock:
+            return len(self._lru)
 
     @property
     def size(self) -> int:
-        return len(self._plans)
+        """How many plans are cached (a plan under several keys counts once)."""
+        return len(self)
+
+    @property
+    def nbytes(self) -> int:
+        """Workspace bytes of the cached plans."""
+        with self._lock:
+            return self._bytes()
+
+    def _bytes(self) -> int:
+        return sum(e.nbytes for e in self._lru.values())
 
     # -- lookup -----------------------------------------------------------------------------------------
     def get(self, key: Hashable) -> Any | None:
+        """The plan cached under ``key`` (counted as a hit or a miss), or None.
+
+        To *run* a plan use :meth:`acquire`/:meth:`acquire_or_create` and :meth:`let_go`, so that it cannot
+        be released while it runs."""
         with self._lock:
-            plan = self._plans.get(key)
-            if plan is None:
+            entry = self._keys.get(key)
+            if entry is None:
                 self.misses += 1
                 return None
-            self._plans.move_to_end(key)
+            self._lru.move_to_end(entry)
             self.hits += 1
-            return plan
+            return entry.plan
 
-    def peek(self, key: Hashable) -> Any | None:
-        """:meth:`get` without the lock, for the per-call hot path: a hit refreshes recency and is counted
-        (without the lock, so concurrent hits may be under-counted); a miss is not counted (the caller
-        falls back to a path that looks the plan up again)."""
-        plans = self._plans
-        plan = plans.get(key)
-        if plan is not None:
-            try:
-                plans.move_to_end(key)
-            except KeyError:  # evicted by another thread just now; the plan stays usable
-                pass
-            self.hits += 1
-        return plan
+    def contains(self, key: Hashable) -> bool:
+        """Whether a plan is cached under ``key`` (statistics and recency untouched)."""
+        return key in self._keys
 
-    def put(self, key: Hashable, plan: Any) -> Any:
-        """Insert ``plan`` under ``key`` unless another thread inserted one first; returns the plan kept.
+    def acquire(self, key: Hashable) -> Any | None:
+        """The plan cached under ``key``, pinned for the caller until :meth:`let_go`; None on a miss.
 
-        ``plan`` may already be held under other keys (an alias); it is released only when no key holds it.
+        Lock-free (the per-call hot path): a hit refreshes recency and is counted (concurrent hits may be
+        under-counted); a miss is not counted (the caller falls back to :meth:`acquire_or_create`).
         """
-        release: list[Any] = []
+        entry = self._keys.get(key)
+        if entry is None:
+            return None
+        entry.users.append(None)  # pin first, then check: eviction sets `retired` first, then reads users
+        if entry.retired:
+            self._unpin(entry)
+            return None
+        try:
+            self._lru.move_to_end(entry)
+        except KeyError:  # retired by another thread just now; our pin keeps the plan usable
+            pass
+        self.hits += 1
+        return entry.plan
+
+    def acquire_or_create(self, key: Hashable, factory: Callable[[Any], Any]) -> Any:
+        """The plan for ``key``, pinned until :meth:`let_go`: the cached one, or ``factory(tuning)`` cached
+        (``tuning``: a loaded autotune choice for ``key``, or None)."""
         with self._lock:
-            kept = self._plans.get(key)
-            if kept is not None:
-                self._plans.move_to_end(key)
-                if plan is not kept and id(plan) not in self._holders:
-                    release.append(plan)  # a duplicate planned by a racing thread
+            entry = self._keys.get(key)
+            if entry is not None:
+                self._lru.move_to_end(entry)
+                self.hits += 1
+                entry.users.append(None)
+                return entry.plan
+            self.misses += 1
+            tuning = self._tunings.get(_key_text(key))
+        plan = _build(factory, tuning, key, self)
+        with self._lock:
+            entry = self._keys.get(key)
+            if entry is not None:  # another thread planned it meanwhile: use theirs, drop ours
+                entry.users.append(None)
+                kept, release = entry.plan, [plan]
             else:
-                kept = plan
-                if self._maxsize:
-                    self._plans[key] = plan
-                    self._holders[id(plan)] = self._holders.get(id(plan), 0) + 1
-                    release = self._trim()
+                entry = self._insert(key, plan)
+                entry.users.append(None)
+                kept, release = plan, self._trim()
         _release(release)
         return kept
 
     def get_or_create(self, key: Hashable, factory: Callable[[Any], Any]) -> Any:
-        """The cached plan for ``key``, or ``factory(tuning)`` cached (tuning: a loaded autotune choice)."""
-        plan = self.get(key)
-        if plan is None:
-            plan = self.put(key, factory(self._tunings.get(_key_text(key))))
+        """:meth:`acquire_or_create` without the pin (for callers that do not run the plan)."""
+        plan = self.acquire_or_create(key, factory)
+        self.let_go(plan)
         return plan
 
-    def _trim(self) -> list[Any]:
-        evicted = []
-        while len(self._plans) > self._maxsize:
-            _, plan = self._plans.popitem(last=False)
-            self.evictions += 1
-            left = self._holders[id(plan)] - 1
-            if left:
-                self._holders[id(plan)] = left
+    def put(self, key: Hashable, plan: Any) -> Any:
+        """Insert ``plan`` under ``key`` unless a plan is cached there already; returns the plan kept there.
+
+        ``plan`` may already be cached under other keys (an alias: still one entry) or be in use.
+        """
+        release: list[Any] = []
+        with self._lock:
+            if self._maxsize == 0 and id(plan) not in self._users:
+                return plan  # caching disabled: the caller keeps the plan
+            entry = self._keys.get(key)
+            if entry is not None:
+                self._lru.move_to_end(entry)
+                if plan is not entry.plan and id(plan) not in self._users:
+                    release.append(plan)  # a duplicate planned by a racing thread
+                kept = entry.plan
             else:
-                del self._holders[id(plan)]
-                evicted.append(plan)
-        return evicted
+                self._insert(key, plan)
+                kept, release = plan, self._trim()
+        _release(release)
+        return kept
+
+    def _insert(self, key: Hashable, plan: Any) -> _Entry:
+        entry = self._users.get(id(plan))
+        if entry is None or entry.released:
+            entry = self._users[id(plan)] = _Entry(plan)
+        else:
+            entry.nbytes = _plan_bytes(plan)
+        if self._maxsize == 0:
+            entry.retired = True  # caching disabled: released when its users let go
+            return entry
+        entry.retired = False
+        entry.keys.append(key)
+        self._keys[key] = entry
+        self._lru[entry] = entry
+        self._lru.move_to_end(entry)
+        return entry
+
+    def _trim(self) -> list[Any]:
+        """Retire least-recently-used entries beyond the bounds; returns the plans to release now."""
+        released = [e.plan for e in self._users.values() if e.retired and not e.users and not e.released]
+        for e in list(self._lru.values()):  # refresh bytes: workspaces may have grown since insertion
+            e.nbytes = _plan_bytes(e.plan)
+        total = self._bytes()
+        while self._lru and (len(self._lru) > self._maxsize or total > self._max_bytes):
+            entry = next(iter(self._lru.values()))
+            total -= entry.nbytes
+            self.evictions += 1
+            if self._retire(entry):  # idempotent, and it leaves the LRU last: an interrupt here heals next time
+                released.append(entry.plan)
+        for plan in released:
+            self._users[id(plan)].released = True
+            del self._users[id(plan)]
+        return released
+
+    def _retire(self, entry: _Entry) -> bool:
+        """Drop ``entry`` from the cache; True when nobody uses it (then the caller releases it)."""
+        entry.retired = True  # first: a call pinning it from now on sees it and backs off
+        for k in entry.keys:
+            if self._keys.get(k) is entry:
+                del self._keys[k]
+        entry.keys.clear()
+        self._lru.pop(entry, None)
+        return not entry.users
+
+    # -- users ------------------------------------------------------------------------------------------
+    def pin(self, plan: Any) -> None:
+        """Begin one more use of ``plan`` (ended by :meth:`let_go`): it will not be released meanwhile.
+
+        Only for a plan the caller already uses (pinned or held), or one never cached."""
+        with self._lock:
+            entry = self._users.get(id(plan))
+            if entry is None or entry.released:  # a plan never cached (caching disabled, say)
+                entry = self._users[id(plan)] = _Entry(plan)
+                entry.retired = True
+            entry.users.append(None)
+
+    def let_go(self, plan: Any) -> None:
+        """End one use of ``plan`` begun by :meth:`acquire`/:meth:`acquire_or_create`/:meth:`hold`; a
+        retired plan is released when its last user lets go."""
+        entry = self._users.get(id(plan))
+        if entry is None or entry.plan is not plan:
+            return
+        try:
+            entry.users.pop()
+        except IndexError:  # unbalanced let_go: nothing to undo
+            return
+        if entry.retired:
+            self._release_if_unused(entry)
+
+    def _unpin(self, entry: _Entry) -> None:
+        try:
+            entry.users.pop()
+        except IndexError:  # unbalanced let_go: nothing to undo
+            return
+        if entry.retired:
+            self._release_if_unused(entry)
+
+    def _release_if_unused(self, entry: _Entry) -> None:
+        if not entry.users:
+            with self._lock:
+                if not (entry.retired and not entry.users and not entry.released):
+                    return
+                entry.released = True
+                if self._users.get(id(entry.plan)) is entry:
+                    del self._users[id(entry.plan)]
+            _release([entry.plan])
+
+    def hold(self, plan: Any) -> PlanHold:
+        """A long-lived use of ``plan`` (a stateful object's), ended by ``PlanHold.close()``."""
+        return PlanHold(self, plan)
+
+    def users(self, plan: Any) -> int:
+        """How many users besides the cache hold ``plan`` now (0 when unknown to the cache)."""
+        entry = self._users.get(id(plan))
+        return len(entry.users) if entry is not None and entry.plan is plan else 0
+
+    # -- memoised answers -------------------------------------------------------------------------------
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` memoised under ``key`` (bounded by ``maxsize``, dropped by :meth:`clear`): for
+        small answers that planning asks repeatedly (which epilogues cuBLASLt fuses, say)."""
+        with self._lock:
+            if key in self._memos:
+                self._memos.move_to_end(key)
+                return self._memos[key]
+        value = compute()
+        with self._lock:
+            if self._maxsize:
+                self._memos[key] = value
+                while len(self._memos) > self._maxsize:
+                    self._memos.popitem(last=False)
+        return value
 
     # -- statistics and maintenance --------------------------------------------------------------------
-    def stats(self) -> dict[str, int]:
-        """``{"hits", "misses", "size", "maxsize", "evictions"}``."""
+    def stats(self) -> dict[str, Any]:
+        """``hits``, ``misses``, ``size`` (plans), ``keys``, ``maxsize``, ``bytes``, ``max_bytes``,
+        ``evictions`` (plans), ``in_use`` (plans retired but still used), ``tunings`` (tuned choices
+        known: loaded or recorded) and ``memos``.
+
+        Examples
+        --------
+        >>> from nvdispatch._plan_cache import PlanCache
+        >>> PlanCache(maxsize=4).stats()["size"]
+        0
+        """
         with self._lock:
             return {
                 "hits": self.hits,
                 "misses": self.misses,
-                "size": len(self._plans),
+                "size": len(self._lru),
+                "keys": len(self._keys),
                 "maxsize": self._maxsize,
+                "bytes": self._bytes(),
+                "max_bytes": self._max_bytes,
                 "evictions": self.evictions,
+                "in_use": sum(1 for e in self._users.values() if e.retired and not e.released),
+                "tunings": len(self._tunings),
+                "memos": len(self._memos),
             }
 
-    def clear(self) -> None:
-        """Drop (and release) every cached plan and reset the statistics; loaded tunings are kept."""
+    def show_info(self, file=None) -> None:
+        """Print the statistics and one line per cached plan (most recent last).
+
+        Examples
+        --------
+        >>> from nvdispatch._plan_cache import PlanCache
+        >>> PlanCache(maxsize=4).show_info()  # doctest: +ELLIPSIS
+        nvdispatch plan cache: 0 / 4 plans, 0 / ... workspace bytes, ...
+        """
+        file = sys.stdout if file is None else file
+        s = self.stats()
         with self._lock:
-            plans = list({id(p): p for p in self._plans.values()}.values())
-            self._plans.clear()
-            self._holders.clear()
+            rows = [(e.plan, e.nbytes, len(e.keys), len(e.users)) for e in self._lru.values()]
+        print(
+            f"nvdispatch plan cache: {s['size']} / {s['maxsize']} plans, {s['bytes']} / {s['max_bytes']} "
+            f"workspace bytes, {s['keys']} keys, hits {s['hits']}, misses {s['misses']}, "
+            f"evictions {s['evictions']}, retired but in use {s['in_use']}, tunings {s['tunings']}",
+            file=file,
+        )
+        for plan, nbytes, keys, users in rows:
+            print(f"  {_describe_plan(plan)}: {nbytes} B, {keys} key(s), {users} user(s)", file=file)
+
+    def clear(self) -> None:
+        """Drop every cached plan (each is released once its last user lets go), memoised answers and the
+        statistics. Tuned choices are kept: :meth:`clear_tunings` drops them."""
+        with self._lock:
+            for e in list(self._lru.values()):
+                self._retire(e)
+            released = [e.plan for e in self._users.values() if e.retired and not e.users and not e.released]
+            for plan in released:
+                self._users[id(plan)].released = True
+                del self._users[id(plan)]
+            self._keys.clear()
+            self._memos.clear()
             self.hits = self.misses = self.evictions = 0
-        _release(plans)
+        _release(released)
 
     # -- tuned choices ---------------------------------------------------------------------------------
     def record_tuning(self, key: Hashable, tuning: Any) -> None:
-        """Remember an autotuned choice for ``key`` (saved by ``save``)."""
+        """Remember an autotuned choice for ``key`` (saved by :meth:`save`)."""
         with self._lock:
             self._tunings[_key_text(key)] = tuning
 
     def tuning_for(self, key: Hashable) -> Any | None:
-        return self._tunings.get(_key_text(key))
+        """The tuned choice known for ``key``, or None."""
+        return self._tunings.get(_key_text(key)) if self._tunings else None
+
+    def has_tunings(self) -> bool:
+        """Whether any tuned choice is known (loaded or recorded)."""
+        return bool(self._tunings)
+
+    def tunings(self) -> dict[str, Any]:
+        """A copy of the tuned choices known, by key text."""
+        with self._lock:
+            return dict(self._tunings)
+
+    def clear_tunings(self) -> None:
+        """Forget every tuned choice (loaded or recorded); plans built later start untuned."""
+        with self._lock:
+            self._tunings.clear()
 
     def save(self, path: str | os.PathLike) -> int:
-        """Write the tuned choices of cached plans (and loaded ones) to ``path`` as JSON; returns the count."""
+        """Write the tuned choices of cached plans (and loaded ones) to ``path`` as JSON; returns the count.
+
+        The file is written beside ``path`` under a temporary name and renamed over it when complete, so an
+        error part-way leaves the previous file as it was.
+        """
         with self._lock:
             tunings = dict(self._tunings)
-            for key, plan in self._plans.items():
-                get = getattr(plan, "tuning", None)
-                tuned = get() if callable(get) else None
-                if tuned is not None:
-                    tunings[_key_text(key)] = tuned
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"format": "nvdispatch-tunings/1", "tunings": tunings}, fh, indent=1, sort_keys=True)
+            plans = [(k, e.plan) for k, e in self._keys.items()]
+        for key, plan in plans:
+            get = getattr(plan, "tuning", None)
+            tuned = get() if callable(get) else None
+            if tuned is not None:
+                tunings[_key_text(key)] = tuned
+        data = {"format": TUNINGS_FORMAT, "nvdispatch": _version(), "tunings": tunings}
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=".nvdispatch-tunings-", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=1, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         return len(tunings)
 
     def load(self, path: str | os.PathLike) -> int:
-        """Read tuned choices written by ``save``; later plans with the same keys start tuned."""
-        from .errors import InvalidArgumentError
+        """Read tuned choices written by :meth:`save`; later plans with the same keys start tuned.
 
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        if not isinstance(data, dict) or data.get("format") != "nvdispatch-tunings/1":
-            raise InvalidArgumentError("path", "a file written by plan_cache.save()", str(path))
+        Returns how many entries were applied. Each entry is checked on its own: a malformed one is skipped
+        with a :class:`TuningsWarning` naming it. A file saved by another nvdispatch version loads with a
+        warning (its keys may describe plans differently, so its entries may never match).
+
+        Raises
+        ------
+        TuningsFileError
+            ``path`` is not a tunings file of a format this version reads (nothing is applied).
+        """
+        from .errors import TuningsFileError
+
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TuningsFileError("path", "a JSON file written by plan_cache.save()", f"{path} ({exc})") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("format"), str):
+            raise TuningsFileError("path", "a file written by plan_cache.save()", f"{path} (no 'format' field)")
+        fmt = data["format"]
+        if fmt != TUNINGS_FORMAT and fmt not in _OLD_FORMATS:
+            raise TuningsFileError(
+                "path",
+                f"a tunings file of format {TUNINGS_FORMAT!r}",
+                f"{path} of format {fmt!r}",
+                "it was written by another nvdispatch version; tune again and save with this one",
+            )
+        if not isinstance(data.get("tunings"), dict):
+            raise TuningsFileError("path", "a tunings file with a 'tunings' object", f"{path} without one")
+        saved_by = data.get("nvdispatch")
+        if saved_by != _version():
+            warnings.warn(
+                f"plan_cache.load({os.fspath(path)!r}): saved by nvdispatch {saved_by or 'of an unknown version'}, "
+                f"this is {_version()}: plan keys may differ between versions, so entries may not apply",
+                TuningsWarning,
+                stacklevel=2,
+            )
+        accepted = {}
+        for key, value in data["tunings"].items():
+            why = _invalid_tuning(key, value)
+            if why:
+                warnings.warn(
+                    f"plan_cache.load({os.fspath(path)!r}): entry {key!r} skipped: {why}", TuningsWarning, stacklevel=2
+                )
+            else:
+                accepted[key] = value
         with self._lock:
-            self._tunings.update(data["tunings"])
-        return len(data["tunings"])
+            self._tunings.update(accepted)
+        return len(accepted)
+
+    def _drop_tuning(self, key: Hashable) -> None:
+        with self._lock:
+            self._tunings.pop(_key_text(key), None)
+
+
+def _build(factory: Callable[[Any], Any], tuning: Any, key: Hashable, cache: PlanCache) -> Any:
+    """``factory(tuning)``; a tuning the executor cannot apply is dropped with a warning, then untuned."""
+    if tuning is None:
+        return factory(None)
+    try:
+        return factory(tuning)
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a stale or damaged tuning must not break calls
+        warnings.warn(
+            f"plan cache: the tuning loaded for {_key_text(key)} could not be applied ({exc!r}); dropped, "
+            "planning untuned",
+            TuningsWarning,
+            stacklevel=3,
+        )
+        cache._drop_tuning(key)
+        return factory(None)
+
+
+def _invalid_tuning(key: Any, value: Any) -> str:
+    """Why a loaded tunings entry cannot be used ('' when it can)."""
+    if not isinstance(key, str) or not key:
+        return "its key is not the text of a plan-cache key"
+    if not isinstance(value, dict):
+        return f"expected a JSON object, got {type(value).__name__}"
+    if key.startswith("('choice',"):  # a strategy choice: {"strategy": str, "plan": object or null}
+        if not isinstance(value.get("strategy"), str):
+            return "a strategy choice needs a string 'strategy'"
+        plan = value.get("plan")
+        if plan is not None:
+            return _invalid_plan_tuning(plan)
+        return ""
+    return _invalid_plan_tuning(value)
+
+
+#: known plan-tuning fields and their checks (other fields may hold any JSON value)
+_FIELD_CHECKS = {
+    "threads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    "block_bytes": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "algo": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "ws": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "data": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+    "strategy": lambda v: isinstance(v, str),
+}
+
+
+def _invalid_plan_tuning(value: Any) -> str:
+    if not isinstance(value, dict):
+        return f"a plan tuning must be a JSON object, got {type(value).__name__}"
+    for field, v in value.items():
+        check = _FIELD_CHECKS.get(field)
+        if check is not None and not check(v):
+            return f"field {field!r} has an invalid value {v!r}"
+    return ""
 
 
 def _key_text(key: Hashable) -> str:
     return repr(key)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _plan_bytes(plan: Any) -> int:
+    """The workspace bytes a plan reports (``workspace_bytes``, an int or a method returning one)."""
+    value = getattr(plan, "workspace_bytes", 0)
+    try:
+        value = value() if callable(value) else value
+        return max(int(value or 0), 0)
+    except Exception:  # noqa: BLE001 - a plan's report must not break the cache
+        return 0
+
+
+def _describe_plan(plan: Any) -> str:
+    problem = getattr(plan, "problem", None)
+    what = type(plan).__name__
+    strategy = getattr(plan, "strategy", None)
+    if strategy:
+        what += f" [{strategy}]"
+    if problem is not None:
+        shape = getattr(problem, "shape", None) or getattr(problem, "result_shape", None)
+        dtype = getattr(problem, "dtype", None) or getattr(problem, "result_dtype", None)
+        if shape is not None:
+            what += f" {tuple(shape)}"
+        if dtype is not None:
+            what += f" {dtype}"
+    return what
 
 
 def _release(plans) -> None:

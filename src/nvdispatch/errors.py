@@ -48,6 +48,8 @@ __all__ = [
     "CublasLtError",
     "CufftError",
     "CallbackError",
+    "OutOfMemoryError",
+    "TuningsFileError",
     "describe",
 ]
 
@@ -215,3 +217,11 @@ class CufftError(CudaLibraryError):
 class CallbackError(NvdispatchError, TypeError):
     """An FFT prolog/epilog callback that cannot be compiled or run, or returns the wrong dtype or shape
     (``argument`` is ``"prolog"`` or ``"epilog"``; the message names the function and what failed)."""
+
+
+class OutOfMemoryError(NvdispatchError, MemoryError):
+    """Host or device memory ran out (raised for every executor; the framework's own error is ``__cause__``)."""
+
+
+class TuningsFileError(InvalidArgumentError):
+    """A tunings file ``plan_cache.load()`` cannot read (not JSON, another format, no ``"tunings"``)."""

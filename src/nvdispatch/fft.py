@@ -46,6 +46,7 @@ True
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -59,11 +60,13 @@ from ._backends import _state
 from ._dispatch import (
     Explanation,
     _log_levels,
+    acquire_plan,
     choose_strategy,
     coerce_operands,
     debug_enabled,
     detect_all,
     get_plan,
+    keep_or_select,
     log_hit,
     placement,
     plan_key,
@@ -76,6 +79,7 @@ from ._dispatch import (
 from ._dispatch import (
     signature_by_class as _signatures,
 )
+from ._execute import run
 from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from ._fft_problem import FUNCS, FFTProblem, build_fft_problem, check_norm
 from ._plan_cache import plan_cache
@@ -116,7 +120,7 @@ __all__ = [
 ]
 
 __ua_domain__ = "numpy.scipy.fft"
-_peek = plan_cache.peek  # the call route's first step, bound once
+_acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
 _log = logging.getLogger("nvdispatch")
 
 
@@ -160,19 +164,23 @@ def _int_seq(v):
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
     key = _call_key(func, x, n, axis, s, axes, norm)
     try:
-        plan = None if key is None else _peek(key)
+        plan = None if key is None else _acquire(key)  # pinned until run() returns
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         plan = None
     if plan is None:
         problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
-        plan = get_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
-        if not sel.coerce:
-            store(key, plan)
-        operands = coerce_operands(sel, {"x": operand}, ("x",))
-        return wrap_result(plan.execute(operands, stream), x)
+        plan = acquire_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
+        try:
+            if not sel.coerce:
+                store(key, plan)
+            operands = coerce_operands(sel, {"x": operand}, ("x",))
+        except BaseException:
+            plan_cache.let_go(plan)
+            raise
+        return wrap_result(run(plan, operands, stream), x)
     if _log_levels.get(10) is not False and debug_enabled():
         log_hit(key, plan)
-    return plan.execute({"x": x}, stream)
+    return run(plan, {"x": x}, stream)
 
 
 def explain_fft(
@@ -189,7 +197,7 @@ def explain_fft(
     problem, sel, _ = _prepare(func, x, n, axis, s, axes, norm)
     strategies = strategies_of(sel.executor, "fft", problem)
     strategy = choose_strategy(sel.executor, "fft", problem)
-    cached = plan_cache._plans.get(plan_key(sel.executor, "fft", problem, strategy)) is not None
+    cached = plan_cache.contains(plan_key(sel.executor, "fft", problem, strategy))
     plan = get_plan(sel.executor, "fft", problem, strategy)
     return Explanation(
         func, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
@@ -971,6 +979,20 @@ class FFT:
     stream : optional
         Default GPU stream for ``execute``.
 
+    Notes
+    -----
+    *Executor.* ``plan()`` selects the executor under the backend state active then; re-plans that follow
+    (``reset_operand`` with other strides) keep it, whatever backend state is active at that time, unless it
+    declines the new operand (then one is selected again and ``executor`` says which).
+
+    *Plan lifetime.* The object holds its plans: the shared plan cache may evict them (or be cleared) while
+    the object lives, but releases them only once ``free()`` (or garbage collection) lets go of them.
+
+    *Threads.* One object may be used from several threads: ``execute`` calls may run concurrently (each runs
+    the plan and operand current when it starts; with ``inplace`` they write the same operand, so give each
+    thread its own object), and ``plan``/``reset_operand``/``free`` are serialised with each other and never
+    disturb an ``execute`` already running.
+
     Examples
     --------
     >>> import numpy as np, nvdispatch
@@ -990,7 +1012,8 @@ class FFT:
         self._freed = False
         self._callbacks: dict[str, Any] = {}  # prolog/epilog/prolog_data/epilog_data given to plan()
         self._cb_data: dict[str, tuple] = {}
-        self._plans: dict[str, Any] = {}
+        self._lock = threading.RLock()
+        self._holds: dict[str, Any] = {}  # direction -> PlanHold
         self._problems: dict[str, FFTProblem] = {}
         self._selections: dict[str, Any] = {}
         self._axes = None if axes is None else tuple(axes)
@@ -999,6 +1022,7 @@ class FFT:
         self._fft_type = self._infer_type(self._info.dtype)
         # validate now so mistakes surface at construction
         self._build(x)
+        self._check_target(self._info)
 
     # -- helpers --------------------------------------------------------------------------------------------
     def _infer_type(self, dtype: str) -> str:
@@ -1042,6 +1066,16 @@ class FFT:
             out[direction] = problem
         return out
 
+    def _check_target(self, info) -> None:
+        """An in-place transform needs an operand it may write: not read-only, no overlapping elements."""
+        if self._options.inplace:
+            why = _unwritable(info)
+            if why:
+                raise InvalidArgumentError(
+                    "x", "a writable array whose elements do not overlap (options.inplace=True)", why,
+                    "pass a copy (or plan out of place)",
+                )
+
     def _check_alive(self, what: str) -> None:
         if self._freed:
             raise PlanStateError("self", f"a live FFT to {what}", "one that was freed", "create a new FFT")
@@ -1072,22 +1106,40 @@ class FFT:
         for their signature and the layout of ``index``. Planning again with other data arrays of the same
         layout reuses the cached plan.
         """
+        callbacks = {"prolog": prolog, "epilog": epilog, "prolog_data": prolog_data, "epilog_data": epilog_data}
+        with self._lock:
+            return self._plan_with(callbacks, {})
+
+    def _plan_with(self, callbacks: dict[str, Any], selections: dict[str, Any]):
         self._check_alive("plan")
         if self._x is None:
             raise PlanStateError("x", "an operand to plan for", "None", "call reset_operand(x) first")
-        self._plans.clear()
-        self._callbacks = {"prolog": prolog, "epilog": epilog, "prolog_data": prolog_data, "epilog_data": epilog_data}
-        with_callbacks = any(v is not None for v in self._callbacks.values())
-        self._cb_data = {}
-        for direction, problem in self._build(self._x).items():
-            op = "fft"
-            if with_callbacks:
-                op = _fft_callbacks.OP
-                problem, self._cb_data = _fft_callbacks.attach(problem, **self._callbacks)
-            sel = select(op, problem)
-            strategy = choose_strategy(sel.executor, op, problem)
-            self._plans[direction] = get_plan(sel.executor, op, problem, strategy)
-            self._problems[direction], self._selections[direction] = problem, sel
+        self._check_target(self._info)
+        with_callbacks = any(v is not None for v in callbacks.values())
+        holds, problems, chosen, cb_data = {}, {}, {}, {}
+        try:
+            for direction, problem in self._build(self._x).items():
+                op = "fft"
+                if with_callbacks:
+                    op = _fft_callbacks.OP
+                    problem, cb_data = _fft_callbacks.attach(problem, **callbacks)
+                sel = keep_or_select(selections.get(direction), op, problem)
+                strategy = choose_strategy(sel.executor, op, problem)
+                plan = acquire_plan(sel.executor, op, problem, strategy)
+                try:
+                    holds[direction] = plan_cache.hold(plan)
+                finally:
+                    plan_cache.let_go(plan)
+                problems[direction], chosen[direction] = problem, sel
+        except BaseException:
+            for hold in holds.values():
+                hold.close()
+            raise
+        old, self._holds = self._holds, holds
+        self._problems, self._selections = problems, chosen
+        self._callbacks, self._cb_data = callbacks, cb_data
+        for hold in old.values():
+            hold.close()
         return self
 
     def execute(self, *, direction: Literal["forward", "inverse"] | None = None, stream: Stream = None) -> Array:
@@ -1095,63 +1147,83 @@ class FFT:
 
         Returns the result in the operand's framework (the operand itself when ``inplace``).
         """
-        self._check_alive("execute")
-        if not self._plans:
-            raise PlanStateError("self", "a planned FFT to execute", "one not planned yet", "call plan() first")
-        if self._x is None:
-            raise PlanStateError("x", "an operand to transform", "None", "call reset_operand(x) first")
-        if direction is None:
-            direction = "inverse" if self._fft_type == "C2R" else "forward"
-        d = _DIRECTIONS.get(direction.lower() if isinstance(direction, str) else direction)
-        if d is None or d not in self._plans:
-            allowed = tuple(self._plans)
-            raise InvalidArgumentError("direction", f"one of {allowed} for a {self._fft_type} FFT", repr(direction))
-        stream = stream if stream is not None else self._stream
-        sel = self._selections[d]
-        operand = self._info.array  # as executors take it (a CPU DLPack object's NumPy view)
-        operands = coerce_operands(sel, {"x": operand}, ("x",))
-        if self._cb_data:
-            operands = _fft_callbacks.coerce_all(sel, {"x": operand, **self._cb_data})
-        plan = self._plans[d]
+        with self._lock:
+            self._check_alive("execute")
+            if not self._holds:
+                raise PlanStateError("self", "a planned FFT to execute", "one not planned yet", "call plan() first")
+            if self._x is None:
+                raise PlanStateError("x", "an operand to transform", "None", "call reset_operand(x) first")
+            if direction is None:
+                direction = "inverse" if self._fft_type == "C2R" else "forward"
+            d = _DIRECTIONS.get(direction.lower() if isinstance(direction, str) else direction)
+            if d is None or d not in self._holds:
+                allowed = tuple(self._holds)
+                raise InvalidArgumentError(
+                    "direction", f"one of {allowed} for a {self._fft_type} FFT", repr(direction)
+                )
+            stream = stream if stream is not None else self._stream
+            sel, x, cb_data = self._selections[d], self._x, self._cb_data
+            operand = self._info.array  # as executors take it (a CPU DLPack object's NumPy view)
+            plan = self._holds[d].plan
+            plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
+        try:
+            operands = coerce_operands(sel, {"x": operand}, ("x",))
+            if cb_data:
+                operands = _fft_callbacks.coerce_all(sel, {"x": operand, **cb_data})
+        except BaseException:
+            plan_cache.let_go(plan)
+            raise
         if self._options.inplace and getattr(plan, "supports_out", False):
             operands["out"] = operand
-            plan.execute(operands, stream)
-            return self._x
-        result = plan.execute(operands, stream)
+            run(plan, operands, stream)
+            return x
+        result = run(plan, operands, stream)
         if self._options.inplace:
             _copy_into(operand, result)
-            return self._x
+            return x
         return result
 
     def reset_operand(self, x: Array | None = None, *, stream: Stream = None) -> None:
         """Swap in a new operand of the same framework, device, dtype and shape (``None`` drops the
-        reference). Strides may change: plans are then looked up again in the cache."""
-        self._check_alive("reset operand")
-        if x is None:
-            self._x = None
-            return
-        info = detect_all({"x": x})["x"]
-        old = self._info
-        if (info.framework, info.device.kind) != (old.framework, old.device.kind):
-            raise ShapeMismatchError(
-                "x", f"a {old.framework} array on {old.device}", f"{info.framework} on {info.device}"
-            )
-        if info.dtype != old.dtype:
-            raise UnsupportedDtypeError("x", f"dtype {old.dtype} (as planned)", info.dtype)
-        if tuple(info.shape) != tuple(old.shape):
-            raise ShapeMismatchError("x", f"shape {tuple(old.shape)} (as planned)", str(tuple(info.shape)))
-        self._x, self._info = x, info
-        if self._plans and info.strides != old.strides:
-            self.plan(stream=stream, **self._callbacks)
+        reference). Strides may change: plans are then looked up again in the cache, on the executor the
+        object was planned with (see the class notes)."""
+        with self._lock:
+            self._check_alive("reset operand")
+            if x is None:
+                self._x = None
+                return
+            info = detect_all({"x": x})["x"]
+            old = self._info
+            if (info.framework, info.device.kind) != (old.framework, old.device.kind):
+                raise ShapeMismatchError(
+                    "x", f"a {old.framework} array on {old.device}", f"{info.framework} on {info.device}"
+                )
+            if info.dtype != old.dtype:
+                raise UnsupportedDtypeError("x", f"dtype {old.dtype} (as planned)", info.dtype)
+            if tuple(info.shape) != tuple(old.shape):
+                raise ShapeMismatchError("x", f"shape {tuple(old.shape)} (as planned)", str(tuple(info.shape)))
+            self._check_target(info)
+            saved = (self._x, self._info)
+            self._x, self._info = x, info
+            if self._holds and info.strides != old.strides:
+                try:
+                    self._plan_with(self._callbacks, dict(self._selections))
+                except BaseException:
+                    self._x, self._info = saved
+                    raise
 
     def free(self) -> None:
-        """Drop plans and the operand reference. Using the object afterwards raises ``PlanStateError``."""
-        self._x = None
-        self._plans.clear()
-        self._callbacks, self._cb_data = {}, {}
-        self._selections.clear()
-        self._problems.clear()
-        self._freed = True
+        """Let go of the plans and drop the operand reference. Using the object afterwards raises
+        ``PlanStateError``; an ``execute`` running in another thread finishes normally."""
+        with self._lock:
+            self._x = None
+            holds, self._holds = self._holds, {}
+            self._selections = {}
+            self._problems = {}
+            self._callbacks, self._cb_data = {}, {}
+            self._freed = True
+        for hold in holds.values():
+            hold.close()
 
     def __enter__(self) -> FFT:
         return self
@@ -1161,8 +1233,28 @@ class FFT:
         return False
 
     def __repr__(self) -> str:
-        state = "freed" if self._freed else ("planned" if self._plans else "not planned")
+        state = "freed" if self._freed else ("planned" if self._holds else "not planned")
         return f"<nvdispatch.fft.FFT {self._fft_type} {state} executor={self.executor}>"
+
+
+def _unwritable(info) -> str:
+    """Why an in-place transform may not write into this operand ('' when it may)."""
+    x = info.array
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        return "a read-only NumPy array"
+    if info.framework == "torch" and x.requires_grad and x.is_leaf:
+        return "a leaf Torch tensor that requires grad (autograd forbids writing it in place)"
+    cai = getattr(x, "__cuda_array_interface__", None) if info.framework == "cuda_array_interface" else None
+    if cai is not None and cai.get("data", (0, False))[1]:
+        return "a read-only __cuda_array_interface__ array"
+    if info.strides is not None:
+        dims = sorted((abs(st), n) for n, st in zip(info.shape, info.strides) if n > 1)
+        span = 0  # elements spanned by the faster dimensions
+        for stride, n in dims:
+            if stride <= span:
+                return f"an array whose elements overlap (strides {tuple(info.strides)}, a broadcast view?)"
+            span += stride * (n - 1)
+    return ""
 
 
 def _copy_into(dst, src) -> None:

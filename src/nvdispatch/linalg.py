@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -15,16 +16,17 @@ from ._detect import detect
 from ._dispatch import (
     Explanation,
     _log_levels,
+    acquire_plan,
     choice_key,
     choose_strategy,
     coerce_operands,
     debug_enabled,
     detect_all,
     get_plan,
+    keep_or_select,
     log_hit,
     placement,
     plan_key,
-    select,
     signature_of,
     store,
     strategies_of,
@@ -34,6 +36,7 @@ from ._dispatch import (
     signature_by_class as _signatures,
 )
 from ._epilog import INPUTS, Epilog, spec_of
+from ._execute import raise_if_out_of_memory, run
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
@@ -58,7 +61,7 @@ from .errors import (
     describe,
 )
 
-_peek = plan_cache.peek  # the call route's first step, bound once
+_acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
 
@@ -86,8 +89,10 @@ def _check_required(a, b) -> None:
             raise UnsupportedOperandError(name, "an array", "None")
 
 
-def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None):
-    """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos)."""
+def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None, selection=None):
+    """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos).
+
+    ``selection``: keep that executor (a stateful object's) unless it declines the problem."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
@@ -102,7 +107,7 @@ def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, 
     plan_prefs = prefs.for_plan()
     if plan_prefs is not None:  # limit / max_workspace_bytes shape the plan: part of its key
         problem = dataclasses.replace(problem, preferences=plan_prefs)
-    sel = select("matmul", problem)
+    sel = keep_or_select(selection, "matmul", problem)
     return problem, sel, choose_strategy(sel.executor, "matmul", problem, prefs.strategy), infos
 
 
@@ -190,20 +195,26 @@ def matmul(
     else:
         key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
     try:
-        plan = None if key is None else _peek(key)
+        plan = None if key is None else _acquire(key)  # pinned until this call returns
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         plan = None
     if plan is None:
         return _plan_and_run(
             key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales
         )
-    if _log_levels.get(10) is not False and debug_enabled():
-        log_hit(key, plan)
-    if stream is None and alpha == 1 and c is None:
-        direct = getattr(plan, "direct", None)
-        if direct is not None:
-            return direct(a, b) if epilog_inputs is None else direct(a, b, *epilog_inputs.values())
-    return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs), stream)
+    try:
+        if _log_levels.get(10) is not False and debug_enabled():
+            log_hit(key, plan)
+        if stream is None and alpha == 1 and c is None:
+            direct = getattr(plan, "direct", None)
+            if direct is not None:
+                return direct(a, b) if epilog_inputs is None else direct(a, b, *epilog_inputs.values())
+        return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs), stream)
+    except Exception as exc:
+        raise_if_out_of_memory(exc)
+        raise
+    finally:
+        plan_cache.let_go(plan)
 
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):
@@ -212,16 +223,20 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     problem, sel, strategy, infos = _prepare(
         a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales
     )
-    plan = get_plan(sel.executor, "matmul", problem, strategy)
-    scalars_ok = _scalar_class_always_valid(alpha, problem.result_dtype) and (
-        beta is None or _scalar_class_always_valid(beta, problem.result_dtype)
-    )
-    if not sel.coerce and scalars_ok:
-        store(key, plan)
-    operands = _operands(a, b, c, alpha, beta, epilog_inputs, scales)
-    operands.update((name, info.array) for name, info in infos.items())  # as executors take them
-    operands = coerce_operands(sel, operands, _OPERAND_NAMES)
-    return wrap_result(plan.execute(operands, stream), a)
+    plan = acquire_plan(sel.executor, "matmul", problem, strategy)  # pinned until run() returns
+    try:
+        scalars_ok = _scalar_class_always_valid(alpha, problem.result_dtype) and (
+            beta is None or _scalar_class_always_valid(beta, problem.result_dtype)
+        )
+        if not sel.coerce and scalars_ok:
+            store(key, plan)
+        operands = _operands(a, b, c, alpha, beta, epilog_inputs, scales)
+        operands.update((name, info.array) for name, info in infos.items())  # as executors take them
+        operands = coerce_operands(sel, operands, _OPERAND_NAMES)
+    except BaseException:
+        plan_cache.let_go(plan)
+        raise
+    return wrap_result(run(plan, operands, stream), a)
 
 
 _SCALARS = (int, float, complex)
@@ -292,7 +307,7 @@ def explain_matmul(
         a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
     )
     strategies = strategies_of(sel.executor, "matmul", problem)
-    cached = plan_cache._plans.get(plan_key(sel.executor, "matmul", problem, strategy)) is not None
+    cached = plan_cache.contains(plan_key(sel.executor, "matmul", problem, strategy))
     plan = get_plan(sel.executor, "matmul", problem, strategy)
     return Explanation(
         "matmul", sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
@@ -308,6 +323,20 @@ class Matmul:
         As for :func:`matmul`.
     stream : optional
         Default stream for ``plan``/``autotune``/``execute``.
+
+    Notes
+    -----
+    *Executor.* ``plan()`` selects the executor under the backend state active then (``set_backend``...);
+    re-plans that follow (``reset_operands`` with other strides) keep that executor, whatever backend state
+    is active at that time, unless it declines the new operands (then one is selected again: ``executor``
+    and ``explain()`` say which). Calling ``plan()`` again selects afresh.
+
+    *Plan lifetime.* The object holds its plan: the shared plan cache may evict it (or be cleared) while the
+    object lives, but releases it only once ``free()`` (or garbage collection) lets go of it.
+
+    *Threads.* One object may be used from several threads: ``execute`` calls may run concurrently (each runs
+    the plan and operands current when it starts), and ``plan``/``autotune``/``reset_operands``/``free`` are
+    serialised with each other and never disturb an ``execute`` already running.
 
     Examples
     --------
@@ -344,6 +373,7 @@ class Matmul:
         else:
             problem = build_problem(framework, device, infos, spec_of(None), self._options, alpha, beta)
         self._scales = quantization_scales
+        self._lock = threading.RLock()
         self._infos = infos
         # alpha/beta are float32 scalars of FP8 matmuls
         self._result_dtype = problem.result_dtype if problem.quantization is None else "float32"
@@ -354,23 +384,34 @@ class Matmul:
         self._inputs: dict[str, Any] = {}
         self._problem = None
         self._selection = None
-        self._plan = None
+        self._hold = None  # our hold on the plan (PlanHold)
         self._strategy = None
         self._freed = False
 
     # -- helpers --------------------------------------------------------------------------------------
+    @property
+    def _plan(self):
+        hold = self._hold
+        return None if hold is None else hold.plan
+
     def _check_alive(self, what: str) -> None:
         if self._freed:
             raise PlanStateError("self", f"a live Matmul to {what}", "one that was freed", "create a new Matmul")
 
     def _check_planned(self, what: str) -> None:
         self._check_alive(what)
-        if self._plan is None:
+        if self._hold is None:
             raise PlanStateError("self", f"a planned Matmul to {what}", "one not planned yet", "call plan() first")
 
     def _operands(self):
         ops = _operands(self._a, self._b, self._c, self._alpha, self._beta, self._inputs, self._scales)
         return coerce_operands(self._selection, ops, _OPERAND_NAMES)
+
+    def _adopt(self, plan) -> None:
+        """Hold ``plan`` (pinned by the caller) instead of the current one."""
+        old, self._hold = self._hold, plan_cache.hold(plan)
+        if old is not None:
+            old.close()
 
     # -- public API -----------------------------------------------------------------------------------
     @property
@@ -380,7 +421,9 @@ class Matmul:
 
     @property
     def executor(self) -> str | None:
-        return None if self._selection is None else self._selection.executor.name
+        """The name of the executor the current plan runs on."""
+        sel = self._selection
+        return None if sel is None else sel.executor.name
 
     def plan(
         self,
@@ -391,12 +434,30 @@ class Matmul:
         stream: Stream = None,
     ) -> Matmul:
         """Choose the executor and strategy and prepare the plan (kept in the shared plan cache)."""
+        with self._lock:
+            return self._plan_with(epilog, epilog_inputs, preferences, None)
+
+    def _plan_with(self, epilog, epilog_inputs, preferences, selection):
         self._check_alive("plan")
         inputs = dict(_check_epilog_inputs(epilog_inputs))
         problem, sel, strategy, infos = _prepare(
-            self._a, self._b, self._c, self._alpha, self._beta, epilog, inputs, self._options, preferences, self._scales
+            self._a,
+            self._b,
+            self._c,
+            self._alpha,
+            self._beta,
+            epilog,
+            inputs,
+            self._options,
+            preferences,
+            self._scales,
+            selection,
         )
-        self._plan = get_plan(sel.executor, "matmul", problem, strategy)
+        plan = acquire_plan(sel.executor, "matmul", problem, strategy)
+        try:
+            self._adopt(plan)
+        finally:
+            plan_cache.let_go(plan)
         self._problem, self._selection, self._strategy = problem, sel, strategy
         self._epilog, self._inputs, self._infos = epilog, inputs, infos
         return self
@@ -404,48 +465,58 @@ class Matmul:
     def autotune(self, iterations: int = 3, *, stream: Stream = None) -> dict[str, float]:
         """Time each strategy the executor offers (and each plan's own knobs) on the actual operands and
         keep the fastest. Returns ``{strategy: median seconds}``. The choice is recorded for
-        ``plan_cache.save()``."""
-        self._check_planned("autotune")
-        if not isinstance(iterations, int) or iterations < 1:
-            raise InvalidArgumentError("iterations", "an int >= 1", repr(iterations))
-        stream = stream if stream is not None else self._stream
-        ex, problem = self._selection.executor, self._problem
-        operands = self._operands()
-        timings: dict[str, float] = {}
-        best = None
-        for strategy in strategies_of(ex, "matmul", problem):
-            plan = get_plan(ex, "matmul", problem, strategy)
-            tune = getattr(plan, "autotune", None)
-            if callable(tune):
-                tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
-            timer = getattr(plan, "time", None)
-            if callable(timer):
-                t = float(timer(operands, iterations, stream))
-            else:
-                samples = []
-                sync = _device_sync(problem)  # GPU work is asynchronous: time it to completion
-                plan.execute(operands, stream)  # warm-up
-                for _ in range(iterations):
-                    sync()
-                    t0 = time.perf_counter()
-                    plan.execute(operands, stream)
-                    sync()
-                    samples.append(time.perf_counter() - t0)
-                t = float(np.median(samples))
-            timings[strategy] = t
-            if best is None or t < best[1]:
-                best = (strategy, t, plan)
-        self._strategy, self._plan = best[0], best[2]
-        get = getattr(self._plan, "tuning", None)
-        plan_cache.record_tuning(
-            choice_key(ex, "matmul", problem), {"strategy": best[0], "plan": get() if callable(get) else None}
-        )
-        return timings
+        ``plan_cache.save()``.
+
+        Interrupted (``KeyboardInterrupt``) or failing part-way, it leaves this object and every cached plan
+        as they were."""
+        with self._lock:
+            self._check_planned("autotune")
+            if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+                raise InvalidArgumentError("iterations", "an int >= 1", repr(iterations))
+            stream = stream if stream is not None else self._stream
+            ex, problem = self._selection.executor, self._problem
+            operands = self._operands()
+            timings: dict[str, float] = {}
+            best = None  # (strategy, seconds, plan), the plan pinned until adopted
+            try:
+                for strategy in strategies_of(ex, "matmul", problem):
+                    plan = acquire_plan(ex, "matmul", problem, strategy)
+                    try:
+                        t = _time_plan(plan, problem, operands, iterations, stream)
+                    except BaseException:
+                        plan_cache.let_go(plan)
+                        raise
+                    timings[strategy] = t
+                    if best is None or t < best[1]:
+                        if best is not None:
+                            plan_cache.let_go(best[2])
+                        best = (strategy, t, plan)
+                    else:
+                        plan_cache.let_go(plan)
+                self._adopt(best[2])
+            finally:
+                if best is not None:
+                    plan_cache.let_go(best[2])
+            self._strategy = best[0]
+            get = getattr(best[2], "tuning", None)
+            plan_cache.record_tuning(
+                choice_key(ex, "matmul", problem), {"strategy": best[0], "plan": get() if callable(get) else None}
+            )
+            return timings
 
     def execute(self, *, stream: Stream = None) -> Array:  # (result, aux) for an epilog with outputs
         """Run the planned matmul on the current operands; returns as :func:`matmul` does."""
-        self._check_planned("execute")
-        return self._plan.execute(self._operands(), stream if stream is not None else self._stream)
+        with self._lock:
+            self._check_planned("execute")
+            plan = self._hold.plan
+            plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
+            try:
+                operands = self._operands()
+            except BaseException:
+                plan_cache.let_go(plan)
+                raise
+            stream = stream if stream is not None else self._stream
+        return run(plan, operands, stream)
 
     def reset_operands(
         self,
@@ -461,68 +532,80 @@ class Matmul:
         """Swap in new operands of the same framework, device, dtypes and shapes, and/or new ``alpha``/``beta``
         and (FP8) ``quantization_scales`` (replacing all scales given at construction).
 
-        Operands with other strides are fine: the plan is then looked up again in the cache. The checks are
-        those of construction; nothing is changed when one fails.
+        Operands with other strides are fine: the plan is then looked up again in the cache, on the executor
+        the object was planned with (see the class notes). The checks are those of construction; nothing is
+        changed when one fails.
         """
-        self._check_alive("reset operands")
-        if quantization_scales is not None:
-            if self._problem is not None:
-                p = self._problem
-                infos = self._infos
-                fw, dev = p.framework, p.device
-                names = tuple(self._inputs)
-                build_fp8_problem(fw, dev, infos, p.epilog, p.options, 1, None, names, quantization_scales)
-            else:
-                infos = {k: v for k, v in self._infos.items() if k in ("a", "b", "c")}
-                fw, dev = placement(infos)
-                build_fp8_problem(fw, dev, infos, spec_of(None), self._options, 1, None, (), quantization_scales)
-        new_inputs = _check_epilog_inputs(epilog_inputs)
-        replaced = {k: v for k, v in {"a": a, "b": b, "c": c, **new_inputs}.items() if v is not None}
-        infos = dict(self._infos)
-        restride = False
-        for name, arr in replaced.items():
-            arg = name if name in ("a", "b", "c") else f"epilog_inputs[{name!r}]"
-            old = self._infos.get(name)
-            if old is None:
-                raise EpilogInputError(arg, "an operand the Matmul was created or planned with", f"a new {name!r}")
-            info = detect(arg, arr)
-            if (info.framework, info.device) != (old.framework, old.device):
-                raise MixedOperandsError(
-                    arg, f"a {old.framework} array on {old.device} (as planned)", f"{info.framework} on {info.device}"
-                )
-            if info.dtype != old.dtype:
-                raise UnsupportedDtypeError(arg, f"dtype {old.dtype} (as planned)", info.dtype)
-            if tuple(info.shape) != tuple(old.shape):
-                raise ShapeMismatchError(arg, f"shape {old.shape} (as planned)", str(tuple(info.shape)))
-            restride |= info.strides != old.strides
-            infos[name] = info
-        if alpha is not None:
-            check_scalar("alpha", alpha, self._result_dtype)
-        if beta is not None:
-            check_scalar("beta", beta, self._result_dtype)
-            if self._c is None and scalar_value(beta) != 0:
-                raise InvalidArgumentError("beta", "0 or None when the Matmul has no c", repr(beta))
-        self._a = a if a is not None else self._a
-        self._b = b if b is not None else self._b
-        self._c = c if c is not None else self._c
-        self._alpha = alpha if alpha is not None else self._alpha
-        self._beta = beta if beta is not None else self._beta
-        self._inputs.update(new_inputs)
-        self._infos = infos
-        if quantization_scales is not None:
-            self._scales = quantization_scales
-            if self._plan is not None:  # a scale that moved between host and device needs another plan
-                self.plan(self._epilog, self._inputs, {"strategy": self._strategy})
-                restride = False
-        if self._plan is not None and restride:
-            self.plan(self._epilog, self._inputs, {"strategy": self._strategy})
+        with self._lock:
+            self._check_alive("reset operands")
+            if quantization_scales is not None:
+                if self._problem is not None:
+                    p = self._problem
+                    infos = self._infos
+                    fw, dev = p.framework, p.device
+                    names = tuple(self._inputs)
+                    build_fp8_problem(fw, dev, infos, p.epilog, p.options, 1, None, names, quantization_scales)
+                else:
+                    infos = {k: v for k, v in self._infos.items() if k in ("a", "b", "c")}
+                    fw, dev = placement(infos)
+                    build_fp8_problem(fw, dev, infos, spec_of(None), self._options, 1, None, (), quantization_scales)
+            new_inputs = _check_epilog_inputs(epilog_inputs)
+            replaced = {k: v for k, v in {"a": a, "b": b, "c": c, **new_inputs}.items() if v is not None}
+            infos = dict(self._infos)
+            restride = False
+            for name, arr in replaced.items():
+                arg = name if name in ("a", "b", "c") else f"epilog_inputs[{name!r}]"
+                old = self._infos.get(name)
+                if old is None:
+                    raise EpilogInputError(arg, "an operand the Matmul was created or planned with", f"a new {name!r}")
+                info = detect(arg, arr)
+                if (info.framework, info.device) != (old.framework, old.device):
+                    raise MixedOperandsError(
+                        arg,
+                        f"a {old.framework} array on {old.device} (as planned)",
+                        f"{info.framework} on {info.device}",
+                    )
+                if info.dtype != old.dtype:
+                    raise UnsupportedDtypeError(arg, f"dtype {old.dtype} (as planned)", info.dtype)
+                if tuple(info.shape) != tuple(old.shape):
+                    raise ShapeMismatchError(arg, f"shape {old.shape} (as planned)", str(tuple(info.shape)))
+                restride |= info.strides != old.strides
+                infos[name] = info
+            if alpha is not None:
+                check_scalar("alpha", alpha, self._result_dtype)
+            if beta is not None:
+                check_scalar("beta", beta, self._result_dtype)
+                if self._c is None and scalar_value(beta) != 0:
+                    raise InvalidArgumentError("beta", "0 or None when the Matmul has no c", repr(beta))
+            saved = (self._a, self._b, self._c, self._alpha, self._beta, dict(self._inputs), self._infos, self._scales)
+            self._a = a if a is not None else self._a
+            self._b = b if b is not None else self._b
+            self._c = c if c is not None else self._c
+            self._alpha = alpha if alpha is not None else self._alpha
+            self._beta = beta if beta is not None else self._beta
+            self._inputs.update(new_inputs)
+            self._infos = infos
+            if quantization_scales is not None:
+                self._scales = quantization_scales
+                restride |= self._hold is not None  # a scale that moved between host and device needs another plan
+            if self._hold is not None and restride:
+                try:
+                    self._plan_with(self._epilog, self._inputs, {"strategy": self._strategy}, self._selection)
+                except BaseException:
+                    self._a, self._b, self._c, self._alpha, self._beta, self._inputs, self._infos, self._scales = saved
+                    raise
 
     def free(self) -> None:
-        """Drop the plan and operand references. Using the object afterwards raises ``PlanStateError``."""
-        self._a = self._b = self._c = None
-        self._inputs = {}
-        self._plan = self._problem = self._selection = None
-        self._freed = True
+        """Let go of the plan and drop operand references. Using the object afterwards raises
+        ``PlanStateError``; an ``execute`` running in another thread finishes normally."""
+        with self._lock:
+            self._a = self._b = self._c = None
+            self._inputs = {}
+            hold, self._hold = self._hold, None
+            self._problem = self._selection = None
+            self._freed = True
+        if hold is not None:
+            hold.close()
 
     def __enter__(self) -> Matmul:
         return self
@@ -532,7 +615,7 @@ class Matmul:
         return False
 
     def __repr__(self) -> str:
-        state = "freed" if self._freed else ("planned" if self._plan else "not planned")
+        state = "freed" if self._freed else ("planned" if self._hold else "not planned")
         return f"<nvdispatch.Matmul {state} executor={self.executor} strategy={self._strategy}>"
 
 
@@ -544,6 +627,26 @@ def _device_sync(problem):
 
     rt = runtime.cudart()
     return lambda: runtime.check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+
+def _time_plan(plan, problem, operands, iterations: int, stream) -> float:
+    """Tune ``plan``'s own knobs (if it has any), then its median time on ``operands``."""
+    tune = getattr(plan, "autotune", None)
+    if callable(tune):
+        tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+    timer = getattr(plan, "time", None)
+    if callable(timer):
+        return float(timer(operands, iterations, stream))
+    samples = []
+    sync = _device_sync(problem)
+    plan.execute(operands, stream)  # warm-up
+    for _ in range(iterations):  # GPU work is asynchronous: time it to completion
+        sync()
+        t0 = time.perf_counter()
+        plan.execute(operands, stream)
+        sync()
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples))
 
 
 def _takes_stream(fn) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from ..errors import CufftError
+from ..errors import CufftError, PlanStateError
 from .libs import library_unavailable, load_library
 
 __all__ = ["unavailable", "CufftPlan", "TYPES", "FORWARD", "INVERSE"]
@@ -108,6 +108,8 @@ class CufftPlan:
         self._stream = None
 
     def execute(self, in_ptr: int, out_ptr: int, stream: int, direction: int = FORWARD) -> None:
+        if self.handle is None:
+            raise PlanStateError("plan", "a live cuFFT plan", "one already destroyed (used after release)")
         if stream != self._stream:
             _check(self._lib.cufftSetStream(self.handle, stream), "cufftSetStream")
             self._stream = stream

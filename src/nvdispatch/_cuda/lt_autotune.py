@@ -193,12 +193,16 @@ def autotune(plan, launch: Callable[[object], None], stream: int, iterations: in
     cands = candidates(plan.core, plan.handle, limit)
     original = plan._algo
     times = []
-    for label, r in cands:
-        try:
-            t = gpu_seconds(lambda r=r: launch(r), stream, plan.device_index, iterations)
-        except Exception:  # noqa: BLE001 - an algorithm that fails on these operands is skipped
-            t = math.inf
-        times.append((label, t))
+    try:
+        for label, r in cands:
+            try:
+                t = gpu_seconds(lambda r=r: launch(r), stream, plan.device_index, iterations)
+            except Exception:  # noqa: BLE001 - an algorithm that fails on these operands is skipped
+                t = math.inf
+            times.append((label, t))
+    except BaseException:  # interrupted: the shared plan keeps the algorithm it had, not a trial one
+        plan._algo = original
+        raise
     best = min(range(len(cands)), key=lambda i: times[i][1]) if cands else None
     if best is not None and math.isfinite(times[best][1]):
         label, r = cands[best]

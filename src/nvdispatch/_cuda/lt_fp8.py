@@ -23,7 +23,6 @@ back as ``uint8``/``uint16`` arrays holding the bits.
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from dataclasses import dataclass
 
@@ -264,9 +263,15 @@ def decline(p: MatmulProblem) -> str | None:
     return None if ok else why
 
 
-@functools.lru_cache(maxsize=256)
 def probe(p: MatmulProblem) -> tuple[bool, str]:
-    """Whether cuBLASLt's heuristic offers an FP8 kernel for ``p``: ``(ok, why_not)``."""
+    """Whether cuBLASLt's heuristic offers an FP8 kernel for ``p``: ``(ok, why_not)`` (memoised in the plan
+    cache, like the other cuBLASLt probe)."""
+    from .._plan_cache import plan_cache
+
+    return plan_cache.memo(("cublaslt-fp8-probe", p), lambda: _probe(p))
+
+
+def _probe(p: MatmulProblem) -> tuple[bool, str]:
     from . import cublaslt as lt
 
     try:
@@ -374,6 +379,13 @@ class Fp8LtPlan:
         return lt_autotune.gpu_seconds(lambda: self.execute(operands, sp), sp, self.device_index, iterations)
 
     # -- execution ---------------------------------------------------------------------------------
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the workspaces this plan holds (one per stream it ran on), and at least what its algorithm
+        needs before the first run allocates it (so the plan cache bounds it from insertion on)."""
+        held = sum(int(w.nbytes) for w in list(self._workspaces.values()))
+        return max(held, int(getattr(self._algo, "workspaceSize", 0) or 0))
+
     def release(self) -> None:
         ws, self._workspaces = self._workspaces, {}
         for w in ws.values():

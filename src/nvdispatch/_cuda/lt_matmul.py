@@ -22,7 +22,6 @@ Formats of the auxiliary outputs (cuBLASLt's own; documented for users in ``exec
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from dataclasses import dataclass, field
 
@@ -338,9 +337,16 @@ def _device_index(p: MatmulProblem) -> int:
     return runtime.current_device()
 
 
-@functools.lru_cache(maxsize=1024)
 def probe(p: MatmulProblem) -> tuple[str | None, bool, str]:
-    """Whether cuBLASLt fuses ``p`` natively: ``(orientation, bias_cast, why_not)`` (orientation None: no)."""
+    """Whether cuBLASLt fuses ``p`` natively: ``(orientation, bias_cast, why_not)`` (orientation None: no).
+
+    Memoised in the shared plan cache (bounded with it, dropped by ``plan_cache.clear()``)."""
+    from .._plan_cache import plan_cache
+
+    return plan_cache.memo(("cublaslt-probe", p), lambda: _probe(p))
+
+
+def _probe(p: MatmulProblem) -> tuple[str | None, bool, str]:
     from . import cublaslt as lt
 
     if p.result_dtype not in LT_DTYPES:
@@ -722,6 +728,13 @@ class LtMatmulPlan:
         keep.append(bits)
         return _xp_ptr(bits, xp)
 
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the workspaces this plan holds (one per stream it ran on), and at least what its algorithm
+        needs before the first run allocates it (so the plan cache bounds it from insertion on)."""
+        held = sum(int(w.nbytes) for w in list(self._workspaces.values()))
+        return max(held, int(getattr(self._algo, "workspaceSize", 0) or 0))
+
     def release(self) -> None:
         """Give workspaces back in stream order (safe while launches using them are queued)."""
         ws, self._workspaces = self._workspaces, {}
@@ -782,6 +795,10 @@ class InplacePlan:
         why = f"not fused: {why}" if why else "unfused variant (for autotuning)"
         self.steps = (*first, *(f"{st} (in place, {self.xp.name})" for st in p.epilog.steps), why)
         self.ld_bits = L.relu_aux_ld_bits(p.n)
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.mm.workspace_bytes if self.mm is not None else 0
 
     def release(self) -> None:
         if self.mm is not None:

@@ -107,6 +107,8 @@ def decline(problem: FFTProblem) -> str | None:
     why = cufft.unavailable()
     if why:
         return why
+    if problem.empty:
+        return None  # an empty result, no cuFFT plan (EmptyFFTPlan)
     lay = layout(problem)
     return lay if isinstance(lay, str) else None
 
@@ -116,7 +118,33 @@ def strategies(problem: FFTProblem) -> tuple[str, ...]:
 
 
 def plan(problem: FFTProblem, strategy: str, tuning=None):
+    if problem.empty:
+        return EmptyFFTPlan(problem, strategy)
     return CudaFFTPlan(problem, strategy)
+
+
+class EmptyFFTPlan:
+    """A transform of a zero-size input (cuFFT cannot plan a zero batch): allocates the empty result."""
+
+    workspace_bytes = 0
+
+    def __init__(self, problem: FFTProblem, strategy: str):
+        self.problem = problem
+        self.strategy = strategy
+        self.steps = ("zero-size input: an empty result, no transform", problem.describe())
+        self.supports_out = False
+
+    def execute(self, operands, stream=None):
+        from .._cuda import arrays, runtime, streams
+
+        p = self.problem
+        dev = p.device.index if p.device.index is not None else runtime.current_device()
+        s = streams.stream_pointer(stream, p.framework, dev)
+        out, _ = arrays.empty(arrays.result_kind(operands["x"], p.framework), p.out_shape, p.result_dtype, dev, s)
+        return out
+
+    def release(self) -> None:
+        pass
 
 
 class CudaFFTPlan:
@@ -258,6 +286,11 @@ class CudaFFTPlan:
         if self.scale != 1.0:
             _scale(out, fw, kind, self.scale, s, self.device_index)
         return out
+
+    @property
+    def workspace_bytes(self) -> int:
+        """cuFFT's work area for this plan (the plan cache bounds it)."""
+        return int(self.cufft.workspace_bytes or 0) if self.cufft.handle is not None else 0
 
     def release(self) -> None:
         # cuFFT frees the plan's workspace at once: let work queued with it finish first

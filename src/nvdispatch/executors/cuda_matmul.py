@@ -56,8 +56,12 @@ def decline(problem: MatmulProblem) -> str | None:
     for name in ("a", "b"):
         if getattr(problem, name).dtype not in lt_matmul.LT_DTYPES:
             return f"{name} is {getattr(problem, name).dtype}; cuBLASLt needs floating operands"
-    if 0 in (problem.m, problem.n, problem.k) or 0 in problem.batch_shape:
-        return "zero-size matmul: left to the framework"
+    if _zero_size(problem):
+        if problem.framework in ("torch", "cupy"):
+            return "zero-size matmul: left to the framework"
+        if xp.namespace_for(problem.framework) is None:
+            return "a zero-size matmul is run with CuPy or Torch ops, and neither is installed"
+        return None
     plain = not problem.epilog.steps and problem.c is None
     if problem.framework in PLAIN_TO_FRAMEWORK and (plain or _torch_fuses_small(problem)) and not _requested():
         if plain:
@@ -81,9 +85,15 @@ def _torch_fuses_small(problem: MatmulProblem) -> bool:
     return problem.m * problem.n * problem.k <= HOST_BOUND_MNK and can_fuse(problem)
 
 
+def _zero_size(problem: MatmulProblem) -> bool:
+    return 0 in (problem.m, problem.n, problem.k) or 0 in problem.batch_shape
+
+
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
     if problem.quantization is not None:
         return ("native",)  # one cublasLtMatmul on FP8 tensor cores (decline sent the rest elsewhere)
+    if _zero_size(problem):
+        return ("inplace",)  # cuBLASLt takes no empty matrices: CuPy/Torch ops build the (empty or c-only) result
     _, lt_matmul, xp = _lt()
     orientation, _, _ = lt_matmul.probe(problem)
     fallback = ("inplace",) if problem.epilog.steps and xp.namespace_for(problem.framework) else ()
@@ -96,6 +106,8 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
 
         return lt_fp8.Fp8LtPlan(problem, tuning=tuning)
     _, lt_matmul, _ = _lt()
+    if _zero_size(problem):
+        return lt_matmul.InplacePlan(problem, "zero-size matmul (cuBLASLt takes no empty matrices)", via="xp")
     if strategy == "native":
         return lt_matmul.LtMatmulPlan(problem, tuning=tuning)
     orientation, _, why = lt_matmul.probe(problem)

@@ -9,6 +9,8 @@ CuPy's current stream, or on ``stream=``; nothing synchronizes.
 
 from __future__ import annotations
 
+import contextlib
+
 from .._fft_problem import FFTProblem
 
 
@@ -70,9 +72,12 @@ class CupyFFTPlan:
             self.cufft_plan = None
 
     def execute(self, operands, stream=None):
-        import contextlib
-
         x = operands["x"]
+        if self.problem.empty:  # cuFFT cannot plan a zero-size batch
+            import cupy
+
+            with contextlib.nullcontext() if stream is None else _cupy_stream(stream):
+                return cupy.zeros(self.problem.out_shape, dtype=self.problem.result_dtype)
         if not self._tried:
             self._make_cufft_plan(x)
         ctx = contextlib.nullcontext() if stream is None else _cupy_stream(stream)

@@ -8,6 +8,7 @@ separate NumPy expressions, as a user would write them.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import os
@@ -114,12 +115,15 @@ class NumpyMatmulPlan:
         return max(1, min(p.m, block_bytes // max(row_bytes, 1)))
 
     def _describe(self, spec) -> tuple[str, ...]:
+        return self._describe_with(spec, self.block_rows, self.threads)
+
+    def _describe_with(self, spec, block_rows: int, threads: int) -> tuple[str, ...]:
         p = self.problem
         steps = ["np.matmul into the result"]
         if p.c is not None:
             steps.append("+ beta * c")
         if self.strategy == "inplace":
-            where = f"in place, per block of {self.block_rows} rows while in cache, on {self.threads} thread(s)"
+            where = f"in place, per block of {block_rows} rows while in cache, on {threads} thread(s)"
             steps += [f"{s} ({where})" for s in spec.steps]
         else:
             steps += [f"{s} (separate NumPy op)" for s in spec.steps]
@@ -294,24 +298,29 @@ class NumpyMatmulPlan:
     # -- autotuning -----------------------------------------------------------------------------------
     def autotune(self, operands, iterations: int = 3):
         """Time block sizes × thread counts (the first ``preferences.limit`` of them) on the real operands and keep
-        the fastest; returns the timings."""
+        the fastest; returns the timings.
+
+        Trials run on a private copy of the plan: this (shared, cached) plan changes only once, to the best
+        setting, so an interrupted autotune leaves it as it was and ``explain()`` always describes it."""
         if self.strategy != "inplace":
             return {}
         timings = {}
         row_bytes = self.problem.n * self.dtype.itemsize
         best = None
+        trial = copy.copy(self)
         configs = itertools.product(_BLOCK_CHOICES, sorted({1, _CPUS}))
         for block_bytes, threads in itertools.islice(configs, self.problem.plan_preferences.limit):
-            self.block_rows, self.threads = self._rows_for(block_bytes, row_bytes), threads
+            trial.block_rows, trial.threads = self._rows_for(block_bytes, row_bytes), threads
             samples = []
             for _ in range(max(1, iterations)):
                 t0 = time.perf_counter()
-                self.execute(operands)
+                trial.execute(operands)
                 samples.append(time.perf_counter() - t0)
             t = float(np.median(samples))
             timings[(block_bytes, threads)] = t
             if best is None or t < best[1]:
-                best = ((self.block_rows, threads), t)
-        self.block_rows, self.threads = best[0]
-        self.steps = self._describe(self.problem.epilog)
+                best = ((trial.block_rows, threads), t)
+        block_rows, threads = best[0]
+        steps = self._describe_with(self.problem.epilog, block_rows, threads)
+        self.block_rows, self.threads, self.steps = block_rows, threads, steps
         return timings

@@ -42,6 +42,8 @@ class TorchFFTPlan:
 
     def execute(self, operands, stream=None):
         x = operands["x"]
+        if self.problem.empty:  # torch.fft (MKL on the CPU) rejects zero-size batches
+            return _empty_result(x, self.problem)
         with stream_context(stream, self.problem.device):
             out = self.fn(x, **self.kwargs)
             # torch.fft.ihfft returns a lazily conjugated view; materialise it so callers get a plain tensor
@@ -49,3 +51,13 @@ class TorchFFTPlan:
 
     def release(self) -> None:
         pass
+
+
+def _empty_result(x, p: FFTProblem):
+    """The empty result of a transform of a zero-size tensor (connected to ``x``'s graph under autograd)."""
+    import torch
+
+    out = torch.zeros(p.out_shape, dtype=getattr(torch, p.result_dtype), device=x.device)
+    if x.requires_grad and torch.is_grad_enabled():
+        out = out + (x.real if x.is_complex() else x).sum() * 0
+    return out

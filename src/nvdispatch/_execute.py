@@ -1,0 +1,69 @@
+"""Running a plan: the call holds the plan while it runs, and memory exhaustion has one error type.
+
+A call pins its plan in the plan cache from lookup to return (:meth:`PlanCache.acquire` ...
+:meth:`PlanCache.let_go`), so an eviction or ``plan_cache.clear()`` meanwhile cannot release it under the
+call. Whatever framework ran out of memory (NumPy's ``MemoryError``, ``torch.OutOfMemoryError`` or Torch's
+CPU allocator's ``RuntimeError``, CuPy's ``OutOfMemoryError``, a CUDA/cuFFT/cuBLASLt allocation failure),
+the caller gets :class:`nvdispatch.errors.OutOfMemoryError` (a ``MemoryError``) with the original as its
+``__cause__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._plan_cache import plan_cache
+from .errors import OutOfMemoryError
+
+__all__ = ["run", "out_of_memory", "raise_if_out_of_memory"]
+
+#: lower-case fragments of the messages frameworks and CUDA libraries give when memory runs out
+_OOM_MESSAGES = (
+    "out of memory",
+    "not enough memory",
+    "can't allocate memory",
+    "cannot allocate memory",
+    "memory allocation failed",
+    "failed to allocate",
+    "cudaerrormemoryallocation",
+    "cuda_error_out_of_memory",
+    "cufft_alloc_failed",
+    "cublas_status_alloc_failed",
+)
+
+
+def out_of_memory(exc: BaseException) -> OutOfMemoryError | None:
+    """The :class:`OutOfMemoryError` to raise for ``exc``, or None when ``exc`` is no memory exhaustion."""
+    if isinstance(exc, OutOfMemoryError) or not isinstance(exc, Exception):
+        return None
+    oom = isinstance(exc, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(exc).__mro__)
+    if not oom and isinstance(exc, RuntimeError):
+        text = str(exc).lower()
+        oom = any(m in text for m in _OOM_MESSAGES)
+    if not oom:
+        return None
+    err = OutOfMemoryError(
+        "memory",
+        "enough free memory for this call",
+        f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".strip(),
+        "free arrays (or plan_cache.clear(), which releases plan workspaces nobody uses) and retry",
+    )
+    return err
+
+
+def raise_if_out_of_memory(exc: BaseException) -> None:
+    """Raise :class:`OutOfMemoryError` from ``exc`` when ``exc`` means memory ran out; else return."""
+    err = out_of_memory(exc)
+    if err is not None:
+        raise err from exc
+
+
+def run(plan: Any, operands: dict[str, Any], stream: Any = None) -> Any:
+    """``plan.execute(operands, stream)`` for a plan the caller pinned; lets go of it when done."""
+    try:
+        return plan.execute(operands, stream)
+    except Exception as exc:
+        raise_if_out_of_memory(exc)
+        raise
+    finally:
+        plan_cache.let_go(plan)
