@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from poisoning import VIOLATIONS, PoisoningExecutor  # noqa: E402
 
 import nvdispatch  # noqa: E402
-from nvdispatch import _backends, plan_cache  # noqa: E402
+from nvdispatch import plan_cache  # noqa: E402
 from nvdispatch.executors import numpy_fft, numpy_matmul  # noqa: E402
 
 MAX_PLANS = (2, 3, 5, 8)
@@ -194,12 +194,9 @@ def interrupter(seed: int, deadline: float, stats: Stats) -> None:
 
 
 def _backend_state_is_default_here() -> bool:
-    """No backend context active in this thread/task (public get_state() where it exists)."""
-    get_state = getattr(nvdispatch, "get_state", None)
-    if get_state is not None:
-        state = get_state()
-        return not getattr(state, "local", ()) and not getattr(state, "skipped", ())
-    return _backends._local.get() == () and _backends._skipped.get() == ()
+    """No backend context active in this thread/task."""
+    state = nvdispatch.get_state()
+    return not state.local and not state.skipped
 
 
 def run(seconds: float, seed: int, n_threads: int) -> dict:
@@ -270,7 +267,6 @@ def run(seconds: float, seed: int, n_threads: int) -> dict:
         signal.signal(signal.SIGINT, previous)
     if not _backend_state_is_default_here():
         stats.leaked_state.append("main thread")
-    counter_ok = _backends.is_default_state() if not hasattr(nvdispatch, "get_state") else True
     # every plan still pinned must be one an interrupt cut off between pin and let-go
     in_use = plan_cache.stats()["in_use"]
     plan_cache.clear()
@@ -288,7 +284,6 @@ def run(seconds: float, seed: int, n_threads: int) -> dict:
         "interrupts_sent": stats.interrupts_sent,
         "interrupts_caught": stats.interrupts_caught,
         "leaked_state": stats.leaked_state,
-        "global_backend_counter_ok": counter_ok,
         "in_use_before_clear": in_use,
         "in_use_after_clear": after["in_use"],
         "poisoned_plans": len(poison.plans),
