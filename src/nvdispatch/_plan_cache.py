@@ -200,7 +200,7 @@ class PlanCache:
             return self._bytes()
 
     def _bytes(self) -> int:
-        return sum(e.nbytes for e in self._lru.values())
+        return sum(e.nbytes for e in list(self._lru.values()))
 
     # -- lookup -----------------------------------------------------------------------------------------
     def get(self, key: Hashable) -> Any | None:
@@ -311,7 +311,6 @@ class PlanCache:
 
     def _trim(self) -> list[Any]:
         """Retire least-recently-used entries beyond the bounds; returns the plans to release now."""
-        released = [e.plan for e in self._users.values() if e.retired and not e.users and not e.released]
         for e in list(self._lru.values()):  # refresh bytes: workspaces may have grown since insertion
             e.nbytes = _plan_bytes(e.plan)
         total = self._bytes()
@@ -319,12 +318,22 @@ class PlanCache:
             entry = next(iter(self._lru.values()))
             total -= entry.nbytes
             self.evictions += 1
-            if self._retire(entry):  # idempotent, and it leaves the LRU last: an interrupt here heals next time
-                released.append(entry.plan)
-        for plan in released:
-            self._users[id(plan)].released = True
-            del self._users[id(plan)]
-        return released
+            self._retire(entry)  # idempotent, and it leaves the LRU last: an interrupt here heals next time
+        return self._collect_unused()
+
+    def _collect_unused(self) -> list[Any]:
+        """Mark every retired entry nobody uses released; returns their plans (to release outside the lock).
+
+        Idempotent and keyed by entry, so a finalizer re-entering the cache meanwhile (a PlanHold collected
+        by the garbage collector in this very thread) cannot make it release a plan twice."""
+        plans = []
+        for e in list(self._users.values()):
+            if e.retired and not e.users and not e.released:
+                e.released = True
+                if self._users.get(id(e.plan)) is e:
+                    del self._users[id(e.plan)]
+                plans.append(e.plan)
+        return plans
 
     def _retire(self, entry: _Entry) -> bool:
         """Drop ``entry`` from the cache; True when nobody uses it (then the caller releases it)."""
@@ -426,7 +435,7 @@ class PlanCache:
                 "bytes": self._bytes(),
                 "max_bytes": self._max_bytes,
                 "evictions": self.evictions,
-                "in_use": sum(1 for e in self._users.values() if e.retired and not e.released),
+                "in_use": sum(1 for e in list(self._users.values()) if e.retired and not e.released),
                 "tunings": len(self._tunings),
                 "memos": len(self._memos),
             }
@@ -443,7 +452,7 @@ class PlanCache:
         file = sys.stdout if file is None else file
         s = self.stats()
         with self._lock:
-            rows = [(e.plan, e.nbytes, len(e.keys), len(e.users)) for e in self._lru.values()]
+            rows = [(e.plan, e.nbytes, len(e.keys), len(e.users)) for e in list(self._lru.values())]
         print(
             f"nvdispatch plan cache: {s['size']} / {s['maxsize']} plans, {s['bytes']} / {s['max_bytes']} "
             f"workspace bytes, {s['keys']} keys, hits {s['hits']}, misses {s['misses']}, "
@@ -459,10 +468,7 @@ class PlanCache:
         with self._lock:
             for e in list(self._lru.values()):
                 self._retire(e)
-            released = [e.plan for e in self._users.values() if e.retired and not e.users and not e.released]
-            for plan in released:
-                self._users[id(plan)].released = True
-                del self._users[id(plan)]
+            released = self._collect_unused()
             self._keys.clear()
             self._memos.clear()
             self.hits = self.misses = self.evictions = 0

@@ -134,8 +134,11 @@ def worker(seed: int, deadline: float, poison, stats: Stats) -> None:
         try:
             one_call(r, rng, poison, stats)
         except Exception as exc:  # noqa: BLE001
+            import traceback
+
             with stats.lock:
                 stats.errors.append(f"thread {seed}: {type(exc).__name__}: {exc}"[:300])
+                stats.errors.append(traceback.format_exc()[-1500:])
             return
     if not _backend_state_is_default_here():
         stats.leaked_state.append(f"thread {seed}")
