@@ -142,6 +142,13 @@ class CheckedPlan:
             return self._apply_epilog(result, operands)
         return self._checked(self.plan.execute(operands, stream), self.problem)
 
+    @property
+    def workspace_bytes(self) -> int:
+        """The user plan's workspace bytes (the plan cache bounds them)."""
+        from ._plan_cache import _plan_bytes
+
+        return _plan_bytes(self.plan)
+
     def release(self) -> None:
         release = getattr(self.plan, "release", None)
         if release is not None:

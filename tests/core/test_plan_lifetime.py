@@ -204,8 +204,8 @@ def test_a_matmul_object_keeps_its_plan_across_clear_and_eviction():
         nvdispatch.matmul(_rand(2, 2), _rand(2, 2))  # churn: other plans come and go
         nvdispatch.matmul(_rand(3, 2), _rand(2, 2))
     np.testing.assert_allclose(mm.execute(), np.maximum(a @ b, 0), rtol=1e-12)
-    mine = mm._plan
-    assert mine.released == 0
+    mine = ex.plans[0]  # the first plan made: mm's (the cache wraps it to check results)
+    assert mine.released == 0 and mine.executions >= 1
     mm.free()
     assert mine.released == 1
     assert all(p.released <= 1 for p in ex.plans)
@@ -215,7 +215,7 @@ def test_a_forgotten_matmul_object_lets_go_when_collected():
     ex = PoisoningExecutor()
     with nvdispatch.set_backend(ex, only=True):
         mm = nvdispatch.Matmul(_rand(2, 3), _rand(3, 2)).plan()
-    plan = mm._plan
+    (plan,) = ex.plans
     plan_cache.clear()
     assert plan.released == 0
     del mm
@@ -272,23 +272,25 @@ def test_a_call_in_flight_keeps_its_plan_through_clear(route):
 
 def test_hot_path_calls_never_run_a_released_plan(monkeypatch):
     """Default route (NumPy executor, hot path) with a released-plan trap, under clear() churn from a thread."""
-    from nvdispatch.executors import numpy_matmul
+    from nvdispatch.executors import numpy_matmul, numpy_matmul_engines
 
-    cls = numpy_matmul.NumpyMatmulPlan
-    real_execute = cls.execute
     released = []
+    for cls in (numpy_matmul.NumpyMatmulPlan, numpy_matmul_engines.EnginePlan):
+        real_execute = cls.execute
 
-    def release(self):
-        self.poisoned = True
-        released.append(1)
+        def release(self):
+            self.poisoned = True
+            if getattr(self, "direct", None) is not None:  # the hot path's direct call is poisoned too
+                self.direct = lambda *args: VIOLATIONS.append("hot path ran a released plan (direct)")
+            released.append(1)
 
-    def execute(self, operands, stream=None):
-        if getattr(self, "poisoned", False):
-            VIOLATIONS.append("hot path ran a released plan")
-        return real_execute(self, operands, stream)
+        def execute(self, operands, stream=None, real_execute=real_execute):
+            if getattr(self, "poisoned", False):
+                VIOLATIONS.append("hot path ran a released plan")
+            return real_execute(self, operands, stream)
 
-    monkeypatch.setattr(cls, "release", release)
-    monkeypatch.setattr(cls, "execute", execute)
+        monkeypatch.setattr(cls, "release", release)
+        monkeypatch.setattr(cls, "execute", execute)
     plan_cache.maxsize = 2
     stop = threading.Event()
 
@@ -422,10 +424,12 @@ def test_an_interrupted_autotune_leaves_the_shared_plan_and_explain_as_they_were
     from nvdispatch.executors import numpy_matmul
 
     rng = np.random.default_rng(3)
-    a, b, bias = rng.standard_normal((300, 40)), rng.standard_normal((40, 50)), rng.standard_normal(50)
+    # a result over one block (256 KiB): the blocked NumPy plan, whose autotune has knobs to try
+    a, b, bias = rng.standard_normal((700, 40)), rng.standard_normal((40, 50)), rng.standard_normal(50)
     kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}, "preferences": {"strategy": "inplace"}}
     mm = nvdispatch.Matmul(a, b).plan(**kw)
     shared = mm._plan
+    assert type(shared).__name__ == "NumpyMatmulPlan"
     before = (shared.block_rows, shared.threads, shared.steps)
     explained = nvdispatch.explain(a, b, **kw).steps
     real = numpy_matmul.NumpyMatmulPlan.execute

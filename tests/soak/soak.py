@@ -31,7 +31,7 @@ from poisoning import VIOLATIONS, PoisoningExecutor  # noqa: E402
 
 import nvdispatch  # noqa: E402
 from nvdispatch import plan_cache  # noqa: E402
-from nvdispatch.executors import numpy_fft, numpy_matmul  # noqa: E402
+from nvdispatch.executors import numpy_fft, numpy_matmul, numpy_matmul_engines  # noqa: E402
 
 MAX_PLANS = (2, 3, 5, 8)
 MAX_BYTES = 5 * 1000  # poisoned plans report 1000 bytes each
@@ -43,6 +43,8 @@ def _trap(cls) -> None:
 
     def release(self):
         self.soak_released = True
+        if getattr(self, "direct", None) is not None:  # the hot path's direct call is trapped too
+            self.direct = lambda *args: VIOLATIONS.append(f"{cls.__name__}.direct called after release")
         real_release(self)
 
     def execute(self, operands, stream=None):
@@ -207,6 +209,7 @@ def run(seconds: float, seed: int, n_threads: int) -> dict:
 
     torch.set_num_threads(1)
     _trap(numpy_matmul.NumpyMatmulPlan)
+    _trap(numpy_matmul_engines.EnginePlan)
     _trap(numpy_fft.NumpyFFTPlan)
     poison = PoisoningExecutor(nbytes=1000)
     plan_cache.maxsize, plan_cache.max_bytes = 3, MAX_BYTES
