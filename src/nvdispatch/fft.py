@@ -717,24 +717,17 @@ convolve.__nvdispatch_explain__ = lambda x, h, /, *, n=None, axis=-1, stream=Non
 
 # -- frequencies and shifts ----------------------------------------------------------------------------------
 def _framework_of_device(device):
-    """(framework module name, device object) that ``fftfreq``'s ``device`` argument asks for."""
-    if device is None or (isinstance(device, str) and device == "cpu"):
-        return "numpy", None
-    mod = type(device).__module__.split(".")[0]
-    if mod == "torch":
-        return "torch", device
-    if mod == "cupy":
-        return "cupy", device
-    if isinstance(device, str) and device.startswith("cuda"):
-        try:
-            import torch  # noqa: F401
+    """(adapter, its device object) that ``fftfreq``'s ``device`` argument asks for: a framework's device
+    object is its framework's; a string (``"cpu"``, ``"cuda[:N]"``) goes to the first adapter taking it."""
+    from ._adapters import adapters
 
-            return "torch", device
-        except ImportError:
-            import cupy
-
-            idx = int(device.split(":")[1]) if ":" in device else 0
-            return "cupy", cupy.cuda.Device(idx)
+    if device is None:
+        return adapter_named("numpy"), None
+    ranked = adapters() if not isinstance(device, str) else sorted(adapters(), key=lambda a: a.device_string_rank)
+    for ad in ranked:
+        native = ad.native_device(device)
+        if native is not None:
+            return ad, native
     raise InvalidArgumentError(
         "device", "None, 'cpu', 'cuda[:N]', a torch.device or a cupy.cuda.Device", describe(device)
     )
@@ -746,31 +739,12 @@ def _freq(n, d, dtype, device, real: bool, name: str):
         raise InvalidArgumentError("d", "a real number", repr(d))
     if d == 0:
         raise InvalidArgumentError("d", "a non-zero sample spacing", repr(d))
-    fw, dev = _framework_of_device(device)
+    ad, dev = _framework_of_device(device)
     if real:
         k = np.arange(n_ // 2 + 1, dtype=np.float64)
     else:
         k = np.concatenate([np.arange((n_ - 1) // 2 + 1), np.arange(-(n_ // 2), 0)]).astype(np.float64)
-    values = k / (n_ * float(d))
-    if fw == "numpy":
-        dt = np.dtype("float64" if dtype is None else dtype)
-        if dt.kind != "f":
-            raise UnsupportedDtypeError("dtype", "a real floating dtype", str(dtype))
-        return values.astype(dt)
-    if fw == "torch":
-        import torch
-
-        dt = torch.float64 if dtype is None else dtype
-        if not (isinstance(dt, torch.dtype) and dt.is_floating_point):
-            raise UnsupportedDtypeError("dtype", "a real floating torch.dtype", str(dtype))
-        return torch.as_tensor(values, dtype=dt, device=dev)
-    import cupy
-
-    dt = np.dtype("float64" if dtype is None else dtype)
-    if dt.kind != "f":
-        raise UnsupportedDtypeError("dtype", "a real floating dtype", str(dtype))
-    with dev:
-        return cupy.asarray(values.astype(dt))
+    return ad.from_host_values(k / (n_ * float(d)), dtype, dev)
 
 
 def _as_pos_int(n, arg):
@@ -894,7 +868,7 @@ def _explain_simple(name):
         if name in ("fftshift", "ifftshift") and first is not None:
             where = detect_all({"x": first})["x"].framework
         elif kwargs.get("device") is not None:
-            where = _framework_of_device(kwargs["device"])[0]
+            where = _framework_of_device(kwargs["device"])[0].name
         steps = (f"{name}: computed with {where} array operations (no transform, no plan)",)
         return Explanation(name, where, "direct", steps, (), ("direct",), False, None)
 

@@ -174,6 +174,20 @@ class Adapter:
         """Write ``src`` into ``dst`` (an array of this framework)."""
         dst[...] = src
 
+    # -- devices named by the caller (fftfreq's ``device=``) ----------------------------------------------
+    #: order among adapters for a device given as a string ("cpu", "cuda:1"): lowest first
+    device_string_rank = 9
+
+    def native_device(self, device: Any) -> Any | None:
+        """``device`` as this framework's device object when it names one of this framework's devices (its
+        device class, or a string it takes), else None."""
+        return None
+
+    def from_host_values(self, values, dtype: Any, device: Any) -> Any:
+        """A new array of this framework on ``device`` holding ``values`` (float64 NumPy) cast to ``dtype``
+        (None: float64), which must be a real floating dtype (``UnsupportedDtypeError`` otherwise)."""
+        raise NotImplementedError(f"{self.name} cannot create arrays from host values")
+
     # -- results on CUDA devices (kinds: what the GPU executors create results as) ----------------------------
     #: the result kinds this adapter creates (``_cuda.arrays.result_kind``)
     result_kinds: tuple[str, ...] = ()

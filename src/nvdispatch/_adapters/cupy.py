@@ -88,6 +88,31 @@ class CupyAdapter(Adapter):
                 mem = cupy.cuda.alloc(nbytes)
         return mem.ptr, mem
 
+    # -- devices named by the caller ---------------------------------------------------------------------
+    device_string_rank = 2
+
+    def native_device(self, device):
+        cupy = sys.modules.get("cupy")
+        if cupy is not None and isinstance(device, cupy.cuda.Device):
+            return device
+        if isinstance(device, str) and device.startswith("cuda") and self.device_ops_available():
+            import cupy
+
+            return cupy.cuda.Device(int(device.split(":")[1]) if ":" in device else 0)
+        return None
+
+    def from_host_values(self, values, dtype, device):
+        import cupy
+        import numpy as np
+
+        from ..errors import UnsupportedDtypeError
+
+        dt = np.dtype("float64" if dtype is None else dtype)
+        if dt.kind != "f":
+            raise UnsupportedDtypeError("dtype", "a real floating dtype", str(dtype))
+        with device:
+            return cupy.asarray(values.astype(dt))
+
     # -- array operations ------------------------------------------------------------------------------------
     can_roll = can_copy_into = True
 

@@ -47,6 +47,19 @@ class NumpyAdapter(Adapter):
     def roll(self, x, shifts, axes):
         return np.roll(x, shifts, axes) if axes else x.copy()
 
+    device_string_rank = 0
+
+    def native_device(self, device):
+        return "cpu" if isinstance(device, str) and device == "cpu" else None
+
+    def from_host_values(self, values, dtype, device):
+        from ..errors import UnsupportedDtypeError
+
+        dt = np.dtype("float64" if dtype is None else dtype)
+        if dt.kind != "f":
+            raise UnsupportedDtypeError("dtype", "a real floating dtype", str(dtype))
+        return values.astype(dt)
+
     def coerce(self, x):
         """Any operand as a NumPy array (device memory is copied to the host)."""
         if isinstance(x, np.ndarray):

@@ -122,6 +122,27 @@ class TorchAdapter(Adapter):
                 t = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         return t.data_ptr(), t
 
+    # -- devices named by the caller ---------------------------------------------------------------------
+    device_string_rank = 1  # "cuda[:N]" means Torch when it is installed, else CuPy
+
+    def native_device(self, device):
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(device, torch.device):
+            return device
+        if isinstance(device, str) and device.startswith("cuda") and _installed("torch"):
+            return device
+        return None
+
+    def from_host_values(self, values, dtype, device):
+        import torch
+
+        from ..errors import UnsupportedDtypeError
+
+        dt = torch.float64 if dtype is None else dtype
+        if not (isinstance(dt, torch.dtype) and dt.is_floating_point):
+            raise UnsupportedDtypeError("dtype", "a real floating torch.dtype", str(dtype))
+        return torch.as_tensor(values, dtype=dt, device=device)
+
     # -- array operations ------------------------------------------------------------------------------------
     can_roll = can_copy_into = True
 
