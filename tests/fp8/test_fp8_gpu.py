@@ -57,7 +57,7 @@ def run_both(a, b, **kw):
     cpu = {k: v for k, v in kw.items()}
     if "epilog_inputs" in kw:
         cpu["epilog_inputs"] = {k: v.cpu() for k, v in kw["epilog_inputs"].items()}
-    if "quantization_scales" in kw:
+    if kw.get("quantization_scales"):  # None (no scales) passes through as it is
         cpu["quantization_scales"] = {
             k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in kw["quantization_scales"].items()
         }
@@ -169,7 +169,8 @@ def test_c_beta_batches_vectors_and_reference_fallback():
     assert_matches(got, f64(ref), sums, "bfloat16", extra_scale=2.0)
     v = fp8((64,), seed=12)
     r = nvdispatch.matmul(v, b, options={"result_type": "float32"})
-    np.testing.assert_allclose(f64(r), f64(v) @ f64(b), rtol=1e-5, atol=1e-4)
+    # FP8 tensor cores accumulate with fewer bits than fp32 (measured on the H200: 2e-3 off where |v|@|b| ~ 40)
+    assert_matches(r, f64(v) @ f64(b), np.abs(f64(v)) @ np.abs(f64(b)), "float32")
 
 
 @needs_fp8
