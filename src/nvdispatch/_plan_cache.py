@@ -350,6 +350,11 @@ class PlanCache:
         """Begin one more use of ``plan`` (ended by :meth:`let_go`): it will not be released meanwhile.
 
         Only for a plan the caller already uses (pinned or held), or one never cached."""
+        entry = self._users.get(id(plan))
+        if entry is not None and entry.plan is plan and entry.users and not entry.released:
+            # the caller's own use keeps the entry alive, and list.append is atomic: no lock needed
+            entry.users.append(None)
+            return
         with self._lock:
             entry = self._users.get(id(plan))
             if entry is None or entry.released:  # a plan never cached (caching disabled, say)
