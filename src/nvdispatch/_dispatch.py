@@ -235,6 +235,20 @@ def _plan(executor: Any, op: str, problem: Any, strategy: str, tuning: Any):
         raise
 
 
+def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy: str | None = None) -> Explanation:
+    """The :class:`Explanation` of a call already detected and selected (``sel``), without running it: its
+    strategies, the chosen one (``strategy`` when the caller chose it already), and the plan's steps (the
+    plan is made and cached, not run). ``name`` is the operation as the user called it."""
+    strategies = strategies_of(sel.executor, op, problem)
+    if strategy is None:
+        strategy = choose_strategy(sel.executor, op, problem)
+    cached = plan_cache.contains(plan_key(sel.executor, op, problem, strategy))
+    plan = get_plan(sel.executor, op, problem, strategy)
+    return Explanation(
+        name, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
+    )
+
+
 def coerce_operands(selection: Selection, operands: dict[str, Any], names) -> dict[str, Any]:
     if not selection.coerce:
         return operands

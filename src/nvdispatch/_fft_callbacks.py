@@ -56,11 +56,9 @@ from ._dispatch import (
     choose_strategy,
     coerce_operands,
     detect_all,
-    get_plan,
+    explain_selected,
     placement,
-    plan_key,
     select,
-    strategies_of,
 )
 from ._execute import run as run_plan
 from ._fft_problem import FFTProblem, build_fft_problem
@@ -77,6 +75,7 @@ __all__ = [
     "prepare",
     "attach",
     "VectorisedCallbackPlan",
+    "VectorisedCallbackOp",
 ]
 
 #: the operation name executors implement (``executors/<executor>_fft_callbacks.py``)
@@ -264,12 +263,18 @@ def run(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=Non
     """``nvdispatch.fft.<func>`` with ``callbacks = (prolog, epilog, prolog_data, epilog_data)``:
     detect -> select (op ``fft_callbacks``) -> plan (cached) -> execute."""
     problem, operands = prepare(func, x, n, axis, s, axes, norm, *callbacks)
-    sel = select(OP, problem)
-    strategy = choose_strategy(sel.executor, OP, problem)
-    plan = acquire_plan(sel.executor, OP, problem, strategy)  # pinned until run_plan() returns
-    _log.debug("fft %s with callbacks: executor %s, strategy %s, plan %s", func, sel.executor.name, strategy, plan)
+    return select_and_run(OP, problem, operands, stream, coerce_all, f"fft {func} with callbacks")
+
+
+def select_and_run(op: str, problem, operands: dict, stream, coerce, label: str):
+    """select -> plan (cached) -> ``coerce(selection, operands)`` -> execute: the route's last steps for an
+    op without a call-key fast path (``fft_callbacks``, ``fft_convolve``); ``label`` names the call in the log."""
+    sel = select(op, problem)
+    strategy = choose_strategy(sel.executor, op, problem)
+    plan = acquire_plan(sel.executor, op, problem, strategy)  # pinned until run_plan() returns
+    _log.debug("%s: executor %s, strategy %s, plan %s", label, sel.executor.name, strategy, plan)
     try:
-        operands = coerce_all(sel, operands)
+        operands = coerce(sel, operands)
     except BaseException:
         plan_cache.let_go(plan)
         raise
@@ -279,14 +284,7 @@ def run(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=Non
 def explain(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, *, callbacks) -> Explanation:
     """What a callback FFT would do (executor, strategy, fused or not), without running it."""
     problem, _ = prepare(func, x, n, axis, s, axes, norm, *callbacks)
-    sel = select(OP, problem)
-    strategies = strategies_of(sel.executor, OP, problem)
-    strategy = choose_strategy(sel.executor, OP, problem)
-    cached = plan_cache.contains(plan_key(sel.executor, OP, problem, strategy))
-    plan = get_plan(sel.executor, OP, problem, strategy)
-    return Explanation(
-        func, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
-    )
+    return explain_selected(func, OP, problem, select(OP, problem))
 
 
 # -- the vectorised plan (NumPy, Torch, CuPy) ----------------------------------------------------------------
@@ -358,6 +356,25 @@ class VectorisedCallbackPlan:
     def release(self) -> None:
         self._index.clear()
         self.inner.release()
+
+
+class VectorisedCallbackOp:
+    """The ``fft_callbacks`` op of an executor that has a plain FFT op (module ``base``): the callbacks run
+    vectorised around its FFT plan. An executor's ``<name>_fft_callbacks`` module exposes the bound methods
+    as its ``decline``/``strategies``/``plan``; ``stream_context`` as in :class:`VectorisedCallbackPlan`."""
+
+    def __init__(self, base, stream_context=None):
+        self.base, self.stream_context = base, stream_context
+
+    def decline(self, problem: CallbackFFTProblem) -> str | None:
+        return self.base.decline(problem.fft)
+
+    def strategies(self, problem: CallbackFFTProblem) -> tuple[str, ...]:
+        return ("vectorised",)
+
+    def plan(self, problem: CallbackFFTProblem, strategy: str, tuning=None) -> VectorisedCallbackPlan:
+        inner = self.base.plan(problem.fft, self.base.strategies(problem.fft)[0])
+        return VectorisedCallbackPlan(problem, strategy, inner, self.stream_context)
 
 
 def _device_of(xp, like):

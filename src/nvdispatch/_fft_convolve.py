@@ -24,23 +24,17 @@ import numpy as np
 from ._detect import OperandInfo
 from ._dispatch import (
     Explanation,
-    acquire_plan,
-    choose_strategy,
     coerce_operands,
     detect_all,
-    get_plan,
+    explain_selected,
     placement,
-    plan_key,
     select,
-    strategies_of,
 )
-from ._execute import run as run_plan
-from ._fft_callbacks import DataLayout
+from ._fft_callbacks import DataLayout, select_and_run
 from ._fft_problem import FFTProblem, build_fft_problem
-from ._plan_cache import plan_cache
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
-__all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan"]
+__all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan", "VectorisedConvolveOp"]
 
 OP = "fft_convolve"
 _log = logging.getLogger("nvdispatch")
@@ -121,28 +115,16 @@ def prepare(x, h, n, axis):
 
 def run(x, h, n=None, axis=-1, stream=None):
     problem, operands = prepare(x, h, n, axis)
-    sel = select(OP, problem)
-    strategy = choose_strategy(sel.executor, OP, problem)
-    plan = acquire_plan(sel.executor, OP, problem, strategy)  # pinned until run() returns
-    _log.debug("fft convolve: executor %s, strategy %s, plan %s", sel.executor.name, strategy, plan)
-    try:
-        operands = coerce_operands(sel, operands, ("x", "h"))
-    except BaseException:
-        plan_cache.let_go(plan)
-        raise
-    return run_plan(plan, operands, stream)
+    return select_and_run(OP, problem, operands, stream, _coerce, "fft convolve")
+
+
+def _coerce(sel, operands: dict) -> dict:
+    return coerce_operands(sel, operands, ("x", "h"))
 
 
 def explain(x, h, n=None, axis=-1, stream=None) -> Explanation:
     problem, _ = prepare(x, h, n, axis)
-    sel = select(OP, problem)
-    strategies = strategies_of(sel.executor, OP, problem)
-    strategy = choose_strategy(sel.executor, OP, problem)
-    cached = plan_cache.contains(plan_key(sel.executor, OP, problem, strategy))
-    plan = get_plan(sel.executor, OP, problem, strategy)
-    return Explanation(
-        "convolve", sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
-    )
+    return explain_selected("convolve", OP, problem, select(OP, problem))
 
 
 class VectorisedConvolvePlan:
@@ -176,3 +158,24 @@ class VectorisedConvolvePlan:
     def release(self) -> None:
         self.forward.release()
         self.inverse.release()
+
+
+class VectorisedConvolveOp:
+    """The ``fft_convolve`` op of an executor that has a plain FFT op (module ``base``): its forward FFT,
+    one multiply, its inverse FFT. An executor's ``<name>_fft_convolve`` module exposes the bound methods as
+    its ``decline``/``strategies``/``plan``; ``stream_context`` as in :class:`VectorisedConvolvePlan`."""
+
+    def __init__(self, base, stream_context=None):
+        self.base, self.stream_context = base, stream_context
+
+    def decline(self, problem: ConvolveProblem) -> str | None:
+        return self.base.decline(problem.forward) or self.base.decline(problem.inverse)
+
+    def strategies(self, problem: ConvolveProblem) -> tuple[str, ...]:
+        return ("fft-multiply-ifft",)
+
+    def plan(self, problem: ConvolveProblem, strategy: str, tuning=None) -> VectorisedConvolvePlan:
+        base = self.base
+        forward = base.plan(problem.forward, base.strategies(problem.forward)[0])
+        inverse = base.plan(problem.inverse, base.strategies(problem.inverse)[0])
+        return VectorisedConvolvePlan(problem, strategy, forward, inverse, self.stream_context)

@@ -65,15 +65,13 @@ from ._dispatch import (
     coerce_operands,
     debug_enabled,
     detect_all,
-    get_plan,
+    explain_selected,
     keep_or_select,
     log_hit,
     placement,
-    plan_key,
     select,
     signature_of,
     store,
-    strategies_of,
     wrap_result,
 )
 from ._dispatch import (
@@ -195,13 +193,7 @@ def explain_fft(
 ) -> Explanation:
     """What ``nvdispatch.fft.<func>`` would do with these arguments, without running it."""
     problem, sel, _ = _prepare(func, x, n, axis, s, axes, norm)
-    strategies = strategies_of(sel.executor, "fft", problem)
-    strategy = choose_strategy(sel.executor, "fft", problem)
-    cached = plan_cache.contains(plan_key(sel.executor, "fft", problem, strategy))
-    plan = get_plan(sel.executor, "fft", problem, strategy)
-    return Explanation(
-        func, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
-    )
+    return explain_selected(func, "fft", problem, sel)
 
 
 def _call(

@@ -22,11 +22,10 @@ from ._dispatch import (
     coerce_operands,
     debug_enabled,
     detect_all,
-    get_plan,
+    explain_selected,
     keep_or_select,
     log_hit,
     placement,
-    plan_key,
     signature_of,
     store,
     strategies_of,
@@ -306,12 +305,7 @@ def explain_matmul(
     problem, sel, strategy, _ = _prepare(
         a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
     )
-    strategies = strategies_of(sel.executor, "matmul", problem)
-    cached = plan_cache.contains(plan_key(sel.executor, "matmul", problem, strategy))
-    plan = get_plan(sel.executor, "matmul", problem, strategy)
-    return Explanation(
-        "matmul", sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
-    )
+    return explain_selected("matmul", "matmul", problem, sel, strategy)
 
 
 class Matmul:

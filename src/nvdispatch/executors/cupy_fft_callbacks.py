@@ -6,22 +6,13 @@ from __future__ import annotations
 
 import contextlib
 
-from .._fft_callbacks import CallbackFFTProblem, VectorisedCallbackPlan
+from .._fft_callbacks import VectorisedCallbackOp
 from . import cupy_fft as base
-
-
-def decline(problem: CallbackFFTProblem) -> str | None:
-    return base.decline(problem.fft)
-
-
-def strategies(problem: CallbackFFTProblem) -> tuple[str, ...]:
-    return ("vectorised",)
 
 
 def _stream_context(stream, device):
     return contextlib.nullcontext() if stream is None else base._cupy_stream(stream)
 
 
-def plan(problem: CallbackFFTProblem, strategy: str, tuning=None):
-    inner = base.plan(problem.fft, base.strategies(problem.fft)[0])
-    return VectorisedCallbackPlan(problem, strategy, inner, _stream_context)
+_op = VectorisedCallbackOp(base, _stream_context)
+decline, strategies, plan = _op.decline, _op.strategies, _op.plan

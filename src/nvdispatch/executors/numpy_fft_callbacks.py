@@ -3,18 +3,8 @@ arrays (vectorised, see :mod:`nvdispatch._fft_callbacks`) around the NumPy execu
 
 from __future__ import annotations
 
-from .._fft_callbacks import CallbackFFTProblem, VectorisedCallbackPlan
+from .._fft_callbacks import VectorisedCallbackOp
 from . import numpy_fft as base
 
-
-def decline(problem: CallbackFFTProblem) -> str | None:
-    return base.decline(problem.fft)
-
-
-def strategies(problem: CallbackFFTProblem) -> tuple[str, ...]:
-    return ("vectorised",)
-
-
-def plan(problem: CallbackFFTProblem, strategy: str, tuning=None):
-    inner = base.plan(problem.fft, base.strategies(problem.fft)[0])
-    return VectorisedCallbackPlan(problem, strategy, inner)
+_op = VectorisedCallbackOp(base)
+decline, strategies, plan = _op.decline, _op.strategies, _op.plan

@@ -4,19 +4,9 @@ the callbacks run once on whole tensors (vectorised, see :mod:`nvdispatch._fft_c
 
 from __future__ import annotations
 
-from .._fft_callbacks import CallbackFFTProblem, VectorisedCallbackPlan
+from .._fft_callbacks import VectorisedCallbackOp
 from . import torch_fft as base
 from .torch import stream_context
 
-
-def decline(problem: CallbackFFTProblem) -> str | None:
-    return base.decline(problem.fft)
-
-
-def strategies(problem: CallbackFFTProblem) -> tuple[str, ...]:
-    return ("vectorised",)
-
-
-def plan(problem: CallbackFFTProblem, strategy: str, tuning=None):
-    inner = base.plan(problem.fft, base.strategies(problem.fft)[0])
-    return VectorisedCallbackPlan(problem, strategy, inner, stream_context)
+_op = VectorisedCallbackOp(base, stream_context)
+decline, strategies, plan = _op.decline, _op.strategies, _op.plan
