@@ -33,6 +33,7 @@ from .._matmul_problem import MatmulProblem, scalar_value
 from . import lt_autotune
 from . import lt_layout as L
 from .arrays import c_strides, result_kind
+from .lt_matmul import DEFAULT_MAX_WORKSPACE, HeuristicMemo, LtTuning, _align, _device_index, max_workspace
 
 __all__ = ["Fp8Layout", "fp8_layout", "decline", "probe", "Fp8LtPlan"]
 
@@ -50,8 +51,6 @@ DESC_FAST_ACCUM = 25
 _COMPUTE_32F, _CUDA_R_32F = 68, 0
 #: a non-null pointer set on the descriptor while asking the heuristic (it never dereferences pointers)
 _PLACEHOLDER = 1 << 20
-#: workspace cuBLASLt may use (NVIDIA's figure for Hopper)
-MAX_WORKSPACE = 32 << 20
 
 
 def _cuda_type(name: str) -> int:
@@ -172,10 +171,10 @@ def fp8_layout(p: MatmulProblem) -> Fp8Layout:
 
 
 # -- descriptors and the heuristic ----------------------------------------------------------------------
-class _Fp8Core:
+class _Fp8Core(HeuristicMemo):
     """Descriptor, layouts and preferences of one FP8 problem (host objects only)."""
 
-    def __init__(self, p: MatmulProblem, s: Fp8Layout, max_workspace: int = MAX_WORKSPACE):
+    def __init__(self, p: MatmulProblem, s: Fp8Layout, max_workspace: int = DEFAULT_MAX_WORKSPACE):
         from . import cublaslt as lt
 
         q: Fp8Spec = p.quantization
@@ -222,28 +221,6 @@ class _Fp8Core:
         self.prefs: dict[int, object] = {}
         self.algos: dict[tuple[int, int], list] = {}
 
-    def algorithms(self, handle: int, alignment: int, count: int = 1) -> list:
-        key = (alignment, count)
-        got = self.algos.get(key)
-        if got is None:
-            pref = self.prefs.get(alignment)
-            if pref is None:
-                pref = self.prefs[alignment] = self.lt.Preference(self.max_workspace, alignment)
-            got = self.algos[key] = self.lt.heuristic(handle, self.desc, self.a, self.b, self.c, self.d, pref, count)
-        return got
-
-
-def _max_workspace(p: MatmulProblem) -> int:
-    """``preferences.max_workspace_bytes``, else :data:`MAX_WORKSPACE`."""
-    cap = p.plan_preferences.max_workspace_bytes
-    return MAX_WORKSPACE if cap is None else cap
-
-
-def _device_index(p: MatmulProblem) -> int:
-    from .lt_matmul import _device_index as index
-
-    return index(p)
-
 
 def decline(p: MatmulProblem) -> str | None:
     """Why the cuda executor cannot run FP8 problem ``p`` on cuBLASLt (None: it can)."""
@@ -275,7 +252,7 @@ def _probe(p: MatmulProblem) -> tuple[bool, str]:
     from . import cublaslt as lt
 
     try:
-        core = _Fp8Core(p, fp8_layout(p), _max_workspace(p))
+        core = _Fp8Core(p, fp8_layout(p), max_workspace(p))
         algos = core.algorithms(lt.handle(_device_index(p)), 256)
     except lt.CublasLtError as exc:
         return False, f"cuBLASLt rejects this FP8 matmul ({exc})"
@@ -294,14 +271,10 @@ def _probe(p: MatmulProblem) -> tuple[bool, str]:
 
 
 # -- the plan -------------------------------------------------------------------------------------------
-def _align(ptr: int) -> int:
-    return 256 if ptr % 256 == 0 else (ptr & -ptr) or 256
-
-
 _CUPY_STORAGE = {"float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "bfloat16": "uint16"}
 
 
-class Fp8LtPlan:
+class Fp8LtPlan(LtTuning):
     """A planned FP8 cuBLASLt matmul (strategy ``"native"``)."""
 
     strategy = "native"
@@ -320,7 +293,7 @@ class Fp8LtPlan:
         self._xp = Xp(namespace_for(p.framework))
         self.setup = s = fp8_layout(p)
         self.handle = lt.handle(self.device_index)
-        self.core = _Fp8Core(p, s, _max_workspace(p))
+        self.core = _Fp8Core(p, s, max_workspace(p))
         algos = self.core.algorithms(self.handle, 256)
         if not algos:
             raise lt.CublasLtError("cublasLtMatmulAlgoGetHeuristic (no FP8 algorithm)", 15)
@@ -359,24 +332,6 @@ class Fp8LtPlan:
             + f", batch {s.batch}, one launch on the caller's stream"
         )
         return tuple(steps)
-
-    # -- tuning ----------------------------------------------------------------------------------------
-    def tuning(self):
-        return self._tuned
-
-    def autotune(self, operands, iterations: int = 3, stream=None):
-        """Time cuBLASLt's candidates (see :mod:`.lt_autotune`) and keep/record the fastest."""
-        sp = self._stream_pointer(stream, self.framework, self.device_index)
-
-        def launch(result):
-            self._algo = result
-            self.execute(operands, sp)
-
-        return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit)
-
-    def time(self, operands, iterations: int = 3, stream=None) -> float:
-        sp = self._stream_pointer(stream, self.framework, self.device_index)
-        return lt_autotune.gpu_seconds(lambda: self.execute(operands, sp), sp, self.device_index, iterations)
 
     # -- execution ---------------------------------------------------------------------------------
     @property

@@ -276,7 +276,23 @@ def orientations(p: MatmulProblem) -> tuple[str, ...]:
 
 
 # -- descriptors and the heuristic --------------------------------------------------------------------------
-class _Core:
+class HeuristicMemo:
+    """``algorithms``: cuBLASLt's heuristic answers for the descriptor and layouts a subclass sets up (``lt``,
+    ``desc``, ``a``, ``b``, ``c``, ``d``, ``max_workspace``, and empty ``prefs``/``algos`` dicts), memoised
+    per (alignment, count). Shared by :class:`_Core` and the FP8 core (:mod:`.lt_fp8`)."""
+
+    def algorithms(self, handle: int, alignment: int, count: int = 1) -> list:
+        key = (alignment, count)
+        got = self.algos.get(key)
+        if got is None:
+            pref = self.prefs.get(alignment)
+            if pref is None:
+                pref = self.prefs[alignment] = self.lt.Preference(self.max_workspace, alignment)
+            got = self.algos[key] = self.lt.heuristic(handle, self.desc, self.a, self.b, self.c, self.d, pref, count)
+        return got
+
+
+class _Core(HeuristicMemo):
     """Descriptors, layouts and preference of one setup (host objects only)."""
 
     def __init__(self, p: MatmulProblem, s: LtSetup, max_workspace: int, alignment: int = 256):
@@ -311,16 +327,6 @@ class _Core:
         self.max_workspace = max_workspace
         self.prefs: dict[int, object] = {}
         self.algos: dict[int, list] = {}
-
-    def algorithms(self, handle: int, alignment: int, count: int = 1) -> list:
-        key = (alignment, count)
-        got = self.algos.get(key)
-        if got is None:
-            pref = self.prefs.get(alignment)
-            if pref is None:
-                pref = self.prefs[alignment] = self.lt.Preference(self.max_workspace, alignment)
-            got = self.algos[key] = self.lt.heuristic(handle, self.desc, self.a, self.b, self.c, self.d, pref, count)
-        return got
 
 
 def max_workspace(p: MatmulProblem) -> int:
@@ -384,7 +390,32 @@ def _align(ptr: int) -> int:
     return 256 if ptr % 256 == 0 else (ptr & -ptr) or 256
 
 
-class LtMatmulPlan:
+class LtTuning:
+    """The tuning methods of a cuBLASLt plan (:class:`LtMatmulPlan`, the FP8 plan of :mod:`.lt_fp8`): the plan
+    has ``_tuned``, ``_algo``, ``problem``, ``framework``, ``device_index``, ``_stream_pointer`` and
+    ``execute(operands, stream_pointer)``."""
+
+    def tuning(self):
+        """The autotuned (or loaded) algorithm choice in use, None while the heuristic's first answer runs."""
+        return self._tuned
+
+    def autotune(self, operands, iterations: int = 3, stream=None):
+        """Time the heuristic's candidates, smaller-workspace and split-K variants (see :mod:`.lt_autotune`)
+        with CUDA events on ``stream``; keep and record the fastest. Returns ``[(label, seconds)]``."""
+        sp = self._stream_pointer(stream, self.framework, self.device_index)
+
+        def launch(result):
+            self._algo = result
+            self.execute(operands, sp)
+
+        return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit)
+
+    def time(self, operands, iterations: int = 3, stream=None) -> float:
+        sp = self._stream_pointer(stream, self.framework, self.device_index)
+        return lt_autotune.gpu_seconds(lambda: self.execute(operands, sp), sp, self.device_index, iterations)
+
+
+class LtMatmulPlan(LtTuning):
     """A planned cuBLASLt matmul (strategy ``"native"``; with ``fused=False`` the unfused matmul that the
     ``"inplace"`` fallback runs before its elementwise epilog)."""
 
@@ -480,26 +511,6 @@ class LtMatmulPlan:
             + f", batch {s.batch}, compute type {lt_types(p)[0]}, one launch on the caller's stream"
         )
         return tuple(steps)
-
-    # -- tuning ----------------------------------------------------------------------------------------
-    def tuning(self):
-        """The autotuned (or loaded) algorithm choice in use, None while the heuristic's first answer runs."""
-        return self._tuned
-
-    def autotune(self, operands, iterations: int = 3, stream=None):
-        """Time the heuristic's candidates, smaller-workspace and split-K variants (see :mod:`.lt_autotune`)
-        with CUDA events on ``stream``; keep and record the fastest. Returns ``[(label, seconds)]``."""
-        sp = self._stream_pointer(stream, self.framework, self.device_index)
-
-        def launch(result):
-            self._algo = result
-            self.execute(operands, sp)
-
-        return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit)
-
-    def time(self, operands, iterations: int = 3, stream=None) -> float:
-        sp = self._stream_pointer(stream, self.framework, self.device_index)
-        return lt_autotune.gpu_seconds(lambda: self.execute(operands, sp), sp, self.device_index, iterations)
 
     # -- execution ---------------------------------------------------------------------------------
     def _scalar(self, value, keep: list):
