@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .._adapters.base import c_strides
 from . import runtime
 
 __all__ = ["DeviceView", "CudaArray", "view", "empty", "result_kind", "c_strides"]
@@ -39,14 +40,6 @@ class DeviceView:
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # elements
     owner: Any = None
-
-
-def c_strides(shape) -> tuple[int, ...]:
-    out, step = [], 1
-    for extent in reversed(shape):
-        out.append(step)
-        step *= max(int(extent), 1)
-    return tuple(reversed(out))
 
 
 _TORCH_NAMES = {"bfloat16": "bfloat16"}
@@ -86,7 +79,7 @@ def view(x: Any, framework: str) -> DeviceView:
     raise UnsupportedOperandError("operand", "a device array (CUDA array interface or DLPack)", describe(x))
 
 
-# -- DLPack (read-only import: pointer, shape, strides) ----------------------------------------------------
+# -- DLPack (read-only import: pointer, shape, strides; dlpack_export builds its capsules on these structs) ---
 class _DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
 

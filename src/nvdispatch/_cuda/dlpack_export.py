@@ -14,31 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import _DLDataType, _DLDevice, _DLTensor  # the DLPack 0.x structs, shared with the import side
+
 __all__ = ["capsule", "KDL_CPU", "KDL_CUDA"]
 
 KDL_CPU, KDL_CUDA = 1, 2
 #: NumPy kind -> DLDataTypeCode (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6)
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
-
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
 
 
 class _DLManagedTensor(ctypes.Structure):
