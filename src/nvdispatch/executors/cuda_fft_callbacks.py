@@ -88,22 +88,31 @@ def lto_reason(problem: CallbackFFTProblem) -> str | None:
     return None
 
 
-def decline(problem: CallbackFFTProblem) -> str | None:
-    if problem.fft.autograd:
+def decline_by(problem, autograd: bool, reasons) -> str | None:
+    """Why no strategy of ``reasons`` (``(name, reason(problem))`` pairs, best first) runs ``problem``, None
+    when one does; a call autograd records is left to the Torch executor. Shared with ``cuda_fft_convolve``."""
+    if autograd:
         return "autograd records this call; the Torch executor keeps the graph"
-    fused, lto = fused_reason(problem), lto_reason(problem)
-    if fused is None or lto is None:
+    why = [(name, reason(problem)) for name, reason in reasons]
+    if any(w is None for _, w in why):
         return None
-    return f"device-fused: {fused}; cufft-lto: {lto}"
+    return "; ".join(f"{name}: {w}" for name, w in why)
+
+
+def strategies_by(problem, reasons) -> tuple[str, ...]:
+    """The strategies of ``reasons`` (as for :func:`decline_by`) that run ``problem``, best first."""
+    return tuple(name for name, reason in reasons if reason(problem) is None)
+
+
+_REASONS = (("device-fused", fused_reason), ("cufft-lto", lto_reason))
+
+
+def decline(problem: CallbackFFTProblem) -> str | None:
+    return decline_by(problem, problem.fft.autograd, _REASONS)
 
 
 def strategies(problem: CallbackFFTProblem) -> tuple[str, ...]:
-    out = []
-    if fused_reason(problem) is None:
-        out.append("device-fused")
-    if lto_reason(problem) is None:
-        out.append("cufft-lto")
-    return tuple(out)
+    return strategies_by(problem, _REASONS)
 
 
 def plan(problem: CallbackFFTProblem, strategy: str, tuning=None):

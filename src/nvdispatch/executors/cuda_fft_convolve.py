@@ -29,8 +29,10 @@ from .cuda_fft_callbacks import (
     _numba_reason,
     _numba_view,
     _Streams,
+    decline_by,
     lto_reason,
     on_device,
+    strategies_by,
 )
 
 
@@ -85,22 +87,15 @@ def lto_convolve_reason(problem: ConvolveProblem) -> str | None:
     return inv if isinstance(inv, str) else None
 
 
+_REASONS = (("device-fused", fused_reason), ("cufft-lto", lto_convolve_reason))
+
+
 def decline(problem: ConvolveProblem) -> str | None:
-    if problem.forward.autograd:
-        return "autograd records this call; the Torch executor keeps the graph"
-    fused, lto = fused_reason(problem), lto_convolve_reason(problem)
-    if fused is None or lto is None:
-        return None
-    return f"device-fused: {fused}; cufft-lto: {lto}"
+    return decline_by(problem, problem.forward.autograd, _REASONS)
 
 
 def strategies(problem: ConvolveProblem) -> tuple[str, ...]:
-    out = []
-    if fused_reason(problem) is None:
-        out.append("device-fused")
-    if lto_convolve_reason(problem) is None:
-        out.append("cufft-lto")
-    return tuple(out)
+    return strategies_by(problem, _REASONS)
 
 
 def plan(problem: ConvolveProblem, strategy: str, tuning=None):
