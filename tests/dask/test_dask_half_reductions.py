@@ -50,3 +50,13 @@ def test_float16_bias_gradient_partials_accumulate_in_float32(epilog, bgrad_axis
     (got,) = da.compute(aux[name], scheduler="sync")
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, want)
+
+
+def test_float16_k_partials_accumulate_in_float32():
+    """K in 65 one-element chunks: 64 exact partial products summed in float32 and rounded once; the last
+    K-chunk adds 0, so the result is exactly float16(the float64 total)."""
+    a = da.from_array(np.append(VALUES, np.float16(0)).reshape(1, -1), chunks=(1, 1))
+    b = da.from_array(np.ones((ROWS + 1, 2), np.float16), chunks=(1, 2))
+    got = nvdispatch.matmul(a, b, epilog="RELU").compute(scheduler="sync")
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, np.full((1, 2), TOTAL))

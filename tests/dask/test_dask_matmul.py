@@ -120,6 +120,26 @@ def test_result_is_lazy_and_chunked_like_the_operands(dask_compute):
     close(got, np.maximum(a @ b + bias, 0), "float64")
 
 
+@pytest.mark.parametrize("k_blocks, adds", [(2, 0), (5, 1), (11, 4)])
+def test_chunked_k_partials_tree_summed_into_the_fused_call(k_blocks, adds, dask_compute):
+    """One block call per K-chunk; the K-1 partials tree-summed 4 at a time into the last (fused) call's c."""
+    from nvdispatch.executors.dask_tasks import add_blocks, matmul_block
+
+    rng = np.random.default_rng(7)
+    k = 3 * k_blocks
+    a, b, c = rng.standard_normal((6, k)), rng.standard_normal((k, 5)), rng.standard_normal((6, 5))
+    bias = rng.standard_normal(5)
+    A, B = da.from_array(a, chunks=(3, 3)), da.from_array(b, chunks=(3, 5))
+    C = da.from_array(c, chunks=(2, 5))
+    r = nvdispatch.matmul(A, B, C, alpha=-2.0, beta=0.5, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    tasks = list(dict(r.dask.layers[r.name]).values())
+    calls = [v for v in tasks if isinstance(v, tuple) and v and v[0] is matmul_block]
+    sums = [v for v in tasks if isinstance(v, tuple) and v and v[0] is add_blocks]
+    assert (len(calls), len(sums)) == (2 * k_blocks, 2 * adds)  # 2 output blocks (C rechunked to A's rows)
+    (got,) = dask_compute(r)
+    close(got, np.maximum(-2.0 * (a @ b) + 0.5 * c + bias, 0), "float64")
+
+
 def test_vectors_and_alpha_beta_c(dask_compute):
     rng = np.random.default_rng(2)
     a, b, v = rng.standard_normal((5, 7)), rng.standard_normal((7, 4)), rng.standard_normal(7)

@@ -3,7 +3,8 @@
 For output block ``(batch..., i, j)`` and K cut into chunks ``0..K-1``:
 
 * K-chunks ``0..K-2`` give partial products ``alpha * a[i,k] @ b[k,j]`` (the first adds ``beta * c``),
-  summed by a tree reduction (``split_every`` at a time);
+  summed by a tree reduction (``split_every`` at a time); float16/bfloat16 partials are summed in float32
+  and the sum rounded once to the result dtype (a float16 sum would round at every add);
 * the last K-chunk is the block's one fused call: ``matmul(a[i,K-1], b[K-1,j], c=<partial sum>, beta=1,
   alpha, epilog, bias/aux blocks)``, so the epilog sees the whole K-sum, once per block, fused wherever
   the block executor fuses ``c`` and the epilog (one cuBLASLt launch on the GPU). With K in one chunk this
@@ -158,9 +159,10 @@ class DaskMatmulPlan:
         else:
             steps.append(
                 f"per output block: K-chunks 1..{nk - 1} as partial products alpha·a@b"
-                f"{' (+ beta·c in the first)' if p.c else ''}, tree-summed {SPLIT_EVERY} at a time; K-chunk {nk} is "
-                f"the block's one fused call matmul(a, b, c=<partial sum>, beta=1, epilog={epilog}), so the epilog "
-                "runs once per block, after the K-sum"
+                f"{' (+ beta·c in the first)' if p.c else ''}, tree-summed {SPLIT_EVERY} at a time"
+                f"{' in float32 (rounded once)' if p.result_dtype in ('float16', 'bfloat16') else ''}; K-chunk {nk} "
+                f"is the block's one fused call matmul(a, b, c=<partial sum>, beta=1, epilog={epilog}), so the "
+                "epilog runs once per block, after the K-sum"
             )
         if p.bias_axis:
             steps.append(f"bias along {p.bias_axis.upper()} sliced to each output block")
@@ -266,24 +268,23 @@ class DaskMatmulPlan:
         for idx in itertools.product(*grid):
             bidx, i, j = idx[:nb], idx[-2], idx[-1]
             grad_here = self._grad_block(bgrad_ab, bidx, i, j)
+            c_key = G.block_of(C.name, C.shape, idx) if C is not None else None
             parts = []
             for k in range(nk):
                 a_key = G.block_of(A.name, A.shape, (*bidx, i, k))
                 b_key = G.block_of(B.name, B.shape, (*bidx, k, j))
-                c_key = G.block_of(C.name, C.shape, idx) if C is not None else None
                 if k < nk - 1:
                     key = (f"{core}-partial", *idx, k)
                     dsk[key] = (T.matmul_block, part_call(k == 0, grad_here), a_key, b_key, c_key if k == 0 else None)
                     if grad_here is not None:
                         self._collect(aux_parts, dsk, key, grad_here, bidx, i, j, k)
-                        key = (T.pick, key, 0)
-                        dsk[(f"{core}-product", *idx, k)] = key
+                        dsk[(f"{core}-product", *idx, k)] = (T.pick, key, 0)
                         key = (f"{core}-product", *idx, k)
                     parts.append(key)
                     continue
                 others = [G.block_of(x.name, x.shape, idx) if x is not None else None for _, x in inputs]
                 if parts:
-                    c_in = G.tree_sum(dsk, f"{core}-sum", idx, parts, SPLIT_EVERY, T.add_blocks)
+                    c_in = self._partial_sum(dsk, f"{core}-sum", idx, parts)
                     call = summed if grad_here is None else T.MatmulBlockCall(alpha, 1, grad_here, options, state)
                 else:
                     c_in = c_key
@@ -356,12 +357,13 @@ class DaskMatmulPlan:
         out = f"nvdispatch-matmul-{name}-{tok}"
         dsk: dict = {}
         for index, keys in parts.items():
-            dsk[(out, *index)] = self._aux_sum(dsk, f"{out}-sum", index, keys)
+            dsk[(out, *index)] = self._partial_sum(dsk, f"{out}-sum", index, keys)
         return G.new_array(out, dsk, [result], chunks, G.meta_of(meta_like, len(chunks), p.result_dtype))
 
-    def _aux_sum(self, dsk: dict, prefix: str, index: tuple, keys: list):
-        """Graph nodes summing the partial bias gradients ``keys``; float16/bfloat16 partials are accumulated in
-        float32 and the total rounded once to the result dtype (as every executor's reductions)."""
+    def _partial_sum(self, dsk: dict, prefix: str, index: tuple, keys: list):
+        """Graph nodes summing the partials ``keys`` (K-partial products, bias gradients); float16/bfloat16
+        partials are accumulated in float32 and the total rounded once to the result dtype (as every executor's
+        reductions)."""
         dtype = self.problem.result_dtype
         if dtype not in ("float16", "bfloat16") or len(keys) == 1:
             return G.tree_sum(dsk, prefix, index, keys, SPLIT_EVERY, T.add_blocks)
@@ -392,7 +394,7 @@ class DaskMatmulPlan:
             bidx, i, j = idx[:nb], idx[-2], idx[-1]
             picks.setdefault((*bidx, j) if p.options.bgrad_axis == "n" else (*bidx, i, 0), []).append(key)
         for index, keys in picks.items():
-            dsk[(out, *index)] = self._aux_sum(dsk, f"{out}-sum", index, keys)
+            dsk[(out, *index)] = self._partial_sum(dsk, f"{out}-sum", index, keys)
         batch = self.out_chunks[:nb]
         chunks = (*batch, self.out_chunks[-1]) if p.options.bgrad_axis == "n" else (*batch, self.out_chunks[-2], (1,))
         return G.new_array(out, dsk, [result], chunks, G.meta_of(meta_like, len(chunks), p.result_dtype))
