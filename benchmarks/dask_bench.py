@@ -13,9 +13,13 @@ GPU (``--gpu``): the same on CuPy chunks on one GPU (synchronous scheduler, or `
 for a one-GPU ``dask_cuda.LocalCUDACluster``), against the single-array nvdispatch call on the same data;
 goal ≤ 1.1×.
 
-    python benchmarks/dask_bench.py [--repeats 5] [--quick] [--gpu] [--scheduler sync|cuda-cluster] [--out DIR]
+    python benchmarks/dask_bench.py [--repeats 5] [--quick] [--only matmul|fft] [--gpu]
+                                    [--scheduler sync|cuda-cluster] [--out DIR]
 
-Writes ``DIR/dask_bench[_gpu].json`` and ``.png``. Needs ``nvdispatch[dask,bench]`` (``dask-cuda`` and CuPy
+Writes ``DIR/dask_bench[_gpu][_matmul|_fft].json`` and ``.png``. On the CPU cluster each case also records,
+from Dask's task stream of its last timed run, the seconds its tasks spent computing and transferring,
+by task kind (where a graph loses: block calls, sums, data movement), and the load average before and after
+(other processes on the machine skew every figure). Needs ``nvdispatch[dask,bench]`` (``dask-cuda`` and CuPy
 for ``--gpu``).
 """
 
@@ -58,8 +62,21 @@ def _timer(run, repeats: int, desc: str, sync=None) -> list[float]:
     return samples
 
 
-def cpu_cases(client, quick: bool):
-    from distributed import wait
+def _stream_summary(data) -> dict:
+    """Seconds of compute and transfer per task kind (Dask's ``key_split``) in a task stream."""
+    from dask.utils import key_split
+
+    out: dict = {}
+    for t in data:
+        row = out.setdefault(key_split(t["key"]), {"tasks": 0, "compute_s": 0.0, "transfer_s": 0.0})
+        row["tasks"] += 1
+        for s in t["startstops"]:
+            row["compute_s" if s["action"] == "compute" else "transfer_s"] += s["stop"] - s["start"]
+    return {k: {n: round(v, 3) if isinstance(v, float) else v for n, v in r.items()} for k, r in out.items()}
+
+
+def cpu_cases(client, quick: bool, streams: dict):
+    from distributed import get_task_stream, wait
 
     (m, k, n), side = _shapes(quick)
     rng = da.random.default_rng(0)
@@ -78,14 +95,18 @@ def cpu_cases(client, quick: bool):
 
     rep = iter(range(1, 1 << 30))
 
-    def run(make):
+    def run(make, label):
         """Time ``make(i)`` persisted on the workers; ``i`` differs per run, so every run has new keys (a result
-        of the same keys still held from the run before would be reused, not recomputed)."""
+        of the same keys still held from the run before would be reused, not recomputed). The task stream of
+        the last run is kept in ``streams[label]``."""
 
         def go():
-            r = make(next(rep)).persist()
-            wait(r)
+            x = make(next(rep))
+            with get_task_stream(client) as ts:
+                r = x.persist()
+                wait(r)
             del r
+            streams[label] = _stream_summary(ts.data)
 
         return go
 
@@ -110,9 +131,10 @@ def cpu_cases(client, quick: bool):
             mm,
             {
                 "nvdispatch": run(
-                    lambda i: nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias_(i)})
+                    lambda i: nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias_(i)}),
+                    f"{mm}: nvdispatch",
                 ),
-                "dask.array": run(lambda i: da.maximum(a @ b + bias_(i), 0)),
+                "dask.array": run(lambda i: da.maximum(a @ b + bias_(i), 0), f"{mm}: dask.array"),
             },
             "dask.array",
             0.8,
@@ -120,12 +142,13 @@ def cpu_cases(client, quick: bool):
         (
             ft,
             {
-                "nvdispatch": run(lambda i: F.fftn(x_(i))),
-                "dask.array": run(lambda i: da.fft.fft2(x_(i).rechunk({0: -1, 1: -1}))),
+                "nvdispatch": run(lambda i: F.fftn(x_(i)), f"{ft}: nvdispatch"),
+                "dask.array": run(lambda i: da.fft.fft2(x_(i).rechunk({0: -1, 1: -1})), f"{ft}: dask.array"),
                 "dask.array hand pencil": run(
                     lambda i: da.fft.fft(
                         da.fft.fft(x_(i).rechunk({0: "auto", 1: -1}), axis=1).rechunk({0: -1, 1: "auto"}), axis=0
-                    )
+                    ),
+                    f"{ft}: dask.array hand pencil",
                 ),
             },
             "dask.array",
@@ -208,12 +231,15 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--quick", action="store_true", help="small shapes: checks the script runs")
+    ap.add_argument("--only", choices=("matmul", "fft"), help="time one of the two cases")
     ap.add_argument("--gpu", action="store_true", help="CuPy chunks on one GPU against the single-array call")
     ap.add_argument("--scheduler", default="sync", choices=("sync", "cuda-cluster"), help="for --gpu")
     args = ap.parse_args()
     out = output_dir(args.out)
+    load_start = os.getloadavg()
     client = cluster = None
     sync = None
+    streams: dict = {}
     if args.gpu:
         cases, sync = gpu_cases(args.quick, args.scheduler)
         setting = f"one GPU, {args.scheduler} scheduler"
@@ -224,8 +250,10 @@ def main():
             n_workers=2, threads_per_worker=1, processes=True, memory_limit="6GiB", dashboard_address=None
         )
         client = Client(cluster)
-        cases = cpu_cases(client, args.quick)
+        cases = cpu_cases(client, args.quick, streams)
         setting = "LocalCluster, 2 worker processes x 1 thread"
+    if args.only:
+        cases = [case for case in cases if case[0].startswith("RELU_BIAS" if args.only == "matmul" else "fft2")]
     results = []
     for label, fns, baseline, goal in cases:
         medians = {}
@@ -241,6 +269,7 @@ def main():
                 "ratio": ratio,
                 "goal": goal,
                 "met": ratio <= goal,
+                "task_stream_last_run": {k: streams[f"{label}: {k}"] for k in medians if f"{label}: {k}" in streams},
             }
         )
         print(
@@ -251,7 +280,7 @@ def main():
     if client is not None:
         client.close()
         cluster.close()
-    name = "dask_bench_gpu" if args.gpu else "dask_bench"
+    name = ("dask_bench_gpu" if args.gpu else "dask_bench") + (f"_{args.only}" if args.only else "")
     record = {
         "setting": setting,
         "repeats": args.repeats,
@@ -259,6 +288,8 @@ def main():
         "cpus": os.cpu_count(),
         "dask": dask.__version__,
         "quick": args.quick,
+        "loadavg_1_5_15_start": load_start,
+        "loadavg_1_5_15_end": os.getloadavg(),
         "results": results,
     }
     with open(os.path.join(out, f"{name}.json"), "w") as f:
