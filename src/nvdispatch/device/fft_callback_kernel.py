@@ -109,6 +109,28 @@ def _range_test(lo: int, hi: int, limit: int, k: str) -> str | None | bool:
     return f"{k} < {limit}"
 
 
+def _slots(w: _Lines, ept: int, stride: int, limit: int, half: bool):
+    """The register slots of a row's load or store loop that hold an element ``k < limit``: writes
+    ``k{i} = t + lo``, opens ``if k{i} < limit:`` where that is not always so, and yields ``(i, lo, hi, k)``
+    for the caller to write the slot's lines (inside that ``if``). ``half``: only the first ``ept//2 + 1``
+    slots (the Hermitian half of a c2r input or an r2c output)."""
+    for i in range(ept):
+        lo, hi = i * stride, i * stride + stride - 1
+        k = f"k{i}"
+        used = _range_test(lo, hi, limit, k)
+        if half and i >= ept // 2 + 1:
+            used = False
+        if used is False:
+            continue
+        w(f"{k} = t + {lo}")
+        if used is not True:
+            w(f"if {used}:")
+            w.depth += 1
+        yield i, lo, hi, k
+        if used is not True:
+            w.depth -= 1
+
+
 def generate_source(spec: KernelSpec, first: FFT, second: FFT | None) -> str:
     """The Python source of the kernel (globals: see :func:`build_callback_kernel`)."""
     n, ept, stride, fpb = spec.size, first.elements_per_thread, first.stride, first.ffts_per_block
@@ -126,18 +148,7 @@ def generate_source(spec: KernelSpec, first: FFT, second: FFT | None) -> str:
     w.depth += 1
     w(f"base = INDEX(row) * {spec.n_in}")
     kind = spec.fft_type
-    for i in range(ept):
-        lo, hi = i * stride, i * stride + stride - 1
-        k = f"k{i}"
-        used = _range_test(lo, hi, spec.n_in, k)  # c2r: slots past n//2 are not part of the input
-        if kind == "c2r" and i >= ept // 2 + 1:
-            used = False
-        if used is False:
-            continue
-        w(f"{k} = t + {lo}")
-        if used is not True:
-            w(f"if {used}:")
-            w.depth += 1
+    for i, lo, hi, k in _slots(w, ept, stride, spec.n_in, kind == "c2r"):  # c2r: slots past n//2 are not input
         read = _range_test(lo, hi, spec.m_in, k)
         zero = "RZERO" if kind == "r2c" else "ZERO"
         load = f"CPLX(x[row, {k}])" if spec.promote else f"x[row, {k}]"
@@ -150,8 +161,6 @@ def generate_source(spec: KernelSpec, first: FFT, second: FFT | None) -> str:
         if spec.prolog_args is not None:
             w(f"v = PROLOG(v, base + {k}{''.join(', ' + a for a in pargs)})")
         w(f"{'reals' if kind == 'r2c' else 'thread_data'}[{i}] = v")
-        if used is not True:
-            w.depth -= 1
     w.depth -= 1
     w("else:")  # idle rows of the last block transform zeros (defined values, no NaN arithmetic)
     w.depth += 1
@@ -179,25 +188,12 @@ def generate_source(spec: KernelSpec, first: FFT, second: FFT | None) -> str:
     w("if active:")
     w.depth += 1
     w(f"base = INDEX(row) * {spec.n_out}")
-    for i in range(ept):
-        lo, hi = i * stride, i * stride + stride - 1
-        k = f"k{i}"
-        used = _range_test(lo, hi, spec.n_out, k)
-        if last == "r2c" and i >= ept // 2 + 1:
-            used = False
-        if used is False:
-            continue
-        w(f"{k} = t + {lo}")
-        if used is not True:
-            w(f"if {used}:")
-            w.depth += 1
+    for i, _, _, k in _slots(w, ept, stride, spec.n_out, last == "r2c"):
         value = f"reals[{i}]" if last == "c2r" else f"thread_data[{i}]"
         w(f"v = {value}" + (" * SCALE" if spec.scale != 1.0 else ""))
         if spec.epilog_args is not None:
             w(f"v = EPILOG(v, base + {k}{''.join(', ' + a for a in eargs)})")
         w(f"out[row, {k}] = v")
-        if used is not True:
-            w.depth -= 1
     w.depth -= 1
     return f"def {KERNEL_NAME}({', '.join(params)}):\n" + "\n".join(w.lines) + "\n"
 
