@@ -93,32 +93,29 @@ class Fp8Layout:
     notes: tuple[str, ...]
 
 
-def _a_direct(p: MatmulProblem) -> tuple[int, int] | None:
-    """(lda, batch stride) when ``a`` can be read in place as a row-major (m, k) matrix, else None."""
-    sig, k = p.a, p.k
+def _direct(p: MatmulProblem, sig, vector: bool, unit: int, lead: int) -> tuple[int, int] | None:
+    """(leading dimension, batch stride) when ``sig`` can be read in place with unit stride along axis
+    ``unit`` and a leading stride along axis ``lead`` (a multiple of 16, at least K), else None."""
+    k = p.k
     st = sig.strides if sig.strides is not None else c_strides(sig.shape)
-    if p.a_vector:
+    if vector:
         return (k, 0) if (st[0] == 1 or k == 1) and k % 16 == 0 else None
-    sm, sk = st[-2], st[-1]
-    if (sk == 1 or k == 1) and sm >= k and sm % 16 == 0:
+    s_unit, s_lead = st[unit], st[lead]
+    if (s_unit == 1 or k == 1) and s_lead >= k and s_lead % 16 == 0:
         bs = L.collapse_batch(sig.shape[:-2], st[:-2], p.batch_shape)
         if bs is not None:
-            return sm, bs
+            return s_lead, bs
     return None
+
+
+def _a_direct(p: MatmulProblem) -> tuple[int, int] | None:
+    """(lda, batch stride) when ``a`` can be read in place as a row-major (m, k) matrix, else None."""
+    return _direct(p, p.a, p.a_vector, -1, -2)
 
 
 def _b_direct(p: MatmulProblem) -> tuple[int, int] | None:
     """(ldb, batch stride) when ``b`` can be read in place as a column-major (k, n) matrix, else None."""
-    sig, k = p.b, p.k
-    st = sig.strides if sig.strides is not None else c_strides(sig.shape)
-    if p.b_vector:
-        return (k, 0) if (st[0] == 1 or k == 1) and k % 16 == 0 else None
-    sk, sn = st[-2], st[-1]
-    if (sk == 1 or k == 1) and sn >= k and sn % 16 == 0:
-        bs = L.collapse_batch(sig.shape[:-2], st[:-2], p.batch_shape)
-        if bs is not None:
-            return sn, bs
-    return None
+    return _direct(p, p.b, p.b_vector, -2, -1)
 
 
 def fp8_layout(p: MatmulProblem) -> Fp8Layout:
