@@ -33,7 +33,7 @@ from .._matmul_problem import MatmulProblem, scalar_value
 from . import lt_autotune
 from . import lt_layout as L
 from .arrays import c_strides, result_kind
-from .lt_matmul import DEFAULT_MAX_WORKSPACE, HeuristicMemo, LtTuning, _align, _device_index, max_workspace
+from .lt_matmul import DEFAULT_MAX_WORKSPACE, HeuristicMemo, LtPlanCommon, _align, _device_index, max_workspace
 
 __all__ = ["Fp8Layout", "fp8_layout", "decline", "probe", "Fp8LtPlan"]
 
@@ -271,7 +271,7 @@ def _probe(p: MatmulProblem) -> tuple[bool, str]:
 _CUPY_STORAGE = {"float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "bfloat16": "uint16"}
 
 
-class Fp8LtPlan(LtTuning):
+class Fp8LtPlan(LtPlanCommon):
     """A planned FP8 cuBLASLt matmul (strategy ``"native"``)."""
 
     strategy = "native"
@@ -331,17 +331,8 @@ class Fp8LtPlan(LtTuning):
         return tuple(steps)
 
     # -- execution ---------------------------------------------------------------------------------
-    @property
-    def workspace_bytes(self) -> int:
-        """Bytes of the workspaces this plan holds (one per stream it ran on), and at least what its algorithm
-        needs before the first run allocates it (so the plan cache bounds it from insertion on)."""
-        held = sum(int(w.nbytes) for w in list(self._workspaces.values()))
-        return max(held, int(getattr(self._algo, "workspaceSize", 0) or 0))
-
     def release(self) -> None:
-        ws, self._workspaces = self._workspaces, {}
-        for w in ws.values():
-            w.release()
+        super().release()
         self._d_scales = {}
 
     def _workspace(self, stream: int, nbytes: int) -> int:

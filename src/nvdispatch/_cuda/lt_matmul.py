@@ -390,9 +390,10 @@ def _align(ptr: int) -> int:
     return 256 if ptr % 256 == 0 else (ptr & -ptr) or 256
 
 
-class LtTuning:
-    """The tuning methods of a cuBLASLt plan (:class:`LtMatmulPlan`, the FP8 plan of :mod:`.lt_fp8`): the plan
-    has ``_tuned``, ``_algo``, ``problem``, ``framework``, ``device_index``, ``_stream_pointer`` and
+class LtPlanCommon:
+    """What the cuBLASLt plans (:class:`LtMatmulPlan`, the FP8 plan of :mod:`.lt_fp8`) share: tuning,
+    autotune, time, workspace_bytes, release. The plan has ``_tuned``, ``_algo``, ``_workspaces`` (stream ->
+    workspace), ``problem``, ``framework``, ``device_index``, ``_stream_pointer`` and
     ``execute(operands, stream_pointer)``."""
 
     def tuning(self):
@@ -414,8 +415,21 @@ class LtTuning:
         sp = self._stream_pointer(stream, self.framework, self.device_index)
         return lt_autotune.gpu_seconds(lambda: self.execute(operands, sp), sp, self.device_index, iterations)
 
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the workspaces this plan holds (one per stream it ran on), and at least what its algorithm
+        needs before the first run allocates it (so the plan cache bounds it from insertion on)."""
+        held = sum(int(w.nbytes) for w in list(self._workspaces.values()))
+        return max(held, int(getattr(self._algo, "workspaceSize", 0) or 0))
 
-class LtMatmulPlan(LtTuning):
+    def release(self) -> None:
+        """Give workspaces back in stream order (safe while launches using them are queued)."""
+        ws, self._workspaces = self._workspaces, {}
+        for w in ws.values():
+            w.release()
+
+
+class LtMatmulPlan(LtPlanCommon):
     """A planned cuBLASLt matmul (strategy ``"native"``; with ``fused=False`` the unfused matmul that the
     ``"inplace"`` fallback runs before its elementwise epilog)."""
 
@@ -738,19 +752,6 @@ class LtMatmulPlan(LtTuning):
             bits = xp.contiguous(bits, (*p.batch_shape, *bits.shape[-2:]))
         keep.append(bits)
         return _xp_ptr(bits, xp)
-
-    @property
-    def workspace_bytes(self) -> int:
-        """Bytes of the workspaces this plan holds (one per stream it ran on), and at least what its algorithm
-        needs before the first run allocates it (so the plan cache bounds it from insertion on)."""
-        held = sum(int(w.nbytes) for w in list(self._workspaces.values()))
-        return max(held, int(getattr(self._algo, "workspaceSize", 0) or 0))
-
-    def release(self) -> None:
-        """Give workspaces back in stream order (safe while launches using them are queued)."""
-        ws, self._workspaces = self._workspaces, {}
-        for w in ws.values():
-            w.release()
 
 
 def _lt_epi_name(value: int) -> str:
