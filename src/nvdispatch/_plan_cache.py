@@ -366,14 +366,8 @@ class PlanCache:
         """End one use of ``plan`` begun by :meth:`acquire`/:meth:`acquire_or_create`/:meth:`hold`; a
         retired plan is released when its last user lets go."""
         entry = self._users.get(id(plan))
-        if entry is None or entry.plan is not plan:
-            return
-        try:
-            entry.users.pop()
-        except IndexError:  # unbalanced let_go: nothing to undo
-            return
-        if entry.retired:
-            self._release_if_unused(entry)
+        if entry is not None and entry.plan is plan:
+            self._unpin(entry)
 
     def _unpin(self, entry: _Entry) -> None:
         try:
