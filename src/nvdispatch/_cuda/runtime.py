@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import statistics
+import threading
 from typing import Any
 
 from ..errors import CudaRuntimeError, ExecutorUnavailableError
@@ -21,6 +22,7 @@ __all__ = [
     "malloc_async",
     "free_async",
     "pointer_device",
+    "bind_context",
     "EventTimer",
 ]
 
@@ -87,6 +89,24 @@ def malloc_async(nbytes: int, stream: int) -> int:
 def free_async(ptr: int, stream: int) -> None:
     """``cudaFreeAsync``: the memory is released once the work queued on ``stream`` before it is done."""
     check(cudart().cudaFreeAsync(ptr, stream), "cudaFreeAsync")
+
+
+_bound = threading.local()
+
+
+def bind_context(device_index: int) -> None:
+    """Make sure this thread has a CUDA context current before a library that launches through the driver API
+    (cuFFT) runs. The runtime binds device ``device_index``'s primary context lazily, on a thread's first
+    runtime call; a fresh worker thread whose arrays came from a framework's cached allocator may have made
+    none, and cuFFT then fails with ``CUFFT_EXEC_FAILED``. Checked once per thread and device (~50 ns after)."""
+    if getattr(_bound, "device", None) == device_index:
+        return
+    from cuda.bindings import driver
+
+    err, ctx = driver.cuCtxGetCurrent()
+    if err == driver.CUresult.CUDA_SUCCESS and not int(ctx):
+        check(cudart().cudaSetDevice(device_index), "cudaSetDevice")  # binds that device's primary context
+    _bound.device = device_index
 
 
 def pointer_device(ptr: int) -> int:

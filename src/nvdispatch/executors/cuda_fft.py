@@ -214,16 +214,20 @@ class CudaFFTPlan:
         p = self.problem
         if p.kind == "c2r" or len(self.loop_offsets) != 1 or p.strides is None:
             return None
+        from .._cuda.runtime import bind_context as bind
+
         exe, direction, shape, scale = self.cufft.execute, self.direction, p.out_shape, self.scale
+        idx = self.device_index
         if p.framework == "torch":
             import torch
 
-            tdt, tdev, idx = getattr(torch, p.result_dtype), torch.device("cuda", self.device_index), self.device_index
+            tdt, tdev = getattr(torch, p.result_dtype), torch.device("cuda", idx)
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
             if raw is None:
                 return None
 
             def run_torch(x):
+                bind(idx)
                 out = torch.empty(shape, dtype=tdt, device=tdev)
                 exe(x.data_ptr(), out.data_ptr(), raw(idx), direction)
                 if scale != 1.0:
@@ -237,6 +241,7 @@ class CudaFFTPlan:
             dt, current = p.result_dtype, cupy.cuda.get_current_stream
 
             def run_cupy(x):
+                bind(idx)
                 out = cupy.empty(shape, dtype=dt)
                 exe(x.data.ptr, out.data.ptr, current().ptr, direction)
                 if scale != 1.0:
@@ -254,6 +259,7 @@ class CudaFFTPlan:
         p = self.problem
         x = operands["x"]
         fw = p.framework
+        runtime.bind_context(self.device_index)
         s = streams.stream_pointer(stream, fw, self.device_index)
         v = arrays.view(x, fw)
         in_ptr = v.ptr
