@@ -35,7 +35,7 @@ from ._dispatch import (
     signature_by_class as _signatures,
 )
 from ._epilog import INPUTS, Epilog, spec_of
-from ._execute import raise_if_out_of_memory, run
+from ._execute import raise_if_out_of_memory, run, run_direct
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
@@ -379,6 +379,7 @@ class Matmul:
         self._problem = None
         self._selection = None
         self._hold = None  # our hold on the plan (PlanHold)
+        self._bound = None  # (plan, operands, direct-call arguments) for execute; None after operands change
         self._strategy = None
         self._freed = False
 
@@ -505,12 +506,27 @@ class Matmul:
             plan = self._hold.plan
             plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
             try:
-                operands = self._operands()
+                bound = self._bound
+                if bound is None or bound[0] is not plan:
+                    bound = self._bound = self._bind(plan)
             except BaseException:
                 plan_cache.let_go(plan)
                 raise
             stream = stream if stream is not None else self._stream
-        return run(plan, operands, stream)
+        if stream is None and bound[2] is not None:
+            return run_direct(plan, bound[2])
+        return run(plan, bound[1], stream)
+
+    def _bind(self, plan) -> tuple[Any, dict[str, Any], tuple | None]:
+        """What every execute of ``plan`` on the current operands passes: the operands, and the arguments of
+        the plan's direct call where the route would take it (as :func:`matmul` does)."""
+        operands = self._operands()
+        direct = getattr(plan, "direct", None)
+        args = None
+        if direct is not None and not self._selection.coerce and self._c is None and self._scales is None:
+            if self._alpha.__class__ in _SCALARS and self._alpha == 1:
+                args = (self._a, self._b, *self._inputs.values())
+        return plan, operands, args
 
     def reset_operands(
         self,
@@ -572,6 +588,7 @@ class Matmul:
                 if self._c is None and scalar_value(beta) != 0:
                     raise InvalidArgumentError("beta", "0 or None when the Matmul has no c", repr(beta))
             saved = (self._a, self._b, self._c, self._alpha, self._beta, dict(self._inputs), self._infos, self._scales)
+            self._bound = None
             self._a = a if a is not None else self._a
             self._b = b if b is not None else self._b
             self._c = c if c is not None else self._c
@@ -595,6 +612,7 @@ class Matmul:
         with self._lock:
             self._a = self._b = self._c = None
             self._inputs = {}
+            self._bound = None
             hold, self._hold = self._hold, None
             self._problem = self._selection = None
             self._freed = True

@@ -112,3 +112,25 @@ def test_reset_operands_checks_like_construction_and_replans_only_for_new_stride
         mm.reset_operands(epilog_inputs={"bias": np.ones(5)})
     # a failed reset changed nothing
     np.testing.assert_allclose(mm.execute(), np.maximum(2.0 * a2 @ b, 0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_execute_binds_operands_once_and_rebinds_after_reset(framework):
+    # execute() binds its operands (and the plan's direct call) once; every reset must be seen by the next one
+    conv = (lambda x: x) if framework == "numpy" else torch.from_numpy
+    rng = np.random.default_rng(7)
+    a, b, bias = rng.standard_normal((6, 4)), rng.standard_normal((4, 5)), rng.standard_normal(5)
+    with nvdispatch.Matmul(conv(a), conv(b)) as mm:
+        mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": conv(bias)})
+        runs = [mm.execute(), mm.execute()]
+        bias2 = rng.standard_normal(5)
+        mm.reset_operands(epilog_inputs={"bias": conv(bias2)})
+        runs.append(mm.execute())
+        mm.reset_operands(alpha=3.0)  # off the direct call
+        runs.append(mm.execute())
+        mm.reset_operands(alpha=1)  # and back on it
+        runs.append(mm.execute())
+    relu = lambda x: np.maximum(x, 0)  # noqa: E731
+    want = [relu(a @ b + bias)] * 2 + [relu(a @ b + bias2), relu(3 * a @ b + bias2), relu(a @ b + bias2)]
+    for got, expect in zip(runs, want):
+        np.testing.assert_allclose(np.asarray(got), expect, rtol=1e-12)

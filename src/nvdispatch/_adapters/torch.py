@@ -32,8 +32,8 @@ class TorchAdapter(Adapter):
 
     @staticmethod
     def signature(x):
-        # get_device() (-1 on the CPU) and is_cuda: cheaper to read and hash than a torch.device
-        return (x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled())
+        # get_device() (-1 on the CPU) and is_cuda: cheaper to read and hash than a torch.device; size() than shape
+        return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled())
 
     def device(self, x) -> Device:
         dev = x.device
