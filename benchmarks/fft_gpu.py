@@ -26,14 +26,20 @@ CASES = [  # (label, kind, batch, n)
 ]
 
 
+BUSY_CYCLES = 200_000  # per queued call: ~100 us of busy-wait at ~2 GHz, more than a call's host time
+
+
 def timeit(fn, reps=9, inner=50):
-    """Median seconds per call: ``inner`` calls between two CUDA events on the current stream."""
+    """Median seconds per call: ``inner`` calls between two CUDA events on the current stream, queued while
+    the GPU is held busy (``torch.cuda._sleep``) so the events measure the GPU, not the host's per-call cost
+    (which differs between hosts: the transforms here take 10-50 us)."""
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
     samples = []
     for _ in range(reps):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(BUSY_CYCLES * inner)
         start.record()
         for _ in range(inner):
             fn()
@@ -103,7 +109,7 @@ def main():
         "torch": torch.__version__,
         "cupy": cupy.__version__,
         "nvmath": nvmath_version,
-        "timing": "CUDA events around 50 back-to-back calls on the current stream; median of 9 "
+        "timing": "CUDA events around 50 back-to-back calls queued behind a GPU busy-wait; median of 9 "
         "(nvmath stateless: 10 x 5)",
         "python": sys.version.split()[0],
     }

@@ -41,7 +41,10 @@ class CupyAdapter(Adapter):
         return int(cupy.cuda.get_current_stream().ptr)
 
     def current_stream_getter(self, device_index: int):
-        return lambda: self.current_stream(device_index)
+        import cupy
+
+        get = cupy.cuda.get_current_stream  # the current device's: what current_stream reads
+        return lambda: get().ptr
 
     def stream_handle(self, stream: Any) -> int | None:
         ptr = getattr(stream, "ptr", None)  # cupy.cuda.Stream / ExternalStream (and look-alikes)

@@ -499,6 +499,36 @@ class LtMatmulPlan(LtPlanCommon):
             storage = storage_shape(shape, self._order)
             self._torch_result = (storage, getattr(torch, p.result_dtype), storage is not shape)
         self.steps = self._describe()
+        self.direct = self._direct_call()
+
+    def _direct_call(self):
+        """The Plan protocol's direct call for the commonest form, ``direct(a, b[, bias])`` (alpha 1, no c,
+        the current stream): operands read in place, at most a bias, no aux input or output; else None."""
+        s, p = self.setup, self.problem
+        names = tuple(self._inputs)
+        if (
+            self._needs_xp
+            or not self._direct_operands
+            or s.c_mode != "none"
+            or s.bgrad
+            or s.aux_out
+            or s.aux_in
+            or p.epilog.outputs
+            or names not in ((), ("bias",))
+            or (names and self.strategy != "native")
+        ):
+            return None
+        get, current, a_first = self._get_ptr, self._current_stream, s.lt_a.source == "a"
+        one, zero = self._one, self._zero
+
+        def direct(a, b, bias=None):
+            sp = current() if current is not None else 0
+            out, ptr_d, kind = self._result(a, sp)
+            ptr_a, ptr_b = (get(a), get(b)) if a_first else (get(b), get(a))
+            self._launch(ptr_a, ptr_b, ptr_d, ptr_d, None if bias is None else get(bias), None, one, zero, sp, kind)
+            return out
+
+        return direct
 
     # -- description ---------------------------------------------------------------------------------
     def _describe(self) -> tuple[str, ...]:
@@ -582,17 +612,7 @@ class LtMatmulPlan(LtPlanCommon):
         else:
             ptr_a = self._operand_ptr(s.lt_a, a, b, keep)
             ptr_b = self._operand_ptr(s.lt_b, a, b, keep)
-        # result
-        if self._torch_result is not None:
-            kind = "torch"
-            tshape, tdtype, transposed = self._torch_result
-            out = a.new_empty(tshape, dtype=tdtype)  # a's device, the current stream's caching allocator
-            ptr_d = out.data_ptr()
-            if transposed:
-                out = out.transpose(-1, -2)
-        else:
-            kind = _kind(a, self.framework)
-            out, ptr_d = empty(kind, p.result_shape, p.result_dtype, self.device_index, sp, self._order)
+        out, ptr_d, kind = self._result(a, sp)
         beta = operands.get("beta")
         c = operands.get("c")
         ptr_c = ptr_d
@@ -636,7 +656,30 @@ class LtMatmulPlan(LtPlanCommon):
                 aux_out, aux_ptr = self._alloc_aux(kind, sp)
             elif s.aux_in:
                 aux_ptr = self._aux_in_ptr(operands, keep)
-        # alignment of the pointers cuBLASLt reads
+        alpha_ptr = self._scalar(operands.get("alpha", 1), keep)
+        beta_ptr = self._scalar(beta, keep)
+        self._launch(ptr_a, ptr_b, ptr_c, ptr_d, bias_ptr, aux_ptr, alpha_ptr, beta_ptr, sp, kind)
+        del keep
+        if aux_out is not None:
+            outputs[p.epilog.outputs[0]] = aux_out
+        if self.strategy != "native" or not p.epilog.outputs:
+            return out
+        return out, outputs
+
+    def _result(self, a, sp: int):
+        """``(result, its pointer, its kind)``: a new result array in the caller's type."""
+        if self._torch_result is not None:
+            tshape, tdtype, transposed = self._torch_result
+            out = a.new_empty(tshape, dtype=tdtype)  # a's device, the current stream's caching allocator
+            ptr_d = out.data_ptr()
+            return (out.transpose(-1, -2) if transposed else out), ptr_d, "torch"
+        kind = _kind(a, self.framework)
+        p = self.problem
+        out, ptr_d = empty(kind, p.result_shape, p.result_dtype, self.device_index, sp, self._order)
+        return out, ptr_d, kind
+
+    def _launch(self, ptr_a, ptr_b, ptr_c, ptr_d, bias_ptr, aux_ptr, alpha_ptr, beta_ptr, sp: int, kind: str):
+        """Queue ``cublasLtMatmul`` on ``sp`` (with the algorithm the pointers' alignment allows)."""
         algo = self._algo
         if (ptr_a | ptr_b | ptr_c | ptr_d) & 255:
             al = _align(ptr_a | ptr_b | ptr_c | ptr_d)
@@ -645,8 +688,6 @@ class LtMatmulPlan(LtPlanCommon):
                 raise self._lt.CublasLtError(f"no cuBLASLt algorithm for {al}-byte aligned operands", 15)
             algo = cands[0]
         ws_ptr = self._workspace(sp, algo.workspaceSize, kind) if algo.workspaceSize else 0
-        alpha_ptr = self._scalar(operands.get("alpha", 1), keep)
-        beta_ptr = self._scalar(beta, keep)
         lt = self._lt
         core = self.core
         with self._lock:
@@ -676,12 +717,6 @@ class LtMatmulPlan(LtPlanCommon):
             )
         if status:
             lt.check(status, "cublasLtMatmul")
-        del keep
-        if aux_out is not None:
-            outputs[p.epilog.outputs[0]] = aux_out
-        if self.strategy != "native" or not p.epilog.outputs:
-            return out
-        return out, outputs
 
     def _operand_ptr(self, o: Operand, a, b, keep) -> int:
         x = a if o.source == "a" else b
