@@ -48,6 +48,7 @@ __all__ = [
     "errors",
     "fft",
     "device",
+    "CudaArray",
 ]
 
 
@@ -57,4 +58,8 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(f"nvdispatch.{name}")
+    if name == "CudaArray":  # the result type of callers known only by __cuda_array_interface__/DLPack
+        from ._cuda.arrays import CudaArray
+
+        return CudaArray
     raise AttributeError(f"module 'nvdispatch' has no attribute {name!r}")

@@ -121,14 +121,40 @@ def _dlpack_view(x) -> DeviceView:
 
 # -- results as the caller's type --------------------------------------------------------------------------
 class CudaArray:
-    """Device memory exposing ``__cuda_array_interface__`` (v3); owns a stream-ordered allocation.
+    """``nvdispatch.CudaArray``: the result type of calls whose operands nvdispatch knows only by
+    ``__cuda_array_interface__`` or DLPack (no framework to create results with). Device memory that any
+    framework can take without a copy: ``__cuda_array_interface__`` (v3), ``__dlpack__``/``__dlpack_device__``,
+    and ``__array_namespace__()`` — the array API of CuPy (else Torch) working on it in place, whose
+    functions return that framework's arrays. ``shape``, ``dtype``, ``ndim``, ``size``; ``copy_to_host()``.
 
     The memory is released with ``cudaFreeAsync`` on the stream it was allocated on, once the object is
     collected: work queued on that stream before the release still sees valid memory. Work on *other*
     streams must be ordered by the caller (as for any framework's stream-ordered allocator).
+
+    Examples
+    --------
+    On a GPU (``raw`` an object with only ``__cuda_array_interface__``)::
+
+        r = nvdispatch.matmul(raw_a, raw_b)        # a CudaArray
+        xp = r.__array_namespace__()               # CuPy's array API (or Torch's)
+        total = xp.sum(r)                          # a cupy.ndarray
+        t = torch.from_dlpack(r)                   # zero-copy into any DLPack consumer
+
+    >>> import nvdispatch
+    >>> hasattr(nvdispatch.CudaArray, "__array_namespace__")
+    True
     """
 
-    def __init__(self, shape, dtype: str, strides=None, *, stream: int = 0, base: Any = None, ptr: int = 0):
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: str,
+        strides: tuple[int, ...] | None = None,
+        *,
+        stream: int = 0,
+        base: Any = None,
+        ptr: int = 0,
+    ) -> None:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.strides_elems = tuple(strides) if strides is not None else c_strides(self.shape)
@@ -171,6 +197,12 @@ class CudaArray:
         kind, index = self.__dlpack_device__()
         return capsule(self.ptr, self.shape, self.strides_elems, self.dtype, kind, index, self)
 
+    def __array_namespace__(self, *, api_version: str | None = None):
+        """The array API namespace working on this memory (see :mod:`nvdispatch._cuda.cuda_array_namespace`)."""
+        from .cuda_array_namespace import namespace
+
+        return namespace(api_version)
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
@@ -179,7 +211,7 @@ class CudaArray:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    def view_as(self, shape, strides, offset_elems: int = 0) -> CudaArray:
+    def view_as(self, shape: tuple[int, ...], strides: tuple[int, ...], offset_elems: int = 0) -> CudaArray:
         """A view of this memory (keeps it alive)."""
         return CudaArray(shape, self.dtype.name, strides, base=self, ptr=self.ptr + offset_elems * self.dtype.itemsize)
 

@@ -1,0 +1,106 @@
+"""The array namespace of :class:`~nvdispatch._cuda.arrays.CudaArray` (``x.__array_namespace__()``).
+
+A ``CudaArray`` is what nvdispatch returns to callers whose operands are known only by
+``__cuda_array_interface__``/DLPack. Its namespace is the array API of a GPU framework installed here — CuPy
+first, else Torch (through array-api-compat) — whose functions take ``CudaArray`` arguments as zero-copy views
+of the same memory. Their results are arrays of that framework (the namespace's own array type), on the same
+device.
+
+Examples
+--------
+A ``CudaArray`` needs a GPU; the namespace wraps any array-API namespace (NumPy's here) the same way:
+
+>>> import numpy as np
+>>> from nvdispatch._cuda.cuda_array_namespace import CudaArrayNamespace
+>>> xp = CudaArrayNamespace("numpy", np, np.asarray)
+>>> float(xp.sum(xp.ones(3)))
+3.0
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CudaArrayNamespace", "namespace"]
+
+#: array API versions a namespace may be asked for (None: the newest its framework has)
+_VERSIONS = (None, "2021.12", "2022.12", "2023.12", "2024.12")
+
+
+class CudaArrayNamespace:
+    """An array-API namespace ``xp`` whose functions first turn ``CudaArray`` arguments (also inside lists and
+    tuples) into ``xp``'s arrays with ``adopt``; everything else (constants, dtypes) is ``xp``'s own."""
+
+    def __init__(self, framework: str, xp: Any, adopt: Callable[[Any], Any]):
+        self.framework = framework
+        self._xp = xp
+        self._adopt = adopt
+        self.__name__ = f"nvdispatch CudaArray namespace ({framework})"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        attr = getattr(self._xp, name)
+        if isinstance(attr, types.ModuleType):  # linalg, fft: namespaces of their own
+            wrapped: Any = CudaArrayNamespace(self.framework, attr, self._adopt)
+        elif callable(attr) and not isinstance(attr, type):
+            wrapped = _taking_cuda_arrays(attr, self._adopt)
+        else:
+            return attr  # constants, dtypes
+        setattr(self, name, wrapped)  # looked up once
+        return wrapped
+
+    def __dir__(self):
+        return sorted(set(dir(self._xp)) | {"framework"})
+
+    def __repr__(self) -> str:
+        return f"<{self.__name__}>"
+
+
+def _taking_cuda_arrays(fn: Callable, adopt: Callable[[Any], Any]) -> Callable:
+    from .arrays import CudaArray
+
+    def convert(v):
+        if isinstance(v, CudaArray):
+            return adopt(v)
+        if isinstance(v, (list, tuple)) and any(isinstance(e, CudaArray) for e in v):
+            return type(v)(convert(e) for e in v)
+        return v
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return fn(*(convert(a) for a in args), **{k: convert(v) for k, v in kwargs.items()})
+
+    return call
+
+
+@functools.cache
+def namespace(api_version: str | None = None) -> CudaArrayNamespace:
+    """The namespace of ``CudaArray`` results: CuPy's where CuPy is installed, else Torch's (CUDA build)."""
+    from ..errors import ExecutorUnavailableError, InvalidArgumentError
+
+    if api_version not in _VERSIONS:
+        raise InvalidArgumentError("api_version", f"one of {_VERSIONS}", repr(api_version))
+    try:
+        import array_api_compat.cupy as xp
+        import cupy
+
+        return CudaArrayNamespace("cupy", xp, cupy.asarray)  # zero-copy through __cuda_array_interface__
+    except ImportError:
+        pass
+    try:
+        import array_api_compat.torch as xp
+        import torch
+
+        if torch.cuda.is_available():
+            return CudaArrayNamespace("torch", xp, torch.from_dlpack)
+    except ImportError:
+        pass
+    raise ExecutorUnavailableError(
+        "CudaArray.__array_namespace__",
+        "CuPy or a CUDA build of Torch installed, whose array API works on CudaArray memory",
+        "neither",
+    )
