@@ -40,6 +40,14 @@ def test_a_c_ordered_b_is_transposed_and_odd_k_is_padded():
     assert s.b_copy and s.ldb == 32 and s.a_copy and s.lda == 32
     assert any("TN layout" in n for n in s.notes)
     assert s.ldd == 40  # 40 bf16 = 80 bytes: aligned
+    assert s.k == 32 and any("zero-padded to 32" in n for n in s.notes)  # K = 24 -> 32 for the FP8 kernels
+
+
+def test_odd_k_copies_even_operands_cublaslt_could_read_in_place():
+    a = torch.zeros(64, 48, dtype=F8)[:, :20]  # rows 48 apart (16-byte multiple) but K = 20
+    b = torch.zeros(40, 48, dtype=F8)[:, :20].t()
+    s = fp8_layout(problem(a, b))
+    assert (s.k, s.a_copy, s.b_copy, s.lda, s.ldb) == (32, True, True, 32, 32)
 
 
 def test_fp8_results_pad_to_16_bytes_and_batches_stride():

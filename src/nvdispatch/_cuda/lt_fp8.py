@@ -5,7 +5,9 @@ Layout: on Ada and Hopper cuBLASLt's FP8 kernels take only the "TN" form — its
 which in our row-major terms means ``a`` row-major (``(..., m, k)``, unit stride along K) and ``b``
 column-major (unit stride along K too, as ``torch._scaled_mm`` wants its second operand), each with a leading
 dimension that is a multiple of 16 bytes. Operands that are not so are copied into that layout first (the
-usual case for ``b``: a C-ordered ``(k, n)`` weight is transposed), and ``explain()`` says so. Both orientations
+usual case for ``b``: a C-ordered ``(k, n)`` weight is transposed), and ``explain()`` says so. The kernels
+also need K a multiple of 16: any other K is zero-padded (both operands copied into zeroed buffers; zeros add
+nothing to the products, and the scales and amax are unchanged). Both orientations
 of :mod:`.lt_layout` keep these operand layouts: ``"row"`` (``D^T = B^T A^T``: C-ordered result, bias along N,
 the default) and ``"col"`` (``D = A B``: F-ordered result, bias along M).
 
@@ -72,6 +74,7 @@ class Fp8Layout:
     n_lt: int
     k: int
     batch: int
+    #: K as cuBLASLt sees it: the problem's, rounded up to a multiple of 16 (a and b copied, zero-padded)
     #: a read in place (row-major, 16-byte leading dimension) or copied into a (…, m, lda) buffer
     a_copy: bool
     lda: int
@@ -125,12 +128,16 @@ def fp8_layout(p: MatmulProblem) -> Fp8Layout:
     orientation = "col" if p.bias_axis == "m" else "row"
     m_lt, n_lt = (n, m) if orientation == "row" else (m, n)
     notes = []
-    a = _a_direct(p)
+    k_lt = L.round_up(k, 16)  # FP8 kernels take K a multiple of 16: zero columns pad it (they add nothing)
+    padded = k_lt != k
+    if padded:
+        notes.append(f"K = {k} zero-padded to {k_lt} (FP8 kernels need K a multiple of 16): a and b are copied")
+    a = None if padded else _a_direct(p)
     if a is None:
         lda = L.round_up(k, 16)
         a = (lda, (m * lda if batch > 1 and not p.a_vector else 0))
         notes.append(f"copy a into a row-major buffer (leading dimension {lda}: FP8 kernels need 16-byte rows)")
-    b = _b_direct(p)
+    b = None if padded else _b_direct(p)
     if b is None:
         ldb = L.round_up(k, 16)
         b = (ldb, (n * ldb if batch > 1 and not p.b_vector else 0))
@@ -160,9 +167,9 @@ def fp8_layout(p: MatmulProblem) -> Fp8Layout:
         aux, aux_dtype = "gelu", q.result_type
         aux_ld = _align16(m_lt, aux_dtype)
     return Fp8Layout(
-        orientation, m_lt, n_lt, k, batch,
-        _a_direct(p) is None, a[0], a[1],
-        _b_direct(p) is None, b[0], b[1],
+        orientation, m_lt, n_lt, k_lt, batch,
+        padded or _a_direct(p) is None, a[0], a[1],
+        padded or _b_direct(p) is None, b[0], b[1],
         ldd, c_mode, ldc, bias_batched, aux, aux_ld, aux_dtype, tuple(notes),
     )  # fmt: skip
 
@@ -371,6 +378,17 @@ class Fp8LtPlan(LtPlanCommon):
             return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=dev)
         return xp.mod.empty(tuple(shape), dtype=_CUPY_STORAGE.get(dtype, dtype))
 
+    def _buffer(self, shape, dtype: str, zeroed: bool):
+        """An operand buffer; ``zeroed`` where K is padded (the padding must read as +0, whose FP8 bits are 0)."""
+        if not zeroed:
+            return self._empty(shape, dtype)
+        xp = self._xp
+        if xp.name == "torch":
+            torch = xp.mod
+            dev = torch.device("cuda", self.device_index)
+            return torch.zeros(tuple(shape), dtype=torch.uint8, device=dev).view(getattr(torch, dtype))
+        return xp.mod.zeros(tuple(shape), dtype=_CUPY_STORAGE.get(dtype, dtype))
+
     def _ptr(self, x) -> int:
         return x.data_ptr() if self._xp.name == "torch" else x.data.ptr
 
@@ -403,7 +421,7 @@ class Fp8LtPlan(LtPlanCommon):
         # operands in the TN layout
         if s.a_copy:
             rows = (1,) if p.a_vector else (*batch, p.m)
-            buf = self._empty((*rows, s.lda), "uint8" if "a" in q.storage else q.a_type)
+            buf = self._buffer((*rows, s.lda), "uint8" if "a" in q.storage else q.a_type, s.k != p.k)
             xp.copy_into(buf[..., : p.k], a_x)
             keep.append(buf)
             ptr_a = self._ptr(buf)
@@ -411,7 +429,7 @@ class Fp8LtPlan(LtPlanCommon):
             ptr_a = self._ptr(a_x)
         if s.b_copy:
             rows = (1,) if p.b_vector else (*batch, p.n)
-            buf = self._empty((*rows, s.ldb), "uint8" if "b" in q.storage else q.b_type)
+            buf = self._buffer((*rows, s.ldb), "uint8" if "b" in q.storage else q.b_type, s.k != p.k)
             xp.copy_into(buf[..., : p.k], b_x if p.b_vector else xp.swap_last(b_x))
             keep.append(buf)
             ptr_b = self._ptr(buf)
