@@ -188,9 +188,19 @@ def matmul(
         sig = signature_of(cls)
     if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS or quantization_scales is not None:
         key = None
-    elif c is None and beta is None and epilog_inputs is None and options is None and preferences is None:
-        # the shortest key for the commonest call (it is hashed twice per lookup); others have more fields
-        key = ("matmul", cls, sig(a), sig(b), epilog, alpha.__class__, _state.get().key, _backends._global.key)
+    elif c is None and beta is None and options is None and preferences is None:
+        # the shortest keys for the commonest calls, a plain product and a linear layer (a bias alone); the
+        # others (see _call_key) have more fields, so no two forms share a key
+        if epilog_inputs is None:
+            key = ("matmul", cls, sig(a), sig(b), epilog, alpha.__class__, _state.get().key, _backends._global.key)
+        elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
+            bias = epilog_inputs["bias"]
+            key = None if bias.__class__ is not cls else (
+                "matmul", cls, sig(a), sig(b), epilog, sig(bias), alpha.__class__, _state.get().key,
+                _backends._global.key,
+            )  # fmt: skip
+        else:
+            key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
     else:
         key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
     try:

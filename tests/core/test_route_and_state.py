@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import nvdispatch
-from nvdispatch import linalg
+from nvdispatch import errors, linalg
 from nvdispatch._backends import _unregister_all, candidates
 from nvdispatch.executors.base import Executor
 
@@ -112,6 +112,24 @@ def test_repeated_calls_take_one_lookup(count_full_path):
         np.testing.assert_allclose(out, np.maximum(A @ B + 1, 0))
         np.testing.assert_allclose(nvdispatch.matmul(A, B, np.ones((2, 4)), beta=2.0), A @ B + 2)
     assert len(count_full_path) == 3  # the first call of each kind
+
+
+def test_the_linear_layer_key_tells_bias_shapes_classes_and_epilogs_apart(count_full_path):
+    # a call with a bias alone has a short key of its own: nothing that changes the plan may share it
+    a, b = np.arange(8.0).reshape(2, 4), np.arange(12.0).reshape(4, 3) - 5
+    row, col = np.array([1.0, -2.0, 3.0]), np.array([[4.0], [-30.0]])
+    for _ in range(2):
+        np.testing.assert_allclose(nvdispatch.matmul(a, b, epilog="BIAS", epilog_inputs={"bias": row}), a @ b + row)
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": row})
+        np.testing.assert_allclose(got, np.maximum(a @ b + row, 0))
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": col})  # along M
+        np.testing.assert_allclose(got, np.maximum(a @ b + col, 0))
+        with pytest.raises(errors.EpilogInputError, match="float64"):  # another dtype: never a cached plan
+            nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": row.astype(np.float32)})
+    assert len(count_full_path) == 3 + 2  # one full path per valid form; the invalid one is checked every time
+    torch = pytest.importorskip("torch")
+    with pytest.raises(errors.MixedOperandsError):  # a bias of another framework still takes the checks
+        nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": torch.from_numpy(row)})
 
 
 def test_a_thread_inside_set_backend_does_not_change_another_threads_route(count_full_path):
