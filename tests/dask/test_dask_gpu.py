@@ -1,5 +1,5 @@
 """CuPy-chunked Dask arrays on a GPU: the synchronous scheduler and a one-GPU dask_cuda.LocalCUDACluster.
-RELU_BIAS matmul (K chunked and not) and FFTs along chunked axes against float64 NumPy; each block's
+RELU_BIAS matmul (K concatenated per block, tree-reduced, whole) and FFTs along chunked axes against float64 NumPy; each block's
 product is one fused cuBLASLt launch (explain per block). Skipped without a GPU.
 
 On the GPU machine (Dask is not installed there; see tests/dask/README.md for the wheels to carry):
@@ -48,7 +48,12 @@ def cuda_client():
         yield client
 
 
-@pytest.mark.parametrize("k_chunks", [40, 80], ids=["K chunked", "K whole"])
+#: K in 4 chunks: concatenated per block (the panels, a and b once, are fewer bytes than 3 partial products);
+#: in 2 chunks: tree-reduced (more bytes than the 1 partial product); whole
+K_CHUNKS = pytest.mark.parametrize("k_chunks", [20, 40, 80], ids=["K concatenated", "K tree", "K whole"])
+
+
+@K_CHUNKS
 def test_relu_bias_matmul_sync(k_chunks):
     a, b, bias, A, B = _operands(chunks_a=(32, k_chunks), chunks_b=(k_chunks, 24))
     r = nvdispatch.matmul(A, B, epilog="RELU_BIAS", epilog_inputs={"bias": cupy.asarray(bias)})
@@ -58,18 +63,21 @@ def test_relu_bias_matmul_sync(k_chunks):
     close(cupy.asnumpy(got), _want(a, b, bias), "float32")
 
 
-def test_relu_bias_matmul_local_cuda_cluster(cuda_client):
-    a, b, bias, A, B = _operands()
+@pytest.mark.parametrize("k_chunks", [20, 40], ids=["K concatenated", "K tree"])
+def test_relu_bias_matmul_local_cuda_cluster(k_chunks, cuda_client):
+    a, b, bias, A, B = _operands(chunks_a=(32, k_chunks), chunks_b=(k_chunks, 24))
     r = nvdispatch.matmul(A, B, epilog="RELU_BIAS", epilog_inputs={"bias": cupy.asarray(bias)})
     got = cuda_client.compute(r, sync=True)
     close(cupy.asnumpy(got), _want(a, b, bias), "float32")
 
 
-@pytest.mark.parametrize("k_chunks", [40, 80], ids=["K chunked", "K whole"])
+@K_CHUNKS
 def test_each_block_is_one_fused_cublaslt_launch(k_chunks):
     _, _, bias, A, B = _operands(chunks_a=(32, k_chunks), chunks_b=(k_chunks, 24))
     e = nvdispatch.explain(A, B, epilog="RELU_BIAS", epilog_inputs={"bias": cupy.asarray(bias)})
     assert e.executor == "dask"
+    form = {20: "K in 4 chunks concatenated", 40: "K in 2 chunks tree-reduced", 80: "K in 1 chunk(s)"}[k_chunks]
+    assert form in str(e), e.steps
     block = [s for s in e.steps if s.startswith("first block")]
     assert block[0] == "first block: executor 'cuda', strategy 'native'", block
     launches = [s for s in block if "cublasLtMatmul" in s]

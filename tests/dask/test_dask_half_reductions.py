@@ -4,6 +4,7 @@ must be exactly float16(the float64 total), where a float16 tree sum of the part
 
 from __future__ import annotations
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -39,24 +40,35 @@ def _case(epilog: str, bgrad_axis: str):
     return a, b, {}, None, "bgradb", np.full(2, TOTAL)
 
 
+#: Dask's chunk-size, which decides whether a chunked K is concatenated per block (one call on the whole K,
+#: summed by the block executor in float32) or tree-reduced ("1B": K-partials summed here, in float32)
+K_FORMS = pytest.mark.parametrize("budget", ["128MiB", "1B"], ids=["K concatenated", "K tree"])
+
+
+@K_FORMS
 @pytest.mark.parametrize(
     "epilog, bgrad_axis",
     [("DRELU_BGRAD", "n"), ("DRELU_BGRAD", "m"), ("DGELU_BGRAD", "n"), ("BGRADA", "n"), ("BGRADB", "n")],
 )
-def test_float16_bias_gradient_partials_accumulate_in_float32(epilog, bgrad_axis):
+def test_float16_bias_gradient_partials_accumulate_in_float32(epilog, bgrad_axis, budget):
     a, b, inputs, options, name, want = _case(epilog, bgrad_axis)
-    _, aux = nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs or None, options=options)
+    with dask.config.set({"array.chunk-size": budget}):
+        _, aux = nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs or None, options=options)
     assert aux[name].dtype == np.float16
     (got,) = da.compute(aux[name], scheduler="sync")
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, want)
 
 
-def test_float16_k_partials_accumulate_in_float32():
-    """K in 65 one-element chunks: 64 exact partial products summed in float32 and rounded once; the last
-    K-chunk adds 0, so the result is exactly float16(the float64 total)."""
-    a = da.from_array(np.append(VALUES, np.float16(0)).reshape(1, -1), chunks=(1, 1))
+@K_FORMS
+def test_float16_k_partials_accumulate_in_float32(budget):
+    """K in 65 one-element chunks: 64 exact partial products summed in float32 and rounded once (the last
+    K-chunk adds 0), or one call on the concatenated K; either way exactly float16(the float64 total)."""
+    a = da.from_array(np.tile(np.append(VALUES, np.float16(0)), (4, 1)), chunks=(1, 1))
     b = da.from_array(np.ones((ROWS + 1, 2), np.float16), chunks=(1, 2))
-    got = nvdispatch.matmul(a, b, epilog="RELU").compute(scheduler="sync")
+    with dask.config.set({"array.chunk-size": budget}):
+        r = nvdispatch.matmul(a, b, epilog="RELU")
+        assert ("concatenated" if budget == "128MiB" else "tree-reduced") in str(nvdispatch.explain(a, b))
+    got = r.compute(scheduler="sync")
     assert got.dtype == np.float16
-    np.testing.assert_array_equal(got, np.full((1, 2), TOTAL))
+    np.testing.assert_array_equal(got, np.full((4, 2), TOTAL))

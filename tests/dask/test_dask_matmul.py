@@ -37,6 +37,7 @@ def cases(draw):
     A = da.from_array(a, chunks=(*(draw(chunking(s, 2)) for s in a_batch), draw(chunking(m)), k_chunks))
     b_k = k_chunks if draw(st.booleans()) else draw(chunking(k))
     B = da.from_array(b, chunks=(*(draw(chunking(s, 2)) for s in b_batch), b_k, draw(chunking(n))))
+    budget = draw(st.sampled_from(["128MiB", "1B"]))  # Dask's chunk-size: "1B" forces the K tree
     kwargs: dict = {"epilog": epilog}
     ref_inputs: dict = {}
     if epilog in BIAS:
@@ -44,7 +45,8 @@ def cases(draw):
         shape = {"n": (n,), "n1": (*out_batch[:1], 1, n), "m": (*out_batch[:1], m, 1)}[along]
         bias = rng.standard_normal(shape).astype(dtype)
         ref_inputs["bias"] = bias
-        kwargs["epilog_inputs"] = {"bias": bias if draw(st.booleans()) else da.from_array(bias, chunks=1)}
+        plain = budget != "1B" and draw(st.booleans())  # plain operands broadcast up to chunk-size too
+        kwargs["epilog_inputs"] = {"bias": bias if plain else da.from_array(bias, chunks=1)}
     if epilog.startswith("DRELU"):
         mask = rng.random((*out_batch, m, n)) > 0.5
         ref_inputs["relu_aux"] = mask
@@ -61,14 +63,15 @@ def cases(draw):
     bgrad_axis = draw(st.sampled_from(["n", "m"]))
     if epilog.endswith("_BGRAD"):
         kwargs["options"] = {"bgrad_axis": bgrad_axis}
-    return a, b, A, B, c, alpha, kwargs, ref_inputs, bgrad_axis
+    return a, b, A, B, c, alpha, kwargs, ref_inputs, bgrad_axis, budget
 
 
 def _check(case, dask_compute):
-    a, b, A, B, c, alpha, kwargs, ref_inputs, bgrad_axis = case
+    a, b, A, B, c, alpha, kwargs, ref_inputs, bgrad_axis, budget = case
     a0, b0 = a.copy(), b.copy()
     C = None if c is None else da.from_array(c, chunks=1)
-    got = nvdispatch.matmul(A, B, C, alpha=alpha, **kwargs)
+    with dask.config.set({"array.chunk-size": budget}):  # read when the graph is built
+        got = nvdispatch.matmul(A, B, C, alpha=alpha, **kwargs)
     want, want_aux = matmul_reference(a, b, c, alpha, kwargs.get("beta"), kwargs["epilog"], ref_inputs, bgrad_axis)
     if want_aux:
         result, aux = got
@@ -120,10 +123,15 @@ def test_result_is_lazy_and_chunked_like_the_operands(dask_compute):
     close(got, np.maximum(a @ b + bias, 0), "float64")
 
 
+def _tasks(r, fn):
+    return [v for v in dict(r.dask.layers[r.name]).values() if isinstance(v, tuple) and v and v[0] is fn]
+
+
 @pytest.mark.parametrize("k_blocks, adds", [(2, 0), (5, 1), (11, 4)])
 def test_chunked_k_partials_tree_summed_into_the_fused_call(k_blocks, adds, dask_compute):
-    """One block call per K-chunk; the K-1 partials tree-summed 4 at a time into the last (fused) call's c."""
-    from nvdispatch.executors.dask_tasks import add_blocks, matmul_block
+    """Panels over the K budget: one block call per K-chunk; the K-1 partials tree-summed 4 at a time into
+    the last (fused) call's c."""
+    from nvdispatch.executors.dask_tasks import add_blocks, concat_blocks, matmul_block
 
     rng = np.random.default_rng(7)
     k = 3 * k_blocks
@@ -131,13 +139,76 @@ def test_chunked_k_partials_tree_summed_into_the_fused_call(k_blocks, adds, dask
     bias = rng.standard_normal(5)
     A, B = da.from_array(a, chunks=(3, 3)), da.from_array(b, chunks=(3, 5))
     C = da.from_array(c, chunks=(2, 5))
-    r = nvdispatch.matmul(A, B, C, alpha=-2.0, beta=0.5, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
-    tasks = list(dict(r.dask.layers[r.name]).values())
-    calls = [v for v in tasks if isinstance(v, tuple) and v and v[0] is matmul_block]
-    sums = [v for v in tasks if isinstance(v, tuple) and v and v[0] is add_blocks]
+    with dask.config.set({"array.chunk-size": "100B"}):
+        r = nvdispatch.matmul(A, B, C, alpha=-2.0, beta=0.5, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    calls, sums = _tasks(r, matmul_block), _tasks(r, add_blocks)
     assert (len(calls), len(sums)) == (2 * k_blocks, 2 * adds)  # 2 output blocks (C rechunked to A's rows)
+    assert not _tasks(r, concat_blocks)
     (got,) = dask_compute(r)
     close(got, np.maximum(-2.0 * (a @ b) + 0.5 * c + bias, 0), "float64")
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_chunked_k_concatenated_one_fused_call_per_block(batch, dask_compute):
+    """Panels within the K budget and smaller than the partial products: one concat task per block row of a
+    and block column of b, one fused call per output block, no sums."""
+    from nvdispatch.executors.dask_tasks import add_blocks, concat_blocks, matmul_block
+
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((*batch, 9, 8)), rng.standard_normal((8, 10))
+    c, bias = rng.standard_normal((9, 10)), rng.standard_normal((9, 1))  # bias along M
+    A = da.from_array(a, chunks=(*(1 for _ in batch), 3, (2, 3, 1, 2)))  # K in 4 uneven chunks
+    B = da.from_array(b, chunks=((2, 3, 1, 2), (4, 4, 2)))
+    r = nvdispatch.matmul(A, B, c, alpha=3.0, beta=-1.0, epilog="GELU_BIAS", epilog_inputs={"bias": bias})
+    nbatch = 2 if batch else 1
+    assert len(_tasks(r, matmul_block)) == nbatch * 3 * 3  # output blocks
+    assert len(_tasks(r, concat_blocks)) == nbatch * 3 + 3  # a's block rows (per batch block), b's block columns
+    assert not _tasks(r, add_blocks)
+    (got,) = dask_compute(r)
+    want, _ = matmul_reference(a, b, c, 3.0, -1.0, "GELU_BIAS", {"bias": bias})
+    close(got, want, "float64")
+
+
+def _k_line(e):
+    (line,) = [s for s in e.steps if s.startswith("K in ")]
+    return line
+
+
+def test_k_budget_boundary_and_explain():
+    """a 8×8 in 4×2 blocks, b 8×8 in 2×4: the largest block's panels are 4·8 + 8·4 float64 = 512 B; a and b
+    once (1 KiB) are fewer bytes than the 3 partial products of the 8×8 result (1.5 KiB)."""
+    rng = np.random.default_rng(10)
+    a, b = rng.standard_normal((8, 8)), rng.standard_normal((8, 8))
+    A, B = da.from_array(a, chunks=(4, 2)), da.from_array(b, chunks=(2, 4))
+    want = np.maximum(a @ b + 1.0, 0)
+    for budget, concatenated in (("512B", True), ("511B", False)):
+        with dask.config.set({"array.chunk-size": budget}):
+            line = _k_line(nvdispatch.explain(A, B, epilog="RELU_BIAS", epilog_inputs={"bias": np.ones(8)}))
+            r = nvdispatch.matmul(A, B, epilog="RELU_BIAS", epilog_inputs={"bias": np.ones(8)})
+        if concatenated:
+            assert line.startswith("K in 4 chunks concatenated per block (panels 512 B <= array.chunk-size 512 B;")
+            assert "one fused block call per output block" in line and "no partial products" in line
+        else:
+            assert line == "K in 4 chunks tree-reduced (panels 512 B > array.chunk-size 511 B: too large to " + (
+                "concatenate per block)"
+            )
+        close(r.compute(scheduler="sync"), want, "float64")  # the config was read when the graph was built
+
+
+def test_k_tree_kept_where_the_panels_outweigh_the_partial_products():
+    """a 16×12 in 4 K-chunks times b 12×2: the panels (a and b once, 1.69 kiB) outweigh the 3 partial
+    products of the 16×2 result (768 B), whatever the budget."""
+    from nvdispatch.executors.dask_tasks import concat_blocks
+
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((16, 12)), rng.standard_normal((12, 2))
+    A, B = da.from_array(a, chunks=(8, 3)), da.from_array(b, chunks=3)
+    line = _k_line(nvdispatch.explain(A, B))
+    assert line.startswith("K in 4 chunks tree-reduced (panels 0.94 kiB <= array.chunk-size 128.00 MiB, but 1.69 kiB")
+    assert line.endswith("of partial products: concatenating copies more)")
+    r = nvdispatch.matmul(A, B)
+    assert not _tasks(r, concat_blocks)
+    close(r.compute(scheduler="sync"), a @ b, "float64")
 
 
 def test_vectors_and_alpha_beta_c(dask_compute):
@@ -217,7 +288,12 @@ def test_explain_says_dask_and_the_block_call():
     text = str(e)
     assert "rechunk a along axis 1" in text and "rechunk b along axis 0" in text
     assert "first block: executor 'numpy'" in text
-    assert "after the K-sum" in text
+    assert "K in 4 chunks concatenated per block" in text  # K refined to 2, 1, 1, 2
+    assert "first block step: alpha * a @ b via" in text  # the whole K in one call, no c
+    with dask.config.set({"array.chunk-size": "100B"}):  # the panels, 2 · 4·6 float64, are 384 B
+        text = str(nvdispatch.explain(A, B, epilog="RELU_BIAS", epilog_inputs={"bias": np.ones(4)}))
+    assert "K in 4 chunks tree-reduced" in text and "after the K-sum" in text
+    assert "first block step: alpha * a @ b + beta * c via" in text  # the last K-chunk, the partial sum as c
 
 
 def test_backend_state_is_carried_into_the_tasks(dask_client):

@@ -1,14 +1,29 @@
 """Matmul on Dask arrays: a lazy graph of block matmuls, each run by nvdispatch's own route on the worker.
 
-For output block ``(batch..., i, j)`` and K cut into chunks ``0..K-1``:
+For output block ``(batch..., i, j)`` and K cut into chunks ``0..K-1``, one of two forms, by memory:
 
-* K-chunks ``0..K-2`` give partial products ``alpha * a[i,k] @ b[k,j]`` (the first adds ``beta * c``),
-  summed by a tree reduction (``split_every`` at a time); float16/bfloat16 partials are summed in float32
-  and the sum rounded once to the result dtype (a float16 sum would round at every add);
-* the last K-chunk is the block's one fused call: ``matmul(a[i,K-1], b[K-1,j], c=<partial sum>, beta=1,
-  alpha, epilog, bias/aux blocks)``, so the epilog sees the whole K-sum, once per block, fused wherever
-  the block executor fuses ``c`` and the epilog (one cuBLASLt launch on the GPU). With K in one chunk this
-  is the block's only call.
+* **K concatenated**, a rule on memory alone, when both hold:
+
+  - the largest block's two K panels (``a``'s block row ``m_blk × K`` and ``b``'s block column ``K × n_blk``,
+    batch blocks included) together fit in Dask's own ``array.chunk-size`` (``dask.config``, read at each
+    call; 128 MiB by default), the size Dask itself lets one task hold;
+  - the panels, ``a`` and ``b`` once in all, are no more bytes than the tree's partial products, ``K-1``
+    result-sized arrays: what each form writes, and at most moves between workers (a panel gathers blocks
+    from wherever they are; a partial product goes to its block's sum).
+
+  Then one concat task per panel (each block row of ``a`` and block column of ``b`` built once, shared by
+  the blocks that read it) and ONE fused call per output block on the whole K, as with K in one chunk: no
+  partial products, no sums, no ``c`` copy.
+* **K tree-reduced** otherwise (chunked K works for any size):
+
+  - K-chunks ``0..K-2`` give partial products ``alpha * a[i,k] @ b[k,j]`` (the first adds ``beta * c``),
+    summed by a tree reduction (``split_every`` at a time); float16/bfloat16 partials are summed in float32
+    and the sum rounded once to the result dtype (a float16 sum would round at every add);
+  - the last K-chunk is the block's one fused call: ``matmul(a[i,K-1], b[K-1,j], c=<partial sum>, beta=1,
+    alpha, epilog, bias/aux blocks)``, so the epilog sees the whole K-sum, once per block, fused wherever
+    the block executor fuses ``c`` and the epilog (one cuBLASLt launch on the GPU).
+
+With K in one chunk the fused call is the block's only call.
 
 Bias along N is sliced per block column, along M per block row, batched biases per batch block. Operands
 whose chunks do not meet (K of ``a`` vs ``b``, batch axes) are rechunked to the common refinement of their
@@ -45,6 +60,30 @@ def strategies(problem: MatmulProblem) -> tuple[str, ...]:
 
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
     return DaskMatmulPlan(problem)
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+
+    return {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}.get(dtype) or np.dtype(dtype).itemsize
+
+
+def _largest_block_bytes(chunks, dtype: str) -> int:
+    return math.prod(max(c) for c in chunks) * _itemsize(dtype)
+
+
+def k_budget() -> int:
+    """The bytes one block call may hold in K panels: Dask's ``array.chunk-size`` (``dask.config``)."""
+    import dask.config
+    from dask.utils import parse_bytes
+
+    return parse_bytes(dask.config.get("array.chunk-size"))
+
+
+def _bytes(n: int) -> str:
+    from dask.utils import format_bytes
+
+    return format_bytes(n)
 
 
 def _chunks(sig: ArraySig | None):
@@ -102,6 +141,19 @@ class DaskMatmulPlan:
         self.targets: dict[str, Any] = {"a": a_target, "b": b_target}
         self._note("a", pa, a_target)
         self._note("b", pb, b_target)
+        whole_k = (sum(self.k_chunks),)
+        #: the largest output block's two K panels (a's block row, b's block column), in bytes
+        self.panel_bytes = _largest_block_bytes((*a_target[:-1], whole_k), p.a.dtype) + _largest_block_bytes(
+            (*b_target[:-2], whole_k, b_target[-1]), p.b.dtype
+        )
+        #: what each form writes (and at most moves between workers): every panel once (a and b whole), or
+        #: the tree's K-1 partial products of every output block
+        self.panels_total = (math.prod(self.pa_shape) * _itemsize(p.a.dtype)) + (
+            math.prod(self.pb_shape) * _itemsize(p.b.dtype)
+        )
+        self.partials_total = (len(self.k_chunks) - 1) * math.prod(sum(c) for c in self.out_chunks) * _itemsize(
+            p.result_dtype
+        )
         self.promoted_shapes = {"a": self.pa_shape, "b": self.pb_shape}
         vectors = p.a_vector or p.b_vector
         for name, sig in (("c", p.c), *p.inputs):
@@ -127,12 +179,30 @@ class DaskMatmulPlan:
             self.promoted_shapes[name] = shape
             if name == "bias" or not vectors:
                 self._note(arg, _chunks(sig), target)
-        self._steps = self._describe()
+
+    def k_form(self) -> tuple[bool, str]:
+        """``(whether K is concatenated per block, why)`` for K in several chunks: concatenated when the largest
+        block's two K panels fit in Dask's ``array.chunk-size`` (read now, so a ``dask.config.set`` holds for
+        cached plans too) and the panels are no more bytes than the partial products they replace."""
+        nk = len(self.k_chunks)
+        budget = k_budget()
+        fits = f"panels {_bytes(self.panel_bytes)} {'<=' if self.panel_bytes <= budget else '>'} array.chunk-size "
+        fits += _bytes(budget)
+        if self.panel_bytes > budget:
+            return False, f"K in {nk} chunks tree-reduced ({fits}: too large to concatenate per block)"
+        bytes_ = f"{_bytes(self.panels_total)} of panels vs {_bytes(self.partials_total)} of partial products"
+        if self.panels_total > self.partials_total:
+            return False, f"K in {nk} chunks tree-reduced ({fits}, but {bytes_}: concatenating copies more)"
+        return True, f"K in {nk} chunks concatenated per block ({fits}; {bytes_})"
+
+    def concatenates_k(self) -> bool:
+        return len(self.k_chunks) > 1 and self.k_form()[0]
 
     @property
     def steps(self) -> tuple[str, ...]:
         """The decomposition, then the first output block's call as a worker would run it."""
-        return (*self._steps, *block_lines(self.explain_block))
+        concat = self.concatenates_k()
+        return (*self._describe(concat), *block_lines(lambda state: self.explain_block(state, concat)))
 
     def _note(self, operand: str, chunks, target) -> None:
         for axis, (was, now) in enumerate(zip(chunks, target)):
@@ -143,7 +213,7 @@ class DaskMatmulPlan:
                 )
 
     # -- explain ----------------------------------------------------------------------------------------------
-    def _describe(self) -> tuple[str, ...]:
+    def _describe(self, concat: bool) -> tuple[str, ...]:
         p = self.problem
         grid = " × ".join(str(len(c)) for c in self.out_chunks)
         nk = len(self.k_chunks)
@@ -151,12 +221,19 @@ class DaskMatmulPlan:
         epilog = spec.epilog.name
         steps = [f"Dask graph of {grid} output blocks (chunks {self.out_chunks}), K in {nk} chunk(s)"]
         steps += self.notes
+        fused = (
+            f"one fused block call per output block: nvdispatch.matmul(a, b{', c' if p.c else ''}, "
+            f"epilog={epilog}) on the worker"
+        )
         if nk == 1:
+            steps.append(fused)
+        elif concat:
             steps.append(
-                f"one fused block call per output block: nvdispatch.matmul(a, b{', c' if p.c else ''}, "
-                f"epilog={epilog}) on the worker"
+                f"{self.k_form()[1]}: one concat task per block row of a and block column of b (each built once, "
+                f"shared by the blocks that read it), then {fused}, on the whole K: no partial products, no sums"
             )
         else:
+            steps.append(self.k_form()[1])
             steps.append(
                 f"per output block: K-chunks 1..{nk - 1} as partial products alpha·a@b"
                 f"{' (+ beta·c in the first)' if p.c else ''}, tree-summed {SPLIT_EVERY} at a time"
@@ -170,8 +247,10 @@ class DaskMatmulPlan:
             if name.endswith("_bgrad"):
                 over = "M (block rows)" if p.options.bgrad_axis == "n" else "N (block columns)"
                 steps.append(f"{name}: per-block partial sums tree-reduced over {over}")
-            elif name in ("bgrada", "bgradb"):
+            elif name in ("bgrada", "bgradb") and nk > 1 and not concat:
                 steps.append(f"{name}: per-K-chunk partial sums (from the block calls) tree-reduced over K")
+            elif name in ("bgrada", "bgradb"):
+                steps.append(f"{name}: from the block calls of one block {'column' if name == 'bgrada' else 'row'}")
             else:
                 steps.append(f"{name}: a Dask array of the blocks' {name}, chunked like the result")
         steps.append(
@@ -180,8 +259,9 @@ class DaskMatmulPlan:
         )
         return tuple(steps)
 
-    def explain_block(self, state: T.CarriedState):
-        """The explanation of the first output block's fused call, as a worker would run it."""
+    def explain_block(self, state: T.CarriedState, concat: bool = False):
+        """The explanation of the first output block's fused call, as a worker would run it (on the whole K
+        when ``concat``)."""
         from .._explain import explain
 
         p = self.problem
@@ -189,12 +269,14 @@ class DaskMatmulPlan:
             name: tuple(c[0] if size != 1 else 1 for c, size in zip(self.targets[name], self.promoted_shapes[name]))
             for name in self.targets
         }
-        shapes["a"] = (*shapes["a"][:-1], self.k_chunks[-1])
-        shapes["b"] = (*shapes["b"][:-2], self.k_chunks[-1], shapes["b"][-1])
+        k = sum(self.k_chunks) if concat else self.k_chunks[-1]
+        shapes["a"] = (*shapes["a"][:-1], k)
+        shapes["b"] = (*shapes["b"][:-2], k, shapes["b"][-1])
         sigs = {"a": p.a, "b": p.b, "c": p.c, **dict(p.inputs)}
         blocks = {n: G.empty_block(self.chunk_framework, s, sigs[n].dtype) for n, s in shapes.items()}
         c = blocks.pop("c", None)
-        if c is None and len(self.k_chunks) > 1:
+        tree = len(self.k_chunks) > 1 and not concat
+        if c is None and tree:
             c = G.empty_block(self.chunk_framework, tuple(x[0] for x in self.out_chunks), p.result_dtype)
         a, b = blocks.pop("a"), blocks.pop("b")
         with T.applied(state):
@@ -247,7 +329,8 @@ class DaskMatmulPlan:
         C = arrays.get("c")
         inputs = [(n, arrays.get(n)) for n in ("bias", "relu_aux", "gelu_aux")]
         alpha, beta = operands.get("alpha", 1), operands.get("beta")
-        tok = G.token(*(x.name for x in arrays.values()), alpha, beta, spec.epilog, p.options, state)
+        concat = self.concatenates_k()
+        tok = G.token(*(x.name for x in arrays.values()), alpha, beta, spec.epilog, p.options, state, concat)
         core, res = f"nvdispatch-matmul-blocks-{tok}", f"nvdispatch-matmul-{tok}"
         ep, bgrad_ab = spec.epilog, None
         if ep in (Epilog.BGRADA, Epilog.BGRADB):
@@ -260,6 +343,17 @@ class DaskMatmulPlan:
         nk = len(self.k_chunks)
         grid = [range(len(c)) for c in self.out_chunks]
         dsk: dict = {}
+        if concat:  # one K step per block, on the panels
+            a_block, b_block = self._panels(dsk, core, A, B, nk)
+            nk = 1
+        else:
+
+            def a_block(bidx, i, k):
+                return G.block_of(A.name, A.shape, (*bidx, i, k))
+
+            def b_block(bidx, k, j):
+                return G.block_of(B.name, B.shape, (*bidx, k, j))
+
         aux_parts: dict[str, dict] = {}  # output name -> {aux block index: [keys of partial values]}
 
         def part_call(first: bool, with_grad):
@@ -271,8 +365,7 @@ class DaskMatmulPlan:
             c_key = G.block_of(C.name, C.shape, idx) if C is not None else None
             parts = []
             for k in range(nk):
-                a_key = G.block_of(A.name, A.shape, (*bidx, i, k))
-                b_key = G.block_of(B.name, B.shape, (*bidx, k, j))
+                a_key, b_key = a_block(bidx, i, k), b_block(bidx, k, j)
                 if k < nk - 1:
                     key = (f"{core}-partial", *idx, k)
                     dsk[key] = (T.matmul_block, part_call(k == 0, grad_here), a_key, b_key, c_key if k == 0 else None)
@@ -297,10 +390,11 @@ class DaskMatmulPlan:
                 if grad_here is not None:
                     self._collect(aux_parts, dsk, (core, *idx), grad_here, bidx, i, j, k)
         _log.debug(
-            "dask matmul %s: %s output blocks, K in %d chunk(s), %d tasks of block calls and sums",
+            "dask matmul %s: %s output blocks, K in %d chunk(s)%s, %d tasks of block calls and sums",
             res,
             "x".join(str(len(c)) for c in self.out_chunks),
-            nk,
+            len(self.k_chunks),
+            " concatenated per block" if concat else "",
             len(dsk),
         )
         tupled = bool(spec.outputs) and bgrad_ab is None
@@ -327,6 +421,29 @@ class DaskMatmulPlan:
             else:
                 aux[name] = self._reduced(name, aux_parts[name], result, meta_like, tok)
         return out, aux
+
+    @staticmethod
+    def _panels(dsk: dict, core: str, A, B, nk: int):
+        """``(a_block, b_block)``: the keys of the K panels meeting an output block (``k`` is always 0), each
+        panel's concat task added to ``dsk`` the first time a block reads it."""
+
+        def a_block(bidx, i, k):
+            first = G.block_of(A.name, A.shape, (*bidx, i, 0))
+            key = (f"{core}-a-panel", *first[1:-1])
+            if key not in dsk:
+                parts = [(*first[:-1], kk) for kk in range(nk)]
+                dsk[key] = (T.concat_blocks, -1, *parts)
+            return key
+
+        def b_block(bidx, k, j):
+            first = G.block_of(B.name, B.shape, (*bidx, 0, j))
+            key = (f"{core}-b-panel", *first[1:-2], first[-1])
+            if key not in dsk:
+                parts = [(*first[:-2], kk, first[-1]) for kk in range(nk)]
+                dsk[key] = (T.concat_blocks, -2, *parts)
+            return key
+
+        return a_block, b_block
 
     # -- auxiliary outputs -----------------------------------------------------------------------------------
     def _grad_block(self, bgrad_ab, bidx, i, j):

@@ -24,6 +24,7 @@ __all__ = [
     "FFTBlockCall",
     "matmul_block",
     "fft_block",
+    "concat_blocks",
     "add_blocks",
     "add_blocks_wide",
     "cast_to",
@@ -148,6 +149,15 @@ def fft_block(call: FFTBlockCall, x):
 
     with applied(call.state):
         return getattr(fft, call.func)(x, **dict(call.kwargs))
+
+
+def concat_blocks(axis: int, *blocks):
+    """The blocks joined along ``axis`` (a K panel), in their own namespace; one block is returned as it is."""
+    if len(blocks) == 1:
+        return blocks[0]
+    import array_api_compat
+
+    return array_api_compat.array_namespace(*blocks).concat(blocks, axis=axis)
 
 
 def add_blocks(*parts):
