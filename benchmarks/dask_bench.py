@@ -4,7 +4,9 @@ CPU (default): a ``distributed.LocalCluster`` of 2 worker processes (1 thread ea
 workers, each timing a ``persist()`` + ``wait()`` of the result (nothing gathered to the client):
 
 * fused RELU_BIAS matmul, 16384×4096 @ 4096×1024 fp32, a and b in 4×4 blocks (K chunked in 4), vs
-  ``da.maximum(a @ b + bias, 0)``; goal ≤ 0.8×;
+  ``da.maximum(a @ b + bias, 0)``; goal ≤ 0.8×. The same with the result 16× larger (16384×1024 @ 1024×4096,
+  K in 4 chunks), where nvdispatch concatenates K per block instead of tree-reducing it, timed also with the
+  K tree forced (``array.chunk-size`` below the panels);
 * fft2 of an 8192×8192 complex64 array in 4×4 blocks: ``nvdispatch.fft.fftn`` (pencil stages, no user
   action) vs ``da.fft.fft2`` after the hand rechunk it needs (both axes whole); goal ≤ 1.0×. The hand-written
   pencil (``da.fft.fft`` along one axis, rechunk, along the other) is timed too, for reference.
@@ -43,9 +45,16 @@ from nvdispatch import Epilog
 
 
 def _shapes(quick: bool):
+    """``((m, k, n), (m, k, n) of the wide-result case, fft side)``"""
     if quick:
-        return (512, 256, 128), 512
-    return (16384, 4096, 1024), 8192
+        return (512, 256, 128), (512, 128, 256), 512
+    return (16384, 4096, 1024), (16384, 1024, 4096), 8192
+
+
+def _k_form(a, b, bias) -> str:
+    """What ``explain()`` says of the chunked K (concatenated per block or tree-reduced, and why)."""
+    e = nvdispatch.explain(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
+    return next((s for s in e.steps if s.startswith("K in ")), "")
 
 
 def _timer(run, repeats: int, desc: str, sync=None) -> list[float]:
@@ -78,11 +87,14 @@ def _stream_summary(data) -> dict:
 def cpu_cases(client, quick: bool, streams: dict):
     from distributed import get_task_stream, wait
 
-    (m, k, n), side = _shapes(quick)
+    (m, k, n), (m2, k2, n2), side = _shapes(quick)
     rng = da.random.default_rng(0)
     a = rng.standard_normal((m, k), chunks=(m // 4, k // 4), dtype=np.float32).persist()
     b = rng.standard_normal((k, n), chunks=(k // 4, n // 4), dtype=np.float32).persist()
     bias = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    a2 = rng.standard_normal((m2, k2), chunks=(m2 // 4, k2 // 4), dtype=np.float32).persist()
+    b2 = rng.standard_normal((k2, n2), chunks=(k2 // 4, n2 // 4), dtype=np.float32).persist()
+    bias2 = np.random.default_rng(2).standard_normal(n2).astype(np.float32)
     x = (
         (
             rng.standard_normal((side, side), chunks=side // 4, dtype=np.float32)
@@ -91,7 +103,7 @@ def cpu_cases(client, quick: bool, streams: dict):
         .astype(np.complex64)
         .persist()
     )
-    wait([a, b, x])
+    wait([a, b, a2, b2, x])
 
     rep = iter(range(1, 1 << 30))
 
@@ -110,8 +122,13 @@ def cpu_cases(client, quick: bool, streams: dict):
 
         return go
 
-    def bias_(i):
+    def bias_(i, bias=bias):
         return bias + np.float32(i)
+
+    def k_tree(*args, **kwargs):
+        """nvdispatch with the K tree forced: Dask's chunk-size below the K panels (read when the graph is built)."""
+        with dask.config.set({"array.chunk-size": "1MiB"}):
+            return nvdispatch.matmul(*args, **kwargs)
 
     def x_(i):
         return x * np.complex64(1 + i * 2**-20)
@@ -120,12 +137,19 @@ def cpu_cases(client, quick: bool, streams: dict):
     got = nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})[:64, :64].compute()
     want = da.maximum(a @ b + bias, 0)[:64, :64].compute()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    for make in (nvdispatch.matmul, k_tree):
+        got = make(a2, b2, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias2})[:64, :64].compute()
+        want = da.maximum(a2 @ b2 + bias2, 0)[:64, :64].compute()
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    forms = {"narrow": _k_form(a, b, bias), "wide": _k_form(a2, b2, bias2)}
     got = F.fftn(x)[:64, :64].compute()
     want = da.fft.fft2(x.rechunk({0: -1, 1: -1}))[:64, :64].compute()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2 * float(np.abs(want).max()))
 
     mm = f"RELU_BIAS fp32 {m}x{k}x{n}, 4x4 blocks"
+    mm2 = f"RELU_BIAS fp32 {m2}x{k2}x{n2}, 4x4 blocks"
     ft = f"fft2 c64 {side}x{side}, 4x4 blocks"
+    print(f"{mm}: {forms['narrow']}\n{mm2}: {forms['wide']}")
     return [
         (
             mm,
@@ -138,6 +162,26 @@ def cpu_cases(client, quick: bool, streams: dict):
             },
             "dask.array",
             0.8,
+            forms["narrow"],
+        ),
+        (
+            mm2,
+            {
+                "nvdispatch": run(
+                    lambda i: nvdispatch.matmul(
+                        a2, b2, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias_(i, bias2)}
+                    ),
+                    f"{mm2}: nvdispatch",
+                ),
+                "nvdispatch, K tree forced": run(
+                    lambda i: k_tree(a2, b2, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias_(i, bias2)}),
+                    f"{mm2}: nvdispatch, K tree forced",
+                ),
+                "dask.array": run(lambda i: da.maximum(a2 @ b2 + bias_(i, bias2), 0), f"{mm2}: dask.array"),
+            },
+            "dask.array",
+            0.8,
+            forms["wide"],
         ),
         (
             ft,
@@ -153,6 +197,7 @@ def cpu_cases(client, quick: bool, streams: dict):
             },
             "dask.array",
             1.0,
+            "",
         ),
     ]
 
@@ -160,7 +205,7 @@ def cpu_cases(client, quick: bool, streams: dict):
 def gpu_cases(quick: bool, scheduler: str):
     import cupy
 
-    (m, k, n), side = _shapes(quick)
+    (m, k, n), _, side = _shapes(quick)
     rng = cupy.random.default_rng(0)
     a0 = rng.standard_normal((m, k), dtype=cupy.float32)
     b0 = rng.standard_normal((k, n), dtype=cupy.float32)
@@ -213,6 +258,7 @@ def gpu_cases(quick: bool, scheduler: str):
             },
             "nvdispatch single array",
             1.1,
+            "",
         ),
         (
             ft,
@@ -222,6 +268,7 @@ def gpu_cases(quick: bool, scheduler: str):
             },
             "nvdispatch single array",
             1.1,
+            "",
         ),
     ], sync
 
@@ -255,7 +302,7 @@ def main():
     if args.only:
         cases = [case for case in cases if case[0].startswith("RELU_BIAS" if args.only == "matmul" else "fft2")]
     results = []
-    for label, fns, baseline, goal in cases:
+    for label, fns, baseline, goal, k_form in cases:
         medians = {}
         for name, fn in fns.items():
             samples = _timer(fn, args.repeats, f"{label}: {name}", sync)
@@ -269,6 +316,7 @@ def main():
                 "ratio": ratio,
                 "goal": goal,
                 "met": ratio <= goal,
+                "k_form": k_form,
                 "task_stream_last_run": {k: streams[f"{label}: {k}"] for k in medians if f"{label}: {k}" in streams},
             }
         )
