@@ -14,7 +14,7 @@ from matmul_reference import assert_close, expected
 import nvdispatch
 from nvdispatch import Epilog
 from nvdispatch.executors import numpy_matmul_calibration
-from nvdispatch.executors.numpy_matmul_engines import available
+from nvdispatch.executors.numpy_matmul_engines import STRATEGY_OF, available
 
 try:  # the Torch engine is a candidate in processes that use Torch
     import torch  # noqa: F401
@@ -123,7 +123,7 @@ def test_calibration_orders_each_class_once_and_can_be_cleared(monkeypatch):
     assert first.strategy == first.strategies[0] != "plain"
     info = numpy_matmul_calibration.calibrations()
     (entry,) = info.values()
-    assert entry["calibrated"] and entry["order"][0] == first.strategy
+    assert entry["calibrated"] and STRATEGY_OF[entry["order"][0]] == first.strategy
     assert set(entry["seconds"]) == set(calls[0]) and all(t > 0 for t in entry["seconds"].values())
     numpy_matmul_calibration.clear()
     nvdispatch.explain(a, b, **kw)
@@ -141,7 +141,7 @@ def test_large_problems_calibrate_on_a_shrunk_copy():
     b = ArraySig("float32", (1024, 256), (256, 1))
     big = dataclasses.replace(p, m=1 << 20, k=1024, n=256, a=a, b=b, result_shape=(1 << 20, 256))
     rep = numpy_matmul_calibration._representative(big)
-    assert rep.k == 1024 and rep.n == 256 and rep.m * rep.n * rep.k <= numpy_matmul_calibration.BUDGET_MACS
+    assert rep.k == 1024 and rep.n == 256 and rep.m * rep.n * rep.k <= numpy_matmul_calibration.CACHE_BUDGET_MACS
     assert numpy_matmul_calibration.problem_class(big) != numpy_matmul_calibration.problem_class(p)
 
 

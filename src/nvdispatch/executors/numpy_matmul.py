@@ -23,6 +23,7 @@ from .._epilog_numpy import NumpyEpilogOps, accumulator_dtype
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 from . import numpy_matmul_calibration as calibration
 from . import numpy_matmul_engines as engines
+from .numpy_matmul_panels import PanelPlan
 
 #: bytes of result rows finished per block by default (a block stays in L2 through all epilog steps)
 DEFAULT_BLOCK_BYTES = 1 << 18
@@ -54,19 +55,51 @@ def decline(problem: MatmulProblem) -> str | None:
 
 
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
-    """``plain`` alone for a bare product; else the strategies whose engines this machine has for the
-    epilog (``native``: BLAS gemm with beta=1, ``framework_fused``: Torch's addmm family, see
-    ``numpy_matmul_engines``) and ``inplace``, fastest first as calibrated here for the problem's class
-    (``numpy_matmul_calibration``), then ``plain``."""
+    """``plain`` alone for a bare product; else the strategies of the engines this machine has for the
+    epilog (``native``: BLAS gemm with beta=1, ``framework_fused``: Torch's addmm family, ``inplace``: the
+    row-panel engine or this module's pass, see ``numpy_matmul_engines``), fastest first as calibrated here
+    for the problem's class (``numpy_matmul_calibration``), then ``plain``."""
     if not problem.epilog.steps and problem.c is None:
         return ("plain",)
-    fused = tuple(engines.STRATEGY_OF[e] for e in engines.applicable(problem) if e != "ufunc")
-    return (*calibration.ordered(problem, (*fused, "inplace"), plan), "plain")
+    ranked = dict.fromkeys(engines.STRATEGY_OF[e] for e in engine_order(problem))
+    return (*ranked, "plain")
+
+
+def engine_order(problem: MatmulProblem) -> tuple[str, ...]:
+    """The engines that can run ``problem``, fastest first as calibrated for its class (``ufunc`` stands for
+    this module's ``inplace`` pass: the whole-result ufuncs for one block, the blocked pass beyond)."""
+    usable = engines.applicable(problem)
+    candidates = tuple(e for e in engines.ENGINES if e in usable and e != "ufunc") + ("ufunc",)
+    return calibration.ordered(problem, candidates, _engine_plan)
+
+
+def _engine_plan(problem: MatmulProblem, engine: str):
+    if engine == "panels":
+        return PanelPlan(problem)
+    if engine == "ufunc":
+        return _inplace_pass(problem, "inplace", None)
+    return engines.plan(problem, engine)
 
 
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
     if strategy in ("native", "framework_fused"):
         return engines.plan(problem, "blas" if strategy == "native" else "torch")
+    if strategy == "inplace" and _inplace_engine(problem, tuning) == "panels":
+        return PanelPlan(problem, tuning)
+    return _inplace_pass(problem, strategy, tuning)
+
+
+def _inplace_engine(problem: MatmulProblem, tuning) -> str:
+    """``panels`` or ``ufunc`` (this module's pass) for strategy ``inplace``: as a loaded tuning says, else
+    whichever the calibration ranked first."""
+    if tuning:
+        return "panels" if "panel_bytes" in tuning else "ufunc"
+    if "panels" not in engines.applicable(problem):
+        return "ufunc"
+    return next(e for e in engine_order(problem) if e in ("panels", "ufunc"))
+
+
+def _inplace_pass(problem: MatmulProblem, strategy: str, tuning):
     one_block = math.prod(problem.promoted_shape) * np.dtype(problem.result_dtype).itemsize <= DEFAULT_BLOCK_BYTES
     if strategy == "inplace" and not tuning and one_block and "ufunc" in engines.applicable(problem):
         return engines.plan(problem, "ufunc")  # one block: the whole-result pass, with a direct hot-path call

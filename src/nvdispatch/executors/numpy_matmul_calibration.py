@@ -1,13 +1,14 @@
-"""Which CPU strategy runs a matmul by default: measured once per process and problem class, never assumed.
+"""Which CPU engine (so strategy) runs a matmul by default: measured once per process and problem class, never assumed.
 
 The fastest way to fuse an epilog on the CPU depends on the machine (the BLAS build and the core type it
 picks, cache sizes, whether Torch is installed): on one 2-core box the blocked in-place pass matches
 ``np.matmul``, on another Torch's ``_addmm_activation`` does and the blocked pass costs 1.4x. So the first
-call of a *problem class* times every candidate strategy briefly on synthetic operands shaped like the call
-(rows capped so one run stays near ``BUDGET_MACS``), interleaved round by round (each candidate's fastest
-round counts: load on the machine only adds time), and orders the strategies fastest first; later calls of
-the class reuse the order. ``Matmul.autotune()`` refines a single problem on its real operands (that choice,
-kept in the plan cache, wins over the class order).
+call of a *problem class* times every candidate engine briefly on synthetic operands shaped like the call
+(rows capped so one run stays near ``BUDGET_MACS``, but kept enough for the result to outgrow the cores'
+private caches, within ``CACHE_BUDGET_MACS``: what an epilog pass over memory costs must show), interleaved
+round by round (each candidate's fastest round counts: load on the machine only adds time), and orders the
+engines fastest first; later calls of the class reuse the order. ``Matmul.autotune()`` refines a single
+problem on its real operands (that choice, kept in the plan cache, wins over the class order).
 
 A problem class: result dtype, epilog steps, operands' layout kinds, ``c``/bias placement, batching, and
 the size bucket ``log2(m*n*k) // 3`` (calls within 8x of each other in work share a class).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,15 +30,19 @@ from collections.abc import Callable
 import numpy as np
 
 from .._matmul_problem import ArraySig, MatmulProblem
+from . import cpu_caches
 
-__all__ = ["ordered", "calibrations", "clear", "problem_class", "BUDGET_MACS"]
+__all__ = ["ordered", "calibrations", "clear", "problem_class", "BUDGET_MACS", "CACHE_BUDGET_MACS"]
 
 #: one calibration run does about this many multiply-adds (rows are capped to stay near it)
 BUDGET_MACS = 1 << 26
+#: ... or up to this many where more rows are needed for the result to outgrow the private caches
+CACHE_BUDGET_MACS = 8 * BUDGET_MACS
 #: seconds of repeated calls per candidate per round, and rounds (interleaved, so load hits all alike; the
 #: fastest round of each counts, since a busy machine only ever adds time)
 _ROUND_SECONDS = 1.5e-3
 _ROUNDS = 5
+_CPUS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 _log = logging.getLogger("nvdispatch")
 _lock = threading.Lock()
 _orders: dict[tuple, dict] = {}
@@ -108,10 +114,21 @@ def _representative(problem: MatmulProblem) -> MatmulProblem | None:
         return None
     if any(name != "bias" for name, _ in p.inputs):
         return None
-    rows = max(8, BUDGET_MACS // max(1, p.n * p.k))
+    per_row = max(1, p.n * p.k)
+    rows = min(p.m, max(8, BUDGET_MACS // per_row, min(_rows_past_caches(p), CACHE_BUDGET_MACS // per_row)))
     a = ArraySig(p.a.dtype, (rows, p.k), (p.k, 1) if _layout(p.a) == "c" else (1, rows))
     b = ArraySig(p.b.dtype, p.b.shape[-2:], p.b.strides[-2:] if p.b.strides else None)
     return dataclasses.replace(p, a=a, b=b, batch_shape=(), m=rows, result_shape=(rows, p.n))
+
+
+def _rows_past_caches(p: MatmulProblem) -> int:
+    """Rows whose result outgrows twice the cores' private caches together, so that the shrunk copy still
+    shows what the real call pays for passes over memory (an epilog after a whole-result GEMM) and what
+    finishing in cache saves; 0 where the cache size is unknown."""
+    cache = cpu_caches.private_cache_bytes()
+    if not cache:
+        return 0
+    return 2 * cache * _CPUS // max(1, p.n * np.dtype(p.result_dtype).itemsize)
 
 
 def _operands(p: MatmulProblem) -> dict:

@@ -12,6 +12,10 @@ full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``
     where Torch is installed; the result is a NumPy view of Torch's output. The activation follows in place
     with the executor's own step (Torch's CPU ``_addmm_activation`` is the same addmm and a separate activation
     pass, and its GELU is the erf form where nvdispatch's is the tanh form). 2-D operands.
+``panels`` (strategy ``inplace``, see ``numpy_matmul_panels``)
+    ``np.matmul`` panel of rows by panel of rows, each panel sized to a core's cache and finished (alpha,
+    ``beta * c``, bias, activation) at once while in cache, panels shared out over the cores with BLAS held
+    to one thread each. 2-D operands, any layout NumPy takes.
 ``ufunc`` (strategy ``inplace`` for results of one block)
     ``np.matmul`` into the result, then ``alpha``, ``beta * c``, the bias and the activation as in-place
     ufuncs over the whole result, with a direct call for the hot path of small repeated calls (larger
@@ -36,7 +40,7 @@ from .._matmul_problem import MatmulProblem, scalar_value
 __all__ = ["ENGINES", "STRATEGY_OF", "available", "applicable", "EnginePlan"]
 
 #: every engine, and the strategy each serves
-STRATEGY_OF = {"blas": "native", "torch": "framework_fused", "ufunc": "inplace"}
+STRATEGY_OF = {"blas": "native", "torch": "framework_fused", "panels": "inplace", "ufunc": "inplace"}
 ENGINES = tuple(STRATEGY_OF)
 _OPS = NumpyEpilogOps(inplace=True)  # the executor's own step vocabulary: RELU keeps NaN, GELU tanh form
 _ACTIVATIONS = {"relu": _OPS.relu_, "gelu": _OPS.gelu_}
@@ -48,7 +52,7 @@ def available() -> tuple[str, ...]:
     """The engines this process has: SciPy's BLAS where SciPy is installed, Torch's where the process has
     imported Torch (importing it costs seconds and a second thread pool: nvdispatch never does so just to
     try an engine)."""
-    have = ["ufunc"]
+    have = ["ufunc", "panels"]
     if _installed("scipy"):
         have.append("blas")
     if sys.modules.get("torch") is not None:
@@ -82,7 +86,7 @@ def applicable(problem: MatmulProblem) -> tuple[str, ...]:
     if p.m * p.n * p.k == 0:
         return ("ufunc",)  # nothing to multiply: BLAS and Torch add nothing but checks
     two_d = not p.batch_shape or all(d == 1 for d in p.batch_shape)
-    return tuple(e for e in available() if e == "ufunc" or two_d)
+    return tuple(e for e in available() if e == "ufunc" or two_d)  # (``panels``: 2-D, as BLAS and Torch)
 
 
 def plan(problem: MatmulProblem, engine: str) -> EnginePlan:
@@ -99,7 +103,7 @@ class EnginePlan:
         self.dtype = np.dtype(problem.result_dtype)
         self.activation = _LINEAR_STEPS[tuple(problem.epilog.steps)]
         self.shape = problem.promoted_shape
-        self.run = {"ufunc": self._ufunc, "blas": self._blas, "torch": self._torch}[engine]
+        self.run = getattr(self, f"_{engine}")
         if engine == "blas":
             from scipy.linalg import blas
 
