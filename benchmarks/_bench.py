@@ -1,10 +1,12 @@
-"""What every benchmark script shares: a progress bar, an output folder that exists, a plot that never
-crashes a finished run. The extras are optional (``pip install 'nvdispatch[bench]'``): without tqdm the loops
-run without a bar, without matplotlib the JSON is written and the plot is skipped with a message."""
+"""What every benchmark script shares: a progress bar, an output folder that exists, a plot that never crashes a
+finished run, a measure of the load other processes put on the machine meanwhile. The extras are optional (``pip
+install 'nvdispatch[bench]'``): without tqdm the loops run without a bar, without matplotlib the JSON is written
+and the plot is skipped with a message."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,6 +31,53 @@ def progress(iterable: Iterable, desc: str, total: int | None = None) -> Iterabl
         _tell_once("tqdm", f"tqdm is not installed: no progress bars ({_HINT})")
         return iterable
     return tqdm(iterable, desc=desc, total=total, leave=False)
+
+
+class ForeignLoad:
+    """``with ForeignLoad() as load:`` ... then ``load.share``: the CPU time other processes used meanwhile, in
+    cores (0.5: half a core busy on average), from ``/proc/stat`` less this process's own time; None where
+    ``/proc/stat`` is unreadable. Same-run ratios hold up under steady load, not under load that comes and goes:
+    a share well above 0 says the figures are not a quiet box's."""
+
+    share: float | None = None
+
+    def __enter__(self) -> ForeignLoad:
+        self._start = (_busy_seconds(), _own_seconds(), time.perf_counter())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        busy, own, wall = self._start
+        now = _busy_seconds()
+        if busy is not None and now is not None:
+            self.share = max(0.0, (now - busy) - (_own_seconds() - own)) / max(time.perf_counter() - wall, 1e-9)
+
+
+def wait_for_quiet(limit_seconds: float, max_share: float = 0.1, window: float = 0.5) -> bool:
+    """Wait (up to ``limit_seconds``) for a ``window`` in which other processes use at most ``max_share`` of a
+    core; True once one is seen, False at the limit (or where ``/proc/stat`` is unreadable)."""
+    deadline = time.perf_counter() + limit_seconds
+    while time.perf_counter() < deadline:
+        with ForeignLoad() as load:
+            time.sleep(window)
+        if load.share is None:
+            return False
+        if load.share <= max_share:
+            return True
+    return False
+
+
+def _busy_seconds() -> float | None:
+    try:
+        with open("/proc/stat") as fh:
+            ticks = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def output_dir(path: str | os.PathLike) -> str:

@@ -7,8 +7,11 @@ call of a *problem class* times every candidate engine briefly on synthetic oper
 (rows capped so one run stays near ``BUDGET_MACS``, but kept enough for the result to outgrow the cores'
 private caches, within ``CACHE_BUDGET_MACS``: what an epilog pass over memory costs must show), interleaved
 round by round (each candidate's fastest round counts: load on the machine only adds time), and orders the
-engines fastest first; later calls of the class reuse the order. ``Matmul.autotune()`` refines a single
-problem on its real operands (that choice, kept in the plan cache, wins over the class order).
+engines fastest first; later calls of the class reuse the order. Where an engine runs its own threads (the
+row panels), each candidate is timed in a block of its own after a short pause instead (``_SETTLE_SECONDS``):
+interleaved, it would find the previous engine's BLAS threads still spinning, which a loop of calls of one
+class never does. ``Matmul.autotune()`` refines a single problem on its real operands (that choice, kept in
+the plan cache, wins over the class order).
 
 A problem class: result dtype, epilog steps, operands' layout kinds, ``c``/bias placement, batching, and
 the size bucket ``log2(m*n*k) // 3`` (calls within 8x of each other in work share a class).
@@ -42,6 +45,9 @@ CACHE_BUDGET_MACS = 8 * BUDGET_MACS
 #: fastest round of each counts, since a busy machine only ever adds time)
 _ROUND_SECONDS = 1.5e-3
 _ROUNDS = 5
+#: OpenBLAS's worker threads busy-wait (yielding) about 0.1 s after each threaded call before they sleep
+#: (its THREAD_TIMEOUT; measured 120 ms on a 2-core box, where they took half the CPU of the call that followed)
+_SETTLE_SECONDS = 0.15
 _CPUS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 _log = logging.getLogger("nvdispatch")
 _lock = threading.Lock()
@@ -157,27 +163,41 @@ def _hot_call(plan, ops: dict) -> Callable:
     return lambda: plan.execute(ops)
 
 
+def _seconds_per_call(fn: Callable, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
 def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> dict:
     rep = _representative(problem)
     if rep is None:
         _log.debug("numpy matmul calibration: %s cannot be shrunk; order %s", problem_class(problem), candidates)
         return {"order": candidates, "seconds": {}, "calibrated": False}
     ops = _operands(rep)
-    calls, reps = {}, {}
+    calls, reps, own_threads = {}, {}, 1
     for name in candidates:
-        fn = _hot_call(make_plan(rep, name), ops)
+        plan = make_plan(rep, name)
+        own_threads = max(own_threads, getattr(plan, "own_threads", 1))
+        fn = _hot_call(plan, ops)
         t0 = time.perf_counter()
         fn()  # warm-up (and first-touch of the output pages)
         once = max(time.perf_counter() - t0, 1e-7)
         calls[name], reps[name] = fn, max(1, min(2000, int(_ROUND_SECONDS / once)))
     samples: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(_ROUNDS):
+    if own_threads > 1:
+        # an engine running its own threads would share the cores with the BLAS workers the engine timed before
+        # it left spinning: time each candidate in a block of its own, after they have gone to sleep
         for name in candidates:
-            fn, n = calls[name], reps[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / n)
+            time.sleep(_SETTLE_SECONDS)
+            calls[name]()
+            for _ in range(_ROUNDS):
+                samples[name].append(_seconds_per_call(calls[name], reps[name]))
+    else:
+        for _ in range(_ROUNDS):
+            for name in candidates:
+                samples[name].append(_seconds_per_call(calls[name], reps[name]))
     seconds = {name: min(v) for name, v in samples.items()}
     order = tuple(sorted(candidates, key=lambda s: (seconds[s], candidates.index(s))))
     _log.debug("numpy matmul calibration %s: %s -> %s", problem_class(problem), seconds, order[0])

@@ -4,8 +4,8 @@
 core's private cache. A panel is ``np.matmul(a[rows], b, out=result[rows])``, then at once ``alpha``,
 ``beta * c[rows]``, the bias and the activation in place on that panel, while it is still in cache: the
 epilog never makes its own trips through memory, as it does after a whole-result GEMM. On several threads
-the panels are shared out round-robin, each thread's BLAS call held to one thread (``blas_threads``) so the
-cores are not oversubscribed.
+each thread takes a contiguous share of the rows, panel by panel, its BLAS calls held to one thread
+(``blas_threads``) so the cores are not oversubscribed.
 
 Panel size and thread count are the plan's knobs: the defaults come from the core's cache size
 (``cpu_caches``); ``Matmul.autotune()`` times a few panel sizes around it (and the whole result as one
@@ -80,13 +80,20 @@ class PanelPlan(EnginePlan):
     def _describe(self) -> tuple[str, ...]:
         p = self.problem
         how = f"panels of {self.panel_rows} rows (~{self.panel_rows * self.row_bytes >> 10} KiB, a core's cache)"
-        where = "on 1 thread" if self.threads == 1 else f"round-robin on {self.threads} threads, BLAS 1 thread each"
+        where = f"{self.threads} threads, a share of rows each, BLAS 1 thread each"
+        where = "on 1 thread" if self.threads == 1 else where
         steps = [f"np.matmul(a[rows], b, out=result[rows]) in {how}, {where} (engine 'panels')"]
         if p.c is not None:
             steps.append("alpha, beta * c[rows] (in place on each panel while in cache)")
         for step in p.epilog.steps:
             steps.append(f"{step} (in place on each panel while in cache)")
         return tuple(steps)
+
+    @property
+    def own_threads(self) -> int:
+        """The threads a call runs panels on (1: the caller's alone, BLAS threading as it likes)."""
+        m = self.problem.m
+        return max(1, min(self.threads, -(-m // self.panel_rows))) if m else 1
 
     def tuning(self):
         return {"panel_bytes": self.panel_rows * self.row_bytes, "threads": self.threads}
@@ -95,14 +102,11 @@ class PanelPlan(EnginePlan):
     def _panels(self, a, b, bias, c, alpha, beta):
         m = a.shape[0]
         out = np.empty((m, b.shape[1]), self.dtype)
-        workers = min(self.threads, -(-m // self.panel_rows)) if m else 0
-        # with several threads, at least one panel each: a panel smaller than asked beats an idle core
-        rows = min(self.panel_rows, -(-m // workers)) if workers > 1 else self.panel_rows
-        starts = range(0, m, rows)
+        workers = self.own_threads
+        rows = self.panel_rows
         act = self.activation
 
-        def finish(r0: int) -> None:
-            r1 = min(r0 + rows, m)
+        def finish(r0: int, r1: int) -> None:
             o = out[r0:r1]
             np.matmul(a[r0:r1], b, out=o)
             if alpha != 1:
@@ -115,19 +119,20 @@ class PanelPlan(EnginePlan):
             if act is not None:
                 self._finish(o, act)
 
+        def share(lo: int, hi: int) -> None:
+            for r0 in range(lo, hi, rows):
+                finish(r0, min(r0 + rows, hi))
+
         if workers <= 1:
-            for r0 in starts:
-                finish(r0)
+            share(0, m)
             return out
-
-        def share(first: int) -> None:
-            for r0 in starts[first::workers]:
-                finish(r0)
-
+        # each thread a contiguous share of the rows: its pages of the fresh result are its own to fault in
+        # (threads writing neighbouring panels would contend for the same huge pages)
+        per = -(-m // workers)
         with blas_threads.single_threaded():
-            helpers = [_pool().submit(share, w) for w in range(1, workers)]
+            helpers = [_pool().submit(share, lo, min(lo + per, m)) for lo in range(per, m, per)]
             try:
-                share(0)  # the calling thread takes a share too
+                share(0, min(per, m))  # the calling thread takes the first share
             finally:
                 for done in helpers:
                     done.result()
