@@ -35,6 +35,8 @@ _CPUS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") 
 _UNKNOWN_CACHE_CHOICES = (1 << 18, 1 << 20, 1 << 22)
 #: fewest rows per panel: fewer make BLAS calls too short to be efficient, whatever the cache says
 _MIN_ROWS = 16
+#: pause before timing a setting on several threads: OpenBLAS workers spin ~0.1 s after a threaded call
+_SETTLE_SECONDS = 0.15
 _POOL = None
 _POOL_LOCK = threading.Lock()
 
@@ -141,8 +143,9 @@ class PanelPlan(EnginePlan):
     # -- autotuning ---------------------------------------------------------------------------------------
     def autotune(self, operands, iterations: int = 3):
         """Time panel sizes × thread counts (the first ``preferences.limit`` of them) on the real operands and
-        keep the fastest; returns the timings. Trials run on a private copy: this (shared, cached) plan
-        changes once, to the best setting."""
+        keep the fastest; returns the timings. Each setting on several threads is timed after a short pause
+        (BLAS worker threads left spinning by whatever ran before would take a core from it). Trials run on a
+        private copy: this (shared, cached) plan changes once, to the best setting."""
         timings = {}
         best = None
         trial = copy.copy(self)
@@ -151,6 +154,9 @@ class PanelPlan(EnginePlan):
         configs = itertools.product(panel_byte_choices(), threads)
         for panel_bytes, workers in itertools.islice(configs, self.problem.plan_preferences.limit):
             trial.panel_rows, trial.threads = self._rows_for(panel_bytes, self.problem.m), workers
+            if trial.own_threads > 1:  # after BLAS worker threads (of the last trial, or other code) went idle
+                time.sleep(_SETTLE_SECONDS)
+            trial.execute(operands)  # warm-up
             samples = []
             for _ in range(max(1, iterations)):
                 t0 = time.perf_counter()
