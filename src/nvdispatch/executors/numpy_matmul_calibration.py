@@ -48,6 +48,8 @@ _ROUNDS = 5
 #: OpenBLAS's worker threads busy-wait (yielding) about 0.1 s after each threaded call before they sleep
 #: (its THREAD_TIMEOUT; measured 120 ms on a 2-core box, where they took half the CPU of the call that followed)
 _SETTLE_SECONDS = 0.15
+#: rounds per candidate when timed in blocks (no interleaving to even out load: more rounds instead)
+_BLOCK_ROUNDS = 9
 _CPUS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 _log = logging.getLogger("nvdispatch")
 _lock = threading.Lock()
@@ -192,7 +194,7 @@ def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: C
         for name in candidates:
             time.sleep(_SETTLE_SECONDS)
             calls[name]()
-            for _ in range(_ROUNDS):
+            for _ in range(_BLOCK_ROUNDS):
                 samples[name].append(_seconds_per_call(calls[name], reps[name]))
     else:
         for _ in range(_ROUNDS):
