@@ -81,7 +81,7 @@ class PanelPlan(EnginePlan):
 
     def _describe(self) -> tuple[str, ...]:
         p = self.problem
-        how = f"panels of {self.panel_rows} rows (~{self.panel_rows * self.row_bytes >> 10} KiB, a core's cache)"
+        how = f"panels of {self.panel_rows} rows (~{self.panel_rows * self.row_bytes >> 10} KiB each)"
         where = f"{self.threads} threads, a share of rows each, BLAS 1 thread each"
         where = "on 1 thread" if self.threads == 1 else where
         steps = [f"np.matmul(a[rows], b, out=result[rows]) in {how}, {where} (engine 'panels')"]
