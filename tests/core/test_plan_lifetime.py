@@ -420,19 +420,25 @@ def test_one_fft_object_from_many_threads():
 
 
 # -- autotune (#15 item 11) ----------------------------------------------------------------------------------
-def test_an_interrupted_autotune_leaves_the_shared_plan_and_explain_as_they_were(monkeypatch):
-    from nvdispatch.executors import numpy_matmul
+@pytest.mark.parametrize("engine", ["ufunc", "panels"])
+def test_an_interrupted_autotune_leaves_the_shared_plan_and_explain_as_they_were(monkeypatch, engine):
+    from nvdispatch.executors import numpy_matmul, numpy_matmul_engines
 
     rng = np.random.default_rng(3)
-    # a result over one block (256 KiB): the blocked NumPy plan, whose autotune has knobs to try
+    # a result over one block (256 KiB): strategy inplace runs the blocked NumPy plan or the row panels (as
+    # calibrated; forced here), whose autotunes have knobs to try
     a, b, bias = rng.standard_normal((700, 40)), rng.standard_normal((40, 50)), rng.standard_normal(50)
     kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}, "preferences": {"strategy": "inplace"}}
+    plan_cache.clear()
+    monkeypatch.setattr(numpy_matmul, "_inplace_engine", lambda problem, tuning: engine)
     mm = nvdispatch.Matmul(a, b).plan(**kw)
     shared = mm._plan
-    assert type(shared).__name__ == "NumpyMatmulPlan"
-    before = (shared.block_rows, shared.threads, shared.steps)
+    cls = numpy_matmul.NumpyMatmulPlan if engine == "ufunc" else numpy_matmul_engines.EnginePlan
+    assert isinstance(shared, cls) and (engine == "ufunc") == (type(shared).__name__ == "NumpyMatmulPlan")
+    knobs = ("block_rows", "threads", "steps") if engine == "ufunc" else ("panel_rows", "threads", "steps")
+    before = tuple(getattr(shared, k) for k in knobs)
     explained = nvdispatch.explain(a, b, **kw).steps
-    real = numpy_matmul.NumpyMatmulPlan.execute
+    real = cls.execute
     calls = [0]
 
     def interrupting(self, operands, stream=None):
@@ -441,11 +447,11 @@ def test_an_interrupted_autotune_leaves_the_shared_plan_and_explain_as_they_were
             raise KeyboardInterrupt
         return real(self, operands, stream)
 
-    monkeypatch.setattr(numpy_matmul.NumpyMatmulPlan, "execute", interrupting)
+    monkeypatch.setattr(cls, "execute", interrupting)
     with pytest.raises(KeyboardInterrupt):
         mm.autotune(iterations=1)
-    monkeypatch.setattr(numpy_matmul.NumpyMatmulPlan, "execute", real)
-    assert (shared.block_rows, shared.threads, shared.steps) == before
+    monkeypatch.setattr(cls, "execute", real)
+    assert tuple(getattr(shared, k) for k in knobs) == before
     assert mm._plan is shared and mm.strategy == "inplace"
     assert nvdispatch.explain(a, b, **kw).steps == explained == shared.steps
     np.testing.assert_allclose(mm.execute(), np.maximum(a @ b + bias, 0), rtol=1e-12)
