@@ -205,27 +205,32 @@ def cpu_cases(client, quick: bool, streams: dict):
 def gpu_cases(quick: bool, scheduler: str):
     import cupy
 
-    (m, k, n), _, side = _shapes(quick)
+    shapes = _shapes(quick)
+    side = shapes[2]
     rng = cupy.random.default_rng(0)
-    a0 = rng.standard_normal((m, k), dtype=cupy.float32)
-    b0 = rng.standard_normal((k, n), dtype=cupy.float32)
-    bias = rng.standard_normal(n, dtype=cupy.float32)
     x0 = (
         rng.standard_normal((side, side), dtype=cupy.float32)
         + 1j * rng.standard_normal((side, side), dtype=cupy.float32)
     ).astype(cupy.complex64)
-    a = da.from_array(a0, chunks=(m // 4, k // 4), asarray=False)
-    b = da.from_array(b0, chunks=(k // 4, n // 4), asarray=False)
     x = da.from_array(x0, chunks=side // 4, asarray=False)
+    operands = []  # (m, k, n), a0, b0, bias, a, b
+    for m, k, n in shapes[:2]:
+        a0 = rng.standard_normal((m, k), dtype=cupy.float32)
+        b0 = rng.standard_normal((k, n), dtype=cupy.float32)
+        bias = rng.standard_normal(n, dtype=cupy.float32)
+        a = da.from_array(a0, chunks=(m // 4, k // 4), asarray=False)
+        b = da.from_array(b0, chunks=(k // 4, n // 4), asarray=False)
+        operands.append([(m, k, n), a0, b0, bias, a, b])
     sync = cupy.cuda.runtime.deviceSynchronize
+    lazy = [x] + [o[4] for o in operands] + [o[5] for o in operands]
     if scheduler == "cuda-cluster":
         from dask_cuda import LocalCUDACluster
         from distributed import Client, wait
 
         cluster = LocalCUDACluster(n_workers=1, dashboard_address=None)
         client = Client(cluster)
-        a, b, x = client.persist([a, b, x])
-        wait([a, b, x])
+        lazy = client.persist(lazy)
+        wait(lazy)
 
         def run_dask(make):
             def go():
@@ -235,33 +240,34 @@ def gpu_cases(quick: bool, scheduler: str):
 
             return go
     else:
-        a, b, x = dask.persist(a, b, x, scheduler="sync")
+        lazy = dask.persist(*lazy, scheduler="sync")
 
         def run_dask(make):
             return lambda: make().persist(scheduler="sync")
 
-    got = nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias}).compute(scheduler="sync")
-    want = nvdispatch.matmul(a0, b0, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
-    cupy.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
-    mm = f"RELU_BIAS fp32 {m}x{k}x{n}, CuPy 4x4 blocks ({scheduler})"
-    ft = f"fft2 c64 {side}x{side}, CuPy 4x4 blocks ({scheduler})"
-    return [
+    x = lazy[0]
+    for i, o in enumerate(operands):
+        o[4], o[5] = lazy[1 + i], lazy[1 + len(operands) + i]
+    cases = []
+    for (m, k, n), a0, b0, bias, a, b in operands:
+        kw = {"epilog": Epilog.RELU_BIAS, "epilog_inputs": {"bias": bias}}
+        got = nvdispatch.matmul(a, b, **kw).compute(scheduler="sync")
+        cupy.testing.assert_allclose(got, nvdispatch.matmul(a0, b0, **kw), rtol=1e-2, atol=1e-2)
+        cases.append(
+            (
+                f"RELU_BIAS fp32 m{m} k{k} n{n}, CuPy 4x4 blocks ({scheduler})",
+                {
+                    "nvdispatch on Dask": run_dask(lambda a=a, b=b, kw=kw: nvdispatch.matmul(a, b, **kw)),
+                    "nvdispatch single array": lambda a0=a0, b0=b0, kw=kw: nvdispatch.matmul(a0, b0, **kw),
+                },
+                "nvdispatch single array",
+                1.1,
+                _k_form(a, b, bias),
+            )
+        )
+    cases.append(
         (
-            mm,
-            {
-                "nvdispatch on Dask": run_dask(
-                    lambda: nvdispatch.matmul(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias})
-                ),
-                "nvdispatch single array": lambda: nvdispatch.matmul(
-                    a0, b0, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias}
-                ),
-            },
-            "nvdispatch single array",
-            1.1,
-            "",
-        ),
-        (
-            ft,
+            f"fft2 c64 {side}x{side}, CuPy 4x4 blocks ({scheduler})",
             {
                 "nvdispatch on Dask": run_dask(lambda: F.fftn(x)),
                 "nvdispatch single array": lambda: F.fftn(x0),
@@ -269,8 +275,9 @@ def gpu_cases(quick: bool, scheduler: str):
             "nvdispatch single array",
             1.1,
             "",
-        ),
-    ], sync
+        )
+    )
+    return cases, sync
 
 
 def main():
