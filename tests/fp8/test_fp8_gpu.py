@@ -28,8 +28,9 @@ def assert_matches(*args, **kwargs):
 
 def lt_can(m, n, k, result_type) -> bool:
     """Whether cuBLASLt runs the shape (measured on the H200: FP8 results need the extent along the bias, N
-    here, a multiple of 16; any K runs, zero-padded to a multiple of 16); other shapes take the reference path."""
-    return not result_type.startswith("float8") or n % 16 == 0
+    here, a multiple of 16; for 33x17 its heuristic offered no kernel at all, so odd N are counted out; any K
+    runs, zero-padded to a multiple of 16); other shapes take the reference path."""
+    return n % 2 == 0 and (not result_type.startswith("float8") or n % 16 == 0)
 
 
 def fp8(shape, dtype=E4M3, scale=1.0, seed=0, device="cuda"):
@@ -66,7 +67,7 @@ def run_both(a, b, **kw):
 
 
 @needs_fp8
-@pytest.mark.parametrize("m,n,k", [(64, 48, 32), (40, 24, 48), (33, 17, 20), (128, 256, 512)])
+@pytest.mark.parametrize("m,n,k", [(64, 48, 32), (40, 24, 48), (33, 17, 20), (64, 48, 40), (128, 256, 512)])
 @pytest.mark.parametrize("result_type", [E4M3, "bfloat16", "float16", "float32"])
 @pytest.mark.parametrize("b_layout", ["row", "col"])
 def test_cublaslt_vs_emulation_and_reference(m, n, k, result_type, b_layout):
@@ -77,7 +78,7 @@ def test_cublaslt_vs_emulation_and_reference(m, n, k, result_type, b_layout):
     if lt_can(m, n, k, result_type):
         assert ex.executor == "cuda" and any("cublasLtMatmul FP8" in s for s in ex.steps), str(ex)
     else:  # the reference path on the GPU, and explain() says why
-        assert ex.executor == "torch" and "multiple of 16" in str(ex), str(ex)
+        assert ex.executor == "torch" and "no FP8 kernel" in str(ex), str(ex)
     assert got.dtype == getattr(torch, result_type) and got.device.type == "cuda"
     _, _, want, abs_sum, _ = emulate(a, b, scales=scales, result_type=result_type)
     assert_matches(got, want, abs_sum, result_type, extra_scale=scales.get("d", 1.0))

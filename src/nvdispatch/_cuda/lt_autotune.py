@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import time
 from collections.abc import Callable
 
 __all__ = ["environment", "fingerprint", "tuning_key", "candidates", "autotune", "saved_choice", "record", "CANDIDATES"]
@@ -145,6 +146,9 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
 
 #: launches per timed sample, queued behind a GPU busy-wait so host overhead never shows in the GPU time
 _BURST = 5
+#: seconds of that busy-wait: grown (for the process) when a burst took the host longer than half of it
+_HOLD = [2e-3]
+_HOLD_MAX = 0.2
 
 
 def _busy_wait(stream: int, device_index: int, seconds: float) -> bool:
@@ -173,15 +177,23 @@ def gpu_seconds(launch: Callable[[], None], stream: int, device_index: int, iter
 
     rt = cudart()
     launch()  # warm-up (and workspace allocation)
+    hold = _HOLD[0]
     with EventTimer() as timer:
         samples = []
-        for _ in range(max(1, iterations)):
-            _busy_wait(stream, device_index, 2e-3)
+        while len(samples) < max(1, iterations):
+            _busy_wait(stream, device_index, hold)
             check(rt.cudaEventRecord(timer._start, stream), "cudaEventRecord")
+            t0 = time.perf_counter()
             for _ in range(_BURST):
                 launch()
+            queued = time.perf_counter() - t0
             check(rt.cudaEventRecord(timer._stop, stream), "cudaEventRecord")
             check(rt.cudaEventSynchronize(timer._stop), "cudaEventSynchronize")
+            if queued > hold / 2 and hold < _HOLD_MAX:
+                # the host may have queued past the end of the hold: the sample would time its gaps, so
+                # hold longer (for this and later timings) and take it again
+                hold = _HOLD[0] = min(hold * 4, _HOLD_MAX)
+                continue
             ms = check(rt.cudaEventElapsedTime(timer._start, timer._stop), "cudaEventElapsedTime")
             samples.append(ms * 1e-3 / _BURST)
     return float(statistics.median(samples))

@@ -264,7 +264,7 @@ def _probe(p: MatmulProblem) -> tuple[bool, str]:
         q, s = p.quantization, fp8_layout(p)
         hint = []
         if p.k % 16:
-            hint.append(f"K = {p.k} is not a multiple of 16")
+            hint.append(f"K = {p.k} tried zero-padded to {s.k}")
         if q.fp8_result and s.m_lt % 16:
             hint.append(f"the result's extent along the bias ({s.m_lt}) is not a multiple of 16 (FP8 results)")
         return False, (
