@@ -1,7 +1,10 @@
-import sys, time
+import sys
+import time
+
 sys.path.insert(0, "benchmarks")
-import torch
 import gpu_matmul_bench as gmb
+import torch
+
 import nvdispatch
 from nvdispatch._cuda import lt_autotune
 
