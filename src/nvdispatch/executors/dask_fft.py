@@ -197,7 +197,7 @@ class DaskFFTPlan:
         meta_like = x._meta
         for st in self.stages:
             if st.target is not None:
-                x = x.rechunk(st.target)
+                x = G.rechunk(x, st.target)
             call = T.FFTBlockCall(st.func, tuple(st.kwargs.items()), state)
             x = da.map_blocks(
                 T.fft_block,

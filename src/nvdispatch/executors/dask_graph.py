@@ -73,6 +73,15 @@ def wrap(x: Any):
     return da.from_array(x, chunks=tuple(x.shape) or (), asarray=False)
 
 
+def rechunk(x: Any, chunks: Any):
+    """``x.rechunk(chunks)``; chunks other than NumPy's are moved by Dask's task-based method (its peer-to-peer
+    one, the default on ``distributed`` clusters, serialises NumPy blocks only: CuPy blocks fail there)."""
+    import numpy as np
+
+    method = None if isinstance(x._meta, np.ndarray) else "tasks"
+    return x.rechunk(chunks, method=method)
+
+
 def token(*parts: Any) -> str:
     from dask.base import tokenize
 
