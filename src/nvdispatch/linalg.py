@@ -487,6 +487,8 @@ class Matmul:
                 for strategy in strategies_of(ex, "matmul", problem):
                     plan = acquire_plan(ex, "matmul", problem, strategy)
                     try:
+                        if problem.device.kind == "cpu":
+                            time.sleep(_CPU_SETTLE_SECONDS)
                         t = _time_plan(plan, problem, operands, iterations, stream)
                     except BaseException:
                         plan_cache.let_go(plan)
@@ -639,6 +641,11 @@ class Matmul:
     def __repr__(self) -> str:
         state = "freed" if self._freed else ("planned" if self._hold else "not planned")
         return f"<nvdispatch.Matmul {state} executor={self.executor} strategy={self._strategy}>"
+
+
+#: pause before timing each CPU strategy: a threaded BLAS call leaves its workers spinning ~0.1 s, taking a core
+#: from whatever runs next (on a 2-core box the strategy timed after another would lose half its cores)
+_CPU_SETTLE_SECONDS = 0.15
 
 
 def _device_sync(problem):
