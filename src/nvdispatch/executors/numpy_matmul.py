@@ -14,10 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -26,6 +23,7 @@ from .._epilog_numpy import NumpyEpilogOps, accumulator_dtype
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 from . import numpy_matmul_calibration as calibration
 from . import numpy_matmul_engines as engines
+from .cpu_threads import CPUS, pool
 from .numpy_matmul_panels import PanelPlan
 
 #: bytes of result rows finished per block by default (a block stays in L2 through all epilog steps)
@@ -33,18 +31,11 @@ DEFAULT_BLOCK_BYTES = 1 << 18
 _BLOCK_CHOICES = (1 << 16, 1 << 18, 1 << 20, 0)  # 0: the whole result at once
 #: results at least this large get their epilog pass on all cores
 _THREADED_BYTES = 1 << 22
-_CPUS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-_POOL = None
-_POOL_LOCK = threading.Lock()
+_CPUS = CPUS
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        with _POOL_LOCK:
-            if _POOL is None:
-                _POOL = ThreadPoolExecutor(_CPUS, thread_name_prefix="nvdispatch-epilog")
-    return _POOL
+def _pool():
+    return pool("epilog", _CPUS)
 
 
 def decline(problem: MatmulProblem) -> str | None:

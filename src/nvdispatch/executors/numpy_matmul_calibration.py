@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ import numpy as np
 
 from .._matmul_problem import ArraySig, MatmulProblem
 from . import cpu_caches
+from .cpu_threads import CPUS
 
 __all__ = ["ordered", "calibrations", "clear", "problem_class", "BUDGET_MACS", "CACHE_BUDGET_MACS"]
 
@@ -50,7 +50,7 @@ _ROUNDS = 5
 _SETTLE_SECONDS = 0.15
 #: rounds per candidate when timed in blocks (no interleaving to even out load: more rounds instead)
 _BLOCK_ROUNDS = 9
-_CPUS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+_CPUS = CPUS
 _log = logging.getLogger("nvdispatch")
 _lock = threading.Lock()
 _orders: dict[tuple, dict] = {}

@@ -17,37 +17,28 @@ from __future__ import annotations
 
 import copy
 import itertools
-import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .._matmul_problem import MatmulProblem
 from . import blas_threads, cpu_caches
+from .cpu_threads import CPUS, pool
 from .numpy_matmul_engines import EnginePlan
 
 __all__ = ["PanelPlan", "panel_byte_choices"]
 
-_CPUS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+_CPUS = CPUS
 #: panel sizes tried when the system does not say how large a core's cache is
 _UNKNOWN_CACHE_CHOICES = (1 << 18, 1 << 20, 1 << 22)
 #: fewest rows per panel: fewer make BLAS calls too short to be efficient, whatever the cache says
 _MIN_ROWS = 16
 #: pause before timing a setting on several threads: OpenBLAS workers spin ~0.1 s after a threaded call
 _SETTLE_SECONDS = 0.15
-_POOL = None
-_POOL_LOCK = threading.Lock()
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        with _POOL_LOCK:
-            if _POOL is None:
-                _POOL = ThreadPoolExecutor(max(1, _CPUS - 1), thread_name_prefix="nvdispatch-panels")
-    return _POOL
+def _pool():
+    return pool("panels", _CPUS - 1)
 
 
 def panel_byte_choices() -> tuple[int, ...]:
