@@ -15,7 +15,7 @@ from typing import Any
 from ._plan_cache import plan_cache
 from .errors import OutOfMemoryError
 
-__all__ = ["run", "run_direct", "out_of_memory", "raise_if_out_of_memory"]
+__all__ = ["run", "out_of_memory", "raise_if_out_of_memory"]
 
 #: lower-case fragments of the messages frameworks and CUDA libraries give when memory runs out
 _OOM_MESSAGES = (
@@ -58,22 +58,13 @@ def raise_if_out_of_memory(exc: BaseException) -> None:
         raise err from exc
 
 
-def run(plan: Any, operands: dict[str, Any], stream: Any = None) -> Any:
-    """``plan.execute(operands, stream)`` for a plan the caller pinned; lets go of it when done."""
+def run(plan: Any, operands: dict[str, Any], stream: Any = None, direct_args: tuple | None = None) -> Any:
+    """``plan.execute(operands, stream)`` for a plan the caller pinned, or its direct call
+    ``plan.direct(*direct_args)`` when those are given (the Plan protocol's); lets go of the plan when done."""
     try:
+        if direct_args is not None:
+            return plan.direct(*direct_args)
         return plan.execute(operands, stream)
-    except Exception as exc:
-        raise_if_out_of_memory(exc)
-        raise
-    finally:
-        plan_cache.let_go(plan)
-
-
-def run_direct(plan: Any, args: tuple) -> Any:
-    """``plan.direct(*args)`` (the Plan protocol's direct call) for a plan the caller pinned; lets go of it
-    when done."""
-    try:
-        return plan.direct(*args)
     except Exception as exc:
         raise_if_out_of_memory(exc)
         raise

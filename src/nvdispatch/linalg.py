@@ -35,7 +35,7 @@ from ._dispatch import (
     signature_by_class as _signatures,
 )
 from ._epilog import INPUTS, Epilog, spec_of
-from ._execute import raise_if_out_of_memory, run, run_direct
+from ._execute import raise_if_out_of_memory, run
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
@@ -525,9 +525,7 @@ class Matmul:
                 plan_cache.let_go(plan)
                 raise
             stream = stream if stream is not None else self._stream
-        if stream is None and bound[2] is not None:
-            return run_direct(plan, bound[2])
-        return run(plan, bound[1], stream)
+        return run(plan, bound[1], stream, bound[2] if stream is None else None)
 
     def _bind(self, plan) -> tuple[Any, dict[str, Any], tuple | None]:
         """What every execute of ``plan`` on the current operands passes: the operands, and the arguments of
