@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import time
 from collections.abc import Callable
 
 __all__ = ["environment", "fingerprint", "tuning_key", "candidates", "autotune", "saved_choice", "record", "CANDIDATES"]
@@ -146,9 +145,8 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
 
 #: launches per timed sample, queued behind a GPU busy-wait so host overhead never shows in the GPU time
 _BURST = 5
-#: seconds of that busy-wait: grown (for the process) when a burst took the host longer than half of it
-_HOLD = [2e-3]
-_HOLD_MAX = 0.2
+#: seconds of that busy-wait
+_HOLD_SECONDS = 2e-3
 
 
 def _busy_wait(stream: int, device_index: int, seconds: float) -> bool:
@@ -171,7 +169,7 @@ def _busy_wait(stream: int, device_index: int, seconds: float) -> bool:
 def _on_torch_current_stream(launch, stream: int, device_index: int, iterations: int) -> float | None:
     """Median GPU seconds timed with Torch's own events and busy-wait on Torch's current stream (the common
     case of autotune), else None. On the H200 the raw-handle form below let the host's per-launch time show for
-    kernels of 7-17 us (timed at ~36 us) while this form, the benchmarks', timed them right."""
+    kernels of 7-17 us (timed at ~36 us; cause not found) while this form, the benchmarks', timed them right."""
     import statistics
     import sys
 
@@ -185,7 +183,7 @@ def _on_torch_current_stream(launch, stream: int, device_index: int, iterations:
     samples = []
     with torch.cuda.device(device_index):
         for _ in range(max(1, iterations)):
-            torch.cuda._sleep(int(_HOLD[0] * 2e9))  # clock cycles at ~2 GHz
+            torch.cuda._sleep(int(_HOLD_SECONDS * 2e9))  # clock cycles at ~2 GHz
             start.record(current)
             for _ in range(_BURST):
                 launch()
@@ -207,23 +205,15 @@ def gpu_seconds(launch: Callable[[], None], stream: int, device_index: int, iter
     torch_timed = _on_torch_current_stream(launch, stream, device_index, iterations)
     if torch_timed is not None:
         return torch_timed
-    hold = _HOLD[0]
     with EventTimer() as timer:
         samples = []
-        while len(samples) < max(1, iterations):
-            _busy_wait(stream, device_index, hold)
+        for _ in range(max(1, iterations)):
+            _busy_wait(stream, device_index, _HOLD_SECONDS)
             check(rt.cudaEventRecord(timer._start, stream), "cudaEventRecord")
-            t0 = time.perf_counter()
             for _ in range(_BURST):
                 launch()
-            queued = time.perf_counter() - t0
             check(rt.cudaEventRecord(timer._stop, stream), "cudaEventRecord")
             check(rt.cudaEventSynchronize(timer._stop), "cudaEventSynchronize")
-            if queued > hold / 2 and hold < _HOLD_MAX:
-                # the host may have queued past the end of the hold: the sample would time its gaps, so
-                # hold longer (for this and later timings) and take it again
-                hold = _HOLD[0] = min(hold * 4, _HOLD_MAX)
-                continue
             ms = check(rt.cudaEventElapsedTime(timer._start, timer._stop), "cudaEventElapsedTime")
             samples.append(ms * 1e-3 / _BURST)
     return float(statistics.median(samples))
