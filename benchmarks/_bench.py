@@ -110,3 +110,26 @@ def save_plot(draw: Callable[[Any], Any], path: str | os.PathLike, dpi: int = 11
         plt.close("all")
     print(f"wrote {os.fspath(path)}")
     return True
+
+
+def cuda_event_seconds(fn: Callable[[], Any], torch: Any, reps: int, inner: int, warmup: int, busy_cycles: int = 0):
+    """Median seconds per call of ``fn``: ``inner`` calls between two CUDA events on the current stream, median
+    of ``reps``. With ``busy_cycles`` (per call) the calls are queued while the GPU is held busy
+    (``torch.cuda._sleep``), so the events measure the GPU, not the host's per-call cost."""
+    import statistics
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if busy_cycles:
+            torch.cuda._sleep(busy_cycles * inner)
+        start.record()
+        for _ in range(inner):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1e-3 / inner)
+    return statistics.median(samples)

@@ -23,30 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 import torch
-from _bench import output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, progress, save_plot
 
 
 def timeit(fn, reps=7, inner=20):
     """Median seconds per call: ``inner`` calls between two CUDA events on the current stream."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e-3 / inner)
-    return statistics.median(samples)
+    return cuda_event_seconds(fn, torch, reps, inner, warmup=3)
 
 
 def main():

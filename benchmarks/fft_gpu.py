@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import torch
-from _bench import output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, progress, save_plot
 
 CASES = [  # (label, kind, batch, n)
     ("c2c c64 4096x1024", "c2c", 4096, 1024),
@@ -30,23 +29,9 @@ BUSY_CYCLES = 200_000  # per queued call: ~100 us of busy-wait at ~2 GHz, more t
 
 
 def timeit(fn, reps=9, inner=50):
-    """Median seconds per call: ``inner`` calls between two CUDA events on the current stream, queued while
-    the GPU is held busy (``torch.cuda._sleep``) so the events measure the GPU, not the host's per-call cost
-    (which differs between hosts: the transforms here take 10-50 us)."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(BUSY_CYCLES * inner)
-        start.record()
-        for _ in range(inner):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e-3 / inner)
-    return statistics.median(samples)
+    """Median seconds per call, the GPU timed behind a busy-wait (the transforms here take 10-50 us: a
+    stateless call's host cost, which differs between hosts, would otherwise be what is measured)."""
+    return cuda_event_seconds(fn, torch, reps, inner, warmup=5, busy_cycles=BUSY_CYCLES)
 
 
 def main():
