@@ -20,6 +20,8 @@ __all__ = ["Fp8ReferencePlan"]
 class Fp8ReferencePlan:
     """An FP8 matmul through Torch ops (strategy ``"plain"``: separate framework ops)."""
 
+    needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+
     strategy = "plain"
 
     def __init__(self, problem: MatmulProblem, why: str = ""):

@@ -8,7 +8,9 @@ size, is evicted once (with all its keys), and is shown once by :meth:`PlanCache
 Lifetime. A plan is *used* by the cache itself while cached, by each stateful ``Matmul``/``FFT`` planned
 with it (a :class:`PlanHold`) and by each call running it (:meth:`PlanCache.acquire` ...
 :meth:`PlanCache.let_go`). Eviction and :meth:`PlanCache.clear` only retire an entry; its plan is released
-(``plan.release()``: cuFFT handles destroyed, workspaces given back) when its last user lets go.
+(``plan.release()``: cuFFT handles destroyed, workspaces given back) when its last user lets go. A plan
+whose release frees nothing says so (``needs_release = False``, the CPU plans): calls do not pin it, which
+spares the per-call hot path its bookkeeping; stateful holds are still counted.
 
 Bounds. The cache holds at most ``maxsize`` plans and ``max_bytes`` bytes of plan workspaces (a plan
 reports its bytes as ``workspace_bytes``; plans without one count 0). Workspaces a plan allocates after it
@@ -53,7 +55,7 @@ class TuningsWarning(UserWarning):
 class _Entry:
     """One cached plan: its keys, its users and its bytes."""
 
-    __slots__ = ("plan", "keys", "users", "retired", "released", "nbytes")
+    __slots__ = ("plan", "keys", "users", "retired", "released", "nbytes", "pinless")
 
     def __init__(self, plan: Any):
         self.plan = plan
@@ -63,6 +65,8 @@ class _Entry:
         self.retired = False  # no longer cached: released when the last user lets go
         self.released = False
         self.nbytes = _plan_bytes(plan)
+        # release frees nothing: a call may run it unpinned, even after it was retired and released
+        self.pinless = getattr(plan, "needs_release", True) is False
 
 
 class PlanHold:
@@ -84,7 +88,7 @@ class PlanHold:
     __slots__ = ("plan", "_cache", "__weakref__")
 
     def __init__(self, cache: PlanCache, plan: Any):
-        cache.pin(plan)
+        cache._count_user(plan)
         self.plan = plan
         self._cache = cache
 
@@ -92,7 +96,7 @@ class PlanHold:
         """Let go of the plan (idempotent)."""
         cache, self._cache = self._cache, None
         if cache is not None:
-            cache.let_go(self.plan)
+            cache._uncount_user(self.plan)
 
     def __del__(self):
         try:
@@ -230,10 +234,11 @@ class PlanCache:
         entry = self._keys.get(key)
         if entry is None:
             return None
-        entry.users.append(None)  # pin first, then check: eviction sets `retired` first, then reads users
-        if entry.retired:
-            self._unpin(entry)
-            return None
+        if not entry.pinless:
+            entry.users.append(None)  # pin first, then check: eviction sets `retired` first, then reads users
+            if entry.retired:
+                self._unpin(entry)
+                return None
         try:
             self._lru.move_to_end(entry)
         except KeyError:  # retired by another thread just now; our pin keeps the plan usable
@@ -249,7 +254,8 @@ class PlanCache:
             if entry is not None:
                 self._lru.move_to_end(entry)
                 self.hits += 1
-                entry.users.append(None)
+                if not entry.pinless:
+                    entry.users.append(None)
                 return entry.plan
             self.misses += 1
             tuning = self._tunings.get(_key_text(key))
@@ -257,11 +263,13 @@ class PlanCache:
         with self._lock:
             entry = self._keys.get(key)
             if entry is not None:  # another thread planned it meanwhile: use theirs, drop ours
-                entry.users.append(None)
+                if not entry.pinless:
+                    entry.users.append(None)
                 kept, release = entry.plan, [plan]
             else:
                 entry = self._insert(key, plan)
-                entry.users.append(None)
+                if not entry.pinless:
+                    entry.users.append(None)  # before trimming: a cache of size 0 retires it at once
                 kept, release = plan, self._trim()
         _release(release)
         return kept
@@ -347,9 +355,14 @@ class PlanCache:
 
     # -- users ------------------------------------------------------------------------------------------
     def pin(self, plan: Any) -> None:
-        """Begin one more use of ``plan`` (ended by :meth:`let_go`): it will not be released meanwhile.
+        """Begin one more use of ``plan`` by a call (ended by :meth:`let_go`): it will not be released
+        meanwhile (a plan with ``needs_release = False`` is not pinned: releasing it frees nothing).
 
         Only for a plan the caller already uses (pinned or held), or one never cached."""
+        if getattr(plan, "needs_release", True) is not False:
+            self._count_user(plan)
+
+    def _count_user(self, plan: Any) -> None:
         entry = self._users.get(id(plan))
         if entry is not None and entry.plan is plan and entry.users and not entry.released:
             # the caller's own use keeps the entry alive, and list.append is atomic: no lock needed
@@ -363,8 +376,14 @@ class PlanCache:
             entry.users.append(None)
 
     def let_go(self, plan: Any) -> None:
-        """End one use of ``plan`` begun by :meth:`acquire`/:meth:`acquire_or_create`/:meth:`hold`; a
+        """End one use of ``plan`` begun by :meth:`acquire`/:meth:`acquire_or_create`/:meth:`pin`; a
         retired plan is released when its last user lets go."""
+        entry = self._users.get(id(plan))
+        if entry is not None and entry.plan is plan and not entry.pinless:
+            self._unpin(entry)
+
+    def _uncount_user(self, plan: Any) -> None:
+        """End a hold's use of ``plan`` (holds are counted for every plan, pinless ones included)."""
         entry = self._users.get(id(plan))
         if entry is not None and entry.plan is plan:
             self._unpin(entry)

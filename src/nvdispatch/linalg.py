@@ -61,6 +61,7 @@ from .errors import (
 )
 
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
+_let_go = plan_cache.let_go  # and its last
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
 
@@ -223,7 +224,7 @@ def matmul(
         raise_if_out_of_memory(exc)
         raise
     finally:
-        plan_cache.let_go(plan)
+        _let_go(plan)
 
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):

@@ -107,6 +107,40 @@ def test_caching_disabled_releases_each_plan_after_its_use():
     assert released == ["k"]
 
 
+class Pinless(P):
+    """A plan whose release frees nothing: calls run it without pinning it."""
+
+    needs_release = False
+
+
+def test_calls_do_not_pin_a_plan_whose_release_frees_nothing_but_holds_count():
+    released = []
+    cache = PlanCache(maxsize=1)
+    plan = cache.put("a", Pinless(released, "a"))
+    assert cache.acquire("a") is plan and cache.users(plan) == 0  # a call: no bookkeeping
+    cache.pin(plan)
+    assert cache.users(plan) == 0
+    hold = cache.hold(plan)
+    assert cache.users(plan) == 1  # a stateful object's hold is counted
+    cache.let_go(plan)  # a call's let-go never ends the hold
+    assert cache.users(plan) == 1 and released == []
+    cache.put("b", Pinless(released, "b"))  # evicts a: still held
+    assert released == [] and cache.acquire("a") is None
+    hold.close()
+    assert released == ["a"]
+    assert cache.acquire_or_create("c", lambda tuning: Pinless(released, "c")).name == "c"
+    assert cache.users(cache.get("c")) == 0 and released == ["a", "b"]
+
+
+def test_the_cpu_plans_are_pinless():
+    a = np.ones((4, 4))
+    nvdispatch.matmul(a, a)
+    nvdispatch.fft.fft(a)
+    plans = [entry.plan for entry in plan_cache._lru]
+    assert len(plans) == 2
+    assert all(plan.needs_release is False and plan_cache.users(plan) == 0 for plan in plans)
+
+
 def test_a_lost_race_releases_the_duplicate_only():
     released = []
     cache = PlanCache(maxsize=4)

@@ -79,6 +79,10 @@ class Plan(Protocol):
     ``execute`` when every per-call value other than the arrays is at its default (``alpha`` 1, no ``c``,
     the current stream): ``direct(a, b, *epilog_input_arrays)`` for matmul (epilog inputs in the order the
     caller gave them), ``direct(x)`` for fft. It must return exactly what ``execute`` would.
+
+    ``needs_release`` (optional, default True): False declares that ``release`` frees nothing, so a call may
+    run the plan without pinning it in the plan cache (a cheaper hot path); the plan must then stay usable
+    after ``release``.
     """
 
     strategy: str

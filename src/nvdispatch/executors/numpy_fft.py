@@ -32,6 +32,8 @@ def plan(problem: FFTProblem, strategy: str, tuning=None):
 
 
 class NumpyFFTPlan:
+    needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+
     def __init__(self, problem: FFTProblem, strategy: str):
         self.problem = problem
         self.strategy = strategy

@@ -114,6 +114,8 @@ def _native(x):
 class NumpyMatmulPlan:
     """A planned CPU matmul. ``execute`` returns the result, or ``(result, aux)`` for epilogs with outputs."""
 
+    needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+
     def __init__(self, problem: MatmulProblem, strategy: str, tuning=None):
         self.problem = problem
         self.strategy = strategy

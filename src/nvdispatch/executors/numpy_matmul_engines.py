@@ -96,6 +96,8 @@ def plan(problem: MatmulProblem, engine: str) -> EnginePlan:
 class EnginePlan:
     """A linear-layer matmul run by one engine. ``execute`` returns the result (no aux outputs)."""
 
+    needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+
     def __init__(self, problem: MatmulProblem, engine: str):
         self.problem = problem
         self.engine = engine

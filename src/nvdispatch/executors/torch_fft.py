@@ -25,6 +25,8 @@ def plan(problem: FFTProblem, strategy: str, tuning=None):
 
 
 class TorchFFTPlan:
+    needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+
     def __init__(self, problem: FFTProblem, strategy: str):
         import torch
 

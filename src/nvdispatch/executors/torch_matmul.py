@@ -96,6 +96,8 @@ def _fp8_why_not_cublaslt(problem: MatmulProblem) -> str:
 
 
 class TorchMatmulPlan:
+    needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+
     def __init__(self, problem: MatmulProblem, strategy: str):
         self.problem = problem
         self.strategy = strategy
