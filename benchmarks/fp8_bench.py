@@ -1,7 +1,9 @@
 # ruff: noqa: B023 - the lambdas are timed at once, inside the loop
 """FP8 matmul benchmark (H200 / any compute capability 8.9+ GPU): RELU_BIAS with a bf16 bias and a bf16
 result, e4m3 x e4m3, against bf16 nvdispatch, ``torch._scaled_mm`` followed by Torch's bias/ReLU (bias fused
-by ``_scaled_mm`` + an in-place ReLU, and fully separate), and nvmath-python's FP8 ``Matmul``.
+by ``_scaled_mm`` + an in-place ReLU, and fully separate), and nvmath-python's FP8 ``Matmul``; each in
+cuBLASLt's default FP8 accumulation and in its fast accumulation mode (``options={"fast_accumulation": True}``,
+``use_fast_accum=True``, nvmath's ``fast_accumulation``), compared like with like.
 
 GPU times: CUDA events around back-to-back launches queued behind a GPU busy-wait (``gpu_time`` of
 gpu_matmul_bench: host overhead hidden), median of rounds, all peers in one process.
@@ -59,6 +61,16 @@ def run(out_dir: str) -> dict:
         mm.autotune(iterations=5)
         cell["fp8_tuning"] = mm._plan.tuning()
         t["nvdispatch fp8 autotuned (stateless call)"] = gpu_time(lambda: nvdispatch.matmul(a8, b8_col, **fp8kw), torch)
+        fastkw = {**fp8kw, "options": {"result_type": "bfloat16", "fast_accumulation": True}}
+        cell["explain_fast"] = str(nvdispatch.explain(a8, b8_col, **fastkw))
+        t["nvdispatch fp8 fast accumulation"] = gpu_time(lambda: nvdispatch.matmul(a8, b8_col, **fastkw), torch)
+        mmf = nvdispatch.Matmul(a8, b8_col, quantization_scales=scales, options=fastkw["options"])
+        mmf.plan(**kw)
+        mmf.autotune(iterations=5)
+        cell["fp8_fast_tuning"] = mmf._plan.tuning()
+        t["nvdispatch fp8 fast accumulation autotuned (stateless call)"] = gpu_time(
+            lambda: nvdispatch.matmul(a8, b8_col, **fastkw), torch
+        )
         t["nvdispatch bf16"] = gpu_time(lambda: nvdispatch.matmul(a16, b16, **kw), torch)
         t["torch._scaled_mm(bias=) + relu_"] = gpu_time(
             lambda: torch.relu_(torch._scaled_mm(a8, b8_col, scale_a=sa, scale_b=sb, bias=bias, out_dtype=bf16)),
@@ -70,6 +82,11 @@ def run(out_dir: str) -> dict:
         t["torch._scaled_mm alone"] = gpu_time(
             lambda: torch._scaled_mm(a8, b8_col, scale_a=sa, scale_b=sb, out_dtype=bf16), torch
         )
+        fast = {"scale_a": sa, "scale_b": sb, "out_dtype": bf16, "use_fast_accum": True}
+        t["torch._scaled_mm(bias=, fast accum) + relu_"] = gpu_time(
+            lambda: torch.relu_(torch._scaled_mm(a8, b8_col, bias=bias, **fast)), torch
+        )
+        t["torch._scaled_mm alone (fast accum)"] = gpu_time(lambda: torch._scaled_mm(a8, b8_col, **fast), torch)
         if NvMatmul is not None:
             try:
                 bias_m = torch.randn(m, 1, device="cuda", dtype=bf16)  # nvmath takes the bias along M
@@ -79,6 +96,13 @@ def run(out_dir: str) -> dict:
                 )  # fmt: skip
                 nm.plan(epilog=MatmulEpilog.RELU_BIAS, epilog_inputs={"bias": bias_m})
                 t["nvmath fp8 Matmul (stateful)"] = gpu_time(nm.execute, torch)
+                nm.free()
+                nm = NvMatmul(
+                    a8, b8_col, quantization_scales={"a": 0.5, "b": 0.5},
+                    options={"result_type": nvmath.CudaDataType.CUDA_R_16BF, "fast_accumulation": True},
+                )  # fmt: skip
+                nm.plan(epilog=MatmulEpilog.RELU_BIAS, epilog_inputs={"bias": bias_m})
+                t["nvmath fp8 Matmul fast accumulation (stateful)"] = gpu_time(nm.execute, torch)
                 nm.free()
             except Exception as exc:  # noqa: BLE001
                 cell["nvmath_error"] = repr(exc)[:300]
@@ -90,11 +114,20 @@ def run(out_dir: str) -> dict:
         if "nvmath fp8 Matmul (stateful)" in t:
             cell["ratio_vs_nvmath"] = ours / t["nvmath fp8 Matmul (stateful)"]
         cell["fp8_tflops"] = cell["flop"] / ours / 1e12
+        fast_ours = min(
+            t["nvdispatch fp8 fast accumulation"], t["nvdispatch fp8 fast accumulation autotuned (stateless call)"]
+        )
+        cell["fast_speedup_vs_bf16"] = t["nvdispatch bf16"] / fast_ours
+        cell["fast_ratio_vs_scaled_mm_fused_bias"] = fast_ours / t["torch._scaled_mm(bias=, fast accum) + relu_"]
+        if "nvmath fp8 Matmul fast accumulation (stateful)" in t:
+            cell["fast_ratio_vs_nvmath"] = fast_ours / t["nvmath fp8 Matmul fast accumulation (stateful)"]
+        cell["fast_fp8_tflops"] = cell["flop"] / fast_ours / 1e12
         results["cells"].append(cell)
         for name, v in t.items():
             print(f"{m}x{n}x{k} {name:52s} {v * 1e6:9.1f} us", flush=True)
-        print({key: v for key, v in cell.items() if key.startswith(("speedup", "ratio", "fp8_tf"))}, flush=True)
-        a16 = b16 = a8 = b8_col = b8_row = mm = None
+        figures = ("speedup", "ratio", "fp8_tf", "fast_")
+        print({key: v for key, v in cell.items() if key.startswith(figures)}, flush=True)
+        a16 = b16 = a8 = b8_col = b8_row = mm = mmf = None
         nvdispatch.plan_cache.clear()
         torch.cuda.empty_cache()
     path = f"{out_dir}/fp8_bench.json"

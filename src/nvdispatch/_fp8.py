@@ -21,6 +21,8 @@ Rules (those of cuBLASLt on Hopper and Ada, so every executor takes the same cal
   only for FP8 results; ``c`` only as a Python number (cuBLASLt scales only FP8 matrices on the device).
   Numbers must be finite and non-zero; device scales are not read (that would synchronise the host).
 * ``result_amax`` only for FP8 results.
+* ``options={"fast_accumulation": True}``: cuBLASLt's fast FP8 accumulation (faster, less precise; the
+  reference path accumulates in float32 regardless).
 
 CuPy and raw ``__cuda_array_interface__`` operands have no FP8 dtype: pass their bytes as ``uint8`` arrays and
 say what they hold with ``options={"operand_types": {"a": "float8_e4m3fn", "b": "float8_e4m3fn"}}``.
@@ -116,6 +118,8 @@ class Fp8Spec:
     amax: bool
     #: operands given as uint8 storage whose FP8 type was declared in options.operand_types
     storage: tuple[str, ...] = ()
+    #: options.fast_accumulation: cuBLASLt's fast FP8 accumulation mode
+    fast_accum: bool = False
 
     def scale_kind(self, name: str) -> str | None:
         return dict(self.scales).get(name)
@@ -128,7 +132,7 @@ class Fp8Spec:
         scales = ", ".join(f"{n}: {k}" for n, k in self.scales) or "none"
         return (
             f"FP8 {self.a_type} x {self.b_type} -> {self.result_type} (c/bias {self.c_type}/{self.bias_type}; "
-            f"scales {scales}{'; amax' if self.amax else ''})"
+            f"scales {scales}{'; amax' if self.amax else ''}{'; fast accumulation' if self.fast_accum else ''})"
         )
 
 
@@ -168,6 +172,7 @@ def wants_fp8(infos: dict[str, OperandInfo], options, scales) -> bool:
         scales is not None
         or getattr(options, "result_type", None) is not None
         or getattr(options, "result_amax", False)
+        or getattr(options, "fast_accumulation", False)
         or getattr(options, "operand_types", None) is not None
         or is_fp8(infos["a"].dtype)
         or is_fp8(infos["b"].dtype)
@@ -264,7 +269,8 @@ def build_fp8_problem(framework, device, infos, spec, options, alpha, beta, extr
             what,
             f"FP8 operands ({' or '.join(FP8_DTYPES)}) for FP8 options and quantization scales",
             f"a {a_type} and b {b_type}",
-            "result_type, result_amax, operand_types and quantization_scales apply to FP8 matmuls",
+            "result_type, result_amax, fast_accumulation, operand_types and quantization_scales apply to FP8 "
+            "matmuls",
         )
     for name, t in (("a", a_type), ("b", b_type)):
         if not is_fp8(t):
@@ -337,7 +343,8 @@ def build_fp8_problem(framework, device, infos, spec, options, alpha, beta, extr
         opts = dataclasses.replace(options, compute_type=None, scale_type=None)
     problem = build_problem(framework, device, stand_in, spec, opts, alpha, beta, extra_inputs)
     inputs = tuple((n, ArraySig.of(infos[n])) for n, _ in problem.inputs)
-    fp8 = Fp8Spec(a_type, b_type, result, c_type, bias_type, tuple(kinds), amax, tuple(storage))
+    fast = bool(getattr(options, "fast_accumulation", False))
+    fp8 = Fp8Spec(a_type, b_type, result, c_type, bias_type, tuple(kinds), amax, tuple(storage), fast)
     return dataclasses.replace(
         problem,
         a=ArraySig(a_type, infos["a"].shape, infos["a"].strides),

@@ -36,7 +36,12 @@ class Fp8ReferencePlan:
         epi = p.epilog.epilog.name
         steps = [
             f"FP8 reference path (Torch on {p.device}): {q.describe()}",
-            "dequantise a and b to float32 (exact), one float32 torch.matmul",
+            "dequantise a and b to float32 (exact), one float32 torch.matmul"
+            + (
+                " (fast accumulation is a cuBLASLt kernel mode: the reference accumulates in float32)"
+                if q.fast_accum
+                else ""
+            ),
             "x alpha * scale_a * scale_b" + (" + beta * scale_c * c" if p.c is not None else ""),
         ]
         if epi != "DEFAULT":

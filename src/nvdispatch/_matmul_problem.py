@@ -128,6 +128,10 @@ class MatmulOptions:
         FP8 matmuls with an FP8 result: also return ``aux["result_amax"]``, max(|result|) before the d scale.
     operand_types : dict, optional
         FP8 matmuls of CuPy/raw CUDA operands: ``{"a": "float8_e4m3fn", ...}`` for ``uint8`` arrays holding FP8.
+    fast_accumulation : bool
+        FP8 matmuls: let cuBLASLt's FP8 kernels accumulate partial sums in the tensor cores' faster, less
+        precise mode (``CUBLASLT_MATMUL_DESC_FAST_ACCUM``; ``torch._scaled_mm(use_fast_accum=True)``): faster,
+        usual for forward passes. The reference path always accumulates in float32.
 
     Examples
     --------
@@ -144,6 +148,7 @@ class MatmulOptions:
     result_type: str | None = None
     result_amax: bool = False
     operand_types: Any = None
+    fast_accumulation: bool = False
 
     def __post_init__(self):
         if self.compute_type is not None:
@@ -168,6 +173,8 @@ class MatmulOptions:
         object.__setattr__(self, "operand_types", check_operand_types(self.operand_types))
         if not isinstance(self.result_amax, bool):
             raise InvalidArgumentError("options.result_amax", "True or False", repr(self.result_amax))
+        if not isinstance(self.fast_accumulation, bool):
+            raise InvalidArgumentError("options.fast_accumulation", "True or False", repr(self.fast_accumulation))
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,12 @@ CASES = [
     ("amax not a bool", dict(options={"result_amax": 1}), errors.InvalidArgumentError, "result_amax"),
     ("bad result type", dict(options={"result_type": "int8"}), errors.InvalidArgumentError, "result_type"),
     (
+        "fast_accumulation not a bool",
+        dict(options={"fast_accumulation": "yes"}),
+        errors.InvalidArgumentError,
+        "fast_accumulation",
+    ),
+    (
         "e5m2 result of e4m3 operands",
         dict(options={"result_type": "float8_e5m2"}),
         errors.UnsupportedDtypeError,
@@ -113,3 +119,11 @@ def test_a_failed_call_changes_nothing():
     with pytest.raises(errors.InvalidArgumentError):
         mm.reset_operands(quantization_scales={"a": 0.0})
     assert mm._scales == {"a": 2.0}
+
+
+def test_fast_accumulation_is_for_fp8_operands_only():
+    x = torch.ones(8, 8)
+    with pytest.raises(errors.UnsupportedDtypeError) as info:
+        nvdispatch.matmul(x, x, options={"fast_accumulation": True})
+    assert "fast_accumulation" in str(info.value) and "FP8" in str(info.value)
+    nvdispatch.matmul(x, x, options={"fast_accumulation": False})  # the default is no FP8 request

@@ -239,3 +239,31 @@ def test_bf16_autotune_times_variants_and_records_them():
     assert len(times) == len(labels) and plan.tuning()["seconds"] == min(t for _, t in times)
     r = nvdispatch.matmul(a, b, epilog="GELU_BIAS", epilog_inputs={"bias": bias})  # the stateless call: tuned
     torch.testing.assert_close(r, mm.execute())
+
+
+@needs_fp8
+@pytest.mark.parametrize("result_type", [E4M3, "bfloat16", "float32"])
+def test_fast_accumulation_on_cublaslt_vs_emulation_and_scaled_mm(result_type):
+    m, n, k = 256, 512, 1024
+    a, bt = fp8((m, k), seed=23), fp8((n, k), seed=24)
+    b = bt.t()
+    bias = bf16((n,), seed=25)
+    scales = {"a": 0.5, "b": 0.25} | ({"d": 0.5} if result_type == E4M3 else {})
+    opts = {"result_type": result_type, "fast_accumulation": True}
+    kw = {"quantization_scales": scales, "options": opts, "epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
+    if result_type == "float32":
+        kw.pop("epilog"), kw.pop("epilog_inputs")
+    ex = nvdispatch.explain(a, b, **kw)
+    assert ex.executor == "cuda" and "fast accumulation" in str(ex), str(ex)
+    got = nvdispatch.matmul(a, b, **kw)
+    _, _, want, abs_sum, _ = emulate(
+        a, b, scales=scales, bias=bias if "epilog" in kw else None, epilog=kw.get("epilog", "DEFAULT"),
+        result_type=result_type,
+    )  # fmt: skip
+    assert_matches(got, want, abs_sum * 1.2 + 1e-2, result_type, extra_scale=scales.get("d", 1.0))
+    if result_type == "bfloat16":  # torch's fast-accumulation kernel: the same mode
+        sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+        theirs = torch.relu(
+            torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=True)
+        )
+        np.testing.assert_allclose(f64(got), f64(theirs), rtol=2**-6, atol=5e-2)

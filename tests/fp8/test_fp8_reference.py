@@ -143,3 +143,13 @@ def test_stateful_matmul_with_scales():
     assert abs(float(aux2["result_amax"]) - 0.5 * float(aux1["result_amax"])) < 0.05 * float(aux1["result_amax"])
     _, _, want, abs_sum, _ = emulate(a, b, scales={"a": 0.5, "d": 2.0}, bias=bias, epilog="RELU_BIAS", result_type=E4M3)
     assert_matches(r2, want, abs_sum + 1e-3, E4M3, extra_scale=2.0)
+
+
+def test_fast_accumulation_is_a_kernel_mode_the_reference_accumulates_in_float32():
+    a, b = fp8((32, 64), seed=21), fp8((64, 48), seed=22)
+    kw = {"quantization_scales": {"a": 0.5}, "options": {"result_type": "float32", "fast_accumulation": True}}
+    got = nvdispatch.matmul(a, b, **kw)
+    want = nvdispatch.matmul(a, b, quantization_scales={"a": 0.5}, options={"result_type": "float32"})
+    assert torch.equal(got, want)
+    text = str(nvdispatch.explain(a, b, **kw))
+    assert "fast accumulation" in text and "accumulates in float32" in text

@@ -184,6 +184,9 @@ class Desc:
         check(lib().cublasLtMatmulDescCreate(ctypes.byref(p), compute_type, scale_type), "cublasLtMatmulDescCreate")
         self.ptr = p.value
 
+    def set_i8(self, attr: int, value: int) -> None:
+        _set(lib().cublasLtMatmulDescSetAttribute, self.ptr, attr, value, ctypes.c_int8)
+
     def set_i32(self, attr: int, value: int) -> None:
         _set(lib().cublasLtMatmulDescSetAttribute, self.ptr, attr, value, ctypes.c_int32)
 

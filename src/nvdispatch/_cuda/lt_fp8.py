@@ -207,6 +207,8 @@ class _Fp8Core(HeuristicMemo):
             self.desc.set_ptr(DESC_D_SCALE_POINTER, _PLACEHOLDER)
         if q.amax:
             self.desc.set_ptr(DESC_AMAX_D_POINTER, _PLACEHOLDER)
+        if q.fast_accum:
+            self.desc.set_i8(DESC_FAST_ACCUM, 1)  # an int8_t attribute
         # operands: cuBLASLt's A is (k x m_lt) column-major with op T, its B (k x n_lt) column-major with op N
         if s.orientation == "row":  # A = our b, B = our a
             ta, lda, bsa, tb, ldb, bsb = q.b_type, s.ldb, s.b_batch_stride, q.a_type, s.lda, s.a_batch_stride
@@ -333,6 +335,7 @@ class Fp8LtPlan(LtPlanCommon):
             + (f" with a {q.bias_type} bias" if "bias" in p.input_sigs else "")
             + f", scales [{', '.join(scales) or 'none'}]"
             + (", amax of the result before the d scale" if q.amax else "")
+            + (", fast accumulation" if q.fast_accum else "")
             + f", batch {s.batch}, one launch on the caller's stream"
         )
         return tuple(steps)
