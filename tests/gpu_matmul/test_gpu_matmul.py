@@ -318,3 +318,44 @@ def test_complex_and_tf32_options(dtype):
     x = cupy.random.rand(64, 64, dtype=cupy.float32)
     r = nvdispatch.matmul(x, x, options={"compute_type": nvdispatch.ComputeType.COMPUTE_32F_FAST_TF32})
     np.testing.assert_allclose(r.get(), x.get() @ x.get(), rtol=5e-3)
+
+
+@pytest.mark.parametrize("epilog", ["RELU_BIAS", "GELU_BIAS", "RELU_AUX_BIAS", "GELU_AUX_BIAS"])
+@pytest.mark.parametrize("orient", ["n", "m"])
+@pytest.mark.parametrize("fw", ["torch", "cupy"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_unfused_strategy_adds_the_bias_in_the_gemm_and_matches_native(epilog, orient, fw, dtype):
+    """Strategy "inplace" (what autotune times against "native"): cuBLASLt's BIAS epilogue, then the
+    activation; a GELU pre-activation is the GEMM's result itself where Torch writes the activation anew."""
+    _fw(fw)
+    rng = np.random.default_rng(7)
+    a = _round(rng.uniform(-1, 1, (BATCH, M, K)), dtype)
+    b = _round(rng.uniform(-1, 1, (K, N)), dtype)
+    bias = _round(rng.uniform(-1, 1, (BATCH, 1, N) if orient == "n" else (BATCH, M, 1)), dtype)
+    args = [to_dev(x, fw, dtype) for x in (a, b, bias)]
+    a0 = [to_host(x).copy() for x in args]
+    kw = {"epilog": epilog, "epilog_inputs": {"bias": args[2]}}
+    with nvdispatch.set_backend("cuda"):
+        ex = nvdispatch.explain(args[0], args[1], **kw, preferences={"strategy": "inplace"})
+        got = nvdispatch.matmul(args[0], args[1], **kw, preferences={"strategy": "inplace"})
+        native = nvdispatch.matmul(args[0], args[1], **kw)
+    in_gemm = any("epilogue BIAS" in s for s in ex.steps)
+    assert ex.strategy == "inplace" and in_gemm != any(s.startswith("add_bias") for s in ex.steps), str(ex)
+    assert in_gemm or orient == "m", str(ex)  # a bias along N always rides in cuBLASLt's BIAS epilogue
+    if epilog == "GELU_AUX_BIAS" and fw == "torch":
+        assert any("no copy" in s for s in ex.steps), str(ex)
+    ref, ref_aux = epilog_reference(epilog, a @ b, {"bias": bias})
+    tol = TOL[dtype]
+    got_out, got_aux = got if isinstance(got, tuple) else (got, {})
+    nat_out, nat_aux = native if isinstance(native, tuple) else (native, {})
+    np.testing.assert_allclose(to_host(got_out), ref, atol=tol * 4, rtol=tol, err_msg=str(ex))
+    np.testing.assert_allclose(to_host(got_out), to_host(nat_out), atol=tol * 4, rtol=tol, err_msg=str(ex))
+    if "gelu_aux" in got_aux:
+        np.testing.assert_allclose(to_host(got_aux["gelu_aux"]), ref_aux["gelu_aux"], atol=tol * 4, rtol=tol)
+        assert to_host(got_aux["gelu_aux"]).shape == to_host(nat_aux["gelu_aux"]).shape
+    if "relu_aux" in got_aux:
+        clear = np.abs(_pre_activation(EPILOGS[Epilog[epilog]], a @ b, {"bias": bias})) > 10 * tol
+        mask = _unpack(got_aux["relu_aux"], to_host(got_aux["relu_aux"]).astype(np.uint8))
+        np.testing.assert_array_equal(mask[clear], ref_aux["relu_aux"][clear], err_msg=str(ex))
+    for x, x0 in zip(args, a0):
+        np.testing.assert_array_equal(to_host(x), x0)  # inputs unchanged

@@ -261,3 +261,9 @@ class TorchDeviceOps:
         from .._epilog_torch import TORCH_INPLACE
 
         return TORCH_INPLACE
+
+    def epilog_ops_fresh(self):
+        """The same steps, each writing a new tensor (an activation of a pre-activation kept as it is)."""
+        from .._epilog_torch import TORCH_PLAIN
+
+        return TORCH_PLAIN

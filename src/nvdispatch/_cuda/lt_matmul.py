@@ -821,11 +821,30 @@ def _reshape(x, kind: str, shape):
     return make_view(kind, x, shape, c_strides(shape))
 
 
+def _unfused_gemm(p: MatmulProblem) -> tuple[LtMatmulPlan, bool]:
+    """The GEMM of the unfused strategy and whether it adds the bias: cuBLASLt's BIAS epilogue where it takes
+    the case (a pass over the result saved), else the DEFAULT epilogue."""
+    if p.epilog.steps[:1] == ("add_bias",) and p.epilog.epilog.name != "BIAS":
+        import dataclasses
+
+        from .._epilog import Epilog, spec_of
+
+        biased = dataclasses.replace(
+            p, epilog=spec_of(Epilog.BIAS), inputs=tuple(i for i in p.inputs if i[0] == "bias")
+        )
+        orientation, cast, _ = probe(biased)
+        if orientation is not None:
+            return LtMatmulPlan(biased, orientation=orientation, bias_cast=cast), True
+    return LtMatmulPlan(p, fused=False, orientation="row"), False
+
+
 class InplacePlan:
-    """Strategy ``"inplace"``: the unfused matmul (cuBLASLt with the DEFAULT epilogue, or the framework's
-    own matmul), then the epilog's steps in place on the result through CuPy/Torch ops. Used where cuBLASLt
-    has no fused kernel for the case; ``steps`` say why. ``relu_aux`` keeps cuBLASLt's bit-mask format (so
-    both strategies of one executor speak the same format) and a boolean mask is accepted too."""
+    """Strategy ``"inplace"``: the unfused matmul (cuBLASLt with the DEFAULT epilogue, or its BIAS epilogue
+    where the epilog starts by adding a bias; or the framework's own matmul), then the epilog's other steps
+    on the result through CuPy/Torch ops, in place (a saved pre-activation is the GEMM's result itself where
+    the framework can write the activation to a new array: no copy). Used where cuBLASLt has no fused kernel
+    for the case, and timed against it by autotune; ``steps`` say why. ``relu_aux`` keeps cuBLASLt's bit-mask
+    format (so both strategies of one executor speak the same format) and a boolean mask is accepted too."""
 
     strategy = "inplace"
 
@@ -837,11 +856,42 @@ class InplacePlan:
         self.xp = Xp(namespace_for(p.framework))
         self.framework = p.framework
         self.via = via
-        self.mm = LtMatmulPlan(p, fused=False, orientation="row") if via == "lt" else None
+        self.mm, bias_in_gemm = _unfused_gemm(p) if via == "lt" else (None, False)
+        #: the epilog's steps after the GEMM
+        self.tail = p.epilog.steps[1:] if bias_in_gemm else p.epilog.steps
+        #: the framework's out-of-place vocabulary (None: CuPy's ops write in place only)
+        self.fresh_ops = getattr(self.xp, "epilog_ops_fresh", lambda: None)()
         first = self.mm.steps if self.mm is not None else (f"{self.xp.name}.matmul (+ alpha, beta * c)",)
         why = f"not fused: {why}" if why else "unfused variant (for autotuning)"
-        self.steps = (*first, *(f"{st} (in place, {self.xp.name})" for st in p.epilog.steps), why)
+        self.steps = (*first, *self._describe_tail(), why)
         self.ld_bits = L.relu_aux_ld_bits(p.n)
+
+    def _describe_tail(self) -> tuple[str, ...]:
+        name, tail = self.xp.name, self.tail
+        if self.fresh_ops is not None and "save_pre_activation" in tail:
+            i = tail.index("save_pre_activation")
+            return (
+                *(f"{st} (in place, {name})" for st in tail[:i]),
+                "save_pre_activation (the GEMM's result itself, no copy)",
+                *(f"{st} (into a new array, {name})" for st in tail[i + 1 :]),
+            )
+        return tuple(f"{st} (in place, {name})" for st in tail)
+
+    def _finish(self, d, inputs: dict, ops) -> tuple:
+        """The epilog's tail on ``d``: (result, aux); the result is ``d`` unless the tail wrote a new array."""
+        import dataclasses
+
+        from .._epilog import STEPS, apply_steps
+
+        p, tail, fresh = self.problem, self.tail, self.fresh_ops
+        axis = p.options.bgrad_axis
+        if fresh is None or "save_pre_activation" not in tail:
+            return apply_steps(dataclasses.replace(p.epilog, steps=tail), d, inputs, ops, bgrad_axis=axis)
+        i = tail.index("save_pre_activation")
+        d, aux = apply_steps(dataclasses.replace(p.epilog, steps=tail[:i]), d, inputs, ops, bgrad_axis=axis)
+        aux[STEPS["save_pre_activation"].output] = d  # never written again: the activation makes a new array
+        d, more = apply_steps(dataclasses.replace(p.epilog, steps=tail[i + 1 :]), d, inputs, fresh, bgrad_axis=axis)
+        return d, {**aux, **more}
 
     @property
     def workspace_bytes(self) -> int:
@@ -869,7 +919,7 @@ class InplacePlan:
             return self._run(operands, sp)
 
     def _run(self, operands, sp):
-        from .._epilog import INPUTS, apply_steps
+        from .._epilog import INPUTS
         from .arrays import as_kind
 
         p, xp = self.problem, self.xp
@@ -908,7 +958,11 @@ class InplacePlan:
                 b = xp.astype(_to_xp(operands["b"], self.framework, xp), p.result_dtype)
                 aux = {"bgradb": ops.sum(b.reshape(-1, 1) if p.b_vector else b, -2, False)}
         else:
-            aux = apply_steps(p.epilog, dd, inputs, ops, bgrad_axis=p.options.bgrad_axis)[1]
+            done, aux = self._finish(dd, inputs, ops)
+            if done is not dd:  # the tail wrote the result to a new array
+                out = done.reshape(p.result_shape) if (p.a_vector or p.b_vector) else done
+                if self.mm is not None:
+                    out = as_kind(kind, out, xp.name)
         if "relu_aux" in aux:
             aux["relu_aux"] = xp.pack_mask(xp.contiguous(aux["relu_aux"]), self.ld_bits)
         elif "gelu_aux" in aux and (p.a_vector or p.b_vector):
