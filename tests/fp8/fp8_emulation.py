@@ -63,6 +63,9 @@ def emulate(a, b, *, alpha=1.0, scales=None, c=None, beta=1.0, bias=None, epilog
 #: up to ~2**-14; a layout or scale mistake gives errors of order 1)
 ACC_FP32 = 64 * 2.0**-24
 ACC_FP8_TENSOR_CORES = 2.0**-12
+#: ... and in the fast accumulation mode, which never promotes partial sums (measured on the H200: past 2**-12
+#: on 3 of 131072 elements of a K = 1024 product)
+ACC_FP8_FAST = 2.0**-10
 
 
 def assert_matches(
