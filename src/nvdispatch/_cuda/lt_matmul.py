@@ -902,7 +902,13 @@ class InplacePlan:
             self.mm.release()
 
     def tuning(self):
-        return None
+        """The GEMM's autotuned algorithm choice (recorded under the GEMM's own key), None untuned."""
+        return self.mm.tuning() if self.mm is not None else None
+
+    def autotune(self, operands, iterations: int = 3, stream=None):
+        """Tune the GEMM's cuBLASLt algorithm as the native plan tunes its own (the elementwise tail has no
+        knobs). Returns ``[(label, seconds)]``."""
+        return self.mm.autotune(operands, iterations, stream) if self.mm is not None else []
 
     def time(self, operands, iterations: int = 3, stream=None) -> float:
         """GPU seconds of one call (CUDA events, as the native plan is timed: Matmul.autotune compares them)."""
