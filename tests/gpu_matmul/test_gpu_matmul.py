@@ -359,3 +359,23 @@ def test_unfused_strategy_adds_the_bias_in_the_gemm_and_matches_native(epilog, o
         np.testing.assert_array_equal(mask[clear], ref_aux["relu_aux"][clear], err_msg=str(ex))
     for x, x0 in zip(args, a0):
         np.testing.assert_array_equal(to_host(x), x0)  # inputs unchanged
+
+
+def test_autotune_times_both_strategies_and_tunes_the_unfused_gemm():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(512, 256, device="cuda")
+    b = torch.randn(256, 384, device="cuda")
+    bias = torch.randn(384, device="cuda")
+    kw = {"epilog": "GELU_AUX_BIAS", "epilog_inputs": {"bias": bias}}
+    with nvdispatch.set_backend("cuda"):
+        mm = nvdispatch.Matmul(a, b)
+        mm.plan(**kw)
+        timings = mm.autotune(iterations=2)
+        assert set(timings) == {"native", "inplace"} and mm.strategy in timings
+        forced = nvdispatch.Matmul(a, b)
+        forced.plan(**kw, preferences={"strategy": "inplace"})  # the cached plan the autotune timed
+        assert forced.strategy == "inplace" and forced._plan.tuning()["env"]["gpu"]  # its GEMM was tuned
+        out, aux = forced.execute()
+    pre = a @ b + bias
+    torch.testing.assert_close(out, torch.nn.functional.gelu(pre, approximate="tanh"), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(aux["gelu_aux"], pre, rtol=1e-4, atol=1e-4)
