@@ -111,6 +111,16 @@ def _native(x):
     return x if isinstance(x, np.ndarray) or x is None else np.from_dlpack(x)
 
 
+def _product_of(p: MatmulProblem):
+    """The cheapest NumPy call giving ``np.matmul``'s exact result for ``p``'s operands: ``ndarray.dot`` for two
+    real or integer matrices — the same BLAS call (or the same exact loop) without the ufunc machinery,
+    ~0.4 us less per call, bitwise equal in every layout (tests/matmul/test_numpy_direct.py) — else np.matmul
+    (batches broadcast only there; complex outer products, k = 1, round differently through dot)."""
+    two_d = not p.batch_shape and len(p.a.shape) == 2 and len(p.b.shape) == 2
+    real = all(np.dtype(sig.dtype).kind in "biuf" for sig in (p.a, p.b))
+    return np.ndarray.dot if two_d and real else np.matmul
+
+
 class NumpyMatmulPlan:
     """A planned CPU matmul. ``execute`` returns the result, or ``(result, aux)`` for epilogs with outputs."""
 
@@ -135,7 +145,7 @@ class NumpyMatmulPlan:
         #: only arrays given call keys; a vector product's NumPy scalar is made a 0-d array)
         plain = not spec.steps and not spec.outputs and problem.c is None
         vector = problem.a_vector or problem.b_vector
-        self.direct = (self._matmul_only if vector else np.matmul) if plain else None
+        self.direct = (self._matmul_only if vector else _product_of(problem)) if plain else None
 
     def _rows_for(self, block_bytes: int, row_bytes: int) -> int:
         p = self.problem
