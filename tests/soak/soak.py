@@ -3,10 +3,12 @@
 Run by tests/soak/test_soak.py in a subprocess (interrupts and any state they might corrupt stay in it);
 run it by hand for longer: ``python tests/soak/soak.py --seconds 120``. Prints one JSON summary line.
 
-Every result is checked against a float64 NumPy reference. Plans of the default NumPy executors are
-booby-trapped (``release()`` marks them; executing a marked plan is recorded as a violation), and part of
-the calls go through a poisoning executor (tests/core/poisoning.py) whose plans report workspace bytes, so
-the byte bound is exercised too. A sampler thread checks the cache bounds while everything runs.
+Every result is checked against a float64 NumPy reference. Plans that must not run once released are
+booby-trapped (``release()`` marks them; executing a marked plan is recorded as a violation): the poisoning
+executor's (tests/core/poisoning.py, part of the calls; its plans report workspace bytes, so the byte bound
+is exercised too) and any default NumPy plan class that needs releasing. The NumPy plans declare that
+release frees nothing (``needs_release = False``): calls run them unpinned, and every result of theirs is
+still checked while the cache evicts them. A sampler thread checks the cache bounds while everything runs.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ MAX_BYTES = 5 * 1000  # poisoned plans report 1000 bytes each
 
 
 def _trap(cls) -> None:
-    """Mark plans of ``cls`` on release; executing a marked plan is a violation."""
+    """Mark plans of ``cls`` on release; executing a marked plan is a violation (not for classes whose
+    release frees nothing: those may run after it)."""
+    if getattr(cls, "needs_release", True) is False:
+        return
     real_release, real_execute = cls.release, cls.execute
 
     def release(self):
