@@ -662,6 +662,8 @@ def _time_plan(plan, problem, operands, iterations: int, stream) -> float:
     tune = getattr(plan, "autotune", None)
     if callable(tune):
         tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+        if problem.device.kind == "cpu":
+            time.sleep(_CPU_SETTLE_SECONDS)  # its last candidate may have left BLAS worker threads spinning
     timer = getattr(plan, "time", None)
     if callable(timer):
         return float(timer(operands, iterations, stream))
