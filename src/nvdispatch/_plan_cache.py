@@ -411,7 +411,8 @@ class PlanCache:
         return PlanHold(self, plan)
 
     def users(self, plan: Any) -> int:
-        """How many users besides the cache hold ``plan`` now (0 when unknown to the cache)."""
+        """How many users besides the cache hold ``plan`` now (0 when unknown to the cache; the calls running a
+        plan with ``needs_release = False`` are not counted, its holds are)."""
         entry = self._users.get(id(plan))
         return len(entry.users) if entry is not None and entry.plan is plan else 0
 
