@@ -304,12 +304,20 @@ def test_a_call_in_flight_keeps_its_plan_through_clear(route):
     assert plan.released == 1
 
 
-def test_hot_path_calls_never_run_a_released_plan(monkeypatch):
-    """Default route (NumPy executor, hot path) with a released-plan trap, under clear() churn from a thread."""
+@pytest.mark.parametrize("needs_release", [True, False])
+def test_hot_path_calls_never_run_a_released_plan(monkeypatch, needs_release):
+    """Default route (NumPy executor, hot path) under clear() churn from a thread. Plans that need releasing
+    (the NumPy plans made so here) carry a released-plan trap: calls must pin them. As they are (release
+    frees nothing) calls run them unpinned, and every result must still be right."""
     from nvdispatch.executors import numpy_matmul, numpy_matmul_engines
 
     released = []
     for cls in (numpy_matmul.NumpyMatmulPlan, numpy_matmul_engines.EnginePlan):
+        if not needs_release:
+            real_release = cls.release
+            monkeypatch.setattr(cls, "release", lambda self, real=real_release: released.append(1) or real(self))
+            continue
+        monkeypatch.setattr(cls, "needs_release", True)
         real_execute = cls.execute
 
         def release(self):
