@@ -4,8 +4,9 @@ The fastest way to fuse an epilog on the CPU depends on the machine (the BLAS bu
 picks, cache sizes, whether Torch is installed): on one 2-core box the blocked in-place pass matches
 ``np.matmul``, on another Torch's ``_addmm_activation`` does and the blocked pass costs 1.4x. So the first
 call of a *problem class* times every candidate engine briefly on synthetic operands shaped like the call
-(rows capped so one run stays near ``BUDGET_MACS``, but kept enough for the result to outgrow the cores'
-private caches, within ``CACHE_BUDGET_MACS``: what an epilog pass over memory costs must show), interleaved
+(the call's own shape up to ``FULL_BUDGET_MACS``, a few tens of ms a run: only the real size shows what the
+epilog's passes over a result that large cost; beyond it, rows capped so one run stays near ``BUDGET_MACS``,
+but kept enough for the result to outgrow the cores' private caches, within ``CACHE_BUDGET_MACS``), interleaved
 round by round (each candidate's fastest round counts: load on the machine only adds time), and orders the
 engines fastest first; later calls of the class reuse the order. Where an engine runs its own threads (the
 row panels), each candidate is timed in a block of its own after a short pause instead (``_SETTLE_SECONDS``):
@@ -35,12 +36,16 @@ from .._matmul_problem import ArraySig, MatmulProblem
 from . import cpu_caches
 from .cpu_threads import CPUS
 
-__all__ = ["ordered", "calibrations", "clear", "problem_class", "BUDGET_MACS", "CACHE_BUDGET_MACS"]
+__all__ = ["ordered", "calibrations", "clear", "problem_class", "BUDGET_MACS", "CACHE_BUDGET_MACS", "FULL_BUDGET_MACS"]
 
 #: one calibration run does about this many multiply-adds (rows are capped to stay near it)
 BUDGET_MACS = 1 << 26
 #: ... or up to this many where more rows are needed for the result to outgrow the private caches
 CACHE_BUDGET_MACS = 8 * BUDGET_MACS
+#: a call up to this many multiply-adds is calibrated at its own size (~25 ms a run on a 2-core box): a copy
+#: with a quarter of the rows ranked Torch's whole-result epilog first on a box where, at full size, it ran
+#: 1.3x slower than the row panels (its result stayed in cache; the real one did not)
+FULL_BUDGET_MACS = 1 << 31
 #: seconds of repeated calls per candidate per round, and rounds (interleaved, so load hits all alike; the
 #: fastest round of each counts, since a busy machine only ever adds time)
 _ROUND_SECONDS = 1.5e-3
@@ -48,8 +53,11 @@ _ROUNDS = 5
 #: OpenBLAS's worker threads busy-wait (yielding) about 0.1 s after each threaded call before they sleep
 #: (its THREAD_TIMEOUT; measured 120 ms on a 2-core box, where they took half the CPU of the call that followed)
 _SETTLE_SECONDS = 0.15
-#: rounds per candidate when timed in blocks (no interleaving to even out load: more rounds instead)
+#: rounds per candidate when timed in blocks (no interleaving to even out load: more rounds instead), fewer
+#: (at least _MIN_BLOCK_ROUNDS) where they would take more than _BLOCK_SECONDS
 _BLOCK_ROUNDS = 9
+_MIN_BLOCK_ROUNDS = 4
+_BLOCK_SECONDS = 0.2
 _CPUS = CPUS
 _log = logging.getLogger("nvdispatch")
 _lock = threading.Lock()
@@ -116,7 +124,7 @@ def _representative(problem: MatmulProblem) -> MatmulProblem | None:
     or none, no c); None when it cannot be shrunk faithfully (then the class keeps the default order)."""
     p = problem
     macs = p.m * p.n * p.k * math.prod(p.batch_shape)
-    if macs <= BUDGET_MACS:
+    if macs <= FULL_BUDGET_MACS:
         return p
     if p.c is not None or p.bias_axis == "m" or p.a_vector or p.b_vector:
         return None
@@ -178,7 +186,7 @@ def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: C
         _log.debug("numpy matmul calibration: %s cannot be shrunk; order %s", problem_class(problem), candidates)
         return {"order": candidates, "seconds": {}, "calibrated": False}
     ops = _operands(rep)
-    calls, reps, own_threads = {}, {}, 1
+    calls, reps, runs, own_threads = {}, {}, {}, 1
     for name in candidates:
         plan = make_plan(rep, name)
         own_threads = max(own_threads, getattr(plan, "own_threads", 1))
@@ -187,6 +195,7 @@ def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: C
         fn()  # warm-up (and first-touch of the output pages)
         once = max(time.perf_counter() - t0, 1e-7)
         calls[name], reps[name] = fn, max(1, min(2000, int(_ROUND_SECONDS / once)))
+        runs[name] = max(_MIN_BLOCK_ROUNDS, min(_BLOCK_ROUNDS, int(_BLOCK_SECONDS / (once * reps[name]))))
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     if own_threads > 1:
         # an engine running its own threads would share the cores with the BLAS workers the engine timed before
@@ -194,7 +203,7 @@ def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: C
         for name in candidates:
             time.sleep(_SETTLE_SECONDS)
             calls[name]()
-            for _ in range(_BLOCK_ROUNDS):
+            for _ in range(runs[name]):
                 samples[name].append(_seconds_per_call(calls[name], reps[name]))
     else:
         for _ in range(_ROUNDS):
