@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-import time
 
 import numpy as np
 
@@ -350,12 +349,7 @@ class NumpyMatmulPlan:
         configs = itertools.product(_BLOCK_CHOICES, sorted({1, _CPUS}))
         for block_bytes, threads in itertools.islice(configs, self.problem.plan_preferences.limit):
             trial.block_rows, trial.threads = self._rows_for(block_bytes, row_bytes), threads
-            samples = []
-            for _ in range(max(1, iterations)):
-                t0 = time.perf_counter()
-                trial.execute(operands)
-                samples.append(time.perf_counter() - t0)
-            t = float(np.min(samples))  # other load only ever adds time
+            t = calibration.fastest_seconds(lambda: trial.execute(operands), iterations)
             timings[(block_bytes, threads)] = t
             if best is None or t < best[1]:
                 best = ((trial.block_rows, threads), t)

@@ -36,7 +36,16 @@ from .._matmul_problem import ArraySig, MatmulProblem
 from . import cpu_caches
 from .cpu_threads import CPUS
 
-__all__ = ["ordered", "calibrations", "clear", "problem_class", "BUDGET_MACS", "CACHE_BUDGET_MACS", "FULL_BUDGET_MACS"]
+__all__ = [
+    "ordered",
+    "calibrations",
+    "clear",
+    "problem_class",
+    "fastest_seconds",
+    "BUDGET_MACS",
+    "CACHE_BUDGET_MACS",
+    "FULL_BUDGET_MACS",
+]
 
 #: one calibration run does about this many multiply-adds (rows are capped to stay near it)
 BUDGET_MACS = 1 << 26
@@ -171,6 +180,17 @@ def _hot_call(plan, ops: dict) -> Callable:
         args = [ops["a"], ops["b"], *(v for k, v in ops.items() if k not in ("a", "b", "alpha", "beta", "c"))]
         return lambda: direct(*args)
     return lambda: plan.execute(ops)
+
+
+def fastest_seconds(fn: Callable, runs: int) -> float:
+    """Seconds of the fastest of ``runs`` (at least one) timed calls of ``fn``: other load only ever adds time.
+    What the CPU plans' autotunes rank their settings by."""
+    best = math.inf
+    for _ in range(max(1, runs)):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _seconds_per_call(fn: Callable, n: int) -> float:

@@ -24,6 +24,7 @@ import numpy as np
 from .._matmul_problem import MatmulProblem
 from . import blas_threads, cpu_caches
 from .cpu_threads import CPUS, pool
+from .numpy_matmul_calibration import fastest_seconds
 from .numpy_matmul_engines import EnginePlan
 
 __all__ = ["PanelPlan", "panel_byte_choices"]
@@ -148,12 +149,7 @@ class PanelPlan(EnginePlan):
             if trial.own_threads > 1:  # after BLAS worker threads (of the last trial, or other code) went idle
                 time.sleep(_SETTLE_SECONDS)
             trial.execute(operands)  # warm-up
-            samples = []
-            for _ in range(max(1, iterations)):
-                t0 = time.perf_counter()
-                trial.execute(operands)
-                samples.append(time.perf_counter() - t0)
-            t = float(np.min(samples))  # other load only ever adds time
+            t = fastest_seconds(lambda: trial.execute(operands), iterations)
             timings[(panel_bytes, workers)] = t
             if best is None or t < best[1]:
                 best = ((trial.panel_rows, workers), t)
