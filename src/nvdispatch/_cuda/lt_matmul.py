@@ -856,41 +856,38 @@ class InplacePlan:
         self.xp = Xp(namespace_for(p.framework))
         self.framework = p.framework
         self.via = via
+        import dataclasses
+
         self.mm, bias_in_gemm = _unfused_gemm(p) if via == "lt" else (None, False)
-        #: the epilog's steps after the GEMM
-        self.tail = p.epilog.steps[1:] if bias_in_gemm else p.epilog.steps
+        tail = p.epilog.steps[1:] if bias_in_gemm else p.epilog.steps  # the epilog's steps after the GEMM
         #: the framework's out-of-place vocabulary (None: CuPy's ops write in place only)
         self.fresh_ops = getattr(self.xp, "epilog_ops_fresh", lambda: None)()
+        split = "save_pre_activation" in tail and self.fresh_ops is not None
+        i = tail.index("save_pre_activation") if split else len(tail)
+        #: the tail as two epilog specs: the steps in place, then (after a pre-activation kept without a copy)
+        #: the steps writing a new array, or None
+        self._in_place = dataclasses.replace(p.epilog, steps=tail[:i])
+        self._fresh = dataclasses.replace(p.epilog, steps=tail[i + 1 :]) if split else None
         first = self.mm.steps if self.mm is not None else (f"{self.xp.name}.matmul (+ alpha, beta * c)",)
         why = f"not fused: {why}" if why else "unfused variant (for autotuning)"
-        self.steps = (*first, *self._describe_tail(), why)
+        name = self.xp.name
+        described = [f"{st} (in place, {name})" for st in self._in_place.steps]
+        if split:
+            described.append("save_pre_activation (the GEMM's result itself, no copy)")
+            described += [f"{st} (into a new array, {name})" for st in self._fresh.steps]
+        self.steps = (*first, *described, why)
         self.ld_bits = L.relu_aux_ld_bits(p.n)
-
-    def _describe_tail(self) -> tuple[str, ...]:
-        name, tail = self.xp.name, self.tail
-        if self.fresh_ops is not None and "save_pre_activation" in tail:
-            i = tail.index("save_pre_activation")
-            return (
-                *(f"{st} (in place, {name})" for st in tail[:i]),
-                "save_pre_activation (the GEMM's result itself, no copy)",
-                *(f"{st} (into a new array, {name})" for st in tail[i + 1 :]),
-            )
-        return tuple(f"{st} (in place, {name})" for st in tail)
 
     def _finish(self, d, inputs: dict, ops) -> tuple:
         """The epilog's tail on ``d``: (result, aux); the result is ``d`` unless the tail wrote a new array."""
-        import dataclasses
-
         from .._epilog import STEPS, apply_steps
 
-        p, tail, fresh = self.problem, self.tail, self.fresh_ops
-        axis = p.options.bgrad_axis
-        if fresh is None or "save_pre_activation" not in tail:
-            return apply_steps(dataclasses.replace(p.epilog, steps=tail), d, inputs, ops, bgrad_axis=axis)
-        i = tail.index("save_pre_activation")
-        d, aux = apply_steps(dataclasses.replace(p.epilog, steps=tail[:i]), d, inputs, ops, bgrad_axis=axis)
+        axis = self.problem.options.bgrad_axis
+        d, aux = apply_steps(self._in_place, d, inputs, ops, bgrad_axis=axis)
+        if self._fresh is None:
+            return d, aux
         aux[STEPS["save_pre_activation"].output] = d  # never written again: the activation makes a new array
-        d, more = apply_steps(dataclasses.replace(p.epilog, steps=tail[i + 1 :]), d, inputs, fresh, bgrad_axis=axis)
+        d, more = apply_steps(self._fresh, d, inputs, self.fresh_ops, bgrad_axis=axis)
         return d, {**aux, **more}
 
     @property
