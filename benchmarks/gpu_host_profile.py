@@ -12,10 +12,9 @@ import ctypes
 import io
 import json
 import pstats
-import statistics
 import sys
 
-from _bench import output_dir
+from _bench import cuda_event_seconds, output_dir
 from gpu_matmul_bench import host_times
 
 
@@ -27,18 +26,7 @@ def per_call(fn, torch) -> float:
 
 def gpu_per_call(fn, torch, n: int = 300, rounds: int = 5) -> float:
     """Median GPU seconds per call: CUDA events around ``n`` calls queued behind a busy-wait kernel."""
-    fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(rounds):
-        torch.cuda._sleep(20_000_000)
-        start.record()
-        for _ in range(n):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e-3 / n)
-    return statistics.median(samples)
+    return cuda_event_seconds(fn, torch, reps=rounds, inner=n, warmup=1, busy_cycles=20_000_000 // n)
 
 
 def kernels_per_call(fn, torch, n: int = 10) -> list:

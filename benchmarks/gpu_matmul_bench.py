@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from _bench import output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, progress, save_plot
 
 SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 8192, 1024), (1024, 512, 2048)]
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -25,20 +25,9 @@ REPS, ROUNDS = 20, 5
 
 
 def gpu_time(fn, torch) -> float:
-    """Median seconds per call of fn() measured by CUDA events, host overhead hidden."""
-    fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(ROUNDS):
-        torch.cuda._sleep(20_000_000)  # ~10 ms of GPU busy-wait: the launches below queue behind it
-        start.record()
-        for _ in range(REPS):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e-3 / REPS)
-    return statistics.median(samples)
+    """Median seconds per call of fn() measured by CUDA events, host overhead hidden: ROUNDS rounds of REPS
+    calls queued behind ~10 ms of GPU busy-wait (read at call time: autotune_bench lowers them)."""
+    return cuda_event_seconds(fn, torch, reps=ROUNDS, inner=REPS, warmup=1, busy_cycles=20_000_000 // REPS)
 
 
 def run(out_dir: str) -> None:
