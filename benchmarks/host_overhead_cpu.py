@@ -2,7 +2,8 @@
 
 Cases (each a repeated call whose plan is cached, timed per call): an 8×8 float32 NumPy matmul, plain and
 RELU_BIAS (against ``np.matmul`` and ``np.maximum(a @ b + bias, 0)`` / ``np.matmul`` alone), a 16×16
-float32 Torch CPU matmul (against ``torch.matmul``) and a 64-point complex64 fft (against ``np.fft.fft``).
+float32 Torch CPU matmul, plain and RELU_BIAS (against ``torch.matmul`` and ``torch._addmm_activation`` /
+``torch.matmul``) and a 64-point complex64 fft (against ``np.fft.fft``).
 Contenders are interleaved round by round; each sample is the calling thread's CPU time
 (``time.thread_time``) over ``--number`` calls, so time the shared machine gives to other processes is not
 counted. We report the median per-call time and its ratio to the peer.
@@ -54,8 +55,21 @@ def _cases(nvd):
         import torch
 
         ta, tb = (torch.from_numpy(rng.standard_normal((16, 16), dtype=np.float32)) for _ in range(2))
+        tbias = torch.from_numpy(rng.standard_normal(16, dtype=np.float32))
+        trelu = {"epilog": nvd.Epilog.RELU_BIAS, "epilog_inputs": {"bias": tbias}}
         cases["torch cpu 16x16 matmul"] = (lambda: nvd.matmul(ta, tb), lambda: torch.matmul(ta, tb))
+        # the stateless linear layer: against Torch's own fused call, and against a plain product (the
+        # ratio #10 sets a goal for, measured on CUDA tensors by gpu_matmul_bench.py --host-only)
+        cases["torch cpu 16x16 RELU_BIAS"] = (
+            lambda: nvd.matmul(ta, tb, **trelu),
+            lambda: torch._addmm_activation(tbias, ta, tb),
+        )
+        cases["torch cpu 16x16 RELU_BIAS vs matmul"] = (
+            lambda: nvd.matmul(ta, tb, **trelu),
+            lambda: torch.matmul(ta, tb),
+        )
         checks.append((nvd.matmul(ta, tb).numpy(), (ta @ tb).numpy()))
+        checks.append((nvd.matmul(ta, tb, **trelu).numpy(), torch.relu(ta @ tb + tbias).numpy()))
     except ImportError:
         print("torch is not installed: the Torch case is skipped")
     for got, want in checks:

@@ -21,7 +21,8 @@ from typing import Any
 
 from . import _backends
 from . import _executor_contract as _contract
-from ._adapters import adapter_for, adapter_for_class, adapter_named, signature_by_class
+from ._adapters import adapter_for, adapter_for_class, adapter_named, call_key_memo_by_class, signature_by_class
+from ._call_key_memo import CallKeyMemo
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._plan_cache import plan_cache
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError
@@ -39,6 +40,7 @@ __all__ = [
     "store",
     "signature_of",
     "signature_by_class",
+    "call_key_memo_by_class",
     "debug_enabled",
     "log_hit",
     "wrap_result",
@@ -53,9 +55,12 @@ log = logging.getLogger("nvdispatch")
 def signature_of(cls: type):
     """The adapter-signature function for arrays of class ``cls``, or None (no adapter claims the class, its
     adapter has no signature, or it wraps results: those calls take the full path every time). Cached per
-    class in ``signature_by_class``, which call-key builders read first."""
+    class in ``signature_by_class``, which call-key builders read first; the class's call-key memo (where its
+    adapter has a guard) is made alongside, in ``call_key_memo_by_class``."""
     ad = adapter_for_class(cls)
     sig = None if ad is None or ad.wraps else ad.signature_for(cls)
+    guard = None if sig is None else ad.guard_for(cls)
+    call_key_memo_by_class[cls] = None if guard is None else CallKeyMemo(guard)
     signature_by_class[cls] = sig
     return sig
 
@@ -69,9 +74,9 @@ def debug_enabled() -> bool:
     return _log_levels.get(logging.DEBUG) is not False and log.isEnabledFor(logging.DEBUG)
 
 
-def log_hit(key: tuple, plan) -> None:
-    """The DEBUG record of a call served from the plan cache by its call key."""
-    log.debug("%s: plan cache hit (call key): plan %s, strategy %r", key[0], type(plan).__name__, plan.strategy)
+def log_hit(op: str, plan) -> None:
+    """The DEBUG record of a ``op`` call served from the plan cache by its call key."""
+    log.debug("%s: plan cache hit (call key): plan %s, strategy %r", op, type(plan).__name__, plan.strategy)
 
 
 def store(key: Hashable | None, plan) -> None:

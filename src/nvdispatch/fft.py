@@ -74,9 +74,8 @@ from ._dispatch import (
     store,
     wrap_result,
 )
-from ._dispatch import (
-    signature_by_class as _signatures,
-)
+from ._dispatch import call_key_memo_by_class as _memos
+from ._dispatch import signature_by_class as _signatures
 from ._execute import run
 from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from ._fft_problem import FUNCS, FFTProblem, build_fft_problem, check_norm
@@ -133,20 +132,28 @@ def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
 
 
 def _call_key(func: str, x, n, axis, s, axes, norm):
-    """The call key of a transform (see ``_dispatch``), or None when the call does not qualify."""
+    """The call key of a transform (see ``_dispatch``), or None when the call does not qualify; and the
+    call-key memo that should remember it (see ``_call_key_memo``), None when it came from there or the
+    array class has none."""
     cls = x.__class__
     sig = _signatures.get(cls, signature_of)
     if sig is signature_of:
         sig = signature_of(cls)
     if sig is None:
-        return None
+        return None, None
     if s is not None:
         s = _int_seq(s)
     if axes is not None:
         axes = _int_seq(axes)
     if s is False or axes is False:
-        return None
-    return ("fft", func, cls, sig(x), n, axis, s, axes, norm, _state.get().key, _backends._global.key)
+        return None, None
+    form = ("fft", func, cls, n, axis, s, axes, norm, _state.get().key, _backends._global.key)
+    memo = _memos.get(cls)
+    if memo is not None:
+        for check, key in memo.keys.get(form, ()):
+            if check(x):
+                return key, None
+    return (form, sig(x)), memo
 
 
 def _int_seq(v):
@@ -160,11 +167,11 @@ def _int_seq(v):
 
 
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
-    key = _call_key(func, x, n, axis, s, axes, norm)
     try:
+        key, learn = _call_key(func, x, n, axis, s, axes, norm)
         plan = None if key is None else _acquire(key)  # pinned until run() returns
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
-        plan = None
+        key, plan = None, None
     if plan is None:
         problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
         plan = acquire_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
@@ -176,8 +183,10 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
             plan_cache.let_go(plan)
             raise
         return wrap_result(run(plan, operands, stream), x)
+    if learn is not None:  # a repeated call, found by its signature
+        learn.remember(key[0], (x,), key)
     if _log_levels.get(10) is not False and debug_enabled():
-        log_hit(key, plan)
+        log_hit("fft", plan)
     return run(plan, {"x": x}, stream)
 
 

@@ -31,9 +31,8 @@ from ._dispatch import (
     strategies_of,
     wrap_result,
 )
-from ._dispatch import (
-    signature_by_class as _signatures,
-)
+from ._dispatch import call_key_memo_by_class as _memos
+from ._dispatch import signature_by_class as _signatures
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import raise_if_out_of_memory, run
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
@@ -187,44 +186,62 @@ def matmul(
     sig = _signatures.get(cls, signature_of)
     if sig is signature_of:
         sig = signature_of(cls)
-    if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS or quantization_scales is not None:
-        key = None
-    elif c is None and beta is None and options is None and preferences is None:
-        # the shortest keys for the commonest calls, a plain product and a linear layer (a bias alone); the
-        # others (see _call_key) have more fields, so no two forms share a key
-        if epilog_inputs is None:
-            key = ("matmul", cls, sig(a), sig(b), epilog, alpha.__class__, _state.get().key, _backends._global.key)
+    form = arrays = learn = None
+    try:
+        if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS or quantization_scales is not None:
+            key = None
+        elif c is not None or beta is not None or options is not None or preferences is not None:
+            key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+        elif epilog_inputs is None:
+            # the shortest keys, (form, signatures...), for the commonest calls: a plain product and a linear
+            # layer (a bias alone); _call_key's keys have another shape, so no two kinds of call share a key
+            form, arrays = ("matmul", cls, epilog, alpha.__class__, _state.get().key, _backends._global.key), (a, b)
         elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
             bias = epilog_inputs["bias"]
-            key = None if bias.__class__ is not cls else (
-                "matmul", cls, sig(a), sig(b), epilog, sig(bias), alpha.__class__, _state.get().key,
-                _backends._global.key,
-            )  # fmt: skip
+            key = None
+            if bias.__class__ is cls:
+                form = ("matmul", cls, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key)
+                arrays = (a, b, bias)
         else:
             key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
-    else:
-        key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
-    try:
-        plan = None if key is None else _acquire(key)  # pinned until this call returns
+        if form is not None:
+            # where the class has a guard, a repeated call's key is remembered behind it (_call_key_memo)
+            memo = _memos.get(cls)
+            key = None
+            if memo is not None:
+                for check, remembered in memo.keys.get(form, ()):
+                    if check(*arrays):
+                        key = remembered
+                        break
+                else:
+                    learn = memo
+            if key is None:
+                key = (form, sig(a), sig(b)) if len(arrays) == 2 else (form, sig(a), sig(b), sig(arrays[2]))
+        plan = None if key is None else _acquire(key)  # pinned until this call returns (if it needs release)
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
-        plan = None
+        key = plan = None
     if plan is None:
         return _plan_and_run(
             key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales
         )
+    if learn is not None:  # a repeated call, found by its signatures
+        learn.remember(form, arrays, key)
     try:
         if _log_levels.get(10) is not False and debug_enabled():
-            log_hit(key, plan)
+            log_hit("matmul", plan)
         if stream is None and alpha == 1 and c is None:
             direct = getattr(plan, "direct", None)
             if direct is not None:
+                if arrays is not None:
+                    return direct(*arrays)
                 return direct(a, b) if epilog_inputs is None else direct(a, b, *epilog_inputs.values())
         return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs), stream)
     except Exception as exc:
         raise_if_out_of_memory(exc)
         raise
     finally:
-        _let_go(plan)
+        if getattr(plan, "needs_release", True) is not False:  # the cache pins no other (see acquire)
+            _let_go(plan)
 
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):

@@ -55,6 +55,9 @@ _by_class: dict[type, Adapter | None] = {}
 #: class -> its adapter's signature function, None when calls with it take the full route (filled by the
 #: call route, cleared here when adapters change)
 signature_by_class: dict[type, Any] = {}
+#: class -> the call-key memo of its adapter's guard (nvdispatch._call_key_memo), None when it has none
+#: (filled with signature_by_class, cleared with it: remembered keys hold the old adapter's signatures)
+call_key_memo_by_class: dict[type, Any] = {}
 _by_result_kind: dict[str, Adapter] = {}
 
 
@@ -80,7 +83,7 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
         _by_name[adapter.name] = adapter
         _by_class.clear()
         signature_by_class.clear()
-        _by_result_kind.clear()
+        call_key_memo_by_class.clear()
         _by_result_kind.clear()
     return adapter
 
@@ -94,6 +97,7 @@ def unregister_adapter(name: str) -> None:
         _by_name.pop(name, None)
         _by_class.clear()
         signature_by_class.clear()
+        call_key_memo_by_class.clear()
         _by_result_kind.clear()
 
 

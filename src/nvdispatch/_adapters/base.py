@@ -10,6 +10,9 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
 ``signature(x)``
     a cheap hashable summary of what a plan depends on (dtype, shape, strides, device...), for the
     plan-cache key of repeated calls;
+``guard(*arrays)`` (optional)
+    one native check that arrays still have the signatures these had, where reading several signatures
+    costs more than the rest of a cached call (see :mod:`nvdispatch._call_key_memo`);
 ``device(x)``, ``data_ptr(x)``
     where the data lives;
 ``current_stream(device_index)``, ``stream_context(stream, device_index)``
@@ -114,6 +117,15 @@ class Adapter:
     def signature_for(self, cls: type) -> Callable[[Any], Hashable] | None:
         """The signature function for arrays of class ``cls`` (a subclass may need the full route)."""
         return self.signature
+
+    #: ``guard(*arrays)``: a function ``check(*arrays) -> bool``, true exactly when arrays have the same
+    #: signatures as ``arrays`` had (cheaper than reading them), or None where it cannot make one; None (the
+    #: default): calls read the signatures every time
+    guard: Callable[..., Callable[..., bool] | None] | None = None
+
+    def guard_for(self, cls: type) -> Callable[..., Callable[..., bool] | None] | None:
+        """The guard factory for arrays of class ``cls`` (only where :meth:`signature_for` gives one)."""
+        return self.guard
 
     # -- placement ---------------------------------------------------------------------------------------
     def device(self, x: Any) -> Device:

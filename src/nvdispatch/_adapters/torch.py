@@ -35,6 +35,24 @@ class TorchAdapter(Adapter):
         # get_device() (-1 on the CPU) and is_cuda: cheaper to read and hash than a torch.device; size() than shape
         return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled())
 
+    @staticmethod
+    def guard(*tensors):
+        # Torch's own tensor guard (the one torch.compile checks its graphs' inputs with): class, dispatch
+        # keys (device type, conjugate/negative views, inference mode), dtype, device index, requires_grad,
+        # sizes and strides of every tensor in one native call, a third of what reading the signatures
+        # costs. The signature also holds grad mode, which only matters for a tensor that requires grad:
+        # those calls keep their signatures. Private API: where it is missing or refuses, so do we.
+        if any(t.requires_grad for t in tensors):
+            return None
+        try:
+            from torch._C._dynamo.guards import TensorGuards
+
+            sizes = [list(t.size()) for t in tensors]
+            strides = [list(t.stride()) for t in tensors]
+            return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides).check
+        except Exception:  # ImportError, or a signature this Torch no longer has
+            return None
+
     def device(self, x) -> Device:
         dev = x.device
         return CPU if dev.type == "cpu" else Device(dev.type, dev.index if dev.index is not None else 0)

@@ -41,7 +41,9 @@ def _fused_bias_op(name: str):
 
     if name == "BIAS":
         return torch.addmm
-    return functools.partial(torch._addmm_activation, use_gelu=name != "RELU_BIAS")
+    if name == "RELU_BIAS":
+        return torch._addmm_activation  # use_gelu=False is its default: no partial in the per-call path
+    return functools.partial(torch._addmm_activation, use_gelu=True)
 
 
 def decline(problem: MatmulProblem) -> str | None:

@@ -1,0 +1,236 @@
+"""Call keys remembered behind a guard (nvdispatch._call_key_memo): the memo itself with a stand-in guard, and
+the Torch guard through the matmul and fft routes, whose results must be those of the signature path
+whatever changes between calls (dtype, shape, strides, views, autograd state, device)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch import linalg
+from nvdispatch._adapters import call_key_memo_by_class, register_adapter, signature_by_class
+from nvdispatch._adapters.torch import TorchAdapter
+from nvdispatch._call_key_memo import CallKeyMemo
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    nvdispatch.plan_cache.clear()
+    yield
+    nvdispatch.plan_cache.clear()
+
+
+# -- the memo ------------------------------------------------------------------------------------------------
+def _value_guard(*arrays):
+    """A stand-in guard: arrays pass when they equal the ones it was built from."""
+    seen = tuple(arrays)
+    return lambda *xs: xs == seen
+
+
+def _find(memo, form, *arrays):
+    for check, key in memo.keys.get(form, ()):
+        if check(*arrays):
+            return key
+    return None
+
+
+def test_the_memo_finds_a_key_only_behind_its_guard():
+    memo = CallKeyMemo(_value_guard)
+    memo.remember("f", (1, 2), "k12")
+    assert _find(memo, "f", 1, 2) == "k12"
+    assert _find(memo, "f", 1, 3) is None
+    assert _find(memo, "g", 1, 2) is None  # another form
+
+
+def test_the_memo_keeps_the_newest_keys_of_a_form():
+    memo = CallKeyMemo(_value_guard)
+    for i in range(memo.per_form + 2):
+        memo.remember("f", (i,), f"k{i}")
+    kept = [key for _, key in memo.keys["f"]]
+    assert kept == [f"k{i}" for i in range(memo.per_form + 1, 1, -1)]  # newest first
+    assert _find(memo, "f", 0) is None and _find(memo, "f", memo.per_form + 1) == f"k{memo.per_form + 1}"
+
+
+def test_a_form_whose_arrays_keep_changing_stops_building_guards():
+    built = []
+
+    def guard(*arrays):
+        built.append(arrays)
+        return _value_guard(*arrays)
+
+    memo = CallKeyMemo(guard)
+    for i in range(memo.builds_per_form + 10):
+        memo.remember("f", (i,), f"k{i}")
+    assert len(built) == memo.builds_per_form
+    memo.remember("other", (0,), "k")  # other forms are not affected
+    assert len(built) == memo.builds_per_form + 1
+
+
+def test_no_guard_no_key_and_too_many_forms_start_afresh():
+    memo = CallKeyMemo(lambda *arrays: None)  # the adapter cannot guard these arrays
+    memo.remember("f", (1,), "k")
+    assert memo.keys == {}
+    memo = CallKeyMemo(_value_guard)
+    for i in range(memo.max_forms):
+        memo.remember(("f", i), (i,), i)
+    assert len(memo.keys) == memo.max_forms
+    memo.remember("one more", (0,), "k")
+    assert list(memo.keys) == ["one more"]
+
+
+# -- the Torch guard -----------------------------------------------------------------------------------------
+torch = pytest.importorskip("torch")
+
+
+def _guard(*tensors):
+    check = TorchAdapter.guard(*tensors)
+    assert check is not None, "Torch's tensor guard is not available in this Torch"
+    return check
+
+
+def test_the_torch_guard_tells_apart_what_plans_depend_on():
+    x = torch.ones(4, 6)
+    check = _guard(x)
+    assert check(torch.zeros(4, 6))  # same metadata, other data
+    others = [
+        torch.ones(4, 6, dtype=torch.float64),
+        torch.ones(6, 4),
+        torch.ones(4, 7)[:, :6],  # same shape, other strides
+        torch.ones(6, 4).t(),
+        torch.ones(4, 6, device="meta"),
+        torch.ones(4, 6, requires_grad=True),
+        torch.nn.Parameter(torch.ones(4, 6)),
+    ]
+    for other in others:
+        assert not check(other), other
+    z = torch.ones(3, dtype=torch.complex64)
+    assert not _guard(z)(z.conj())  # a lazily conjugated view: results differ, so must plans
+
+
+def test_no_torch_guard_for_tensors_that_require_grad():
+    # their signature holds grad mode too, which the guard does not check
+    assert TorchAdapter.guard(torch.ones(2), torch.ones(2, requires_grad=True)) is None
+
+
+def test_the_guard_keeps_no_tensor_alive():
+    import gc
+    import weakref
+
+    x = torch.ones(8)
+    ref = weakref.ref(x)
+    check = _guard(x)
+    del x
+    gc.collect()
+    assert ref() is None and check(torch.zeros(8))
+
+
+# -- through the routes ----------------------------------------------------------------------------------------
+def _memo():
+    return call_key_memo_by_class[torch.Tensor]
+
+
+def _relu_bias(a, b, bias):
+    return np.maximum(a.numpy() @ b.numpy() + bias.numpy(), 0)
+
+
+def test_a_repeated_matmul_finds_its_signature_key_behind_the_guard():
+    a, b, bias = torch.randn(5, 3), torch.randn(3, 4), torch.randn(4)
+    for _ in range(3):
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        np.testing.assert_allclose(got.numpy(), _relu_bias(a, b, bias), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
+    sig = signature_by_class[torch.Tensor]
+    keys = sorted((key for entries in _memo().keys.values() for _, key in entries), key=len)
+    assert keys == [(keys[0][0], sig(a), sig(b)), (keys[1][0], sig(a), sig(b), sig(bias))]  # the signature path's
+    assert all(nvdispatch.plan_cache.contains(key) for key in keys)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_calls_changing_their_operands_between_calls_get_their_own_results(grad):
+    rng = np.random.default_rng(0)
+
+    def t(*shape, dtype=torch.float32):
+        return torch.from_numpy(rng.standard_normal(shape)).to(dtype)
+
+    a, b, bias = t(6, 4), t(4, 5), t(5)
+    variants = [
+        (a, b, bias),
+        (a.double(), b.double(), bias.double()),
+        (t(4, 6).t(), b, bias),  # a transposed view: other strides
+        (a, t(5, 4).t(), bias),
+        (t(7, 4), b, bias),
+        (a[::2], b, bias),
+        (a, b, t(5)),
+        (a.requires_grad_(grad), b, bias),
+    ]
+    for _ in range(3):  # the third round runs on remembered keys
+        for x, y, z in variants:
+            got = nvdispatch.matmul(x, y, epilog="RELU_BIAS", epilog_inputs={"bias": z})
+            assert got.dtype == x.dtype and got.shape == (x.shape[0], y.shape[1])
+            np.testing.assert_allclose(got.detach().numpy(), _relu_bias(x.detach(), y, z), rtol=1e-5, atol=1e-6)
+            got = nvdispatch.matmul(x, y)
+            np.testing.assert_allclose(got.detach().numpy(), x.detach().numpy() @ y.numpy(), rtol=1e-5, atol=1e-6)
+    if grad:  # the autograd path still records: its key keeps grad mode
+        out = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        out.sum().backward()
+        assert a.grad is not None
+        with torch.no_grad():
+            assert not nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}).requires_grad
+
+
+def test_a_repeated_fft_finds_its_key_behind_the_guard():
+    x = torch.randn(16, dtype=torch.complex64)
+    y = torch.randn(32, dtype=torch.complex64)[::2]  # same shape, other strides
+    for _ in range(3):
+        for v in (x, y, x.to(torch.complex128)):
+            np.testing.assert_allclose(nvdispatch.fft.fft(v).numpy(), np.fft.fft(v.numpy()), rtol=1e-5, atol=1e-5)
+    assert any(form[0] == "fft" for form in _memo().keys)
+
+
+def test_an_adapter_change_forgets_remembered_keys():
+    a = torch.ones(2, 2)
+    for _ in range(3):
+        nvdispatch.matmul(a, a)
+    assert _memo().keys
+    register_adapter(TorchAdapter())  # the same framework again: keys must be read afresh
+    assert torch.Tensor not in call_key_memo_by_class and torch.Tensor not in signature_by_class
+    np.testing.assert_allclose(nvdispatch.matmul(a, a).numpy(), np.full((2, 2), 2.0))
+
+
+def test_a_hit_through_the_memo_is_logged(caplog):
+    a = torch.ones(2, 2)
+    for _ in range(2):
+        nvdispatch.matmul(a, a)
+    with caplog.at_level("DEBUG", logger="nvdispatch"):
+        nvdispatch.matmul(a, a)
+    assert "matmul: plan cache hit (call key)" in caplog.text
+
+
+def test_unhashable_arguments_still_get_their_typed_error():
+    a = torch.ones(2, 2)
+    for _ in range(2):
+        nvdispatch.matmul(a, a)
+    with pytest.raises(nvdispatch.errors.InvalidArgumentError):
+        linalg.matmul(a, a, epilog=["RELU"])
+    with pytest.raises((nvdispatch.errors.InvalidArgumentError, TypeError)):
+        nvdispatch.fft.fft(torch.ones(4, dtype=torch.complex64), n=[4])
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_get_their_own_keys_and_results():
+    rng = np.random.default_rng(1)
+    host = [torch.from_numpy(rng.standard_normal(s, dtype=np.float32)) for s in ((16, 16), (16, 16), (16,))]
+    cuda = [x.cuda() for x in host]
+    assert not _guard(*host)(*cuda) and not _guard(*cuda)(*host)
+    want = _relu_bias(*host)
+    for _ in range(3):
+        for a, b, bias in (host, cuda, (cuda[0], cuda[1].t(), cuda[2])):
+            got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+            assert got.device == a.device
+            ref = want if b.stride() == (16, 1) else _relu_bias(host[0], host[1].t(), host[2])
+            np.testing.assert_allclose(got.cpu().numpy(), ref, rtol=1e-4, atol=1e-4)
+            x = a.to(torch.complex64)
+            np.testing.assert_allclose(
+                nvdispatch.fft.fft(x).cpu().numpy(), np.fft.fft(x.cpu().numpy()), rtol=1e-4, atol=1e-4
+            )
