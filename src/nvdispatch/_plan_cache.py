@@ -353,6 +353,19 @@ class PlanCache:
         self._lru.pop(entry, None)
         return not entry.users
 
+    def forget_keys_but(self, plan: Any, keep: Hashable) -> None:
+        """Forget every key ``plan`` is cached under except ``keep``: calls that found it by another key (their
+        call key) choose their plan again. ``Matmul.autotune`` does this to the plans it did not choose, so
+        that stateless calls of the problem take the recorded choice from their next call on."""
+        with self._lock:
+            entry = self._users.get(id(plan))
+            if entry is None or entry.plan is not plan:
+                return
+            for key in entry.keys:
+                if key != keep and self._keys.get(key) is entry:
+                    del self._keys[key]
+            entry.keys[:] = [key for key in entry.keys if key == keep]
+
     # -- users ------------------------------------------------------------------------------------------
     def pin(self, plan: Any) -> None:
         """Begin one more use of ``plan`` by a call (ended by :meth:`let_go`): it will not be released

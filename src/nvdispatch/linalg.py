@@ -26,6 +26,7 @@ from ._dispatch import (
     keep_or_select,
     log_hit,
     placement,
+    plan_key,
     signature_of,
     store,
     strategies_of,
@@ -500,10 +501,11 @@ class Matmul:
             ex, problem = self._selection.executor, self._problem
             operands = self._operands()
             timings: dict[str, float] = {}
+            timed: dict[str, Any] = {}  # strategy -> its plan (not pinned: only its keys are touched after)
             best = None  # (strategy, seconds, plan), the plan pinned until adopted
             try:
                 for strategy in strategies_of(ex, "matmul", problem):
-                    plan = acquire_plan(ex, "matmul", problem, strategy)
+                    plan = timed[strategy] = acquire_plan(ex, "matmul", problem, strategy)
                     try:
                         if problem.device.kind == "cpu":
                             time.sleep(_CPU_SETTLE_SECONDS)
@@ -527,6 +529,9 @@ class Matmul:
             plan_cache.record_tuning(
                 choice_key(ex, "matmul", problem), {"strategy": best[0], "plan": get() if callable(get) else None}
             )
+            for strategy, plan in timed.items():  # stateless calls that ran another plan choose again
+                if plan is not best[2]:
+                    plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
             return timings
 
     def execute(self, *, stream: Stream = None) -> Array:  # (result, aux) for an epilog with outputs

@@ -188,3 +188,22 @@ def test_hot_path_never_accepts_an_alpha_the_full_path_would_reject():
     assert nvdispatch.matmul(a, a, alpha=2.0)[0, 0] == 4
     with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="alpha"):
         nvdispatch.matmul(a, a, alpha=2.5)
+
+
+def test_forgetting_a_plans_other_keys_keeps_the_plan_under_the_one_kept():
+    released = []
+
+    class Plan:
+        def release(self):
+            released.append(self)
+
+    cache, plan, other = PlanCache(), Plan(), Plan()
+    for key in ("plan key", "call key 1", "call key 2"):
+        cache.put(key, plan)
+    cache.put("another", other)
+    cache.forget_keys_but(plan, "plan key")
+    assert cache.get("plan key") is plan and cache.get("another") is other
+    assert not cache.contains("call key 1") and not cache.contains("call key 2")
+    assert len(cache) == 2 and not released
+    cache.forget_keys_but(Plan(), "plan key")  # not cached: nothing to do
+    assert cache.get("plan key") is plan

@@ -72,6 +72,43 @@ def test_autotune_keeps_the_fastest_and_results_stay_right():
         mm.autotune(iterations=0)
 
 
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_stateless_calls_take_the_strategy_autotune_chose_from_their_next_call(library, monkeypatch):
+    from nvdispatch import linalg
+
+    rng = np.random.default_rng(4)
+    a, b, bias = (rng.standard_normal(s).astype(np.float32) for s in ((64, 32), (32, 16), (16,)))
+    if library == "torch":
+        a, b, bias = (torch.from_numpy(x) for x in (a, b, bias))
+    kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
+    ran = []
+    for _ in range(3):  # the call key is stored, then found (and, for Torch, remembered behind its guard)
+        nvdispatch.matmul(a, b, **kw)
+    mm = nvdispatch.Matmul(a, b).plan(**kw)
+    first = mm.strategy
+    others = [s for s in linalg.strategies_of(mm._selection.executor, "matmul", mm._problem) if s != first]
+    assert others, "the executor offers one strategy here: nothing to choose"
+    chosen = others[-1]
+    monkeypatch.setattr(linalg, "_time_plan", lambda plan, *args: 0.0 if plan.strategy == chosen else 1.0)
+    mm.autotune()
+    assert mm.strategy == chosen
+
+    def spy(plan, *args, **kwargs):
+        ran.append(plan.strategy)
+        return original(plan, *args, **kwargs)
+
+    original = linalg.run
+    monkeypatch.setattr(linalg, "run", spy)  # the full path runs through it; the call-key path runs the plan
+    for _ in range(3):
+        got = nvdispatch.matmul(a, b, **kw)
+        np.testing.assert_allclose(
+            np.asarray(got), np.maximum(np.asarray(a) @ np.asarray(b) + np.asarray(bias), 0), rtol=1e-5, atol=1e-5
+        )
+    assert ran == [chosen]  # chosen again once, then found by the call key
+    assert nvdispatch.plan_cache.get(linalg.plan_key(mm._selection.executor, "matmul", mm._problem, first)) is not None
+    mm.free()
+
+
 def test_plan_can_change_epilog_and_preferences():
     a, b = np.ones((2, 3)), -np.ones((3, 2))
     mm = nvdispatch.Matmul(a, b)
