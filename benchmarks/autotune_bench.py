@@ -4,9 +4,10 @@ the host overhead of a cached 16x16 RELU_BIAS call (ratio to ``torch.matmul`` in
 
 Per cell: Torch's best single call (``torch.matmul`` / ``torch.addmm`` / ``torch._addmm_activation``; for
 GELU_AUX_BIAS, which Torch cannot fuse, ``addmm`` + GELU), nvdispatch's stateless call on cuBLASLt with the
-heuristic's first algorithm, then ``Matmul.autotune()`` (heuristic top-N, smaller-workspace and split-K
-variants) and the same stateless call again (it picks the recorded choice up). GPU times by CUDA events around
-back-to-back launches behind a GPU busy-wait, median of rounds, all in one process.
+heuristic's first algorithm, then ``Matmul.autotune()`` (strategies; heuristic top-N, smaller-workspace and
+split-K variants) and the same stateless call again (it picks the recorded choice up), timed in turns with
+Torch's best call. GPU times by CUDA events around back-to-back launches behind a GPU busy-wait, median of
+rounds, all in one process.
 
 Run on the GPU machine:  python benchmarks/autotune_bench.py OUT_DIR [--budget SECONDS]
 (cells are skipped once the budget is spent; the JSON says which ran).
@@ -20,7 +21,7 @@ import sys
 import time
 
 import gpu_matmul_bench as gmb
-from _bench import output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, progress, save_plot
 
 SHAPES = [
     (16384, 4096, 512),
@@ -34,6 +35,7 @@ SHAPES = [
 ]
 DTYPES = ["bfloat16", "float16", "float32", "tf32"]
 EPILOGS = ["DEFAULT", "RELU_BIAS", "GELU_BIAS", "GELU_AUX_BIAS"]
+TURNS = 5  # samples of Torch's best call and of the autotuned call, taken in turns
 
 
 def torch_best(torch, a, b, bias, epilog):
@@ -50,6 +52,20 @@ def torch_best(torch, a, b, bias, epilog):
         return F.gelu(pre, approximate="tanh"), pre
 
     return gelu_aux
+
+
+def in_turns(calls: dict, torch, turns: int = TURNS) -> dict[str, float]:
+    """Median GPU seconds per call of each of ``calls``, timed in turns (one sample of each per turn, as
+    gpu_time takes them), so that clocks drifting over the run weigh on every contender alike."""
+    samples = {name: [] for name in calls}
+    for fn in calls.values():
+        fn()  # warm-up
+    for _ in range(turns):
+        for name, fn in calls.items():
+            samples[name].append(
+                cuda_event_seconds(fn, torch, reps=1, inner=gmb.REPS, warmup=0, busy_cycles=20_000_000 // gmb.REPS)
+            )
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def run(out_dir: str, budget: float) -> dict:
@@ -81,7 +97,7 @@ def run(out_dir: str, budget: float) -> dict:
             if ep != "DEFAULT":
                 kw |= {"epilog": ep, "epilog_inputs": {"bias": bias}}
             cell = {"m": m, "n": n, "k": k, "dtype": dtype, "epilog": ep}
-            cell["torch_best"] = gmb.gpu_time(torch_best(torch, a, b, bias, ep), torch)
+            best_call = torch_best(torch, a, b, bias, ep)
             with nvdispatch.set_backend("cuda"):  # cuBLASLt by name (the default leaves plain products to Torch)
                 call = lambda: nvdispatch.matmul(a, b, **kw)
                 cell["heuristic"] = gmb.gpu_time(call, torch)
@@ -89,21 +105,23 @@ def run(out_dir: str, budget: float) -> dict:
                 mm.plan(epilog=kw.get("epilog"), epilog_inputs=kw.get("epilog_inputs"))
                 try:
                     mm.autotune(iterations=3)
-                    cell["choice"] = mm._plan.tuning()
+                    cell["strategy"], cell["choice"] = mm.strategy, mm._plan.tuning()
                 except Exception as exc:  # noqa: BLE001
                     cell["autotune_error"] = repr(exc)[:200]
-                cell["autotuned"] = gmb.gpu_time(call, torch)
+                paired = in_turns({"torch_best": best_call, "autotuned": call}, torch)
+                cell.update(paired)
                 mm.free()
             best = min(cell["heuristic"], cell["autotuned"])
             cell["ratio_autotuned_vs_torch"] = cell["autotuned"] / cell["torch_best"]
             cell["ratio_best_vs_torch"] = best / cell["torch_best"]
             cell["gain_autotune"] = cell["heuristic"] / cell["autotuned"]
             results["cells"].append(cell)
+            label = (cell.get("choice") or {}).get("label", cell.get("autotune_error", ""))
             print(
                 f"{m}x{n}x{k} {dtype:8s} {ep:13s} torch {cell['torch_best'] * 1e6:8.1f}  heur "
                 f"{cell['heuristic'] * 1e6:8.1f}  tuned {cell['autotuned'] * 1e6:8.1f}  "
                 f"x{cell['ratio_autotuned_vs_torch']:.3f}"
-                f"  [{(cell.get('choice') or {}).get('label', cell.get('autotune_error', ''))}]",
+                f"  [{cell.get('strategy', '')} {label}]",
                 flush=True,
             )
         a = b = bias = None
