@@ -488,8 +488,9 @@ class Matmul:
 
     def autotune(self, iterations: int = 3, *, stream: Stream = None) -> dict[str, float]:
         """Time each strategy the executor offers (and each plan's own knobs) on the actual operands and
-        keep the fastest. Returns ``{strategy: seconds}`` per call (the median of the runs; on the CPU the
-        fastest, since other load only adds time). The choice is recorded for ``plan_cache.save()``.
+        keep the fastest. Returns ``{strategy: seconds}`` per call: ``iterations`` samples of each strategy,
+        taken in turns, their median (on the CPU the fastest, since other load only adds time). The choice is
+        recorded for ``plan_cache.save()``, and stateless calls of the problem take it from their next call.
 
         Interrupted (``KeyboardInterrupt``) or failing part-way, it leaves this object and every cached plan
         as they were."""
@@ -500,37 +501,24 @@ class Matmul:
             stream = stream if stream is not None else self._stream
             ex, problem = self._selection.executor, self._problem
             operands = self._operands()
-            timings: dict[str, float] = {}
-            timed: dict[str, Any] = {}  # strategy -> its plan (not pinned: only its keys are touched after)
-            best = None  # (strategy, seconds, plan), the plan pinned until adopted
+            plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
             try:
                 for strategy in strategies_of(ex, "matmul", problem):
-                    plan = timed[strategy] = acquire_plan(ex, "matmul", problem, strategy)
-                    try:
-                        if problem.device.kind == "cpu":
-                            time.sleep(_CPU_SETTLE_SECONDS)
-                        t = _time_plan(plan, problem, operands, iterations, stream)
-                    except BaseException:
-                        plan_cache.let_go(plan)
-                        raise
-                    timings[strategy] = t
-                    if best is None or t < best[1]:
-                        if best is not None:
-                            plan_cache.let_go(best[2])
-                        best = (strategy, t, plan)
-                    else:
-                        plan_cache.let_go(plan)
-                self._adopt(best[2])
+                    plans[strategy] = acquire_plan(ex, "matmul", problem, strategy)
+                    _tune_plan(plans[strategy], problem, operands, iterations, stream)
+                timings = _time_in_turns(plans, problem, operands, iterations, stream)
+                chosen = min(timings, key=timings.get)
+                self._adopt(plans[chosen])
             finally:
-                if best is not None:
-                    plan_cache.let_go(best[2])
-            self._strategy = best[0]
-            get = getattr(best[2], "tuning", None)
+                for plan in plans.values():
+                    plan_cache.let_go(plan)
+            self._strategy = chosen
+            get = getattr(plans[chosen], "tuning", None)
             plan_cache.record_tuning(
-                choice_key(ex, "matmul", problem), {"strategy": best[0], "plan": get() if callable(get) else None}
+                choice_key(ex, "matmul", problem), {"strategy": chosen, "plan": get() if callable(get) else None}
             )
-            for strategy, plan in timed.items():  # stateless calls that ran another plan choose again
-                if plan is not best[2]:
+            for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
+                if strategy != chosen:
                     plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
             return timings
 
@@ -664,8 +652,8 @@ class Matmul:
         return f"<nvdispatch.Matmul {state} executor={self.executor} strategy={self._strategy}>"
 
 
-#: pause before timing each CPU strategy: a threaded BLAS call leaves its workers spinning ~0.1 s, taking a core
-#: from whatever runs next (on a 2-core box the strategy timed after another would lose half its cores)
+#: pause before each CPU sample: a threaded BLAS call leaves its workers spinning ~0.1 s, taking a core from
+#: whatever runs next (on a 2-core box the strategy timed after another would lose half its cores)
 _CPU_SETTLE_SECONDS = 0.15
 
 
@@ -679,27 +667,38 @@ def _device_sync(problem):
     return lambda: runtime.check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
-def _time_plan(plan, problem, operands, iterations: int, stream) -> float:
-    """Tune ``plan``'s own knobs (if it has any), then its time on ``operands``: on the CPU the fastest of the
-    runs (other load only ever adds time, and a 2-core box has plenty), elsewhere the median."""
+def _tune_plan(plan, problem, operands, iterations: int, stream) -> None:
+    """Tune ``plan``'s own knobs, if it has any (its ``autotune``)."""
     tune = getattr(plan, "autotune", None)
     if callable(tune):
-        tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
         if problem.device.kind == "cpu":
-            time.sleep(_CPU_SETTLE_SECONDS)  # its last candidate may have left BLAS worker threads spinning
-    timer = getattr(plan, "time", None)
-    if callable(timer):
-        return float(timer(operands, iterations, stream))
-    samples = []
+            time.sleep(_CPU_SETTLE_SECONDS)
+        tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+
+
+def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:
+    """Seconds per call of each plan on ``operands``: ``iterations`` samples of each, taken in turns (one of
+    every plan per round), so that load or clocks changing meanwhile weigh on all alike; on the CPU the fastest
+    sample (other load only ever adds time, and a 2-core box has plenty), elsewhere the median. A plan's own
+    ``time`` takes its sample (CUDA events); else one run after a warm one, timed to completion."""
+    cpu = problem.device.kind == "cpu"
     sync = _device_sync(problem)
-    plan.execute(operands, stream)  # warm-up
-    for _ in range(iterations):  # GPU work is asynchronous: time it to completion
-        sync()
-        t0 = time.perf_counter()
-        plan.execute(operands, stream)
-        sync()
-        samples.append(time.perf_counter() - t0)
-    return float(np.min(samples) if problem.device.kind == "cpu" else np.median(samples))
+    samples: dict[str, list[float]] = {name: [] for name in plans}
+    for _ in range(iterations):
+        for name, plan in plans.items():
+            if cpu:
+                time.sleep(_CPU_SETTLE_SECONDS)
+            timer = getattr(plan, "time", None)
+            if callable(timer):
+                samples[name].append(float(timer(operands, 1, stream)))
+                continue
+            plan.execute(operands, stream)  # warm: caches, BLAS workers, allocator
+            sync()
+            t0 = time.perf_counter()
+            plan.execute(operands, stream)
+            sync()  # GPU work is asynchronous: time it to completion
+            samples[name].append(time.perf_counter() - t0)
+    return {name: float(min(v) if cpu else np.median(v)) for name, v in samples.items()}
 
 
 def _takes_stream(fn) -> bool:

@@ -89,7 +89,7 @@ def test_stateless_calls_take_the_strategy_autotune_chose_from_their_next_call(l
     others = [s for s in linalg.strategies_of(mm._selection.executor, "matmul", mm._problem) if s != first]
     assert others, "the executor offers one strategy here: nothing to choose"
     chosen = others[-1]
-    monkeypatch.setattr(linalg, "_time_plan", lambda plan, *args: 0.0 if plan.strategy == chosen else 1.0)
+    monkeypatch.setattr(linalg, "_time_in_turns", lambda plans, *args: {s: float(s != chosen) for s in plans})
     mm.autotune()
     assert mm.strategy == chosen
 
