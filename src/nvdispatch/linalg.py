@@ -187,7 +187,7 @@ def matmul(
     sig = _signatures.get(cls, signature_of)
     if sig is signature_of:
         sig = signature_of(cls)
-    form = arrays = learn = None
+    form = arrays = learn = bias = None
     try:
         if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS or quantization_scales is not None:
             key = None
@@ -217,7 +217,7 @@ def matmul(
                 else:
                     learn = memo
             if key is None:
-                key = (form, sig(a), sig(b)) if len(arrays) == 2 else (form, sig(a), sig(b), sig(arrays[2]))
+                key = (form, sig(a), sig(b)) if bias is None else (form, sig(a), sig(b), sig(bias))
         plan = None if key is None else _acquire(key)  # pinned until this call returns (if it needs release)
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = None
@@ -233,9 +233,9 @@ def matmul(
         if stream is None and alpha == 1 and c is None:
             direct = getattr(plan, "direct", None)
             if direct is not None:
-                if arrays is not None:
-                    return direct(*arrays)
-                return direct(a, b) if epilog_inputs is None else direct(a, b, *epilog_inputs.values())
+                if epilog_inputs is None:
+                    return direct(a, b)
+                return direct(a, b, bias) if arrays is not None else direct(a, b, *epilog_inputs.values())
         return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs), stream)
     except Exception as exc:
         raise_if_out_of_memory(exc)
