@@ -234,3 +234,31 @@ def test_cuda_tensors_get_their_own_keys_and_results():
             np.testing.assert_allclose(
                 nvdispatch.fft.fft(x).cpu().numpy(), np.fft.fft(x.cpu().numpy()), rtol=1e-4, atol=1e-4
             )
+
+
+def test_threads_calling_with_shapes_of_their_own_get_their_own_results():
+    import threading
+
+    rng = np.random.default_rng(2)
+    shapes = [(m, 8, n) for m in (3, 5, 9) for n in (4, 7)]  # more than a form keeps: keys keep changing
+    operands = [
+        tuple(torch.from_numpy(rng.standard_normal(s, dtype=np.float32)) for s in ((m, k), (k, n), (n,)))
+        for m, k, n in shapes
+    ]
+    errors = []
+
+    def work(offset):
+        try:
+            for i in range(60):
+                a, b, bias = operands[(i + offset) % len(operands)]
+                got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+                np.testing.assert_allclose(got.numpy(), _relu_bias(a, b, bias), rtol=1e-5, atol=1e-5)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
