@@ -17,7 +17,6 @@ form's tuple whole.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
 
 __all__ = ["CallKeyMemo"]
 
@@ -39,16 +38,10 @@ class CallKeyMemo:
 
     def __init__(self, guard: Callable[..., Callable[..., bool] | None]):
         self.guard = guard
-        #: form -> ((check, key), ...), newest first; read by the route without a lock
+        #: form -> ((check, key), ...), newest first; the route reads it without a lock and takes the first key
+        #: whose check its arrays pass
         self.keys: dict[Hashable, tuple[tuple[Callable[..., bool], Hashable], ...]] = {}
         self._builds: dict[Hashable, int] = {}
-
-    def find(self, form: Hashable, *arrays: Any) -> Hashable | None:
-        """The key remembered for ``form`` whose guard ``arrays`` pass, or None (the route inlines this)."""
-        for check, key in self.keys.get(form, ()):
-            if check(*arrays):
-                return key
-        return None
 
     def remember(self, form: Hashable, arrays: tuple, key: Hashable) -> None:
         """Keep ``key`` (a repeated call's, found in the plan cache) for ``form``, behind a guard on ``arrays``."""
