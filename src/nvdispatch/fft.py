@@ -147,12 +147,13 @@ def _call_key(func: str, x, n, axis, s, axes, norm):
         axes = _int_seq(axes)
     if s is False or axes is False:
         return None, None
-    form = ("fft", func, cls, n, axis, s, axes, norm, _state.get().key, _backends._global.key)
     memo = _memos.get(cls)
-    if memo is not None:
-        for check, key in memo.keys.get(form, ()):
-            if check(x):
-                return key, None
+    if memo is None:  # no guard for this class: the signature goes in the key itself
+        return ("fft", func, cls, sig(x), n, axis, s, axes, norm, _state.get().key, _backends._global.key), None
+    form = ("fft", func, cls, n, axis, s, axes, norm, _state.get().key, _backends._global.key)
+    for check, key in memo.keys.get(form, ()):
+        if check(x):
+            return key, None
     return (form, sig(x)), memo
 
 

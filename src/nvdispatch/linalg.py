@@ -196,13 +196,12 @@ def matmul(
         elif epilog_inputs is None:
             # the shortest keys, (form, signatures...), for the commonest calls: a plain product and a linear
             # layer (a bias alone); _call_key's keys have another shape, so no two kinds of call share a key
-            form, arrays = ("matmul", cls, epilog, alpha.__class__, _state.get().key, _backends._global.key), (a, b)
+            form = ("matmul", cls, epilog, alpha.__class__, _state.get().key, _backends._global.key)
         elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
             bias = epilog_inputs["bias"]
             key = None
             if bias.__class__ is cls:
                 form = ("matmul", cls, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key)
-                arrays = (a, b, bias)
         else:
             key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
         if form is not None:
@@ -210,6 +209,7 @@ def matmul(
             memo = _memos.get(cls)
             key = None
             if memo is not None:
+                arrays = (a, b) if bias is None else (a, b, bias)
                 for check, remembered in memo.keys.get(form, ()):
                     if check(*arrays):
                         key = remembered
@@ -235,7 +235,7 @@ def matmul(
             if direct is not None:
                 if epilog_inputs is None:
                     return direct(a, b)
-                return direct(a, b, bias) if arrays is not None else direct(a, b, *epilog_inputs.values())
+                return direct(a, b, bias) if form is not None else direct(a, b, *epilog_inputs.values())
         return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs), stream)
     except Exception as exc:
         raise_if_out_of_memory(exc)
