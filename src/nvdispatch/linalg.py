@@ -59,6 +59,7 @@ from .errors import (
     UnsupportedOperandError,
     describe,
 )
+from .executors.blas_threads import let_workers_sleep
 
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
 _let_go = plan_cache.let_go  # and its last
@@ -652,11 +653,6 @@ class Matmul:
         return f"<nvdispatch.Matmul {state} executor={self.executor} strategy={self._strategy}>"
 
 
-#: pause before each CPU sample: a threaded BLAS call leaves its workers spinning ~0.1 s, taking a core from
-#: whatever runs next (on a 2-core box the strategy timed after another would lose half its cores)
-_CPU_SETTLE_SECONDS = 0.15
-
-
 def _device_sync(problem):
     """A callable waiting for the problem's GPU to finish its work (a no-op on the CPU)."""
     if problem.device.kind != "cuda":
@@ -672,7 +668,7 @@ def _tune_plan(plan, problem, operands, iterations: int, stream) -> None:
     tune = getattr(plan, "autotune", None)
     if callable(tune):
         if problem.device.kind == "cpu":
-            time.sleep(_CPU_SETTLE_SECONDS)
+            let_workers_sleep()
         tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
 
 
@@ -686,8 +682,8 @@ def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, st
     samples: dict[str, list[float]] = {name: [] for name in plans}
     for _ in range(iterations):
         for name, plan in plans.items():
-            if cpu:
-                time.sleep(_CPU_SETTLE_SECONDS)
+            if cpu:  # on a 2-core box, the strategy timed after another's BLAS workers would lose half its cores
+                let_workers_sleep()
             timer = getattr(plan, "time", None)
             if callable(timer):
                 samples[name].append(float(timer(operands, 1, stream)))

@@ -19,8 +19,13 @@ import ctypes
 import functools
 import os
 import threading
+import time
 
-__all__ = ["controllable", "single_threaded"]
+__all__ = ["controllable", "single_threaded", "let_workers_sleep", "SETTLE_SECONDS"]
+
+#: OpenBLAS's worker threads busy-wait (yielding) about 0.1 s after each threaded call before they sleep (its
+#: THREAD_TIMEOUT; measured 120 ms on a 2-core box, where they took half the CPU of the call that followed)
+SETTLE_SECONDS = 0.15
 
 #: (setter, getter) symbol pairs of OpenBLAS builds: the scipy-openblas wheels NumPy ships (64-bit and 32-bit
 #: integer interfaces), then a plain OpenBLAS
@@ -93,3 +98,9 @@ def single_threaded():
             _users -= 1
             if _users == 0 and _saved != 1:
                 setter(_saved)
+
+
+def let_workers_sleep() -> None:
+    """Wait until the worker threads a threaded BLAS call left spinning have gone to sleep, so that what is
+    timed next has the cores to itself (every CPU timing that follows other threaded work pauses here)."""
+    time.sleep(SETTLE_SECONDS)

@@ -9,10 +9,10 @@ epilog's passes over a result that large cost; beyond it, rows capped so one run
 but kept enough for the result to outgrow the cores' private caches, within ``CACHE_BUDGET_MACS``), interleaved
 round by round (each candidate's fastest round counts: load on the machine only adds time), and orders the
 engines fastest first; later calls of the class reuse the order. Where an engine runs its own threads (the
-row panels), each candidate is timed in a block of its own after a short pause instead (``_SETTLE_SECONDS``):
-interleaved, it would find the previous engine's BLAS threads still spinning, which a loop of calls of one
-class never does. ``Matmul.autotune()`` refines a single problem on its real operands (that choice, kept in
-the plan cache, wins over the class order).
+row panels), each candidate is timed in a block of its own after a short pause instead
+(``blas_threads.let_workers_sleep``): interleaved, it would find the previous engine's BLAS threads still
+spinning, which a loop of calls of one class never does. ``Matmul.autotune()`` refines a single problem on
+its real operands (that choice, kept in the plan cache, wins over the class order).
 
 A problem class: result dtype, epilog steps, operands' layout kinds, ``c``/bias placement, batching, and
 the size bucket ``log2(m*n*k) // 3`` (calls within 8x of each other in work share a class).
@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._matmul_problem import ArraySig, MatmulProblem
-from . import cpu_caches
+from . import blas_threads, cpu_caches
 from .cpu_threads import CPUS
 
 __all__ = [
@@ -59,9 +59,6 @@ FULL_BUDGET_MACS = 1 << 31
 #: fastest round of each counts, since a busy machine only ever adds time)
 _ROUND_SECONDS = 1.5e-3
 _ROUNDS = 5
-#: OpenBLAS's worker threads busy-wait (yielding) about 0.1 s after each threaded call before they sleep
-#: (its THREAD_TIMEOUT; measured 120 ms on a 2-core box, where they took half the CPU of the call that followed)
-_SETTLE_SECONDS = 0.15
 #: rounds per candidate when timed in blocks (no interleaving to even out load: more rounds instead), fewer
 #: (at least _MIN_BLOCK_ROUNDS) where they would take more than _BLOCK_SECONDS
 _BLOCK_ROUNDS = 9
@@ -221,7 +218,7 @@ def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: C
         # an engine running its own threads would share the cores with the BLAS workers the engine timed before
         # it left spinning: time each candidate in a block of its own, after they have gone to sleep
         for name in candidates:
-            time.sleep(_SETTLE_SECONDS)
+            blas_threads.let_workers_sleep()
             calls[name]()
             for _ in range(runs[name]):
                 samples[name].append(_seconds_per_call(calls[name], reps[name]))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import time
 
 import numpy as np
 
@@ -34,8 +33,6 @@ _CPUS = CPUS
 _UNKNOWN_CACHE_CHOICES = (1 << 18, 1 << 20, 1 << 22)
 #: fewest rows per panel: fewer make BLAS calls too short to be efficient, whatever the cache says
 _MIN_ROWS = 16
-#: pause before timing a setting on several threads: OpenBLAS workers spin ~0.1 s after a threaded call
-_SETTLE_SECONDS = 0.15
 
 
 def _pool():
@@ -147,7 +144,7 @@ class PanelPlan(EnginePlan):
         for panel_bytes, workers in itertools.islice(configs, self.problem.plan_preferences.limit):
             trial.panel_rows, trial.threads = self._rows_for(panel_bytes, self.problem.m), workers
             if trial.own_threads > 1:  # after BLAS worker threads (of the last trial, or other code) went idle
-                time.sleep(_SETTLE_SECONDS)
+                blas_threads.let_workers_sleep()
             trial.execute(operands)  # warm-up
             t = fastest_seconds(lambda: trial.execute(operands), iterations)
             timings[(panel_bytes, workers)] = t
