@@ -242,8 +242,7 @@ def matmul(
         raise_if_out_of_memory(exc)
         raise
     finally:
-        if getattr(plan, "needs_release", True) is not False:  # the cache pins no other (see acquire)
-            _let_go(plan)
+        _let_go(plan)
 
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):
