@@ -38,10 +38,6 @@ def plan(problem: FFTProblem, strategy: str, tuning=None):
     return DaskFFTPlan(problem)
 
 
-def _itemsize(dtype: str) -> int:
-    return np.dtype(dtype).itemsize
-
-
 class Stage:
     """One pass over the blocks: an optional rechunk (``target``), then ``func(**kwargs)`` per block."""
 
@@ -69,7 +65,7 @@ class DaskFFTPlan:
         last = p.axes[-1]
         remaining = list(p.axes)
         dtype = p.dtype
-        limit = max(_block_bytes(chunks, _itemsize(p.compute_dtype)), 1 << 20)
+        limit = max(G.largest_block_bytes(chunks, p.compute_dtype), 1 << 20)
         stages: list[Stage] = []
         while remaining:
             first = not stages
@@ -140,13 +136,13 @@ class DaskFFTPlan:
 
     def _rechunk_note(self, chunks, target, dtype: str) -> str:
         shape = _shape(chunks)
-        moved = math.prod(shape) * _itemsize(dtype)
+        moved = math.prod(shape) * G.itemsize(dtype)
         changes = ", ".join(
             f"axis {ax} {G.describe_chunks(was)} → {G.describe_chunks(now)}"
             for ax, (was, now) in enumerate(zip(chunks, target))
             if tuple(was) != tuple(now)
         )
-        biggest = _block_bytes(target, _itemsize(dtype))
+        biggest = G.largest_block_bytes(target, dtype)
         return (
             f"rechunk x ({changes}) so the transformed axes are whole: an all-to-all exchange moving up to "
             f"{_mib(moved)} between workers, blocks of at most {_mib(biggest)}"
@@ -220,10 +216,6 @@ class DaskFFTPlan:
 
 def _shape(chunks) -> list[int]:
     return [sum(c) for c in chunks]
-
-
-def _block_bytes(chunks, itemsize: int) -> int:
-    return math.prod(max(c) if c else 0 for c in chunks) * itemsize
 
 
 def _mib(n: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,9 +24,25 @@ __all__ = [
     "empty_block",
     "tree_sum",
     "token",
+    "itemsize",
+    "largest_block_bytes",
 ]
 
 Chunks = tuple[tuple[int, ...], ...]
+#: bytes per element of the dtypes NumPy has no name for (Torch/CuPy chunks)
+_ITEMSIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of the dtype called ``dtype`` (bfloat16 and FP8 included)."""
+    import numpy as np
+
+    return _ITEMSIZES.get(dtype) or np.dtype(dtype).itemsize
+
+
+def largest_block_bytes(chunks: Chunks, dtype: str) -> int:
+    """Bytes of the largest block of an array of ``dtype`` chunked as ``chunks`` (0 where an axis has none)."""
+    return math.prod(max(c) if c else 0 for c in chunks) * itemsize(dtype)
 
 
 def boundaries(chunks: Sequence[int]) -> list[int]:

@@ -62,16 +62,6 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
     return DaskMatmulPlan(problem)
 
 
-def _itemsize(dtype: str) -> int:
-    import numpy as np
-
-    return {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}.get(dtype) or np.dtype(dtype).itemsize
-
-
-def _largest_block_bytes(chunks, dtype: str) -> int:
-    return math.prod(max(c) for c in chunks) * _itemsize(dtype)
-
-
 def k_budget() -> int:
     """The bytes one block call may hold in K panels: Dask's ``array.chunk-size`` (``dask.config``)."""
     import dask.config
@@ -143,15 +133,15 @@ class DaskMatmulPlan:
         self._note("b", pb, b_target)
         whole_k = (sum(self.k_chunks),)
         #: the largest output block's two K panels (a's block row, b's block column), in bytes
-        self.panel_bytes = _largest_block_bytes((*a_target[:-1], whole_k), p.a.dtype) + _largest_block_bytes(
+        self.panel_bytes = G.largest_block_bytes((*a_target[:-1], whole_k), p.a.dtype) + G.largest_block_bytes(
             (*b_target[:-2], whole_k, b_target[-1]), p.b.dtype
         )
         #: what each form writes (and at most moves between workers): every panel once (a and b whole), or
         #: the tree's K-1 partial products of every output block
-        self.panels_total = (math.prod(self.pa_shape) * _itemsize(p.a.dtype)) + (
-            math.prod(self.pb_shape) * _itemsize(p.b.dtype)
+        self.panels_total = (math.prod(self.pa_shape) * G.itemsize(p.a.dtype)) + (
+            math.prod(self.pb_shape) * G.itemsize(p.b.dtype)
         )
-        self.partials_total = (len(self.k_chunks) - 1) * math.prod(sum(c) for c in self.out_chunks) * _itemsize(
+        self.partials_total = (len(self.k_chunks) - 1) * math.prod(sum(c) for c in self.out_chunks) * G.itemsize(
             p.result_dtype
         )
         self.promoted_shapes = {"a": self.pa_shape, "b": self.pb_shape}
