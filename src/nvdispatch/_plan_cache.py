@@ -55,7 +55,7 @@ class TuningsWarning(UserWarning):
 class _Entry:
     """One cached plan: its keys, its users and its bytes."""
 
-    __slots__ = ("plan", "keys", "users", "retired", "released", "nbytes", "pinless")
+    __slots__ = ("plan", "keys", "users", "retired", "released", "nbytes", "pinless", "epoch")
 
     def __init__(self, plan: Any):
         self.plan = plan
@@ -67,6 +67,8 @@ class _Entry:
         self.nbytes = _plan_bytes(plan)
         # release frees nothing: a call may run it unpinned, even after it was retired and released
         self.pinless = getattr(plan, "needs_release", True) is False
+        # bumped whenever the entry loses keys (retired, or keys forgotten): handles taken before go stale
+        self.epoch = 0
 
 
 class PlanHold:
@@ -246,6 +248,33 @@ class PlanCache:
         self.hits += 1
         return entry.plan
 
+    def handle(self, key: Hashable) -> tuple[Any, int] | None:
+        """A handle on the plan cached under ``key`` for :meth:`acquire_handle`, or None when none is.
+
+        A handle finds its plan without hashing ``key`` again (a call key holds every operand's signature):
+        the call-key memo keeps them (see :mod:`nvdispatch._call_key_memo`). It stays good while ``key``
+        leads to that plan, and goes stale once the plan loses the key (eviction, :meth:`clear`,
+        :meth:`forget_keys_but`); a stale handle finds nothing."""
+        entry = self._keys.get(key)
+        return None if entry is None else (entry, entry.epoch)
+
+    def acquire_handle(self, entry: Any, epoch: int) -> Any | None:
+        """:meth:`acquire` by a handle ``(entry, epoch)`` from :meth:`handle`: the plan, pinned until
+        :meth:`let_go`, or None when the handle is stale. Lock-free, as :meth:`acquire` is."""
+        if entry.epoch != epoch:
+            return None
+        if not entry.pinless:
+            entry.users.append(None)  # pin first, then check (see acquire)
+            if entry.retired or entry.epoch != epoch:
+                self._unpin(entry)
+                return None
+        try:
+            self._lru.move_to_end(entry)
+        except KeyError:  # retired by another thread just now
+            pass
+        self.hits += 1
+        return entry.plan
+
     def acquire_or_create(self, key: Hashable, factory: Callable[[Any], Any]) -> Any:
         """The plan for ``key``, pinned until :meth:`let_go`: the cached one, or ``factory(tuning)`` cached
         (``tuning``: a loaded autotune choice for ``key``, or None)."""
@@ -346,6 +375,7 @@ class PlanCache:
     def _retire(self, entry: _Entry) -> bool:
         """Drop ``entry`` from the cache; True when nobody uses it (then the caller releases it)."""
         entry.retired = True  # first: a call pinning it from now on sees it and backs off
+        entry.epoch += 1
         for k in entry.keys:
             if self._keys.get(k) is entry:
                 del self._keys[k]
@@ -361,6 +391,8 @@ class PlanCache:
             entry = self._users.get(id(plan))
             if entry is None or entry.plan is not plan:
                 return
+            if any(key != keep for key in entry.keys):
+                entry.epoch += 1  # first: handles taken by the forgotten keys go stale
             for key in entry.keys:
                 if key != keep and self._keys.get(key) is entry:
                     del self._keys[key]

@@ -118,6 +118,8 @@ __all__ = [
 
 __ua_domain__ = "numpy.scipy.fft"
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
+_acquire_handle = plan_cache.acquire_handle  # the same, by a handle the call-key memo kept
+_handle = plan_cache.handle
 _log = logging.getLogger("nvdispatch")
 
 
@@ -131,30 +133,24 @@ def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     return problem, select("fft", problem), info.array
 
 
-def _call_key(func: str, x, n, axis, s, axes, norm):
-    """The call key of a transform (see ``_dispatch``), or None when the call does not qualify; and the
-    call-key memo that should remember it (see ``_call_key_memo``), None when it came from there or the
-    array class has none."""
+def _call_form(func: str, x, n, axis, s, axes, norm):
+    """``(form, sig, memo)``: the form of a transform's call key (see ``_dispatch``; the key is
+    ``(form, sig(x))``), None when the call does not qualify; and the call-key memo of the array's class (see
+    ``_call_key_memo``), None when it has none."""
     cls = x.__class__
     sig = _signatures.get(cls, signature_of)
     if sig is signature_of:
         sig = signature_of(cls)
     if sig is None:
-        return None, None
+        return None, None, None
     if s is not None:
         s = _int_seq(s)
     if axes is not None:
         axes = _int_seq(axes)
     if s is False or axes is False:
-        return None, None
-    memo = _memos.get(cls)
-    if memo is None:  # no guard for this class: the signature goes in the key itself
-        return ("fft", func, cls, sig(x), n, axis, s, axes, norm, _state.get().key, _backends._global.key), None
+        return None, None, None
     form = ("fft", func, cls, n, axis, s, axes, norm, _state.get().key, _backends._global.key)
-    for check, key in memo.keys.get(form, ()):
-        if check(x):
-            return key, None
-    return (form, sig(x)), memo
+    return form, sig, _memos.get(cls)
 
 
 def _int_seq(v):
@@ -168,11 +164,20 @@ def _int_seq(v):
 
 
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
+    key = plan = learn = None
     try:
-        key, learn = _call_key(func, x, n, axis, s, axes, norm)
-        plan = None if key is None else _acquire(key)  # pinned until run() returns
+        form, sig, memo = _call_form(func, x, n, axis, s, axes, norm)
+        if memo is not None:  # a repeated call's plan handle, remembered behind the class's guard
+            for check, entry, epoch in memo.handles.get(form, ()):
+                if check(x):
+                    plan = _acquire_handle(entry, epoch)
+                    break
+        if plan is None and form is not None:
+            key = (form, sig(x))
+            plan = _acquire(key)  # pinned until run() returns
+            learn = memo
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
-        key, plan = None, None
+        key = plan = learn = None
     if plan is None:
         problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
         plan = acquire_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
@@ -185,7 +190,7 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
             raise
         return wrap_result(run(plan, operands, stream), x)
     if learn is not None:  # a repeated call, found by its signature
-        learn.remember(key[0], (x,), key)
+        learn.remember(form, (x,), _handle(key))
     if _log_levels.get(10) is not False and debug_enabled():
         log_hit("fft", plan)
     return run(plan, {"x": x}, stream)

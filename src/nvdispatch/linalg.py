@@ -62,6 +62,8 @@ from .errors import (
 from .executors.blas_threads import let_workers_sleep
 
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
+_acquire_handle = plan_cache.acquire_handle  # the same, by a handle the call-key memo kept
+_handle = plan_cache.handle
 _let_go = plan_cache.let_go  # and its last
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
@@ -188,7 +190,8 @@ def matmul(
     sig = _signatures.get(cls, signature_of)
     if sig is signature_of:
         sig = signature_of(cls)
-    form = arrays = learn = bias = None
+    form = learn = bias = plan = None
+    pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
         if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS or quantization_scales is not None:
             key = None
@@ -197,29 +200,31 @@ def matmul(
         elif epilog_inputs is None:
             # the shortest keys, (form, signatures...), for the commonest calls: a plain product and a linear
             # layer (a bias alone); _call_key's keys have another shape, so no two kinds of call share a key
-            form = ("matmul", cls, epilog, alpha.__class__, _state.get().key, _backends._global.key)
+            form = (cls, epilog, alpha.__class__, _state.get().key, _backends._global.key)
         elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
             bias = epilog_inputs["bias"]
             key = None
             if bias.__class__ is cls:
-                form = ("matmul", cls, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key)
+                form = (cls, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key)
         else:
             key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
         if form is not None:
-            # where the class has a guard, a repeated call's key is remembered behind it (_call_key_memo)
+            # where the class has a guard, a repeated call's plan handle is remembered behind it (_call_key_memo)
             memo = _memos.get(cls)
-            key = None
             if memo is not None:
-                arrays = (a, b) if bias is None else (a, b, bias)
-                for check, remembered in memo.keys.get(form, ()):
-                    if check(*arrays):
-                        key = remembered
+                for check, entry, epoch in memo.handles.get(form, ()):
+                    if check(a, b) if bias is None else check(a, b, bias):
+                        plan = _acquire_handle(entry, epoch)
                         break
-                else:
+                if plan is None:
                     learn = memo
-            if key is None:
+                else:
+                    pinned = not entry.pinless  # the cache does not pin it: letting go would do nothing
+            if plan is None:
                 key = (form, sig(a), sig(b)) if bias is None else (form, sig(a), sig(b), sig(bias))
-        plan = None if key is None else _acquire(key)  # pinned until this call returns (if it needs release)
+                plan = _acquire(key)  # pinned until this call returns (if it needs release)
+        elif key is not None:
+            plan = _acquire(key)
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = None
     if plan is None:
@@ -227,7 +232,7 @@ def matmul(
             key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales
         )
     if learn is not None:  # a repeated call, found by its signatures
-        learn.remember(form, arrays, key)
+        learn.remember(form, (a, b) if bias is None else (a, b, bias), _handle(key))
     try:
         if _log_levels.get(10) is not False and debug_enabled():
             log_hit("matmul", plan)
@@ -242,7 +247,8 @@ def matmul(
         raise_if_out_of_memory(exc)
         raise
     finally:
-        _let_go(plan)
+        if pinned:
+            _let_go(plan)
 
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):

@@ -1,6 +1,6 @@
-"""Call keys remembered behind a guard (nvdispatch._call_key_memo): the memo itself with a stand-in guard, and
-the Torch guard through the matmul and fft routes, whose results must be those of the signature path
-whatever changes between calls (dtype, shape, strides, views, autograd state, device)."""
+"""Plan handles remembered behind a guard (nvdispatch._call_key_memo): the memo itself with a stand-in guard and a
+plan cache of its own, and the Torch guard through the matmul and fft routes, whose results must be those of the
+signature path whatever changes between calls (dtype, shape, strides, views, autograd state, device)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from nvdispatch import linalg
 from nvdispatch._adapters import call_key_memo_by_class, register_adapter, signature_by_class
 from nvdispatch._adapters.torch import TorchAdapter
 from nvdispatch._call_key_memo import CallKeyMemo
+from nvdispatch._plan_cache import PlanCache
 
 
 @pytest.fixture(autouse=True)
@@ -28,28 +29,71 @@ def _value_guard(*arrays):
     return lambda *xs: xs == seen
 
 
-def _find(memo, form, *arrays):
-    for check, key in memo.keys.get(form, ()):
+class _Plan:
+    needs_release = False
+
+    def __init__(self, name):
+        self.name = name
+
+    def release(self):
+        pass
+
+
+def _cache(*names, maxsize=64):
+    cache = PlanCache(maxsize=maxsize)
+    for name in names:
+        cache.put(name, _Plan(name))
+    return cache
+
+
+def _find(memo, cache, form, *arrays):
+    """What the routes do: the plan of the first handle whose guard the arrays pass (None: stale or none)."""
+    for check, entry, epoch in memo.handles.get(form, ()):
         if check(*arrays):
-            return key
+            plan = cache.acquire_handle(entry, epoch)
+            return None if plan is None else plan.name
     return None
 
 
-def test_the_memo_finds_a_key_only_behind_its_guard():
-    memo = CallKeyMemo(_value_guard)
-    memo.remember("f", (1, 2), "k12")
-    assert _find(memo, "f", 1, 2) == "k12"
-    assert _find(memo, "f", 1, 3) is None
-    assert _find(memo, "g", 1, 2) is None  # another form
+def test_the_memo_finds_a_plan_only_behind_its_guard():
+    cache, memo = _cache("k12"), CallKeyMemo(_value_guard)
+    memo.remember("f", (1, 2), cache.handle("k12"))
+    hits = cache.hits
+    assert _find(memo, cache, "f", 1, 2) == "k12" and cache.hits == hits + 1
+    assert _find(memo, cache, "f", 1, 3) is None
+    assert _find(memo, cache, "g", 1, 2) is None  # another form
+    memo.remember("f", (5,), cache.handle("not cached"))  # no handle: nothing to remember
+    assert _find(memo, cache, "f", 5) is None and len(memo.handles["f"]) == 1
 
 
-def test_the_memo_keeps_the_newest_keys_of_a_form():
-    memo = CallKeyMemo(_value_guard)
-    for i in range(memo.per_form + 2):
-        memo.remember("f", (i,), f"k{i}")
-    kept = [key for _, key in memo.keys["f"]]
-    assert kept == [f"k{i}" for i in range(memo.per_form + 1, 1, -1)]  # newest first
-    assert _find(memo, "f", 0) is None and _find(memo, "f", memo.per_form + 1) == f"k{memo.per_form + 1}"
+def test_the_memo_keeps_the_newest_handles_of_a_form():
+    names = [f"k{i}" for i in range(CallKeyMemo.per_form + 2)]
+    cache, memo = _cache(*names), CallKeyMemo(_value_guard)
+    for i, name in enumerate(names):
+        memo.remember("f", (i,), cache.handle(name))
+    kept = [entry.plan.name for _, entry, _ in memo.handles["f"]]
+    assert kept == names[:1:-1]  # newest first
+    assert _find(memo, cache, "f", 0) is None and _find(memo, cache, "f", len(names) - 1) == names[-1]
+
+
+@pytest.mark.parametrize("how", ["evicted", "cleared", "forgotten"])
+def test_a_handle_goes_stale_when_the_cache_drops_its_key(how):
+    cache, memo = _cache("call key", maxsize=1), CallKeyMemo(_value_guard)
+    plan = cache.get("call key")
+    cache.put("plan key", plan)  # one plan under two keys, as the routes keep them
+    memo.remember("f", (1,), cache.handle("call key"))
+    assert _find(memo, cache, "f", 1) == "call key"
+    if how == "evicted":
+        cache.put("other", _Plan("other"))
+    elif how == "cleared":
+        cache.clear()
+    else:  # Matmul.autotune chose another plan: the call must choose again
+        cache.forget_keys_but(plan, "plan key")
+        assert cache.contains("plan key")
+    assert _find(memo, cache, "f", 1) is None
+    cache.put("call key", plan)  # planned again: the form learns the new handle, the stale one goes
+    memo.remember("f", (1,), cache.handle("call key"))
+    assert _find(memo, cache, "f", 1) == "call key" and len(memo.handles["f"]) == 1
 
 
 def test_a_form_whose_arrays_keep_changing_stops_building_guards():
@@ -59,24 +103,25 @@ def test_a_form_whose_arrays_keep_changing_stops_building_guards():
         built.append(arrays)
         return _value_guard(*arrays)
 
-    memo = CallKeyMemo(guard)
+    cache, memo = _cache("k"), CallKeyMemo(guard)
     for i in range(memo.builds_per_form + 10):
-        memo.remember("f", (i,), f"k{i}")
+        memo.remember("f", (i,), cache.handle("k"))
     assert len(built) == memo.builds_per_form
-    memo.remember("other", (0,), "k")  # other forms are not affected
+    memo.remember("other", (0,), cache.handle("k"))  # other forms are not affected
     assert len(built) == memo.builds_per_form + 1
 
 
-def test_no_guard_no_key_and_too_many_forms_start_afresh():
+def test_no_guard_no_handle_and_too_many_forms_start_afresh():
+    cache = _cache("k")
     memo = CallKeyMemo(lambda *arrays: None)  # the adapter cannot guard these arrays
-    memo.remember("f", (1,), "k")
-    assert memo.keys == {}
+    memo.remember("f", (1,), cache.handle("k"))
+    assert memo.handles == {}
     memo = CallKeyMemo(_value_guard)
     for i in range(memo.max_forms):
-        memo.remember(("f", i), (i,), i)
-    assert len(memo.keys) == memo.max_forms
-    memo.remember("one more", (0,), "k")
-    assert list(memo.keys) == ["one more"]
+        memo.remember(("f", i), (i,), cache.handle("k"))
+    assert len(memo.handles) == memo.max_forms
+    memo.remember("one more", (0,), cache.handle("k"))
+    assert list(memo.handles) == ["one more"]
 
 
 # -- the Torch guard -----------------------------------------------------------------------------------------
@@ -134,18 +179,26 @@ def _relu_bias(a, b, bias):
     return np.maximum(a.numpy() @ b.numpy() + bias.numpy(), 0)
 
 
-def test_a_repeated_matmul_finds_its_signature_key_behind_the_guard():
+def _handles(kind):
+    return [(e, epoch) for form, recs in _memo().handles.items() if form[0] == kind for _, e, epoch in recs]
+
+
+def test_a_repeated_matmul_finds_its_signature_keys_plan_behind_the_guard():
     a, b, bias = torch.randn(5, 3), torch.randn(3, 4), torch.randn(4)
     for _ in range(3):
         got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
         np.testing.assert_allclose(got.numpy(), _relu_bias(a, b, bias), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
     sig = signature_by_class[torch.Tensor]
-    forms = [form for form in _memo().keys if form[0] == "matmul" and form[1:3] == (torch.Tensor, "RELU_BIAS")]
-    forms += [form for form in _memo().keys if form[0] == "matmul" and form[1:3] == (torch.Tensor, None)]
-    keys = sorted((key for form in forms for _, key in _memo().keys[form] if key[1:3] == (sig(a), sig(b))), key=len)
-    assert keys == [(keys[0][0], sig(a), sig(b)), (keys[1][0], sig(a), sig(b), sig(bias))]  # the signature path's
-    assert all(nvdispatch.plan_cache.contains(key) for key in keys)
+    handles = _handles(torch.Tensor)
+    keys = [key for key in nvdispatch.plan_cache._keys if key[0][0] is torch.Tensor]  # the signature path's
+    assert sorted(len(key) for key in keys) == [3, 4]
+    assert all(key[1:3] == (sig(a), sig(b)) for key in keys) and len(handles) == 2
+    by_entry = lambda handle: id(handle[0])  # noqa: E731
+    assert sorted(handles, key=by_entry) == sorted(map(nvdispatch.plan_cache.handle, keys), key=by_entry)
+    hits = nvdispatch.plan_cache.hits
+    nvdispatch.matmul(a, b)
+    assert nvdispatch.plan_cache.hits == hits + 1  # a hit by handle counts as any hit
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -181,20 +234,20 @@ def test_calls_changing_their_operands_between_calls_get_their_own_results(grad)
             assert not nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}).requires_grad
 
 
-def test_a_repeated_fft_finds_its_key_behind_the_guard():
+def test_a_repeated_fft_finds_its_plan_behind_the_guard():
     x = torch.randn(16, dtype=torch.complex64)
     y = torch.randn(32, dtype=torch.complex64)[::2]  # same shape, other strides
     for _ in range(3):
         for v in (x, y, x.to(torch.complex128)):
             np.testing.assert_allclose(nvdispatch.fft.fft(v).numpy(), np.fft.fft(v.numpy()), rtol=1e-5, atol=1e-5)
-    assert any(form[0] == "fft" for form in _memo().keys)
+    assert len(_handles("fft")) == 3
 
 
-def test_an_adapter_change_forgets_remembered_keys():
+def test_an_adapter_change_forgets_remembered_handles():
     a = torch.ones(2, 2)
     for _ in range(3):
         nvdispatch.matmul(a, a)
-    assert _memo().keys
+    assert _memo().handles
     register_adapter(TorchAdapter())  # the same framework again: keys must be read afresh
     assert torch.Tensor not in call_key_memo_by_class and torch.Tensor not in signature_by_class
     np.testing.assert_allclose(nvdispatch.matmul(a, a).numpy(), np.full((2, 2), 2.0))
