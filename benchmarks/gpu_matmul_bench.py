@@ -138,6 +138,7 @@ def host_overhead(torch, nvdispatch) -> dict:
     b = torch.randn(16, 16, device="cuda")
     bias = torch.randn(16, device="cuda")
     relu_bias = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
+    pw, pbias = torch.nn.Parameter(b.clone()), torch.nn.Parameter(bias.clone())
     mm = nvdispatch.Matmul(a, b)
     mm.plan(**relu_bias)
     with nvdispatch.set_backend("cuda"):  # cuBLASLt asked for by name (the default leaves 16x16 to Torch)
@@ -151,6 +152,11 @@ def host_overhead(torch, nvdispatch) -> dict:
         "nvdispatch.matmul RELU_BIAS (torch)": lambda: nvdispatch.matmul(
             a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}
         ),
+        # a training step's linear layer: nn.Parameter weight and bias, autograd recording
+        "nvdispatch.matmul RELU_BIAS, Parameters, autograd": lambda: nvdispatch.matmul(
+            a, pw, epilog="RELU_BIAS", epilog_inputs={"bias": pbias}
+        ),
+        "torch.relu(torch.addmm), Parameters, autograd": lambda: torch.relu(torch.addmm(pbias, a, pw)),
         "Matmul.execute RELU_BIAS (torch, default route)": mm.execute,
         "Matmul.execute RELU_BIAS (cuBLASLt)": lt.execute,
         "cuBLASLt plan.execute alone": lambda: lt_plan.execute(lt_ops),
@@ -177,6 +183,9 @@ def host_overhead(torch, nvdispatch) -> dict:
     for key in list(cases):
         if key.startswith(("nvdispatch", "Matmul", "cuBLASLt", "torch._")):
             out[f"ratio {key} / torch.matmul"] = out[key] / base
+    out["ratio Parameters autograd / torch.relu(torch.addmm)"] = (
+        out["nvdispatch.matmul RELU_BIAS, Parameters, autograd"] / out["torch.relu(torch.addmm), Parameters, autograd"]
+    )
     if "cupy.matmul" in out:
         out["ratio nvdispatch RELU_BIAS (cupy) / cupy.matmul"] = (
             out["nvdispatch.matmul RELU_BIAS (cupy, cuBLASLt)"] / out["cupy.matmul"]

@@ -3,7 +3,8 @@
 Cases (each a repeated call whose plan is cached, timed per call): an 8×8 float32 NumPy matmul, plain and
 RELU_BIAS (against ``np.matmul`` and ``np.maximum(a @ b + bias, 0)`` / ``np.matmul`` alone), a 16×16
 float32 Torch CPU matmul, plain and RELU_BIAS (against ``torch.matmul`` and ``torch._addmm_activation`` /
-``torch.matmul``) and a 64-point complex64 fft (against ``np.fft.fft``).
+``torch.matmul``), the same RELU_BIAS with ``nn.Parameter`` weight and bias under autograd (against
+``torch.relu(torch.addmm(...))``) and a 64-point complex64 fft (against ``np.fft.fft``).
 Contenders are interleaved round by round; each sample is the calling thread's CPU time
 (``time.thread_time``) over ``--number`` calls, so time the shared machine gives to other processes is not
 counted. We report the median per-call time and its ratio to the peer.
@@ -68,6 +69,15 @@ def _cases(nvd):
             lambda: nvd.matmul(ta, tb, **trelu),
             lambda: torch.matmul(ta, tb),
         )
+        # a training step's linear layer: nn.Parameter weight and bias beside plain activations, autograd on,
+        # against what a Torch model runs (relu(addmm), both recorded)
+        pw, pbias = torch.nn.Parameter(tb.clone()), torch.nn.Parameter(tbias.clone())
+        prelu = {"epilog": nvd.Epilog.RELU_BIAS, "epilog_inputs": {"bias": pbias}}
+        cases["torch cpu 16x16 RELU_BIAS, Parameters, autograd"] = (
+            lambda: nvd.matmul(ta, pw, **prelu),
+            lambda: torch.relu(torch.addmm(pbias, ta, pw)),
+        )
+        checks.append((nvd.matmul(ta, pw, **prelu).detach().numpy(), torch.relu(ta @ tb + tbias).numpy()))
         checks.append((nvd.matmul(ta, tb).numpy(), (ta @ tb).numpy()))
         checks.append((nvd.matmul(ta, tb, **trelu).numpy(), torch.relu(ta @ tb + tbias).numpy()))
     except ImportError:

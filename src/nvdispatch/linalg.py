@@ -190,22 +190,39 @@ def matmul(
     sig = _signatures.get(cls, signature_of)
     if sig is signature_of:
         sig = signature_of(cls)
-    form = learn = bias = plan = None
+    form = learn = bias = plan = key = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
-        if sig is None or b.__class__ is not cls or alpha.__class__ not in _SCALARS or quantization_scales is not None:
-            key = None
+        if sig is None or alpha.__class__ not in _SCALARS or quantization_scales is not None:
+            pass
         elif c is not None or beta is not None or options is not None or preferences is not None:
             key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
         elif epilog_inputs is None:
             # the shortest keys, (form, signatures...), for the commonest calls: a plain product and a linear
             # layer (a bias alone); _call_key's keys have another shape, so no two kinds of call share a key
-            form = (cls, epilog, alpha.__class__, _state.get().key, _backends._global.key)
+            if b.__class__ is cls:
+                classes = cls
+            elif _signatures.get(b.__class__) is sig:
+                classes = (cls, b.__class__)
+            else:
+                classes = _classes_sharing(sig, a, b)
+            if classes is None:
+                key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+            else:
+                form = (classes, epilog, alpha.__class__, _state.get().key, _backends._global.key)
         elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
             bias = epilog_inputs["bias"]
-            key = None
-            if bias.__class__ is cls:
-                form = (cls, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key)
+            if b.__class__ is cls is bias.__class__:
+                classes = cls
+            elif _signatures.get(b.__class__) is sig is _signatures.get(bias.__class__):
+                classes = (cls, b.__class__, bias.__class__)  # a Parameter beside tensors, say
+            else:
+                classes = _classes_sharing(sig, a, b, bias)
+            if classes is None:
+                key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+                bias = None
+            else:
+                form = (classes, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key)
         else:
             key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
         if form is not None:
@@ -277,33 +294,31 @@ _SCALARS = (int, float, complex)
 
 
 def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
-    """The call key of a matmul with ``c``/``beta`` or epilog inputs (``matmul`` builds the plain one):
-    the operands' adapter signatures (all operands of ``a``'s class), the scalars' classes, the epilog,
+    """The call key of a matmul with ``c``/``beta``, epilog inputs or operands of more than one class
+    (``matmul`` builds the plainest ones): the operands' adapter signatures, the scalars' classes, the epilog,
     options, preferences and backend state; None when the call does not qualify (it takes the full path)."""
     if c is None:
         if beta is not None:
             return None
         c_sig = None
-    elif c.__class__ is not cls or (beta is not None and beta.__class__ not in _SCALARS):
+    elif beta is not None and beta.__class__ not in _SCALARS:
         return None
     else:
-        c_sig = (sig(c), beta.__class__)
+        c_sig = (_operand_signature(cls, sig, c), beta.__class__)
     if epilog_inputs is None:
         inputs = None
     elif epilog_inputs.__class__ is dict:
-        inputs = []
-        for name, value in epilog_inputs.items():
-            if value.__class__ is not cls:
-                return None
-            inputs.append((name, sig(value)))
-        inputs = tuple(inputs)
+        inputs = tuple((name, _operand_signature(cls, sig, value)) for name, value in epilog_inputs.items())
     else:
+        return None
+    b_sig = sig(b) if b.__class__ is cls else _operand_signature(cls, sig, b)
+    if b_sig is None or (c_sig is not None and c_sig[0] is None) or (inputs and any(s is None for _, s in inputs)):
         return None
     return (
         "matmul",
         cls,
         sig(a),
-        sig(b),
+        b_sig,
         epilog,
         inputs,
         alpha.__class__,
@@ -313,6 +328,32 @@ def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, pr
         _state.get().key,
         _backends._global.key,
     )
+
+
+def _classes_sharing(sig, *arrays):
+    """The classes of operands of more than one class whose signatures all come from ``sig`` (a Torch
+    ``Parameter`` beside plain tensors), for the form of their call key; None when they do not share it."""
+    classes = tuple(x.__class__ for x in arrays)
+    for cls in classes:
+        own = _signatures.get(cls, signature_of)
+        if own is signature_of:
+            own = signature_of(cls)
+        if own is not sig:
+            return None
+    return classes
+
+
+def _operand_signature(cls, sig, x):
+    """``x``'s part of a call key whose first operand is of class ``cls`` (signature function ``sig``): its
+    signature; for an operand of another class (a Torch ``Parameter`` beside plain tensors), that class and its
+    own signature. None when its class has none (the call then takes the full path)."""
+    other = x.__class__
+    if other is cls:
+        return sig(x)
+    own = _signatures.get(other, signature_of)
+    if own is signature_of:
+        own = signature_of(other)
+    return None if own is None else (other, own(x))
 
 
 def _scalar_class_always_valid(alpha, result_dtype: str) -> bool:

@@ -153,9 +153,17 @@ def test_the_torch_guard_tells_apart_what_plans_depend_on():
     assert not _guard(z)(z.conj())  # a lazily conjugated view: results differ, so must plans
 
 
-def test_no_torch_guard_for_tensors_that_require_grad():
-    # their signature holds grad mode too, which the guard does not check
-    assert TorchAdapter.guard(torch.ones(2), torch.ones(2, requires_grad=True)) is None
+def test_the_torch_guard_of_tensors_that_require_grad_checks_grad_mode_too():
+    # their signature holds grad mode (whether autograd records the call), which Torch's guard does not see
+    w = torch.ones(2, requires_grad=True)
+    check = _guard(torch.ones(2), w)
+    assert check(torch.zeros(2), w)
+    assert not check(torch.zeros(2), torch.ones(2))  # requires_grad differs
+    with torch.no_grad():
+        assert not check(torch.zeros(2), w)
+        check_off = _guard(torch.ones(2), w)
+        assert check_off(torch.ones(2), w)
+    assert not check_off(torch.ones(2), w)
 
 
 def test_the_guard_keeps_no_tensor_alive():
@@ -179,8 +187,15 @@ def _relu_bias(a, b, bias):
     return np.maximum(a.numpy() @ b.numpy() + bias.numpy(), 0)
 
 
-def _handles(kind):
-    return [(e, epoch) for form, recs in _memo().handles.items() if form[0] == kind for _, e, epoch in recs]
+def _handles(kind, epilog=None):
+    """The live handles the Torch memo keeps for forms starting with ``kind`` (and of ``epilog``, if given)."""
+    return [
+        (e, epoch)
+        for form, recs in _memo().handles.items()
+        if form[0] == kind and (epilog is None or form[1] == epilog)
+        for _, e, epoch in recs
+        if e.epoch == epoch
+    ]
 
 
 def test_a_repeated_matmul_finds_its_signature_keys_plan_behind_the_guard():
@@ -199,6 +214,22 @@ def test_a_repeated_matmul_finds_its_signature_keys_plan_behind_the_guard():
     hits = nvdispatch.plan_cache.hits
     nvdispatch.matmul(a, b)
     assert nvdispatch.plan_cache.hits == hits + 1  # a hit by handle counts as any hit
+
+
+def test_parameters_beside_tensors_are_remembered_behind_the_guard_in_each_grad_mode():
+    w, bias = torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(4))
+    x = torch.randn(5, 3)
+    want = np.maximum(x.numpy() @ w.detach().numpy() + bias.detach().numpy(), 0)
+    for _ in range(3):
+        for grad in (True, False):
+            with torch.set_grad_enabled(grad):
+                got = nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+            assert (got.grad_fn is not None) is grad
+            np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+    assert len(_handles((torch.Tensor, torch.nn.Parameter, torch.nn.Parameter), "RELU_BIAS")) == 2  # a grad mode each
+    hits = nvdispatch.plan_cache.hits
+    nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    assert nvdispatch.plan_cache.hits == hits + 1
 
 
 @pytest.mark.parametrize("grad", [False, True])

@@ -103,3 +103,45 @@ def test_hot_path_direct_fused_call_keeps_the_graph_only_when_recorded(epilog):
         torch.testing.assert_close(y.detach(), want)
     y.sum().backward()
     assert x.grad is not None and x.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("epilog", ["BIAS", "RELU_BIAS", "DEFAULT"])
+def test_a_linear_layer_of_parameters_takes_the_cached_route_and_trains(epilog):
+    # nn.Parameter weights and bias beside plain activations: the commonest real call. Repeated calls must find
+    # their plan in the cache (not re-validate every time), and the gradients must be Torch's own.
+    gen = torch.Generator().manual_seed(2)
+    w = torch.nn.Parameter(torch.randn(4, 5, generator=gen))
+    bias = torch.nn.Parameter(torch.randn(5, generator=gen))
+    kwargs = {"epilog_inputs": {"bias": bias}} if "BIAS" in epilog else {}
+    for step in range(4):
+        x = torch.randn(6, 4, generator=gen)
+        if step == 2:
+            misses = nvdispatch.plan_cache.misses
+        y = nvdispatch.matmul(x, w, epilog=epilog, **kwargs)
+        assert y.grad_fn is not None
+        (y**2).sum().backward()
+        got = [w.grad.clone()] + ([bias.grad.clone()] if "BIAS" in epilog else [])
+        w.grad = bias.grad = None
+        want_y = _torch_reference(Epilog[epilog], x, w, bias, 1)
+        (want_y**2).sum().backward()
+        torch.testing.assert_close(y, want_y)
+        for g, r in zip(got, [w.grad] + ([bias.grad] if "BIAS" in epilog else [])):
+            torch.testing.assert_close(g, r)
+        w.grad = bias.grad = None
+        with torch.no_grad():  # the same parameters outside autograd: their own plan, no graph
+            y = nvdispatch.matmul(x, w, epilog=epilog, **kwargs)
+        assert y.grad_fn is None
+        torch.testing.assert_close(y, want_y.detach())
+    assert nvdispatch.plan_cache.misses == misses  # the last two steps found every plan by its call key
+
+
+def test_a_recorded_fused_bias_call_fuses_the_bias_and_keeps_the_graph():
+    x = torch.ones(4, 3)
+    w, bias = torch.nn.Parameter(torch.ones(3, 2)), torch.nn.Parameter(torch.full((2,), -5.0))
+    e = nvdispatch.explain(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    assert e.problem.autograd and e.strategy == "framework_fused"
+    assert "torch.addmm" in str(e) and "autograd records both" in str(e)
+    out = nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    np.testing.assert_allclose(out.detach().numpy(), np.zeros((4, 2)))
+    out.sum().backward()
+    np.testing.assert_allclose(bias.grad.numpy(), np.zeros(2))  # relu' is 0 below zero

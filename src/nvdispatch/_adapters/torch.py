@@ -40,18 +40,22 @@ class TorchAdapter(Adapter):
         # Torch's own tensor guard (the one torch.compile checks its graphs' inputs with): class, dispatch
         # keys (device type, conjugate/negative views, inference mode), dtype, device index, requires_grad,
         # sizes and strides of every tensor in one native call, a third of what reading the signatures
-        # costs. The signature also holds grad mode, which only matters for a tensor that requires grad:
-        # those calls keep their signatures. Private API: where it is missing or refuses, so do we.
-        if any(t.requires_grad for t in tensors):
-            return None
+        # costs. Private API: where it is missing or refuses, so do we.
         try:
             from torch._C._dynamo.guards import TensorGuards
 
             sizes = [list(t.size()) for t in tensors]
             strides = [list(t.stride()) for t in tensors]
-            return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides).check
+            check = TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides).check
         except Exception:  # ImportError, or a signature this Torch no longer has
             return None
+        if not any(t.requires_grad for t in tensors):
+            return check
+        # the signature of a tensor that requires grad also holds grad mode (whether autograd records the
+        # call), which the tensor guard does not see: that is checked too
+        grad_enabled = sys.modules["torch"].is_grad_enabled
+        mode = grad_enabled()
+        return lambda *arrays: grad_enabled() is mode and check(*arrays)
 
     def device(self, x) -> Device:
         dev = x.device

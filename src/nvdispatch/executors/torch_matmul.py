@@ -46,6 +46,21 @@ def _fused_bias_op(name: str):
     return functools.partial(torch._addmm_activation, use_gelu=True)
 
 
+def _activation_after_addmm(name: str):
+    """The fused-bias epilog as autograd records it: ``_addmm_activation`` has no derivative, so the bias
+    stays fused in ``torch.addmm`` (which has one) and this activation follows it, as in ``relu(linear(x))``;
+    None for BIAS."""
+    import torch
+
+    if name == "BIAS":
+        return None
+    if name == "RELU_BIAS":
+        return torch.relu
+    import functools
+
+    return functools.partial(torch.nn.functional.gelu, approximate="tanh")  # cuBLASLt's GELU is the tanh form
+
+
 def decline(problem: MatmulProblem) -> str | None:
     if problem.quantization is not None:
         return None  # FP8: the reference path (nvdispatch._fp8_reference) runs on the CPU and any GPU
@@ -105,7 +120,10 @@ class TorchMatmulPlan:
         self.strategy = strategy
         self.dtype = _torch_dtype(problem.result_dtype)
         name = problem.epilog.epilog.name
-        if strategy == "framework_fused":
+        if strategy == "framework_fused" and problem.autograd and name != "BIAS":
+            act = "relu" if name == "RELU_BIAS" else "gelu tanh"
+            self.steps = (f"torch.addmm: bias fused by Torch, then {act} (autograd records both)",)
+        elif strategy == "framework_fused":
             self.steps = {
                 "BIAS": ("torch.addmm: bias fused by Torch",),
                 "RELU_BIAS": ("torch._addmm_activation(relu): bias and activation fused by Torch",),
@@ -121,10 +139,13 @@ class TorchMatmulPlan:
         self.direct = _torch_matmul() if plain and same else None
         self.fused_bias = None
         self._bias_only = name == "BIAS"
-        if strategy == "framework_fused" and same:
-            bias = dict(problem.inputs)["bias"]
-            if len(bias.shape) == 1 and (name == "BIAS" or not problem.autograd):
-                fused = self.fused_bias = _fused_bias_op(name)
+        if strategy == "framework_fused" and same and len(dict(problem.inputs)["bias"].shape) == 1:
+            fused = self.fused_bias = _fused_bias_op(name)
+            act = _activation_after_addmm(name)
+            if problem.autograd and act is not None:  # calls keyed as recorded ones (grad mode is in the key)
+                addmm = _fused_bias_op("BIAS")
+                self.direct = lambda a, b, bias: act(addmm(bias, a, b))
+            else:
                 self.direct = lambda a, b, bias: fused(bias, a, b)
 
     def release(self) -> None:
@@ -154,10 +175,13 @@ class TorchMatmulPlan:
         inputs = {name: operands[name] for name, _ in p.inputs}
         # autograd records this call: no in-place steps, and no _addmm_activation (it has no derivative)
         recorded = _recorded(a, b, *inputs.values())
-        fused = self.strategy == "framework_fused" and (not recorded or self._bias_only)
-        if fused:
+        if self.strategy == "framework_fused":
             bias = inputs["bias"].reshape(-1)
-            return _fused_bias_op(p.epilog.epilog.name)(bias, a, b, alpha=alpha)
+            name = p.epilog.epilog.name
+            act = _activation_after_addmm(name) if recorded else None
+            if act is None:
+                return _fused_bias_op(name)(bias, a, b, alpha=alpha)
+            return act(torch.addmm(bias, a, b, alpha=alpha))
         c = operands.get("c")
         beta = operands.get("beta")
         if c is not None:
