@@ -65,3 +65,30 @@ def test_runs_on_the_given_stream_without_host_sync():
         out2 = nvdispatch.matmul(a, b, stream=s.cuda_stream)
     s.synchronize()
     torch.testing.assert_close(out2, a @ b, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("epilog", ["BIAS", "RELU_BIAS", "GELU_BIAS"])
+def test_a_linear_layer_of_cuda_parameters_trains_through_the_cached_route(epilog):
+    # Parameters beside plain activations, autograd recording: Torch's addmm (+ activation) on the tensors'
+    # device, gradients Torch's own, and repeated calls served from the plan cache
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    w = torch.nn.Parameter(torch.randn(32, 16, device="cuda", generator=gen))
+    bias = torch.nn.Parameter(torch.randn(16, device="cuda", generator=gen))
+    act = {"BIAS": lambda t: t, "RELU_BIAS": torch.relu}.get(
+        epilog, lambda t: torch.nn.functional.gelu(t, approximate="tanh")
+    )
+    for step in range(4):
+        x = torch.randn(8, 32, device="cuda", generator=gen)
+        if step == 2:
+            misses = nvdispatch.plan_cache.misses
+        y = nvdispatch.matmul(x, w, epilog=epilog, epilog_inputs={"bias": bias})
+        assert y.is_cuda and y.grad_fn is not None
+        y.square().sum().backward()
+        got = (w.grad.clone(), bias.grad.clone())
+        w.grad = bias.grad = None
+        want = act(torch.addmm(bias, x, w))
+        want.square().sum().backward()
+        torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got, (w.grad, bias.grad), rtol=1e-4, atol=1e-4)
+        w.grad = bias.grad = None
+    assert nvdispatch.plan_cache.misses == misses
