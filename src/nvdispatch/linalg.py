@@ -290,7 +290,13 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     return wrap_result(run(plan, operands, stream), a)
 
 
-_SCALARS = (int, float, complex)
+def _concrete_subclasses(cls: type) -> set[type]:
+    subs = set(cls.__subclasses__())
+    return {c for c in subs if not c.__subclasses__()} | {d for c in subs for d in _concrete_subclasses(c)}
+
+
+#: scalar classes a call key may hold (it holds the class, not the value): Python's and NumPy's numbers
+_SCALARS = frozenset({int, float, complex} | {c for c in _concrete_subclasses(np.number) if c is not np.timedelta64})
 
 
 def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
@@ -311,6 +317,10 @@ def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, pr
         inputs = tuple((name, _operand_signature(cls, sig, value)) for name, value in epilog_inputs.items())
     else:
         return None
+    if options.__class__ is dict:  # the documented dict form: its items (unhashable values take the full path)
+        options = (dict, frozenset(options.items()))
+    if preferences.__class__ is dict:
+        preferences = (dict, frozenset(preferences.items()))
     b_sig = sig(b) if b.__class__ is cls else _operand_signature(cls, sig, b)
     if b_sig is None or (c_sig is not None and c_sig[0] is None) or (inputs and any(s is None for _, s in inputs)):
         return None
@@ -357,10 +367,12 @@ def _operand_signature(cls, sig, x):
 
 
 def _scalar_class_always_valid(alpha, result_dtype: str) -> bool:
-    """Whether every scalar of this Python class is valid for the result dtype (the key holds the class)."""
-    if alpha.__class__ is complex:
+    """Whether every scalar of this (Python or NumPy) class is valid for the result dtype (the key holds the
+    class)."""
+    cls = alpha.__class__
+    if cls is complex or issubclass(cls, np.complexfloating):
         return result_dtype.startswith("complex")
-    return alpha.__class__ is int or result_dtype.startswith(("float", "bfloat", "complex"))
+    return cls is int or issubclass(cls, np.integer) or result_dtype.startswith(("float", "bfloat", "complex"))
 
 
 def explain_matmul(

@@ -106,7 +106,7 @@ def test_hot_path_direct_fused_call_keeps_the_graph_only_when_recorded(epilog):
 
 
 @pytest.mark.parametrize("epilog", ["BIAS", "RELU_BIAS", "DEFAULT"])
-def test_a_linear_layer_of_parameters_takes_the_cached_route_and_trains(epilog):
+def test_a_linear_layer_of_parameters_takes_the_cached_route_and_trains(epilog, full_paths):
     # nn.Parameter weights and bias beside plain activations: the commonest real call. Repeated calls must find
     # their plan in the cache (not re-validate every time), and the gradients must be Torch's own.
     gen = torch.Generator().manual_seed(2)
@@ -116,7 +116,7 @@ def test_a_linear_layer_of_parameters_takes_the_cached_route_and_trains(epilog):
     for step in range(4):
         x = torch.randn(6, 4, generator=gen)
         if step == 2:
-            misses = nvdispatch.plan_cache.misses
+            full_paths[0] = 0
         y = nvdispatch.matmul(x, w, epilog=epilog, **kwargs)
         assert y.grad_fn is not None
         (y**2).sum().backward()
@@ -132,7 +132,7 @@ def test_a_linear_layer_of_parameters_takes_the_cached_route_and_trains(epilog):
             y = nvdispatch.matmul(x, w, epilog=epilog, **kwargs)
         assert y.grad_fn is None
         torch.testing.assert_close(y, want_y.detach())
-    assert nvdispatch.plan_cache.misses == misses  # the last two steps found every plan by its call key
+    assert full_paths[0] == 0  # the last two steps found every plan by its call key
 
 
 def test_a_recorded_fused_bias_call_fuses_the_bias_and_keeps_the_graph():
