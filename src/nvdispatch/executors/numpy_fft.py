@@ -1,8 +1,9 @@
-"""FFT on the CPU for NumPy arrays: ``scipy.fft`` on all cores when SciPy is installed, else ``numpy.fft``.
+"""FFT on the CPU for NumPy arrays: ``scipy.fft`` when SciPy is installed, else ``numpy.fft``.
 
-``scipy.fft`` keeps single precision and runs batched/n-D transforms over ``workers`` threads; we pass
-``workers=-1`` (all cores the process may use). ``numpy.fft`` (the fallback) computed in double precision
-before NumPy 2.0, so its result is cast back to the problem's dtype. The input is never written to.
+``scipy.fft`` keeps single precision and runs batched/n-D transforms over ``workers`` threads: on one thread
+or on all cores the process may use, whichever was measured faster for the transform's shape
+(:mod:`.numpy_fft_workers`). ``numpy.fft`` (the fallback) computed in double precision before NumPy 2.0, so its
+result is cast back to the problem's dtype. The input is never written to.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._fft_problem import FFTProblem
+from . import numpy_fft_workers
 
 try:  # pragma: no cover - exercised through whichever is installed
     # SciPy's own (pocketfft) implementation, called directly: going through the public ``scipy.fft``
@@ -46,8 +48,11 @@ class NumpyFFTPlan:
         else:
             self.kwargs = {"n": p.lengths[0], "axis": p.axes[0], "norm": p.norm}
         if strategy == "scipy":
-            self.kwargs["workers"] = -1
-            how = "scipy.fft (pocketfft on all cores)"
+            workers = self.kwargs["workers"] = numpy_fft_workers.workers_for(p, self.fn, self.kwargs)
+            if workers == 1:
+                how = "scipy.fft (pocketfft on one thread: measured faster for this shape, or one 1-D transform)"
+            else:
+                how = "scipy.fft (pocketfft on all cores: measured faster for this shape)"
         else:
             how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
