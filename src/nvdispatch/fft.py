@@ -153,6 +153,15 @@ def _call_form(func: str, x, n, axis, s, axes, norm):
     return form, sig, _memos.get(cls)
 
 
+def _distinct_axes(axes, ndim: int) -> bool:
+    """Whether ``axes`` are ints naming distinct dimensions of an ``ndim``-D array, where NumPy's and the array
+    API's conventions agree (NumPy transforms a repeated axis again, and ``axes=()`` copies the input)."""
+    axes = _int_seq(axes)
+    if not axes or axes.__class__ is int:
+        return False
+    return all(-ndim <= ax < ndim for ax in axes) and len({ax % ndim for ax in axes}) == len(axes)
+
+
 def _int_seq(v):
     """``v`` as a key part: None, an int, or a tuple of ints; False when it is anything else (arrays of
     axes, ...): such calls are validated in full every time instead of growing the cache."""
@@ -228,7 +237,7 @@ def _call(
     if callbacks is not None and any(c is not None for c in callbacks):  # prolog/epilog: their own route
         result = _fft_callbacks.run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks=callbacks)
         return result if out is None else write_out(result, out)
-    if out is None and s is None and (axes is None or a.__class__ is not np.ndarray):
+    if out is None and s is None and (axes is None or a.__class__ is not np.ndarray or _distinct_axes(axes, a.ndim)):
         try:
             return _run(func, a, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
         except (UnsupportedDtypeError, UnsupportedOperandError):
