@@ -31,7 +31,9 @@ SciPy's ``overwrite_x`` and ``workers`` keywords are accepted (nvdispatch never 
 uses all cores); integer input is promoted as SciPy does. Whatever nvdispatch cannot serve returns
 ``NotImplemented`` so SciPy falls through to its next backend: transforms it does not implement (``dct``,
 ``dst``, ``fht``, ...), a precomputed ``plan=``, and any call an executor refuses (dtype, argument, layout).
-SciPy's own ``scipy/fft/tests/test_basic.py`` passes whole under this backend (``conformance/``).
+SciPy's own ``scipy/fft/tests/test_basic.py`` passes whole under this backend (``conformance/``). As the
+global backend (``scipy.fft.set_global_backend(nvdispatch.fft)``), which replaces SciPy's own, register SciPy's
+again (``scipy.fft.register_backend("scipy")``) so that it serves what nvdispatch declines.
 
 Examples
 --------

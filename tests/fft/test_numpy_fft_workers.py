@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import nvdispatch
-from nvdispatch._fft_problem import FFTProblem
 from nvdispatch._detect import CPU
+from nvdispatch._fft_problem import FFTProblem
 from nvdispatch.executors import numpy_fft_workers as workers
 from nvdispatch.executors.numpy_fft import NumpyFFTPlan
 

@@ -96,6 +96,21 @@ def test_global_and_registered(monkeypatch):
     assert calls == ["fft"]
 
 
+def test_as_the_global_backend_with_scipy_registered_scipy_serves_what_nvdispatch_declines(monkeypatch):
+    # set_global_backend replaces SciPy's own backend: registering it again keeps dct & co. available (as the
+    # README says to do), while the transforms nvdispatch implements still run through it
+    calls = _count_calls(monkeypatch)
+    x = make((8,), "float64")
+    try:
+        sfft.set_global_backend(F)
+        sfft.register_backend("scipy")
+        np.testing.assert_allclose(sfft.dct(x), sfft._pocketfft.dct(x))
+        sfft.rfft(x)
+        assert calls == ["rfft"]
+    finally:
+        sfft.set_global_backend("scipy", try_last=True)
+
+
 @pytest.mark.skipif(torch is None, reason="needs torch")
 def test_torch_input_through_scipy():
     t = torch.from_numpy(make((4, 8), "complex64"))
