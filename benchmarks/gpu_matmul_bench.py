@@ -163,6 +163,21 @@ def host_overhead(torch, nvdispatch) -> dict:
         "core _prepare (detect+validate+select)": lambda: _prepare(a, b, None, 1, None, "RELU_BIAS", {"bias": bias},
                                                                    None, None),
     }
+    if torch.cuda.get_device_capability() >= (8, 9):  # FP8, device scales as delayed scaling keeps them
+        e4m3 = torch.float8_e4m3fn
+        a8, b8 = a.to(e4m3), b.t().to(e4m3).contiguous().t()  # b column-major, as _scaled_mm needs
+        bias16 = bias.to(torch.bfloat16)
+        sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+        fp8kw = {
+            "epilog": "RELU_BIAS",
+            "epilog_inputs": {"bias": bias16},
+            "quantization_scales": {"a": sa, "b": sb},
+            "options": {"result_type": "bfloat16"},
+        }
+        cases["nvdispatch.matmul FP8 RELU_BIAS, device scales"] = lambda: nvdispatch.matmul(a8, b8, **fp8kw)
+        cases["torch.relu(torch._scaled_mm(bias=))"] = lambda: torch.relu(
+            torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, bias=bias16, out_dtype=torch.bfloat16)
+        )
     try:
         import cupy
 
@@ -186,6 +201,10 @@ def host_overhead(torch, nvdispatch) -> dict:
     out["ratio Parameters autograd / torch.relu(torch.addmm)"] = (
         out["nvdispatch.matmul RELU_BIAS, Parameters, autograd"] / out["torch.relu(torch.addmm), Parameters, autograd"]
     )
+    if "torch.relu(torch._scaled_mm(bias=))" in out:
+        out["ratio FP8 RELU_BIAS / torch.relu(torch._scaled_mm(bias=))"] = (
+            out["nvdispatch.matmul FP8 RELU_BIAS, device scales"] / out["torch.relu(torch._scaled_mm(bias=))"]
+        )
     if "cupy.matmul" in out:
         out["ratio nvdispatch RELU_BIAS (cupy) / cupy.matmul"] = (
             out["nvdispatch.matmul RELU_BIAS (cupy, cuBLASLt)"] / out["cupy.matmul"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -193,10 +194,14 @@ def matmul(
     form = learn = bias = plan = key = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
-        if sig is None or alpha.__class__ not in _SCALARS or quantization_scales is not None:
+        if sig is None or alpha.__class__ not in _SCALARS:
             pass
         elif c is not None or beta is not None or options is not None or preferences is not None:
             key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+        elif quantization_scales is not None:
+            key = _call_key(
+                cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
+            )
         elif epilog_inputs is None:
             # the shortest keys, (form, signatures...), for the commonest calls: a plain product and a linear
             # layer (a bias alone); _call_key's keys have another shape, so no two kinds of call share a key
@@ -253,13 +258,13 @@ def matmul(
     try:
         if _log_levels.get(10) is not False and debug_enabled():
             log_hit("matmul", plan)
-        if stream is None and alpha == 1 and c is None:
+        if stream is None and alpha == 1 and c is None and quantization_scales is None:
             direct = getattr(plan, "direct", None)
             if direct is not None:
                 if epilog_inputs is None:
                     return direct(a, b)
                 return direct(a, b, bias) if form is not None else direct(a, b, *epilog_inputs.values())
-        return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs), stream)
+        return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs, quantization_scales), stream)
     except Exception as exc:
         raise_if_out_of_memory(exc)
         raise
@@ -279,7 +284,7 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
         scalars_ok = _scalar_class_always_valid(alpha, problem.result_dtype) and (
             beta is None or _scalar_class_always_valid(beta, problem.result_dtype)
         )
-        if not sel.coerce and scalars_ok:
+        if not sel.coerce and scalars_ok and _scales_always_valid(problem):
             store(key, plan)
         operands = _operands(a, b, c, alpha, beta, epilog_inputs, scales)
         operands.update((name, info.array) for name, info in infos.items())  # as executors take them
@@ -299,10 +304,15 @@ def _concrete_subclasses(cls: type) -> set[type]:
 _SCALARS = frozenset({int, float, complex} | {c for c in _concrete_subclasses(np.number) if c is not np.timedelta64})
 
 
-def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences):
-    """The call key of a matmul with ``c``/``beta``, epilog inputs or operands of more than one class
-    (``matmul`` builds the plainest ones): the operands' adapter signatures, the scalars' classes, the epilog,
-    options, preferences and backend state; None when the call does not qualify (it takes the full path)."""
+def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None):
+    """The call key of a matmul with ``c``/``beta``, epilog inputs, operands of more than one class or FP8
+    scales (``matmul`` builds the plainest ones): the operands' adapter signatures, the scalars' classes, the
+    epilog, options, preferences, scales and backend state; None when the call does not qualify (it takes the
+    full path)."""
+    if scales is not None:
+        scales = _scales_key(cls, sig, scales)
+        if scales is None:
+            return None
     if c is None:
         if beta is not None:
             return None
@@ -335,9 +345,48 @@ def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, pr
         c_sig,
         options,
         preferences,
+        scales,
         _state.get().key,
         _backends._global.key,
     )
+
+
+_SCALE_NAMES = ("a", "b", "c", "d")
+
+
+def _scales_key(cls, sig, scales):
+    """FP8 scales' part of a call key: each given scale's name with a Python number's class (its value checked
+    here as planning checks it: finite, non-zero) or an array's signature; None where the call must take the
+    full path (an unknown form or name, a bad value: the full path reports it)."""
+    if scales.__class__ is dict:
+        items = scales.items()
+    elif scales.__class__ is MatmulQuantizationScales:
+        items = ((name, getattr(scales, name)) for name in _SCALE_NAMES)
+    else:
+        return None
+    parts = []
+    for name, value in items:
+        if value is None:
+            continue
+        if name not in _SCALE_NAMES:
+            return None
+        if value.__class__ is float or value.__class__ is int:
+            if value == 0 or not math.isfinite(value):
+                return None
+            parts.append((name, value.__class__))
+        else:
+            signature = _operand_signature(cls, sig, value)
+            if signature is None:
+                return None
+            parts.append((name, signature))
+    return tuple(sorted(parts))
+
+
+def _scales_always_valid(problem) -> bool:
+    """Whether every call whose key matches this problem's passes its scales' checks: not so for scale arrays in
+    host memory (planning checks their values, which their signatures do not hold)."""
+    fp8 = problem.quantization
+    return fp8 is None or problem.device.kind != "cpu" or all(kind == "host" for _, kind in fp8.scales)
 
 
 def _classes_sharing(sig, *arrays):

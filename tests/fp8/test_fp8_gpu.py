@@ -267,3 +267,20 @@ def test_fast_accumulation_on_cublaslt_vs_emulation_and_scaled_mm(result_type):
             torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=True)
         )
         np.testing.assert_allclose(f64(got), f64(theirs), rtol=2**-6, atol=5e-2)
+
+
+@needs_fp8
+def test_repeated_stateless_calls_scale_by_each_calls_own_device_and_host_scales():
+    # the call key holds the scales' kinds and signatures, never their values: a training loop's delayed
+    # scaling changes them every step, and every step must use its own
+    a, b = fp8((64, 96), seed=30), fp8((96, 80), seed=31)
+    bias = bf16((80,), seed=32)
+    for sa, sb, sd in [(0.5, 1.5, 2.0), (2.0, 0.25, 0.5), (1.0, 1.0, 4.0), (0.5, 1.5, 2.0)]:
+        scales = {"a": torch.tensor([sa], device="cuda"), "b": sb, "d": torch.tensor(sd, device="cuda")}
+        kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}, "quantization_scales": scales}
+        out, aux = nvdispatch.matmul(a, b, options={"result_amax": True}, **kw)
+        _, amax, want, abs_sum, _ = emulate(
+            a, b, scales={"a": sa, "b": sb, "d": sd}, bias=bias, epilog="RELU_BIAS", result_type=E4M3
+        )
+        assert_matches(out, want, abs_sum * 1.2 + 1e-2, E4M3, extra_scale=sd)
+        assert abs(float(aux["result_amax"]) - amax) <= 2e-3 * amax + 1e-3

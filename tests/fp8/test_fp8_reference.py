@@ -153,3 +153,50 @@ def test_fast_accumulation_is_a_kernel_mode_the_reference_accumulates_in_float32
     assert torch.equal(got, want)
     text = str(nvdispatch.explain(a, b, **kw))
     assert "fast accumulation" in text and "accumulates in float32" in text
+
+
+@pytest.fixture
+def full_paths(monkeypatch):
+    """How many matmul calls took the full path (detect, validate, select) instead of their call key."""
+    from nvdispatch import linalg
+
+    count = [0]
+    full = linalg._plan_and_run
+
+    def counting(*args):
+        count[0] += 1
+        return full(*args)
+
+    monkeypatch.setattr(linalg, "_plan_and_run", counting)
+    return count
+
+
+@pytest.mark.parametrize("form", ["dict", "MatmulQuantizationScales"])
+def test_repeated_calls_with_new_scale_values_find_their_plan_and_use_the_new_values(form, full_paths):
+    # the key holds each scale's kind (a Python number's class), never its value: every call scales by its own
+    nvdispatch.plan_cache.clear()
+    a, b = fp8((16, 32), seed=20), fp8((32, 8), seed=21)
+    for i, (sa, sd) in enumerate([(0.5, 2.0), (1.5, 0.25), (4, 1.0), (0.5, 2.0)]):
+        scales = {"a": sa, "d": sd} if form == "dict" else MatmulQuantizationScales(a=sa, d=sd)
+        if i == 1:
+            full_paths[0] = 0
+        r = nvdispatch.matmul(a, b, quantization_scales=scales)
+        _, _, want, abs_sum, _ = emulate(a, b, scales={"a": float(sa), "d": float(sd)}, result_type=E4M3)
+        assert_matches(r, want, abs_sum, E4M3, extra_scale=sd)
+    assert full_paths[0] == 1  # the int scale: a class of its own, planned once
+
+
+def test_bad_scale_values_are_reported_every_call_and_host_scale_arrays_always_checked(full_paths):
+    a, b = fp8((16, 32), seed=22), fp8((32, 8), seed=23)
+    nvdispatch.matmul(a, b, quantization_scales={"a": 0.5})
+    for bad in (0.0, float("inf"), float("nan")):
+        for _ in range(2):
+            with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="quantization_scales"):
+                nvdispatch.matmul(a, b, quantization_scales={"a": bad})
+    # a scale array in host memory: planning reads its value, so no key stands for it
+    full_paths[0] = 0
+    for value in (0.5, 2.0):
+        nvdispatch.matmul(a, b, quantization_scales={"a": torch.tensor(value)})
+    with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="quantization_scales"):
+        nvdispatch.matmul(a, b, quantization_scales={"a": torch.tensor(0.0)})
+    assert full_paths[0] == 3
