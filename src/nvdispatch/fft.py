@@ -155,13 +155,28 @@ def _call_form(func: str, x, n, axis, s, axes, norm):
     return form, sig, _memos.get(cls)
 
 
+_NO_CALLBACKS = (None, None, None, None)  # (prolog, epilog, prolog_data, epilog_data) of a plain transform
+_distinct: dict[tuple, bool] = {}  # (axes, ndim) -> _distinct_axes' answer, for axes given as tuples
+
+
 def _distinct_axes(axes, ndim: int) -> bool:
     """Whether ``axes`` are ints naming distinct dimensions of an ``ndim``-D array, where NumPy's and the array
     API's conventions agree (NumPy transforms a repeated axis again, and ``axes=()`` copies the input)."""
-    axes = _int_seq(axes)
-    if not axes or axes.__class__ is int:
+    known = None
+    if axes.__class__ is tuple:
+        try:
+            known = _distinct.get((axes, ndim))
+        except TypeError:  # unhashable items: the conventions path reports them
+            return False
+    if known is not None:
+        return known
+    seq = _int_seq(axes)
+    if not seq or seq.__class__ is int:
         return False
-    return all(-ndim <= ax < ndim for ax in axes) and len({ax % ndim for ax in axes}) == len(axes)
+    answer = all(-ndim <= ax < ndim for ax in seq) and len({ax % ndim for ax in seq}) == len(seq)
+    if axes.__class__ is tuple and len(_distinct) < 256:
+        _distinct[(axes, ndim)] = answer
+    return answer
 
 
 def _int_seq(v):
@@ -236,7 +251,7 @@ def _call(
     callbacks=None,
 ):
     """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
-    if callbacks is not None and any(c is not None for c in callbacks):  # prolog/epilog: their own route
+    if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: their own route
         result = _fft_callbacks.run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks=callbacks)
         return result if out is None else write_out(result, out)
     if out is None and s is None and (axes is None or a.__class__ is not np.ndarray or _distinct_axes(axes, a.ndim)):
