@@ -39,6 +39,7 @@ __all__ = [
     "plan_key",
     "store",
     "signature_of",
+    "signature_function",
     "signature_by_class",
     "call_key_memo_by_class",
     "debug_enabled",
@@ -63,6 +64,13 @@ def signature_of(cls: type):
     call_key_memo_by_class[cls] = None if guard is None else CallKeyMemo(guard)
     signature_by_class[cls] = sig
     return sig
+
+
+def signature_function(cls: type):
+    """:func:`signature_of` ``cls``, read from ``signature_by_class`` where it is known already (the routes inline
+    this on their hot paths)."""
+    sig = signature_by_class.get(cls, signature_of)
+    return signature_of(cls) if sig is signature_of else sig
 
 
 #: logging's per-level cache of ``log``: ``.get(DEBUG) is False`` says "not logging" without a method call

@@ -28,6 +28,7 @@ from ._dispatch import (
     log_hit,
     placement,
     plan_key,
+    signature_function,
     signature_of,
     store,
     strategies_of,
@@ -366,10 +367,10 @@ def _scales_key(cls, sig, scales):
         return None
     parts = []
     for name, value in items:
-        if value is None:
-            continue
         if name not in _SCALE_NAMES:
             return None
+        if value is None:
+            continue
         if value.__class__ is float or value.__class__ is int:
             if value == 0 or not math.isfinite(value):
                 return None
@@ -393,13 +394,7 @@ def _classes_sharing(sig, *arrays):
     """The classes of operands of more than one class whose signatures all come from ``sig`` (a Torch
     ``Parameter`` beside plain tensors), for the form of their call key; None when they do not share it."""
     classes = tuple(x.__class__ for x in arrays)
-    for cls in classes:
-        own = _signatures.get(cls, signature_of)
-        if own is signature_of:
-            own = signature_of(cls)
-        if own is not sig:
-            return None
-    return classes
+    return classes if all(signature_function(cls) is sig for cls in classes) else None
 
 
 def _operand_signature(cls, sig, x):
@@ -409,9 +404,7 @@ def _operand_signature(cls, sig, x):
     other = x.__class__
     if other is cls:
         return sig(x)
-    own = _signatures.get(other, signature_of)
-    if own is signature_of:
-        own = signature_of(other)
+    own = signature_function(other)
     return None if own is None else (other, own(x))
 
 

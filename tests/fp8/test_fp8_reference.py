@@ -200,3 +200,11 @@ def test_bad_scale_values_are_reported_every_call_and_host_scale_arrays_always_c
     with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="quantization_scales"):
         nvdispatch.matmul(a, b, quantization_scales={"a": torch.tensor(0.0)})
     assert full_paths[0] == 3
+
+
+def test_an_unknown_scale_name_is_reported_even_after_a_keyed_call():
+    a, b = fp8((16, 32), seed=24), fp8((32, 8), seed=25)
+    for _ in range(2):
+        nvdispatch.matmul(a, b, quantization_scales={"a": 0.5})
+        with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="unknown key"):
+            nvdispatch.matmul(a, b, quantization_scales={"a": 0.5, "x": None})
