@@ -71,3 +71,22 @@ def dask_compute(request):
         return lambda *xs: dask.compute(*xs, scheduler="sync")
     client = request.getfixturevalue("dask_client")
     return lambda *xs: client.compute(list(xs), sync=True)
+
+
+# -- the matmul route: how many calls took the full path ---------------------------------------------------------
+@pytest.fixture
+def full_paths(monkeypatch):
+    """``full_paths[0]``: how many ``nvdispatch.matmul`` calls took the full path (detect, validate, select)
+    instead of finding their plan by their call key (plan-cache misses do not show it: the problem key hits);
+    set it to 0 to count from there."""
+    from nvdispatch import linalg
+
+    count = [0]
+    full = linalg._plan_and_run
+
+    def counting(*args):
+        count[0] += 1
+        return full(*args)
+
+    monkeypatch.setattr(linalg, "_plan_and_run", counting)
+    return count

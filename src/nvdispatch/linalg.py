@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -509,7 +510,7 @@ class Matmul:
         self._problem = None
         self._selection = None
         self._hold = None  # our hold on the plan (PlanHold)
-        self._bound = None  # (plan, operands, direct-call arguments) for execute; None after operands change
+        self._bound = None  # (plan, operands, direct-call arguments, requires grad) for execute; None after a change
         self._strategy = None
         self._freed = False
 
@@ -633,22 +634,32 @@ class Matmul:
                 bound = self._bound
                 if bound is None or bound[0] is not plan:
                     bound = self._bound = self._bind(plan)
+                if bound[3] and not self._problem.autograd and sys.modules["torch"].is_grad_enabled():
+                    raise PlanStateError(
+                        "execute",
+                        "grad mode as at plan(): the plan was made for calls autograd does not record",
+                        "a call autograd records (an operand requires grad and grad mode is on)",
+                        "call plan() again with grad mode on, or execute under torch.no_grad()",
+                    )
             except BaseException:
                 plan_cache.let_go(plan)
                 raise
             stream = stream if stream is not None else self._stream
         return run(plan, bound[1], stream, bound[2] if stream is None else None)
 
-    def _bind(self, plan) -> tuple[Any, dict[str, Any], tuple | None]:
+    def _bind(self, plan) -> tuple[Any, dict[str, Any], tuple | None, bool]:
         """What every execute of ``plan`` on the current operands passes: the operands, and the arguments of
-        the plan's direct call where the route would take it (as :func:`matmul` does)."""
+        the plan's direct call where the route would take it (as :func:`matmul` does); and whether an operand
+        requires grad (a plan made without autograd must not run a call autograd records: its executor may
+        drop the graph, or its direct call have no derivative)."""
         operands = self._operands()
         direct = getattr(plan, "direct", None)
         args = None
         if direct is not None and not self._selection.coerce and self._c is None and self._scales is None:
             if self._alpha.__class__ in _SCALARS and self._alpha == 1:
                 args = (self._a, self._b, *self._inputs.values())
-        return plan, operands, args
+        grads = any(getattr(x, "requires_grad", False) is True for x in operands.values())
+        return plan, operands, args, grads
 
     def reset_operands(
         self,

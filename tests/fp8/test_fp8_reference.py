@@ -155,22 +155,6 @@ def test_fast_accumulation_is_a_kernel_mode_the_reference_accumulates_in_float32
     assert "fast accumulation" in text and "accumulates in float32" in text
 
 
-@pytest.fixture
-def full_paths(monkeypatch):
-    """How many matmul calls took the full path (detect, validate, select) instead of their call key."""
-    from nvdispatch import linalg
-
-    count = [0]
-    full = linalg._plan_and_run
-
-    def counting(*args):
-        count[0] += 1
-        return full(*args)
-
-    monkeypatch.setattr(linalg, "_plan_and_run", counting)
-    return count
-
-
 @pytest.mark.parametrize("form", ["dict", "MatmulQuantizationScales"])
 def test_repeated_calls_with_new_scale_values_find_their_plan_and_use_the_new_values(form, full_paths):
     # the key holds each scale's kind (a Python number's class), never its value: every call scales by its own

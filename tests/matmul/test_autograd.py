@@ -145,3 +145,23 @@ def test_a_recorded_fused_bias_call_fuses_the_bias_and_keeps_the_graph():
     np.testing.assert_allclose(out.detach().numpy(), np.zeros((4, 2)))
     out.sum().backward()
     np.testing.assert_allclose(bias.grad.numpy(), np.zeros(2))  # relu' is 0 below zero
+
+
+def test_a_matmul_planned_without_autograd_refuses_a_call_autograd_records():
+    # planned under no_grad, the plan may be one that drops the graph (raw cuBLASLt) or has no derivative
+    # (_addmm_activation): executing it where autograd records must fail loudly, not train silently wrong
+    x = torch.randn(4, 3)
+    w, bias = torch.nn.Parameter(torch.randn(3, 2)), torch.nn.Parameter(torch.randn(2))
+    want = torch.relu(x @ w + bias).detach()
+    with torch.no_grad():
+        mm = nvdispatch.Matmul(x, w)
+        mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        torch.testing.assert_close(mm.execute(), want)
+    with pytest.raises(nvdispatch.errors.PlanStateError, match="grad mode"):
+        mm.execute()
+    mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})  # planned again with grad mode on
+    y = mm.execute()
+    y.sum().backward()
+    torch.testing.assert_close(bias.grad, (want > 0).sum(0).to(bias.dtype))
+    with torch.no_grad():  # a plan made for recorded calls also runs calls that are not
+        assert mm.execute().grad_fn is None
