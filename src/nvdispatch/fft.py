@@ -48,6 +48,7 @@ True
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -1167,6 +1168,17 @@ class FFT:
                 allowed = tuple(self._holds)
                 raise InvalidArgumentError(
                     "direction", f"one of {allowed} for a {self._fft_type} FFT", repr(direction)
+                )
+            if (
+                getattr(self._x, "requires_grad", False) is True
+                and not self._problems[d].autograd
+                and sys.modules["torch"].is_grad_enabled()
+            ):  # the plan may drop the graph (raw cuFFT): refuse rather than train silently wrong
+                raise PlanStateError(
+                    "execute",
+                    "grad mode as at plan(): the plan was made for calls autograd does not record",
+                    "a call autograd records (the operand requires grad and grad mode is on)",
+                    "call plan() again with grad mode on, or execute under torch.no_grad()",
                 )
             stream = stream if stream is not None else self._stream
             sel, x, cb_data = self._selections[d], self._x, self._cb_data

@@ -165,3 +165,17 @@ def test_a_matmul_planned_without_autograd_refuses_a_call_autograd_records():
     torch.testing.assert_close(bias.grad, (want > 0).sum(0).to(bias.dtype))
     with torch.no_grad():  # a plan made for recorded calls also runs calls that are not
         assert mm.execute().grad_fn is None
+
+
+def test_an_fft_planned_without_autograd_refuses_a_call_autograd_records():
+    x = torch.randn(16, dtype=torch.complex64, requires_grad=True)
+    with torch.no_grad():
+        f = nvdispatch.fft.FFT(x)
+        f.plan()
+        np.testing.assert_allclose(f.execute().numpy(), np.fft.fft(x.detach().numpy()), rtol=1e-5, atol=1e-5)
+    with pytest.raises(nvdispatch.errors.PlanStateError, match="grad mode"):
+        f.execute()
+    f.plan()
+    y = f.execute()
+    y.abs().sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
