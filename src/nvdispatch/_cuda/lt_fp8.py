@@ -34,7 +34,7 @@ from .._fp8 import Fp8Spec, is_fp8
 from .._matmul_problem import MatmulProblem, scalar_value
 from . import lt_autotune
 from . import lt_layout as L
-from .arrays import c_strides, result_kind
+from .arrays import CudaArray, c_strides, result_kind
 from .lt_matmul import DEFAULT_MAX_WORKSPACE, HeuristicMemo, LtPlanCommon, _align, _device_index, max_workspace
 
 __all__ = ["Fp8Layout", "fp8_layout", "decline", "probe", "Fp8LtPlan"]
@@ -297,6 +297,7 @@ class Fp8LtPlan(LtPlanCommon):
         self._lt = lt
         self._stream_pointer = stream_pointer
         self._xp = Xp(namespace_for(p.framework))
+        self._torch_device = None  # the result's torch.device, made on first use (Torch helper only)
         self.setup = s = fp8_layout(p)
         self.handle = lt.handle(self.device_index)
         self.core = _Fp8Core(p, s, max_workspace(p))
@@ -357,18 +358,19 @@ class Fp8LtPlan(LtPlanCommon):
 
     def execute(self, operands, stream=None):
         """Queue the FP8 matmul on ``stream`` (default: the operands' framework's current stream)."""
+        if stream is None:  # the current stream: the helper framework allocates on it already
+            current = self._current_stream
+            return self._execute(operands, current() if current is not None else 0)
         from .streams import framework_stream
 
-        if stream is None:
-            current = self._current_stream
-            sp = current() if current is not None else 0
-        else:
-            sp = stream if type(stream) is int else self._stream_pointer(stream, self.framework, self.device_index)
+        sp = stream if type(stream) is int else self._stream_pointer(stream, self.framework, self.device_index)
         with framework_stream(self._xp.name, sp, self.device_index):
             return self._execute(operands, sp)
 
     # array helpers in the helper namespace (Torch or CuPy)
     def _as_xp(self, x):
+        if self.framework == self._xp.name and not isinstance(x, CudaArray):  # already the helper's array
+            return x
         from .lt_matmul import _to_xp
 
         return _to_xp(x, self.framework, self._xp)
@@ -377,7 +379,9 @@ class Fp8LtPlan(LtPlanCommon):
         xp = self._xp
         if xp.name == "torch":
             torch = xp.mod
-            dev = torch.device("cuda", self.device_index)
+            dev = self._torch_device
+            if dev is None:
+                dev = self._torch_device = torch.device("cuda", self.device_index)
             return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=dev)
         return xp.mod.empty(tuple(shape), dtype=_CUPY_STORAGE.get(dtype, dtype))
 
