@@ -14,7 +14,7 @@ choices work as for any key. A stale handle still references its (released) plan
 newer calls push it out.
 
 One memo per array class (the route keeps them in ``nvdispatch._adapters.call_key_memo_by_class``, dropped
-when adapters change). The route reads :attr:`CallKeyMemo.keys` without a lock; every update replaces a
+when adapters change). The route reads :attr:`CallKeyMemo.handles` without a lock; every update replaces a
 form's tuple whole.
 """
 

@@ -27,10 +27,11 @@ As a SciPy backend::
     with scipy.fft.set_backend(nvdispatch.fft):
         y = scipy.fft.fft(x)          # NumPy, Torch or CuPy x
 
-SciPy's ``overwrite_x`` and ``workers`` keywords are accepted (nvdispatch never overwrites its input and
-uses all cores); integer input is promoted as SciPy does. Whatever nvdispatch cannot serve returns
-``NotImplemented`` so SciPy falls through to its next backend: transforms it does not implement (``dct``,
-``dst``, ``fht``, ...), a precomputed ``plan=``, and any call an executor refuses (dtype, argument, layout).
+SciPy's ``overwrite_x`` and ``workers`` keywords are accepted (nvdispatch never overwrites its input, and on
+the CPU runs each transform shape on one thread or on all cores, whichever it measured faster); integer input
+is promoted as SciPy does. Whatever nvdispatch cannot serve returns ``NotImplemented`` so SciPy falls through
+to its next backend: transforms it does not implement (``dct``, ``dst``, ``fht``, ...), a precomputed ``plan=``,
+and any call an executor refuses (dtype, argument, layout).
 SciPy's own ``scipy/fft/tests/test_basic.py`` passes whole under this backend (``conformance/``). As the
 global backend (``scipy.fft.set_global_backend(nvdispatch.fft)``), which replaces SciPy's own, register SciPy's
 again (``scipy.fft.register_backend("scipy")``) so that it serves what nvdispatch declines.
