@@ -184,7 +184,8 @@ def _scales_dict(scales) -> dict[str, Any]:
     if scales is None:
         return {}
     if isinstance(scales, MatmulQuantizationScales):
-        return {k: v for k, v in dataclasses.asdict(scales).items() if v is not None}
+        # the scales themselves: dataclasses.asdict would deep-copy every device tensor on every call
+        return {k: v for k in _SCALE_NAMES if (v := getattr(scales, k)) is not None}
     if not isinstance(scales, dict):
         raise InvalidArgumentError(
             "quantization_scales",

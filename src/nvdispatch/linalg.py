@@ -39,7 +39,7 @@ from ._dispatch import call_key_memo_by_class as _memos
 from ._dispatch import signature_by_class as _signatures
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import raise_if_out_of_memory, run
-from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
+from ._fp8 import _SCALE_NAMES, MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -351,9 +351,6 @@ def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, pr
         _state.get().key,
         _backends._global.key,
     )
-
-
-_SCALE_NAMES = ("a", "b", "c", "d")
 
 
 def _scales_key(cls, sig, scales):

@@ -192,3 +192,11 @@ def test_an_unknown_scale_name_is_reported_even_after_a_keyed_call():
         nvdispatch.matmul(a, b, quantization_scales={"a": 0.5})
         with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="unknown key"):
             nvdispatch.matmul(a, b, quantization_scales={"a": 0.5, "x": None})
+
+
+def test_scale_tensors_are_passed_as_they_are_not_copied():
+    from nvdispatch._fp8 import scale_values
+
+    sa = torch.tensor(0.5)
+    assert scale_values(MatmulQuantizationScales(a=sa, d=2.0)) == {"a": sa, "d": 2.0}
+    assert scale_values(MatmulQuantizationScales(a=sa))["a"] is sa
