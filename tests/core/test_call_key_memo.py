@@ -232,6 +232,21 @@ def test_parameters_beside_tensors_are_remembered_behind_the_guard_in_each_grad_
     assert nvdispatch.plan_cache.hits == hits + 1
 
 
+def test_parameters_and_plain_tensors_of_the_same_metadata_alternate_without_mixing_up():
+    # same dtype, shape and strides: only the class and requires_grad tell them apart, and so must the route
+    w, bias = torch.randn(3, 4), torch.randn(4)
+    pw, pbias = torch.nn.Parameter(w.clone()), torch.nn.Parameter(bias.clone())
+    x = torch.randn(5, 3)
+    want = np.maximum(x.numpy() @ w.numpy() + bias.numpy(), 0)
+    for _ in range(3):
+        for weight, b, recorded in ((w, bias, False), (pw, pbias, True), (pw, bias, True), (w, pbias, True)):
+            got = nvdispatch.matmul(x, weight, epilog="RELU_BIAS", epilog_inputs={"bias": b})
+            assert (got.grad_fn is not None) is recorded
+            np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+            got = nvdispatch.matmul(x, weight)
+            assert (got.grad_fn is not None) is (weight is pw)
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_calls_changing_their_operands_between_calls_get_their_own_results(grad):
     rng = np.random.default_rng(0)
