@@ -15,6 +15,7 @@ miss) each call took.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,7 @@ from ._adapters import adapter_for, adapter_for_class, adapter_named, call_key_m
 from ._call_key_memo import CallKeyMemo
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._plan_cache import plan_cache
-from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError
+from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError, PlanStateError
 
 __all__ = [
     "Selection",
@@ -40,6 +41,7 @@ __all__ = [
     "store",
     "signature_of",
     "signature_function",
+    "refuse_recorded_call",
     "signature_by_class",
     "call_key_memo_by_class",
     "debug_enabled",
@@ -64,6 +66,19 @@ def signature_of(cls: type):
     call_key_memo_by_class[cls] = None if guard is None else CallKeyMemo(guard)
     signature_by_class[cls] = sig
     return sig
+
+
+def refuse_recorded_call(requires_grad: bool, problem: Any) -> None:
+    """Raise :class:`PlanStateError` where a stateful object (``Matmul``, ``FFT``) planned ``problem`` for calls
+    autograd does not record, and this call it records (an operand requires grad and grad mode is on): the
+    plan's executor may drop the graph (raw cuBLASLt/cuFFT), or its direct call have no derivative."""
+    if requires_grad and not problem.autograd and sys.modules["torch"].is_grad_enabled():
+        raise PlanStateError(
+            "execute",
+            "grad mode as at plan(): the plan was made for calls autograd does not record",
+            "a call autograd records (an operand requires grad and grad mode is on)",
+            "call plan() again with grad mode on, or execute under torch.no_grad()",
+        )
 
 
 def signature_function(cls: type):

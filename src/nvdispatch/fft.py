@@ -49,7 +49,6 @@ True
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ from ._dispatch import (
     keep_or_select,
     log_hit,
     placement,
+    refuse_recorded_call,
     select,
     signature_of,
     store,
@@ -1170,17 +1170,7 @@ class FFT:
                 raise InvalidArgumentError(
                     "direction", f"one of {allowed} for a {self._fft_type} FFT", repr(direction)
                 )
-            if (
-                getattr(self._x, "requires_grad", False) is True
-                and not self._problems[d].autograd
-                and sys.modules["torch"].is_grad_enabled()
-            ):  # the plan may drop the graph (raw cuFFT): refuse rather than train silently wrong
-                raise PlanStateError(
-                    "execute",
-                    "grad mode as at plan(): the plan was made for calls autograd does not record",
-                    "a call autograd records (the operand requires grad and grad mode is on)",
-                    "call plan() again with grad mode on, or execute under torch.no_grad()",
-                )
+            refuse_recorded_call(getattr(self._x, "requires_grad", False) is True, self._problems[d])
             stream = stream if stream is not None else self._stream
             sel, x, cb_data = self._selections[d], self._x, self._cb_data
             operand = self._info.array  # as executors take it (a CPU DLPack object's NumPy view)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from ._dispatch import (
     log_hit,
     placement,
     plan_key,
+    refuse_recorded_call,
     signature_function,
     signature_of,
     store,
@@ -631,13 +631,7 @@ class Matmul:
                 bound = self._bound
                 if bound is None or bound[0] is not plan:
                     bound = self._bound = self._bind(plan)
-                if bound[3] and not self._problem.autograd and sys.modules["torch"].is_grad_enabled():
-                    raise PlanStateError(
-                        "execute",
-                        "grad mode as at plan(): the plan was made for calls autograd does not record",
-                        "a call autograd records (an operand requires grad and grad mode is on)",
-                        "call plan() again with grad mode on, or execute under torch.no_grad()",
-                    )
+                refuse_recorded_call(bound[3], self._problem)
             except BaseException:
                 plan_cache.let_go(plan)
                 raise
