@@ -198,9 +198,13 @@ def matmul(
     try:
         if sig is None or alpha.__class__ not in _SCALARS:
             pass
-        elif c is not None or beta is not None or options is not None or preferences is not None:
-            key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
-        elif quantization_scales is not None:
+        elif (
+            c is not None
+            or beta is not None
+            or options is not None
+            or preferences is not None
+            or quantization_scales is not None
+        ):
             key = _call_key(
                 cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
             )
