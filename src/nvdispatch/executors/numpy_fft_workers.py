@@ -17,6 +17,7 @@ run. A single 1-D transform, which pocketfft cannot split, runs on one thread.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._fft_problem import FFTProblem
+from .numpy_matmul_calibration import fastest_seconds, seconds_per_call
 
 __all__ = ["workers_for", "measurements", "clear", "MAX_ELEMENTS", "ALL_CORES"]
 
@@ -88,20 +90,18 @@ def _fewer_batch_rows(shape: tuple[int, ...], batch: list[int]) -> tuple[int, ..
 
 
 def _measure(fn: Callable, x: np.ndarray, kwargs: dict[str, Any]) -> dict[str, Any]:
-    settings = {"one_thread": 1, "all_cores": ALL_CORES}
-    for workers in settings.values():  # warm-up: pocketfft's own plan, the thread pool
-        fn(x, **kwargs, workers=workers)
-    t0 = time.perf_counter()
-    fn(x, **kwargs, workers=1)
-    calls = max(1, int(_ROUND_SECONDS / max(time.perf_counter() - t0, 1e-7)))
-    best = dict.fromkeys(settings, math.inf)
+    runs = {
+        "one_thread": functools.partial(fn, x, **kwargs, workers=1),
+        "all_cores": functools.partial(fn, x, **kwargs, workers=ALL_CORES),
+    }
+    for run in runs.values():  # warm-up: pocketfft's own plan, the thread pool
+        run()
+    calls = max(1, int(_ROUND_SECONDS / max(fastest_seconds(runs["one_thread"], 1), 1e-7)))
+    best = dict.fromkeys(runs, math.inf)
     start = time.perf_counter()
     for rounds in range(1, _MAX_ROUNDS + 1):
-        for name, workers in settings.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn(x, **kwargs, workers=workers)
-            best[name] = min(best[name], (time.perf_counter() - t0) / calls)
+        for name, run in runs.items():
+            best[name] = min(best[name], seconds_per_call(run, calls))
         if rounds >= _MIN_ROUNDS and time.perf_counter() - start > _BUDGET_SECONDS:
             break
     choice = 1 if best["one_thread"] <= best["all_cores"] else ALL_CORES

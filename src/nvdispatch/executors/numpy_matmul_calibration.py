@@ -42,6 +42,7 @@ __all__ = [
     "clear",
     "problem_class",
     "fastest_seconds",
+    "seconds_per_call",
     "BUDGET_MACS",
     "CACHE_BUDGET_MACS",
     "FULL_BUDGET_MACS",
@@ -190,7 +191,8 @@ def fastest_seconds(fn: Callable, runs: int) -> float:
     return best
 
 
-def _seconds_per_call(fn: Callable, n: int) -> float:
+def seconds_per_call(fn: Callable, n: int) -> float:
+    """Seconds per call of ``fn`` over ``n`` calls in a row (one sample of a round-by-round comparison)."""
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
@@ -221,11 +223,11 @@ def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: C
             blas_threads.let_workers_sleep()
             calls[name]()
             for _ in range(runs[name]):
-                samples[name].append(_seconds_per_call(calls[name], reps[name]))
+                samples[name].append(seconds_per_call(calls[name], reps[name]))
     else:
         for _ in range(_ROUNDS):
             for name in candidates:
-                samples[name].append(_seconds_per_call(calls[name], reps[name]))
+                samples[name].append(seconds_per_call(calls[name], reps[name]))
     seconds = {name: min(v) for name, v in samples.items()}
     order = tuple(sorted(candidates, key=lambda s: (seconds[s], candidates.index(s))))
     _log.debug("numpy matmul calibration %s: %s -> %s", problem_class(problem), seconds, order[0])
