@@ -68,11 +68,12 @@ def signature_of(cls: type):
     return sig
 
 
-def refuse_recorded_call(requires_grad: bool, problem: Any) -> None:
-    """Raise :class:`PlanStateError` where a stateful object (``Matmul``, ``FFT``) planned ``problem`` for calls
-    autograd does not record, and this call it records (an operand requires grad and grad mode is on): the
-    plan's executor may drop the graph (raw cuBLASLt/cuFFT), or its direct call have no derivative."""
-    if requires_grad and not problem.autograd and sys.modules["torch"].is_grad_enabled():
+def refuse_recorded_call(problem: Any) -> None:
+    """For a call whose operand requires grad: raise :class:`PlanStateError` where a stateful object
+    (``Matmul``, ``FFT``) planned ``problem`` for calls autograd does not record, and grad mode is on (autograd
+    records this one): the plan's executor may drop the graph (raw cuBLASLt/cuFFT), or its direct call have no
+    derivative."""
+    if not problem.autograd and sys.modules["torch"].is_grad_enabled():
         raise PlanStateError(
             "execute",
             "grad mode as at plan(): the plan was made for calls autograd does not record",

@@ -1170,7 +1170,8 @@ class FFT:
                 raise InvalidArgumentError(
                     "direction", f"one of {allowed} for a {self._fft_type} FFT", repr(direction)
                 )
-            refuse_recorded_call(getattr(self._x, "requires_grad", False) is True, self._problems[d])
+            if getattr(self._x, "requires_grad", False) is True:
+                refuse_recorded_call(self._problems[d])
             stream = stream if stream is not None else self._stream
             sel, x, cb_data = self._selections[d], self._x, self._cb_data
             operand = self._info.array  # as executors take it (a CPU DLPack object's NumPy view)

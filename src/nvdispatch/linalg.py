@@ -635,7 +635,8 @@ class Matmul:
                 bound = self._bound
                 if bound is None or bound[0] is not plan:
                     bound = self._bound = self._bind(plan)
-                refuse_recorded_call(bound[3], self._problem)
+                if bound[3]:  # an operand requires grad
+                    refuse_recorded_call(self._problem)
             except BaseException:
                 plan_cache.let_go(plan)
                 raise
