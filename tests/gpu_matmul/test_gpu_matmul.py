@@ -262,6 +262,44 @@ def test_autotune_save_load(tmp_path):
     torch.testing.assert_close(mm2.execute(), mm.execute())
 
 
+@pytest.mark.parametrize(
+    "dtype, epilog", [("bfloat16", "GELU_BIAS"), ("float16", "RELU_BIAS"), ("tf32", "GELU_AUX_BIAS"), ("float32", None)]
+)
+def test_every_autotune_candidate_computes_the_planned_result(dtype, epilog):
+    """Each configuration autotune may choose (heuristic answers, split-K and the neighbourhood's tile, cluster,
+    swizzle, stages and custom-option variants) gives the heuristic's result, to rounding."""
+    torch = pytest.importorskip("torch")
+    from nvdispatch._cuda import lt_autotune
+
+    dt = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
+    opts = {"compute_type": "COMPUTE_32F_FAST_TF32"} if dtype == "tf32" else None
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    a = torch.randn(384, 320, device="cuda", dtype=dt, generator=gen)
+    b = torch.randn(320, 448, device="cuda", dtype=dt, generator=gen)
+    bias = torch.randn(448, device="cuda", dtype=dt, generator=gen)
+    kw = {} if epilog is None else {"epilog": epilog, "epilog_inputs": {"bias": bias}}
+    with nvdispatch.set_backend("cuda", only=True):
+        mm = nvdispatch.Matmul(a, b, options=opts)
+        mm.plan(preferences={"strategy": "native"}, **kw)
+    plan, ops = mm._plan, mm._operands()
+    cands = lt_autotune.candidates(plan.core, plan.handle)
+    assert any(" cluster " in label or " tile " in label for label, _ in cands), [label for label, _ in cands]
+    want = plan.execute(ops)
+    want = want if epilog != "GELU_AUX_BIAS" else want[0]
+    tol = 4e-2 if dtype in ("bfloat16", "float16") else 2e-2 if dtype == "tf32" else 1e-4
+    scale = want.abs().max().item()
+    original = plan._algo
+    try:
+        for label, result in cands[:: max(1, len(cands) // 48)]:  # ~48 of them, spread over every kind
+            plan._algo = result
+            got = plan.execute(ops)
+            got = got if epilog != "GELU_AUX_BIAS" else got[0]
+            assert (got.float() - want.float()).abs().max().item() <= tol * scale, label
+    finally:
+        plan._algo = original  # the plan is cached: later tests get the heuristic's choice
+        mm.free()
+
+
 def test_explain_says_native_and_single_launch():
     torch = pytest.importorskip("torch")
     a = torch.randn(512, 256, device="cuda")

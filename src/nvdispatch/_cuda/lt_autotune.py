@@ -5,10 +5,19 @@
 * the heuristic's top candidates (``limit``, default :data:`CANDIDATES`) at the plan's workspace limit,
 * the heuristic's answers at smaller workspace limits (4 MiB, none) — other kernels, often other split-K
   choices,
-* split-K variants (2, 4, 8, 16 slices, reduced in the compute type) of the first few candidates, each
-  validated with ``cublasLtMatmulAlgoCheck`` (Hopper kernels that take no split-K are skipped),
+* split-K variants (2, 4, 8, 16 slices, reduced in the compute type) of the first few candidates,
+* the *neighbourhood* of the first few distinct answers: each with one knob of its configuration changed
+  (cluster shape, CTA swizzling, stages, custom option, tile) and with tile and cluster shape changed
+  together, the tiles taken from the algorithm's capabilities where it has few, else from the tiles the
+  heuristic answered with. The heuristic ranks by a model; on the H200 a neighbour it did not offer ran
+  3-13% faster than its first answer in several shapes (fp32 with TF32 16384x4096x512, bf16 512^3),
 
-and keeps the fastest. The choice is recorded in the plan cache under a key holding the GPU (name and compute
+every candidate validated with ``cublasLtMatmulAlgoCheck`` (configurations a kernel cannot take are dropped
+there). Timing is two-staged: one short sample of every candidate (screening), then ``iterations`` samples of
+the fastest few and of the heuristic's first answer, taken in turns, and the lowest median wins — so a
+candidate that was lucky once among hundreds is not chosen on that luck.
+
+The choice is recorded in the plan cache under a key holding the GPU (name and compute
 capability), the driver, the cuBLASLt version and the problem, so ``plan_cache.save()``/``load()`` carry it
 to another process on an identical machine and nowhere else: cuBLASLt documents its algorithm structure as
 serialisable for the same library version. Any later plan for the same problem — a stateless ``matmul``
@@ -20,6 +29,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import statistics
+import types
 from collections.abc import Callable
 
 __all__ = ["environment", "fingerprint", "tuning_key", "candidates", "autotune", "saved_choice", "record", "CANDIDATES"]
@@ -29,10 +40,30 @@ CANDIDATES = 8
 _SPLITK = (2, 4, 8, 16)
 _SPLITK_OF_FIRST = 3
 _SMALLER_WORKSPACES = (4 << 20, 0)
+#: distinct heuristic answers whose neighbourhood is searched
+NEIGHBOURHOOD_SEEDS = 3
+#: candidates kept for the second timing stage (besides the heuristic's first answer)
+FINALISTS = 6
+#: a capability list of tiles longer than this is not searched whole (Hopper kernels list hundreds)
+_MAX_CAP_TILES = 32
+#: cluster shapes tried (cublasLtClusterShape_t: auto and the shapes of up to 16 CTAs along one or two axes)
+_CLUSTER_SHAPES = range(17)
+_SWIZZLES = range(4)
 
-# cublasLtMatmulAlgoConfigAttributes_t
-_CONFIG_SPLITK_NUM = 2
-_CONFIG_REDUCTION_SCHEME = 3
+# cublasLtMatmulAlgoConfigAttributes_t: (attribute, C type)
+_CONFIG = {
+    "tile": (1, ctypes.c_uint32),
+    "splitk": (2, ctypes.c_uint32),
+    "reduction": (3, ctypes.c_uint32),
+    "swizzle": (4, ctypes.c_uint32),
+    "custom": (5, ctypes.c_uint32),
+    "stages": (6, ctypes.c_uint32),
+    "cluster": (8, ctypes.c_uint16),
+}
+# cublasLtMatmulAlgoCapAttributes_t
+_CAP_TILE_IDS = 6
+_CAP_CUSTOM_OPTION_MAX = 7
+_CAP_STAGES_IDS = 13
 _REDUCTION_COMPUTE_TYPE = 2
 
 
@@ -77,22 +108,27 @@ def _fns():
 
     L = lt.lib()
     vp = ctypes.c_void_p
-    cfg = L.cublasLtMatmulAlgoConfigSetAttribute
-    cfg.argtypes = [ctypes.POINTER(lt.Algo), ctypes.c_int, vp, ctypes.c_size_t]
-    cfg.restype = ctypes.c_int
-    check = L.cublasLtMatmulAlgoCheck
-    check.argtypes = [vp, vp, vp, vp, vp, vp, ctypes.POINTER(lt.Algo), ctypes.POINTER(lt.HeuristicResult)]
-    check.restype = ctypes.c_int
-    return cfg, check
+    fns = types.SimpleNamespace(
+        config_set=L.cublasLtMatmulAlgoConfigSetAttribute,
+        config_get=L.cublasLtMatmulAlgoConfigGetAttribute,
+        capability=L.cublasLtMatmulAlgoCapGetAttribute,
+        check=L.cublasLtMatmulAlgoCheck,
+    )
+    fns.config_set.argtypes = [ctypes.POINTER(lt.Algo), ctypes.c_int, vp, ctypes.c_size_t]
+    fns.check.argtypes = [vp, vp, vp, vp, vp, vp, ctypes.POINTER(lt.Algo), ctypes.POINTER(lt.HeuristicResult)]
+    for getter in (fns.config_get, fns.capability):
+        getter.argtypes = [ctypes.POINTER(lt.Algo), ctypes.c_int, vp, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+    for fn in vars(fns).values():
+        fn.restype = ctypes.c_int
+    return fns
 
 
 def _check(core, handle: int, algo) -> object | None:
     """``cublasLtMatmulAlgoCheck``: a HeuristicResult (workspace size filled in) or None when it does not fit."""
     from . import cublaslt as lt
 
-    _, check = _fns()
     result = lt.HeuristicResult()
-    status = check(
+    status = _fns().check(
         handle, core.desc.ptr, core.a.ptr, core.b.ptr, core.c.ptr, core.d.ptr, ctypes.byref(algo), ctypes.byref(result)
     )
     if status != 0 or result.state != 0:
@@ -126,21 +162,95 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
         pref = lt.Preference(ws, 256)
         for i, r in enumerate(lt.heuristic(handle, core.desc, core.a, core.b, core.c, core.d, pref, limit)):
             add(f"heuristic #{i} (workspace <= {ws >> 20} MiB)", r)
-    cfg, _ = _fns()
     first = [r for _, r in out[:_SPLITK_OF_FIRST]]
     for i, r in enumerate(first):
         for slices in _SPLITK:
-            algo = lt.Algo()
-            ctypes.memmove(ctypes.byref(algo), ctypes.byref(r.algo), ctypes.sizeof(algo))
-            v, scheme = ctypes.c_uint32(slices), ctypes.c_uint32(_REDUCTION_COMPUTE_TYPE)
-            if cfg(ctypes.byref(algo), _CONFIG_SPLITK_NUM, ctypes.byref(v), 4) != 0:
-                break
-            if cfg(ctypes.byref(algo), _CONFIG_REDUCTION_SCHEME, ctypes.byref(scheme), 4) != 0:
-                break
+            algo = _variant(r.algo, splitk=slices, reduction=_REDUCTION_COMPUTE_TYPE)
+            if algo is None:
+                break  # the kernel takes no split-K
             checked = _check(core, handle, algo)
             if checked is not None and checked.workspaceSize <= core.max_workspace:
                 add(f"heuristic #{i} split-K {slices}", checked)
+    for label, algo in _neighbourhood(out, limit):
+        checked = _check(core, handle, algo)
+        if checked is not None and checked.workspaceSize <= core.max_workspace:
+            add(label, checked)
     return out
+
+
+def _variant(base, **knobs):
+    """A copy of algorithm ``base`` with configuration ``knobs`` (names of :data:`_CONFIG`) set; None when
+    cuBLASLt refuses one (the combination is then checked by :func:`_check` only when every knob was set)."""
+    from . import cublaslt as lt
+
+    config_set = _fns().config_set
+    algo = lt.Algo()
+    ctypes.memmove(ctypes.byref(algo), ctypes.byref(base), ctypes.sizeof(algo))
+    for name, value in knobs.items():
+        attr, ctype = _CONFIG[name]
+        v = ctype(value)
+        if config_set(ctypes.byref(algo), attr, ctypes.byref(v), ctypes.sizeof(v)) != 0:
+            return None
+    return algo
+
+
+def _config(algo, name: str) -> int | None:
+    """``algo``'s configuration knob ``name`` (of :data:`_CONFIG`), None where cuBLASLt does not tell."""
+    attr, ctype = _CONFIG[name]
+    v, written = ctype(0), ctypes.c_size_t(0)
+    status = _fns().config_get(ctypes.byref(algo), attr, ctypes.byref(v), ctypes.sizeof(v), ctypes.byref(written))
+    return v.value if status == 0 else None
+
+
+def _capability_int(algo, attr: int) -> int:
+    """An int32 capability of ``algo``'s kernel (0 where cuBLASLt does not tell)."""
+    v, written = ctypes.c_int32(0), ctypes.c_size_t(0)
+    status = _fns().capability(ctypes.byref(algo), attr, ctypes.byref(v), 4, ctypes.byref(written))
+    return v.value if status == 0 else 0
+
+
+def _capability_ids(algo, attr: int) -> list[int]:
+    """A capability that is a list of uint32 ids (tiles, stages) of ``algo``'s kernel."""
+    cap = _fns().capability
+    written = ctypes.c_size_t(0)
+    if cap(ctypes.byref(algo), attr, None, 0, ctypes.byref(written)) != 0 or written.value < 4:
+        return []
+    ids = (ctypes.c_uint32 * (written.value // 4))()
+    if cap(ctypes.byref(algo), attr, ids, ctypes.sizeof(ids), ctypes.byref(written)) != 0:
+        return []
+    return list(ids)
+
+
+def _neighbourhood(answers, limit: int):
+    """``(label, algorithm)`` pairs near the first :data:`NEIGHBOURHOOD_SEEDS` distinct heuristic answers (of
+    ``answers``, ``[(label, HeuristicResult)]``): one configuration knob changed at a time, and tile with
+    cluster shape. Unchecked: :func:`candidates` checks each."""
+    heuristic = [(label, r) for label, r in answers if "split-K" not in label]
+    answered_tiles = sorted({t for _, r in heuristic if (t := _config(r.algo, "tile")) is not None})
+    seen_ids: set[tuple[int, ...]] = set()
+    seeds = []
+    for label, r in heuristic:
+        if _key(r) not in seen_ids and len(seeds) < min(NEIGHBOURHOOD_SEEDS, max(1, limit)):
+            seen_ids.add(_key(r))
+            seeds.append((label, r.algo))
+    for label, algo in seeds:
+        cap_tiles = _capability_ids(algo, _CAP_TILE_IDS)
+        tiles = cap_tiles if len(cap_tiles) <= _MAX_CAP_TILES else answered_tiles
+        stages = _capability_ids(algo, _CAP_STAGES_IDS)
+        custom_max = min(max(_capability_int(algo, _CAP_CUSTOM_OPTION_MAX), 0), 15)
+        knobs = [("cluster", c) for c in _CLUSTER_SHAPES] + [("swizzle", w) for w in _SWIZZLES]
+        knobs += [("stages", st) for st in stages[:_MAX_CAP_TILES]]
+        knobs += [("custom", c) for c in range(custom_max + 1)]
+        knobs += [("tile", t) for t in tiles]
+        for name, value in knobs:
+            variant = _variant(algo, **{name: value})
+            if variant is not None:
+                yield f"{label} {name} {value}", variant
+        for t in tiles:
+            for c in _CLUSTER_SHAPES:
+                variant = _variant(algo, tile=t, cluster=c)
+                if variant is not None:
+                    yield f"{label} tile {t} cluster {c}", variant
 
 
 #: launches per timed sample, queued behind a GPU busy-wait so host overhead never shows in the GPU time
@@ -166,11 +276,10 @@ def _busy_wait(stream: int, device_index: int, seconds: float) -> bool:
     return True
 
 
-def _on_torch_current_stream(launch, stream: int, device_index: int, iterations: int) -> float | None:
+def _on_torch_current_stream(launch, stream: int, device_index: int, iterations: int, burst: int) -> float | None:
     """Median GPU seconds timed with Torch's own events and busy-wait on Torch's current stream (the common
     case of autotune), else None. On the H200 the raw-handle form below let the host's per-launch time show for
     kernels of 7-17 us (timed at ~36 us; cause not found) while this form, the benchmarks', timed them right."""
-    import statistics
     import sys
 
     torch = sys.modules.get("torch")
@@ -185,24 +294,24 @@ def _on_torch_current_stream(launch, stream: int, device_index: int, iterations:
         for _ in range(max(1, iterations)):
             torch.cuda._sleep(int(_HOLD_SECONDS * 2e9))  # clock cycles at ~2 GHz
             start.record(current)
-            for _ in range(_BURST):
+            for _ in range(burst):
                 launch()
             stop.record(current)
             stop.synchronize()
-            samples.append(start.elapsed_time(stop) * 1e-3 / _BURST)
+            samples.append(start.elapsed_time(stop) * 1e-3 / burst)
     return float(statistics.median(samples))
 
 
-def gpu_seconds(launch: Callable[[], None], stream: int, device_index: int, iterations: int = 3) -> float:
-    """Median GPU seconds of ``launch()`` (queuing work on ``stream``): CUDA events around bursts of
+def gpu_seconds(
+    launch: Callable[[], None], stream: int, device_index: int, iterations: int = 3, burst: int = _BURST
+) -> float:
+    """Median GPU seconds of ``launch()`` (queuing work on ``stream``): CUDA events around bursts of ``burst``
     back-to-back launches queued behind a busy-wait, so small kernels are not timed with the host's gaps."""
-    import statistics
-
     from .runtime import EventTimer, check, cudart
 
     rt = cudart()
     launch()  # warm-up (and workspace allocation)
-    torch_timed = _on_torch_current_stream(launch, stream, device_index, iterations)
+    torch_timed = _on_torch_current_stream(launch, stream, device_index, iterations, burst)
     if torch_timed is not None:
         return torch_timed
     with EventTimer() as timer:
@@ -210,39 +319,61 @@ def gpu_seconds(launch: Callable[[], None], stream: int, device_index: int, iter
         for _ in range(max(1, iterations)):
             _busy_wait(stream, device_index, _HOLD_SECONDS)
             check(rt.cudaEventRecord(timer._start, stream), "cudaEventRecord")
-            for _ in range(_BURST):
+            for _ in range(burst):
                 launch()
             check(rt.cudaEventRecord(timer._stop, stream), "cudaEventRecord")
             check(rt.cudaEventSynchronize(timer._stop), "cudaEventSynchronize")
             ms = check(rt.cudaEventElapsedTime(timer._start, timer._stop), "cudaEventElapsedTime")
-            samples.append(ms * 1e-3 / _BURST)
+            samples.append(ms * 1e-3 / burst)
     return float(statistics.median(samples))
 
 
 def autotune(plan, launch: Callable[[object], None], stream: int, iterations: int = 3, limit: int = CANDIDATES):
     """Time every candidate of ``plan`` (``launch(result)`` queues one matmul with it on ``stream``); set and
-    record the fastest. Returns ``[(label, seconds)]`` (inf for a candidate that failed)."""
+    record the fastest. Two stages: one short sample of each candidate, then ``iterations`` samples, in turns,
+    of the :data:`FINALISTS` fastest and the heuristic's first answer; the lowest median wins. Returns
+    ``[(label, seconds)]`` in candidate order: a finalist's median, another candidate's one sample (inf for a
+    candidate that failed)."""
     cands = candidates(plan.core, plan.handle, limit)
     original = plan._algo
-    times = []
+    dev = plan.device_index
+
+    def timed(index: int, samples: int, burst: int = _BURST) -> float:
+        result = cands[index][1]
+        try:
+            return gpu_seconds(lambda: launch(result), stream, dev, samples, burst)
+        except Exception:  # noqa: BLE001 - an algorithm that fails on these operands is skipped
+            return math.inf
+
+    seconds = [math.inf] * len(cands)
     try:
-        for label, r in cands:
-            try:
-                t = gpu_seconds(lambda r=r: launch(r), stream, plan.device_index, iterations)
-            except Exception:  # noqa: BLE001 - an algorithm that fails on these operands is skipped
-                t = math.inf
-            times.append((label, t))
+        if len(cands) > FINALISTS + 1:
+            seconds[0] = timed(0, 1)
+            # long kernels need no burst to hide the host's launch gaps: screen them with fewer launches
+            burst = 1 if seconds[0] > 1e-3 else 2 if seconds[0] > 2e-4 else _BURST
+            for i in range(1, len(cands)):
+                seconds[i] = timed(i, 1, burst)
+            ranked = sorted((i for i in range(1, len(cands)) if math.isfinite(seconds[i])), key=seconds.__getitem__)
+            finalists = [0, *ranked[:FINALISTS]]
+        else:
+            finalists = list(range(len(cands)))
+        samples: dict[int, list[float]] = {i: [] for i in finalists}
+        for _ in range(iterations):
+            for i in finalists:
+                samples[i].append(timed(i, 1))
+        for i, got in samples.items():
+            seconds[i] = statistics.median(got)
     except BaseException:  # interrupted: the shared plan keeps the algorithm it had, not a trial one
         plan._algo = original
         raise
-    best = min(range(len(cands)), key=lambda i: times[i][1]) if cands else None
-    if best is not None and math.isfinite(times[best][1]):
+    best = min(finalists, key=seconds.__getitem__) if cands else None
+    if best is not None and math.isfinite(seconds[best]):
         label, r = cands[best]
         plan._algo = r
-        record(plan, r, label, times[best][1])
+        record(plan, r, label, seconds[best])
     else:
         plan._algo = original
-    return times
+    return [(label, t) for (label, _), t in zip(cands, seconds)]
 
 
 def record(plan, result, label: str = "", seconds: float | None = None) -> dict:

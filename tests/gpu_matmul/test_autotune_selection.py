@@ -1,0 +1,90 @@
+"""How cuBLASLt autotune chooses among its candidates (screening, then finalists timed in turns), on the CPU:
+candidates, timer and record are stand-ins, so only the selection logic of ``lt_autotune.autotune`` runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nvdispatch._cuda import lt_autotune
+
+
+class _Plan:
+    core = handle = None
+    device_index = 0
+
+    def __init__(self):
+        self._algo = "original"
+
+
+def _setup(monkeypatch, screen: dict, refined: dict, fail: tuple = ()):
+    """Candidates named by ``screen``'s keys (in order); a candidate's first sample is ``screen[name]``, every
+    later one ``refined[name]``."""
+    names = list(screen)
+    sampled: dict[str, int] = {}
+    recorded = []
+    monkeypatch.setattr(lt_autotune, "candidates", lambda core, handle, limit: [(n, n) for n in names])
+
+    def gpu_seconds(launch, stream, device_index, iterations=3, burst=lt_autotune._BURST):
+        name = launch()
+        if name in fail:
+            raise RuntimeError("this algorithm failed")
+        count = sampled[name] = sampled.get(name, 0) + 1
+        return screen[name] if count == 1 else refined[name]
+
+    monkeypatch.setattr(lt_autotune, "gpu_seconds", gpu_seconds)
+    monkeypatch.setattr(lt_autotune, "record", lambda plan, r, label, seconds: recorded.append((label, seconds)))
+    return sampled, recorded
+
+
+def test_a_candidate_lucky_once_is_not_chosen_on_that_luck(monkeypatch):
+    # "lucky" screened fastest, but its samples in turns are slower than "steady"'s
+    screen = {"heuristic #0": 10.0, "lucky": 5.0, "steady": 6.0} | {f"slow {i}": 20.0 + i for i in range(10)}
+    refined = {"heuristic #0": 10.0, "lucky": 9.0, "steady": 6.0} | {f"slow {i}": 20.0 + i for i in range(10)}
+    sampled, recorded = _setup(monkeypatch, screen, refined)
+    plan = _Plan()
+    times = dict(lt_autotune.autotune(plan, lambda r: r, stream=0, iterations=3))
+    assert plan._algo == "steady" and recorded == [("steady", 6.0)]
+    assert times["lucky"] == 9.0 and times["heuristic #0"] == 10.0  # finalists report their median
+    finalists = {n for n, count in sampled.items() if count > 1}
+    assert finalists == {"heuristic #0", "lucky", "steady", *[f"slow {i}" for i in range(lt_autotune.FINALISTS - 2)]}
+    assert all(sampled[n] == 4 for n in finalists)  # one screening sample, then 3 in turns
+    assert times["slow 9"] == 29.0 and sampled["slow 9"] == 1  # screened out: its one sample
+
+
+def test_few_candidates_are_all_finalists(monkeypatch):
+    screen = {"heuristic #0": 3.0, "b": 2.0}
+    sampled, recorded = _setup(monkeypatch, screen, screen)
+    plan = _Plan()
+    lt_autotune.autotune(plan, lambda r: r, stream=0, iterations=2)
+    assert sampled == {"heuristic #0": 2, "b": 2} and plan._algo == "b"
+
+
+def test_failing_candidates_are_skipped_and_all_failing_keeps_the_algorithm(monkeypatch):
+    screen = {"heuristic #0": 3.0, "broken": 1.0} | {f"c{i}": 4.0 + i for i in range(8)}
+    _, recorded = _setup(monkeypatch, screen, screen, fail=("broken",))
+    plan = _Plan()
+    times = dict(lt_autotune.autotune(plan, lambda r: r, stream=0, iterations=1))
+    assert times["broken"] == math.inf and plan._algo == "heuristic #0"
+    _, recorded = _setup(monkeypatch, {"x": 1.0}, {"x": 1.0}, fail=("x",))
+    plan = _Plan()
+    assert lt_autotune.autotune(plan, lambda r: r, stream=0) == [("x", math.inf)]
+    assert plan._algo == "original" and recorded == []
+
+
+def test_interrupted_autotune_leaves_the_plan_as_it_was(monkeypatch):
+    screen = {"heuristic #0": 3.0} | {f"c{i}": 4.0 + i for i in range(8)}
+    _setup(monkeypatch, screen, screen)
+    calls = []
+
+    def launch(r):
+        calls.append(r)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return r
+
+    plan = _Plan()
+    with pytest.raises(KeyboardInterrupt):
+        lt_autotune.autotune(plan, launch, stream=0)
+    assert plan._algo == "original"
