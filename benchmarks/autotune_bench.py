@@ -9,8 +9,9 @@ split-K variants) and the same stateless call again (it picks the recorded choic
 Torch's best call. GPU times by CUDA events around back-to-back launches behind a GPU busy-wait, median of
 rounds, all in one process.
 
-Run on the GPU machine:  python benchmarks/autotune_bench.py OUT_DIR [--budget SECONDS]
-(cells are skipped once the budget is spent; the JSON says which ran).
+Run on the GPU machine:  python benchmarks/autotune_bench.py OUT_DIR [--budget SECONDS] [--shapes MxNxK,...]
+[--dtypes bfloat16,...] (cells are skipped once the budget is spent; the JSON says which ran; --shapes and
+--dtypes keep part of the grid).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def in_turns(calls: dict, torch, turns: int = TURNS) -> dict[str, float]:
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def run(out_dir: str, budget: float) -> dict:
+def run(out_dir: str, budget: float, shapes=SHAPES, dtypes=DTYPES) -> dict:
     import torch
 
     import nvdispatch
@@ -79,7 +80,7 @@ def run(out_dir: str, budget: float) -> dict:
 
     results = {"device": torch.cuda.get_device_name(), "environment": lt_autotune.environment(0), "cells": []}
     t_start = time.perf_counter()
-    cells = [(s, d) for s in SHAPES for d in DTYPES]
+    cells = [(s, d) for s in shapes for d in dtypes]
     skipped = []
     for (m, n, k), dtype in progress(cells, "shapes x dtypes"):
         if time.perf_counter() - t_start > budget:
@@ -195,5 +196,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "--plot":
         plot(sys.argv[2])
     else:
-        budget = float(sys.argv[sys.argv.index("--budget") + 1]) if "--budget" in sys.argv else 1e9
-        run(sys.argv[1], budget)
+
+        def arg(name, default):
+            return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+        shapes = [tuple(int(d) for d in s.split("x")) for s in arg("--shapes", "").split(",") if s] or SHAPES
+        run(sys.argv[1], float(arg("--budget", 1e9)), shapes, arg("--dtypes", ",".join(DTYPES)).split(","))
