@@ -8,9 +8,9 @@
 * split-K variants (2, 4, 8, 16 slices, reduced in the compute type) of the first few candidates,
 * the *neighbourhood* of the first few distinct answers: each with one knob of its configuration changed
   (cluster shape, CTA swizzling, stages, custom option, tile) and with tile and cluster shape changed
-  together, the tiles taken from the algorithm's capabilities where it has few, else from the tiles the
-  heuristic answered with. The heuristic ranks by a model; on the H200 a neighbour it did not offer ran
-  3-13% faster than its first answer in several shapes (fp32 with TF32 16384x4096x512, bf16 512^3),
+  together, the tiles (stages) taken from the kernel's capabilities where it lists few, else from those the
+  heuristic answered with. The heuristic ranks by a model; on the H200 a neighbour it did not offer ran 3-7%
+  faster than the best of its answers in several shapes (fp32 with TF32 16384x4096x512, bf16 512^3),
 
 every candidate validated with ``cublasLtMatmulAlgoCheck`` (configurations a kernel cannot take are dropped
 there). Timing is two-staged: one short sample of every candidate (screening), then ``iterations`` samples of
@@ -44,8 +44,8 @@ _SMALLER_WORKSPACES = (4 << 20, 0)
 NEIGHBOURHOOD_SEEDS = 3
 #: candidates kept for the second timing stage (besides the heuristic's first answer)
 FINALISTS = 6
-#: a capability list of tiles longer than this is not searched whole (Hopper kernels list hundreds)
-_MAX_CAP_TILES = 32
+#: a capability list (tiles, stages) longer than this is not searched whole (Hopper kernels list 634 tiles)
+_MAX_CAP_IDS = 32
 #: cluster shapes tried (cublasLtClusterShape_t: auto and the shapes of up to 16 CTAs along one or two axes)
 _CLUSTER_SHAPES = range(17)
 _SWIZZLES = range(4)
@@ -179,8 +179,8 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
 
 
 def _variant(base, **knobs):
-    """A copy of algorithm ``base`` with configuration ``knobs`` (names of :data:`_CONFIG`) set; None when
-    cuBLASLt refuses one (the combination is then checked by :func:`_check` only when every knob was set)."""
+    """A copy of algorithm ``base`` with configuration ``knobs`` (names of :data:`_CONFIG`) set, or None when
+    cuBLASLt refuses to set one. Whether the kernel can run it is :func:`_check`'s to say."""
     from . import cublaslt as lt
 
     config_set = _fns().config_set
@@ -226,7 +226,10 @@ def _neighbourhood(answers, limit: int):
     ``answers``, ``[(label, HeuristicResult)]``): one configuration knob changed at a time, and tile with
     cluster shape. Unchecked: :func:`candidates` checks each."""
     heuristic = [(label, r) for label, r in answers if "split-K" not in label]
-    answered_tiles = sorted({t for _, r in heuristic if (t := _config(r.algo, "tile")) is not None})
+    answered = {  # the tiles and stages of the heuristic's own answers
+        name: sorted({v for _, r in heuristic if (v := _config(r.algo, name)) is not None})
+        for name in ("tile", "stages")
+    }
     seen_ids: set[tuple[int, ...]] = set()
     seeds = []
     for label, r in heuristic:
@@ -234,12 +237,12 @@ def _neighbourhood(answers, limit: int):
             seen_ids.add(_key(r))
             seeds.append((label, r.algo))
     for label, algo in seeds:
-        cap_tiles = _capability_ids(algo, _CAP_TILE_IDS)
-        tiles = cap_tiles if len(cap_tiles) <= _MAX_CAP_TILES else answered_tiles
-        stages = _capability_ids(algo, _CAP_STAGES_IDS)
+        tiles, stages = (_capability_ids(algo, cap) for cap in (_CAP_TILE_IDS, _CAP_STAGES_IDS))
+        tiles = tiles if len(tiles) <= _MAX_CAP_IDS else answered["tile"]
+        stages = stages if len(stages) <= _MAX_CAP_IDS else answered["stages"]
         custom_max = min(max(_capability_int(algo, _CAP_CUSTOM_OPTION_MAX), 0), 15)
         knobs = [("cluster", c) for c in _CLUSTER_SHAPES] + [("swizzle", w) for w in _SWIZZLES]
-        knobs += [("stages", st) for st in stages[:_MAX_CAP_TILES]]
+        knobs += [("stages", st) for st in stages]
         knobs += [("custom", c) for c in range(custom_max + 1)]
         knobs += [("tile", t) for t in tiles]
         for name, value in knobs:
