@@ -3,6 +3,7 @@ candidates, timer and record are stand-ins, so only the selection logic of ``lt_
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -88,3 +89,13 @@ def test_interrupted_autotune_leaves_the_plan_as_it_was(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         lt_autotune.autotune(plan, launch, stream=0)
     assert plan._algo == "original"
+
+
+def test_autotune_says_at_debug_what_it_searched_and_kept(monkeypatch, caplog):
+    screen = {"heuristic #0": 3e-6, "heuristic #0 tile 21 cluster 5": 2e-6, "heuristic #1 swizzle 1": 4e-6}
+    _setup(monkeypatch, screen, screen)
+    with caplog.at_level(logging.DEBUG, logger="nvdispatch"):
+        lt_autotune.autotune(_Plan(), lambda r: r, stream=0, iterations=1)
+    (message,) = [r.getMessage() for r in caplog.records if "autotune" in r.getMessage()]
+    assert "3 candidates (2 in the neighbourhood), 3 finalists" in message
+    assert "kept heuristic #0 tile 21 cluster 5 (2.00 us; the heuristic's first answer 3.00 us)" in message

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import math
 import statistics
 import types
@@ -65,6 +66,8 @@ _CAP_TILE_IDS = 6
 _CAP_CUSTOM_OPTION_MAX = 7
 _CAP_STAGES_IDS = 13
 _REDUCTION_COMPUTE_TYPE = 2
+
+_log = logging.getLogger("nvdispatch")
 
 
 @functools.lru_cache(maxsize=16)
@@ -219,6 +222,10 @@ def _capability_ids(algo, attr: int) -> list[int]:
     if cap(ctypes.byref(algo), attr, ids, ctypes.sizeof(ids), ctypes.byref(written)) != 0:
         return []
     return list(ids)
+
+
+def _is_neighbour(label: str) -> bool:
+    return any(f" {name} " in label for name in ("cluster", "swizzle", "stages", "custom", "tile"))
 
 
 def _neighbourhood(answers, limit: int):
@@ -376,6 +383,16 @@ def autotune(plan, launch: Callable[[object], None], stream: int, iterations: in
         record(plan, r, label, seconds[best])
     else:
         plan._algo = original
+    _log.debug(
+        "cuBLASLt autotune: %d candidates (%d in the neighbourhood), %d finalists; kept %s (%.2f us; the "
+        "heuristic's first answer %.2f us)",
+        len(cands),
+        sum(_is_neighbour(label) for label, _ in cands),
+        len(finalists),
+        cands[best][0] if best is not None and math.isfinite(seconds[best]) else "the plan's algorithm",
+        seconds[best] * 1e6 if best is not None else math.inf,
+        seconds[0] * 1e6 if cands else math.inf,
+    )
     return [(label, t) for (label, _), t in zip(cands, seconds)]
 
 
