@@ -314,6 +314,10 @@ class Fp8LtPlan(LtPlanCommon):
         self._d_scales: dict[float, object] = {}
         self._lock = threading.Lock()
         self._last: tuple = ()
+        # per-call constants: the scales' kinds, and alpha 1 and beta 0 as cuBLASLt reads them (host memory, alive
+        # as long as the plan)
+        self._scale_kinds = dict(self.q.scales)
+        self._unit_scalars = np.array([1.0, 0.0], dtype=np.float32)
         self.steps = self._describe()
 
     # -- description ---------------------------------------------------------------------------------
@@ -448,8 +452,9 @@ class Fp8LtPlan(LtPlanCommon):
         out = self._view(store, s.ldd)
         # c
         alpha = float(scalar_value(operands.get("alpha", 1)))
+        kinds = self._scale_kinds
         for name in ("a", "b"):
-            if q.scale_kind(name) == "host":
+            if kinds.get(name) == "host":
                 alpha *= float(scales[name])
         beta, ptr_c = 0.0, ptr_d
         c = operands.get("c")
@@ -492,12 +497,12 @@ class Fp8LtPlan(LtPlanCommon):
             ptrs[self._lt.DESC_EPILOGUE_AUX_POINTER] = self._ptr(g)
             aux_out = ("gelu_aux", p.squeeze(self._view(g, s.aux_ld)))
         for name, attr in (("a", DESC_A_SCALE_POINTER), ("b", DESC_B_SCALE_POINTER)):
-            if q.scale_kind(name) == "device":
+            if kinds.get(name) == "device":
                 sx = self._as_xp(scales[name])
                 keep.append(sx)
                 ptrs[attr] = self._ptr(sx)
         if q.fp8_result:
-            if q.scale_kind("d") == "device":
+            if kinds.get("d") == "device":
                 sx = self._as_xp(scales["d"])
                 keep.append(sx)
                 ptrs[DESC_D_SCALE_POINTER] = self._ptr(sx)
@@ -520,7 +525,7 @@ class Fp8LtPlan(LtPlanCommon):
                 raise self._lt.CublasLtError(f"no FP8 cuBLASLt algorithm for {al}-byte aligned operands", 15)
             algo = cands[0]
         ws_ptr = self._workspace(sp, algo.workspaceSize) if algo.workspaceSize else 0
-        scalars = np.array([alpha, beta], dtype=np.float32)
+        scalars = self._unit_scalars if alpha == 1.0 and beta == 0.0 else np.array([alpha, beta], dtype=np.float32)
         lt, core = self._lt, self.core
         key = tuple(sorted(ptrs.items()))
         with self._lock:
@@ -562,8 +567,8 @@ class Fp8LtPlan(LtPlanCommon):
         """The (…, m, n) result view of a (…, n_lt, ld) cuBLASLt column-major buffer."""
         p, s = self.problem, self.setup
         if s.orientation == "row":  # rows of the C-ordered result are the buffer's rows
-            return store[..., : p.n]
-        return self._xp.swap_last(store[..., : p.m])
+            return store if ld == p.n else store[..., : p.n]
+        return self._xp.swap_last(store if ld == p.m else store[..., : p.m])
 
     def _wrap(self, kind: str, x):
         from .arrays import as_kind
