@@ -209,6 +209,7 @@ def host_overhead(torch, nvdispatch) -> dict:
         out["ratio nvdispatch RELU_BIAS (cupy) / cupy.matmul"] = (
             out["nvdispatch.matmul RELU_BIAS (cupy, cuBLASLt)"] / out["cupy.matmul"]
         )
+        out["ratio nvdispatch plain (cupy) / cupy.matmul"] = out["nvdispatch.matmul plain (cupy)"] / out["cupy.matmul"]
     for key, v in out.items():
         print(f"{key:60s} {v * 1e6 if isinstance(v, float) and 'ratio' not in key else v}")
     return out

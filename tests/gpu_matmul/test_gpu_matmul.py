@@ -242,6 +242,38 @@ def test_seed_example_cupy():
     mm.free()
 
 
+def test_cupy_plain_products_run_cupy_matmul_and_autotune_weighs_cublaslt():
+    """A plain CuPy product is CuPy's own matmul (cuBLAS: same kernels, less host overhead); a compute type asked
+    for, set_backend("cuda") or an epilog keep cuBLASLt; autotune times both and stateless calls follow it."""
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(3)
+    a_h, b_h = rng.standard_normal((96, 64)).astype(np.float32), rng.standard_normal((64, 80)).astype(np.float32)
+    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
+    ex = nvdispatch.explain(a, b)
+    assert (ex.executor, ex.strategy) == ("cupy", "plain"), str(ex)
+    for _ in range(3):  # the first call plans, the next ones take the direct call
+        r = nvdispatch.matmul(a, b)
+        assert isinstance(r, cupy.ndarray)
+        np.testing.assert_allclose(r.get(), a_h @ b_h, rtol=1e-4, atol=1e-4)
+    v = nvdispatch.matmul(a, cupy.asarray(b_h[:, 0]))  # PEP 465 promotion, as cupy.matmul does it
+    np.testing.assert_allclose(v.get(), a_h @ b_h[:, 0], rtol=1e-4, atol=1e-4)
+    half = nvdispatch.matmul(a.astype(cupy.float16), b)  # a cast first: no direct call
+    assert half.dtype == cupy.float32
+    tf32 = {"compute_type": "COMPUTE_32F_FAST_TF32"}
+    assert nvdispatch.explain(a, b, options=tf32).executor == "cuda"
+    with nvdispatch.set_backend("cuda"):
+        assert nvdispatch.explain(a, b).executor == "cuda"
+    bias = cupy.asarray(rng.standard_normal(80).astype(np.float32))
+    assert nvdispatch.explain(a, b, epilog="BIAS", epilog_inputs={"bias": bias}).strategy == "native"
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan()
+    timings = mm.autotune(iterations=2)
+    assert set(timings) == {"plain", "native"}
+    np.testing.assert_allclose(nvdispatch.matmul(a, b).get(), a_h @ b_h, rtol=1e-4, atol=1e-4)
+    assert nvdispatch.explain(a, b).strategy == mm.strategy  # stateless calls take autotune's choice
+    mm.free()
+
+
 def test_autotune_save_load(tmp_path):
     torch = pytest.importorskip("torch")
     a = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16)

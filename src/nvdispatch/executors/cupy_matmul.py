@@ -3,7 +3,9 @@
 Strategies: ``native`` (the fused cuBLASLt path shared with the ``"cuda"`` executor — CuPy's stream and
 memory pool), then ``inplace`` (``cupy.matmul`` and the epilog as in-place CuPy ops). ``relu_aux`` is
 cuBLASLt's bit mask on both strategies (DRELU also takes a boolean mask). Integer matmuls and anything
-cuBLASLt cannot take run through ``cupy.matmul``.
+cuBLASLt cannot take run through ``cupy.matmul``. A plain product (no epilog, no ``c``, no compute or scale type
+asked for) is ``plain`` first: ``cupy.matmul`` itself (cuBLAS: the same kernels with less host overhead than a
+cuBLASLt call from Python), then ``native`` for autotune to time against it.
 """
 
 from __future__ import annotations
@@ -37,8 +39,15 @@ def decline(problem: MatmulProblem) -> str | None:
     return None
 
 
+def _plain(problem: MatmulProblem) -> bool:
+    opts = problem.options
+    return not problem.epilog.steps and problem.c is None and opts.compute_type is None and opts.scale_type is None
+
+
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
     ok, _ = _native_possible(problem)
+    if _plain(problem):
+        return ("plain", "native") if ok else ("plain",)
     return ("native", "inplace") if ok else ("inplace",)
 
 
@@ -47,5 +56,21 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
 
     if strategy == "native":
         return lt_matmul.LtMatmulPlan(problem, tuning=tuning)
+    if strategy == "plain":
+        return _plain_plan(problem)
     ok, why = _native_possible(problem)
     return lt_matmul.InplacePlan(problem, "" if ok else why, via="xp")
+
+
+def _plain_plan(problem: MatmulProblem):
+    """Strategy ``plain``: ``cupy.matmul`` (the unfused plan's CuPy path, which has no epilog steps to run here);
+    its direct call is ``cupy.matmul`` itself where no cast is needed."""
+    from .._cuda import lt_matmul
+
+    plan = lt_matmul.InplacePlan(problem, "", via="xp")
+    plan.strategy = "plain"
+    plan.needs_release = False  # holds nothing to free: calls need not pin it
+    plan.steps = ("cupy.matmul (cuBLAS: the same kernels as cuBLASLt's, less host overhead per call)",)
+    if problem.a.dtype == problem.b.dtype == problem.result_dtype:
+        plan.direct = plan.xp.mod.matmul
+    return plan
