@@ -170,3 +170,34 @@ def test_stream_pointer_normalisation():
     assert stream_pointer(None, "cuda_array_interface") == 0
     with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="stream"):
         stream_pointer("fast")
+
+
+def test_which_products_the_cuda_executor_leaves_to_torch_and_cupy(monkeypatch):
+    """Plain products go to the framework's own matmul (CuPy's only without a compute type, which cupy.matmul
+    cannot apply); small fused-bias products only to Torch (CuPy has no fused op)."""
+    import dataclasses
+
+    from nvdispatch._adapters.base import Device
+    from nvdispatch._cuda import cublaslt
+    from nvdispatch.executors import cuda_matmul, cupy_matmul
+    from nvdispatch.linalg import _prepare
+
+    monkeypatch.setattr(cublaslt, "unavailable", lambda: None)  # as on a GPU machine: decline's own reasons show
+    a = np.ones((16, 16), np.float32)
+    bias = np.ones(16, np.float32)
+
+    def on_gpu(framework, **call):
+        args = {"epilog": None, "epilog_inputs": None, "options": None} | call
+        problem = _prepare(a, a, None, 1, None, args["epilog"], args["epilog_inputs"], args["options"], None)[0]
+        return dataclasses.replace(problem, framework=framework, device=Device("cuda", 0))
+
+    relu_bias = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
+    tf32 = {"options": {"compute_type": "COMPUTE_32F_FAST_TF32"}}
+    for framework in ("torch", "cupy"):
+        assert cuda_matmul.decline(on_gpu(framework)).startswith(f"plain matmul: {framework}'s own matmul")
+    assert cuda_matmul.decline(on_gpu("torch", **relu_bias)).startswith("host-bound (16x16x16)")
+    assert cuda_matmul.decline(on_gpu("cupy", **relu_bias)) is None
+    assert cuda_matmul.decline(on_gpu("cupy", **tf32)) is None  # cuBLASLt applies the compute type
+    assert cupy_matmul.plain_product(on_gpu("cupy")) and not cupy_matmul.plain_product(on_gpu("cupy", **tf32))
+    assert cupy_matmul.strategies(on_gpu("cupy"))[0] == "plain"
+    assert "plain" not in cupy_matmul.strategies(on_gpu("cupy", **relu_bias))

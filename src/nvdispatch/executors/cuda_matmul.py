@@ -8,12 +8,11 @@ Torch ops) — only used where cuBLASLt has no fused kernel for the case, and ``
 Plain matmuls (no epilog, no ``c``) of Torch tensors and CuPy arrays are declined so ``torch.matmul`` /
 ``cupy.matmul`` (same cuBLAS kernels, less host overhead) runs them (see :data:`PLAIN_TO_FRAMEWORK`; CuPy's only
 where no ``compute_type``/``scale_type`` is asked for, which ``cupy.matmul`` could not apply), and so are small
-2-D BIAS/RELU_BIAS/GELU_BIAS
-products of Torch tensors with a bias along N (at most :data:`HOST_BOUND_MNK` multiply-adds): their GPU time is
-below the host cost of a launch, and Torch's ``addmm``/``_addmm_activation`` reach the same fused cuBLASLt
-epilogue (one launch) with less of it — measured on the H200, ``cublasLtMatmul`` through ctypes alone costs
-about as much host time as a whole ``torch.matmul`` call. Neither is declined when the user asked for this
-executor with ``set_backend("cuda")`` or ``set_global_backend("cuda")``.
+2-D BIAS/RELU_BIAS/GELU_BIAS products of Torch tensors with a bias along N (at most :data:`HOST_BOUND_MNK`
+multiply-adds): their GPU time is below the host cost of a launch, and Torch's ``addmm``/``_addmm_activation``
+reach the same fused cuBLASLt epilogue (one launch) with less of it — measured on the H200, ``cublasLtMatmul``
+through ctypes alone costs about as much host time as a whole ``torch.matmul`` call. Neither is declined when
+the user asked for this executor with ``set_backend("cuda")`` or ``set_global_backend("cuda")``.
 """
 
 from __future__ import annotations
@@ -66,8 +65,10 @@ def decline(problem: MatmulProblem) -> str | None:
             return "a zero-size matmul is run with CuPy or Torch ops, and neither is installed"
         return None
     plain = not problem.epilog.steps and problem.c is None
-    if problem.framework == "cupy" and plain:  # cupy.matmul has no compute-type choice: an asked-for one stays here
-        plain = problem.options.compute_type is None and problem.options.scale_type is None
+    if problem.framework == "cupy":  # cupy.matmul has no compute-type choice: a product asking for one stays here
+        from .cupy_matmul import plain_product
+
+        plain = plain_product(problem)
     small_fused = problem.framework == "torch" and _torch_fuses_small(problem)
     if problem.framework in PLAIN_TO_FRAMEWORK and (plain or small_fused) and not _requested():
         if plain:

@@ -39,14 +39,16 @@ def decline(problem: MatmulProblem) -> str | None:
     return None
 
 
-def _plain(problem: MatmulProblem) -> bool:
+def plain_product(problem: MatmulProblem) -> bool:
+    """Whether ``cupy.matmul`` computes ``problem`` as asked: no epilog, no ``c``, and no compute or scale type
+    (it has no such choice). The cuda executor leaves these to this one."""
     opts = problem.options
     return not problem.epilog.steps and problem.c is None and opts.compute_type is None and opts.scale_type is None
 
 
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
     ok, _ = _native_possible(problem)
-    if _plain(problem):
+    if plain_product(problem):
         return ("plain", "native") if ok else ("plain",)
     return ("native", "inplace") if ok else ("inplace",)
 
