@@ -132,6 +132,7 @@ def host_times(cases: dict, torch, n: int = 300, rounds: int = 60) -> dict:
 
 def host_overhead(torch, nvdispatch) -> dict:
     """Host time of cached 16x16 calls (the GPU part, ~2.6 us, is never the limit)."""
+    from nvdispatch import linalg
     from nvdispatch.linalg import _prepare
 
     a = torch.randn(16, 16, device="cuda")
@@ -163,6 +164,12 @@ def host_overhead(torch, nvdispatch) -> dict:
         "core _prepare (detect+validate+select)": lambda: _prepare(a, b, None, 1, None, "RELU_BIAS", {"bias": bias},
                                                                    None, None),
     }
+    if linalg._front is not linalg._route:  # the memo hit compiled: the same calls through the Python route
+        cases["Python route, plain (torch)"] = lambda: linalg._route(a, b, None, 1, None, None, None, None, None,
+                                                                     None, None)
+        cases["Python route, RELU_BIAS (torch)"] = lambda: linalg._route(
+            a, b, None, 1, None, "RELU_BIAS", {"bias": bias}, None, None, None, None
+        )
     if torch.cuda.get_device_capability() >= (8, 9):  # FP8, device scales as delayed scaling keeps them
         e4m3 = torch.float8_e4m3fn
         a8, b8 = a.to(e4m3), b.t().to(e4m3).contiguous().t()  # b column-major, as _scaled_mm needs
@@ -190,13 +197,14 @@ def host_overhead(torch, nvdispatch) -> dict:
     except Exception as exc:  # noqa: BLE001
         print("cupy unavailable:", exc)
     out: dict = host_times(cases, torch)
+    out["compiled_front"] = linalg._front is not linalg._route  # nvdispatch/_hotpath.c built and loaded
     out["routes"] = {
         "RELU_BIAS (torch)": str(nvdispatch.explain(a, b, **relu_bias)).splitlines()[:2],
         "Matmul (cuBLASLt)": list(lt_plan.steps),
     }
     base = out["torch.matmul"]
     for key in list(cases):
-        if key.startswith(("nvdispatch", "Matmul", "cuBLASLt", "torch._")):
+        if key.startswith(("nvdispatch", "Matmul", "cuBLASLt", "torch._", "Python route")):
             out[f"ratio {key} / torch.matmul"] = out[key] / base
     out["ratio Parameters autograd / torch.relu(torch.addmm)"] = (
         out["nvdispatch.matmul RELU_BIAS, Parameters, autograd"] / out["torch.relu(torch.addmm), Parameters, autograd"]

@@ -188,6 +188,15 @@ def matmul(
     >>> nvdispatch.matmul(x, w, epilog=nvdispatch.Epilog.RELU_BIAS, epilog_inputs={"bias": bias})[0]
     array([0., 2.], dtype=float32)
     """
+    return _front(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales)
+
+
+def _route(
+    a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales, memo_checked=False
+):
+    """The route of a ``matmul`` call: its call key, the plan cache (the call-key memo first, for a repeated
+    call of the forms it holds), else the full path (:func:`_plan_and_run`). ``memo_checked``: the compiled
+    front (``_front``) tried the form's remembered handles already and none served the call."""
     # The call key (see _dispatch), built inline for the common call: a function call costs as much.
     cls = a.__class__
     sig = _signatures.get(cls, signature_of)
@@ -240,7 +249,7 @@ def matmul(
             # where the class has a guard, a repeated call's plan handle is remembered behind it (_call_key_memo)
             memo = _memos.get(cls)
             if memo is not None:
-                for check, entry, epoch in memo.handles.get(form, ()):
+                for check, entry, epoch in () if memo_checked else memo.handles.get(form, ()):
                     if check(a, b) if bias is None else check(a, b, bias):
                         plan = _acquire_handle(entry, epoch)
                         break
@@ -299,6 +308,37 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
         plan_cache.let_go(plan)
         raise
     return wrap_result(run(plan, operands, stream), a)
+
+
+def _compiled_front():
+    """:func:`_route` behind its memo hit compiled (``_hotpath.c``), where the extension is built and
+    ``NVDISPATCH_PURE_PYTHON`` is not set; else :func:`_route` itself. The compiled hit reads the route's own
+    objects (handed over here) and leaves every other call to the route."""
+    import os
+
+    if os.environ.get("NVDISPATCH_PURE_PYTHON"):
+        return _route
+    try:
+        from ._hotpath import make_matmul_front
+    except ImportError:  # installed where no C compiler was: the route is the same, in Python
+        return _route
+    return make_matmul_front(
+        _route,
+        _signatures,
+        _memos,
+        _state.get,
+        _backends,
+        _acquire_handle,
+        _let_go,
+        _log_levels,
+        debug_enabled,
+        log_hit,
+        raise_if_out_of_memory,
+        _operands,
+    )
+
+
+_front = _compiled_front()
 
 
 def _concrete_subclasses(cls: type) -> set[type]:

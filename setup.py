@@ -1,0 +1,18 @@
+"""The one compiled part, optional: matmul's memo hit (src/nvdispatch/_hotpath.c), built for the stable ABI
+(one build serves CPython 3.10 and later). Where it cannot be built the package installs without it and
+``nvdispatch.matmul`` takes the same route in Python. Everything else is in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "nvdispatch._hotpath",
+            ["src/nvdispatch/_hotpath.c"],
+            py_limited_api=True,
+            define_macros=[("Py_LIMITED_API", "0x030A0000")],
+            optional=True,
+        )
+    ],
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+)

@@ -1,0 +1,358 @@
+/* The first step of nvdispatch.matmul's route, compiled: a repeated call served by the call-key memo.
+ *
+ * nvdispatch.linalg._route is the route, in Python; this is its memo hit, the part a repeated call takes:
+ * the call's form (operand classes, epilog, alpha's class, backend state), the plan handles remembered for
+ * that form (nvdispatch._call_key_memo), their guards, the plan cache's acquire_handle, the plan's direct call
+ * (or execute), let_go. Every object it reads, and every rule it applies, is the route's own, handed over by
+ * linalg when it builds the front; any call it does not serve this way (another form of call, no handle
+ * whose guard passes, a stale handle, an argument it cannot hash) goes to _route, which serves it as it
+ * serves every call. So there is one route: this is its hit, compiled, where the Python route's own bytecode
+ * would cost more than Torch's fused op for a small matrix.
+ *
+ * The stable ABI (Py_LIMITED_API 3.10): one build serves every CPython from 3.10 on.
+ */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* the objects of the route the front reads, in this order (make_matmul_front's arguments) */
+enum {
+    ROUTE,          /* linalg._route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream,
+                       quantization_scales, memo_checked) */
+    SIGNATURES,     /* class -> signature function (None: the class takes the full path) */
+    MEMOS,          /* class -> CallKeyMemo or None */
+    STATE_GET,      /* the backend-state ContextVar's get */
+    BACKENDS,       /* nvdispatch._backends (its _global is rebound when global state changes) */
+    ACQUIRE_HANDLE, /* plan_cache.acquire_handle */
+    LET_GO,         /* plan_cache.let_go */
+    LOG_LEVELS,     /* the nvdispatch logger's level cache (a dict) */
+    DEBUG_ENABLED,  /* _dispatch.debug_enabled */
+    LOG_HIT,        /* _dispatch.log_hit */
+    RAISE_IF_OOM,   /* _execute.raise_if_out_of_memory */
+    OPERANDS,       /* linalg._operands */
+    N_PARTS
+};
+
+#define N_ARGS 11 /* a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales */
+
+static PyObject *s_bias, *s_handles, *s_pinless, *s_direct, *s_execute, *s_key, *s_global, *s_matmul, *i_debug;
+
+/* the whole call through the Python route; memo_checked: the form's handles were tried already */
+static PyObject *
+to_route(PyObject *parts, PyObject *const *args, int memo_checked)
+{
+    PyObject *call = PyTuple_New(N_ARGS + 1);
+    if (call == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < N_ARGS; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SetItem(call, i, args[i]);
+    }
+    PyObject *flag = memo_checked ? Py_True : Py_False;
+    Py_INCREF(flag);
+    PyTuple_SetItem(call, N_ARGS, flag);
+    PyObject *result = PyObject_Call(PyTuple_GetItem(parts, ROUTE), call, NULL);
+    Py_DECREF(call);
+    return result;
+}
+
+/* attribute `name` of obj (NULL when obj is: an error is set already), as a new reference */
+static PyObject *
+attr(PyObject *obj, PyObject *name)
+{
+    return obj == NULL ? NULL : PyObject_GetAttr(obj, name);
+}
+
+/* the classes part of a form: cls when every array is of it, else the tuple of their classes when each has
+ * the same signature function (a Torch Parameter beside tensors); NULL (no error) otherwise */
+static PyObject *
+classes_of(PyObject *signatures, PyObject *sig, PyObject *a, PyObject *b, PyObject *bias)
+{
+    PyObject *cls = (PyObject *)Py_TYPE(a);
+    PyObject *bc = (PyObject *)Py_TYPE(b);
+    PyObject *biasc = bias == NULL ? cls : (PyObject *)Py_TYPE(bias);
+    if (bc == cls && biasc == cls) {
+        Py_INCREF(cls);
+        return cls;
+    }
+    PyObject *others[2] = {bc, biasc};
+    for (int i = 0; i < (bias == NULL ? 1 : 2); i++) {
+        if (others[i] == cls)
+            continue;
+        PyObject *s = PyDict_GetItemWithError(signatures, others[i]);
+        if (s != sig)
+            return NULL; /* an error, if any, stays set for the caller */
+    }
+    return bias == NULL ? PyTuple_Pack(2, cls, bc) : PyTuple_Pack(3, cls, bc, biasc);
+}
+
+/* the form a hit is remembered under (linalg._route builds the same tuples) */
+static PyObject *
+form_of(PyObject *parts, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
+{
+    PyObject *state = PyObject_CallNoArgs(PyTuple_GetItem(parts, STATE_GET));
+    PyObject *skey = attr(state, s_key);
+    Py_XDECREF(state);
+    PyObject *global = attr(PyTuple_GetItem(parts, BACKENDS), s_global);
+    PyObject *gkey = attr(global, s_key);
+    Py_XDECREF(global);
+    PyObject *form = NULL;
+    if (skey != NULL && gkey != NULL) {
+        PyObject *acls = (PyObject *)Py_TYPE(alpha);
+        form = with_bias ? PyTuple_Pack(6, classes, epilog, s_bias, acls, skey, gkey)
+                         : PyTuple_Pack(5, classes, epilog, acls, skey, gkey);
+    }
+    Py_XDECREF(skey);
+    Py_XDECREF(gkey);
+    return form;
+}
+
+/* run an acquired plan: its direct call where it has one, else execute(operands, None) */
+static PyObject *
+run_plan(PyObject *parts, PyObject *plan, PyObject *const *args, PyObject *bias)
+{
+    PyObject *direct = PyObject_GetAttr(plan, s_direct);
+    if (direct == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+    }
+    else if (direct != Py_None) {
+        PyObject *result = PyObject_CallFunctionObjArgs(direct, args[0], args[1], bias, NULL);
+        Py_DECREF(direct);
+        return result;
+    }
+    Py_XDECREF(direct);
+    PyObject *operands = PyObject_CallFunctionObjArgs(
+        PyTuple_GetItem(parts, OPERANDS), args[0], args[1], args[2], args[3], args[4], args[6], args[10], NULL);
+    if (operands == NULL)
+        return NULL;
+    PyObject *result = PyObject_CallMethodObjArgs(plan, s_execute, operands, Py_None, NULL);
+    Py_DECREF(operands);
+    return result;
+}
+
+/* a failed run: an out-of-memory error becomes nvdispatch's OutOfMemoryError (raised from it), as the route's
+ * `except Exception: raise_if_out_of_memory(exc); raise` does */
+static void
+reraise(PyObject *parts)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, RAISE_IF_OOM), value, NULL);
+    if (r == NULL) { /* it raised its own error, from this one */
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(type, value, tb);
+}
+
+static PyObject *
+let_go(PyObject *parts, PyObject *plan, PyObject *result)
+{
+    /* let_go runs with the run's error, if any, put aside (a finally block) */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, LET_GO), plan, NULL);
+    if (r == NULL) {
+        Py_XDECREF(result);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(type, value, tb);
+    return result;
+}
+
+/* a repeated call whose guard passes: its plan, acquired (pinned where the cache pins it); NULL with no error
+ * set when there is none (the route then serves the call); *pinned tells whether to let go */
+static PyObject *
+memo_hit(PyObject *parts, PyObject *memo, PyObject *form, PyObject *a, PyObject *b, PyObject *bias, int *pinned,
+         int *tried)
+{
+    PyObject *handles = PyObject_GetAttr(memo, s_handles);
+    if (handles == NULL)
+        return NULL;
+    PyObject *found = PyDict_GetItemWithError(handles, form);
+    Py_XINCREF(found); /* ours while guards run (another thread may replace the form's handles) */
+    Py_DECREF(handles);
+    if (found == NULL) {
+        *tried = !PyErr_Occurred(); /* no handle for the form */
+        return NULL;
+    }
+    PyObject *plan = NULL;
+    Py_ssize_t n = PyTuple_Size(found);
+    for (Py_ssize_t i = 0; i < n && plan == NULL && !PyErr_Occurred(); i++) {
+        PyObject *rec = PyTuple_GetItem(found, i);
+        PyObject *check = PyTuple_GetItem(rec, 0), *entry = PyTuple_GetItem(rec, 1), *epoch = PyTuple_GetItem(rec, 2);
+        PyObject *ok = PyObject_CallFunctionObjArgs(check, a, b, bias, NULL);
+        int passed = ok == NULL ? -1 : PyObject_IsTrue(ok);
+        Py_XDECREF(ok);
+        if (passed < 0)
+            break;
+        if (passed) {
+            plan = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, ACQUIRE_HANDLE), entry, epoch, NULL);
+            if (plan == Py_None) { /* stale: the route takes the call's key and remembers the new handle */
+                Py_DECREF(plan);
+                plan = NULL;
+            }
+            else if (plan != NULL) {
+                /* let_go is a no-op for a plan the cache does not pin: skipping it is only a saving */
+                PyObject *pinless = PyObject_GetAttr(entry, s_pinless);
+                *pinned = pinless != Py_True;
+                if (pinless == NULL)
+                    PyErr_Clear();
+                Py_XDECREF(pinless);
+            }
+            break;
+        }
+    }
+    *tried = !PyErr_Occurred();
+    Py_DECREF(found);
+    return plan;
+}
+
+/* front(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales) */
+static PyObject *
+front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != N_ARGS) {
+        PyErr_Format(PyExc_TypeError, "the matmul front takes %d arguments, got %zd", N_ARGS, nargs);
+        return NULL;
+    }
+    PyObject *a = args[0], *b = args[1], *alpha = args[3], *epilog = args[5], *inputs = args[6];
+    /* the forms the memo holds: no c, beta, options, preferences, scales; alpha the int 1; default stream;
+     * no epilog inputs or a dict of the bias alone */
+    if (args[2] != Py_None || args[4] != Py_None || args[7] != Py_None || args[8] != Py_None ||
+        args[9] != Py_None || args[10] != Py_None || !PyLong_CheckExact(alpha))
+        return to_route(parts, args, 0);
+    int overflow = 0;
+    if (PyLong_AsLongAndOverflow(alpha, &overflow) != 1 || overflow)
+        return to_route(parts, args, 0);
+    PyObject *bias = NULL;
+    if (inputs != Py_None) {
+        if (!PyDict_CheckExact(inputs) || PyDict_Size(inputs) != 1)
+            return to_route(parts, args, 0);
+        bias = PyDict_GetItemWithError(inputs, s_bias);
+        if (bias == NULL) {
+            PyErr_Clear();
+            return to_route(parts, args, 0);
+        }
+    }
+    PyObject *cls = (PyObject *)Py_TYPE(a);
+    PyObject *sig = PyDict_GetItemWithError(PyTuple_GetItem(parts, SIGNATURES), cls);
+    PyObject *memo = sig == NULL || sig == Py_None ? NULL : PyDict_GetItemWithError(PyTuple_GetItem(parts, MEMOS), cls);
+    if (memo == NULL || memo == Py_None) {
+        PyErr_Clear();
+        return to_route(parts, args, 0);
+    }
+    Py_XINCREF(bias); /* ours for the call: the dict is the caller's */
+    Py_INCREF(memo);
+    Py_INCREF(sig);
+    PyObject *classes = classes_of(PyTuple_GetItem(parts, SIGNATURES), sig, a, b, bias);
+    Py_DECREF(sig);
+    PyObject *form = classes == NULL ? NULL : form_of(parts, classes, epilog, alpha, bias != NULL);
+    Py_XDECREF(classes);
+    int pinned = 0, tried = 0;
+    PyObject *plan = form == NULL ? NULL : memo_hit(parts, memo, form, a, b, bias, &pinned, &tried);
+    Py_DECREF(memo);
+    Py_XDECREF(form);
+    if (plan == NULL) {
+        /* no hit: the route serves the call. A TypeError here (an unhashable epilog, a guard refusing an
+         * argument) is the route's to handle as it does (the full path reports it); any other error is the
+         * call's, as it would be in the route. */
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+                Py_XDECREF(bias);
+                return NULL;
+            }
+            PyErr_Clear();
+        }
+        PyObject *result = to_route(parts, args, tried);
+        Py_XDECREF(bias);
+        return result;
+    }
+    PyObject *result = NULL;
+    PyObject *levels = PyTuple_GetItem(parts, LOG_LEVELS);
+    PyObject *level = PyDict_GetItemWithError(levels, i_debug);
+    int debug = 0;
+    if (level != Py_False && !PyErr_Occurred()) {
+        PyObject *on = PyObject_CallNoArgs(PyTuple_GetItem(parts, DEBUG_ENABLED));
+        debug = on == NULL ? -1 : PyObject_IsTrue(on);
+        Py_XDECREF(on);
+        if (debug > 0) {
+            PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, LOG_HIT), s_matmul, plan, NULL);
+            debug = r == NULL ? -1 : 0;
+            Py_XDECREF(r);
+        }
+    }
+    if (debug >= 0 && !PyErr_Occurred()) {
+        result = run_plan(parts, plan, args, bias);
+        if (result == NULL)
+            reraise(parts);
+    }
+    Py_XDECREF(bias);
+    if (pinned)
+        result = let_go(parts, plan, result);
+    Py_DECREF(plan);
+    return result;
+}
+
+static PyMethodDef front_def = {"matmul_front", (PyCFunction)(void (*)(void))front, METH_FASTCALL,
+                                "nvdispatch.matmul's route with its memo hit compiled (see _hotpath.c)."};
+
+static PyObject *
+make_matmul_front(PyObject *module, PyObject *args)
+{
+    if (PyTuple_Size(args) != N_PARTS) {
+        PyErr_Format(PyExc_TypeError, "make_matmul_front takes %d arguments", N_PARTS);
+        return NULL;
+    }
+    if (!PyDict_Check(PyTuple_GetItem(args, SIGNATURES)) || !PyDict_Check(PyTuple_GetItem(args, MEMOS)) ||
+        !PyDict_Check(PyTuple_GetItem(args, LOG_LEVELS))) {
+        PyErr_SetString(PyExc_TypeError, "signatures, memos and log levels must be dicts");
+        return NULL;
+    }
+    return PyCFunction_NewEx(&front_def, args, NULL); /* args: the route's parts, the front's self */
+}
+
+static PyMethodDef methods[] = {
+    {"make_matmul_front", make_matmul_front, METH_VARARGS,
+     "make_matmul_front(route, signatures, memos, state_get, backends, acquire_handle, let_go, log_levels, "
+     "debug_enabled, log_hit, raise_if_out_of_memory, operands) -> front"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "nvdispatch._hotpath", "nvdispatch.matmul's memo hit, compiled.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__hotpath(void)
+{
+    s_bias = PyUnicode_InternFromString("bias");
+    s_handles = PyUnicode_InternFromString("handles");
+    s_pinless = PyUnicode_InternFromString("pinless");
+    s_direct = PyUnicode_InternFromString("direct");
+    s_execute = PyUnicode_InternFromString("execute");
+    s_key = PyUnicode_InternFromString("key");
+    s_global = PyUnicode_InternFromString("_global");
+    s_matmul = PyUnicode_InternFromString("matmul");
+    i_debug = PyLong_FromLong(10); /* logging.DEBUG */
+    if (!s_bias || !s_handles || !s_pinless || !s_direct || !s_execute || !s_key || !s_global || !s_matmul ||
+        !i_debug)
+        return NULL;
+    return PyModule_Create(&module_def);
+}
