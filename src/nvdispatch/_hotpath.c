@@ -1,13 +1,15 @@
-/* The first step of nvdispatch.matmul's route, compiled: a repeated call served by the call-key memo.
+/* The first step of nvdispatch.matmul's route, compiled: a repeated call served from the plan cache.
  *
- * nvdispatch.linalg._route is the route, in Python; this is its memo hit, the part a repeated call takes:
- * the call's form (operand classes, epilog, alpha's class, backend state), the plan handles remembered for
- * that form (nvdispatch._call_key_memo), their guards, the plan cache's acquire_handle, the plan's direct call
- * (or execute), let_go. Every object it reads, and every rule it applies, is the route's own, handed over by
- * linalg when it builds the front; any call it does not serve this way (another form of call, no handle
- * whose guard passes, a stale handle, an argument it cannot hash) goes to _route, which serves it as it
- * serves every call. So there is one route: this is its hit, compiled, where the Python route's own bytecode
- * would cost more than Torch's fused op for a small matrix.
+ * nvdispatch.linalg._route is the route, in Python; this is its hit for the forms of call it keys inline (a
+ * plain product, a bias epilog; alpha 1, no c, options or scales), the part a repeated call takes: the
+ * call's form (operand classes, epilog, alpha's class, backend state), then for a class with a guard (Torch)
+ * the plan handles remembered for that form (nvdispatch._call_key_memo) behind their guards and the plan
+ * cache's acquire_handle, for one without (NumPy, CuPy) the call key (form and signatures) and acquire; then
+ * the plan's direct call (or execute) and let_go. Every object it reads and every rule it applies are the
+ * route's own, handed over by linalg when it builds the front; any call it does not serve this way (another
+ * form, no handle whose guard passes, a stale handle, a miss, an argument it cannot hash) goes to _route,
+ * which serves it as it serves every call. So there is one route: this is its hit, compiled, where the Python
+ * route's own bytecode costs more than Torch's fused op on a small matrix.
  *
  * The stable ABI (Py_LIMITED_API 3.10): one build serves every CPython from 3.10 on.
  */
@@ -25,6 +27,7 @@ enum {
     MEMOS,          /* class -> CallKeyMemo or None */
     STATE_GET,      /* the backend-state ContextVar's get */
     BACKENDS,       /* nvdispatch._backends (its _global is rebound when global state changes) */
+    ACQUIRE,        /* plan_cache.acquire */
     ACQUIRE_HANDLE, /* plan_cache.acquire_handle */
     LET_GO,         /* plan_cache.let_go */
     LOG_LEVELS,     /* the nvdispatch logger's level cache (a dict) */
@@ -177,7 +180,8 @@ let_go(PyObject *parts, PyObject *plan, PyObject *result)
 }
 
 /* a repeated call whose guard passes: its plan, acquired (pinned where the cache pins it); NULL with no error
- * set when there is none (the route then serves the call); *pinned tells whether to let go */
+ * set when there is none (the route then serves the call); *pinned tells whether to let go (the route skips
+ * let_go, a no-op, for a plan the cache does not pin) */
 static PyObject *
 memo_hit(PyObject *parts, PyObject *memo, PyObject *form, PyObject *a, PyObject *b, PyObject *bias, int *pinned,
          int *tried)
@@ -224,6 +228,35 @@ memo_hit(PyObject *parts, PyObject *memo, PyObject *form, PyObject *a, PyObject 
     return plan;
 }
 
+/* a repeated call of a class without a guard (its signatures are cheap to read: NumPy's, CuPy's): the plan
+ * cached under its call key (form, signatures), acquired; NULL with no error set when there is none */
+static PyObject *
+key_hit(PyObject *parts, PyObject *sig, PyObject *form, PyObject *a, PyObject *b, PyObject *bias)
+{
+    int n = bias == NULL ? 2 : 3;
+    PyObject *key = PyTuple_New(n + 1);
+    if (key == NULL)
+        return NULL;
+    Py_INCREF(form);
+    PyTuple_SetItem(key, 0, form);
+    PyObject *arrays[3] = {a, b, bias};
+    for (int i = 0; i < n; i++) {
+        PyObject *signature = PyObject_CallFunctionObjArgs(sig, arrays[i], NULL);
+        if (signature == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyTuple_SetItem(key, i + 1, signature);
+    }
+    PyObject *plan = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, ACQUIRE), key, NULL);
+    Py_DECREF(key);
+    if (plan == Py_None) { /* a miss: the route plans the call */
+        Py_DECREF(plan);
+        return NULL;
+    }
+    return plan;
+}
+
 /* front(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales) */
 static PyObject *
 front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
@@ -233,8 +266,8 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *a = args[0], *b = args[1], *alpha = args[3], *epilog = args[5], *inputs = args[6];
-    /* the forms the memo holds: no c, beta, options, preferences, scales; alpha the int 1; default stream;
-     * no epilog inputs or a dict of the bias alone */
+    /* the forms served here: no c, beta, options, preferences, scales; alpha the int 1; default stream; no
+     * epilog inputs or a dict of the bias alone */
     if (args[2] != Py_None || args[4] != Py_None || args[7] != Py_None || args[8] != Py_None ||
         args[9] != Py_None || args[10] != Py_None || !PyLong_CheckExact(alpha))
         return to_route(parts, args, 0);
@@ -254,7 +287,7 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     PyObject *cls = (PyObject *)Py_TYPE(a);
     PyObject *sig = PyDict_GetItemWithError(PyTuple_GetItem(parts, SIGNATURES), cls);
     PyObject *memo = sig == NULL || sig == Py_None ? NULL : PyDict_GetItemWithError(PyTuple_GetItem(parts, MEMOS), cls);
-    if (memo == NULL || memo == Py_None) {
+    if (memo == NULL) { /* a class the route has not met yet, or one whose calls take the full path */
         PyErr_Clear();
         return to_route(parts, args, 0);
     }
@@ -262,11 +295,14 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(memo);
     Py_INCREF(sig);
     PyObject *classes = classes_of(PyTuple_GetItem(parts, SIGNATURES), sig, a, b, bias);
-    Py_DECREF(sig);
     PyObject *form = classes == NULL ? NULL : form_of(parts, classes, epilog, alpha, bias != NULL);
     Py_XDECREF(classes);
-    int pinned = 0, tried = 0;
-    PyObject *plan = form == NULL ? NULL : memo_hit(parts, memo, form, a, b, bias, &pinned, &tried);
+    int pinned = 1, tried = 0;
+    PyObject *plan = NULL;
+    if (form != NULL) /* the memo's handles, behind their guards; else the call key */
+        plan = memo != Py_None ? memo_hit(parts, memo, form, a, b, bias, &pinned, &tried)
+                               : key_hit(parts, sig, form, a, b, bias);
+    Py_DECREF(sig);
     Py_DECREF(memo);
     Py_XDECREF(form);
     if (plan == NULL) {
@@ -311,7 +347,7 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef front_def = {"matmul_front", (PyCFunction)(void (*)(void))front, METH_FASTCALL,
-                                "nvdispatch.matmul's route with its memo hit compiled (see _hotpath.c)."};
+                                "nvdispatch.matmul's route with its hit compiled (see _hotpath.c)."};
 
 static PyObject *
 make_matmul_front(PyObject *module, PyObject *args)
@@ -330,7 +366,7 @@ make_matmul_front(PyObject *module, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"make_matmul_front", make_matmul_front, METH_VARARGS,
-     "make_matmul_front(route, signatures, memos, state_get, backends, acquire_handle, let_go, log_levels, "
+     "make_matmul_front(route, signatures, memos, state_get, backends, acquire, acquire_handle, let_go, log_levels, "
      "debug_enabled, log_hit, raise_if_out_of_memory, operands) -> front"},
     {NULL, NULL, 0, NULL},
 };

@@ -311,7 +311,8 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
 
 
 def _compiled_front():
-    """:func:`_route` behind its memo hit compiled (``_hotpath.c``), where the extension is built and
+    """:func:`_route` behind its hit compiled (``_hotpath.c``: a repeated call of the forms the route keys
+    inline, served by the call-key memo or the call key), where the extension is built and
     ``NVDISPATCH_PURE_PYTHON`` is not set; else :func:`_route` itself. The compiled hit reads the route's own
     objects (handed over here) and leaves every other call to the route."""
     import os
@@ -328,6 +329,7 @@ def _compiled_front():
         _memos,
         _state.get,
         _backends,
+        _acquire,
         _acquire_handle,
         _let_go,
         _log_levels,

@@ -277,3 +277,22 @@ def test_the_front_is_not_called_by_its_own_arguments_name():
     sig = inspect.signature(nvdispatch.matmul)
     assert list(sig.parameters)[:3] == ["a", "b", "c"] and sig.parameters["alpha"].default == 1
     assert inspect.isfunction(nvdispatch.matmul) and "Examples" in nvdispatch.matmul.__doc__
+
+
+def test_numpy_calls_are_served_by_their_call_key_and_hold_no_new_references():
+    rng = np.random.default_rng(9)
+    a, b, bias = rng.standard_normal((6, 4)), rng.standard_normal((4, 3)), rng.standard_normal(3)
+    inputs = {"bias": bias}
+    for _ in range(3):
+        for x in (a, a.astype(np.float32), np.asfortranarray(a)):  # each signature its own key
+            y, z = b.astype(x.dtype), bias.astype(x.dtype)
+            got = nvdispatch.matmul(x, y, epilog="RELU_BIAS", epilog_inputs={"bias": z})
+            np.testing.assert_allclose(got, np.maximum(x @ y + z, 0), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(nvdispatch.matmul(x, y), x @ y, rtol=1e-5)
+    hits = nvdispatch.plan_cache.hits
+    nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs=inputs)
+    assert nvdispatch.plan_cache.hits == hits + 1
+    before = [sys.getrefcount(x) for x in (a, b, bias, inputs)]
+    for _ in range(100):
+        nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs=inputs)
+    assert [sys.getrefcount(x) for x in (a, b, bias, inputs)] == before
