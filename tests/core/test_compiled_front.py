@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 
@@ -52,9 +53,10 @@ def _memo_records():
 
 
 def test_the_extension_is_built_where_a_c_compiler_and_the_python_headers_are(front):
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]  # as setuptools picks it
     headers = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
-    if not (shutil.which(cc) and headers) or os.environ.get("NVDISPATCH_PURE_PYTHON"):
+    works = shutil.which(cc) and subprocess.run([cc, "--version"], capture_output=True).returncode == 0
+    if not (works and headers) or os.environ.get("NVDISPATCH_PURE_PYTHON"):
         pytest.skip("no C compiler or no Python headers here: the install runs the Python route")
     import nvdispatch._hotpath  # noqa: F401 - built by the install (setup.py, optional extension)
 
