@@ -298,3 +298,31 @@ def test_numpy_calls_are_served_by_their_call_key_and_hold_no_new_references():
     for _ in range(100):
         nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs=inputs)
     assert [sys.getrefcount(x) for x in (a, b, bias, inputs)] == before
+
+
+# -- cublasLtMatmul called directly (nvdispatch._cuda.cublaslt.matmul_call) ------------------------------------
+def _probe_checksum(args):
+    return sum((i + 1) * (x or 0) for i, x in enumerate(args)) % 1000003
+
+
+def test_the_direct_cublaslt_call_passes_its_sixteen_integers_in_order(front):
+    if front != "compiled":
+        pytest.skip("the direct call is the extension's")
+    from nvdispatch._hotpath import LT_MATMUL_PROBE, make_lt_matmul
+
+    call = make_lt_matmul(LT_MATMUL_PROBE)  # a function of cublasLtMatmul's shape returning a checksum
+    rng = np.random.default_rng(10)
+    for _ in range(20):
+        args = [int(x) for x in rng.integers(0, 2**47, 16)]
+        args[14] = int(rng.integers(0, 2**40))  # the workspace size
+        assert call(*args) == _probe_checksum(args)
+    args[3] = args[9] = None  # NULL pointers
+    assert call(*args) == _probe_checksum(args)
+    with pytest.raises(TypeError, match="16 arguments"):
+        call(*args[:15])
+    with pytest.raises(TypeError, match="argument 2"):
+        call(*args[:2], "ptr", *args[3:])
+    with pytest.raises(TypeError, match="argument 14"):
+        call(*args[:14], -1, args[15])
+    with pytest.raises(ValueError):
+        make_lt_matmul(0)

@@ -533,7 +533,7 @@ class Fp8LtPlan(LtPlanCommon):
                 for attr, ptr in ptrs.items():
                     core.desc.set_ptr(attr, ptr)
                 self._last = key
-            status = lt.lib().cublasLtMatmul(
+            status = lt.matmul_call()(
                 self.handle,
                 core.desc.ptr,
                 scalars.ctypes.data,
@@ -546,7 +546,7 @@ class Fp8LtPlan(LtPlanCommon):
                 core.c.ptr,
                 ptr_d,
                 core.d.ptr,
-                ctypes.byref(algo.algo),
+                ctypes.addressof(algo.algo),
                 ws_ptr,
                 algo.workspaceSize,
                 sp,

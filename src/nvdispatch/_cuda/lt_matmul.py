@@ -697,7 +697,7 @@ class LtMatmulPlan(LtPlanCommon):
                 if aux_ptr is not None:
                     core.desc.set_ptr(lt.DESC_EPILOGUE_AUX_POINTER, aux_ptr)
                 self._last = (bias_ptr, aux_ptr)
-            status = lt.lib().cublasLtMatmul(
+            status = lt.matmul_call()(
                 self.handle,
                 core.desc.ptr,
                 alpha_ptr,
@@ -710,7 +710,7 @@ class LtMatmulPlan(LtPlanCommon):
                 core.c.ptr,
                 ptr_d,
                 core.d.ptr,
-                ctypes.byref(algo.algo),
+                ctypes.addressof(algo.algo),
                 ws_ptr,
                 algo.workspaceSize,
                 sp,
