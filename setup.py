@@ -1,6 +1,7 @@
-"""The one compiled part, optional: matmul's memo hit (src/nvdispatch/_hotpath.c), built for the stable ABI
-(one build serves CPython 3.10 and later). Where it cannot be built the package installs without it and
-``nvdispatch.matmul`` takes the same route in Python. Everything else is in pyproject.toml."""
+"""The one compiled part, optional: src/nvdispatch/_hotpath.c (matmul's cached hit and the direct cublasLtMatmul
+launch), built for the stable ABI (one build serves CPython 3.10 and later). Where it cannot be built the package
+installs without it: ``nvdispatch.matmul`` takes the same route in Python and cuBLASLt is launched through
+ctypes. Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 

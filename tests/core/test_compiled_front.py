@@ -326,3 +326,20 @@ def test_the_direct_cublaslt_call_passes_its_sixteen_integers_in_order(front):
         call(*args[:14], -1, args[15])
     with pytest.raises(ValueError):
         make_lt_matmul(0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("launcher", ["direct", "ctypes"])
+def test_cublaslt_plans_compute_the_same_through_either_launcher(front, launcher, monkeypatch):
+    if front != "compiled":
+        pytest.skip("one run per launcher is enough")
+    from nvdispatch._cuda import cublaslt as lt
+
+    if launcher == "ctypes":
+        monkeypatch.setattr(lt, "matmul_call", lambda: lt.lib().cublasLtMatmul)
+    g = torch.Generator().manual_seed(11)
+    a, b, bias = (torch.randn(*s, generator=g) for s in ((40, 24), (24, 33), (33,)))
+    with nvdispatch.set_backend("cuda", only=True):
+        for _ in range(2):
+            got = nvdispatch.matmul(a.cuda(), b.cuda(), epilog="RELU_BIAS", epilog_inputs={"bias": bias.cuda()})
+            np.testing.assert_allclose(got.cpu().numpy(), _relu_bias(a, b, bias), rtol=2e-3, atol=2e-3)
