@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _backends
 from ._backends import _state
+from ._compiled import hotpath
 from ._detect import detect
 from ._dispatch import (
     Explanation,
@@ -315,15 +316,10 @@ def _compiled_front():
     inline, served by the call-key memo or the call key), where the extension is built and
     ``NVDISPATCH_PURE_PYTHON`` is not set; else :func:`_route` itself. The compiled hit reads the route's own
     objects (handed over here) and leaves every other call to the route."""
-    import os
-
-    if os.environ.get("NVDISPATCH_PURE_PYTHON"):
+    compiled = hotpath()
+    if compiled is None:  # the route is the same, in Python
         return _route
-    try:
-        from ._hotpath import make_matmul_front
-    except ImportError:  # installed where no C compiler was: the route is the same, in Python
-        return _route
-    return make_matmul_front(
+    return compiled.make_matmul_front(
         _route,
         _signatures,
         _memos,

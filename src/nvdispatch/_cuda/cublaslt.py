@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import sys
 import threading
 
+from .._compiled import hotpath
 from ..errors import CublasLtError
 from .libs import library_unavailable, load_library
 
@@ -141,13 +141,8 @@ def matmul_call():
     ``nvdispatch._hotpath`` where the extension is built, else the ctypes function (which converts the 16
     arguments at 2-4 us a launch on the H200's host)."""
     fn = lib().cublasLtMatmul
-    if os.environ.get("NVDISPATCH_PURE_PYTHON"):
-        return fn
-    try:
-        from .._hotpath import make_lt_matmul
-    except ImportError:  # installed without a C compiler
-        return fn
-    return make_lt_matmul(ctypes.cast(fn, ctypes.c_void_p).value)
+    compiled = hotpath()
+    return fn if compiled is None else compiled.make_lt_matmul(ctypes.cast(fn, ctypes.c_void_p).value)
 
 
 def check(status: int, what: str) -> None:
