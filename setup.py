@@ -1,7 +1,7 @@
-"""The one compiled part, optional: src/nvdispatch/_hotpath.c (matmul's cached hit and the direct cublasLtMatmul
-launch), built for the stable ABI (one build serves CPython 3.10 and later). Where it cannot be built the package
-installs without it: ``nvdispatch.matmul`` takes the same route in Python and cuBLASLt is launched through
-ctypes. Everything else is in pyproject.toml."""
+"""The one compiled part, optional: nvdispatch._hotpath (_hotpath.c: matmul's cached hit; _hotpath_lt.c: the
+cuBLASLt launches), built for the stable ABI (one build serves CPython 3.10 and later). Where it cannot be built
+the package installs without it: ``nvdispatch.matmul`` takes the same route in Python and cuBLASLt is launched
+through ctypes. Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -9,7 +9,7 @@ setup(
     ext_modules=[
         Extension(
             "nvdispatch._hotpath",
-            ["src/nvdispatch/_hotpath.c"],
+            ["src/nvdispatch/_hotpath.c", "src/nvdispatch/_hotpath_lt.c"],
             py_limited_api=True,
             define_macros=[("Py_LIMITED_API", "0x030A0000")],
             optional=True,

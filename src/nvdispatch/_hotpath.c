@@ -11,8 +11,7 @@
  * which serves it as it serves every call. So there is one route: this is its hit, compiled, where the Python
  * route's own bytecode costs more than Torch's fused op on a small matrix.
  *
- * Also here: cublasLtMatmul called with its 16 integer arguments directly (make_lt_matmul), where ctypes
- * costs ~1.7 us a launch converting them.
+ * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct).
  *
  * The stable ABI (Py_LIMITED_API 3.10): one build serves every CPython from 3.10 on.
  */
@@ -367,81 +366,12 @@ make_matmul_front(PyObject *module, PyObject *args)
     return PyCFunction_NewEx(&front_def, args, NULL); /* args: the route's parts, the front's self */
 }
 
-/* -- cublasLtMatmul, called directly ------------------------------------------------------------------------
- * A ctypes call converts cublasLtMatmul's 16 arguments at ~1.7 us, a sixth of a small matmul's host time; this
- * calls the same function pointer (found by ctypes) with the same integers. The GIL is released around the
- * launch, as ctypes does. */
-typedef int (*lt_matmul_fn)(void *, void *, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                            void *, void *, void *, size_t, void *);
-
-#define LT_ARGS 16
-#define LT_WS_SIZE 14 /* workspaceSizeInBytes, a size_t; every other argument is a pointer (an int, or None) */
-
-static PyObject *
-lt_matmul(PyObject *address, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != LT_ARGS) {
-        PyErr_Format(PyExc_TypeError, "cublasLtMatmul takes %d arguments, got %zd", LT_ARGS, nargs);
-        return NULL;
-    }
-    void *p[LT_ARGS];
-    size_t ws_size = 0;
-    for (int i = 0; i < LT_ARGS; i++) {
-        if (i == LT_WS_SIZE)
-            ws_size = PyLong_AsSize_t(args[i]);
-        else
-            p[i] = args[i] == Py_None ? NULL : PyLong_AsVoidPtr(args[i]);
-        if (PyErr_Occurred()) {
-            PyErr_Format(PyExc_TypeError, "cublasLtMatmul argument %d: expected an int address%s", i,
-                         i == LT_WS_SIZE ? " size" : " or None");
-            return NULL;
-        }
-    }
-    lt_matmul_fn fn = (lt_matmul_fn)PyLong_AsVoidPtr(address);
-    if (fn == NULL)
-        return NULL;
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = fn(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], ws_size,
-                p[15]);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(status);
-}
-
-static PyMethodDef lt_matmul_def = {"cublasLtMatmul", (PyCFunction)(void (*)(void))lt_matmul, METH_FASTCALL,
-                                    "cublasLtMatmul(handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, "
-                                    "Ddesc, algo, workspace, workspace_size, stream) -> status (ints)"};
-
-static PyObject *
-make_lt_matmul(PyObject *module, PyObject *address)
-{
-    if (!PyLong_Check(address) || PyLong_AsVoidPtr(address) == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "make_lt_matmul: expected cublasLtMatmul's address, a non-zero int");
-        return NULL;
-    }
-    return PyCFunction_NewEx(&lt_matmul_def, address, NULL);
-}
-
-/* a function of cublasLtMatmul's shape that returns a checksum of its arguments: what tests call through
- * make_lt_matmul where no GPU is */
-static int
-lt_matmul_probe(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6, void *a7, void *a8,
-                void *a9, void *a10, void *a11, void *a12, void *a13, size_t ws, void *a15)
-{
-    void *p[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, (void *)ws, a15};
-    size_t sum = 0;
-    for (int i = 0; i < LT_ARGS; i++)
-        sum += (size_t)(i + 1) * (size_t)p[i];
-    return (int)(sum % 1000003);
-}
+int nvd_add_lt(PyObject *module); /* _hotpath_lt.c: the cuBLASLt launches */
 
 static PyMethodDef methods[] = {
     {"make_matmul_front", make_matmul_front, METH_VARARGS,
      "make_matmul_front(route, signatures, memos, state_get, backends, acquire, acquire_handle, let_go, log_levels, "
      "debug_enabled, log_hit, raise_if_out_of_memory, operands) -> front"},
-    {"make_lt_matmul", make_lt_matmul, METH_O,
-     "make_lt_matmul(address) -> cublasLtMatmul(...) calling the function at address (see lt_matmul)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -468,7 +398,7 @@ PyInit__hotpath(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (PyModule_AddObject(module, "LT_MATMUL_PROBE", PyLong_FromVoidPtr((void *)lt_matmul_probe)) < 0) {
+    if (nvd_add_lt(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

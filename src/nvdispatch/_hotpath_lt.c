@@ -1,0 +1,418 @@
+/* cuBLASLt launches, compiled (part of nvdispatch._hotpath; _hotpath.c adds these functions to the module).
+ *
+ * make_lt_matmul: cublasLtMatmul called with its 16 integer arguments directly, where ctypes costs ~1.7 us a
+ * launch converting them.
+ *
+ * make_lt_direct: a cuBLASLt plan's whole direct call, direct(a, b[, bias]) -> result, for Torch tensors: the
+ * result allocated like a (a.new_empty), the operands' pointers (data_ptr), the current stream, the bias pointer
+ * set on the call's own descriptor when it changed, one cublasLtMatmul. In Python these steps cost ~2.5 us on
+ * the H200's host, more than Torch's own fused op spends beyond its launch; compiled, a fused bias epilog on a
+ * small matrix costs less host time than Torch's _addmm_activation, which asks cuBLASLt's heuristic on every
+ * call. A call it does not serve (an operand or the result not 256-byte aligned: the plan then asks the
+ * heuristic again for the alignment) goes to the plan's Python direct call.
+ */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <stdlib.h>
+
+typedef int (*lt_matmul_fn)(void *, void *, void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                            void *, void *, void *, size_t, void *);
+typedef int (*lt_set_attribute_fn)(void *, int, const void *, size_t);
+
+#define LT_ARGS 16
+#define LT_WS_SIZE 14 /* workspaceSizeInBytes, a size_t; every other argument is a pointer (an int, or None) */
+
+/* -- cublasLtMatmul, called directly ------------------------------------------------------------------------
+ * The same function pointer ctypes found, with the same integers. The GIL is released around the launch, as
+ * ctypes does. */
+static PyObject *
+lt_matmul(PyObject *address, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != LT_ARGS) {
+        PyErr_Format(PyExc_TypeError, "cublasLtMatmul takes %d arguments, got %zd", LT_ARGS, nargs);
+        return NULL;
+    }
+    void *p[LT_ARGS];
+    size_t ws_size = 0;
+    for (int i = 0; i < LT_ARGS; i++) {
+        if (i == LT_WS_SIZE)
+            ws_size = PyLong_AsSize_t(args[i]);
+        else
+            p[i] = args[i] == Py_None ? NULL : PyLong_AsVoidPtr(args[i]);
+        if (PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "cublasLtMatmul argument %d: expected an int address%s", i,
+                         i == LT_WS_SIZE ? " size" : " or None");
+            return NULL;
+        }
+    }
+    lt_matmul_fn fn = (lt_matmul_fn)PyLong_AsVoidPtr(address);
+    if (fn == NULL)
+        return NULL;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = fn(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], ws_size,
+                p[15]);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(status);
+}
+
+static PyMethodDef lt_matmul_def = {"cublasLtMatmul", (PyCFunction)(void (*)(void))lt_matmul, METH_FASTCALL,
+                                    "cublasLtMatmul(handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, "
+                                    "Ddesc, algo, workspace, workspace_size, stream) -> status (ints)"};
+
+static PyObject *
+make_lt_matmul(PyObject *module, PyObject *address)
+{
+    if (!PyLong_Check(address) || PyLong_AsVoidPtr(address) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "make_lt_matmul: expected cublasLtMatmul's address, a non-zero int");
+        return NULL;
+    }
+    return PyCFunction_NewEx(&lt_matmul_def, address, NULL);
+}
+
+/* -- a plan's direct call -------------------------------------------------------------------------------- */
+
+/* the integers make_lt_direct takes, in this order */
+enum {
+    L_MATMUL,        /* cublasLtMatmul's address */
+    L_SET_ATTRIBUTE, /* cublasLtMatmulDescSetAttribute's address */
+    L_HANDLE,
+    L_DESC, /* the direct call's own descriptor (no other launch sets its bias pointer) */
+    L_A_LAYOUT,
+    L_B_LAYOUT,
+    L_C_LAYOUT,
+    L_D_LAYOUT,
+    L_ALGO,       /* address of the cublasLtMatmulAlgo_t (its workspace need is 0) */
+    L_ALPHA,      /* host pointer to 1 in the scale type */
+    L_BETA,       /* host pointer to 0 */
+    L_A_FIRST,    /* 1: cuBLASLt's A is a (column orientation); 0: it is b (row orientation, D^T = B^T A^T) */
+    L_BIAS_ATTR,  /* CUBLASLT_MATMUL_DESC_BIAS_POINTER; -1: the epilogue takes no bias */
+    N_INTS
+};
+
+typedef struct {
+    lt_matmul_fn matmul;
+    lt_set_attribute_fn set_attribute;
+    void *handle, *desc, *a_layout, *b_layout, *c_layout, *d_layout, *algo, *alpha, *beta;
+    int a_first, bias_attr;
+    PyThread_type_lock lock; /* held from setting the bias pointer to the launch's return */
+    void *last_bias;         /* the bias pointer the descriptor holds */
+    PyObject *keep;          /* what owns the descriptor, layouts, algorithm and scalars */
+    PyObject *alloc_args, *alloc_kwargs; /* the result: a.new_empty(*alloc_args, **alloc_kwargs) */
+    PyObject *stream_fn;                 /* the current stream: stream_fn(), or 0 (stream_fn None) */
+    PyObject *check;                     /* check(status, what) raises the library's error */
+    PyObject *fallback;                  /* a WeakMethod of the plan's Python direct call */
+} LtDirect;
+
+#define LT_DIRECT_CAPSULE "nvdispatch._hotpath.LtDirect"
+
+static PyObject *s_new_empty, *s_data_ptr, *s_matmul_what, *s_attr_what;
+
+static void
+lt_direct_free(PyObject *capsule)
+{
+    LtDirect *d = PyCapsule_GetPointer(capsule, LT_DIRECT_CAPSULE);
+    if (d == NULL)
+        return;
+    Py_XDECREF(d->keep);
+    Py_XDECREF(d->alloc_args);
+    Py_XDECREF(d->alloc_kwargs);
+    Py_XDECREF(d->stream_fn);
+    Py_XDECREF(d->check);
+    Py_XDECREF(d->fallback);
+    if (d->lock != NULL)
+        PyThread_free_lock(d->lock);
+    free(d);
+}
+
+/* x.data_ptr() as an address; (void *)-1 with an error set when it fails */
+static void *
+data_ptr(PyObject *x)
+{
+    PyObject *r = PyObject_CallMethodObjArgs(x, s_data_ptr, NULL);
+    if (r == NULL)
+        return (void *)-1;
+    void *p = PyLong_AsVoidPtr(r);
+    Py_DECREF(r);
+    return p == NULL && PyErr_Occurred() ? (void *)-1 : p;
+}
+
+/* the call, served by the plan's Python direct call */
+static PyObject *
+to_fallback(LtDirect *d, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *fn = PyObject_CallNoArgs(d->fallback);
+    if (fn == NULL)
+        return NULL;
+    if (fn == Py_None) {
+        Py_DECREF(fn);
+        PyErr_SetString(PyExc_RuntimeError, "the cuBLASLt plan of this direct call is gone");
+        return NULL;
+    }
+    PyObject *result = nargs == 2 ? PyObject_CallFunctionObjArgs(fn, args[0], args[1], NULL)
+                                  : PyObject_CallFunctionObjArgs(fn, args[0], args[1], args[2], NULL);
+    Py_DECREF(fn);
+    return result;
+}
+
+/* raise the library's error for status (check raises it); NULL */
+static PyObject *
+raise_status(LtDirect *d, int status, PyObject *what)
+{
+    PyObject *code = PyLong_FromLong(status);
+    if (code == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(d->check, code, what, NULL);
+    Py_DECREF(code);
+    if (r != NULL) { /* check returned: it took the status for success, which it is not */
+        Py_DECREF(r);
+        PyErr_Format(PyExc_RuntimeError, "cuBLASLt status %d", status);
+    }
+    return NULL;
+}
+
+/* direct(a, b[, bias]) -> result */
+static PyObject *
+lt_direct(PyObject *capsule, PyObject *const *args, Py_ssize_t nargs)
+{
+    LtDirect *d = PyCapsule_GetPointer(capsule, LT_DIRECT_CAPSULE);
+    if (d == NULL)
+        return NULL;
+    if (nargs == 3 && args[2] == Py_None)
+        nargs = 2;
+    if (nargs != 2 + (d->bias_attr >= 0)) {
+        if (nargs < 2 || nargs > 3) {
+            PyErr_Format(PyExc_TypeError, "direct(a, b[, bias]) takes 2 or 3 arguments, got %zd", nargs);
+            return NULL;
+        }
+        return to_fallback(d, args, nargs); /* a bias epilogue without its bias, or the other way: as Python does */
+    }
+    void *pa = data_ptr(args[0]);
+    void *pb = pa == (void *)-1 ? pa : data_ptr(args[1]);
+    void *pbias = pb == (void *)-1 || nargs == 2 ? NULL : data_ptr(args[2]);
+    if (pa == (void *)-1 || pb == (void *)-1 || pbias == (void *)-1)
+        return NULL;
+    if (((size_t)pa | (size_t)pb) & 255) /* another alignment: another algorithm (the plan asks for it) */
+        return to_fallback(d, args, nargs);
+    void *stream = NULL;
+    if (d->stream_fn != Py_None) {
+        PyObject *s = PyObject_CallNoArgs(d->stream_fn);
+        if (s == NULL)
+            return NULL;
+        stream = PyLong_AsVoidPtr(s);
+        Py_DECREF(s);
+        if (stream == NULL && PyErr_Occurred())
+            return NULL;
+    }
+    PyObject *new_empty = PyObject_GetAttr(args[0], s_new_empty);
+    if (new_empty == NULL)
+        return NULL;
+    PyObject *out = PyObject_Call(new_empty, d->alloc_args, d->alloc_kwargs);
+    Py_DECREF(new_empty);
+    if (out == NULL)
+        return NULL;
+    void *pd = data_ptr(out);
+    if (pd == (void *)-1 || ((size_t)pd & 255)) {
+        Py_DECREF(out);
+        return pd == (void *)-1 ? NULL : to_fallback(d, args, nargs);
+    }
+    void *A = d->a_first ? pa : pb, *B = d->a_first ? pb : pa;
+    if (!PyThread_acquire_lock(d->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(d->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    int status = 0;
+    if (nargs == 3 && pbias != d->last_bias) {
+        status = d->set_attribute(d->desc, d->bias_attr, &pbias, sizeof(pbias));
+        if (status == 0)
+            d->last_bias = pbias;
+    }
+    if (status != 0) {
+        PyThread_release_lock(d->lock);
+        Py_DECREF(out);
+        return raise_status(d, status, s_attr_what);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = d->matmul(d->handle, d->desc, d->alpha, A, d->a_layout, B, d->b_layout, d->beta, pd, d->c_layout, pd,
+                       d->d_layout, d->algo, NULL, 0, stream);
+    PyThread_release_lock(d->lock);
+    Py_END_ALLOW_THREADS
+    if (status != 0) {
+        Py_DECREF(out);
+        return raise_status(d, status, s_matmul_what);
+    }
+    return out;
+}
+
+static PyMethodDef lt_direct_def = {"direct", (PyCFunction)(void (*)(void))lt_direct, METH_FASTCALL,
+                                    "direct(a, b[, bias]) -> result: one cublasLtMatmul (see _hotpath_lt.c)."};
+
+/* make_lt_direct(ints, keep, alloc_args, alloc_kwargs, stream_fn, check, fallback) */
+static PyObject *
+make_lt_direct(PyObject *module, PyObject *args)
+{
+    PyObject *ints, *keep, *alloc_args, *alloc_kwargs, *stream_fn, *check, *fallback;
+    if (!PyArg_ParseTuple(args, "O!OO!O!OOO:make_lt_direct", &PyTuple_Type, &ints, &keep, &PyTuple_Type,
+                          &alloc_args, &PyDict_Type, &alloc_kwargs, &stream_fn, &check, &fallback))
+        return NULL;
+    if (PyTuple_Size(ints) != N_INTS) {
+        PyErr_Format(PyExc_TypeError, "make_lt_direct: expected %d ints, got %zd", N_INTS, PyTuple_Size(ints));
+        return NULL;
+    }
+    void *p[N_INTS];
+    for (int i = 0; i < N_INTS; i++) {
+        PyObject *v = PyTuple_GetItem(ints, i);
+        p[i] = i == L_A_FIRST || i == L_BIAS_ATTR ? NULL : PyLong_AsVoidPtr(v);
+        if (PyErr_Occurred())
+            return NULL;
+        if (p[i] == NULL && i != L_A_FIRST && i != L_BIAS_ATTR) {
+            PyErr_Format(PyExc_ValueError, "make_lt_direct: int %d is a null address", i);
+            return NULL;
+        }
+    }
+    long a_first = PyLong_AsLong(PyTuple_GetItem(ints, L_A_FIRST));
+    long bias_attr = PyLong_AsLong(PyTuple_GetItem(ints, L_BIAS_ATTR));
+    if (PyErr_Occurred())
+        return NULL;
+    LtDirect *d = calloc(1, sizeof(LtDirect));
+    if (d == NULL)
+        return PyErr_NoMemory();
+    d->lock = PyThread_allocate_lock();
+    if (d->lock == NULL) {
+        free(d);
+        return PyErr_NoMemory();
+    }
+    d->matmul = (lt_matmul_fn)p[L_MATMUL];
+    d->set_attribute = (lt_set_attribute_fn)p[L_SET_ATTRIBUTE];
+    d->handle = p[L_HANDLE];
+    d->desc = p[L_DESC];
+    d->a_layout = p[L_A_LAYOUT];
+    d->b_layout = p[L_B_LAYOUT];
+    d->c_layout = p[L_C_LAYOUT];
+    d->d_layout = p[L_D_LAYOUT];
+    d->algo = p[L_ALGO];
+    d->alpha = p[L_ALPHA];
+    d->beta = p[L_BETA];
+    d->a_first = a_first != 0;
+    d->bias_attr = (int)bias_attr;
+    d->last_bias = NULL;
+    PyObject *objs[] = {keep, alloc_args, alloc_kwargs, stream_fn, check, fallback};
+    for (int i = 0; i < 6; i++)
+        Py_INCREF(objs[i]);
+    d->keep = keep;
+    d->alloc_args = alloc_args;
+    d->alloc_kwargs = alloc_kwargs;
+    d->stream_fn = stream_fn;
+    d->check = check;
+    d->fallback = fallback;
+    PyObject *capsule = PyCapsule_New(d, LT_DIRECT_CAPSULE, lt_direct_free);
+    if (capsule == NULL) {
+        d->keep = NULL; /* not ours yet to free through the capsule */
+        for (int i = 0; i < 6; i++)
+            Py_DECREF(objs[i]);
+        PyThread_free_lock(d->lock);
+        free(d);
+        return NULL;
+    }
+    PyObject *fn = PyCFunction_NewEx(&lt_direct_def, capsule, NULL);
+    Py_DECREF(capsule);
+    return fn;
+}
+
+/* -- probes: functions of cuBLASLt's shapes that record their arguments, for tests where no GPU is --------- */
+
+static size_t probe_calls[LT_ARGS + 1]; /* the last probe_matmul call's arguments, then a call count */
+static size_t probe_attr[4];            /* the last probe_set_attribute call: desc, attribute, value, calls */
+
+static int
+probe_matmul(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6, void *a7, void *a8, void *a9,
+             void *a10, void *a11, void *a12, void *a13, size_t ws, void *a15)
+{
+    void *p[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, (void *)ws, a15};
+    size_t sum = 0;
+    for (int i = 0; i < LT_ARGS; i++) {
+        probe_calls[i] = (size_t)p[i];
+        sum += (size_t)(i + 1) * (size_t)p[i];
+    }
+    probe_calls[LT_ARGS]++;
+    return (int)(sum % 1000003); /* a checksum (tests of make_lt_matmul compare it) */
+}
+
+/* probe_matmul that succeeds (status 0), except on handle 13: status 13 */
+static int
+probe_launch(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6, void *a7, void *a8, void *a9,
+             void *a10, void *a11, void *a12, void *a13, size_t ws, void *a15)
+{
+    probe_matmul(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, ws, a15);
+    return a0 == (void *)13 ? 13 : 0;
+}
+
+static int
+probe_set_attribute(void *desc, int attr, const void *buf, size_t size)
+{
+    probe_attr[0] = (size_t)desc;
+    probe_attr[1] = (size_t)attr;
+    probe_attr[2] = size == sizeof(void *) ? (size_t) * (void *const *)buf : 0;
+    probe_attr[3]++;
+    return 0;
+}
+
+/* probe_record() -> (the last probe_matmul call's 16 arguments, its call count, the last probe_set_attribute
+ * call's (desc, attribute, value), its call count) */
+static PyObject *
+probe_record(PyObject *module, PyObject *unused)
+{
+    PyObject *calls = PyTuple_New(LT_ARGS);
+    if (calls == NULL)
+        return NULL;
+    for (int i = 0; i < LT_ARGS; i++)
+        PyTuple_SetItem(calls, i, PyLong_FromSize_t(probe_calls[i]));
+    return Py_BuildValue("(Nn(nnn)n)", calls, (Py_ssize_t)probe_calls[LT_ARGS], (Py_ssize_t)probe_attr[0],
+                         (Py_ssize_t)probe_attr[1], (Py_ssize_t)probe_attr[2], (Py_ssize_t)probe_attr[3]);
+}
+
+static PyMethodDef lt_methods[] = {
+    {"make_lt_matmul", make_lt_matmul, METH_O,
+     "make_lt_matmul(address) -> cublasLtMatmul(...) calling the function at address (see lt_matmul)"},
+    {"make_lt_direct", make_lt_direct, METH_VARARGS,
+     "make_lt_direct(ints, keep, alloc_args, alloc_kwargs, stream_fn, check, fallback) -> "
+     "direct(a, b[, bias]) (see lt_direct)"},
+    {"probe_record", probe_record, METH_NOARGS, "the probes' last recorded calls (tests)"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* add this file's functions and the probes' addresses to the module */
+int
+nvd_add_lt(PyObject *module)
+{
+    s_new_empty = PyUnicode_InternFromString("new_empty");
+    s_data_ptr = PyUnicode_InternFromString("data_ptr");
+    s_matmul_what = PyUnicode_InternFromString("cublasLtMatmul");
+    s_attr_what = PyUnicode_InternFromString("cublasLtMatmulDescSetAttribute");
+    if (!s_new_empty || !s_data_ptr || !s_matmul_what || !s_attr_what)
+        return -1;
+    if (PyModule_AddFunctions(module, lt_methods) < 0)
+        return -1;
+    PyObject *m = PyLong_FromVoidPtr((void *)probe_matmul);
+    if (m == NULL || PyModule_AddObject(module, "LT_MATMUL_PROBE", m) < 0) {
+        Py_XDECREF(m);
+        return -1;
+    }
+    PyObject *l = PyLong_FromVoidPtr((void *)probe_launch);
+    if (l == NULL || PyModule_AddObject(module, "LT_LAUNCH_PROBE", l) < 0) {
+        Py_XDECREF(l);
+        return -1;
+    }
+    PyObject *s = PyLong_FromVoidPtr((void *)probe_set_attribute);
+    if (s == NULL || PyModule_AddObject(module, "LT_SET_ATTRIBUTE_PROBE", s) < 0) {
+        Py_XDECREF(s);
+        return -1;
+    }
+    return 0;
+}
