@@ -83,3 +83,101 @@ def test_forms_beyond_the_direct_call_leave_it_unset():
 
 def _host(x, fw):
     return x.cpu().numpy() if fw == "torch" else x.get()
+
+
+# -- the direct call compiled (_hotpath_lt.c) on Torch tensors ------------------------------------------------
+
+
+def _torch_plan(a, b, epilog=None, bias=None):
+    with nvdispatch.set_backend("cuda", only=True):
+        mm = nvdispatch.Matmul(a, b).plan(epilog=epilog, epilog_inputs=None if bias is None else {"bias": bias})
+    return mm, mm._plan
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("epilog", [None, "BIAS", "RELU_BIAS", "GELU_BIAS"])
+@pytest.mark.parametrize("mnk", [(16, 16, 16), (33, 9, 17)])
+def test_the_compiled_direct_call_gives_what_the_python_one_gives(dtype, epilog, mnk):
+    torch = pytest.importorskip("torch")
+    from nvdispatch._compiled import hotpath
+
+    m, n, k = mnk
+    dt = getattr(torch, dtype)
+    a, b = torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt)
+    bias = torch.randn(n, device="cuda", dtype=dt) if epilog else None
+    mm, plan = _torch_plan(a, b, epilog, bias)
+    if mm.strategy != "native":  # no fused cuBLASLt kernel for it (GELU in float64): no direct call either
+        assert plan.direct is None
+        pytest.skip(f"cuBLASLt runs {epilog} on {dtype} unfused")
+    args = (a, b) if bias is None else (a, b, bias)
+    if hotpath() is not None and not plan._algo.workspaceSize:
+        assert type(plan.direct).__name__ == "builtin_function_or_method"
+    got, py = plan.direct(*args), plan._python_direct(*args)
+    assert got.dtype == dt and got.shape == (m, n) and got.device == a.device
+    assert torch.equal(got, py), (got - py).abs().max()  # the same algorithm on the same pointers
+    a64, b64 = a.double().cpu().numpy(), b.double().cpu().numpy()
+    want, _ = epilog_reference(epilog or "DEFAULT", a64 @ b64, {} if bias is None else {"bias": bias.double().cpu().numpy()})
+    tol = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 1e-4, "float64": 1e-10}[dtype]
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got.double().cpu().numpy(), want, rtol=tol, atol=tol * scale)
+    mm.free()
+
+
+def test_the_compiled_direct_call_follows_bias_changes_and_misaligned_views():
+    torch = pytest.importorskip("torch")
+    a_full = torch.randn(17, 16, device="cuda")
+    b = torch.randn(16, 24, device="cuda")
+    biases = [torch.randn(24, device="cuda") for _ in range(3)]
+    a = a_full[:16]
+    mm, plan = _torch_plan(a, b, "RELU_BIAS", biases[0])
+    for bias in [*biases, biases[0], biases[2]]:
+        torch.testing.assert_close(plan.direct(a, b, bias), torch.relu(a @ b + bias), rtol=1e-4, atol=1e-4)
+    shifted = a_full[1:]  # 64 bytes in: the plan asks the heuristic for that alignment (the Python direct call)
+    torch.testing.assert_close(plan.direct(shifted, b, biases[1]), torch.relu(shifted @ b + biases[1]),
+                               rtol=1e-4, atol=1e-4)
+    mm.free()
+
+
+def test_the_compiled_direct_call_from_threads_on_their_own_streams():
+    torch = pytest.importorskip("torch")
+    import threading
+
+    a, b = torch.randn(16, 16, device="cuda"), torch.randn(16, 16, device="cuda")
+    biases = [torch.randn(16, device="cuda") for _ in range(4)]
+    mm, plan = _torch_plan(a, b, "RELU_BIAS", biases[0])
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            s = torch.cuda.Stream()
+            with torch.cuda.stream(s):
+                outs = [plan.direct(a, b, biases[i]) for _ in range(100)]
+            s.synchronize()
+            results[i] = outs
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i, outs in results.items():
+        want = torch.relu(a @ b + biases[i])
+        for r in outs:
+            torch.testing.assert_close(r, want, rtol=1e-4, atol=1e-4)
+    mm.free()
+
+
+def test_an_autotuned_algorithm_makes_a_new_direct_call():
+    torch = pytest.importorskip("torch")
+    a, b, bias = torch.randn(64, 32, device="cuda"), torch.randn(32, 48, device="cuda"), torch.randn(48, device="cuda")
+    mm, plan = _torch_plan(a, b, "RELU_BIAS", bias)
+    before = plan.direct
+    with nvdispatch.set_backend("cuda", only=True):
+        mm.autotune(iterations=2)
+    assert plan.direct is not before
+    torch.testing.assert_close(plan.direct(a, b, bias), torch.relu(a @ b + bias), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(mm.execute(), torch.relu(a @ b + bias), rtol=1e-4, atol=1e-4)
+    mm.free()

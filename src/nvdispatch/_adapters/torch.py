@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from typing import Any
 
@@ -77,7 +78,7 @@ class TorchAdapter(Adapter):
 
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if raw is not None:
-            return lambda: raw(device_index)
+            return functools.partial(raw, device_index)  # a C call, no Python frame (see _hotpath_lt.c)
         return lambda: self.current_stream(device_index)
 
     def stream_handle(self, stream: Any) -> int | None:

@@ -438,6 +438,7 @@ class LtMatmulPlan(LtPlanCommon):
         from .streams import current_stream_getter, stream_pointer
         from .xp import namespace_for
 
+        self._planned = False  # set once planned: from then a new algorithm (autotune) makes a new direct call
         self.problem = p
         self.strategy = "native" if fused else "inplace"
         self.device_index = _device_index(p)
@@ -500,10 +501,23 @@ class LtMatmulPlan(LtPlanCommon):
             self._torch_result = (storage, getattr(torch, p.result_dtype), storage is not shape)
         self.steps = self._describe()
         self.direct = self._direct_call()
+        self._planned = True
+
+    @property
+    def _algo(self):
+        """The ``cublasLtMatmul`` algorithm launches use (the heuristic's first, a saved or an autotuned one)."""
+        return self._algorithm
+
+    @_algo.setter
+    def _algo(self, algo) -> None:
+        self._algorithm = algo
+        if self._planned:  # the compiled direct call holds the algorithm it launches: make it anew
+            self.direct = self._direct_call()
 
     def _direct_call(self):
         """The Plan protocol's direct call for the commonest form, ``direct(a, b[, bias])`` (alpha 1, no c,
-        the current stream): operands read in place, at most a bias, no aux input or output; else None."""
+        the current stream): operands read in place, at most a bias, no aux input or output; else None.
+        Compiled where it can be (:meth:`_compiled_direct`), else :meth:`_python_direct`."""
         s, p = self.setup, self.problem
         names = tuple(self._inputs)
         if (
@@ -518,17 +532,56 @@ class LtMatmulPlan(LtPlanCommon):
             or (names and self.strategy != "native")
         ):
             return None
-        get, current, a_first = self._get_ptr, self._current_stream, s.lt_a.source == "a"
-        one, zero = self._one, self._zero
+        return self._compiled_direct() or self._python_direct
 
-        def direct(a, b, bias=None):
-            sp = current() if current is not None else 0
-            out, ptr_d, kind = self._result(a, sp)
-            ptr_a, ptr_b = (get(a), get(b)) if a_first else (get(b), get(a))
-            self._launch(ptr_a, ptr_b, ptr_d, ptr_d, None if bias is None else get(bias), None, one, zero, sp, kind)
-            return out
+    def _python_direct(self, a, b, bias=None):
+        """The direct call in Python (every alignment, every framework, an algorithm with a workspace)."""
+        get, current = self._get_ptr, self._current_stream
+        sp = current() if current is not None else 0
+        out, ptr_d, kind = self._result(a, sp)
+        ptr_a, ptr_b = (get(a), get(b)) if self.setup.lt_a.source == "a" else (get(b), get(a))
+        bias_ptr = None if bias is None else get(bias)
+        self._launch(ptr_a, ptr_b, ptr_d, ptr_d, bias_ptr, None, self._one, self._zero, sp, kind)
+        return out
 
-        return direct
+    def _compiled_direct(self):
+        """The direct call compiled (``_hotpath_lt.c``), for Torch tensors whose result is allocated as they are
+        (not transposed) and an algorithm without a workspace; None elsewhere or where the extension is not
+        built. It launches on a descriptor of its own (it sets the bias pointer there, under its own lock) and
+        hands calls whose pointers are not 256-byte aligned to :meth:`_python_direct`."""
+        from .._compiled import hotpath
+
+        compiled = hotpath()
+        tr = self._torch_result
+        if compiled is None or tr is None or tr[2] or self._algo.workspaceSize:
+            return None
+        import weakref
+
+        lt, p, s = self._lt, self.problem, self.setup
+        core = _Core(p, s, self.core.max_workspace)
+        algo = self._algo
+        lib = lt.lib()
+        ints = (
+            ctypes.cast(lib.cublasLtMatmul, ctypes.c_void_p).value,
+            ctypes.cast(lib.cublasLtMatmulDescSetAttribute, ctypes.c_void_p).value,
+            self.handle,
+            core.desc.ptr,
+            core.a.ptr,
+            core.b.ptr,
+            core.c.ptr,
+            core.d.ptr,
+            ctypes.addressof(algo.algo),
+            self._one,
+            self._zero,
+            int(s.lt_a.source == "a"),
+            lt.DESC_BIAS_POINTER if "bias" in self._inputs else -1,
+        )
+        keep = (core, algo, tuple(self._scalars.values()))  # alive as long as the direct call is
+        storage, dtype, _ = tr
+        return compiled.make_lt_direct(
+            ints, keep, (storage,), {"dtype": dtype}, self._current_stream, lt.check,
+            weakref.WeakMethod(self._python_direct),
+        )
 
     # -- description ---------------------------------------------------------------------------------
     def _describe(self) -> tuple[str, ...]:
