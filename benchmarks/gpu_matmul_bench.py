@@ -142,7 +142,7 @@ def host_overhead(torch, nvdispatch) -> dict:
     pw, pbias = torch.nn.Parameter(b.clone()), torch.nn.Parameter(bias.clone())
     mm = nvdispatch.Matmul(a, b)
     mm.plan(**relu_bias)
-    with nvdispatch.set_backend("cuda"):  # cuBLASLt asked for by name (the default leaves 16x16 to Torch)
+    with nvdispatch.set_backend("cuda"):  # cuBLASLt asked for by name (the default without the extension is Torch's op)
         lt = nvdispatch.Matmul(a, b)
         lt.plan(**relu_bias)
     lt_plan, lt_ops = lt._plan, lt._operands()
@@ -158,9 +158,11 @@ def host_overhead(torch, nvdispatch) -> dict:
             a, pw, epilog="RELU_BIAS", epilog_inputs={"bias": pbias}
         ),
         "torch.relu(torch.addmm), Parameters, autograd": lambda: torch.relu(torch.addmm(pbias, a, pw)),
-        "Matmul.execute RELU_BIAS (torch, default route)": mm.execute,
+        "Matmul.execute RELU_BIAS (default route)": mm.execute,
         "Matmul.execute RELU_BIAS (cuBLASLt)": lt.execute,
         "cuBLASLt plan.execute alone": lambda: lt_plan.execute(lt_ops),
+        "cuBLASLt plan.direct alone": lambda: lt_plan.direct(a, b, bias),  # compiled where the extension is
+        "cuBLASLt plan, Python direct call": lambda: lt_plan._python_direct(a, b, bias),
         "core _prepare (detect+validate+select)": lambda: _prepare(a, b, None, 1, None, "RELU_BIAS", {"bias": bias},
                                                                    None, None),
     }
@@ -198,8 +200,10 @@ def host_overhead(torch, nvdispatch) -> dict:
         print("cupy unavailable:", exc)
     out: dict = host_times(cases, torch)
     out["compiled_front"] = linalg._front is not linalg._route  # nvdispatch/_hotpath.c built and loaded
+    out["compiled_direct"] = type(lt_plan.direct).__name__ == "builtin_function_or_method"  # _hotpath_lt.c
     out["routes"] = {
         "RELU_BIAS (torch)": str(nvdispatch.explain(a, b, **relu_bias)).splitlines()[:2],
+        "Matmul RELU_BIAS (default route)": [f"executor {mm.executor!r}, strategy {mm.strategy!r}"],
         "Matmul (cuBLASLt)": list(lt_plan.steps),
     }
     base = out["torch.matmul"]

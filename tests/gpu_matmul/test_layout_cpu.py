@@ -195,7 +195,10 @@ def test_which_products_the_cuda_executor_leaves_to_torch_and_cupy(monkeypatch):
     tf32 = {"options": {"compute_type": "COMPUTE_32F_FAST_TF32"}}
     for framework in ("torch", "cupy"):
         assert cuda_matmul.decline(on_gpu(framework)).startswith(f"plain matmul: {framework}'s own matmul")
+    monkeypatch.setattr(cuda_matmul, "hotpath", lambda: None)  # no compiled direct call: Torch's op costs less
     assert cuda_matmul.decline(on_gpu("torch", **relu_bias)).startswith("host-bound (16x16x16)")
+    monkeypatch.setattr(cuda_matmul, "hotpath", lambda: object())  # compiled: our plan costs less
+    assert cuda_matmul.decline(on_gpu("torch", **relu_bias)) is None
     assert cuda_matmul.decline(on_gpu("cupy", **relu_bias)) is None
     assert cuda_matmul.decline(on_gpu("cupy", **tf32)) is None  # cuBLASLt applies the compute type
     assert cupy_matmul.plain_product(on_gpu("cupy")) and not cupy_matmul.plain_product(on_gpu("cupy", **tf32))

@@ -7,24 +7,28 @@ Torch ops) — only used where cuBLASLt has no fused kernel for the case, and ``
 
 Plain matmuls (no epilog, no ``c``) of Torch tensors and CuPy arrays are declined so ``torch.matmul`` /
 ``cupy.matmul`` (same cuBLAS kernels, less host overhead) runs them (see :data:`PLAIN_TO_FRAMEWORK`; CuPy's only
-where no ``compute_type``/``scale_type`` is asked for, which ``cupy.matmul`` could not apply), and so are small
-2-D BIAS/RELU_BIAS/GELU_BIAS products of Torch tensors with a bias along N (at most :data:`HOST_BOUND_MNK`
-multiply-adds): their GPU time is below the host cost of a launch, and Torch's ``addmm``/``_addmm_activation``
-reach the same fused cuBLASLt epilogue (one launch) with less of it — measured on the H200, one execute of our
-cuBLASLt plan costs 1.21–1.25× a whole ``torch.matmul`` call in host time with the compiled launch, 1.39–1.40×
-through ctypes (``benchmarks/lt_launch_bench.py``). Neither is declined when
-the user asked for this executor with ``set_backend("cuda")`` or ``set_global_backend("cuda")``.
+where no ``compute_type``/``scale_type`` is asked for, which ``cupy.matmul`` could not apply). Small 2-D
+BIAS/RELU_BIAS/GELU_BIAS products of Torch tensors with a bias along N (at most :data:`HOST_BOUND_MNK`
+multiply-adds) are host-bound: their GPU time is below the host cost of a launch. They run here where the
+compiled extension is built: our plan's direct call (``_hotpath_lt.c``) launches the algorithm it planned
+once, where Torch's ``_addmm_activation`` asks cuBLASLt's heuristic on every call — measured on the H200, a
+stateless 16x16 RELU_BIAS call costs 1.09x a ``torch.matmul`` call in host time, ``_addmm_activation`` 1.12x
+(``benchmarks/gpu_matmul_bench.py --host-only``). Without the extension they are declined to Torch's fused entry,
+which then costs less than our Python direct call. Neither is declined when the user asked for this executor
+with ``set_backend("cuda")`` or ``set_global_backend("cuda")``.
 """
 
 from __future__ import annotations
 
+from .._compiled import hotpath
 from .._matmul_problem import MatmulProblem
 
 #: frameworks whose own matmul runs plain products (measured on the H200: the same kernels; 16x16 host time per
 #: call, Torch 11.2 us against 13.0 through cuBLASLt, CuPy 15.9 against 20.7)
 PLAIN_TO_FRAMEWORK = {"torch", "cupy"}
-#: Torch problems up to this m*n*k whose epilog Torch fuses into cuBLASLt itself are left to Torch (host-bound:
-#: 256^3 multiply-adds take a few microseconds on a current GPU, less than a launch's host cost)
+#: Torch problems up to this m*n*k whose epilog Torch fuses into cuBLASLt itself are left to Torch where the
+#: extension is not built (host-bound: 256^3 multiply-adds take a few microseconds on a current GPU, less than a
+#: launch's host cost)
 HOST_BOUND_MNK = 256**3
 
 
@@ -70,13 +74,14 @@ def decline(problem: MatmulProblem) -> str | None:
         from .cupy_matmul import plain_product
 
         plain = plain_product(problem)
-    small_fused = problem.framework == "torch" and _torch_fuses_small(problem)
+    small_fused = problem.framework == "torch" and _torch_fuses_small(problem) and hotpath() is None
     if problem.framework in PLAIN_TO_FRAMEWORK and (plain or small_fused) and not _requested():
         if plain:
             return f"plain matmul: {problem.framework}'s own matmul runs the same kernels with less host overhead"
         return (
             f"host-bound ({problem.m}x{problem.n}x{problem.k}): Torch's addmm/_addmm_activation runs the same fused "
-            "cuBLASLt epilogue with less host overhead"
+            "cuBLASLt epilogue with less host overhead than our direct call in Python (the compiled extension, "
+            "nvdispatch._hotpath, is not built)"
         )
     if problem.framework == "dlpack" and problem.a.strides is None:
         pass  # strides are read at execution time; C-contiguous is assumed when planning
