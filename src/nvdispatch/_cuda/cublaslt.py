@@ -140,9 +140,13 @@ def matmul_call():
     ``cublasLtMatmulAlgo_t``: ``ctypes.addressof(result.algo)``), returning the status: called directly through
     ``nvdispatch._hotpath`` where the extension is built, else the ctypes function (which converts the 16
     arguments at 2-4 us a launch on the H200's host)."""
-    fn = lib().cublasLtMatmul
     compiled = hotpath()
-    return fn if compiled is None else compiled.make_lt_matmul(ctypes.cast(fn, ctypes.c_void_p).value)
+    return lib().cublasLtMatmul if compiled is None else compiled.make_lt_matmul(address("cublasLtMatmul"))
+
+
+def address(name: str) -> int:
+    """The address of cuBLASLt's function ``name`` (what the compiled launches call)."""
+    return ctypes.cast(getattr(lib(), name), ctypes.c_void_p).value
 
 
 def check(status: int, what: str) -> None:

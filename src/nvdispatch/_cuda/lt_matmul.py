@@ -490,6 +490,7 @@ class LtMatmulPlan(LtPlanCommon):
         self._current_stream = current_stream_getter(p.framework, self.device_index)
         self._inputs = p.input_sigs
         self._direct_operands = not s.lt_a.copy and not s.lt_b.copy
+        self._a_first = s.lt_a.source == "a"  # cuBLASLt's A is operand a (else b: the row orientation)
         self._order = "F" if (s.orientation == "col" and not p.a_vector and not p.b_vector) else "C"
         self._one, self._zero = self._scalar_buffer(1, []), self._scalar_buffer(0, [])
         self._torch_result = None  # (storage shape, dtype, transpose?) of Torch results, made like operand a
@@ -539,7 +540,7 @@ class LtMatmulPlan(LtPlanCommon):
         get, current = self._get_ptr, self._current_stream
         sp = current() if current is not None else 0
         out, ptr_d, kind = self._result(a, sp)
-        ptr_a, ptr_b = (get(a), get(b)) if self.setup.lt_a.source == "a" else (get(b), get(a))
+        ptr_a, ptr_b = (get(a), get(b)) if self._a_first else (get(b), get(a))
         bias_ptr = None if bias is None else get(bias)
         self._launch(ptr_a, ptr_b, ptr_d, ptr_d, bias_ptr, None, self._one, self._zero, sp, kind)
         return out
@@ -560,10 +561,9 @@ class LtMatmulPlan(LtPlanCommon):
         lt, p, s = self._lt, self.problem, self.setup
         core = _Core(p, s, self.core.max_workspace)
         algo = self._algo
-        lib = lt.lib()
         ints = (
-            ctypes.cast(lib.cublasLtMatmul, ctypes.c_void_p).value,
-            ctypes.cast(lib.cublasLtMatmulDescSetAttribute, ctypes.c_void_p).value,
+            lt.address("cublasLtMatmul"),
+            lt.address("cublasLtMatmulDescSetAttribute"),
             self.handle,
             core.desc.ptr,
             core.a.ptr,
@@ -573,7 +573,7 @@ class LtMatmulPlan(LtPlanCommon):
             ctypes.addressof(algo.algo),
             self._one,
             self._zero,
-            int(s.lt_a.source == "a"),
+            int(self._a_first),
             lt.DESC_BIAS_POINTER if "bias" in self._inputs else -1,
         )
         keep = (core, algo, tuple(self._scalars.values()))  # alive as long as the direct call is
@@ -661,7 +661,7 @@ class LtMatmulPlan(LtPlanCommon):
         # operands
         if self._direct_operands:  # cuBLASLt reads a and b in place (lt_a is b in the row orientation)
             get = self._get_ptr
-            ptr_a, ptr_b = (get(a), get(b)) if s.lt_a.source == "a" else (get(b), get(a))
+            ptr_a, ptr_b = (get(a), get(b)) if self._a_first else (get(b), get(a))
         else:
             ptr_a = self._operand_ptr(s.lt_a, a, b, keep)
             ptr_b = self._operand_ptr(s.lt_b, a, b, keep)
