@@ -148,6 +148,10 @@ class CallbackFFTProblem:
         return self.fft.device
 
     @property
+    def memory(self) -> frozenset[str]:
+        return self.fft.memory
+
+    @property
     def in_shape(self) -> tuple[int, ...]:
         """The logical input the prolog sees: ``x`` padded/trimmed along the transformed axes."""
         shape = list(self.fft.shape)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import enum
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from ._detect import Device, OperandInfo
 from ._epilog import EpilogSpec, Shapes, validate_inputs
+from ._memory import common_memory
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -318,6 +319,8 @@ class MatmulProblem:
     quantization: Any = None
     #: plan-shaping preferences (autotune ``limit``, ``max_workspace_bytes``); None: the defaults
     preferences: MatmulPlanPreferences | None = None
+    #: the memory kinds every operand's view is (``OperandInfo.memory``): what executors accept them by
+    memory: frozenset[str] = field(default=frozenset(), repr=False)
 
     @property
     def plan_preferences(self) -> MatmulPlanPreferences:
@@ -497,4 +500,5 @@ def build_problem(
         inputs=inputs,
         options=options,
         autograd=any(info.autograd for info in infos.values()),
+        memory=common_memory(infos.values(), framework),
     )

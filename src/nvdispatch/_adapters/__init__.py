@@ -5,14 +5,15 @@ classes in ``sys.modules`` (a framework that is not imported cannot have made th
 ever imported just to ask). The answer is cached per class. Protocol adapters (``__cuda_array_interface__``,
 DLPack) come last and may also look at the instance.
 
-Adding a framework is one adapter file (a subclass of :class:`~nvdispatch._adapters.base.Adapter`) and
-one call::
+Adding a framework is one adapter file (a subclass of :class:`~nvdispatch._adapters.base.Adapter`, see its
+module for the interface and the memory kinds) and one registration: a line in the list at the end of this
+module for a built-in one, or for any other::
 
     from nvdispatch._adapters import register_adapter
     register_adapter(MyAdapter())
 
 Its ``default_executors`` say which executors run its arrays by default (``register_executor`` adds a
-new one by name).
+new one by name); they accept its arrays by the memory kinds of the views its ``info`` hands out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from .array_api_strict import ArrayApiStrictAdapter
 from .base import CPU, Adapter, Device, OperandInfo, c_strides
 from .cai import CaiAdapter
 from .cupy import CupyAdapter
@@ -42,6 +44,8 @@ __all__ = [
     "adapter_named",
     "adapter_for_result_kind",
     "adapters",
+    "framework_names",
+    "call_key_classes",
 ]
 
 _lock = threading.Lock()
@@ -58,6 +62,9 @@ signature_by_class: dict[type, Any] = {}
 #: class -> the call-key memo of its adapter's guard (nvdispatch._call_key_memo), None when it has none
 #: (filled with signature_by_class, cleared with it: remembered keys hold the old adapter's signatures)
 call_key_memo_by_class: dict[type, Any] = {}
+#: class -> its call-key entry (``nvdispatch._call_key.ClassKeys``: signature, guard memo, view, wrap), filled by
+#: the call-key module, cleared here when adapters change (entries hold the old adapter's functions)
+call_key_classes: dict[type, Any] = {}
 _by_result_kind: dict[str, Adapter] = {}
 
 
@@ -84,6 +91,7 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
         _by_class.clear()
         signature_by_class.clear()
         call_key_memo_by_class.clear()
+        call_key_classes.clear()
         _by_result_kind.clear()
     return adapter
 
@@ -98,6 +106,7 @@ def unregister_adapter(name: str) -> None:
         _by_class.clear()
         signature_by_class.clear()
         call_key_memo_by_class.clear()
+        call_key_classes.clear()
         _by_result_kind.clear()
 
 
@@ -153,6 +162,11 @@ def adapters() -> tuple[Adapter, ...]:
     return (*_frameworks, *_protocols)
 
 
+def framework_names() -> str:
+    """The registered frameworks and protocols, for messages: ``"numpy, torch, ..."``."""
+    return ", ".join(ad.name for ad in adapters())
+
+
 def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
     """The executors tried by default for ``framework``'s arrays on a ``device_kind`` device."""
     ad = _by_name.get(framework)
@@ -161,6 +175,6 @@ def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
 
 for _ad in (DlpackAdapter(), CaiAdapter()):
     register_adapter(_ad, protocol=True)
-for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter(), JaxAdapter()):
+for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter(), JaxAdapter(), ArrayApiStrictAdapter()):
     register_adapter(_ad)
 del _ad

@@ -7,9 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from .._memory import HOST
 from .base import CPU, Adapter, OperandInfo
 
 __all__ = ["NumpyAdapter"]
+
+_HOST = frozenset({HOST})
 
 
 class NumpyAdapter(Adapter):
@@ -19,9 +22,10 @@ class NumpyAdapter(Adapter):
     def claims(self, cls: type) -> bool:
         return issubclass(cls, (np.ndarray, np.generic))
 
-    def info(self, name: str, x: Any, framework: str = "numpy") -> OperandInfo:
+    def info(self, name: str, x: Any) -> OperandInfo:
         itemsize = x.itemsize or 1
-        return OperandInfo(x, framework, CPU, x.dtype.name, x.shape, tuple(s // itemsize for s in x.strides))
+        strides = tuple(s // itemsize for s in x.strides)
+        return OperandInfo(x, self.name, CPU, x.dtype.name, x.shape, strides, memory=_HOST)
 
     #: (dtype, shape, strides), read in C: no Python frame on the per-call path
     signature = operator.attrgetter("dtype", "shape", "strides")

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._matmul_problem import MatmulProblem, scalar_value
+from .._memory import TORCH_TENSOR
 from . import lt_autotune
 from . import lt_layout as L
 from .arrays import c_strides, empty, make_view, result_kind, storage_shape
@@ -494,7 +495,7 @@ class LtMatmulPlan(LtPlanCommon):
         self._order = "F" if (s.orientation == "col" and not p.a_vector and not p.b_vector) else "C"
         self._one, self._zero = self._scalar_buffer(1, []), self._scalar_buffer(0, [])
         self._torch_result = None  # (storage shape, dtype, transpose?) of Torch results, made like operand a
-        if p.framework == "torch":
+        if TORCH_TENSOR in p.memory:
             import torch
 
             shape = tuple(int(d) for d in p.result_shape)
