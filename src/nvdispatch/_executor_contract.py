@@ -2,7 +2,7 @@
 
 The built-in executors (``nvdispatch.executors.*``) are trusted and called directly. Every other executor —
 one a user registers or passes to ``set_backend`` — goes through the functions below, which the route
-(:mod:`nvdispatch._dispatch`) calls in place of the executor's own methods:
+(:mod:`nvdispatch._route`) calls in place of the executor's own methods:
 
 * :func:`decline` / :func:`strategies` check what the executor answers (a reason string or None; a non-empty
   sequence of strategy names) and turn a call the executor's signature cannot take into a typed error;

@@ -22,16 +22,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._detect import OperandInfo
-from ._dispatch import (
+from ._fft_callbacks import DataLayout
+from ._fft_problem import FFTProblem, build_fft_problem
+from ._route import (
     Explanation,
+    check_stream,
     coerce_operands,
     detect_all,
     explain_selected,
     placement,
+    run_uncached,
     select,
 )
-from ._fft_callbacks import DataLayout, select_and_run
-from ._fft_problem import FFTProblem, build_fft_problem
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
 __all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan", "VectorisedConvolveOp"]
@@ -55,6 +57,10 @@ class ConvolveProblem:
     @property
     def device(self):
         return self.forward.device
+
+    @property
+    def memory(self) -> frozenset[str]:
+        return self.forward.memory
 
     @property
     def spectrum_shape(self) -> tuple[int, ...]:
@@ -87,7 +93,7 @@ def prepare(x, h, n, axis):
     xi, hi = infos["x"], infos["h"]
     real = xi.dtype in ("float32", "float64")
     forward = build_fft_problem("rfft" if real else "fft", xi, framework, device, n=n, axis=axis)
-    spectrum = OperandInfo(None, framework, device, forward.result_dtype, forward.out_shape, None)
+    spectrum = OperandInfo(None, framework, device, forward.result_dtype, forward.out_shape, None, memory=xi.memory)
     length = forward.lengths[0]
     inverse = build_fft_problem("irfft" if real else "ifft", spectrum, framework, device, n=length, axis=axis)
     if hi.dtype not in ("float32", "float64", "complex64", "complex128"):
@@ -105,17 +111,13 @@ def prepare(x, h, n, axis):
             f"shape {tuple(hi.shape)}",
         )
     layout = DataLayout(hi.framework, hi.device, hi.dtype, tuple(hi.shape), hi.strides)
-
-    def operand(name, value):
-        i = infos[name]
-        return i.array if i.framework == "dlpack" and i.device.kind == "cpu" else value
-
-    return ConvolveProblem(forward, inverse, layout), {"x": operand("x", x), "h": operand("h", h)}
+    return ConvolveProblem(forward, inverse, layout), {"x": xi.array, "h": hi.array}  # the views executors take
 
 
 def run(x, h, n=None, axis=-1, stream=None):
     problem, operands = prepare(x, h, n, axis)
-    return select_and_run(OP, problem, operands, stream, _coerce, "fft convolve")
+    check_stream(stream, x)
+    return run_uncached(OP, problem, operands, stream, _coerce, x)
 
 
 def _coerce(sel, operands: dict) -> dict:
@@ -124,6 +126,7 @@ def _coerce(sel, operands: dict) -> dict:
 
 def explain(x, h, n=None, axis=-1, stream=None) -> Explanation:
     problem, _ = prepare(x, h, n, axis)
+    check_stream(stream, x)
     return explain_selected("convolve", OP, problem, select(OP, problem))
 
 

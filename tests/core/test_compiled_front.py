@@ -16,7 +16,7 @@ import pytest
 
 import nvdispatch
 from nvdispatch import errors, linalg
-from nvdispatch._adapters import call_key_memo_by_class, signature_by_class
+from nvdispatch._adapters import call_key_classes
 from nvdispatch.executors.base import Executor
 
 torch = pytest.importorskip("torch")
@@ -32,8 +32,7 @@ def front(request, monkeypatch):
         monkeypatch.setattr(linalg, "_front", linalg._route)
     nvdispatch.reset_backends()
     nvdispatch.plan_cache.clear()
-    signature_by_class.clear()  # and the memos with them (as an adapter change does): each test starts afresh
-    call_key_memo_by_class.clear()
+    call_key_classes.clear()  # signatures and memos (as an adapter change does): each test starts afresh
     yield request.param
     nvdispatch.reset_backends()
     nvdispatch.plan_cache.clear()
@@ -49,7 +48,7 @@ def _operands(seed=0, m=5, k=3, n=4):
 
 
 def _memo_records():
-    return [rec for recs in call_key_memo_by_class[torch.Tensor].handles.values() for rec in recs]
+    return [rec for recs in call_key_classes[torch.Tensor].memo.handles.values() for rec in recs]
 
 
 def test_the_extension_is_built_where_a_c_compiler_and_the_python_headers_are(front):
@@ -125,7 +124,7 @@ def test_a_failing_guard_is_tried_once_per_call_and_a_passing_one_serves_it():
     a, b, bias = _operands(3)
     for _ in range(3):
         nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
-    memo = call_key_memo_by_class[torch.Tensor]
+    memo = call_key_classes[torch.Tensor].memo
     (form,) = [f for f in memo.handles if "bias" in f]
     calls = []
 
@@ -148,7 +147,7 @@ def test_an_error_in_a_guard_is_the_calls_unless_the_route_handles_it(raised):
     a, b, _ = _operands(4)
     for _ in range(3):
         nvdispatch.matmul(a, b)
-    memo = call_key_memo_by_class[torch.Tensor]
+    memo = call_key_classes[torch.Tensor].memo
     (form,) = list(memo.handles)
 
     def failing(*xs):

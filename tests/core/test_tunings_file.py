@@ -11,8 +11,8 @@ import pytest
 
 import nvdispatch
 from nvdispatch import errors, plan_cache
-from nvdispatch._dispatch import choice_key, plan_key
 from nvdispatch._plan_cache import TUNINGS_FORMAT, PlanCache, TuningsWarning
+from nvdispatch._route import choice_key, plan_key
 
 
 @pytest.fixture(autouse=True)

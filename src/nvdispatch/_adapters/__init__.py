@@ -56,12 +56,6 @@ _protocols: tuple[Adapter, ...] = ()
 _by_name: dict[str, Adapter] = {}
 #: class -> its adapter; None: no framework adapter claims the class (protocols are asked per instance)
 _by_class: dict[type, Adapter | None] = {}
-#: class -> its adapter's signature function, None when calls with it take the full route (filled by the
-#: call route, cleared here when adapters change)
-signature_by_class: dict[type, Any] = {}
-#: class -> the call-key memo of its adapter's guard (nvdispatch._call_key_memo), None when it has none
-#: (filled with signature_by_class, cleared with it: remembered keys hold the old adapter's signatures)
-call_key_memo_by_class: dict[type, Any] = {}
 #: class -> its call-key entry (``nvdispatch._call_key.ClassKeys``: signature, guard memo, view, wrap), filled by
 #: the call-key module, cleared here when adapters change (entries hold the old adapter's functions)
 call_key_classes: dict[type, Any] = {}
@@ -89,8 +83,6 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
             _frameworks = (adapter, *_frameworks)
         _by_name[adapter.name] = adapter
         _by_class.clear()
-        signature_by_class.clear()
-        call_key_memo_by_class.clear()
         call_key_classes.clear()
         _by_result_kind.clear()
     return adapter
@@ -104,8 +96,6 @@ def unregister_adapter(name: str) -> None:
         _protocols = tuple(a for a in _protocols if a.name != name)
         _by_name.pop(name, None)
         _by_class.clear()
-        signature_by_class.clear()
-        call_key_memo_by_class.clear()
         call_key_classes.clear()
         _by_result_kind.clear()
 

@@ -65,7 +65,8 @@ class ArrayApiStrictAdapter(Adapter):
         return xp.roll(x, shift=tuple(shifts), axis=tuple(axes)) if axes else xp.asarray(x, copy=True)
 
     def native_device(self, device: Any) -> Any | None:
-        return device if isinstance(device, _namespace().Device) else None
+        xp = sys.modules.get(_NAME)
+        return device if xp is not None and isinstance(device, xp.Device) else None
 
     def from_host_values(self, values, dtype: Any, device: Any) -> Any:
         xp = _namespace()

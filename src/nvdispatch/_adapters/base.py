@@ -37,8 +37,8 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     this framework's array into something other frameworks can import (DLPack/CAI);
 ``native_device(device)``, ``from_host_values(values, dtype, device)``
     devices named by the caller (``fftfreq(device=)``);
-``roll(x, shifts, axes)``, ``copy_into(dst, src)``
-    the array operations ``fftshift`` and ``out=`` need (adapters without them go through the host view).
+``roll(x, shifts, axes)``, ``copy_into(dst, src)``, ``unwritable(x)``
+    the array operations ``fftshift`` and in-place results need (adapters without them go through the view).
 
 Only adapters branch on a framework; everything else asks them (see ``nvdispatch._adapters``; the README's
 "Adding a framework" says which methods are required).
@@ -237,6 +237,10 @@ class Adapter:
     def copy_into(self, dst: Any, src: Any) -> None:
         """Write ``src`` into ``dst`` (an array of this framework)."""
         dst[...] = src
+
+    def unwritable(self, x: Any) -> str:
+        """Why ``x`` may not be written in place (read-only, immutable...), or ``""`` when it may."""
+        return ""
 
     # -- devices named by the caller (fftfreq's ``device=``) ----------------------------------------------
     #: order among adapters for a device given as a string ("cpu", "cuda:1"): lowest first

@@ -55,6 +55,10 @@ class CaiAdapter(Adapter):
         device = Device("cuda", pointer_device(int(cai["data"][0] or 0)))
         return OperandInfo(x, self.name, device, dtype.name, shape, strides, memory=_MEMORY)
 
+    def unwritable(self, x) -> str:
+        read_only = x.__cuda_array_interface__.get("data", (0, False))[1]
+        return "a read-only __cuda_array_interface__ array" if read_only else ""
+
     def signature(self, x):
         cai = x.__cuda_array_interface__
         return (cai["typestr"], tuple(cai["shape"]), cai.get("strides"), pointer_device(int(cai["data"][0] or 0)))

@@ -66,6 +66,9 @@ class JaxAdapter(Adapter):
     def to_numpy(self, x):
         return np.asarray(x)
 
+    def unwritable(self, x) -> str:
+        return "a JAX array (JAX arrays are immutable)"
+
     def wrap(self, result: Any, like: Any) -> Any:
         import jax
 

@@ -51,6 +51,9 @@ class NumpyAdapter(Adapter):
     def roll(self, x, shifts, axes):
         return np.roll(x, shifts, axes) if axes else x.copy()
 
+    def unwritable(self, x) -> str:
+        return "" if x.flags.writeable else "a read-only NumPy array"
+
     device_string_rank = 0
 
     def native_device(self, device):

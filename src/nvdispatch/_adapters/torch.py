@@ -188,6 +188,11 @@ class TorchAdapter(Adapter):
     def copy_into(self, dst, src) -> None:
         dst.copy_(src)
 
+    def unwritable(self, x) -> str:
+        if x.requires_grad and x.is_leaf:
+            return "a leaf Torch tensor that requires grad (autograd forbids writing it in place)"
+        return ""
+
     # -- results ---------------------------------------------------------------------------------------------
     result_kinds = ("torch",)
 

@@ -6,32 +6,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _backends, _fft_callbacks
-from .._backends import _state
-from .._dispatch import (
-    Explanation,
-    _log_levels,
-    acquire_plan,
-    choose_strategy,
-    coerce_operands,
-    debug_enabled,
-    detect_all,
-    explain_selected,
-    log_hit,
-    placement,
-    select,
-    signature_of,
-    store,
-    wrap_result,
-)
-from .._dispatch import call_key_memo_by_class as _memos
-from .._dispatch import signature_by_class as _signatures
+from .._call_key import class_keys, fft_key, int_seq
 from .._execute import run
 from .._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from .._fft_problem import FUNCS, build_fft_problem
 from .._plan_cache import plan_cache
+from .._route import (
+    Explanation,
+    check_stream,
+    debug_enabled,
+    detect_all,
+    explain_selected,
+    log_hit,
+    log_levels,
+    placement,
+    select,
+)
 from .._typing import Array, Axes, Norm, Shape, Stream
 from ..errors import UnsupportedDtypeError, UnsupportedOperandError
+from ._stateful import FFT
 
 __all__ = ["call_transform", "explain_fft"]
 
@@ -43,30 +36,8 @@ _handle = plan_cache.handle
 def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     infos = detect_all({"x": x})
     framework, device = placement(infos)
-    info = infos["x"]
-    problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
-    # the operand as executors take it (e.g. a CPU DLPack object's zero-copy NumPy view)
-    return problem, select("fft", problem), info.array
-
-
-def _call_form(func: str, x, n, axis, s, axes, norm):
-    """``(form, sig, memo)``: the form of a transform's call key (see ``_dispatch``; the key is
-    ``(form, sig(x))``), None when the call does not qualify; and the call-key memo of the array's class (see
-    ``_call_key_memo``), None when it has none."""
-    cls = x.__class__
-    sig = _signatures.get(cls, signature_of)
-    if sig is signature_of:
-        sig = signature_of(cls)
-    if sig is None:
-        return None, None, None
-    if s is not None:
-        s = _int_seq(s)
-    if axes is not None:
-        axes = _int_seq(axes)
-    if s is False or axes is False:
-        return None, None, None
-    form = ("fft", func, cls, n, axis, s, axes, norm, _state.get().key, _backends._global.key)
-    return form, sig, _memos.get(cls)
+    problem = build_fft_problem(func, infos["x"], framework, device, n, axis, s, axes, norm)
+    return problem, select("fft", problem)
 
 
 _NO_CALLBACKS = (None, None, None, None)  # (prolog, epilog, prolog_data, epilog_data) of a plain transform
@@ -84,7 +55,7 @@ def _distinct_axes(axes, ndim: int) -> bool:
             return False
     if known is not None:
         return known
-    seq = _int_seq(axes)
+    seq = int_seq(axes)
     if not seq or seq.__class__ is int:
         return False
     answer = all(-ndim <= ax < ndim for ax in seq) and len({ax % ndim for ax in seq}) == len(seq)
@@ -93,47 +64,46 @@ def _distinct_axes(axes, ndim: int) -> bool:
     return answer
 
 
-def _int_seq(v):
-    """``v`` as a key part: None, an int, or a tuple of ints; False when it is anything else (arrays of
-    axes, ...): such calls are validated in full every time instead of growing the cache."""
-    if v is None or v.__class__ is int:
-        return v
-    if v.__class__ in (tuple, list) and all(e.__class__ is int for e in v):
-        return tuple(v)
-    return False
-
-
-def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
-    key = plan = learn = None
+def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, callbacks=None):
+    """One transform: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the call-key memo first),
+    then the run step on the cached plan; else the stateful object's path (``FFT``), whose plan is kept under
+    the key. ``callbacks``: a prolog/epilog call, which has no key (its plans are cached by problem)."""
+    entry = class_keys(x.__class__)
+    plan = key = learn = form = None
     try:
-        form, sig, memo = _call_form(func, x, n, axis, s, axes, norm)
-        if memo is not None:  # a repeated call's plan handle, remembered behind the class's guard
-            for check, entry, epoch in memo.handles.get(form, ()):
-                if check(x):
-                    plan = _acquire_handle(entry, epoch)
-                    break
-        if plan is None and form is not None:
-            key = (form, sig(x))
-            plan = _acquire(key)  # pinned until run() returns
-            learn = memo
+        if entry.signature is not None and callbacks is None:
+            form, key = fft_key(entry, func, x, n, axis, s, axes, norm)
+            memo = entry.memo
+            if memo is not None and form is not None:  # a repeated call's handle, behind the class's guard
+                for check, handle, epoch in memo.handles.get(form, ()):
+                    if check(x):
+                        plan = _acquire_handle(handle, epoch)
+                        break
+                if plan is None:
+                    key, learn = (form, entry.signature(x)), memo
+            if plan is None and key is not None:
+                plan = _acquire(key)  # pinned until run() returns
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = None
     if plan is None:
-        problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
-        plan = acquire_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
+        f = FFT._for_call(func, x, n, axis, s, axes, norm, callbacks)
         try:
-            if not sel.coerce:
-                store(key, plan)
-            operands = coerce_operands(sel, {"x": operand}, ("x",))
-        except BaseException:
-            plan_cache.let_go(plan)
-            raise
-        return wrap_result(run(plan, operands, stream), x)
+            f._plan_with(f._callbacks, {}, call_key=key)
+            return f.execute(direction=FUNCS[func][1], stream=stream)
+        finally:
+            f.free()
     if learn is not None:  # a repeated call, found by its signature
         learn.remember(form, (x,), _handle(key))
-    if _log_levels.get(10) is not False and debug_enabled():
-        log_hit("fft", plan)
-    return run(plan, {"x": x}, stream)
+    try:
+        if stream is not None:
+            check_stream(stream, x)
+        if log_levels.get(10) is not False and debug_enabled():
+            log_hit("fft", plan)
+        operand = x if entry.view is None else entry.view(x)
+    except BaseException:
+        plan_cache.let_go(plan)
+        raise
+    return run(plan, {"x": operand}, stream, None, (entry.adapter, x) if entry.wraps else None)
 
 
 def explain_fft(
@@ -155,7 +125,8 @@ def explain_fft(
     >>> nvdispatch.fft.explain_fft("rfft", np.ones(64)).problem.out_shape
     (33,)
     """
-    problem, sel, _ = _prepare(func, x, n, axis, s, axes, norm)
+    problem, sel = _prepare(func, x, n, axis, s, axes, norm)
+    check_stream(stream, x)
     return explain_selected(func, "fft", problem, sel)
 
 
@@ -173,8 +144,8 @@ def call_transform(
     callbacks=None,
 ):
     """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
-    if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: their own route
-        result = _fft_callbacks.run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks=callbacks)
+    if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: planned by problem, no call key
+        result = _run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks)
         return result if out is None else write_out(result, out)
     if out is None and s is None and (axes is None or a.__class__ is not np.ndarray or _distinct_axes(axes, a.ndim)):
         try:

@@ -1,0 +1,247 @@
+"""Call keys: the cheap signature of a call that the plan cache is asked first, for matmul and fft alike.
+
+A call key holds what the plan of a call depends on and nothing that costs much to read: the operation and
+its arguments other than arrays (epilog, options, axes, norm... as given), the classes of the scalars, the
+signature of each array (its adapter's ``signature``: dtype, shape, strides, device...) and the backend state
+(``_backends.registry``: ``current_state().key``, ``global_key``). A call whose key is cached runs that plan;
+any other takes the full path (detect, validate, select, plan), which keeps the plan under the key when every
+call with that key validates and selects the same way. A call with an argument that cannot be part of a key
+(an unhashable value, an array whose class has no signature) has no key: it takes the full path every time.
+
+Per array class, :func:`class_keys` gives the adapter's functions the route needs (:class:`ClassKeys`), looked
+up once per class. The commonest matmuls (a plain product; a bias alone; alpha 1, no ``c``, options or scales)
+have short keys, ``(form, signature(a), signature(b)[, signature(bias)])``: their *form* (every part of the
+key but the signatures) is also what the call-key memo (:mod:`nvdispatch._call_key_memo`) remembers plan
+handles under for classes with a guard. The compiled front (``_hotpath.c``) builds exactly these short keys and
+forms, from the documented attributes of :class:`ClassKeys` and of the backend registry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from ._adapters import Adapter, adapter_for_class, call_key_classes
+from ._backends import registry
+from ._call_key_memo import CallKeyMemo
+from ._fp8 import MatmulQuantizationScales
+
+__all__ = ["ClassKeys", "class_keys", "SCALARS", "matmul_key", "short_key", "fft_key", "int_seq"]
+
+_SCALE_NAMES = tuple(f.name for f in fields(MatmulQuantizationScales))
+
+
+class ClassKeys:
+    """What the route uses of an array class's adapter (read as attributes by the compiled front too).
+
+    ``signature``
+        the adapter's signature function for the class; None: calls with these arrays have no key;
+    ``memo``
+        the :class:`~nvdispatch._call_key_memo.CallKeyMemo` of the adapter's guard, or None;
+    ``view``
+        the adapter's ``view`` (the view of an array executors receive), or None where that is the array;
+    ``wraps``
+        whether results go back through the adapter's ``wrap``;
+    ``plain``
+        no view and no wrap: a cached call passes the caller's arrays to the plan and returns its result as
+        it is (the calls the compiled front serves);
+    ``adapter``
+        the adapter itself (its ``wrap``, ``check_stream``).
+    """
+
+    __slots__ = ("signature", "memo", "view", "wraps", "plain", "adapter")
+
+    def __init__(self, adapter: Adapter | None, cls: type):
+        sig = None if adapter is None else adapter.signature_for(cls)
+        guard = None if sig is None else adapter.guard_for(cls)
+        self.adapter = adapter
+        self.signature: Callable[[Any], Hashable] | None = sig
+        self.memo = None if guard is None else CallKeyMemo(guard)
+        self.view = None if adapter is None else adapter.view
+        self.wraps = adapter is not None and adapter.wraps
+        self.plain = self.view is None and not self.wraps
+
+    def __repr__(self) -> str:
+        name = None if self.adapter is None else self.adapter.name
+        return f"<ClassKeys {name} signature={self.signature is not None} memo={self.memo is not None}>"
+
+
+def class_keys(cls: type) -> ClassKeys:
+    """The :class:`ClassKeys` of array class ``cls`` (cached in ``_adapters.call_key_classes``, which the
+    adapter registry clears when adapters change)."""
+    entry = call_key_classes.get(cls)
+    if entry is None:
+        entry = call_key_classes[cls] = ClassKeys(adapter_for_class(cls), cls)
+    return entry
+
+
+def _concrete_subclasses(cls: type) -> set[type]:
+    subs = set(cls.__subclasses__())
+    return {c for c in subs if not c.__subclasses__()} | {d for c in subs for d in _concrete_subclasses(c)}
+
+
+#: scalar classes a call key may hold (it holds the class, not the value): Python's and NumPy's numbers
+SCALARS = frozenset({int, float, complex} | {c for c in _concrete_subclasses(np.number) if c is not np.timedelta64})
+
+
+def _backend_key() -> tuple[int, int]:
+    return registry.current_state().key, registry.global_key
+
+
+def _signature(entry: ClassKeys, cls: type, x) -> Any:
+    """``x``'s part of a key whose first array is of class ``cls``: its signature; for an array of another
+    class (a Torch ``Parameter`` beside plain tensors), that class and its own signature. None when its class
+    has no signature (the call has no key)."""
+    other = x.__class__
+    if other is cls:
+        return entry.signature(x)
+    own = class_keys(other).signature
+    return None if own is None else (other, own(x))
+
+
+def _classes_sharing(sig, *arrays):
+    """The classes of arrays of more than one class whose signatures all come from ``sig`` (a Torch
+    ``Parameter`` beside plain tensors), for a form; None when they do not share it."""
+    classes = tuple(x.__class__ for x in arrays)
+    return classes if all(class_keys(cls).signature is sig for cls in classes) else None
+
+
+def matmul_key(entry: ClassKeys, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales):
+    """The key of a matmul whose ``a`` has class keys ``entry`` (with a signature): ``(form, arrays, None)``
+    for the short forms (their key is :func:`short_key` of the form and arrays; the memo looks the form up
+    first), ``(None, None, key)`` for the others, ``(None, None, None)`` for a call without a key. TypeError
+    for an unhashable argument (such a call takes the full path, which reports it)."""
+    if alpha.__class__ not in SCALARS:
+        return None, None, None
+    if c is None and beta is None and options is None and preferences is None and scales is None:
+        cls = a.__class__
+        sig = entry.signature
+        if epilog_inputs is None:
+            arrays = (a, b)
+            if b.__class__ is cls:
+                classes = cls
+            else:
+                classes = _classes_sharing(sig, a, b)
+            if classes is not None:
+                return (classes, epilog, alpha.__class__, *_backend_key()), arrays, None
+        elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
+            bias = epilog_inputs["bias"]
+            arrays = (a, b, bias)
+            if b.__class__ is cls is bias.__class__:
+                classes = cls
+            else:
+                classes = _classes_sharing(sig, a, b, bias)  # a Parameter beside tensors, say
+            if classes is not None:
+                return (classes, epilog, "bias", alpha.__class__, *_backend_key()), arrays, None
+    return None, None, _long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales)
+
+
+def short_key(form: tuple, entry: ClassKeys, arrays: tuple) -> tuple:
+    """The key of a short form: the form and each array's signature (they all share ``entry``'s)."""
+    sig = entry.signature
+    if len(arrays) == 2:
+        return form, sig(arrays[0]), sig(arrays[1])
+    return form, sig(arrays[0]), sig(arrays[1]), sig(arrays[2])
+
+
+def _long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales):
+    """The key of a matmul with ``c``/``beta``, options, preferences, epilog inputs other than a bias alone,
+    operands of more than one class or FP8 scales: the operands' signatures, the scalars' classes, the epilog,
+    options, preferences, scales and backend state; None when the call does not qualify."""
+    cls = a.__class__
+    if scales is not None:
+        scales = _scales_key(entry, cls, scales)
+        if scales is None:
+            return None
+    if c is None:
+        if beta is not None:
+            return None
+        c_sig = None
+    elif beta is not None and beta.__class__ not in SCALARS:
+        return None
+    else:
+        c_sig = (_signature(entry, cls, c), beta.__class__)
+    if epilog_inputs is None:
+        inputs = None
+    elif epilog_inputs.__class__ is dict:
+        inputs = tuple((name, _signature(entry, cls, value)) for name, value in epilog_inputs.items())
+    else:
+        return None
+    if options.__class__ is dict:  # the documented dict form: its items (unhashable values: TypeError)
+        options = (dict, frozenset(options.items()))
+    if preferences.__class__ is dict:
+        preferences = (dict, frozenset(preferences.items()))
+    b_sig = _signature(entry, cls, b)
+    if b_sig is None or (c_sig is not None and c_sig[0] is None) or (inputs and any(s is None for _, s in inputs)):
+        return None
+    return (
+        "matmul",
+        cls,
+        entry.signature(a),
+        b_sig,
+        epilog,
+        inputs,
+        alpha.__class__,
+        c_sig,
+        options,
+        preferences,
+        scales,
+        *_backend_key(),
+    )
+
+
+def _scales_key(entry, cls, scales):
+    """FP8 scales' part of a key: each given scale's name with a Python number's class (its value checked
+    here as planning checks it: finite, non-zero) or an array's signature; None where the call must take the
+    full path (an unknown form or name, a bad value: the full path reports it)."""
+    if scales.__class__ is dict:
+        items = scales.items()
+    elif scales.__class__ is MatmulQuantizationScales:
+        items = ((name, getattr(scales, name)) for name in _SCALE_NAMES)
+    else:
+        return None
+    parts = []
+    for name, value in items:
+        if name not in _SCALE_NAMES:
+            return None
+        if value is None:
+            continue
+        if value.__class__ is float or value.__class__ is int:
+            if value == 0 or not math.isfinite(value):
+                return None
+            parts.append((name, value.__class__))
+        else:
+            signature = _signature(entry, cls, value)
+            if signature is None:
+                return None
+            parts.append((name, signature))
+    return tuple(sorted(parts))
+
+
+def int_seq(v):
+    """``v`` as a key part: None, an int, or a tuple of ints; False when it is anything else (arrays of
+    axes, ...): such calls are validated in full every time instead of growing the cache."""
+    if v is None or v.__class__ is int:
+        return v
+    if v.__class__ in (tuple, list) and all(e.__class__ is int for e in v):
+        return tuple(v)
+    return False
+
+
+def fft_key(entry: ClassKeys, func: str, x, n, axis, s, axes, norm):
+    """``(form, key)`` of a transform of ``x`` (class keys ``entry``, with a signature): the form (what the
+    memo looks handles up under) and the key ``(form, signature(x))``, computed only where the class has no
+    memo (``None`` then for the memo's form lookup to fill it); ``(None, None)`` for a call without a key."""
+    if s is not None:
+        s = int_seq(s)
+    if axes is not None:
+        axes = int_seq(axes)
+    if s is False or axes is False:
+        return None, None
+    form = ("fft", func, x.__class__, n, axis, s, axes, norm, *_backend_key())
+    return form, (None if entry.memo is not None else (form, entry.signature(x)))
+
