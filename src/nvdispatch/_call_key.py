@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,14 +30,18 @@ from ._backends import registry
 from ._call_key_memo import CallKeyMemo
 from ._fp8 import MatmulQuantizationScales
 
-__all__ = ["ClassKeys", "class_keys", "SCALARS", "matmul_key", "short_key", "fft_key", "int_seq"]
+__all__ = ["ClassKeys", "class_keys", "SCALARS", "matmul_key", "short_key", "fft_form", "int_seq"]
 
 _SCALE_NAMES = tuple(f.name for f in fields(MatmulQuantizationScales))
 
 
-class ClassKeys:
-    """What the route uses of an array class's adapter (read as attributes by the compiled front too).
+class ClassKeys(NamedTuple):
+    """What the route uses of an array class's adapter (the compiled front reads its first three fields, by
+    position).
 
+    ``plain``
+        no view and no wrap: a cached call passes the caller's arrays to the plan and returns its result as
+        it is (the calls the compiled front serves);
     ``signature``
         the adapter's signature function for the class; None: calls with these arrays have no key;
     ``memo``
@@ -46,28 +50,25 @@ class ClassKeys:
         the adapter's ``view`` (the view of an array executors receive), or None where that is the array;
     ``wraps``
         whether results go back through the adapter's ``wrap``;
-    ``plain``
-        no view and no wrap: a cached call passes the caller's arrays to the plan and returns its result as
-        it is (the calls the compiled front serves);
     ``adapter``
-        the adapter itself (its ``wrap``, ``check_stream``).
+        the adapter itself (its ``wrap``, ``check_stream``), or None where no adapter claims the class.
     """
 
-    __slots__ = ("signature", "memo", "view", "wraps", "plain", "adapter")
+    plain: bool
+    signature: Callable[[Any], Hashable] | None
+    memo: CallKeyMemo | None
+    view: Callable[[Any], Any] | None
+    wraps: bool
+    adapter: Adapter | None
 
-    def __init__(self, adapter: Adapter | None, cls: type):
-        sig = None if adapter is None else adapter.signature_for(cls)
-        guard = None if sig is None else adapter.guard_for(cls)
-        self.adapter = adapter
-        self.signature: Callable[[Any], Hashable] | None = sig
-        self.memo = None if guard is None else CallKeyMemo(guard)
-        self.view = None if adapter is None else adapter.view
-        self.wraps = adapter is not None and adapter.wraps
-        self.plain = self.view is None and not self.wraps
 
-    def __repr__(self) -> str:
-        name = None if self.adapter is None else self.adapter.name
-        return f"<ClassKeys {name} signature={self.signature is not None} memo={self.memo is not None}>"
+def _class_keys_of(adapter: Adapter | None, cls: type) -> ClassKeys:
+    sig = None if adapter is None else adapter.signature_for(cls)
+    guard = None if sig is None else adapter.guard_for(cls)
+    view = None if adapter is None else adapter.view
+    wraps = adapter is not None and adapter.wraps
+    memo = None if guard is None else CallKeyMemo(guard)
+    return ClassKeys(view is None and not wraps, sig, memo, view, wraps, adapter)
 
 
 def class_keys(cls: type) -> ClassKeys:
@@ -75,7 +76,7 @@ def class_keys(cls: type) -> ClassKeys:
     adapter registry clears when adapters change)."""
     entry = call_key_classes.get(cls)
     if entry is None:
-        entry = call_key_classes[cls] = ClassKeys(adapter_for_class(cls), cls)
+        entry = call_key_classes[cls] = _class_keys_of(adapter_for_class(cls), cls)
     return entry
 
 
@@ -88,8 +89,7 @@ def _concrete_subclasses(cls: type) -> set[type]:
 SCALARS = frozenset({int, float, complex} | {c for c in _concrete_subclasses(np.number) if c is not np.timedelta64})
 
 
-def _backend_key() -> tuple[int, int]:
-    return registry.current_state().key, registry.global_key
+_current_state = registry.current_state  # (bound once: a ContextVar's get)
 
 
 def _signature(entry: ClassKeys, cls: type, x) -> Any:
@@ -111,10 +111,10 @@ def _classes_sharing(sig, *arrays):
 
 
 def matmul_key(entry: ClassKeys, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales):
-    """The key of a matmul whose ``a`` has class keys ``entry`` (with a signature): ``(form, arrays, None)``
-    for the short forms (their key is :func:`short_key` of the form and arrays; the memo looks the form up
-    first), ``(None, None, key)`` for the others, ``(None, None, None)`` for a call without a key. TypeError
-    for an unhashable argument (such a call takes the full path, which reports it)."""
+    """The key of a matmul whose ``a`` has class keys ``entry`` (with a signature): ``(form, arrays, key)`` for
+    the short forms (the key, :func:`short_key` of the form and arrays, is None for a class with a memo, which
+    looks the form up first), ``(None, None, key)`` for the others, ``(None, None, None)`` for a call without a
+    key. TypeError for an unhashable argument (such a call takes the full path, which reports it)."""
     if alpha.__class__ not in SCALARS:
         return None, None, None
     if c is None and beta is None and options is None and preferences is None and scales is None:
@@ -127,7 +127,8 @@ def matmul_key(entry: ClassKeys, a, b, c, alpha, beta, epilog, epilog_inputs, op
             else:
                 classes = _classes_sharing(sig, a, b)
             if classes is not None:
-                return (classes, epilog, alpha.__class__, *_backend_key()), arrays, None
+                form = (classes, epilog, alpha.__class__, _current_state().key, registry.global_key)
+                return form, arrays, (None if entry.memo is not None else (form, sig(a), sig(b)))
         elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
             bias = epilog_inputs["bias"]
             arrays = (a, b, bias)
@@ -136,7 +137,8 @@ def matmul_key(entry: ClassKeys, a, b, c, alpha, beta, epilog, epilog_inputs, op
             else:
                 classes = _classes_sharing(sig, a, b, bias)  # a Parameter beside tensors, say
             if classes is not None:
-                return (classes, epilog, "bias", alpha.__class__, *_backend_key()), arrays, None
+                form = (classes, epilog, "bias", alpha.__class__, _current_state().key, registry.global_key)
+                return form, arrays, (None if entry.memo is not None else (form, sig(a), sig(b), sig(bias)))
     return None, None, _long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales)
 
 
@@ -190,7 +192,8 @@ def _long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, prefe
         options,
         preferences,
         scales,
-        *_backend_key(),
+        _current_state().key,
+        registry.global_key,
     )
 
 
@@ -232,16 +235,13 @@ def int_seq(v):
     return False
 
 
-def fft_key(entry: ClassKeys, func: str, x, n, axis, s, axes, norm):
-    """``(form, key)`` of a transform of ``x`` (class keys ``entry``, with a signature): the form (what the
-    memo looks handles up under) and the key ``(form, signature(x))``, computed only where the class has no
-    memo (``None`` then for the memo's form lookup to fill it); ``(None, None)`` for a call without a key."""
+def fft_form(func: str, x, n, axis, s, axes, norm):
+    """The form of a transform's key (every part but the signature: the key is ``(form, signature(x))``, and the
+    memo looks handles up by form); None for a call without a key."""
     if s is not None:
         s = int_seq(s)
     if axes is not None:
         axes = int_seq(axes)
     if s is False or axes is False:
-        return None, None
-    form = ("fft", func, x.__class__, n, axis, s, axes, norm, *_backend_key())
-    return form, (None if entry.memo is not None else (form, entry.signature(x)))
-
+        return None
+    return ("fft", func, x.__class__, n, axis, s, axes, norm, _current_state().key, registry.global_key)

@@ -18,7 +18,7 @@ from typing import Any
 from ._plan_cache import plan_cache
 from .errors import OutOfMemoryError
 
-__all__ = ["run", "wrap_result", "out_of_memory", "raise_if_out_of_memory"]
+__all__ = ["run", "run_direct", "wrap_result", "out_of_memory", "raise_if_out_of_memory"]
 
 #: lower-case fragments of the messages frameworks and CUDA libraries give when memory runs out
 _OOM_MESSAGES = (
@@ -93,3 +93,16 @@ def run(
         if pinned:
             plan_cache.let_go(plan)
     return result if wrap is None else wrap_result(result, *wrap)
+
+
+def run_direct(plan: Any, args: tuple, pinned: bool = True) -> Any:
+    """:func:`run` of a plan's direct call on arrays that need no view and a result that needs no wrap: the
+    commonest cached call (the compiled front runs the same in C)."""
+    try:
+        return plan.direct(*args)
+    except Exception as exc:
+        raise_if_out_of_memory(exc)
+        raise
+    finally:
+        if pinned:
+            plan_cache.let_go(plan)

@@ -15,7 +15,7 @@
  * make_matmul_front receives ONE object (linalg._FrontParts) and reads its documented attributes once:
  * route, classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory,
  * operands. Per call it reads the attributes of the objects they hold that the Python route reads too:
- * ClassKeys.plain/.signature/.memo, CallKeyMemo.handles, the backend registry's current_state() and global_key
+ * ClassKeys' fields plain, signature, memo (a named tuple: by position), CallKeyMemo.handles, the backend registry's current_state() and global_key
  * (and the state's key), a handle entry's pinless, a plan's direct.
  *
  * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct).
@@ -51,7 +51,7 @@ enum {
 #define N_ARGS 11 /* a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales */
 
 static PyObject *s_bias, *s_handles, *s_pinless, *s_direct, *s_execute, *s_key, *s_global_key, *s_current_state,
-    *s_matmul, *s_plain, *s_signature, *s_memo, *i_debug;
+    *s_matmul, *i_debug;
 
 /* the whole call through the Python route; memo_checked: the form's handles were tried already */
 static PyObject *
@@ -79,13 +79,15 @@ attr(PyObject *obj, PyObject *name)
     return obj == NULL ? NULL : PyObject_GetAttr(obj, name);
 }
 
-/* the ClassKeys attribute `name` of class cls (a borrowed entry of classes), as a new reference; NULL with no
- * error set when the class has no entry yet */
+/* the fields of nvdispatch._call_key.ClassKeys (a named tuple) the front reads, by position */
+enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO };
+
+/* ClassKeys field `field` of class cls (borrowed); NULL with no error set when the class has no entry yet */
 static PyObject *
-class_attr(PyObject *classes, PyObject *cls, PyObject *name)
+class_field(PyObject *classes, PyObject *cls, Py_ssize_t field)
 {
     PyObject *entry = PyDict_GetItemWithError(classes, cls);
-    return entry == NULL ? NULL : PyObject_GetAttr(entry, name);
+    return entry == NULL || !PyTuple_Check(entry) ? NULL : PyTuple_GetItem(entry, field);
 }
 
 /* the classes part of a form: cls when every array is of it, else the tuple of their classes when each has
@@ -104,8 +106,7 @@ classes_of(PyObject *classes, PyObject *sig, PyObject *a, PyObject *b, PyObject 
     for (int i = 0; i < (bias == NULL ? 1 : 2); i++) {
         if (others[i] == cls)
             continue;
-        PyObject *s = class_attr(classes, others[i], s_signature);
-        Py_XDECREF(s);
+        PyObject *s = class_field(classes, others[i], KEYS_SIGNATURE);
         if (s != sig)
             return NULL; /* an error, if any, stays set for the caller */
     }
@@ -307,17 +308,16 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     /* the class's ClassKeys: served here when its arrays go to plans as they are (plain) and have a signature */
     PyObject *classes = PyTuple_GetItem(parts, CLASSES);
     PyObject *entry = PyDict_GetItemWithError(classes, (PyObject *)Py_TYPE(a));
-    PyObject *plain = entry == NULL ? NULL : PyObject_GetAttr(entry, s_plain);
-    PyObject *sig = plain == Py_True ? PyObject_GetAttr(entry, s_signature) : NULL;
-    PyObject *memo = sig == NULL || sig == Py_None ? NULL : PyObject_GetAttr(entry, s_memo);
-    Py_XDECREF(plain);
-    if (memo == NULL) { /* a class the route has not met yet, or one the route serves itself */
-        Py_XDECREF(sig);
-        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_AttributeError))
-            return NULL;
+    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GetItem(entry, KEYS_PLAIN) != Py_True ||
+        PyTuple_GetItem(entry, KEYS_SIGNATURE) == Py_None) {
+        /* a class the route has not met yet, or one the route serves itself */
         PyErr_Clear();
         return to_route(parts, args, 0);
     }
+    PyObject *sig = PyTuple_GetItem(entry, KEYS_SIGNATURE);
+    PyObject *memo = PyTuple_GetItem(entry, KEYS_MEMO);
+    Py_INCREF(sig); /* ours for the call (another thread may replace the class's entry) */
+    Py_INCREF(memo);
     Py_XINCREF(bias); /* ours for the call: the dict is the caller's */
     PyObject *which = classes_of(classes, sig, a, b, bias);
     PyObject *form = which == NULL ? NULL : form_of(parts, which, epilog, alpha, bias != NULL);
@@ -421,12 +421,9 @@ PyInit__hotpath(void)
     s_global_key = PyUnicode_InternFromString("global_key");
     s_current_state = PyUnicode_InternFromString("current_state");
     s_matmul = PyUnicode_InternFromString("matmul");
-    s_plain = PyUnicode_InternFromString("plain");
-    s_signature = PyUnicode_InternFromString("signature");
-    s_memo = PyUnicode_InternFromString("memo");
     i_debug = PyLong_FromLong(10); /* logging.DEBUG */
     if (!s_bias || !s_handles || !s_pinless || !s_direct || !s_execute || !s_key || !s_global_key ||
-        !s_current_state || !s_matmul || !s_plain || !s_signature || !s_memo || !i_debug)
+        !s_current_state || !s_matmul || !i_debug)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)

@@ -336,9 +336,11 @@ class MatmulProblem:
         return dict(self.inputs)
 
     def squeeze(self, x):
-        """Drop the axes PEP 465 added for 1-D operands from a promoted ``(..., m, n)`` array (any framework)."""
+        """Drop the axes PEP 465 added for 1-D operands from a promoted ``(..., m, n)`` array (any framework). A
+        1-D @ 1-D product is ``x[0, 0]``, as the framework indexes it: a NumPy scalar (as ``numpy.matmul`` gives),
+        a 0-d Torch/CuPy array."""
         if self.a_vector and self.b_vector:
-            return x[..., 0, 0]
+            return x[0, 0]
         if self.a_vector:
             return x[..., 0, :]
         if self.b_vector:

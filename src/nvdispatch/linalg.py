@@ -15,7 +15,7 @@ from ._call_key import SCALARS, class_keys, matmul_key, short_key
 from ._compiled import hotpath
 from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
-from ._execute import raise_if_out_of_memory, run
+from ._execute import raise_if_out_of_memory, run, run_direct
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
@@ -249,30 +249,26 @@ def _route(
     entry = _classes.get(a.__class__)
     if entry is None:
         entry = class_keys(a.__class__)
+    plain, sig, memo = entry[0], entry[1], entry[2]
     plan = key = learn = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
-        if entry.signature is not None:
+        if sig is not None:
             form, arrays, key = matmul_key(
                 entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
             )
-            if form is not None:
+            if form is not None and memo is not None:
                 # where the class has a guard, a repeated call's plan handle is remembered behind it
-                memo = entry.memo
-                if memo is not None:
-                    for check, handle, epoch in () if memo_checked else memo.handles.get(form, ()):
-                        if check(*arrays):
-                            plan = _acquire_handle(handle, epoch)
-                            break
-                    if plan is None:
-                        learn = memo
-                    else:
-                        pinned = not handle.pinless  # the cache does not pin it: letting go would do nothing
+                for check, handle, epoch in () if memo_checked else memo.handles.get(form, ()):
+                    if check(*arrays):
+                        plan = _acquire_handle(handle, epoch)
+                        break
                 if plan is None:
-                    key = short_key(form, entry, arrays)
-                    plan = _acquire(key)  # pinned until this call returns (if it needs release)
-            elif key is not None:
-                plan = _acquire(key)
+                    key, learn = short_key(form, entry, arrays), memo
+                else:
+                    pinned = not handle.pinless  # the cache does not pin it: letting go would do nothing
+            if plan is None and key is not None:
+                plan = _acquire(key)  # pinned until this call returns (if it needs release)
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = None
     if plan is None:
@@ -281,6 +277,10 @@ def _route(
         )
     if learn is not None:  # a repeated call, found by its signatures
         learn.remember(form, arrays, _handle(key))
+    if plain and stream is None and c is None and quantization_scales is None and log_levels.get(10) is False:
+        # the commonest hit: the caller's arrays to the plan's direct call (as _run_cached would)
+        if alpha == 1 and getattr(plan, "direct", None) is not None:
+            return run_direct(plan, (a, b) if epilog_inputs is None else (a, b, *epilog_inputs.values()), pinned)
     return _run_cached(plan, pinned, entry, a, b, c, alpha, beta, epilog_inputs, stream, quantization_scales)
 
 
@@ -635,6 +635,7 @@ class Matmul:
         as they were."""
         with self._lock:
             self._check_planned("autotune")
+            check_stream(stream, self._a)
             if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
                 raise InvalidArgumentError("iterations", "an int >= 1", repr(iterations))
             stream = stream if stream is not None else self._stream

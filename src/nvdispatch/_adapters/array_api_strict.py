@@ -50,7 +50,7 @@ class ArrayApiStrictAdapter(Adapter):
         return CPU
 
     def wrap(self, result: Any, like: Any) -> Any:
-        return _namespace().asarray(result, device=like.device, copy=False)
+        return _namespace().asarray(result, device=like.device)  # (no copy of an array)
 
     def to_numpy(self, x: Any):
         import numpy as np

@@ -23,6 +23,8 @@ class NumpyAdapter(Adapter):
         return issubclass(cls, (np.ndarray, np.generic))
 
     def info(self, name: str, x: Any) -> OperandInfo:
+        if isinstance(x, np.generic):  # a NumPy scalar: executors take its 0-d array
+            x = np.asarray(x)
         itemsize = x.itemsize or 1
         strides = tuple(s // itemsize for s in x.strides)
         return OperandInfo(x, self.name, CPU, x.dtype.name, x.shape, strides, memory=_HOST)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._call_key import class_keys, fft_key, int_seq
+from .._adapters import call_key_classes as _classes
+from .._call_key import class_keys, fft_form, int_seq
 from .._execute import run
 from .._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from .._fft_problem import FUNCS, build_fft_problem
@@ -68,21 +69,23 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     """One transform: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the call-key memo first),
     then the run step on the cached plan; else the stateful object's path (``FFT``), whose plan is kept under
     the key. ``callbacks``: a prolog/epilog call, which has no key (its plans are cached by problem)."""
-    entry = class_keys(x.__class__)
+    entry = _classes.get(x.__class__)
+    if entry is None:
+        entry = class_keys(x.__class__)
+    _, sig, memo, view, wraps, adapter = entry
     plan = key = learn = form = None
     try:
-        if entry.signature is not None and callbacks is None:
-            form, key = fft_key(entry, func, x, n, axis, s, axes, norm)
-            memo = entry.memo
-            if memo is not None and form is not None:  # a repeated call's handle, behind the class's guard
-                for check, handle, epoch in memo.handles.get(form, ()):
-                    if check(x):
-                        plan = _acquire_handle(handle, epoch)
-                        break
+        if sig is not None and callbacks is None:
+            form = fft_form(func, x, n, axis, s, axes, norm)
+            if form is not None:
+                if memo is not None:  # a repeated call's handle, behind the class's guard
+                    for check, handle, epoch in memo.handles.get(form, ()):
+                        if check(x):
+                            plan = _acquire_handle(handle, epoch)
+                            break
                 if plan is None:
-                    key, learn = (form, entry.signature(x)), memo
-            if plan is None and key is not None:
-                plan = _acquire(key)  # pinned until run() returns
+                    key, learn = (form, sig(x)), memo
+                    plan = _acquire(key)  # pinned until run() returns
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = None
     if plan is None:
@@ -99,11 +102,11 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
             check_stream(stream, x)
         if log_levels.get(10) is not False and debug_enabled():
             log_hit("fft", plan)
-        operand = x if entry.view is None else entry.view(x)
+        operand = x if view is None else view(x)
     except BaseException:
         plan_cache.let_go(plan)
         raise
-    return run(plan, {"x": operand}, stream, None, (entry.adapter, x) if entry.wraps else None)
+    return run(plan, {"x": operand}, stream, None, (adapter, x) if wraps else None)
 
 
 def explain_fft(
