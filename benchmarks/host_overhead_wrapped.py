@@ -110,10 +110,11 @@ def compare(sources: list[str], repeats: int, rounds: int, number: int) -> dict:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         runs[src].append(json.loads(done.stdout.strip().splitlines()[-1]))
     keys = ("nvdispatch_us", "peer_us", "ratio")
-    return {
-        src: {name: {k: statistics.median(r["cases"][name][k] for r in results) for k in keys} for name in results[0]["cases"]}
-        for src, results in runs.items()
-    }
+
+    def medians(results, name):
+        return {k: statistics.median(r["cases"][name][k] for r in results) for k in keys}
+
+    return {src: {name: medians(results, name) for name in results[0]["cases"]} for src, results in runs.items()}
 
 
 def main(argv=None) -> None:
