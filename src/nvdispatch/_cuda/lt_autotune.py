@@ -9,8 +9,8 @@
 * the *neighbourhood* of the first few distinct answers: each with one knob of its configuration changed
   (cluster shape, CTA swizzling, stages, custom option, tile) and with tile and cluster shape changed
   together, the tiles (stages) taken from the kernel's capabilities where it lists few, else from those the
-  heuristic answered with. The heuristic ranks by a model; on the H200 a neighbour it did not offer ran 3-7%
-  faster than the best of its answers in several shapes (fp32 with TF32 16384x4096x512, bf16 512^3),
+  heuristic answered with. The heuristic ranks by a model: a neighbour it did not offer can be the faster
+  kernel (``benchmarks/README.md`` has the measurements),
 
 every candidate validated with ``cublasLtMatmulAlgoCheck`` (configurations a kernel cannot take are dropped
 there). Timing is two-staged: one short sample of every candidate (screening), then ``iterations`` samples of
@@ -288,8 +288,8 @@ def _busy_wait(stream: int, device_index: int, seconds: float) -> bool:
 
 def _on_torch_current_stream(launch, stream: int, device_index: int, iterations: int, burst: int) -> float | None:
     """Median GPU seconds timed with Torch's own events and busy-wait on Torch's current stream (the common
-    case of autotune), else None. On the H200 the raw-handle form below let the host's per-launch time show for
-    kernels of 7-17 us (timed at ~36 us; cause not found) while this form, the benchmarks', timed them right."""
+    case of autotune), else None. The raw-handle form below can let the host's per-launch time show for short
+    kernels (see ``benchmarks/README.md``); this form, the benchmarks' own, times them as they run."""
     import sys
 
     torch = sys.modules.get("torch")
@@ -317,9 +317,8 @@ def gpu_seconds(
 ) -> float:
     """Median GPU seconds of ``launch()`` (queuing work on ``stream``): CUDA events around bursts of ``burst``
     back-to-back launches queued behind a busy-wait, so small kernels are not timed with the host's gaps."""
-    from .runtime import EventTimer, check, cudart
+    from .runtime import EventTimer
 
-    rt = cudart()
     launch()  # warm-up (and workspace allocation)
     torch_timed = _on_torch_current_stream(launch, stream, device_index, iterations, burst)
     if torch_timed is not None:
@@ -328,13 +327,10 @@ def gpu_seconds(
         samples = []
         for _ in range(max(1, iterations)):
             _busy_wait(stream, device_index, _HOLD_SECONDS)
-            check(rt.cudaEventRecord(timer._start, stream), "cudaEventRecord")
+            timer.start(stream)
             for _ in range(burst):
                 launch()
-            check(rt.cudaEventRecord(timer._stop, stream), "cudaEventRecord")
-            check(rt.cudaEventSynchronize(timer._stop), "cudaEventSynchronize")
-            ms = check(rt.cudaEventElapsedTime(timer._start, timer._stop), "cudaEventElapsedTime")
-            samples.append(ms * 1e-3 / burst)
+            samples.append(timer.stop(stream) / burst)
     return float(statistics.median(samples))
 
 
@@ -345,7 +341,7 @@ def autotune(plan, launch: Callable[[object], None], stream: int, iterations: in
     ``[(label, seconds)]`` in candidate order: a finalist's median, another candidate's one sample (inf for a
     candidate that failed)."""
     cands = candidates(plan.core, plan.handle, limit)
-    original = plan._algo
+    original = plan.algorithm
     dev = plan.device_index
 
     def timed(index: int, samples: int, burst: int = _BURST) -> float:
@@ -374,15 +370,15 @@ def autotune(plan, launch: Callable[[object], None], stream: int, iterations: in
         for i, got in samples.items():
             seconds[i] = statistics.median(got)
     except BaseException:  # interrupted: the shared plan keeps the algorithm it had, not a trial one
-        plan._algo = original
+        plan.algorithm = original
         raise
     best = min(finalists, key=seconds.__getitem__) if cands else None
     if best is not None and math.isfinite(seconds[best]):
         label, r = cands[best]
-        plan._algo = r
+        plan.algorithm = r
         record(plan, r, label, seconds[best])
     else:
-        plan._algo = original
+        plan.algorithm = original
     _log.debug(
         "cuBLASLt autotune: %d candidates (%d in the neighbourhood), %d finalists; kept %s (%.2f us; the "
         "heuristic's first answer %.2f us)",
@@ -407,7 +403,7 @@ def record(plan, result, label: str = "", seconds: float | None = None) -> dict:
         "label": label,
         "seconds": seconds,
     }
-    plan._tuned = choice
+    plan.tuned = choice
     plan_cache.record_tuning(tuning_key(plan), choice)
     return choice
 
@@ -433,7 +429,7 @@ def saved_choice(plan, tuning=None):
     checked = _check(plan.core, plan.handle, algo)
     if checked is None or checked.workspaceSize > plan.core.max_workspace:
         return None
-    plan._tuned = choice
+    plan.tuned = choice
     return checked
 
 
