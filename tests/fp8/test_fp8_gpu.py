@@ -381,3 +381,36 @@ def test_cupy_fp8_with_padded_k_and_a_python_d_scale(result_type):
     _, _, d, abs_sum, _ = emulate(a, b, scales=scales, result_type=result_type)
     assert_matches(bits, d, abs_sum, result_type, extra_scale=scales.get("d", 1.0))
     assert_matches(want, d, abs_sum, result_type, extra_scale=scales.get("d", 1.0))
+
+
+@needs_fp8
+@pytest.mark.parametrize("fast", [False, True])
+def test_every_fp8_autotune_candidate_computes_the_planned_result(fast):
+    # the heuristic's answers for the bias-only form with device scales (torch._scaled_mm's) are candidates
+    # where this plan's descriptor accepts them: each must still apply the ReLU and the host scales
+    from nvdispatch._cuda import lt_autotune
+
+    a, b = fp8((256, 512), seed=50), fp8((384, 512), seed=51).t()
+    bias = bf16((384,), seed=52)
+    scales = {"a": 0.5, "b": 2.0}
+    mm = nvdispatch.Matmul(
+        a, b, quantization_scales=scales, options={"result_type": "bfloat16", "fast_accumulation": fast}
+    )
+    mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    plan = mm._plan
+    cands = lt_autotune.candidates(plan.core, plan.handle)
+    related = [c for c in cands if " of the " in c[0]]
+    sample = related + cands[:: max(1, len(cands) // 24)]
+    _, _, want, abs_sum, _ = emulate(a, b, scales=scales, bias=bias, epilog="RELU_BIAS", result_type="bfloat16")
+    acc = ACC_FP8_FAST if fast else ACC_FP8_TENSOR_CORES
+    original = plan.algorithm
+    try:
+        for label, r in sample:
+            plan.algorithm = r
+            try:
+                _assert_matches(mm.execute(), want, abs_sum, "bfloat16", acc_eps=acc)
+            except AssertionError as exc:
+                raise AssertionError(f"{label}: {exc}") from None
+    finally:
+        plan.algorithm = original  # the plan is cached: later tests get the heuristic's choice
+        mm.free()

@@ -357,3 +357,62 @@ def test_the_fp8_plan_computes_its_operand_order_once_and_launches_through_the_s
     assert attrs[lt.DESC_BIAS_POINTER] == bias.data_ptr() and attrs[lt.DESC_A_SCALE_POINTER] == sa.data_ptr()
     alpha = np.frombuffer((ctypes.c_float * 2).from_address(call[2]), np.float32)
     assert alpha.tolist() == [0.25, 0.0]  # b's host scale folded into alpha, beta 0
+
+
+# -- FP8: the related form autotune times too -------------------------------------------------------------
+def _fp8_problem(epilog, bias_shape=None, scales=None, fast=False):
+    from nvdispatch._dispatch import detect_all, placement
+    from nvdispatch._epilog import spec_of
+    from nvdispatch._fp8 import build_fp8_problem
+    from nvdispatch._matmul_problem import as_options
+
+    f8 = torch.float8_e4m3fn
+    a, b = torch.zeros(32, 64, dtype=f8), torch.zeros(48, 64, dtype=f8).t()
+    inputs = {} if bias_shape is None else {"bias": torch.zeros(bias_shape, dtype=torch.bfloat16)}
+    infos = detect_all({"a": a, "b": b, **inputs})
+    fw, dev = placement(infos)
+    opts = as_options({"result_type": "bfloat16", "fast_accumulation": fast})
+    return build_fp8_problem(fw, dev, infos, spec_of(epilog), opts, 1, None, tuple(inputs), scales)
+
+
+def test_fp8_descriptors_relate_the_bias_only_form_with_device_scales(fake_lt):
+    from nvdispatch._cuda.lt_fp8 import Fp8Descriptors
+    from nvdispatch._cuda.lt_fp8_layout import fp8_layout
+
+    p = _fp8_problem("RELU_BIAS", (48,), {"a": 0.5, "b": 2.0}, fast=True)
+    own = Fp8Descriptors(p, fp8_layout(p), 1 << 20)
+    assert own.desc.attrs[lt.DESC_EPILOGUE] == 6 and lt.DESC_A_SCALE_POINTER not in own.desc.attrs
+    ((label, form),) = own.related()
+    assert label == "bias form with device scales"
+    attrs = form.desc.attrs  # torch._scaled_mm(bias=)'s form: the bias epilogue, scales by pointer
+    assert attrs[lt.DESC_EPILOGUE] == 4 and attrs[lt.DESC_FAST_ACCUM] == 1
+    assert attrs[lt.DESC_A_SCALE_POINTER] and attrs[lt.DESC_B_SCALE_POINTER] and lt.DESC_BIAS_DATA_TYPE in attrs
+    assert form.a.args == own.a.args and form.b.args == own.b.args and form.d.args == own.d.args
+    p = _fp8_problem("RELU", None, {"a": torch.tensor(0.5), "b": torch.tensor(2.0)})
+    ((label, form),) = Fp8Descriptors(p, fp8_layout(p), 1 << 20).related()
+    assert label == "plain form with device scales" and lt.DESC_EPILOGUE not in form.desc.attrs
+    p = _fp8_problem("BIAS", (48,), {"a": torch.tensor(0.5), "b": torch.tensor(2.0)})
+    assert Fp8Descriptors(p, fp8_layout(p), 1 << 20).related() == []  # that form is its own
+
+
+def test_autotune_candidates_take_the_related_forms_answers_its_descriptor_accepts(fake_lt, monkeypatch):
+    import types
+
+    from nvdispatch._cuda.lt_fp8 import Fp8Descriptors
+    from nvdispatch._cuda.lt_fp8_layout import fp8_layout
+
+    def heuristic(h, desc, a, b, c, d, pref, count):  # two answers per epilogue, tagged epilogue * 10 + rank
+        return [result(tag=desc.attrs.get(lt.DESC_EPILOGUE, 1) * 10 + i) for i in range(2)]
+
+    def check(handle, desc, a, b, c, d, algo_ref, result_ref):  # this descriptor rejects the answer tagged 41
+        result_ref._obj.state = 1 if algo_ref._obj.data[0] == 41 else 0
+        return 0
+
+    refuse = lambda *args: 1  # noqa: E731 - no configuration knobs: no split-K variants, no neighbourhood
+    fns = types.SimpleNamespace(check=check, config_set=refuse, config_get=refuse, capability=refuse)
+    monkeypatch.setattr(lt, "heuristic", heuristic)
+    monkeypatch.setattr(lt_autotune, "_fns", lambda: fns)
+    p = _fp8_problem("RELU_BIAS", (48,), {"a": 0.5, "b": 2.0})
+    core = Fp8Descriptors(p, fp8_layout(p), 1 << 20)
+    labels = {label: int(r.algo.data[0]) for label, r in lt_autotune.candidates(core, 77, limit=2)}
+    assert labels == {"heuristic #0": 60, "heuristic #1": 61, "heuristic #0 of the bias form with device scales": 40}

@@ -5,6 +5,8 @@
 * the heuristic's top candidates (``limit``, default :data:`CANDIDATES`) at the plan's workspace limit,
 * the heuristic's answers at smaller workspace limits (4 MiB, none) — other kernels, often other split-K
   choices,
+* the heuristic's answers for related forms of the problem (``related()`` of the plan's descriptors: for FP8,
+  the bias-only form with device scales that ``torch._scaled_mm`` hands cuBLASLt) that run this one too,
 * split-K variants (2, 4, 8, 16 slices, reduced in the compute type) of the first few candidates,
 * the *neighbourhood* of the first few distinct answers: each with one knob of its configuration changed
   (cluster shape, CTA swizzling, stages, custom option, tile) and with tile and cluster shape changed
@@ -145,7 +147,8 @@ def _key(result) -> tuple[int, ...]:
 
 
 def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, object]]:
-    """``[(label, HeuristicResult)]``: heuristic answers at several workspace limits, then split-K variants."""
+    """``[(label, HeuristicResult)]``: heuristic answers at several workspace limits and for the related forms,
+    split-K variants, then the neighbourhood (see the module docstring)."""
     from . import cublaslt as lt
 
     out: list[tuple[str, object]] = []
@@ -165,6 +168,19 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
         pref = lt.Preference(ws, 256)
         for i, r in enumerate(lt.heuristic(handle, core.desc, core.a, core.b, core.c, core.d, pref, limit)):
             add(f"heuristic #{i} (workspace <= {ws >> 20} MiB)", r)
+    heuristic = list(out)
+    seeds = _seeds(heuristic, limit)
+    for form, other in core.related():
+        pref = lt.Preference(core.max_workspace, 256)
+        answers = lt.heuristic(handle, other.desc, other.a, other.b, other.c, other.d, pref, limit)
+        for i, r in enumerate(answers):
+            checked = _check(core, handle, r.algo)
+            if checked is not None and checked.workspaceSize <= core.max_workspace:
+                label = f"heuristic #{i} of the {form}"
+                add(label, checked)
+                heuristic.append((label, checked))
+                if i == 0 and _key(checked) not in {_key(seed) for _, seed in seeds}:  # its first: a seed too
+                    seeds.append((label, checked))
     first = [r for _, r in out[:_SPLITK_OF_FIRST]]
     for i, r in enumerate(first):
         for slices in _SPLITK:
@@ -174,7 +190,7 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
             checked = _check(core, handle, algo)
             if checked is not None and checked.workspaceSize <= core.max_workspace:
                 add(f"heuristic #{i} split-K {slices}", checked)
-    for label, algo in _neighbourhood(out, limit):
+    for label, algo in _neighbourhood(seeds, heuristic):
         checked = _check(core, handle, algo)
         if checked is not None and checked.workspaceSize <= core.max_workspace:
             add(label, checked)
@@ -228,22 +244,26 @@ def _is_neighbour(label: str) -> bool:
     return any(f" {name} " in label for name in ("cluster", "swizzle", "stages", "custom", "tile"))
 
 
-def _neighbourhood(answers, limit: int):
-    """``(label, algorithm)`` pairs near the first :data:`NEIGHBOURHOOD_SEEDS` distinct heuristic answers (of
-    ``answers``, ``[(label, HeuristicResult)]``): one configuration knob changed at a time, and tile with
-    cluster shape. Unchecked: :func:`candidates` checks each."""
-    heuristic = [(label, r) for label, r in answers if "split-K" not in label]
-    answered = {  # the tiles and stages of the heuristic's own answers
-        name: sorted({v for _, r in heuristic if (v := _config(r.algo, name)) is not None})
-        for name in ("tile", "stages")
-    }
+def _seeds(answers, limit: int) -> list:
+    """The first :data:`NEIGHBOURHOOD_SEEDS` distinct answers of ``answers`` (``[(label, HeuristicResult)]``)."""
     seen_ids: set[tuple[int, ...]] = set()
     seeds = []
-    for label, r in heuristic:
+    for label, r in answers:
         if _key(r) not in seen_ids and len(seeds) < min(NEIGHBOURHOOD_SEEDS, max(1, limit)):
             seen_ids.add(_key(r))
-            seeds.append((label, r.algo))
-    for label, algo in seeds:
+            seeds.append((label, r))
+    return seeds
+
+
+def _neighbourhood(seeds, answers):
+    """``(label, algorithm)`` pairs near each of ``seeds`` (``[(label, HeuristicResult)]``): one configuration
+    knob changed at a time, and tile with cluster shape; tiles and stages beyond a kernel's short capability lists
+    are those of the heuristic's ``answers``. Unchecked: :func:`candidates` checks each."""
+    answered = {  # the tiles and stages of the heuristic's own answers
+        name: sorted({v for _, r in answers if (v := _config(r.algo, name)) is not None}) for name in ("tile", "stages")
+    }
+    for label, seed in seeds:
+        algo = seed.algo
         tiles, stages = (_capability_ids(algo, cap) for cap in (_CAP_TILE_IDS, _CAP_STAGES_IDS))
         tiles = tiles if len(tiles) <= _MAX_CAP_IDS else answered["tile"]
         stages = stages if len(stages) <= _MAX_CAP_IDS else answered["stages"]

@@ -36,6 +36,11 @@ class HeuristicMemo:
     ``a``, ``b``, ``c``, ``d``, ``max_workspace``, and empty ``prefs``/``algos`` dicts), memoised per
     (alignment, count). Shared by :class:`LtDescriptors` and the FP8 descriptors (:mod:`.lt_fp8`)."""
 
+    def related(self) -> list[tuple[str, HeuristicMemo]]:
+        """``[(label, descriptors)]`` of forms of this problem whose heuristic answers autotune times for this one
+        too (where ``cublasLtMatmulAlgoCheck`` accepts them here); none by default."""
+        return []
+
     def algorithms(self, handle: int, alignment: int, count: int = 1) -> list:
         key = (alignment, count)
         got = self.algos.get(key)

@@ -33,23 +33,34 @@ __all__ = ["Fp8Descriptors", "decline", "probe", "Fp8LtPlan"]
 _PLACEHOLDER = 1 << 20
 
 
-class Fp8Descriptors(HeuristicMemo):
-    """Descriptor, layouts and preferences of one FP8 problem (host objects only)."""
+_BIAS, _DEFAULT = 4, 1  # cublasLtEpilogue_t; the BIAS bit is set in every epilogue adding a bias
 
-    def __init__(self, p: MatmulProblem, s: Fp8Layout, max_workspace: int):
+
+class Fp8Descriptors(HeuristicMemo):
+    """Descriptor, layouts and preferences of one FP8 problem (host objects only).
+
+    ``epilogue`` and ``device_scales`` (the operands, of "a" and "b", whose scales are device pointers) describe
+    another form of the problem than its own (see :meth:`related`)."""
+
+    def __init__(
+        self, p: MatmulProblem, s: Fp8Layout, max_workspace: int, *, epilogue: int | None = None, device_scales=None
+    ):
         q: Fp8Spec = p.quantization
         cuda_type = lt.CUDA_DTYPE
+        epi = int(p.epilog.epilog) if epilogue is None else epilogue
+        if device_scales is None:
+            device_scales = {name for name in ("a", "b") if q.scale_kind(name) == "device"}
+        self._form = (p, s, epi, frozenset(device_scales))
         self.desc = lt.Desc(lt.COMPUTE_32F, lt.CUDA_R_32F)
         self.desc.set_i32(lt.DESC_TRANSA, L.OP_T)
         self.desc.set_i32(lt.DESC_TRANSB, L.OP_N)
-        epi = int(p.epilog.epilog)
-        if epi != 1:
+        if epi != _DEFAULT:
             self.desc.set_i32(lt.DESC_EPILOGUE, epi)
-        if "bias" in p.input_sigs:
+        if "bias" in p.input_sigs and epi & _BIAS:
             self.desc.set_i32(lt.DESC_BIAS_DATA_TYPE, cuda_type[q.bias_type])
             if s.bias_batched:
                 self.desc.set_i64(lt.DESC_BIAS_BATCH_STRIDE, s.m_lt)
-        if s.aux:
+        if s.aux and epi == int(p.epilog.epilog):
             self.desc.set_i64(lt.DESC_EPILOGUE_AUX_LD, s.aux_ld)
             if s.batch > 1:
                 self.desc.set_i64(lt.DESC_EPILOGUE_AUX_BATCH_STRIDE, s.aux_ld * s.n_lt)
@@ -57,7 +68,7 @@ class Fp8Descriptors(HeuristicMemo):
                 self.desc.set_i32(lt.DESC_EPILOGUE_AUX_DATA_TYPE, cuda_type[s.aux_dtype])
         # the pointers each call sets: placeholders now, so the heuristic sees which features are used
         for name, attr in (("a", lt.DESC_A_SCALE_POINTER), ("b", lt.DESC_B_SCALE_POINTER)):
-            if q.scale_kind(name) == "device":
+            if name in device_scales:
                 self.desc.set_ptr(attr, _PLACEHOLDER)
         if q.fp8_result:
             self.desc.set_ptr(lt.DESC_D_SCALE_POINTER, _PLACEHOLDER)
@@ -82,6 +93,18 @@ class Fp8Descriptors(HeuristicMemo):
         self.max_workspace = max_workspace
         self.prefs: dict[int, object] = {}
         self.algos: dict[tuple[int, int], list] = {}
+
+    def related(self) -> list[tuple[str, HeuristicMemo]]:
+        """The problem as ``torch._scaled_mm(bias=...)`` hands it to cuBLASLt — the epilogue's bias alone (no
+        activation, no aux output), both scales device pointers — when that is not its own form: the heuristic
+        ranks each epilogue's kernels apart, and the kernels it prefers for that form may run this epilogue too
+        (``cublasLtMatmulAlgoCheck`` says), so autotune times them as well."""
+        p, s, epi, device_scales = self._form
+        plain = _BIAS if epi & _BIAS else _DEFAULT
+        if plain == epi and device_scales == {"a", "b"}:
+            return []
+        form = Fp8Descriptors(p, s, self.max_workspace, epilogue=plain, device_scales={"a", "b"})
+        return [(f"{'bias' if plain == _BIAS else 'plain'} form with device scales", form)]
 
 
 def decline(p: MatmulProblem) -> str | None:
