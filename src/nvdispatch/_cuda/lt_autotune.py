@@ -36,7 +36,17 @@ import statistics
 import types
 from collections.abc import Callable
 
-__all__ = ["environment", "fingerprint", "tuning_key", "candidates", "autotune", "saved_choice", "record", "CANDIDATES"]
+__all__ = [
+    "environment",
+    "fingerprint",
+    "tuning_key",
+    "candidates",
+    "configuration",
+    "autotune",
+    "saved_choice",
+    "record",
+    "CANDIDATES",
+]
 
 #: candidates the heuristic is asked for when autotuning
 CANDIDATES = 8
@@ -55,6 +65,7 @@ _SWIZZLES = range(4)
 
 # cublasLtMatmulAlgoConfigAttributes_t: (attribute, C type)
 _CONFIG = {
+    "id": (0, ctypes.c_int32),
     "tile": (1, ctypes.c_uint32),
     "splitk": (2, ctypes.c_uint32),
     "reduction": (3, ctypes.c_uint32),
@@ -219,6 +230,15 @@ def _config(algo, name: str) -> int | None:
     v, written = ctype(0), ctypes.c_size_t(0)
     status = _fns().config_get(ctypes.byref(algo), attr, ctypes.byref(v), ctypes.sizeof(v), ctypes.byref(written))
     return v.value if status == 0 else None
+
+
+def configuration(result) -> dict[str, int | None]:
+    """The configuration of algorithm ``result`` (a ``HeuristicResult``): its algorithm id, tile, stages, split-K
+    slices, reduction scheme, CTA swizzling, custom option and cluster shape (cuBLASLt's enum values), and the
+    workspace it needs — what tells two kernels apart in a benchmark's record."""
+    got: dict[str, int | None] = {name: _config(result.algo, name) for name in _CONFIG}
+    got["workspace"] = int(result.workspaceSize)
+    return got
 
 
 def _capability_int(algo, attr: int) -> int:
