@@ -225,6 +225,67 @@ def test_stateful_fft(framework):
     assert_close(ip, np.fft.fftn(c, norm="ortho"), "complex64")
 
 
+_BAD_OPTIONS = [
+    ("inplace", "no"),
+    ("inplace", "yes"),
+    ("inplace", 1),
+    ("inplace", 0),
+    ("inplace", None),
+    ("inplace", np.array([True])),
+    ("fft_type", "c2c"),
+    ("fft_type", 2),
+    ("fft_type", True),
+    ("last_axis_parity", "three"),
+    ("last_axis_parity", 1),
+    ("last_axis_parity", ["even"]),
+    ("norm", "none"),
+    ("norm", 1),
+    ("norm", np.array(["ortho"])),
+]
+
+
+@pytest.mark.parametrize("field, value", _BAD_OPTIONS, ids=[f"{f}={v!r}" for f, v in _BAD_OPTIONS])
+def test_stateful_options_are_validated_by_type(field, value):
+    """A truthy non-bool used to be taken as inplace=True, which overwrote the operand (#27)."""
+    x = make((4, 4), "complex64")
+    before = x.copy()
+    with pytest.raises(InvalidArgumentError) as dict_form:
+        F.FFT(x, options={field: value})
+    assert dict_form.value.argument == f'options["{field}"]'
+    with pytest.raises(InvalidArgumentError) as dataclass_form:
+        F.FFT(x, options=F.FFTOptions(**{field: value}))
+    assert dataclass_form.value.argument == f"options.{field}"
+    np.testing.assert_array_equal(x, before)
+
+
+def test_stateful_options_take_numpy_bools_and_a_none_norm():
+    x = make((8,), "complex64")
+    expected = np.fft.fft(x.astype(np.complex128))
+    opts = F.FFTOptions(inplace=np.bool_(False), norm=None)
+    assert opts.inplace is False and opts.norm == "backward"
+    with F.FFT(x, options={"inplace": np.True_, "norm": None}) as f:
+        assert f.plan().execute() is x
+    assert_close(x, expected, "complex64")
+
+
+@pytest.mark.parametrize("direction", [True, False, 1.0, -1.0, [1], "sideways"])
+def test_stateful_direction_must_be_a_name_or_an_int(direction):
+    x = make((8,), "complex64")
+    with F.FFT(x) as f:
+        f.plan()
+        with pytest.raises(InvalidArgumentError) as info:
+            f.execute(direction=direction)
+        assert info.value.argument == "direction"
+        assert_close(f.execute(direction=np.int64(1)), np.fft.ifft(x.astype(np.complex128)), "complex64")
+
+
+@pytest.mark.parametrize("axes", [5, "01", 1.5])
+def test_stateful_axes_must_be_a_sequence(axes):
+    with pytest.raises(InvalidArgumentError) as info:
+        F.FFT(make((4, 4), "complex64"), axes=axes)
+    assert info.value.argument == "axes"
+
+
 def test_stateful_options_errors():
     x = make((4, 4), "complex64")
     with pytest.raises(InvalidArgumentError):
