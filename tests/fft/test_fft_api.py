@@ -58,6 +58,38 @@ def test_typed_errors_name_the_argument(call, err, arg):
     assert str(info.value).startswith(f"{arg}: expected")
 
 
+_NONE_OPERANDS = [
+    ("fft", lambda: F.fft(None), "x"),
+    ("fftn", lambda: F.fftn(None), "x"),
+    ("rfft2", lambda: F.rfft2(None), "x"),
+    ("fft+out", lambda: F.fft(None, out=np.empty(4, np.complex128)), "x"),
+    ("fft+prolog", lambda: F.fft(None, prolog=lambda v, i: v), "x"),
+    ("FFT", lambda: F.FFT(None), "x"),
+    ("convolve x", lambda: F.convolve(None, np.ones(3)), "x"),
+    ("convolve h", lambda: F.convolve(np.ones(4), None), "h"),
+    ("fftshift", lambda: F.fftshift(None), "x"),
+    ("ifftshift", lambda: F.ifftshift(None), "x"),
+    ("explain fft", lambda: nvdispatch.explain(F.fft, None), "x"),
+    ("explain fftshift", lambda: nvdispatch.explain(F.fftshift, None), "x"),
+    ("explain convolve", lambda: nvdispatch.explain(F.convolve, None, np.ones(3)), "x"),
+]
+
+
+@pytest.mark.parametrize("call, arg", [c[1:] for c in _NONE_OPERANDS], ids=[c[0] for c in _NONE_OPERANDS])
+def test_a_none_operand_is_a_typed_error_naming_it(call, arg):
+    """fft(None) raised a bare StopIteration, FFT(None)/convolve/fftshift a KeyError (#27)."""
+    with pytest.raises(UnsupportedOperandError) as info:
+        call()
+    assert info.value.argument == arg and "None" in str(info.value)
+
+
+def test_common_placement_of_no_operands_is_typed():
+    from nvdispatch._detect import common_placement
+
+    with pytest.raises(UnsupportedOperandError):
+        common_placement({})
+
+
 def test_zero_d_input():
     with pytest.raises(ShapeMismatchError):
         F.fft(np.array(1.0 + 0j))

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _backends, _fft_callbacks
 from .._backends import _state
+from .._detect import detect
 from .._dispatch import (
     Explanation,
     _log_levels,
@@ -15,7 +16,6 @@ from .._dispatch import (
     choose_strategy,
     coerce_operands,
     debug_enabled,
-    detect_all,
     explain_selected,
     log_hit,
     placement,
@@ -41,7 +41,7 @@ _handle = plan_cache.handle
 
 
 def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
-    infos = detect_all({"x": x})
+    infos = {"x": detect("x", x)}  # x is required: None is an error, not an absent operand
     framework, device = placement(infos)
     info = infos["x"]
     problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)

@@ -10,11 +10,11 @@ import numpy as np
 
 from .. import _fft_callbacks
 from .._adapters import adapter_for
+from .._detect import detect
 from .._dispatch import (
     acquire_plan,
     choose_strategy,
     coerce_operands,
-    detect_all,
     keep_or_select,
     placement,
     refuse_recorded_call,
@@ -180,7 +180,7 @@ class FFT:
         self._selections: dict[str, Any] = {}
         self._axes = _as_axes(axes)
         self._x = x
-        self._info = detect_all({"x": x})["x"]
+        self._info = detect("x", x)
         self._fft_type = self._infer_type(self._info.dtype)
         # validate now so mistakes surface at construction
         self._build(x)
@@ -210,7 +210,7 @@ class FFT:
         }[self._fft_type]
 
     def _build(self, x) -> dict[str, tuple[FFTProblem, Any, Any]]:
-        infos = detect_all({"x": x})
+        infos = {"x": detect("x", x)}
         framework, device = placement(infos)
         info = infos["x"]
         axes = self._axes if self._axes is not None else tuple(range(len(info.shape)))
@@ -354,7 +354,7 @@ class FFT:
             if x is None:
                 self._x = None
                 return
-            info = detect_all({"x": x})["x"]
+            info = detect("x", x)
             old = self._info
             if (info.framework, info.device.kind) != (old.framework, old.device.kind):
                 raise ShapeMismatchError(
