@@ -27,7 +27,7 @@ import array_api_compat
 import numpy as np
 
 from ._adapters import adapter_for
-from ._fft_problem import normalize_axis, resolve_axes, result_dtype, result_shape
+from ._fft_problem import normalize_axis, result_dtype, result_layout
 from .errors import (
     InvalidArgumentError,
     ShapeMismatchError,
@@ -166,25 +166,40 @@ def check_out(out, x, func: str, final=None, n=None, axis=-1, s=None, axes=None,
     (last) transformed axis (ValueError, "has wrong shape"), a dtype the result casts to under ``same_kind``
     (TypeError), then the other dimensions (ValueError). ``final``: the dtype the result is cast to (float16
     input); ``numpy_way``: ``(sizes, axes)`` as :func:`numpy_nd_args` resolved them (axes may repeat)."""
-    if not isinstance(x, np.ndarray) and not _has_namespace(x):
+    numpy = isinstance(x, np.ndarray)
+    if not numpy and not _has_namespace(x):
         return  # an array known by a protocol only: write_out checks the result against out
     shape = tuple(x.shape)
-    if numpy_way is not None:
+    if numpy_way is None:
+        want, axes_t = result_layout(func, shape, n, axis, s, axes)
+    else:
         sizes, axes_t = numpy_way
         if not axes_t and func not in ("fftn", "ifftn"):
             return  # the transform reports the empty axes
-        want, last_axis = shape, (axes_t[-1] if axes_t else None)  # no axes: fftn/ifftn copy x
-        for one, n_, ax in numpy_way_steps(func, sizes, axes_t):
-            want = result_shape(one, want, n=n_, axis=ax)
-    else:
-        want = result_shape(func, shape, n, axis, s, axes)
-        last_axis = resolve_axes(func, shape, n, axis, s, axes)[0][-1]
+        if len(set(axes_t)) == len(axes_t):
+            want = result_layout(func, shape, s=sizes, axes=axes_t)[0] if axes_t else shape  # no axes: a copy
+        else:
+            want = shape
+            for one, n_, ax in numpy_way_steps(func, sizes, axes_t):
+                want = result_layout(one, want, n=n_, axis=ax)[0]
+    last_axis = axes_t[-1] if axes_t else None
     try:
-        like = _empty_result(x, func, final)
+        name = _numpy_name(x.dtype) if numpy else str(x.dtype).rpartition(".")[2]  # torch.float32 -> float32
+        dtype = result_dtype(func, name)
     except UnsupportedDtypeError as exc:  # x's own dtype: raised where numpy.fft checks dtypes
-        _check_out(out, x, want, last_axis, dtype_error=exc)
+        _check_out(out, x, None, want, last_axis, dtype_error=exc)
         raise
-    _check_out(out, like if like is not None else x, want, last_axis, check_dtype=like is not None)
+    if numpy:
+        dtype = np.dtype(dtype if final is None else final)
+    else:
+        dtype = getattr(array_api_compat.array_namespace(x), dtype, None)  # None: write_out checks it
+    _check_out(out, x, dtype, want, last_axis)
+
+
+def _numpy_name(dtype: np.dtype) -> str:
+    """``dtype.name`` for the floating kinds (long double included), without its cost."""
+    kind = {"f": "float", "c": "complex"}.get(dtype.kind)
+    return f"{kind}{dtype.itemsize * 8}" if kind else dtype.name
 
 
 def _has_namespace(x) -> bool:
@@ -195,26 +210,10 @@ def _has_namespace(x) -> bool:
     return True
 
 
-def _empty_result(x, func: str, final):
-    """An empty array of the result's framework, device and dtype (None when ``x`` has no array-API
-    namespace to make one: then ``write_out`` checks the result itself)."""
-    if isinstance(x, np.ndarray):
-        return np.empty(0, result_dtype(func, x.dtype.name) if final is None else final)
-    name = str(getattr(x, "dtype", "")).rpartition(".")[2]  # e.g. torch.float32 -> float32
-    dtype = result_dtype(func, name)
-    try:
-        xp = array_api_compat.array_namespace(x)
-        return xp.empty(0, dtype=getattr(xp, dtype), device=array_api_compat.device(x))
-    except Exception:  # noqa: BLE001 - no namespace, dtype or device to build it with
-        return None
-
-
-def _check_out(
-    out, like, shape: tuple[int, ...], first_axis: int | None, check_dtype: bool = True, dtype_error=None
-) -> None:
-    """``out`` must be an array of ``like``'s framework whose dtype ``like``'s casts to and of ``shape``
-    (``first_axis``: the axis compared before the dtype, as ``numpy.fft`` does; ``dtype_error``: the input's
-    own dtype error, raised at the dtype step)."""
+def _check_out(out, like, dtype, shape: tuple[int, ...], first_axis: int | None, dtype_error=None) -> None:
+    """``out`` must be an array of ``like``'s framework, of ``shape``, whose dtype ``dtype`` casts to
+    (``first_axis``: the axis compared before the dtype, as ``numpy.fft`` does; ``dtype``: None, not
+    checked; ``dtype_error``: the input's own dtype error, raised at the dtype step)."""
     numpy = isinstance(like, np.ndarray)
     if numpy:
         if not isinstance(out, np.ndarray):
@@ -238,16 +237,16 @@ def _check_out(
         raise wrong_shape()
     if dtype_error is not None:
         raise dtype_error
-    if check_dtype:
-        if numpy and not np.can_cast(like.dtype, out.dtype, "same_kind"):
+    if dtype is not None:
+        if numpy and not np.can_cast(dtype, out.dtype, "same_kind"):
             raise UnsupportedDtypeError(
                 "out",
-                f"a dtype the {like.dtype} result casts to (same_kind)",
+                f"a dtype the {dtype} result casts to (same_kind)",
                 str(out.dtype),
-                f"Cannot cast {like.dtype} to {out.dtype}",
+                f"Cannot cast {dtype} to {out.dtype}",
             )
-        if not numpy and not xp.can_cast(like.dtype, out.dtype) and not _same_kind(xp, like.dtype, out.dtype):
-            raise UnsupportedDtypeError("out", f"a dtype the {like.dtype} result casts to", str(out.dtype))
+        if not numpy and not xp.can_cast(dtype, out.dtype) and not _same_kind(xp, dtype, out.dtype):
+            raise UnsupportedDtypeError("out", f"a dtype the {dtype} result casts to", str(out.dtype))
     if got != shape:
         raise wrong_shape()
     if numpy and not out.flags.writeable:
@@ -258,7 +257,7 @@ def write_out(result, out):
     """Write ``result`` into the caller's ``out`` array (NumPy's ``same_kind`` casting) and return ``out``;
     a typed error, naming ``out``, when it is no array of the result's framework or has the wrong shape or
     dtype. ``out`` may overlap the input: the result is complete before it is written."""
-    _check_out(out, result, tuple(result.shape), None)
+    _check_out(out, result, result.dtype, tuple(result.shape), None)
     if isinstance(result, np.ndarray):
         np.copyto(out, result, casting="same_kind")
     elif hasattr(out, "copy_"):  # Torch: in place, autograd-aware

@@ -32,7 +32,7 @@ from typing import Any
 from ._detect import Device
 from .errors import InvalidArgumentError, ShapeMismatchError, UnsupportedDtypeError
 
-__all__ = ["FFTProblem", "build_fft_problem", "result_shape", "result_dtype", "FUNCS", "NORMS"]
+__all__ = ["FFTProblem", "build_fft_problem", "result_layout", "result_dtype", "FUNCS", "NORMS"]
 
 NORMS = ("backward", "ortho", "forward")
 
@@ -257,8 +257,9 @@ def _lengths(func: str, shape: tuple[int, ...], axes: tuple[int, ...], sizes: tu
     return tuple(lengths)
 
 
-def result_shape(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axes=None) -> tuple[int, ...]:
-    """The shape of ``func``'s result on an input of ``shape`` (the arguments validated as for a call)."""
+def result_layout(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axes=None):
+    """``(result shape, transformed axes)`` of ``func`` on an input of ``shape`` (the arguments validated as
+    for a call)."""
     axes_t, sizes = resolve_axes(func, shape, n, axis, s, axes)
     lengths = _lengths(func, shape, axes_t, sizes)
     out = list(shape)
@@ -266,7 +267,7 @@ def result_shape(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axe
         out[ax] = length
     if FUNCS[func][0] == "r2c":
         out[axes_t[-1]] = lengths[-1] // 2 + 1
-    return tuple(out)
+    return tuple(out), axes_t
 
 
 def result_dtype(func: str, dtype: str) -> str:
