@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._detect import detect
 from ._fft_problem import FFTProblem, build_fft_problem
 from ._route import Explanation, coerce_operands, detect_all, explain_selected, placement, select
 from .errors import CallbackError, InvalidArgumentError, MixedOperandsError, describe
@@ -230,7 +231,7 @@ def attach(problem: FFTProblem, prolog=None, epilog=None, prolog_data=None, epil
 
 def prepare(func: str, x, n, axis, s, axes, norm, prolog, epilog, prolog_data, epilog_data):
     """Validate a callback call; return ``(problem, operands)`` (operands: x's view and the two data tuples)."""
-    infos = detect_all({"x": x})
+    infos = {"x": detect("x", x)}
     framework, device = placement(infos)
     info = infos["x"]
     fft_problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
