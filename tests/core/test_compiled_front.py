@@ -332,3 +332,37 @@ def test_cublaslt_plans_compute_the_same_through_either_launcher(front, launcher
         for _ in range(2):
             got = nvdispatch.matmul(a.cuda(), b.cuda(), epilog="RELU_BIAS", epilog_inputs={"bias": bias.cuda()})
             np.testing.assert_allclose(got.cpu().numpy(), _relu_bias(a, b, bias), rtol=2e-3, atol=2e-3)
+
+
+# -- the one object the compiled front receives ---------------------------------------------------------------------
+def test_the_compiled_front_is_made_from_one_object_with_documented_attributes(front):
+    if front != "compiled":
+        pytest.skip("the extension's")
+    from nvdispatch._hotpath import make_matmul_front
+
+    parts = linalg._FRONT_PARTS
+    documented = ("route", "classes", "backends", "acquire", "acquire_handle", "let_go", "log_levels", "log_hit",
+                  "raise_if_out_of_memory", "operands")
+    assert all(hasattr(parts, name) for name in documented)
+    assert callable(make_matmul_front(parts))
+
+    class Missing:
+        pass
+
+    with pytest.raises(AttributeError):
+        make_matmul_front(Missing())
+
+
+def test_the_compiled_front_and_the_call_key_module_build_the_same_keys():
+    from nvdispatch._call_key import class_keys, matmul_key
+
+    a, b = np.ones((3, 4), np.float32), np.ones((4, 2), np.float32)
+    bias = np.ones(2, np.float32)
+    for inputs, epilog in ((None, None), ({"bias": bias}, "RELU_BIAS")):
+        nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs)  # planned by the route: kept under its key
+        entry = class_keys(np.ndarray)
+        _, _, key = matmul_key(entry, a, b, None, 1, None, epilog, inputs, None, None, None)
+        assert nvdispatch.plan_cache.contains(key)
+        hits = nvdispatch.plan_cache.hits
+        nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs)  # found by that key (in C or in Python)
+        assert nvdispatch.plan_cache.hits == hits + 1
