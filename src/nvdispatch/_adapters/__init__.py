@@ -68,6 +68,28 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
     ``protocol=True`` registers it among the protocol adapters (``__cuda_array_interface__``, DLPack),
     which are asked only when no framework adapter claims an array. An adapter with the name of a
     registered one replaces it. Returns ``adapter``.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> from nvdispatch.adapters import CPU, HOST, Adapter, OperandInfo, register_adapter, unregister_adapter
+    >>> class Boxed:  # a toy framework: a NumPy array in a box
+    ...     def __init__(self, values):
+    ...         self.values = np.asarray(values)
+    >>> class BoxedAdapter(Adapter):
+    ...     name, wraps, default_executors = "boxed", True, {"cpu": ("numpy",)}
+    ...     def claims(self, cls):
+    ...         return issubclass(cls, Boxed)
+    ...     def info(self, name, x):
+    ...         v = x.values
+    ...         strides = tuple(s // v.itemsize for s in v.strides)
+    ...         return OperandInfo(v, self.name, CPU, v.dtype.name, v.shape, strides, memory=frozenset({HOST}))
+    ...     def wrap(self, result, like):
+    ...         return Boxed(result)
+    >>> _ = register_adapter(BoxedAdapter())
+    >>> nvdispatch.matmul(Boxed(np.eye(2)), Boxed([[1.0, 2.0], [3.0, 4.0]])).values.tolist()
+    [[1.0, 2.0], [3.0, 4.0]]
+    >>> unregister_adapter("boxed")
     """
     global _frameworks, _protocols
     if not isinstance(getattr(adapter, "name", None), str) or not callable(getattr(adapter, "claims", None)):
@@ -89,7 +111,15 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
 
 
 def unregister_adapter(name: str) -> None:
-    """Forget the adapter called ``name`` (no-op when none is registered)."""
+    """Forget the adapter called ``name`` (no-op when none is registered).
+
+    Examples
+    --------
+    >>> from nvdispatch.adapters import adapter_named, unregister_adapter
+    >>> unregister_adapter("no such framework")  # nothing registered under that name: nothing to do
+    >>> adapter_named("no such framework") is None
+    True
+    """
     global _frameworks, _protocols
     with _lock:
         _frameworks = tuple(a for a in _frameworks if a.name != name)
@@ -148,7 +178,8 @@ def adapter_named(name: str) -> Adapter | None:
 
 
 def adapters() -> tuple[Adapter, ...]:
-    """Every registered adapter, in the order they are asked."""
+    """Every registered adapter, in the order they are asked (frameworks, the latest registered first, then
+    protocols)."""
     return (*_frameworks, *_protocols)
 
 
