@@ -97,13 +97,9 @@ def framework_branches(source: str) -> list[tuple[int, str]]:
     return found
 
 
-#: files the fft package split replaces (engineer fftpkg); moved onto memory kinds when it lands -- TEMPORARY
-_PENDING_FFT_SPLIT = {"fft.py", "_fft_callbacks.py", "_fft_convolve.py"}
-
-
 def _sources():
     for path in sorted(SRC.rglob("*.py")):
-        if ADAPTERS not in path.parents and path.name not in _PENDING_FFT_SPLIT:
+        if ADAPTERS not in path.parents:
             yield path
 
 

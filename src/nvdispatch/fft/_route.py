@@ -25,7 +25,7 @@ from .._route import (
 )
 from .._typing import Array, Axes, Norm, Shape, Stream
 from ..errors import UnsupportedDtypeError, UnsupportedOperandError
-from ._stateful import FFT
+from ._stateful import run_stateless
 
 __all__ = ["call_transform", "explain_fft"]
 
@@ -89,12 +89,7 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = None
     if plan is None:
-        f = FFT._for_call(func, x, n, axis, s, axes, norm, callbacks)
-        try:
-            f._plan_with(f._callbacks, {}, call_key=key)
-            return f.execute(direction=FUNCS[func][1], stream=stream)
-        finally:
-            f.free()
+        return run_stateless(func, x, n, axis, s, axes, norm, callbacks, key, stream)
     if learn is not None:  # a repeated call, found by its signature
         learn.remember(form, (x,), _handle(key))
     try:

@@ -26,7 +26,7 @@ from .._route import (
 from .._typing import Array, Axes, CallbackData, ElementCallback, Stream
 from ..errors import InvalidArgumentError, PlanStateError, ShapeMismatchError, UnsupportedDtypeError, describe
 
-__all__ = ["FFT", "FFTOptions"]
+__all__ = ["FFT", "FFTOptions", "run_stateless"]
 
 
 @dataclass(frozen=True)
@@ -430,6 +430,18 @@ class FFT:
     def __repr__(self) -> str:
         state = "freed" if self._freed else ("planned" if self._holds else "not planned")
         return f"<nvdispatch.fft.FFT {self._fft_type} {state} executor={self.executor}>"
+
+
+def run_stateless(func: str, x, n, axis, s, axes, norm, callbacks, call_key, stream):
+    """A stateless transform (``nvdispatch.fft.<func>``) whose plan its call key did not find: an :class:`FFT` of
+    the call's one direction plans it (keeping the plan under ``call_key`` too, where given), executes once
+    and lets go. ``callbacks``: ``(prolog, epilog, prolog_data, epilog_data)`` or None."""
+    f = FFT._for_call(func, x, n, axis, s, axes, norm, callbacks)
+    try:
+        f._plan_with(f._callbacks, {}, call_key=call_key)
+        return f.execute(direction=FUNCS[func][1], stream=stream)
+    finally:
+        f.free()
 
 
 def _unwritable(x, info) -> str:
