@@ -13,7 +13,10 @@ up once per class. The commonest matmuls (a plain product; a bias alone; alpha 1
 have short keys, ``(form, signature(a), signature(b)[, signature(bias)])``: their *form* (every part of the
 key but the signatures) is also what the call-key memo (:mod:`nvdispatch._call_key_memo`) remembers plan
 handles under for classes with a guard. The compiled front (``_hotpath.c``) builds exactly these short keys and
-forms, from the documented attributes of :class:`ClassKeys` and of the backend registry.
+forms, from the fields of :class:`ClassKeys` and the backend registry's attributes. A transform's key is
+``(form, signature(x))`` with its form from :func:`fft_form`.
+
+A call key is never ``repr()``-ed or otherwise serialised: it is hashed once per lookup.
 """
 
 from __future__ import annotations

@@ -45,7 +45,6 @@ new function each time, hence a new plan and, on the GPU, a new compilation).
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +68,6 @@ __all__ = [
 
 #: the operation name executors implement (``executors/<executor>_fft_callbacks.py``)
 OP = "fft_callbacks"
-_log = logging.getLogger("nvdispatch")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ there is no ``norm`` argument.
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +37,6 @@ from .errors import ShapeMismatchError, UnsupportedDtypeError
 __all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan", "VectorisedConvolveOp"]
 
 OP = "fft_convolve"
-_log = logging.getLogger("nvdispatch")
 
 
 @dataclass(frozen=True)
