@@ -33,7 +33,17 @@ from ._backends import registry
 from ._call_key_memo import CallKeyMemo
 from ._fp8 import MatmulQuantizationScales
 
-__all__ = ["ClassKeys", "class_keys", "SCALARS", "matmul_key", "short_key", "fft_form", "int_seq"]
+__all__ = [
+    "ClassKeys",
+    "class_keys",
+    "SCALARS",
+    "matmul_key",
+    "short_form",
+    "short_key",
+    "long_key",
+    "fft_form",
+    "int_seq",
+]
 
 _SCALE_NAMES = tuple(f.name for f in fields(MatmulQuantizationScales))
 
@@ -102,47 +112,57 @@ def _signature(entry: ClassKeys, cls: type, x) -> Any:
     other = x.__class__
     if other is cls:
         return entry.signature(x)
-    own = class_keys(other).signature
+    own = _signature_of(other)
     return None if own is None else (other, own(x))
 
 
-def _classes_sharing(sig, *arrays):
-    """The classes of arrays of more than one class whose signatures all come from ``sig`` (a Torch
-    ``Parameter`` beside plain tensors), for a form; None when they do not share it."""
-    classes = tuple(x.__class__ for x in arrays)
-    return classes if all(class_keys(cls).signature is sig for cls in classes) else None
+def _signature_of(cls: type):
+    """The signature function of array class ``cls`` (its :class:`ClassKeys`, looked up once per class)."""
+    entry = call_key_classes.get(cls)
+    return (entry if entry is not None else class_keys(cls))[1]
 
 
 def matmul_key(entry: ClassKeys, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales):
     """The key of a matmul whose ``a`` has class keys ``entry`` (with a signature): ``(form, arrays, key)`` for
-    the short forms (the key, :func:`short_key` of the form and arrays, is None for a class with a memo, which
-    looks the form up first), ``(None, None, key)`` for the others, ``(None, None, None)`` for a call without a
-    key. TypeError for an unhashable argument (such a call takes the full path, which reports it)."""
+    the short forms (see :func:`short_form`), ``(None, None, key)`` for the others, ``(None, None, None)`` for a
+    call without a key. TypeError for an unhashable argument (such a call takes the full path, which reports
+    it)."""
+    if c is None and beta is None and options is None and preferences is None and scales is None:
+        form, arrays, key = short_form(entry, a, b, alpha, epilog, epilog_inputs)
+        if form is not None:
+            return form, arrays, key
+    return None, None, long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales)
+
+
+def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
+    """``(form, arrays, key)`` of a short-form matmul (no ``c``, ``beta``, options, preferences or scales; no
+    epilog inputs or a bias alone; operands sharing ``entry``'s signature function): the key, :func:`short_key`
+    of the form and the arrays, is None for a class with a memo, which looks the form up first; ``(None, None,
+    None)`` for another form."""
     if alpha.__class__ not in SCALARS:
         return None, None, None
-    if c is None and beta is None and options is None and preferences is None and scales is None:
-        cls = a.__class__
-        sig = entry.signature
-        if epilog_inputs is None:
-            arrays = (a, b)
-            if b.__class__ is cls:
-                classes = cls
-            else:
-                classes = _classes_sharing(sig, a, b)
-            if classes is not None:
-                form = (classes, epilog, alpha.__class__, _current_state().key, registry.global_key)
-                return form, arrays, (None if entry.memo is not None else (form, sig(a), sig(b)))
-        elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
-            bias = epilog_inputs["bias"]
-            arrays = (a, b, bias)
-            if b.__class__ is cls is bias.__class__:
-                classes = cls
-            else:
-                classes = _classes_sharing(sig, a, b, bias)  # a Parameter beside tensors, say
-            if classes is not None:
-                form = (classes, epilog, "bias", alpha.__class__, _current_state().key, registry.global_key)
-                return form, arrays, (None if entry.memo is not None else (form, sig(a), sig(b), sig(bias)))
-    return None, None, _long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales)
+    cls = a.__class__
+    sig = entry[1]
+    if epilog_inputs is None:
+        if b.__class__ is cls:
+            classes = cls
+        elif _signature_of(b.__class__) is sig:  # a Parameter beside a tensor, say
+            classes = (cls, b.__class__)
+        else:
+            return None, None, None
+        form = (classes, epilog, alpha.__class__, _current_state().key, registry.global_key)
+        return form, (a, b), (None if entry[2] is not None else (form, sig(a), sig(b)))
+    if epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
+        bias = epilog_inputs["bias"]
+        if b.__class__ is cls is bias.__class__:
+            classes = cls
+        elif _signature_of(b.__class__) is sig is _signature_of(bias.__class__):  # Parameters beside tensors
+            classes = (cls, b.__class__, bias.__class__)
+        else:
+            return None, None, None
+        form = (classes, epilog, "bias", alpha.__class__, _current_state().key, registry.global_key)
+        return form, (a, b, bias), (None if entry[2] is not None else (form, sig(a), sig(b), sig(bias)))
+    return None, None, None
 
 
 def short_key(form: tuple, entry: ClassKeys, arrays: tuple) -> tuple:
@@ -153,10 +173,13 @@ def short_key(form: tuple, entry: ClassKeys, arrays: tuple) -> tuple:
     return form, sig(arrays[0]), sig(arrays[1]), sig(arrays[2])
 
 
-def _long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales):
-    """The key of a matmul with ``c``/``beta``, options, preferences, epilog inputs other than a bias alone,
-    operands of more than one class or FP8 scales: the operands' signatures, the scalars' classes, the epilog,
-    options, preferences, scales and backend state; None when the call does not qualify."""
+def long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales):
+    """The key of a matmul of another form than the short ones (``c``/``beta``, options, preferences, epilog
+    inputs other than a bias alone, operands of more than one class, FP8 scales): the operands' signatures, the
+    scalars' classes, the epilog, options, preferences, scales and backend state; None when the call does not
+    qualify (it takes the full path)."""
+    if alpha.__class__ not in SCALARS:
+        return None
     cls = a.__class__
     if scales is not None:
         scales = _scales_key(entry, cls, scales)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ._adapters import adapter_for, call_key_classes
-from ._call_key import SCALARS, class_keys, matmul_key, short_key
+from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
 from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
@@ -249,14 +249,17 @@ def _route(
     entry = _classes.get(a.__class__)
     if entry is None:
         entry = class_keys(a.__class__)
-    plain, sig, memo = entry[0], entry[1], entry[2]
-    plan = key = learn = None
+    plain, sig, memo, _, _, _ = entry
+    plan = key = learn = form = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
         if sig is not None:
-            form, arrays, key = matmul_key(
-                entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
-            )
+            if c is None and beta is None and options is None and preferences is None and quantization_scales is None:
+                form, arrays, key = short_form(entry, a, b, alpha, epilog, epilog_inputs)
+            if form is None:
+                key = long_key(
+                    entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
+                )
             if form is not None and memo is not None:
                 # where the class has a guard, a repeated call's plan handle is remembered behind it
                 for check, handle, epoch in () if memo_checked else memo.handles.get(form, ()):
@@ -277,10 +280,10 @@ def _route(
         )
     if learn is not None:  # a repeated call, found by its signatures
         learn.remember(form, arrays, _handle(key))
-    if plain and stream is None and c is None and quantization_scales is None and log_levels.get(10) is False:
-        # the commonest hit: the caller's arrays to the plan's direct call (as _run_cached would)
-        if alpha == 1 and getattr(plan, "direct", None) is not None:
-            return run_direct(plan, (a, b) if epilog_inputs is None else (a, b, *epilog_inputs.values()), pinned)
+    if form is not None and plain and stream is None and alpha == 1 and log_levels.get(10) is False:
+        # the commonest hit, a short form: its arrays (a, b[, bias]) to the plan's direct call, as _run_cached would
+        if getattr(plan, "direct", None) is not None:
+            return run_direct(plan, arrays, pinned)
     return _run_cached(plan, pinned, entry, a, b, c, alpha, beta, epilog_inputs, stream, quantization_scales)
 
 
