@@ -37,7 +37,6 @@ __all__ = [
     "ClassKeys",
     "class_keys",
     "SCALARS",
-    "matmul_key",
     "short_form",
     "short_key",
     "long_key",
@@ -120,18 +119,6 @@ def _signature_of(cls: type):
     """The signature function of array class ``cls`` (its :class:`ClassKeys`, looked up once per class)."""
     entry = call_key_classes.get(cls)
     return (entry if entry is not None else class_keys(cls))[1]
-
-
-def matmul_key(entry: ClassKeys, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales):
-    """The key of a matmul whose ``a`` has class keys ``entry`` (with a signature): ``(form, arrays, key)`` for
-    the short forms (see :func:`short_form`), ``(None, None, key)`` for the others, ``(None, None, None)`` for a
-    call without a key. TypeError for an unhashable argument (such a call takes the full path, which reports
-    it)."""
-    if c is None and beta is None and options is None and preferences is None and scales is None:
-        form, arrays, key = short_form(entry, a, b, alpha, epilog, epilog_inputs)
-        if form is not None:
-            return form, arrays, key
-    return None, None, long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales)
 
 
 def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):

@@ -113,7 +113,7 @@ classes_of(PyObject *classes, PyObject *sig, PyObject *a, PyObject *b, PyObject 
     return bias == NULL ? PyTuple_Pack(2, cls, bc) : PyTuple_Pack(3, cls, bc, biasc);
 }
 
-/* the form a hit is remembered under (nvdispatch._call_key.matmul_key builds the same tuples) */
+/* the form a hit is remembered under (nvdispatch._call_key.short_form builds the same tuples) */
 static PyObject *
 form_of(PyObject *parts, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
 {

@@ -354,14 +354,14 @@ def test_the_compiled_front_is_made_from_one_object_with_documented_attributes(f
 
 
 def test_the_compiled_front_and_the_call_key_module_build_the_same_keys():
-    from nvdispatch._call_key import class_keys, matmul_key
+    from nvdispatch._call_key import class_keys, short_form
 
     a, b = np.ones((3, 4), np.float32), np.ones((4, 2), np.float32)
     bias = np.ones(2, np.float32)
     for inputs, epilog in ((None, None), ({"bias": bias}, "RELU_BIAS")):
         nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs)  # planned by the route: kept under its key
         entry = class_keys(np.ndarray)
-        _, _, key = matmul_key(entry, a, b, None, 1, None, epilog, inputs, None, None, None)
+        _, _, key = short_form(entry, a, b, 1, epilog, inputs)
         assert nvdispatch.plan_cache.contains(key)
         hits = nvdispatch.plan_cache.hits
         nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs)  # found by that key (in C or in Python)

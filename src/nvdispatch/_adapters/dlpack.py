@@ -93,9 +93,9 @@ class DlpackAdapter(Adapter):
 
     def signature(self, x: Any):
         dev = x.__dlpack_device__()
-        if dev[0] == DLPACK_CPU:
-            return dev, host_signature(x)
-        return dev, str(getattr(x, "dtype", None)), tuple(getattr(x, "shape", ()))
+        if dev[0] != DLPACK_CPU:  # device memory whose strides DLPack alone tells: every call takes the full path
+            raise TypeError("no call key for a CUDA DLPack producer")
+        return dev, host_signature(x)
 
     def device(self, x) -> Device:
         dev_type, dev_id = self._device_of("x", x)
