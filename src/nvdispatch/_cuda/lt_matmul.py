@@ -32,7 +32,7 @@ from . import lt_autotune
 from . import lt_layout as L
 from .arrays import c_strides, empty, make_view, result_kind, storage_shape
 
-__all__ = ["LtSetup", "setup", "probe", "LtMatmulPlan", "lt_types", "DEFAULT_MAX_WORKSPACE"]
+__all__ = ["LtSetup", "setup", "probe", "output_layouts", "LtMatmulPlan", "lt_types", "DEFAULT_MAX_WORKSPACE"]
 
 #: workspace cuBLASLt may use (the figure NVIDIA recommends for Hopper); ``preferences.max_workspace_bytes``
 #: replaces it
@@ -245,6 +245,23 @@ def setup(p: MatmulProblem, orientation: str, bias_cast: bool = False, epilogue:
     elif spec.epilog.name == "BGRADB":
         s.bgrad, s.bgrad_len = "bgradb", n
     return s
+
+
+def output_layouts(p: MatmulProblem, s: LtSetup) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{name: (shape, dtype)}``: the C-ordered device buffers a plan of ``p`` in setup ``s`` writes, for callers
+    that own them (:meth:`LtMatmulPlan.execute_into`): the result ``"out"`` (its ``(..., n, m)`` transpose in the
+    ``"col"`` orientation), ``relu_aux`` as cuBLASLt's bits ``(..., n_lt, ld / 8)``, ``gelu_aux`` as the
+    ``(..., n_lt, ld)`` padded buffer, bias gradients as ``(..., len)`` (one per batch matrix)."""
+    batch, dt = tuple(p.batch_shape), p.result_dtype
+    out = (*batch, p.m, p.n) if s.orientation == "row" else (*batch, p.n, p.m)
+    layouts = {"out": (out, dt)}
+    if s.aux_out == "relu":
+        layouts["relu_aux"] = ((*batch, s.n_lt, s.aux_ld // 8), "uint8")
+    elif s.aux_out == "gelu":
+        layouts["gelu_aux"] = ((*batch, s.n_lt, s.aux_ld), dt)
+    if s.bgrad:
+        layouts[s.bgrad] = ((*batch, s.bgrad_len), dt)
+    return layouts
 
 
 def _bits_orientation(sig, st, p) -> str:
@@ -650,6 +667,36 @@ class LtMatmulPlan(LtPlanCommon):
         fw = self._xp.name if self._xp is not None else ""  # the framework's own, or the one viewing its arrays
         with framework_stream(fw, sp, self.device_index):
             return self._execute(operands, sp)
+
+    def execute_into(self, pointers, outputs, sp: int, alpha=1, beta=None) -> None:
+        """Queue the matmul on raw stream ``sp`` over device memory the caller owns (an XLA custom call's buffers):
+        ``pointers`` maps ``a``, ``b`` (and ``c`` and each epilog input) to addresses holding them as the problem's
+        strides describe; ``outputs`` maps ``"out"`` and each auxiliary output to a buffer laid out as
+        :func:`output_layouts` says. Nothing is allocated but the workspace; alignment, the bias and aux pointers
+        and the launch are :meth:`execute`'s. Only for a native plan whose operands need no conversion (same
+        dtypes, layouts cuBLASLt reads in place): :class:`~nvdispatch.errors.PlanStateError` otherwise."""
+        p, s = self.problem, self.setup
+        if self.strategy != "native" or self._needs_xp or not self._direct_operands or s.c_mode == "copy":
+            from ..errors import PlanStateError
+
+            raise PlanStateError(
+                "plan", "a native plan reading its operands in place", f"one needing copies ({self.steps[0]})"
+            )
+        ptr_a, ptr_b = (pointers["a"], pointers["b"]) if self._a_first else (pointers["b"], pointers["a"])
+        ptr_d = outputs["out"]
+        ptr_c, beta_value = ptr_d, 0
+        if p.c is not None:
+            ptr_c, beta_value = pointers["c"], (1 if beta is None else beta)
+        bias_ptr = outputs[s.bgrad] if s.bgrad else pointers.get("bias")
+        aux_ptr = None
+        if s.aux_out:
+            aux_ptr = outputs[p.epilog.outputs[0]]
+        elif s.aux_in:
+            aux_ptr = pointers["relu_aux" if "relu_aux" in self._inputs else "gelu_aux"]
+        keep: list = []
+        alpha_ptr, beta_ptr = self._scalar(alpha, keep), self._scalar(beta_value, keep)
+        self._launch(ptr_a, ptr_b, ptr_c, ptr_d, bias_ptr, aux_ptr, alpha_ptr, beta_ptr, sp, "")
+        del keep
 
     def _execute(self, operands, sp: int):
         p, s = self.problem, self.setup
