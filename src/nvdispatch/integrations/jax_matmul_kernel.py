@@ -1,0 +1,263 @@
+"""One matmul of nvdispatch staged into a JAX program: the host kernel (CPU) and the device kernel (GPU).
+
+:func:`matmul_kernel` takes canonical operands (``jax_matmul`` makes them: ``a``/``b`` at least 2-D, every
+operand of the result's rank, ``c`` and the masks of the result's shape; ``a``/``b`` possibly read transposed)
+and returns the result and auxiliary outputs in the formats :func:`~.jax_matmul_shapes.output_avals` gives, on
+every platform.
+
+* CPU: the callback runs ``nvdispatch.matmul`` (the whole eager route: backend state as traced, plan cache) on
+  NumPy views of XLA's buffers and copies the results into XLA's output buffers. bfloat16, which NumPy lacks,
+  runs as float32 (exact products, the sum accumulated in float32 as cuBLASLt's is) rounded once at the end.
+* GPU: the ``cuda`` executor's cuBLASLt plan writes into XLA's output buffers on XLA's stream
+  (``LtMatmulPlan.execute_into``): no host round trip, no allocation but cuBLASLt's workspace. What cuBLASLt
+  reads or writes in its own layouts is converted by XLA around the call: operands cast to the result dtype,
+  a bias along M and ``c`` transposed for the column orientation, the ReLU mask packed to and unpacked from
+  cuBLASLt's bits, the GELU pre-activation padded to its leading dimension. Float32 products follow JAX's
+  precision setting (:mod:`.jax_precision`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._backends import BackendState
+from .._cuda import lt_layout as L
+from .._cuda.lt_matmul import orientations, output_layouts, setup
+from .._detect import CPU, Device
+from .._epilog import INPUTS, spec_of
+from .._matmul_problem import MatmulOptions, MatmulPlanPreferences, MatmulProblem
+from ..errors import PlanStateError
+from .jax_buffers import PlanFinder, device_index, device_pointer, stage
+from .jax_matmul_shapes import abstract_problem, epilog_on_values, output_avals, transposed
+from .jax_precision import with_convention
+
+__all__ = ["MatmulCall", "matmul_kernel", "pack_mask", "unpack_mask"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulCall:
+    """The static part of a staged matmul: everything but the operands."""
+
+    epilog: str
+    alpha: Any = 1
+    beta: Any = None
+    options: MatmulOptions = MatmulOptions()
+    preferences: MatmulPlanPreferences = MatmulPlanPreferences()
+    #: the backend state when the call was traced (the host kernel runs under it)
+    state: BackendState | None = None
+    #: ``a``/``b`` are read transposed (their last two axes swapped) where True
+    transpose_a: bool = False
+    transpose_b: bool = False
+
+    @property
+    def transpose(self) -> tuple[bool, bool]:
+        return self.transpose_a, self.transpose_b
+
+
+def matmul_kernel(call: MatmulCall, operands: dict[str, Any]) -> tuple:
+    """``call`` on canonical ``operands`` (JAX values by name): ``(result, *auxiliary outputs)``."""
+    names = tuple(operands)
+    spec = spec_of(call.epilog)
+    problem = abstract_problem("jax", CPU, operands, spec, call.options, call.alpha, call.beta, call.transpose)
+    avals = output_avals(problem)
+    if 0 in (problem.m, problem.n, problem.k, *problem.batch_shape):  # nothing to compute: no kernel
+        values = dict(operands)
+        for name, flag in (("a", call.transpose_a), ("b", call.transpose_b)):
+            if flag:
+                values[name] = jnp.swapaxes(values[name], -1, -2)
+        inputs = {name: values[name] for name in names if name in INPUTS}
+        got = epilog_on_values(problem, values["a"], values["b"], values.get("c"), call.alpha, call.beta, inputs)
+        return tuple(x.reshape(want.shape).astype(want.dtype) for x, want in zip(got, avals.values()))
+    return tuple(
+        jax.lax.platform_dependent(
+            *operands.values(),
+            cpu=lambda *xs: _host(call, names, problem, avals, xs),
+            cuda=lambda *xs: _device(call, names, problem, avals, xs),
+        )
+    )
+
+
+# -- CPU -----------------------------------------------------------------------------------------------------
+def _host(call: MatmulCall, names, problem: MatmulProblem, avals, values):
+    """The host kernel: ``nvdispatch.matmul`` on NumPy views of the buffers (bfloat16 as float32)."""
+    wide = {"bfloat16": jnp.float32}
+    values = tuple(v.astype(wide[str(v.dtype)]) if str(v.dtype) in wide else v for v in values)
+    host = dict(zip(names, values))
+    run = abstract_problem("jax", CPU, host, problem.epilog, call.options, call.alpha, call.beta, call.transpose)
+    run_avals = tuple(output_avals(run).values())
+    outs = stage(_host_callback(call, names), run_avals, *values)
+    return tuple(o.astype(want.dtype) for o, want in zip(outs, avals.values()))
+
+
+def _host_callback(call: MatmulCall, names: tuple[str, ...]):
+    from .._backends import set_state
+    from ..linalg import matmul
+
+    spec = spec_of(call.epilog)
+
+    def callback(ctx, outs, *ins):
+        arrays = {name: np.asarray(x) for name, x in zip(names, ins)}
+        for name, flag in (("a", call.transpose_a), ("b", call.transpose_b)):
+            if flag:
+                arrays[name] = np.swapaxes(arrays[name], -1, -2)
+        inputs = {name: arrays[name] for name in names if name in INPUTS}
+        with set_state(call.state):
+            got = matmul(
+                arrays["a"],
+                arrays["b"],
+                arrays.get("c"),
+                alpha=call.alpha,
+                beta=call.beta,
+                epilog=call.epilog,
+                epilog_inputs=inputs or None,
+                options=call.options,
+                preferences=call.preferences,
+            )
+        results = (got[0], *(got[1][name] for name in spec.outputs)) if spec.outputs else (got,)
+        for buffer, value in zip(outs, results):
+            np.copyto(np.asarray(buffer), value)
+
+    return callback
+
+
+# -- GPU -----------------------------------------------------------------------------------------------------
+#: how the device kernel reads a buffer: "T" swaps its last two axes, ("crop", axis, n) keeps n entries of an axis
+_View = tuple
+
+
+def _view(rule: _View, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, element strides) of the view ``rule`` makes of a C-ordered buffer of ``shape``."""
+    from .._adapters import c_strides
+
+    strides = c_strides(shape)
+    for step in rule:
+        if step == "T":
+            shape, strides = transposed(shape, strides)
+        else:
+            _, axis, n = step
+            shape = (*shape[:axis], n, *shape[axis + 1 :]) if axis != -1 else (*shape[:-1], n)
+    return tuple(shape), tuple(strides)
+
+
+def pack_mask(mask, ld_bits: int):
+    """A boolean ``(..., cols, rows)`` mask as cuBLASLt's ReLU bits: uint8 ``(..., cols, ld_bits // 8)``, bit
+    ``r % 8`` of byte ``r // 8`` set where ``mask[..., c, r]`` (rows padded with clear bits to ``ld_bits``)."""
+    rows = mask.shape[-1]
+    m = mask.astype(jnp.uint8)
+    if ld_bits != rows:
+        m = jnp.pad(m, [(0, 0)] * (m.ndim - 1) + [(0, ld_bits - rows)])
+    m = m.reshape(*m.shape[:-1], ld_bits // 8, 8)
+    return jnp.sum(m << jnp.arange(8, dtype=jnp.uint8), axis=-1, dtype=jnp.uint8)
+
+
+def unpack_mask(bits, rows: int):
+    """The inverse of :func:`pack_mask`: a boolean ``(..., cols, rows)`` mask."""
+    m = (bits[..., None] >> jnp.arange(8, dtype=jnp.uint8)) & 1
+    return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].astype(bool)
+
+
+def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
+    """The device kernel: XLA brings the operands to cuBLASLt's layouts, the plan fills the output buffers."""
+    dt = problem.result_dtype
+    orientation = orientations(problem)[0]
+    row = orientation == "row"
+    m, n = problem.m, problem.n
+    ops = dict(zip(names, values))
+    inputs, views = {}, {}
+    for name, x in ops.items():
+        if name in ("a", "b", "bias", "c", "gelu_aux") and str(x.dtype) != dt:
+            x = x.astype(dt)  # cuBLASLt reads operands of the result's dtype (a bias too: no cast at run time)
+        rule: _View = ()
+        if name in ("a", "b") and call.transpose[name == "b"]:
+            rule = ("T",)
+        elif name == "c" and not row:
+            x, rule = jnp.swapaxes(x, -1, -2), ("T",)
+        elif name == "relu_aux":
+            rows, mask = (n, x) if row else (m, jnp.swapaxes(x, -1, -2))
+            x, rule = pack_mask(mask, L.relu_aux_ld_bits(rows)), (() if row else ("T",))
+        elif name == "gelu_aux":
+            rows, pre = (n, x) if row else (m, jnp.swapaxes(x, -1, -2))
+            ld = L.gelu_aux_ld(rows)
+            if ld != rows:
+                pre = jnp.pad(pre, [(0, 0)] * (pre.ndim - 1) + [(0, ld - rows)])
+            x, rule = pre, (("crop", -1, n),) if row else ("T", ("crop", -2, m))
+        inputs[name] = x
+        views[name] = rule
+    options = with_convention(call.options, dt)
+    cuda = Device("cuda")
+    dev_problem = _device_problem(call, options, inputs, views, cuda)
+    layouts = output_layouts(dev_problem, setup(dev_problem, orientation))
+    results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
+    callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
+    outs = dict(zip(layouts, stage(callback, results, *inputs.values())))
+    converted = []
+    for name, want in avals.items():
+        x = outs[name]
+        if name == "out":
+            x = x if row else jnp.swapaxes(x, -1, -2)
+        elif name == "relu_aux":
+            x = unpack_mask(x, n) if row else jnp.swapaxes(unpack_mask(x, m), -1, -2)
+        elif name == "gelu_aux":
+            x = x[..., :n] if row else jnp.swapaxes(x[..., :m], -1, -2)
+        else:  # a bias gradient or an operand sum (cuBLASLt: one per batch matrix)
+            x = _take_broadcast(x, want.shape)
+        converted.append(x.reshape(want.shape).astype(want.dtype))
+    return tuple(converted)
+
+
+def _take_broadcast(x, shape):
+    """``x`` cut to ``shape`` where ``shape`` has 1 on axes along which ``x``'s entries are equal copies (an
+    operand sum of an operand broadcast over a batch axis, which cuBLASLt computes once per batch matrix)."""
+    if x.ndim != len(shape):
+        return x
+    index = tuple(slice(0, 1) if want == 1 and have != 1 else slice(None) for have, want in zip(x.shape, shape))
+    return x[index]
+
+
+def _device_problem(call: MatmulCall, options, arrays, views, device: Device, shapes=None) -> MatmulProblem:
+    """The problem the ``cuda`` executor plans: ``arrays`` (values, or run-time buffers) read as ``views`` say."""
+    spec = spec_of(call.epilog)
+    got = {}
+    for name, x in arrays.items():
+        shape = tuple(int(d) for d in (x.shape if shapes is None else shapes[name]))
+        got[name] = _view(views[name], shape)
+    framework = "dlpack"
+    return abstract_problem(framework, device, arrays, spec, options, call.alpha, call.beta, (False, False), got)
+
+
+def _device_callback(call: MatmulCall, options, names, views, orientation: str, outputs: tuple[str, ...]):
+    finder = PlanFinder("matmul", call.state)
+    alpha = call.alpha
+    beta = call.beta
+
+    def callback(ctx, outs, *ins):
+        dev = device_index(ins[0])
+        key = (dev, *(tuple(x.shape) for x in ins))
+
+        def problem_of():
+            buffers = dict(zip(names, ins))
+            return _device_problem(call, options, buffers, views, Device("cuda", dev))
+
+        plan, problem = finder.acquire(key, problem_of, "native")
+        from .._plan_cache import plan_cache
+
+        try:
+            if plan.setup.orientation != orientation:
+                raise PlanStateError(
+                    "plan",
+                    f"cuBLASLt's {orientation} orientation (the layouts the program was traced with)",
+                    f"the {plan.setup.orientation} orientation",
+                    "cuBLASLt has no fused kernel for this case in that orientation",
+                )
+            pointers = {name: device_pointer(x) for name, x in zip(names, ins)}
+            written = {name: device_pointer(x) for name, x in zip(outputs, outs)}
+            plan.execute_into(pointers, written, int(ctx.stream), alpha, beta)
+        finally:
+            plan_cache.let_go(plan)
+
+    return callback
