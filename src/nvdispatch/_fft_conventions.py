@@ -2,8 +2,9 @@
 
 ``nvdispatch.fft`` is a drop-in for ``numpy.fft`` on NumPy input and serves ``scipy.fft`` as a backend. What
 those libraries accept beyond the array API is brought here to the one route every call takes
-(``nvdispatch.fft._route``): array-likes become NumPy arrays, integer/boolean/half inputs are promoted, ``s``/``axes`` are
-resolved NumPy's way (a repeated axis is transformed once per entry), and ``out=`` receives the result.
+(``nvdispatch.fft._route``): array-likes become NumPy arrays, integer/boolean/half inputs are promoted,
+``s``/``axes`` are resolved NumPy's way (a repeated axis is transformed once per entry), and ``out=`` receives
+the result.
 
 Promotion, per convention (the caller's library decides, so results match it dtype for dtype):
 
