@@ -136,7 +136,7 @@ def test_per_example_gradients(x64):
         # sum |rfft|^2 over the half spectrum: d/dx = 2 * irfft-like adjoint; checked numerically
         v = make(xi.shape, "float64", 5)
         eps = 1e-6
-        f = lambda t: float(np.sum(np.abs(np.fft.rfft(xi + t * v, axis=0)) ** 2))
+        f = lambda t, xi=xi, v=v: float(np.sum(np.abs(np.fft.rfft(xi + t * v, axis=0)) ** 2))
         assert abs((f(eps) - f(-eps)) / (2 * eps) - float(np.sum(np.asarray(per[i]) * v))) < 1e-6 * max(1, abs(f(0)))
 
 

@@ -215,7 +215,7 @@ def _check_gradients(epilog, sa, sb, *, bias_axis="n", bgrad_axis="n", c_shape=N
     for name, value in floats.items():
         v = rng.standard_normal(value.shape)
 
-        def at(t):
+        def at(t, name=name, value=value, v=v):
             moved = dict(floats)
             moved[name] = value + t * v
             ins = {**{k: moved[k] for k in inputs if k in moved}, **masks}
