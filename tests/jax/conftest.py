@@ -25,3 +25,18 @@ def x64():
 
     with jax.enable_x64(True):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _placed(request):
+    """Tests not marked ``gpu`` run on JAX's CPU device even where a GPU is JAX's default (the H200); the
+    ``gpu`` ones on the GPU."""
+    import jax
+
+    kind = "gpu" if request.node.get_closest_marker("gpu") else "cpu"
+    try:
+        device = jax.devices(kind)[0]
+    except RuntimeError:
+        pytest.skip(f"JAX has no {kind} device")
+    with jax.default_device(device):
+        yield device

@@ -251,3 +251,20 @@ def test_fft_device_branch_more_axes_and_gradients(on_the_gpu_branch, x64):
     v = make(x.shape, "float64", 3)
     f = lambda t: float(np.sum(np.abs(np.fft.rfftn(x + t * v)) ** 2))
     assert abs((f(1e-6) - f(-1e-6)) / 2e-6 - float(np.sum(np.asarray(g) * v))) <= 1e-6 * f(0)
+
+
+@pytest.mark.parametrize("epilog", ["RELU_AUX_BIAS", "GELU_AUX", "DRELU_BGRAD", "BGRADA", "BGRADB"])
+def test_device_branch_double_precision_stages_the_plain_product(on_the_gpu_branch, x64, epilog):
+    """Float64 epilogs: the plain product on the device kernel, the epilog as XLA operations."""
+    a, b, inputs = _operands(epilog, (2, 6, 3), (3, 5), "n")
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    inputs = {k: (v.astype(np.float64) if v.dtype != bool else v) for k, v in inputs.items()}
+    got = jax.jit(lambda a, b, ins: nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=ins or None))(a, b, inputs)
+    want, want_aux = expected(a, b, None, 1, None, epilog, inputs)
+    y, aux = got if isinstance(got, tuple) else (got, {})
+    assert_close(np.asarray(y), want, "float64")
+    for name, value in want_aux.items():
+        if value.dtype == bool:
+            np.testing.assert_array_equal(np.asarray(aux[name]), value)
+        else:
+            assert_close(np.asarray(aux[name]), value, "float64", name)

@@ -33,7 +33,7 @@ from .._epilog import INPUTS, spec_of
 from .._matmul_problem import MatmulOptions, MatmulPlanPreferences, MatmulProblem
 from ..errors import PlanStateError
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
-from .jax_matmul_shapes import abstract_problem, epilog_on_values, output_avals, transposed
+from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals, product_on_values, transposed
 from .jax_precision import with_convention
 
 __all__ = ["MatmulCall", "matmul_kernel", "pack_mask", "unpack_mask"]
@@ -71,7 +71,8 @@ def matmul_kernel(call: MatmulCall, operands: dict[str, Any]) -> tuple:
             if flag:
                 values[name] = jnp.swapaxes(values[name], -1, -2)
         inputs = {name: values[name] for name in names if name in INPUTS}
-        got = epilog_on_values(problem, values["a"], values["b"], values.get("c"), call.alpha, call.beta, inputs)
+        d = product_on_values(problem, values["a"], values["b"], values.get("c"), call.alpha, call.beta)
+        got = apply_epilog(problem, d, values["a"], values["b"], inputs)
         return tuple(x.reshape(want.shape).astype(want.dtype) for x, want in zip(got, avals.values()))
     return tuple(
         jax.lax.platform_dependent(
@@ -161,9 +162,16 @@ def unpack_mask(bits, rows: int):
     return m.reshape(*bits.shape[:-1], bits.shape[-1] * 8)[..., :rows].astype(bool)
 
 
+#: result dtypes whose epilogs cuBLASLt fuses on every GPU nvdispatch runs on; others stage the plain product and
+#: the epilog as XLA operations
+_FUSED = ("float16", "bfloat16", "float32")
+
+
 def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     """The device kernel: XLA brings the operands to cuBLASLt's layouts, the plan fills the output buffers."""
     dt = problem.result_dtype
+    if problem.epilog.steps and dt not in _FUSED:
+        return _device_unfused(call, names, problem, avals, values)
     orientation = orientations(problem)[0]
     row = orientation == "row"
     m, n = problem.m, problem.n
@@ -208,6 +216,22 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
             x = _take_broadcast(x, want.shape)
         converted.append(x.reshape(want.shape).astype(want.dtype))
     return tuple(converted)
+
+
+def _device_unfused(call: MatmulCall, names, problem: MatmulProblem, avals, values):
+    """The plain product on the device kernel, the epilog as XLA operations."""
+    ops = dict(zip(names, values))
+    plain = dataclasses.replace(call, epilog="DEFAULT")
+    product_names = tuple(n for n in names if n in ("a", "b", "c"))
+    spec = spec_of("DEFAULT")
+    product = abstract_problem("jax", CPU, {n: ops[n] for n in product_names}, spec, call.options, call.alpha,
+                               call.beta, call.transpose)
+    (d,) = _device(plain, product_names, product, output_avals(product), tuple(ops[n] for n in product_names))
+    a, b = ops["a"], ops["b"]
+    a = jnp.swapaxes(a, -1, -2) if call.transpose_a else a
+    b = jnp.swapaxes(b, -1, -2) if call.transpose_b else b
+    got = apply_epilog(problem, d, a, b, {n: ops[n] for n in names if n in INPUTS})
+    return tuple(x.reshape(want.shape).astype(want.dtype) for x, want in zip(got, avals.values()))
 
 
 def _take_broadcast(x, shape):

@@ -19,7 +19,7 @@ from .._detect import Device, OperandInfo
 from .._epilog import GELU_C, GELU_K, INPUTS, OUTPUTS, EpilogSpec, apply_steps, gelu_tanh_grad
 from .._matmul_problem import MatmulOptions, MatmulProblem, build_problem
 
-__all__ = ["abstract_problem", "output_avals", "transposed", "JaxEpilogOps", "epilog_on_values"]
+__all__ = ["abstract_problem", "output_avals", "transposed", "JaxEpilogOps", "apply_epilog", "product_on_values"]
 
 
 def transposed(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -123,17 +123,24 @@ def output_avals(problem: MatmulProblem) -> dict[str, jax.ShapeDtypeStruct]:
     return avals
 
 
-def epilog_on_values(problem: MatmulProblem, a, b, c, alpha, beta, inputs: dict) -> tuple:
-    """``(result, *auxiliary outputs)`` of ``problem`` computed with XLA operations (for zero-size products, where
-    there is nothing for a kernel to do); operands as :func:`abstract_problem` read them."""
+def apply_epilog(problem: MatmulProblem, d, a, b, inputs: dict) -> tuple:
+    """``(result, *auxiliary outputs)``: ``problem``'s epilog applied with XLA operations to ``d``, the promoted
+    product ``alpha a@b + beta c`` (``a``/``b`` as :func:`abstract_problem` reads them, the epilog inputs by name)."""
+    dt = problem.result_dtype
+    pa = a.reshape(1, -1) if problem.a_vector else a
+    pb = b.reshape(-1, 1) if problem.b_vector else b
+    prepared = {name: INPUTS[name].prepare(x, problem) for name, x in inputs.items()}
+    ops, axis = JaxEpilogOps(dt), problem.options.bgrad_axis
+    y, aux = apply_steps(problem.epilog, d.astype(dt), prepared, ops, a=pa, b=pb, bgrad_axis=axis)
+    return (y.reshape(problem.result_shape), *(aux[name] for name in problem.epilog.outputs))
+
+
+def product_on_values(problem: MatmulProblem, a, b, c, alpha, beta):
+    """The promoted product ``alpha a@b + beta c`` with XLA operations (zero-size products: nothing to compute)."""
     dt = problem.result_dtype
     pa = a.reshape(1, -1) if problem.a_vector else a
     pb = b.reshape(-1, 1) if problem.b_vector else b
     d = alpha * jnp.matmul(pa.astype(dt), pb.astype(dt))
     if c is not None:
         d = d + (1 if beta is None else beta) * jnp.broadcast_to(c, problem.result_shape).reshape(d.shape)
-    d = d.astype(dt)
-    prepared = {name: INPUTS[name].prepare(x, problem) for name, x in inputs.items()}
-    ops, axis = JaxEpilogOps(dt), problem.options.bgrad_axis
-    y, aux = apply_steps(problem.epilog, d, prepared, ops, a=pa, b=pb, bgrad_axis=axis)
-    return (y.reshape(problem.result_shape), *(aux[name] for name in problem.epilog.outputs))
+    return d.astype(dt)
