@@ -18,7 +18,7 @@ from conftest import HAS_GPU
 
 ROOT = pathlib.Path(__file__).parents[2]
 BLOCKS = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
-OPTIONAL = ("torch", "cupy", "numba", "scipy", "matplotlib", "tqdm", "cuda", "dask", "distributed", "dask_cuda")
+OPTIONAL = ("torch", "cupy", "numba", "scipy", "matplotlib", "tqdm", "cuda", "dask", "distributed", "dask_cuda", "jax")
 
 
 def _line_of(block: str) -> int:
