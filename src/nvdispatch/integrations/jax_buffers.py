@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from .._backends import candidates, set_state
-from .._dispatch import acquire_plan, plan_key
+from .._dispatch import acquire_plan, log, plan_key
 from .._plan_cache import plan_cache
 from ..errors import NoExecutorError
 from ..executors import builtin
@@ -69,7 +69,16 @@ class PlanFinder:
         else:
             problem = problem_of()
             executor = self._executor(problem)
+            offered = executor.strategies(self.operation, problem)
+            if strategy not in offered:
+                raise NoExecutorError(
+                    "backend",
+                    f"the 'cuda' executor's {strategy!r} plan for this {self.operation} (writing XLA's buffers)",
+                    f"strategies {offered} only",
+                    "cuBLASLt has no fused kernel for this case on this GPU: stage the epilog with jax.numpy instead",
+                )
             pkey = plan_key(executor, self.operation, problem, strategy)
+            log.debug("%s staged in a JAX program: %s", self.operation, problem)
         plan = acquire_plan(executor, self.operation, problem, strategy)
         if len(self._known) < 64:
             self._known[key] = (problem, executor, (pkey, plan_cache.handle(pkey)))

@@ -32,6 +32,7 @@ import numpy as np
 from .._adapters import c_strides
 from .._backends import get_state
 from .._detect import CPU, OperandInfo
+from .._dispatch import log
 from .._fft_convolve import build_convolve_problem
 from .._fft_problem import FFTProblem, build_fft_problem
 from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
@@ -48,6 +49,7 @@ def traced_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"
     _no_stream(stream)
     x = _as_jax("x", x)
     problem = build_fft_problem(func, _abstract(x), "jax", CPU, n, axis, s, axes, norm)
+    log.debug("fft: staged into a traced JAX program (%s)", problem.describe())
     return _transform(problem, x)
 
 

@@ -45,8 +45,8 @@ class FFTCall:
     kind: str
     direction: str
     lengths: tuple[int, ...]
-    #: the backend state when the call was traced (the host kernel runs under it)
-    state: BackendState | None = None
+    #: the backend state when the call was traced (the kernels run under it)
+    state: BackendState = dataclasses.field(default_factory=BackendState)
 
     @property
     def func(self) -> str:

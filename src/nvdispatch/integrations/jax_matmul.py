@@ -35,6 +35,7 @@ import numpy as np
 
 from .._backends import get_state
 from .._detect import CPU
+from .._dispatch import log
 from .._epilog import INPUTS, OUTPUTS, gelu_tanh_grad, spec_of
 from .._fp8 import FP8_DTYPES
 from .._matmul_problem import MatmulProblem, as_options, as_preferences, scalar_value
@@ -111,6 +112,8 @@ def traced_matmul(
         preferences=prefs,
         state=get_state(),
     )
+    log.debug("matmul: staged into a traced JAX program (%s, result %s%s)", spec.epilog.name,
+              problem.result_dtype, list(problem.result_shape))
     canonical = _canonical(problem, arrays)
     outputs = _staged(call, *(canonical.get(name) for name in _OPERANDS))
     avals = output_avals(problem)
@@ -223,13 +226,13 @@ def _backward(call: MatmulCall, residuals, cotangents):
     if spec.backward and spec.activation == "relu":
         dz = jnp.where(relu_aux, g, zero)
     elif spec.backward:  # DGELU: y = z * gelu'(gelu_aux)
-        dz = (g * gelu_tanh_grad(gelu_aux, jnp)).astype(dt)
+        dz = (g * _gelu_first(gelu_aux)).astype(dt)
         z = _staged(dataclasses.replace(call, epilog="DEFAULT"), a, b, c, None, None, None)[0]
         d_gelu_aux = (g * z * _gelu_second(gelu_aux)).astype(gelu_aux.dtype)
     elif spec.activation == "relu":
         dz = jnp.where(y > 0, g, zero)
     elif spec.activation == "gelu":
-        dz = (g * gelu_tanh_grad(pre, jnp)).astype(dt)
+        dz = (g * _gelu_first(pre)).astype(dt)
         if "gelu_aux" in aux_ct:
             dz = dz + aux_ct["gelu_aux"].astype(dt)
     else:
@@ -244,6 +247,11 @@ def _backward(call: MatmulCall, residuals, cotangents):
 
 
 _staged.defvjp(_forward, _backward)
+
+
+def _gelu_first(x):
+    """The derivative of GELU's tanh approximation, computed in float32 at least (XLA fuses it)."""
+    return gelu_tanh_grad(x.astype(jnp.promote_types(x.dtype, jnp.float32)), jnp)
 
 
 def _gelu_second(x):

@@ -48,8 +48,8 @@ class MatmulCall:
     beta: Any = None
     options: MatmulOptions = MatmulOptions()
     preferences: MatmulPlanPreferences = MatmulPlanPreferences()
-    #: the backend state when the call was traced (the host kernel runs under it)
-    state: BackendState | None = None
+    #: the backend state when the call was traced (the kernels run under it)
+    state: BackendState = dataclasses.field(default_factory=BackendState)
     #: ``a``/``b`` are read transposed (their last two axes swapped) where True
     transpose_a: bool = False
     transpose_b: bool = False
