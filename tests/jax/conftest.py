@@ -23,7 +23,10 @@ def x64():
     """JAX with float64 (jax_enable_x64) for the duration of a test."""
     import jax
 
-    with jax.enable_x64(True):
+    enable = getattr(jax, "enable_x64", None)
+    if enable is None:  # JAX before enable_x64 became public
+        from jax.experimental import enable_x64 as enable
+    with enable(True):
         yield
 
 

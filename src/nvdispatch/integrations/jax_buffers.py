@@ -28,8 +28,16 @@ __all__ = ["stage", "device_pointer", "device_index", "PlanFinder"]
 def stage(callback: Callable[..., None], result_avals, *args):
     """``callback(ctx, outputs, *inputs)`` staged on ``args`` (JAX values) with outputs ``result_avals`` (a
     tuple of :class:`jax.ShapeDtypeStruct`); returns the outputs as a tuple of JAX values."""
-    from jax.experimental.buffer_callback import buffer_callback
+    try:
+        from jax.experimental.buffer_callback import buffer_callback
+    except ImportError:
+        import jax
 
+        from ..errors import ExecutorUnavailableError
+
+        raise ExecutorUnavailableError(
+            "jax", "a JAX with jax.experimental.buffer_callback (a newer jax)", f"jax {jax.__version__}"
+        ) from None
     return tuple(buffer_callback(callback, tuple(result_avals), vmap_method="expand_dims")(*args))
 
 
