@@ -268,3 +268,24 @@ def test_device_branch_double_precision_stages_the_plain_product(on_the_gpu_bran
             np.testing.assert_array_equal(np.asarray(aux[name]), value)
         else:
             assert_close(np.asarray(aux[name]), value, "float64", name)
+
+
+@pytest.mark.parametrize("epilog, found", [("RELU_AUX_BIAS", None), ("BGRADB", None), ("RELU", "col")])
+def test_where_cublaslt_fuses_only_otherwise_the_device_branch_adapts(on_the_gpu_branch, monkeypatch, epilog, found):
+    """Traced where JAX has a GPU, the device branch asks cuBLASLt's heuristic: no fused kernel stages the
+    plain product and the epilog in XLA; a kernel only in the column orientation is taken there."""
+    from nvdispatch._cuda import lt_matmul
+
+    monkeypatch.setattr(jax_matmul_kernel, "_jax_has_gpu", lambda: True)
+    asked = []
+
+    def probe(problem):
+        asked.append(problem.epilog.epilog.name)
+        return (found, False, "") if problem.epilog.steps else ("row", False, "")
+
+    monkeypatch.setattr(lt_matmul, "probe", probe)
+    a, b, inputs = _operands(epilog, (2, 6, 3), (3, 13), "n")
+    got = jax.jit(lambda a, b, ins: nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=ins or None))(a, b, inputs)
+    want, want_aux = expected(a, b, None, 1, None, epilog, inputs)
+    _compare(got, want, want_aux)
+    assert epilog in asked

@@ -19,6 +19,7 @@ every platform.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -172,12 +173,43 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     dt = problem.result_dtype
     if problem.epilog.steps and dt not in _FUSED:
         return _device_unfused(call, names, problem, avals, values)
-    orientation = orientations(problem)[0]
+    options = with_convention(call.options, dt)
+    for orientation in orientations(problem):
+        inputs, views = _device_operands(call, names, problem, values, orientation)
+        dev_problem = _device_problem(call, options, inputs, views, Device("cuda"))
+        if _fused_here(dev_problem, orientation):
+            break
+    else:  # this GPU's cuBLASLt has no fused kernel for the case
+        return _device_unfused(call, names, problem, avals, values)
     row = orientation == "row"
     m, n = problem.m, problem.n
-    ops = dict(zip(names, values))
+    layouts = output_layouts(dev_problem, setup(dev_problem, orientation))
+    results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
+    callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
+    outs = dict(zip(layouts, stage(callback, results, *inputs.values())))
+    converted = []
+    for name, want in avals.items():
+        x = outs[name]
+        if name == "out":
+            x = x if row else jnp.swapaxes(x, -1, -2)
+        elif name == "relu_aux":
+            x = unpack_mask(x, n) if row else jnp.swapaxes(unpack_mask(x, m), -1, -2)
+        elif name == "gelu_aux":
+            x = x[..., :n] if row else jnp.swapaxes(x[..., :m], -1, -2)
+        else:  # a bias gradient or an operand sum (cuBLASLt: one per batch matrix)
+            x = _take_broadcast(x, want.shape)
+        converted.append(x.reshape(want.shape).astype(want.dtype))
+    return tuple(converted)
+
+
+def _device_operands(call: MatmulCall, names, problem: MatmulProblem, values, orientation: str):
+    """``(operands, views)``: the operands as cuBLASLt reads them in ``orientation`` (XLA operations: casts to
+    the result dtype, the mask packed to bits, the pre-activation padded, transposes for the column
+    orientation) and how the kernel views each buffer (:func:`_view`)."""
+    dt, row = problem.result_dtype, orientation == "row"
+    m, n = problem.m, problem.n
     inputs, views = {}, {}
-    for name, x in ops.items():
+    for name, x in zip(names, values):
         if name in ("a", "b", "bias", "c", "gelu_aux") and str(x.dtype) != dt:
             x = x.astype(dt)  # cuBLASLt reads operands of the result's dtype (a bias too: no cast at run time)
         rule: _View = ()
@@ -196,26 +228,30 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
             x, rule = pre, (("crop", -1, n),) if row else ("T", ("crop", -2, m))
         inputs[name] = x
         views[name] = rule
-    options = with_convention(call.options, dt)
-    cuda = Device("cuda")
-    dev_problem = _device_problem(call, options, inputs, views, cuda)
-    layouts = output_layouts(dev_problem, setup(dev_problem, orientation))
-    results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
-    callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
-    outs = dict(zip(layouts, stage(callback, results, *inputs.values())))
-    converted = []
-    for name, want in avals.items():
-        x = outs[name]
-        if name == "out":
-            x = x if row else jnp.swapaxes(x, -1, -2)
-        elif name == "relu_aux":
-            x = unpack_mask(x, n) if row else jnp.swapaxes(unpack_mask(x, m), -1, -2)
-        elif name == "gelu_aux":
-            x = x[..., :n] if row else jnp.swapaxes(x[..., :m], -1, -2)
-        else:  # a bias gradient or an operand sum (cuBLASLt: one per batch matrix)
-            x = _take_broadcast(x, want.shape)
-        converted.append(x.reshape(want.shape).astype(want.dtype))
-    return tuple(converted)
+    return inputs, views
+
+
+def _fused_here(problem: MatmulProblem, orientation: str) -> bool:
+    """Whether the ``cuda`` executor plans ``problem`` as one fused cuBLASLt launch in ``orientation``: asked of
+    cuBLASLt's heuristic where JAX has a GPU in this process (the program is traced where it runs); elsewhere
+    assumed (the GPU branch is traced but not run, or runs on another machine, whose plan then says so)."""
+    if not _jax_has_gpu():
+        return True
+    from .._cuda.lt_matmul import probe
+
+    try:
+        found, _, _ = probe(problem)
+    except Exception:  # noqa: BLE001 - cuBLASLt unusable here: the run says why
+        return True
+    return found == orientation
+
+
+@functools.lru_cache(maxsize=1)
+def _jax_has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
 
 
 def _device_unfused(call: MatmulCall, names, problem: MatmulProblem, avals, values):
@@ -255,21 +291,19 @@ def _device_problem(call: MatmulCall, options, arrays, views, device: Device, sh
 
 
 def _device_callback(call: MatmulCall, options, names, views, orientation: str, outputs: tuple[str, ...]):
+    """The callback XLA runs on the GPU: the ``cuda`` executor's plan for the buffers' shapes (planned once per
+    shape and device), launched into XLA's output buffers on XLA's stream."""
+    from .._plan_cache import plan_cache
+
     finder = PlanFinder("matmul", call.state)
-    alpha = call.alpha
-    beta = call.beta
+    alpha, beta, let_go = call.alpha, call.beta, plan_cache.let_go
 
     def callback(ctx, outs, *ins):
         dev = device_index(ins[0])
-        key = (dev, *(tuple(x.shape) for x in ins))
-
-        def problem_of():
-            buffers = dict(zip(names, ins))
-            return _device_problem(call, options, buffers, views, Device("cuda", dev))
-
-        plan, problem = finder.acquire(key, problem_of, "native")
-        from .._plan_cache import plan_cache
-
+        key = (dev, *[tuple(x.shape) for x in ins])
+        plan, _ = finder.acquire(
+            key, lambda: _device_problem(call, options, dict(zip(names, ins)), views, Device("cuda", dev)), "native"
+        )
         try:
             if plan.setup.orientation != orientation:
                 raise PlanStateError(
@@ -282,6 +316,6 @@ def _device_callback(call: MatmulCall, options, names, views, orientation: str, 
             written = {name: device_pointer(x) for name, x in zip(outputs, outs)}
             plan.execute_into(pointers, written, int(ctx.stream), alpha, beta)
         finally:
-            plan_cache.let_go(plan)
+            let_go(plan)
 
     return callback
