@@ -289,3 +289,11 @@ def test_where_cublaslt_fuses_only_otherwise_the_device_branch_adapts(on_the_gpu
     want, want_aux = expected(a, b, None, 1, None, epilog, inputs)
     _compare(got, want, want_aux)
     assert epilog in asked
+
+
+def test_integer_products_on_the_device_branch_are_xla_s(on_the_gpu_branch):
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+    got = jax.jit(lambda a, b: nvdispatch.matmul(a, b, epilog="RELU"))(a, b)
+    np.testing.assert_array_equal(np.asarray(got), np.maximum(a @ b, 0))
+    _LAUNCHES.append("xla")  # no kernel staged: XLA's own product

@@ -306,3 +306,11 @@ def test_backend_state_of_the_trace_is_honoured():
         f = jax.jit(lambda a, b: nvdispatch.matmul(a, b))
         with pytest.raises(Exception, match="NoExecutorError|executor"):
             f(a, b).block_until_ready()
+
+
+def test_integer_products():
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+    got = jax.jit(lambda a, b: nvdispatch.matmul(a, b, epilog="RELU"))(a, b)
+    assert got.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(got), np.maximum(a @ b, 0))

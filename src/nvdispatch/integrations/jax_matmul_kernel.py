@@ -28,7 +28,7 @@ import numpy as np
 
 from .._backends import BackendState
 from .._cuda import lt_layout as L
-from .._cuda.lt_matmul import orientations, output_layouts, setup
+from .._cuda.lt_matmul import LT_DTYPES, orientations, output_layouts, setup
 from .._detect import CPU, Device
 from .._epilog import INPUTS, spec_of
 from .._matmul_problem import MatmulOptions, MatmulPlanPreferences, MatmulProblem
@@ -67,13 +67,10 @@ def matmul_kernel(call: MatmulCall, operands: dict[str, Any]) -> tuple:
     problem = abstract_problem("jax", CPU, operands, spec, call.options, call.alpha, call.beta, call.transpose)
     avals = output_avals(problem)
     if 0 in (problem.m, problem.n, problem.k, *problem.batch_shape):  # nothing to compute: no kernel
-        values = dict(operands)
-        for name, flag in (("a", call.transpose_a), ("b", call.transpose_b)):
-            if flag:
-                values[name] = jnp.swapaxes(values[name], -1, -2)
-        inputs = {name: values[name] for name in names if name in INPUTS}
-        d = product_on_values(problem, values["a"], values["b"], values.get("c"), call.alpha, call.beta)
-        got = apply_epilog(problem, d, values["a"], values["b"], inputs)
+        a, b = _logical(call, operands)
+        inputs = {name: operands[name] for name in names if name in INPUTS}
+        d = product_on_values(problem, a, b, operands.get("c"), call.alpha, call.beta)
+        got = apply_epilog(problem, d, a, b, inputs)
         return tuple(x.reshape(want.shape).astype(want.dtype) for x, want in zip(got, avals.values()))
     return tuple(
         jax.lax.platform_dependent(
@@ -171,6 +168,12 @@ _FUSED = ("float16", "bfloat16", "float32")
 def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     """The device kernel: XLA brings the operands to cuBLASLt's layouts, the plan fills the output buffers."""
     dt = problem.result_dtype
+    if dt not in LT_DTYPES:  # integers: cuBLASLt has no such product; XLA's own
+        ops = dict(zip(names, values))
+        a, b = _logical(call, ops)
+        d = product_on_values(problem, a, b, ops.get("c"), call.alpha, call.beta)
+        got = apply_epilog(problem, d, a, b, {n: ops[n] for n in names if n in INPUTS})
+        return tuple(x.reshape(want.shape).astype(want.dtype) for x, want in zip(got, avals.values()))
     if problem.epilog.steps and dt not in _FUSED:
         return _device_unfused(call, names, problem, avals, values)
     options = with_convention(call.options, dt)
@@ -263,11 +266,15 @@ def _device_unfused(call: MatmulCall, names, problem: MatmulProblem, avals, valu
     product = abstract_problem("jax", CPU, {n: ops[n] for n in product_names}, spec, call.options, call.alpha,
                                call.beta, call.transpose)
     (d,) = _device(plain, product_names, product, output_avals(product), tuple(ops[n] for n in product_names))
-    a, b = ops["a"], ops["b"]
-    a = jnp.swapaxes(a, -1, -2) if call.transpose_a else a
-    b = jnp.swapaxes(b, -1, -2) if call.transpose_b else b
+    a, b = _logical(call, ops)
     got = apply_epilog(problem, d, a, b, {n: ops[n] for n in names if n in INPUTS})
     return tuple(x.reshape(want.shape).astype(want.dtype) for x, want in zip(got, avals.values()))
+
+
+def _logical(call: MatmulCall, ops: dict):
+    """``a`` and ``b`` as the product reads them (transposed where the call says so), as XLA values."""
+    a, b = ops["a"], ops["b"]
+    return (jnp.swapaxes(a, -1, -2) if call.transpose_a else a), (jnp.swapaxes(b, -1, -2) if call.transpose_b else b)
 
 
 def _take_broadcast(x, shape):
