@@ -3,10 +3,10 @@ replaced by a simulation that writes cuBLASLt's and cuFFT's formats with NumPy (
 
 What is checked without a GPU: the operands XLA hands the device kernel are ones the ``cuda`` executor's plans
 read in place (no copy, no cast: what ``LtMatmulPlan.execute_into`` requires, and cuFFT layouts without a
-decline), the output buffers are those the plan writes (``lt_matmul.output_layouts``), and XLA's conversions
+decline), the output buffers are those the plan writes (``lt_setup.output_layouts``), and XLA's conversions
 around the call (mask bits, padded pre-activations, the column orientation's transposes, per-batch bias
 gradients) give the portable results, forward and backward. The formats are written here from cuBLASLt's
-documentation (``_cuda/lt_matmul.py``'s docstring), not from nvdispatch's code; GPU tests run the real launches.
+documentation (``_cuda/lt_aux.py``'s docstring), not from nvdispatch's code; GPU tests run the real launches.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fft_reference import make
 from matmul_reference import assert_close, expected
 
 import nvdispatch
-from nvdispatch._cuda.lt_matmul import output_layouts, setup
+from nvdispatch._cuda.lt_setup import output_layouts, setup
 from nvdispatch._detect import Device
 from nvdispatch.executors import cuda_fft
 from nvdispatch.integrations import jax_fft_kernel, jax_matmul_kernel
@@ -274,7 +274,7 @@ def test_device_branch_double_precision_stages_the_plain_product(on_the_gpu_bran
 def test_where_cublaslt_fuses_only_otherwise_the_device_branch_adapts(on_the_gpu_branch, monkeypatch, epilog, found):
     """Traced where JAX has a GPU, the device branch asks cuBLASLt's heuristic: no fused kernel stages the
     plain product and the epilog in XLA; a kernel only in the column orientation is taken there."""
-    from nvdispatch._cuda import lt_matmul
+    from nvdispatch._cuda import lt_descriptors
 
     monkeypatch.setattr(jax_matmul_kernel, "_jax_has_gpu", lambda: True)
     asked = []
@@ -283,7 +283,7 @@ def test_where_cublaslt_fuses_only_otherwise_the_device_branch_adapts(on_the_gpu
         asked.append(problem.epilog.epilog.name)
         return (found, False, "") if problem.epilog.steps else ("row", False, "")
 
-    monkeypatch.setattr(lt_matmul, "probe", probe)
+    monkeypatch.setattr(lt_descriptors, "probe", probe)
     a, b, inputs = _operands(epilog, (2, 6, 3), (3, 13), "n")
     got = jax.jit(lambda a, b, ins: nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=ins or None))(a, b, inputs)
     want, want_aux = expected(a, b, None, 1, None, epilog, inputs)

@@ -26,19 +26,21 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def launches(monkeypatch):
-    """Every cuBLASLt launch of a staged matmul (its epilog) and every cuFFT plan run (whether into XLA's
-    buffer), recorded."""
+    """What the staged calls run: each cuBLASLt plan written into XLA's buffers (its epilog, its compute type),
+    every ``cublasLtMatmul`` launch, every cuFFT plan run (whether into XLA's output buffer)."""
+    from nvdispatch._cuda.lt_launch import LtLaunch
     from nvdispatch._cuda.lt_matmul import LtMatmulPlan
     from nvdispatch.executors.cuda_fft import CudaFFTPlan
 
-    seen = {"lt": [], "compute": [], "cufft": []}
-    launch, into, execute = LtMatmulPlan._launch, LtMatmulPlan.execute_into, CudaFFTPlan.execute
+    seen = {"lt": [], "compute": [], "launches": 0, "cufft": []}
+    launch, into, execute = LtLaunch.__call__, LtMatmulPlan.execute_into, CudaFFTPlan.execute
 
     def spy_launch(self, *args, **kwargs):
-        seen["lt"].append(self.problem.epilog.epilog.name)
+        seen["launches"] += 1
         return launch(self, *args, **kwargs)
 
     def spy_into(self, *args, **kwargs):
+        seen["lt"].append(self.problem.epilog.epilog.name)
         seen["compute"].append(self.problem.options.compute_type)
         return into(self, *args, **kwargs)
 
@@ -46,7 +48,7 @@ def launches(monkeypatch):
         seen["cufft"].append("out" in operands)
         return execute(self, operands, stream)
 
-    monkeypatch.setattr(LtMatmulPlan, "_launch", spy_launch)
+    monkeypatch.setattr(LtLaunch, "__call__", spy_launch)
     monkeypatch.setattr(LtMatmulPlan, "execute_into", spy_into)
     monkeypatch.setattr(CudaFFTPlan, "execute", spy_fft)
     return seen
@@ -138,12 +140,14 @@ def test_each_fused_call_is_one_cublaslt_launch_into_xla_buffers(launches):
     rng = np.random.default_rng(2)
     x, w, bias = (rng.integers(-3, 4, s).astype(np.float32) for s in ((64, 32), (32, 16), (16,)))
     jax.jit(_layer)(x, w, bias).block_until_ready()
-    assert launches["lt"] == ["RELU_BIAS"]
+    assert launches["lt"] == ["RELU_BIAS"] and launches["launches"] == 1
     launches["lt"].clear()
+    launches["launches"] = 0
     jax.jit(jax.grad(lambda w, bias: jnp.sum(_layer(x, w, bias)), argnums=(0, 1)))(w, bias)[0].block_until_ready()
     # forward; backward: the weight gradient with the bias gradient fused (BGRADB), the input gradient (DCE'd
     # by XLA where unused: x is a constant here)
     assert sorted(launches["lt"]) in (["BGRADB", "RELU_BIAS"], ["BGRADB", "DEFAULT", "RELU_BIAS"])
+    assert launches["launches"] == len(launches["lt"])  # one cublasLtMatmul each
     jax.jit(lambda v: nvdispatch.fft.fft(v))(make((8, 16), "complex64")).block_until_ready()
     assert launches["cufft"] and all(launches["cufft"])  # into XLA's output buffer
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .._backends import BackendState
 from .._cuda import lt_layout as L
-from .._cuda.lt_matmul import LT_DTYPES, orientations, output_layouts, setup
+from .._cuda.lt_setup import LT_DTYPES, orientations, output_layouts, setup
 from .._detect import CPU, Device
 from .._epilog import INPUTS, spec_of
 from .._matmul_problem import MatmulOptions, MatmulPlanPreferences, MatmulProblem
@@ -240,7 +240,7 @@ def _fused_here(problem: MatmulProblem, orientation: str) -> bool:
     assumed (the GPU branch is traced but not run, or runs on another machine, whose plan then says so)."""
     if not _jax_has_gpu():
         return True
-    from .._cuda.lt_matmul import probe
+    from .._cuda.lt_descriptors import probe
 
     try:
         found, _, _ = probe(problem)
