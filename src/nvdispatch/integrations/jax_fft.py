@@ -4,11 +4,12 @@ A transform whose operand is a JAX tracer reaches :func:`traced_fft` (installed 
 ``fft2``/``rfft2``... arrive as their n-D forms, integer input already promoted to JAX's default float type). It
 validates the call with the eager route's problem builder (``_fft_problem.build_fft_problem`` on the abstract
 value: the result's shape and dtype are the problem's) and stages it as XLA operations around unnormalised
-transforms of trailing axes (:func:`~.jax_fft_kernel.fft_kernel`, nvdispatch's executors on XLA's buffers):
+transforms (:func:`~.jax_fft_kernel.fft_kernel`, nvdispatch's executors on XLA's buffers):
 
-* the input padded or trimmed to the transform's sizes, real input to a complex transform made complex, the
-  transformed axes moved last (in the order of ``axes``: the halved axis of a real transform innermost) and
-  back, more than three axes split into transforms of at most three;
+* the input padded or trimmed to the transform's sizes, real input to a complex transform made complex; the
+  kernel transforms the axes where they are (cuFFT's advanced layout reads strided axes) unless a real
+  transform's halved axis is not the innermost of its axes or there are more than three axes: then they are
+  moved last (in the order of ``axes``) and back, split into transforms of at most three;
 * ``hfft`` as ``irfft`` of the conjugate, ``ihfft`` as the conjugate of ``rfft`` (what ``numpy.fft`` does);
 * the scaling of ``norm`` as one multiplication (XLA fuses it with its neighbours).
 
@@ -74,7 +75,8 @@ def _abstract(x) -> OperandInfo:
 
 
 def _transform(p: FFTProblem, x):
-    """``p`` on ``x`` as XLA operations around unnormalised kernel transforms of trailing axes."""
+    """``p`` on ``x``: XLA operations (casts, padding, scaling, conjugation) around unnormalised kernel
+    transforms."""
     state = get_state()
     if p.empty:
         return jnp.zeros(p.out_shape, p.result_dtype)
@@ -87,32 +89,47 @@ def _transform(p: FFTProblem, x):
     if conj_in:
         x = jnp.conj(x)
     k = len(p.axes)
-    last = tuple(range(x.ndim - k, x.ndim))
-    x = jnp.moveaxis(x, p.axes, last)
-    lengths = p.lengths
     direction = "inverse" if kind == "c2r" else ("forward" if kind == "r2c" else p.direction)
-    if kind == "c2c":
-        for start in range(0, k, _MAX_AXES):  # separable: any grouping of the axes gives the transform
-            group = lengths[start : start + _MAX_AXES]
-            x = _kernel(FFTCall("c2c", direction, group, state), _trailing(x, k - start, len(group)))
-            x = _untrail(x, k - start, len(group))
-    elif kind == "r2c":  # the real transform over the last axes (the halved one included), then complex ones
-        head, tail = lengths[: max(k - _MAX_AXES, 0)], lengths[max(k - _MAX_AXES, 0) :]
-        x = _kernel(FFTCall("r2c", "forward", tail, state), x)
-        if head:
-            x = _untrail(_kernel(FFTCall("c2c", "forward", head, state), _trailing(x, k, len(head))), k, len(head))
-    else:  # c2r: complex inverse transforms of the leading axes, then the real one over the last axes
-        head, tail = lengths[: max(k - _MAX_AXES, 0)], lengths[max(k - _MAX_AXES, 0) :]
-        if head:
-            x = _untrail(_kernel(FFTCall("c2c", "inverse", head, state), _trailing(x, k, len(head))), k, len(head))
-        x = _kernel(FFTCall("c2r", "inverse", tail, state), x)
-    x = jnp.moveaxis(x, last, p.axes)
+    in_place = k <= _MAX_AXES and (kind == "c2c" or p.axes[-1] == max(p.axes))
+    if in_place:  # cuFFT reads the axes where they are (its advanced layout): no transpose
+        where = tuple(a - x.ndim for a in p.axes)
+        x = _kernel(FFTCall(kind, direction, p.lengths, where, state), x)
+    else:
+        x = _moved(p, x, kind, direction, state)
     scale = p.scale()
     if scale != 1.0:
         x = x * jnp.asarray(scale, dtype=jnp.finfo(x.dtype).dtype)
     if conj_out:
         x = jnp.conj(x)
     return x.astype(p.result_dtype)
+
+
+def _moved(p: FFTProblem, x, kind: str, direction: str, state):
+    """``p``'s unnormalised transform with its axes moved last (in the order of ``axes``) and back: more than
+    three axes (split into transforms of at most three) or a real transform whose halved axis is not the
+    innermost."""
+    k = len(p.axes)
+    last = tuple(range(x.ndim - k, x.ndim))
+    x = jnp.moveaxis(x, p.axes, last)
+    lengths = p.lengths
+    if kind == "c2c":
+        for start in range(0, k, _MAX_AXES):  # separable: any grouping of the axes gives the transform
+            group = lengths[start : start + _MAX_AXES]
+            x = _kernel(FFTCall("c2c", direction, group, None, state), _trailing(x, k - start, len(group)))
+            x = _untrail(x, k - start, len(group))
+    elif kind == "r2c":  # the real transform over the last axes (the halved one included), then complex ones
+        head, tail = lengths[: max(k - _MAX_AXES, 0)], lengths[max(k - _MAX_AXES, 0) :]
+        x = _kernel(FFTCall("r2c", "forward", tail, None, state), x)
+        if head:
+            head_call = FFTCall("c2c", "forward", head, None, state)
+            x = _untrail(_kernel(head_call, _trailing(x, k, len(head))), k, len(head))
+    else:  # c2r: complex inverse transforms of the leading axes, then the real one over the last axes
+        head, tail = lengths[: max(k - _MAX_AXES, 0)], lengths[max(k - _MAX_AXES, 0) :]
+        if head:
+            head_call = FFTCall("c2c", "inverse", head, None, state)
+            x = _untrail(_kernel(head_call, _trailing(x, k, len(head))), k, len(head))
+        x = _kernel(FFTCall("c2r", "inverse", tail, None, state), x)
+    return jnp.moveaxis(x, last, p.axes)
 
 
 def _resize(x, axes, sizes):
@@ -156,19 +173,19 @@ def _kernel_backward(call: FFTCall, _, ct):
     cotangents)."""
     if call.kind == "c2c":  # the DFT matrix is symmetric
         return (_kernel(call, ct),)
-    if call.kind == "r2c":  # x -> T(x)[..., :n//2+1]: pad the cotangent back, transform, keep the real part
-        n = call.lengths[-1]
-        full = _resize(ct, (ct.ndim - 1,), (n,))
-        return (jnp.real(_kernel(FFTCall("c2c", "forward", call.lengths, call.state), full)),)
+    halved, n = call.negative_axes[-1], call.lengths[-1]
+    if call.kind == "r2c":  # x -> T(x)[:n//2+1 along the halved axis]: pad the cotangent back, transform, real part
+        full = _resize(ct, (ct.ndim + halved,), (n,))
+        return (jnp.real(_kernel(FFTCall("c2c", "forward", call.lengths, call.where, call.state), full)),)
     # c2r: the conjugate of rfft(ct) with the half spectrum's interior counted twice
-    n = call.lengths[-1]
-    spectrum = _kernel(FFTCall("r2c", "forward", call.lengths, call.state), ct)
-    half = spectrum.shape[-1]
+    spectrum = _kernel(FFTCall("r2c", "forward", call.lengths, call.where, call.state), ct)
+    half = spectrum.shape[halved]
     weight = np.full(half, 2.0)
     weight[0] = 1.0
     if n % 2 == 0:
         weight[-1] = 1.0
-    return (jnp.conj(spectrum * weight.astype(np.dtype(ct.dtype).type)),)
+    weight = weight.reshape((half,) + (1,) * (-halved - 1)).astype(np.dtype(ct.dtype).type)
+    return (jnp.conj(spectrum * weight),)
 
 
 _kernel.defvjp(_kernel_forward, _kernel_backward)

@@ -1,10 +1,11 @@
 """One transform of nvdispatch staged into a JAX program: the host kernel (CPU) and the device kernel (GPU).
 
-:func:`fft_kernel` is the unnormalised transform of the trailing ``len(lengths)`` axes (at most 3) of a
-C-ordered input already of the transform's sizes and input dtype: ``c2c`` forward/inverse, ``r2c`` forward
-(the last axis halved) or ``c2r`` inverse (``lengths[-1]`` real outputs along the last axis). ``jax_fft`` brings
-every public transform to these (padding, axis order, scaling, conjugation are XLA's), so that the kernel's
-problem is one the ``cuda`` executor's cuFFT plans take as they are.
+:func:`fft_kernel` is the unnormalised transform of at most 3 axes of a C-ordered input already of the
+transform's sizes and input dtype: ``c2c`` forward/inverse, ``r2c`` forward (the last transformed axis halved,
+the innermost of them) or ``c2r`` inverse (``lengths[-1]`` real outputs along it). The axes are counted from the
+end, so :func:`jax.vmap`'s axis in front leaves them be. ``jax_fft`` brings every public transform to these
+(padding, axis order where needed, scaling, conjugation are XLA's), so that the kernel's problem is one the
+``cuda`` executor's cuFFT plans take as they are (strided axes through cuFFT's advanced layout, no copy).
 
 * CPU: the callback runs ``nvdispatch.fft`` (the eager route, plan cache included) on NumPy views of XLA's
   buffers and copies the result into XLA's output buffer.
@@ -45,6 +46,9 @@ class FFTCall:
     kind: str
     direction: str
     lengths: tuple[int, ...]
+    #: the transformed axes, counted from the end (stable when jax.vmap adds an axis in front); default: the
+    #: last ``len(lengths)`` in order
+    where: tuple[int, ...] | None = None
     #: the backend state when the call was traced (the kernels run under it)
     state: BackendState = dataclasses.field(default_factory=BackendState)
 
@@ -56,8 +60,12 @@ class FFTCall:
     def norm(self) -> str:
         return _UNSCALED[self.direction]
 
+    @property
+    def negative_axes(self) -> tuple[int, ...]:
+        return self.where if self.where is not None else tuple(range(-len(self.lengths), 0))
+
     def axes(self, ndim: int) -> tuple[int, ...]:
-        return tuple(range(ndim - len(self.lengths), ndim))
+        return tuple(ndim + a for a in self.negative_axes)
 
     def problem(self, shape, dtype: str, framework: str = "jax", device: Device = CPU) -> FFTProblem:
         """The problem of this transform on a C-ordered input of ``shape`` and ``dtype``."""
