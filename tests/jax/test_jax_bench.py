@@ -49,3 +49,18 @@ def test_the_whole_course_on_the_cpu_and_the_replot(tmp_path):
 def test_help(flag, tmp_path):
     done = _run([flag], tmp_path)
     assert done.returncode == 0 and "XLA" in done.stdout
+
+
+def test_autotune_operands_have_the_plans_layouts():
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(BENCH))
+    try:
+        from jax_mlp_bench import strided_tensor
+    finally:
+        sys.path.remove(str(BENCH))
+    from nvdispatch._matmul_problem import ArraySig
+
+    for sig in (ArraySig("bfloat16", (64, 32), (1, 64)), ArraySig("float32", (2, 6, 5), (48, 8, 1)),
+                ArraySig("uint8", (6, 16), (16, 1))):
+        t = strided_tensor(sig, torch.device("cpu"))
+        assert tuple(t.shape) == sig.shape and tuple(t.stride()) == sig.strides and str(t.dtype) == f"torch.{sig.dtype}"
