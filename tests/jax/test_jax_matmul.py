@@ -314,3 +314,17 @@ def test_integer_products():
     got = jax.jit(lambda a, b: nvdispatch.matmul(a, b, epilog="RELU"))(a, b)
     assert got.dtype == jnp.int32
     np.testing.assert_array_equal(np.asarray(got), np.maximum(a @ b, 0))
+
+
+@pytest.mark.parametrize("traced", ["a", "b", "c", "bias"])
+def test_a_tracer_in_any_position_stages_the_call(traced):
+    rng = np.random.default_rng(9)
+    ops = {"a": _ints(rng, (4, 3), "float32"), "b": _ints(rng, (3, 2), "float32"), "c": _ints(rng, (4, 2), "float32"),
+           "bias": _ints(rng, (2,), "float32")}
+
+    def f(x):
+        args = {**ops, traced: x}
+        return nvdispatch.matmul(args["a"], args["b"], args["c"], epilog="RELU_BIAS", epilog_inputs={"bias": args["bias"]})
+
+    want, _ = expected(ops["a"], ops["b"], ops["c"], 1, None, "RELU_BIAS", {"bias": ops["bias"]})
+    assert_close(np.asarray(jax.jit(f)(ops[traced])), want, "float32")
