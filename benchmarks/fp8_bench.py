@@ -7,15 +7,16 @@ cuBLASLt's default FP8 accumulation and in its fast accumulation mode (``options
 
 GPU times: CUDA events around back-to-back launches queued behind a GPU busy-wait (``gpu_time`` of
 gpu_matmul_bench: host overhead hidden), median of rounds, all peers in one process.
-Run on the GPU machine:  python benchmarks/fp8_bench.py OUT_DIR   (writes fp8_bench.json and .png)
+Run on the GPU machine:  python benchmarks/fp8_bench.py [--out DIR]   (writes DIR/fp8_bench.json and .png);
+``--plot JSON`` draws the PNG of a written JSON again (anywhere).
+Needs an NVIDIA GPU of compute capability 8.9+ and ``pip install 'nvdispatch[torch,cuda,bench]'``.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 
-from _bench import output_dir, progress, save_plot
+from _bench import cannot_run, output_dir, parser, progress, require_cuda_torch, save_plot
 from gpu_matmul_bench import gpu_time
 
 SHAPES = [(16384, 4096, 512), (8192, 8192, 8192)]
@@ -158,8 +159,18 @@ def _draw(data: dict, plt) -> None:
     fig.tight_layout()
 
 
+def main(argv: list[str] | None = None) -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--plot", metavar="JSON", help="only draw the PNG of a written JSON (runs anywhere)")
+    args = ap.parse_args(argv)
+    if args.plot:
+        plot(args.plot)
+        return
+    torch = require_cuda_torch()
+    if torch.cuda.get_device_capability() < (8, 9):
+        cannot_run(f"needs a GPU of compute capability 8.9+ for FP8, {torch.cuda.get_device_name()} is not")
+    run(args.out)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "--plot":
-        plot(sys.argv[2])
-    else:
-        run(sys.argv[1])
+    main()
