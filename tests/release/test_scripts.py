@@ -96,3 +96,17 @@ def test_dask_benchmark_quick_run(tmp_path):
     done = _run(ROOT / "benchmarks" / "dask_bench.py", "--quick", "--repeats", "1", "--out", str(tmp_path / "o"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "o" / "dask_bench.json").exists()
+
+
+@pytest.mark.parametrize("script, results", [
+    ("autotune_bench.py", "autotune_bench.json"),
+    ("gpu_matmul_bench.py", "gpu_matmul_bench.json"),
+    ("fp8_bench.py", "fp8_bench.json"),
+])  # fmt: skip
+def test_gpu_benchmark_replots_its_results_anywhere(script, results, tmp_path):
+    pytest.importorskip("matplotlib")
+    json_copy = tmp_path / results
+    json_copy.write_bytes((ROOT / "benchmarks" / "results" / results).read_bytes())
+    done = _run(ROOT / "benchmarks" / script, "--plot", str(json_copy), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json_copy.with_suffix(".png").stat().st_size > 0
