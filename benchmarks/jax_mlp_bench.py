@@ -15,8 +15,8 @@ Timing: each measurement queues ``--inner`` calls of a jitted function and waits
 (``block_until_ready``: the GPU's work included); the median over ``--repeats`` rounds, the variants taken in
 turns within a round. One process; ratios are from the same run. Writes ``jax_mlp_bench.json`` (written again
 after each part, so a failure keeps what was measured; a failing cell records its error) and
-``jax_mlp_bench.png``. Exits with status 2 and one line where JAX sees no GPU (``--allow-cpu`` runs it on the
-CPU at small sizes, to check the script itself).
+``jax_mlp_bench.png`` into ``--out DIR``. Exits with status 2 and one line where JAX (or a GPU it sees) is
+missing (``--allow-cpu`` runs it on the CPU at small sizes, to check the script itself).
 
     python benchmarks/jax_mlp_bench.py --out OUT_DIR
     python benchmarks/jax_mlp_bench.py --replot OUT_DIR/jax_mlp_bench.json --out OUT_DIR
@@ -32,17 +32,14 @@ import sys
 import time
 import traceback
 
-from _bench import output_dir, progress, save_plot
+from _bench import cannot_run, output_dir, parser, progress, require, save_plot
 
 FP32_SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 1024, 8192), (2048, 11008, 4096), (1024, 1024, 1024)]
 GOAL = {"mlp": 1.0, "fp32": 1.0}
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--out", default="bench_out", help="output folder (created if missing)")
+    p = parser(__doc__)
     p.add_argument("--widths", type=int, nargs="+", default=[1024, 4096], help="MLP widths")
     p.add_argument("--batch", type=int, default=8192, help="MLP batch size")
     p.add_argument("--layers", type=int, default=4, help="MLP layers")
@@ -347,9 +344,8 @@ def plot(results: dict, path: str) -> bool:
 
 
 def _device(allow_cpu: bool):
-    """JAX's first GPU; without one exit 2 (one line), or the CPU with ``--allow-cpu``."""
-    import jax
-
+    """JAX's first GPU; without one (or without JAX) one line and exit 2; the CPU with ``--allow-cpu``."""
+    jax = require("jax", "pip install 'jax[cuda13]' on a machine with an NVIDIA GPU")
     try:
         gpus = jax.devices("gpu")
     except RuntimeError:
@@ -358,19 +354,18 @@ def _device(allow_cpu: bool):
         return gpus[0]
     if allow_cpu:
         return jax.devices("cpu")[0]
-    print("jax_mlp_bench: no GPU visible to JAX (install jax[cuda13] on a machine with an NVIDIA GPU)")
-    sys.exit(2)
+    cannot_run(f"needs an NVIDIA GPU that JAX sees (jax {jax.__version__} finds none)")
 
 
 def main(argv=None) -> int:
     args = parse(argv)
-    out = output_dir(args.out)
-    path = os.path.join(out, "jax_mlp_bench.json")
     if args.replot:
         with open(args.replot) as fh:
-            plot(json.load(fh), os.path.join(out, "jax_mlp_bench.png"))
+            plot(json.load(fh), os.path.join(output_dir(args.out), "jax_mlp_bench.png"))
         return 0
     device = _device(args.allow_cpu)
+    out = output_dir(args.out)
+    path = os.path.join(out, "jax_mlp_bench.json")
     if args.allow_cpu and device.platform == "cpu":
         args.widths, args.batch = [min(w, 64) for w in args.widths], 128
         args.repeats, args.inner = min(args.repeats, 3), min(args.inner, 2)

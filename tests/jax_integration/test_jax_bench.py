@@ -23,9 +23,11 @@ def _run(args, cwd):
 
 
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path):
-    done = _run(["--out", str(tmp_path)], tmp_path)
+    done = _run(["--out", str(tmp_path / "out")], tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert len(done.stdout.strip().splitlines()) == 1 and "no GPU" in done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot run here: needs an NVIDIA GPU that JAX sees" in lines[0], done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_whole_course_on_the_cpu_and_the_replot(tmp_path):

@@ -2,7 +2,7 @@
 host transfer inside the program, one cuBLASLt launch per fused call writing XLA's buffers, cuFFT writing
 XLA's output buffer, JAX's precision setting reaching the compute type, plans found again when re-traced.
 
-Run on the H200: ``python3 -m pytest -m gpu tests/jax -q``.
+Run on the H200: ``python3 -m pytest -m gpu tests/jax_integration -q``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import pytest
 from fft_reference import assert_close as fft_close
 from fft_reference import make
 from matmul_reference import assert_close, expected
-from test_jax_fft import CASES as FFT_CASES
-from test_jax_fft import _input, _numpy
-from test_jax_matmul import EPILOGS, SHAPES, _case, _check, _check_gradients, _jitted
 
 import nvdispatch
 from nvdispatch import ComputeType, plan_cache
+
+from .test_jax_fft import CASES as FFT_CASES
+from .test_jax_fft import _input, _numpy
+from .test_jax_matmul import EPILOGS, SHAPES, _case, _check, _check_gradients, _jitted
 
 pytestmark = pytest.mark.gpu
 
