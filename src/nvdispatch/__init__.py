@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from . import errors
+from . import errors, integrations  # noqa: F401 - integrations installs the handlers of traced programs
 from ._backends import (
     get_state,
     register_backend,
@@ -47,9 +47,10 @@ __all__ = [
     "reset_backends",
     "errors",
     "fft",
-    "device",
     "CudaArray",
 ]
+# ``nvdispatch.device`` (kernels for Numba) is public too but not in ``__all__``: it needs the [numba] extra, and
+# ``from nvdispatch import *`` must work on a base install.
 
 
 def __getattr__(name):

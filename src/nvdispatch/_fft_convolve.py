@@ -34,7 +34,15 @@ from ._route import (
 )
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
-__all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan", "VectorisedConvolveOp"]
+__all__ = [
+    "ConvolveProblem",
+    "OP",
+    "build_convolve_problem",
+    "run",
+    "explain",
+    "VectorisedConvolvePlan",
+    "VectorisedConvolveOp",
+]
 
 OP = "fft_convolve"
 
@@ -87,7 +95,12 @@ def prepare(x, h, n, axis):
     """Validate; return ``(problem, operands)``."""
     infos = {"x": detect("x", x), "h": detect("h", h)}  # both required: None is an error
     framework, device = placement(infos)
-    xi, hi = infos["x"], infos["h"]
+    problem = build_convolve_problem(infos["x"], infos["h"], framework, device, n, axis)
+    return problem, {"x": infos["x"].array, "h": infos["h"].array}  # the views executors take
+
+
+def build_convolve_problem(xi: OperandInfo, hi: OperandInfo, framework: str, device, n, axis) -> ConvolveProblem:
+    """The :class:`ConvolveProblem` of signals ``xi`` and filter ``hi`` (operand descriptions), validated."""
     real = xi.dtype in ("float32", "float64")
     forward = build_fft_problem("rfft" if real else "fft", xi, framework, device, n=n, axis=axis)
     spectrum = OperandInfo(None, framework, device, forward.result_dtype, forward.out_shape, None, memory=xi.memory)
@@ -108,7 +121,7 @@ def prepare(x, h, n, axis):
             f"shape {tuple(hi.shape)}",
         )
     layout = DataLayout(hi.framework, hi.device, hi.dtype, tuple(hi.shape), hi.strides)
-    return ConvolveProblem(forward, inverse, layout), {"x": xi.array, "h": hi.array}  # the views executors take
+    return ConvolveProblem(forward, inverse, layout)
 
 
 def run(x, h, n=None, axis=-1, stream=None):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["HOST", "CUDA", "TORCH_TENSOR", "CUPY_ARRAY", "DASK_ARRAY", "common_memory"]
+__all__ = ["HOST", "CUDA", "TORCH_TENSOR", "CUPY_ARRAY", "DASK_ARRAY", "common_memory", "plain_memory"]
 
 #: a ``numpy.ndarray`` over host memory
 HOST = "host"
@@ -48,3 +48,13 @@ def common_memory(infos: Iterable[Any], framework: str) -> frozenset[str]:
         if info.memory is not kinds:
             kinds = kinds & info.memory
     return kinds
+
+
+_PLAIN = {"cpu": frozenset({HOST}), "cuda": frozenset({CUDA})}
+
+
+def plain_memory(device: Any) -> frozenset[str]:
+    """The memory kinds of a view on ``device`` (a ``Device``) handed over as plain memory, as a framework with no
+    executor of its own hands its arrays over (a host view on the CPU, device memory on a GPU): for operand
+    descriptions made without an array (a traced program's buffers)."""
+    return _PLAIN.get(device.kind, frozenset())

@@ -291,9 +291,12 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Explanation:
-    """What a call would do: the executor and strategy chosen, the plan's steps, and who declined."""
+    """What a call would do: the executor and strategy chosen, the plan's steps, and who declined.
+
+    ``str()`` and ``repr()`` (what the REPL shows) are the same readable report; the fields hold the details.
+    """
 
     operation: str
     executor: str
@@ -313,3 +316,5 @@ class Explanation:
             lines.append(f"  declined by {name}: {why}")
         lines.append(f"  plan cached: {self.cached}")
         return "\n".join(lines)
+
+    __repr__ = __str__

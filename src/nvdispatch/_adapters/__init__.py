@@ -27,7 +27,7 @@ from .cai import CaiAdapter
 from .cupy import CupyAdapter
 from .dask import DaskAdapter
 from .dlpack import DlpackAdapter
-from .jax import JaxAdapter
+from .jax import JaxAdapter, JaxTracerAdapter
 from .numpy import NumpyAdapter
 from .torch import TorchAdapter
 
@@ -196,6 +196,14 @@ def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
 
 for _ad in (DlpackAdapter(), CaiAdapter()):
     register_adapter(_ad, protocol=True)
-for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter(), JaxAdapter(), ArrayApiStrictAdapter()):
+for _ad in (
+    NumpyAdapter(),
+    TorchAdapter(),
+    CupyAdapter(),
+    DaskAdapter(),
+    JaxAdapter(),
+    JaxTracerAdapter(),
+    ArrayApiStrictAdapter(),
+):
     register_adapter(_ad)
 del _ad

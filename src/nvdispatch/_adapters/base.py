@@ -39,6 +39,9 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     devices named by the caller (``fftfreq(device=)``);
 ``roll(x, shifts, axes)``, ``copy_into(dst, src)``, ``unwritable(x)``
     the array operations ``fftshift`` and in-place results need (adapters without them go through the view).
+``traced_framework``
+    set on adapters of placeholders of a program being traced (JAX tracers): calls on them are staged by
+    that framework's integration instead of run (see :mod:`nvdispatch._traced`).
 
 Only adapters branch on a framework; everything else asks them (see ``nvdispatch._adapters``; the README's
 "Adding a framework" says which methods are required).
@@ -127,6 +130,9 @@ class Adapter:
     #: whether executors' results must go through :meth:`wrap` before the caller gets them (the views it hands
     #: out are not the caller's type)
     wraps: bool = False
+    #: for placeholders of a program being traced (JAX tracers): the framework whose integration stages
+    #: calls on them (``nvdispatch._traced``); None for arrays holding memory
+    traced_framework: str | None = None
 
     # -- detection ---------------------------------------------------------------------------------------
     def claims(self, cls: type) -> bool:

@@ -4,6 +4,10 @@ JAX has no executor of its own here: a CPU array is host memory (its zero-copy N
 executor), a GPU one CUDA memory (the raw ``"cuda"`` executor reads it through DLPack). What JAX adds is the
 way back: the result is imported as a JAX array on the operand's device, so ``nvdispatch.matmul(ja, jb) - 1.0``
 is JAX arithmetic. JAX arrays are immutable: ``out=`` cannot receive a result.
+
+Inside ``jax.jit``, ``jax.grad`` and ``jax.vmap`` the operands are tracers (:class:`JaxTracerAdapter`): they
+hold no memory, and the call is staged into the traced program by ``nvdispatch.integrations.jax_matmul`` /
+``jax_fft`` instead of run.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from .._memory import HOST
 from .base import CPU, Adapter, Device, OperandInfo
 from .dlpack import DLPACK_CPU, DlpackAdapter
 
-__all__ = ["JaxAdapter"]
+__all__ = ["JaxAdapter", "JaxTracerAdapter"]
 
 _HOST = frozenset({HOST})
 
@@ -78,3 +82,29 @@ class JaxAdapter(Adapter):
             out = jax.numpy.from_dlpack(result)  # device memory: zero-copy where JAX accepts the alignment
         device = like.device
         return out if out.device == device else jax.device_put(out, device)
+
+
+class JaxTracerAdapter(Adapter):
+    """JAX tracers (``jax.core.Tracer``: inside ``jax.jit``, ``jax.grad``, ``jax.vmap``): placeholders of a
+    program being traced. The public functions hand calls on them to the JAX integration
+    (``traced_framework``); anything that would run them now (a stateful ``Matmul``/``FFT``, ``explain``) is
+    told, by :meth:`info`, that they hold no values yet."""
+
+    name = "jax_tracer"
+    wraps = True
+    traced_framework = "jax"
+
+    def claims(self, cls: type) -> bool:
+        jax = sys.modules.get("jax")
+        return jax is not None and issubclass(cls, jax.core.Tracer)
+
+    def info(self, name: str, x: Any) -> OperandInfo:
+        from ..errors import UnsupportedOperandError, describe
+
+        raise UnsupportedOperandError(
+            name,
+            "a concrete array",
+            f"a JAX tracer ({describe(x)}) inside jax.jit/grad/vmap",
+            "only the functions nvdispatch.matmul and nvdispatch.fft.* are staged into traced programs; "
+            "stateful objects, explain() and backend executors need concrete arrays",
+        )

@@ -23,8 +23,9 @@ from .._route import (
     placement,
     select,
 )
+from .._traced import traced_framework, traced_handler
 from .._typing import Array, Axes, Norm, Shape, Stream
-from ..errors import UnsupportedDtypeError, UnsupportedOperandError
+from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from ._stateful import run_stateless
 
 __all__ = ["call_transform", "explain_fft"]
@@ -89,6 +90,9 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = None
     if plan is None:
+        staged = traced_handler("fft", (x,)) if callbacks is None else None
+        if staged is not None:  # a traced array (inside jax.jit...): staged, not run
+            return staged(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
         return run_stateless(func, x, n, axis, s, axes, norm, callbacks, key, stream)
     if learn is not None:  # a repeated call, found by its signature
         learn.remember(form, (x,), _handle(key))
@@ -143,8 +147,12 @@ def call_transform(
 ):
     """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
     if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: planned by problem, no call key
+        if traced_framework(a) is not None:
+            _refuse_traced(callbacks, out)
         result = _run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks)
         return result if out is None else write_out(result, out)
+    if out is not None and traced_framework(a) is not None:
+        _refuse_traced(_NO_CALLBACKS, out)
     if out is None and s is None and (axes is None or a.__class__ is not np.ndarray or _distinct_axes(axes, a.ndim)):
         try:
             return _run(func, a, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
@@ -172,3 +180,20 @@ def call_transform(
     if final is not None:
         result = result.astype(final)
     return result if out is None else write_out(result, out)
+
+
+def _refuse_traced(callbacks, out) -> None:
+    """What a traced program (``jax.jit``...) cannot stage: a prolog/epilog (Python code run on whole arrays
+    or compiled for the GPU) and ``out=`` (JAX arrays are immutable)."""
+    if out is not None:
+        raise InvalidArgumentError(
+            "out", "None inside jax.jit/grad/vmap (JAX arrays are immutable)", describe(out), "use the result"
+        )
+    for name, value in zip(("prolog", "epilog", "prolog_data", "epilog_data"), callbacks):
+        if value is not None:
+            raise InvalidArgumentError(
+                name,
+                "None inside jax.jit/grad/vmap (a Python element callback cannot be staged into a traced program)",
+                describe(value),
+                "apply the function to the input or result with jax.numpy instead; XLA fuses it",
+            )
