@@ -1,8 +1,8 @@
 """Framework adapters: what nvdispatch knows of an array framework, and how to teach it another one.
 
-Adding a framework is one adapter (a subclass of :class:`Adapter`) and one call, :func:`register_adapter`; the
-README's "Adding a framework" says which methods are required and which optional. An adapter hands each operand
-to executors as a *view* of its memory (:attr:`OperandInfo.array`) of given *memory kinds*
+Adding a framework is one adapter (a subclass of :class:`Adapter`) and one call, :func:`register_adapter`;
+CONTRIBUTING.md ("Adding a framework") says which methods are required and which optional. An adapter hands
+each operand to executors as a *view* of its memory (:attr:`OperandInfo.array`) of given *memory kinds*
 (:attr:`OperandInfo.memory`): :data:`HOST` (a NumPy array over host memory, which the NumPy executor takes),
 :data:`CUDA` (device memory read by pointer, the raw ``"cuda"`` executor's), or a framework's own kind
 (:data:`TORCH_TENSOR`, :data:`CUPY_ARRAY`, :data:`DASK_ARRAY`) for the executors running that framework's

@@ -2,7 +2,7 @@
 
 Its arrays live in host memory whatever their (simulated) device: executors receive their zero-copy NumPy view
 and the result comes back as a strict array on the operand's device. This file and its registration in
-``nvdispatch._adapters`` are all nvdispatch knows of the framework (the README's "Adding a framework").
+``nvdispatch._adapters`` are all nvdispatch knows of the framework (CONTRIBUTING.md, "Adding a framework").
 """
 
 from __future__ import annotations

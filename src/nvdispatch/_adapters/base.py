@@ -43,7 +43,7 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     set on adapters of placeholders of a program being traced (JAX tracers): calls on them are staged by
     that framework's integration instead of run (see :mod:`nvdispatch._traced`).
 
-Only adapters branch on a framework; everything else asks them (see ``nvdispatch._adapters``; the README's
+Only adapters branch on a framework; everything else asks them (see ``nvdispatch._adapters``; CONTRIBUTING.md's
 "Adding a framework" says which methods are required).
 """
 
@@ -54,22 +54,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._memory import CUDA, CUPY_ARRAY, DASK_ARRAY, HOST, TORCH_TENSOR, common_memory
-
-__all__ = [
-    "Adapter",
-    "Device",
-    "OperandInfo",
-    "CPU",
-    "c_strides",
-    "HOST",
-    "CUDA",
-    "TORCH_TENSOR",
-    "CUPY_ARRAY",
-    "DASK_ARRAY",
-    "common_memory",
-]
-
+__all__ = ["Adapter", "Device", "OperandInfo", "CPU", "c_strides"]
 
 
 @dataclass(frozen=True)
