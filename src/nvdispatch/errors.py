@@ -11,6 +11,7 @@ crosses process boundaries in Dask and multiprocessing workers).
     ├── InvalidArgumentError (ValueError)
     │   ├── ShapeMismatchError
     │   ├── EpilogInputError
+    │   ├── TuningsFileError
     │   └── DeviceConfigurationError            (nvdispatch.device)
     │       └── UnsupportedConfigurationError
     ├── UnsupportedDtypeError (TypeError)
@@ -19,12 +20,17 @@ crosses process boundaries in Dask and multiprocessing workers).
     ├── BackendError (RuntimeError)
     │   ├── UnknownBackendError (ValueError)
     │   ├── NoExecutorError
-    │   └── ExecutorUnavailableError
+    │   ├── ExecutorUnavailableError
+    │   └── ExecutorContractError
     ├── PlanStateError (RuntimeError)
-    └── CudaLibraryError (RuntimeError)         a CUDA library call returned an error status
-        ├── CudaRuntimeError
-        ├── CublasLtError
-        └── CufftError
+    ├── CudaLibraryError (RuntimeError)         a CUDA library call returned an error status
+    │   ├── CudaRuntimeError
+    │   ├── CublasLtError
+    │   └── CufftError
+    ├── CallbackError (TypeError)
+    └── OutOfMemoryError (MemoryError)
+
+    TuningsWarning (UserWarning)                a tunings file entry skipped, or a tuning dropped
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ __all__ = [
     "CallbackError",
     "OutOfMemoryError",
     "TuningsFileError",
+    "TuningsWarning",
     "describe",
 ]
 
@@ -224,4 +231,11 @@ class OutOfMemoryError(NvdispatchError, MemoryError):
 
 
 class TuningsFileError(InvalidArgumentError):
-    """A tunings file ``plan_cache.load()`` cannot read (not JSON, another format, no ``"tunings"``)."""
+    """A tunings file ``plan_cache.load()`` cannot read (missing, a directory, unreadable, not JSON, nested
+    too deeply, another format, no ``"tunings"``), or a ``plan_cache.save()`` path that is a directory. The
+    underlying error, if any, is ``__cause__``."""
+
+
+class TuningsWarning(UserWarning):
+    """A tunings file entry that was skipped (its key, kind or value is not valid here), a file from
+    another nvdispatch version or format, or a loaded tuning that could not be applied to its plan."""

@@ -52,6 +52,7 @@ from ._matmul_problem import (
     scalar_value,
 )
 from ._plan_cache import plan_cache
+from ._tunings import STRATEGY_CHOICE
 from ._typing import Array, Scalar, Stream
 from .errors import (
     EpilogInputError,
@@ -656,7 +657,9 @@ class Matmul:
             self._strategy = chosen
             get = getattr(plans[chosen], "tuning", None)
             plan_cache.record_tuning(
-                choice_key(ex, "matmul", problem), {"strategy": chosen, "plan": get() if callable(get) else None}
+                choice_key(ex, "matmul", problem),
+                {"strategy": chosen, "plan": get() if callable(get) else None},
+                STRATEGY_CHOICE,
             )
             for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
                 if strategy != chosen:

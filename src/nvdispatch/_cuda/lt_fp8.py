@@ -353,11 +353,13 @@ class Fp8LtPlan(LtPlanCommon):
     def _workspace(self, stream: int, nbytes: int) -> int:
         ws = self._workspaces.get(stream)
         if ws is None or ws.nbytes < nbytes:
+            from .._plan_cache import plan_cache
             from .memory import scratch
 
             if ws is not None:
                 ws.release()
             ws = self._workspaces[stream] = scratch(nbytes, self._xp.name, self.device_index, stream)
+            plan_cache.resized(self)  # its bytes count towards the cache's bound from now on
         return ws.ptr
 
     def execute(self, operands, stream=None):

@@ -396,6 +396,9 @@ class LtPlanCommon:
     workspace), ``problem``, ``framework``, ``device_index``, ``_stream_pointer`` and
     ``execute(operands, stream_pointer)``."""
 
+    tuning_kind = lt_autotune.TUNING_KIND
+    validate_tuning = staticmethod(lt_autotune.validate_choice)
+
     def tuning(self):
         """The autotuned (or loaded) algorithm choice in use, None while the heuristic's first answer runs."""
         return self._tuned
@@ -631,12 +634,14 @@ class LtMatmulPlan(LtPlanCommon):
     def _workspace(self, stream: int, nbytes: int, kind_fw: str) -> int:
         ws = self._workspaces.get(stream)
         if ws is None or ws.nbytes < nbytes:
+            from .._plan_cache import plan_cache
             from .memory import scratch
 
             fw = kind_fw  # Torch/CuPy results: their allocator; other kinds: cudaMallocAsync (memory.scratch)
             if ws is not None:
                 ws.release()
             ws = self._workspaces[stream] = scratch(nbytes, fw, self.device_index, stream)
+            plan_cache.resized(self)  # its bytes count towards the cache's bound from now on
         return ws.ptr
 
     def execute(self, operands, stream=None):
@@ -900,6 +905,7 @@ class InplacePlan:
     format (so both strategies of one executor speak the same format) and a boolean mask is accepted too."""
 
     strategy = "inplace"
+    tuning_kind = lt_autotune.TUNING_KIND  # its tuning is its GEMM's
 
     def __init__(self, p: MatmulProblem, why: str, via: str = "lt"):
         from .xp import Xp, namespace_for
