@@ -23,7 +23,7 @@ from ._explain import explain
 from ._fp8 import MatmulQuantizationScales
 from ._matmul_problem import ComputeType, MatmulOptions, MatmulPlanPreferences
 from ._plan_cache import plan_cache
-from ._version import __version__
+from ._version import __version__ as __version__
 from .linalg import Matmul, matmul
 
 __all__ = [

@@ -152,7 +152,9 @@ def test_clear_tunings_unloads(tmp_path):
     default = nvdispatch.explain(A, B, **KW).strategy  # the calibrated first choice (this box's)
     assert default != "plain"
     _, ckey = _keys()
-    plan_cache.load(_write(tmp_path / "t.json", [{"key": ckey, "kind": STRATEGY_CHOICE, "tuning": {"strategy": "plain"}}]))
+    plan_cache.load(
+        _write(tmp_path / "t.json", [{"key": ckey, "kind": STRATEGY_CHOICE, "tuning": {"strategy": "plain"}}])
+    )
     assert nvdispatch.explain(A, B, **KW).strategy == "plain"
     plan_cache.clear()
     assert plan_cache.has_tunings()  # clear() keeps tunings
@@ -354,7 +356,7 @@ def test_every_plan_with_a_tuning_has_a_registered_kind_whose_class_validates_it
         assert kind in TUNING_KINDS, (module, name)
         owner = nvdispatch._tunings._validator(kind)[0]
         assert owner is not None, (kind, nvdispatch._tunings._validator(kind)[1])
-    for kind, target in TUNING_KINDS.items():
+    for kind in TUNING_KINDS:
         validate, why = nvdispatch._tunings._validator(kind)
         assert validate is not None, why
         assert validate("not an object")  # every validator refuses a non-object
