@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import executors as _executors
-from .errors import InvalidArgumentError, UnknownBackendError, describe
+from .errors import InvalidArgumentError, UnknownBackendError, describe, expect_bool
 
 __all__ = [
     "set_backend",
@@ -255,7 +255,8 @@ class set_backend(_StateContext):
     """
 
     def __init__(self, backend: Any, coerce: bool = False, only: bool = False) -> None:
-        self._candidate = Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
+        coerce, only = expect_bool("coerce", coerce), expect_bool("only", only)
+        self._candidate = Candidate(resolve_backend(backend), coerce, only or coerce)
 
     def _new_state(self, current: BackendState) -> BackendState:
         return BackendState(current.local + (self._candidate,), current.skipped, parent=current, entered_by=self)
@@ -329,8 +330,9 @@ def set_global_backend(backend: Any, coerce: bool = False, only: bool = False, t
     'numpy'
     >>> nvdispatch.set_global_backend(None)  # back to the built-in defaults
     """
-    cand = None if backend is None else Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
-    _set_global(candidate=cand, try_last=bool(try_last))
+    coerce, only, try_last = expect_bool("coerce", coerce), expect_bool("only", only), expect_bool("try_last", try_last)
+    cand = None if backend is None else Candidate(resolve_backend(backend), coerce, only or coerce)
+    _set_global(candidate=cand, try_last=try_last)
 
 
 def register_backend(backend: Any) -> None:

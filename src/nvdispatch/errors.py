@@ -58,6 +58,7 @@ __all__ = [
     "TuningsFileError",
     "TuningsWarning",
     "describe",
+    "expect_bool",
 ]
 
 
@@ -70,7 +71,23 @@ def describe(value: object) -> str:
         return f"{name} of shape {tuple(shape)} and dtype {dtype}"
     if isinstance(value, (str, int, float, complex, bool)) or value is None:
         return f"{type(value).__name__} {value!r}"
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        if len(value) > 8:
+            return f"{type(value).__name__} of {len(value)} items"
+        text = repr(value)
+        return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
     return name
+
+
+def expect_bool(argument: str, value: object) -> bool:
+    """``value`` as a bool if it is one (Python's or NumPy's), else :class:`InvalidArgumentError` naming
+    ``argument``: an option is validated by type, so ``"no"`` is not False (nor ``0``, nor ``None``)."""
+    if isinstance(value, bool):
+        return value
+    cls = type(value)
+    if cls.__module__ == "numpy" and cls.__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise InvalidArgumentError(argument, "True or False", describe(value))
 
 
 class NvdispatchError(Exception):

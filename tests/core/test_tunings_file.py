@@ -87,7 +87,7 @@ def test_meaningful_but_wrong_entries_are_skipped_with_a_warning_naming_each(tmp
     assert len(messages) == len(rows) - 1
     for i, why in [
         (1, "warp_speed"),
-        (2, f"an int from 1 to {CPUS}"),
+        (2, f"an int from 1 to {4 * CPUS}"),
         (3, "'panel_bytes'"),
         (4, "'many'"),
         (5, "a boolean True"),

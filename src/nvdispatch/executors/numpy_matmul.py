@@ -129,8 +129,8 @@ class NumpyMatmulPlan:
 
     @staticmethod
     def validate_tuning(value) -> str | None:
-        """Why ``value`` is no tuning of this plan (``{"block_bytes": int >= 0, "threads": 1 to the cores}``)."""
-        return check_object(value, {"block_bytes": an_int(0, 1 << 62), "threads": an_int(1, _CPUS)})
+        """Why ``value`` is no tuning of this plan (``{"block_bytes": int >= 0, "threads": 1 to 4 a core}``)."""
+        return check_object(value, {"block_bytes": an_int(0, 1 << 62), "threads": an_int(1, 4 * _CPUS)})
 
     def __init__(self, problem: MatmulProblem, strategy: str, tuning=None):
         if tuning is not None:

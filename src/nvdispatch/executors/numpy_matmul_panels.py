@@ -60,8 +60,8 @@ class PanelPlan(EnginePlan):
 
     @staticmethod
     def validate_tuning(value) -> str | None:
-        """Why ``value`` is no tuning of this plan (``{"panel_bytes": int >= 0, "threads": 1 to the cores}``)."""
-        return check_object(value, {"panel_bytes": an_int(0, 1 << 62), "threads": an_int(1, _CPUS)})
+        """Why ``value`` is no tuning of this plan (``{"panel_bytes": int >= 0, "threads": 1 to 4 a core}``)."""
+        return check_object(value, {"panel_bytes": an_int(0, 1 << 62), "threads": an_int(1, 4 * _CPUS)})
 
     def __init__(self, problem: MatmulProblem, tuning=None):
         if tuning is not None:
