@@ -506,6 +506,11 @@ class PlanCache:
                 "memos": len(self._memos),
             }
 
+    def plans(self) -> list[Any]:
+        """The plans cached now, least recently used first (each once, whatever its keys)."""
+        with self._lock:
+            return [e.plan for e in self._lru]
+
     def show_info(self, file=None) -> None:
         """Print the statistics and one line per cached plan (most recent last).
 
