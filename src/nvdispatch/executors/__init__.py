@@ -38,7 +38,7 @@ BUILTIN: dict[str, str] = {
 TUNING_KINDS: dict[str, str] = {
     "numpy-blocks": "nvdispatch.executors.numpy_matmul:NumpyMatmulPlan",
     "numpy-panels": "nvdispatch.executors.numpy_matmul_panels:PanelPlan",
-    "cublaslt-algo": "nvdispatch._cuda.lt_matmul:LtPlanCommon",
+    "cublaslt-algo": "nvdispatch._cuda.lt_plan_base:LtPlanBase",
 }
 
 
