@@ -1,7 +1,8 @@
 """Call keys: the cheap signature of a call that the plan cache is asked first, for matmul and fft alike.
 
 A call key holds what the plan of a call depends on and nothing that costs much to read: the operation and
-its arguments other than arrays (epilog, options, axes, norm... as given), the classes of the scalars, the
+its arguments other than arrays (epilog, options, axes, norm... as given), the scalars' keys (their class; a
+Python int's value too, ``_matmul_problem.scalar_key``), the
 signature of each array (its adapter's ``signature``: dtype, shape, strides, device...) and the backend state
 (``_backends.registry``: ``current_state().key``, ``global_key``). A call whose key is cached runs that plan;
 any other takes the full path (detect, validate, select, plan), which keeps the plan under the key when every
@@ -32,6 +33,7 @@ from ._adapters import Adapter, adapter_for_class, call_key_classes
 from ._backends import registry
 from ._call_key_memo import CallKeyMemo
 from ._fp8 import MatmulQuantizationScales
+from ._matmul_problem import dict_form_key, scalar_key
 
 __all__ = [
     "ClassKeys",
@@ -137,7 +139,7 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
             classes = (cls, b.__class__)
         else:
             return None, None, None
-        form = (classes, epilog, alpha.__class__, _current_state().key, registry.global_key)
+        form = (classes, epilog, scalar_key(alpha), _current_state().key, registry.global_key)
         return form, (a, b), (None if entry[2] is not None else (form, sig(a), sig(b)))
     if epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
         bias = epilog_inputs["bias"]
@@ -147,7 +149,7 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
             classes = (cls, b.__class__, bias.__class__)
         else:
             return None, None, None
-        form = (classes, epilog, "bias", alpha.__class__, _current_state().key, registry.global_key)
+        form = (classes, epilog, "bias", scalar_key(alpha), _current_state().key, registry.global_key)
         return form, (a, b, bias), (None if entry[2] is not None else (form, sig(a), sig(b), sig(bias)))
     return None, None, None
 
@@ -179,17 +181,17 @@ def long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, prefer
     elif beta is not None and beta.__class__ not in SCALARS:
         return None
     else:
-        c_sig = (_signature(entry, cls, c), beta.__class__)
+        c_sig = (_signature(entry, cls, c), scalar_key(beta))
     if epilog_inputs is None:
         inputs = None
     elif epilog_inputs.__class__ is dict:
         inputs = tuple((name, _signature(entry, cls, value)) for name, value in epilog_inputs.items())
     else:
         return None
-    if options.__class__ is dict:  # the documented dict form: its items (unhashable values: TypeError)
-        options = (dict, frozenset(options.items()))
+    if options.__class__ is dict:  # the documented dict form (unhashable values: TypeError)
+        options = dict_form_key(options)
     if preferences.__class__ is dict:
-        preferences = (dict, frozenset(preferences.items()))
+        preferences = dict_form_key(preferences)
     b_sig = _signature(entry, cls, b)
     if b_sig is None or (c_sig is not None and c_sig[0] is None) or (inputs and any(s is None for _, s in inputs)):
         return None
@@ -200,7 +202,7 @@ def long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, prefer
         b_sig,
         epilog,
         inputs,
-        alpha.__class__,
+        scalar_key(alpha),
         c_sig,
         options,
         preferences,

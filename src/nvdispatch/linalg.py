@@ -25,6 +25,7 @@ from ._matmul_problem import (
     as_preferences,
     build_problem,
     check_scalar,
+    scalar_always_valid,
     scalar_value,
 )
 from ._plan_cache import plan_cache
@@ -47,6 +48,7 @@ from ._route import (
     strategies_of,
 )
 from ._traced import traced_handler
+from ._tunings import STRATEGY_CHOICE
 from ._typing import Array, Scalar, Stream
 from .errors import (
     EpilogInputError,
@@ -393,13 +395,6 @@ _FRONT_PARTS = _FrontParts()
 _front = _compiled_front()
 
 
-def _scalar_class_always_valid(alpha, result_dtype: str) -> bool:
-    """Whether every scalar of this (Python or NumPy) class is valid for the result dtype (the key holds the
-    class)."""
-    cls = alpha.__class__
-    if cls is complex or issubclass(cls, np.complexfloating):
-        return result_dtype.startswith("complex")
-    return cls is int or issubclass(cls, np.integer) or result_dtype.startswith(("float", "bfloat", "complex"))
 
 
 def _scales_always_valid(problem) -> bool:
@@ -621,8 +616,8 @@ class Matmul:
         problem, sel = prep.problem, prep.selection
         if call_key is not None and not (
             not sel.coerce
-            and _scalar_class_always_valid(self._alpha, problem.result_dtype)
-            and (self._beta is None or _scalar_class_always_valid(self._beta, problem.result_dtype))
+            and scalar_always_valid(self._alpha, problem.result_dtype)
+            and (self._beta is None or scalar_always_valid(self._beta, problem.result_dtype))
             and _scales_always_valid(problem)
         ):
             call_key = None
@@ -667,7 +662,9 @@ class Matmul:
             self._strategy = chosen
             get = getattr(plans[chosen], "tuning", None)
             plan_cache.record_tuning(
-                choice_key(ex, "matmul", problem), {"strategy": chosen, "plan": get() if callable(get) else None}
+                choice_key(ex, "matmul", problem),
+                {"strategy": chosen, "plan": get() if callable(get) else None},
+                STRATEGY_CHOICE,
             )
             for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
                 if strategy != chosen:
