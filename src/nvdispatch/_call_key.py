@@ -128,8 +128,11 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
     epilog inputs or a bias alone; operands sharing ``entry``'s signature function): the key, :func:`short_key`
     of the form and the arrays, is None for a class with a memo, which looks the form up first; ``(None, None,
     None)`` for another form."""
-    if alpha.__class__ not in SCALARS:
+    alpha_key = alpha.__class__
+    if alpha_key not in SCALARS:
         return None, None, None
+    if alpha_key is int and alpha != 1:
+        alpha_key = scalar_key(alpha)  # (the commonest alpha, 1 or a float, is keyed by its class)
     cls = a.__class__
     sig = entry[1]
     if epilog_inputs is None:
@@ -139,7 +142,7 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
             classes = (cls, b.__class__)
         else:
             return None, None, None
-        form = (classes, epilog, scalar_key(alpha), _current_state().key, registry.global_key)
+        form = (classes, epilog, alpha_key, _current_state().key, registry.global_key)
         return form, (a, b), (None if entry[2] is not None else (form, sig(a), sig(b)))
     if epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
         bias = epilog_inputs["bias"]
@@ -149,7 +152,7 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
             classes = (cls, b.__class__, bias.__class__)
         else:
             return None, None, None
-        form = (classes, epilog, "bias", scalar_key(alpha), _current_state().key, registry.global_key)
+        form = (classes, epilog, "bias", alpha_key, _current_state().key, registry.global_key)
         return form, (a, b, bias), (None if entry[2] is not None else (form, sig(a), sig(b), sig(bias)))
     return None, None, None
 
