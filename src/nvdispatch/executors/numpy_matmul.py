@@ -34,7 +34,7 @@ _CPUS = CPUS
 
 
 def _pool():
-    return pool("epilog", _CPUS)
+    return pool("cpu", _CPUS - 1)
 
 
 def decline(problem: MatmulProblem) -> str | None:
@@ -309,7 +309,7 @@ class NumpyMatmulPlan:
         per = -(-len(blocks) // workers)
         chunks = [blocks[i : i + per] for i in range(0, len(blocks), per)]
         parts = []
-        for got in _pool().map(run, chunks):
+        for got in _pool().run(run, chunks):
             parts.extend(got)
         return parts
 

@@ -36,7 +36,7 @@ _MIN_ROWS = 16
 
 
 def _pool():
-    return pool("panels", _CPUS - 1)
+    return pool("cpu", _CPUS - 1)
 
 
 def panel_byte_choices() -> tuple[int, ...]:
@@ -110,23 +110,19 @@ class PanelPlan(EnginePlan):
             if act is not None:
                 self._finish(o, act)
 
-        def share(lo: int, hi: int) -> None:
+        def share(bounds: tuple[int, int]) -> None:
+            lo, hi = bounds
             for r0 in range(lo, hi, rows):
                 finish(r0, min(r0 + rows, hi))
 
         if workers <= 1:
-            share(0, m)
+            share((0, m))
             return out
         # each thread a contiguous share of the rows: its pages of the fresh result are its own to fault in
         # (threads writing neighbouring panels would contend for the same huge pages)
         per = -(-m // workers)
         with blas_threads.single_threaded():
-            helpers = [_pool().submit(share, lo, min(lo + per, m)) for lo in range(per, m, per)]
-            try:
-                share(0, min(per, m))  # the calling thread takes the first share
-            finally:
-                for done in helpers:
-                    done.result()
+            _pool().run(share, [(lo, min(lo + per, m)) for lo in range(0, m, per)])
         return out
 
     # -- autotuning ---------------------------------------------------------------------------------------
