@@ -2,6 +2,7 @@
 
 Prints the frameworks, executors and GPUs found, then runs ``relu(x @ w + bias)`` as one nvdispatch call
 on every available framework/device, checks it against NumPy and prints the plan that was chosen.
+``python -m nvdispatch calibrate`` measures the CPU executor's calibration for this machine and keeps it.
 """
 
 from __future__ import annotations
@@ -118,12 +119,56 @@ def _parser() -> argparse.ArgumentParser:
         metavar=("M", "K", "N"),
         help="sizes of the demo product: x is M x K, w is K x N, bias has N entries (default: 512 256 128)",
     )
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="{calibrate}")
+    _calibrate_parser(commands)
     return parser
+
+
+# -- python -m nvdispatch calibrate ------------------------------------------------------------------------
+def _calibrate_parser(commands) -> None:
+    from .executors.cpu_calibration_store import ENV
+
+    about = "measure the CPU executor's calibration for this machine and keep it in the user cache directory"
+    sub = commands.add_parser(
+        "calibrate",
+        help=about,
+        description=f"{about[0].upper()}{about[1:]} ({ENV} chooses another directory; '' keeps nothing). "
+        "Calibrates the problem classes earlier processes ran uncalibrated, then a standard set.",
+    )
+    sub.add_argument("--quick", action="store_true", help="a smaller standard set: float32, bias and RELU epilogs")
+    sub.add_argument(
+        "--shape",
+        type=_dimension,
+        nargs=3,
+        action="append",
+        metavar=("M", "K", "N"),
+        help="calibrate this product (x M x K, w K x N) instead of the standard set; may be repeated",
+    )
+    sub.add_argument("--no-fft", action="store_true", help="leave the FFT threads threshold as it is")
+
+
+def _calibrate(args) -> int:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # (the [bench] extra) a line per stage instead of a bar
+        tqdm = None
+
+    def progress(iterable, description, total):
+        if tqdm is not None:
+            return tqdm(iterable, desc=description, total=total, leave=False)
+        print(f"{description}: {total} to measure ...", flush=True)
+        return iterable
+
+    report = nvdispatch.calibrate(args.shape, fft=not args.no_fft, quick=args.quick, progress=progress)
+    print(report)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; ``argv`` as on the command line (``None``: ``sys.argv[1:]``). Returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.command == "calibrate":
+        return _calibrate(args)
     m, k, n = args.shape
 
     print(f"nvdispatch {nvdispatch.__version__} on Python {sys.version.split()[0]}")

@@ -643,12 +643,17 @@ class Matmul:
             ex, problem = self._selection.executor, self._problem
             operands = self._operands()
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
+            proposals: dict[str, Any] = {}  # strategy -> its plan's proposed tuning, committed at the end
             try:
                 for strategy in strategies_of(ex, "matmul", problem):
                     plans[strategy] = acquire_plan(ex, "matmul", problem, strategy)
-                    _tune_plan(plans[strategy], problem, operands, iterations, stream)
-                timings = _time_in_turns(plans, problem, operands, iterations, stream)
+                    proposal = _tune_plan(plans[strategy], problem, operands, iterations, stream)
+                    if proposal is not None:
+                        proposals[strategy] = proposal
+                trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
+                timings = _time_in_turns(trials, problem, operands, iterations, stream)
                 chosen = min(timings, key=timings.get)
+                _commit(proposals.values())
                 self._adopt(plans[chosen])
             finally:
                 for plan in plans.values():
@@ -808,13 +813,31 @@ def _device_sync(problem):
     return lambda: runtime.check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
-def _tune_plan(plan, problem, operands, iterations: int, stream) -> None:
-    """Tune ``plan``'s own knobs, if it has any (its ``autotune``)."""
-    tune = getattr(plan, "autotune", None)
-    if callable(tune):
-        if problem.device.kind == "cpu":
-            let_workers_sleep()
-        tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+def _tune_plan(plan, problem, operands, iterations: int, stream):
+    """Tune ``plan``'s own knobs, if it has any: a plan that proposes (``propose_tuning``) returns a proposal
+    the caller commits at the end (its ``plan`` a tuned private copy to time meanwhile); one that only has
+    ``autotune`` applies its choice itself (None returned)."""
+    propose = getattr(plan, "propose_tuning", None)
+    tune = propose if callable(propose) else getattr(plan, "autotune", None)
+    if not callable(tune):
+        return None
+    if problem.device.kind == "cpu":
+        let_workers_sleep()
+    got = tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+    return got if callable(propose) else None
+
+
+def _commit(proposals) -> None:
+    """Commit every proposal, or (interrupted or failing part-way) none: those made are undone."""
+    done = []
+    try:
+        for proposal in proposals:
+            done.append(proposal)  # (first: undoing one not yet committed changes nothing)
+            proposal.commit()
+    except BaseException:
+        for proposal in reversed(done):
+            proposal.undo()
+        raise
 
 
 def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:

@@ -15,8 +15,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from queue import SimpleQueue
 from typing import Any
+
+try:  # the C queue itself: ``queue`` would import heapq and its Queue class along
+    from _queue import SimpleQueue
+except ImportError:  # pragma: no cover - another Python
+    from queue import SimpleQueue
 
 __all__ = ["CPUS", "WorkerPool", "pool"]
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from .._matmul_problem import MatmulProblem
 from . import blas_threads, cpu_caches
+from .cpu_autotune import TuningProposal, propose
 from .cpu_threads import CPUS, pool
-from .numpy_matmul_calibration import fastest_seconds
 from .numpy_matmul_engines import EnginePlan
 
 __all__ = ["PanelPlan", "panel_byte_choices"]
@@ -59,9 +59,25 @@ class PanelPlan(EnginePlan):
         tuning = tuning or {}
         itemsize = np.dtype(problem.result_dtype).itemsize
         self.row_bytes = max(1, problem.n * itemsize)
-        self.threads = max(1, int(tuning.get("threads", default_threads())))
-        self.panel_rows = self._rows_for(int(tuning.get("panel_bytes", panel_byte_choices()[0])), problem.m)
+        rows = self._rows_for(int(tuning.get("panel_bytes", panel_byte_choices()[0])), problem.m)
+        #: the knobs, in one attribute (autotune's commit replaces it at once): (panel_rows, threads)
+        self._setting = (rows, max(1, int(tuning.get("threads", default_threads()))))
         super().__init__(problem, "panels")
+
+    @property
+    def panel_rows(self) -> int:
+        return self._setting[0]
+
+    @property
+    def threads(self) -> int:
+        return self._setting[1]
+
+    def with_setting(self, setting: tuple[int, int]) -> PanelPlan:
+        """A private copy of this plan with knobs ``(panel_rows, threads)``."""
+        trial = copy.copy(self)
+        trial._setting = tuple(setting)
+        trial.run = trial._panels  # (the copy's bound method, not this plan's)
+        return trial
 
     def _rows_for(self, panel_bytes: int, m: int) -> int:
         if panel_bytes == 0 or m == 0:
@@ -126,27 +142,19 @@ class PanelPlan(EnginePlan):
         return out
 
     # -- autotuning ---------------------------------------------------------------------------------------
-    def autotune(self, operands, iterations: int = 3):
-        """Time panel sizes × thread counts (the first ``preferences.limit`` of them) on the real operands and
-        keep the fastest; returns the timings. Each setting on several threads is timed after a short pause
-        (BLAS worker threads left spinning by whatever ran before would take a core from it). Trials run on a
-        private copy: this (shared, cached) plan changes once, to the best setting."""
-        timings = {}
-        best = None
-        trial = copy.copy(self)
-        trial.run = trial._panels  # (the copy's bound method, not this plan's)
+    def propose_tuning(self, operands, iterations: int = 3) -> TuningProposal:
+        """Time panel sizes x thread counts (the first ``preferences.limit`` of them) on the real operands, on
+        private copies of this plan, and propose the fastest (``cpu_autotune``)."""
         threads = sorted({1, default_threads()}, reverse=True)
         configs = itertools.product(panel_byte_choices(), threads)
-        for panel_bytes, workers in itertools.islice(configs, self.problem.plan_preferences.limit):
-            trial.panel_rows, trial.threads = self._rows_for(panel_bytes, self.problem.m), workers
-            if trial.own_threads > 1:  # after BLAS worker threads (of the last trial, or other code) went idle
-                blas_threads.let_workers_sleep()
-            trial.execute(operands)  # warm-up
-            t = fastest_seconds(lambda: trial.execute(operands), iterations)
-            timings[(panel_bytes, workers)] = t
-            if best is None or t < best[1]:
-                best = ((trial.panel_rows, workers), t)
-        trial.panel_rows, trial.threads = best[0]
-        steps = trial._describe()
-        self.panel_rows, self.threads, self.steps = trial.panel_rows, trial.threads, steps
-        return timings
+        settings = [
+            ((panel_bytes, workers), (self._rows_for(panel_bytes, self.problem.m), workers))
+            for panel_bytes, workers in itertools.islice(configs, self.problem.plan_preferences.limit)
+        ]
+        return propose(self, settings, operands, iterations, own_threads=lambda trial: trial.own_threads)
+
+    def autotune(self, operands, iterations: int = 3):
+        """:meth:`propose_tuning` and commit the proposal to this plan at once; returns the timings."""
+        proposal = self.propose_tuning(operands, iterations)
+        proposal.commit()
+        return proposal.timings
