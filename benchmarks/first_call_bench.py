@@ -80,7 +80,7 @@ def _calibrate(cache: str, shape: tuple[int, int, int], full: bool) -> float:
     if full:
         cmd = [sys.executable, "-m", "nvdispatch", "calibrate"]
     else:
-        code = f"import nvdispatch; print(nvdispatch.calibrate([({m}, {k}, {n})], quick=True))"
+        code = f"from nvdispatch.calibration import calibrate; print(calibrate([({m}, {k}, {n})], quick=True))"
         cmd = [sys.executable, "-c", code]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)

@@ -46,7 +46,6 @@ __all__ = [
     "set_state",
     "reset_backends",
     "errors",
-    "calibrate",
     "fft",
     "device",
     "CudaArray",
@@ -59,10 +58,6 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(f"nvdispatch.{name}")
-    if name == "calibrate":  # the CPU calibration step (loads the NumPy executor's modules)
-        from .calibration import calibrate
-
-        return calibrate
     if name == "CudaArray":  # the result type of callers known only by __cuda_array_interface__/DLPack
         from ._cuda.arrays import CudaArray
 

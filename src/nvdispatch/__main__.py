@@ -159,7 +159,9 @@ def _calibrate(args) -> int:
         print(f"{description}: {total} to measure ...", flush=True)
         return iterable
 
-    report = nvdispatch.calibrate(args.shape, fft=not args.no_fft, quick=args.quick, progress=progress)
+    from .calibration import calibrate
+
+    report = calibrate(args.shape, fft=not args.no_fft, quick=args.quick, progress=progress)
     print(report)
     return 0
 

@@ -79,8 +79,8 @@ def calibrate(
 
     Examples
     --------
-    >>> import nvdispatch
-    >>> report = nvdispatch.calibrate([(64, 32, 16)], fft=False, quick=True)
+    >>> from nvdispatch.calibration import calibrate
+    >>> report = calibrate([(64, 32, 16)], fft=False, quick=True)
     >>> sorted(set(len(order) > 0 for order in report.matmul.values()))
     [True]
     """

@@ -1,5 +1,5 @@
 """``python -m nvdispatch calibrate``: its help, a small run keeping its result where NVDISPATCH_CACHE_DIR
-says, and ``nvdispatch.calibrate`` (the same step from Python)."""
+says, and ``nvdispatch.calibration.calibrate`` (the same step from Python)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 import nvdispatch
 from nvdispatch.__main__ import main
+from nvdispatch.calibration import calibrate
 from nvdispatch.executors import numpy_fft_workers, numpy_matmul_calibration
 
 
@@ -48,7 +49,7 @@ def test_calibrate_from_python_with_persistence_off(monkeypatch):
     monkeypatch.setenv("NVDISPATCH_CACHE_DIR", "")
     monkeypatch.setattr(numpy_fft_workers, "_time_both", lambda fn, x: (1.0, 2.0))
     try:
-        report = nvdispatch.calibrate([(20, 12, 8)], quick=True)
+        report = calibrate([(20, 12, 8)], quick=True)
         assert report.path is None and "not kept" in str(report)
         assert len(report.matmul) == 2 and report.fft_min_work == float("inf")
     finally:

@@ -123,7 +123,7 @@ def test_an_uncalibrated_class_is_noted_for_the_next_calibrate(cache, monkeypatc
     (name,) = _files(cache)
     kept = json.loads((cache / name).read_text())["sections"]["matmul_pending"]
     assert kept == pending
-    report = nvdispatch.calibrate(shapes=[], fft=False)  # the pending classes only
+    report = calibration.calibrate(shapes=[], fft=False)  # the pending classes only
     assert list(report.matmul) == [recipe["class"]]
     assert not numpy_matmul_calibration.pending()
     assert not json.loads((cache / name).read_text())["sections"]["matmul_pending"]

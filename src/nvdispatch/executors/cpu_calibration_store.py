@@ -2,7 +2,7 @@
 
 What the CPU calibration measures (which engine fuses a matmul epilog fastest, when pocketfft's threads pay
 off) is decided by the machine and the software on it, not by the process. So it is measured once
-(``python -m nvdispatch calibrate``, or :func:`nvdispatch.calibrate`) and kept here, in
+(``python -m nvdispatch calibrate``, or :func:`nvdispatch.calibration.calibrate`) and kept here, in
 ``platformdirs.user_cache_dir("nvdispatch")``, or in the directory ``NVDISPATCH_CACHE_DIR`` names
 (``NVDISPATCH_CACHE_DIR=""``: nothing is read or written, every process starts from the defaults).
 

@@ -102,7 +102,7 @@ def candidates(problem: MatmulProblem) -> tuple[str, ...]:
 
 def calibrate(problem: MatmulProblem, persist: bool = True) -> calibration.Ranking:
     """Measure the engines for ``problem``'s class now, and keep the ranking (``persist``): the explicit
-    calibration step (``nvdispatch.calibrate`` runs it over a standard set and the pending classes)."""
+    calibration step (``nvdispatch.calibration.calibrate`` runs it over a standard set and the pending classes)."""
     return calibration.calibrate(problem, candidates(problem), engine_plan, persist)
 
 

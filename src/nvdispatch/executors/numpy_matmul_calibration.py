@@ -15,7 +15,7 @@ class never does.
 **When.** :func:`ranking` is a query: it never measures. It answers from this process's rankings, else from
 the store (``cpu_calibration_store``: a ranking measured before on this machine, with this software), else
 with :func:`default_order` and notes the class as *pending*: ``python -m nvdispatch calibrate`` (or
-:func:`nvdispatch.calibrate`) measures the pending classes of earlier processes along with a standard set,
+:func:`nvdispatch.calibration.calibrate`) measures the pending classes of earlier processes along with a standard set,
 and keeps the results. :func:`calibrate` measures one class, now. ``Matmul.autotune()`` refines a single
 problem on its real operands (that choice, kept in the plan cache, wins over the class ranking).
 
