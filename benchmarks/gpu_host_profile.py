@@ -63,7 +63,7 @@ def main(out_dir: str) -> None:
     ops = mm._operands()
     sp = current_stream("torch", 0)
     out = torch.empty(16, 16, device="cuda")
-    core, algo = plan.core, plan._algo
+    core, algo = plan.core, plan.algorithm
     call = lt.lib().cublasLtMatmul
     alpha = plan._scalar(1, [])
     beta = plan._scalar(0, [])
@@ -106,7 +106,7 @@ def main(out_dir: str) -> None:
         "a.data_ptr()": per_call(a.data_ptr, torch),
         "plan._scalar(1, [])": per_call(lambda: plan._scalar(1, []), torch),
     }
-    ws = plan._workspace(sp, 32 << 20, "torch")
+    ws = plan.launch.workspace(sp, 32 << 20, "torch")
     for i, cand in enumerate(core.algorithms(plan.handle, 256, 8)):
         ref = ctypes.byref(cand.algo)
 
@@ -118,7 +118,6 @@ def main(out_dir: str) -> None:
         res[f"candidate {i} gpu"] = gpu_per_call(cand_call, torch)
         res[f"candidate {i} ws"] = cand.workspaceSize
         res[f"candidate {i} status"] = cand_call()
-    res["chosen algo index"] = plan._algo_index
     for name, fn in (("torch.matmul", lambda: torch.matmul(a, b)),
                      ("torch._addmm_activation", lambda: torch._addmm_activation(bias, a, b)),
                      ("nvdispatch RELU_BIAS", lambda: nvdispatch.matmul(a, b, epilog="RELU_BIAS",

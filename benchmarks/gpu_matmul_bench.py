@@ -162,7 +162,7 @@ def host_overhead(torch, nvdispatch) -> dict:
         "Matmul.execute RELU_BIAS (cuBLASLt)": lt.execute,
         "cuBLASLt plan.execute alone": lambda: lt_plan.execute(lt_ops),
         "cuBLASLt plan.direct alone": lambda: lt_plan.direct(a, b, bias),  # compiled where the extension is
-        "cuBLASLt plan, Python direct call": lambda: lt_plan._python_direct(a, b, bias),
+        "cuBLASLt plan, Python direct call": lambda: lt_plan.python_direct(a, b, bias),
         "core _prepare (detect+validate+select)": lambda: _prepare(a, b, None, 1, None, "RELU_BIAS", {"bias": bias},
                                                                    None, None),
     }

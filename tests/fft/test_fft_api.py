@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import pickle
+
 import numpy as np
 import pytest
 from fft_reference import assert_close, make
@@ -16,6 +19,7 @@ from nvdispatch.errors import (
     UnsupportedDtypeError,
     UnsupportedOperandError,
 )
+from nvdispatch.fft import _transforms
 
 try:
     import torch
@@ -52,6 +56,38 @@ def test_typed_errors_name_the_argument(call, err, arg):
         call(x)
     assert info.value.argument == arg
     assert str(info.value).startswith(f"{arg}: expected")
+
+
+_NONE_OPERANDS = [
+    ("fft", lambda: F.fft(None), "x"),
+    ("fftn", lambda: F.fftn(None), "x"),
+    ("rfft2", lambda: F.rfft2(None), "x"),
+    ("fft+out", lambda: F.fft(None, out=np.empty(4, np.complex128)), "x"),
+    ("fft+prolog", lambda: F.fft(None, prolog=lambda v, i: v), "x"),
+    ("FFT", lambda: F.FFT(None), "x"),
+    ("convolve x", lambda: F.convolve(None, np.ones(3)), "x"),
+    ("convolve h", lambda: F.convolve(np.ones(4), None), "h"),
+    ("fftshift", lambda: F.fftshift(None), "x"),
+    ("ifftshift", lambda: F.ifftshift(None), "x"),
+    ("explain fft", lambda: nvdispatch.explain(F.fft, None), "x"),
+    ("explain fftshift", lambda: nvdispatch.explain(F.fftshift, None), "x"),
+    ("explain convolve", lambda: nvdispatch.explain(F.convolve, None, np.ones(3)), "x"),
+]
+
+
+@pytest.mark.parametrize("call, arg", [c[1:] for c in _NONE_OPERANDS], ids=[c[0] for c in _NONE_OPERANDS])
+def test_a_none_operand_is_a_typed_error_naming_it(call, arg):
+    """fft(None) raised a bare StopIteration, FFT(None)/convolve/fftshift a KeyError (#27)."""
+    with pytest.raises(UnsupportedOperandError) as info:
+        call()
+    assert info.value.argument == arg and "None" in str(info.value)
+
+
+def test_common_placement_of_no_operands_is_typed():
+    from nvdispatch._detect import common_placement
+
+    with pytest.raises(UnsupportedOperandError):
+        common_placement({})
 
 
 def test_zero_d_input():
@@ -102,6 +138,42 @@ def test_explain():
     assert nvdispatch.explain(F.fftshift, x).executor == "numpy"
     with pytest.raises(InvalidArgumentError):
         nvdispatch.explain(F.fft, x, axis=7)
+
+
+def test_explain_of_a_2d_transform_uses_its_default_axes():
+    x = make((2, 3, 4), "complex128")
+    for f in (F.fft2, F.ifft2, F.rfft2):
+        e = nvdispatch.explain(f, x.real if f is F.rfft2 else x)
+        assert e.problem.axes == (1, 2), f.__name__
+    assert nvdispatch.explain(F.fftn, x).problem.axes == (0, 1, 2)
+    with pytest.raises(TypeError):
+        nvdispatch.explain(F.fft, x, bogus=1)  # as the call itself would
+
+
+_ONE_D = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft")
+_N_D = ("fftn", "ifftn", "rfftn", "irfftn", "fft2", "ifft2", "rfft2", "irfft2")
+
+
+@pytest.mark.parametrize("name", _ONE_D + _N_D)
+def test_transform_signatures_match_their_static_protocol(name):
+    """Type checkers see the transforms through OneDimTransform/NDimTransform: these must not drift from the
+    functions' run-time signatures."""
+    protocol = _transforms.OneDimTransform if name in _ONE_D else _transforms.NDimTransform
+    static = list(inspect.signature(protocol.__call__).parameters.values())[1:]  # without self
+    runtime = list(inspect.signature(getattr(F, name)).parameters.values())
+    assert [(p.name, p.kind, p.annotation) for p in static] == [(p.name, p.kind, p.annotation) for p in runtime]
+    defaults = {p.name: p.default for p in runtime}
+    assert defaults.pop("axes", None) == ((-2, -1) if name.endswith("2") else None)
+    assert defaults == {p.name: p.default for p in static if p.name != "axes"}
+    assert inspect.signature(getattr(F, name)).return_annotation == "Array"
+
+
+@pytest.mark.parametrize("name", F.__all__)
+def test_public_names_live_in_nvdispatch_fft(name):
+    obj = getattr(F, name)
+    assert obj.__module__ == "nvdispatch.fft" and obj.__qualname__ == name
+    assert pickle.loads(pickle.dumps(obj)) is obj
+    assert ">>> " in inspect.getdoc(obj)  # a runnable example
 
 
 def test_backend_control_and_no_executor():
@@ -183,6 +255,67 @@ def test_stateful_fft(framework):
         res = f.plan().execute()
         assert res is op
     assert_close(ip, np.fft.fftn(c, norm="ortho"), "complex64")
+
+
+_BAD_OPTIONS = [
+    ("inplace", "no"),
+    ("inplace", "yes"),
+    ("inplace", 1),
+    ("inplace", 0),
+    ("inplace", None),
+    ("inplace", np.array([True])),
+    ("fft_type", "c2c"),
+    ("fft_type", 2),
+    ("fft_type", True),
+    ("last_axis_parity", "three"),
+    ("last_axis_parity", 1),
+    ("last_axis_parity", ["even"]),
+    ("norm", "none"),
+    ("norm", 1),
+    ("norm", np.array(["ortho"])),
+]
+
+
+@pytest.mark.parametrize("field, value", _BAD_OPTIONS, ids=[f"{f}={v!r}" for f, v in _BAD_OPTIONS])
+def test_stateful_options_are_validated_by_type(field, value):
+    """A truthy non-bool used to be taken as inplace=True, which overwrote the operand (#27)."""
+    x = make((4, 4), "complex64")
+    before = x.copy()
+    with pytest.raises(InvalidArgumentError) as dict_form:
+        F.FFT(x, options={field: value})
+    assert dict_form.value.argument == f'options["{field}"]'
+    with pytest.raises(InvalidArgumentError) as dataclass_form:
+        F.FFT(x, options=F.FFTOptions(**{field: value}))
+    assert dataclass_form.value.argument == f"options.{field}"
+    np.testing.assert_array_equal(x, before)
+
+
+def test_stateful_options_take_numpy_bools_and_a_none_norm():
+    x = make((8,), "complex64")
+    expected = np.fft.fft(x.astype(np.complex128))
+    opts = F.FFTOptions(inplace=np.bool_(False), norm=None)
+    assert opts.inplace is False and opts.norm == "backward"
+    with F.FFT(x, options={"inplace": np.True_, "norm": None}) as f:
+        assert f.plan().execute() is x
+    assert_close(x, expected, "complex64")
+
+
+@pytest.mark.parametrize("direction", [True, False, 1.0, -1.0, [1], "sideways"])
+def test_stateful_direction_must_be_a_name_or_an_int(direction):
+    x = make((8,), "complex64")
+    with F.FFT(x) as f:
+        f.plan()
+        with pytest.raises(InvalidArgumentError) as info:
+            f.execute(direction=direction)
+        assert info.value.argument == "direction"
+        assert_close(f.execute(direction=np.int64(1)), np.fft.ifft(x.astype(np.complex128)), "complex64")
+
+
+@pytest.mark.parametrize("axes", [5, "01", 1.5])
+def test_stateful_axes_must_be_a_sequence(axes):
+    with pytest.raises(InvalidArgumentError) as info:
+        F.FFT(make((4, 4), "complex64"), axes=axes)
+    assert info.value.argument == "axes"
 
 
 def test_stateful_options_errors():
