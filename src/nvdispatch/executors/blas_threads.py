@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 
-__all__ = ["controllable", "describe", "single_threaded", "let_workers_sleep", "SETTLE_SECONDS"]
+__all__ = ["controllable", "single_threaded", "let_workers_sleep", "SETTLE_SECONDS"]
 
 #: seconds OpenBLAS's worker threads may go on busy-waiting (yielding) after a threaded call before they sleep
 #: (its THREAD_TIMEOUT is about a tenth of a second), taking cores from whatever runs next
@@ -74,29 +74,8 @@ def _numpy_openblas():
             setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
             if setter is not None and getter is not None:
                 setter.argtypes, setter.restype, getter.restype = [ctypes.c_int], None, ctypes.c_int
-                _found.update(lib=lib, names=(set_name, get_name))
                 return setter, getter
     return None
-
-
-_found: dict = {}
-
-
-def describe() -> dict[str, object]:
-    """What NumPy's OpenBLAS says of itself: its build configuration, the core type it runs kernels for and
-    its thread count (empty where no OpenBLAS is found)."""
-    blas = _numpy_openblas()
-    if blas is None:
-        return {}
-    lib, (set_name, _) = _found["lib"], _found["names"]
-    said: dict[str, object] = {"threads": int(blas[1]())}
-    for what in ("config", "corename"):
-        fn = getattr(lib, set_name.replace("set_num_threads", f"get_{what}"), None)
-        if fn is not None:
-            fn.argtypes, fn.restype = [], ctypes.c_char_p
-            got = fn()
-            said[what] = got.decode(errors="replace").strip() if got else None
-    return said
 
 
 def controllable() -> bool:

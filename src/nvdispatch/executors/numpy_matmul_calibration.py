@@ -208,8 +208,7 @@ def calibrations() -> dict[str, dict]:
     call of each engine."""
     with _lock:
         return {
-            repr(memo[1]): {"order": r.order, "source": r.source, "seconds": r.seconds}
-            for memo, r in _rankings.items()
+            repr(memo[1]): {"order": r.order, "source": r.source, "seconds": r.seconds} for memo, r in _rankings.items()
         }
 
 
