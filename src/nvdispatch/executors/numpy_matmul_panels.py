@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 
 import numpy as np
 
@@ -50,6 +51,35 @@ def panel_byte_choices() -> tuple[int, ...]:
 def default_threads() -> int:
     """All cores where NumPy's BLAS can be held to one thread per panel, else one (BLAS threads each)."""
     return _CPUS if blas_threads.controllable() else 1
+
+
+class _Shares:
+    """Panels ``0 .. count-1`` dealt to ``threads`` threads: each takes from the front of a contiguous run of
+    its own (its pages of the fresh result are its own to fault in: threads writing neighbouring panels
+    would contend for the same huge pages), and once its run is done, from the back of the longest run left
+    (a thread the machine's other load slows down is helped instead of waited for)."""
+
+    def __init__(self, count: int, threads: int):
+        per = -(-count // threads)
+        self._runs = [[lo, min(lo + per, count)] for lo in range(0, count, per)]
+        self._lock = threading.Lock()
+
+    def take(self, thread: int) -> int | None:
+        """The next panel for ``thread`` (None: all are taken)."""
+        # on one line: no line event (where a trace function may raise) between taking and leaving the lock
+        with self._lock: return self._next(thread)  # noqa: E701 # fmt: skip
+
+    def _next(self, thread: int) -> int | None:
+        if thread < len(self._runs):
+            run = self._runs[thread]
+            if run[0] < run[1]:
+                run[0] += 1
+                return run[0] - 1
+        longest = max(self._runs, key=lambda run: run[1] - run[0])
+        if longest[0] < longest[1]:
+            longest[1] -= 1
+            return longest[1]
+        return None
 
 
 class PanelPlan(EnginePlan):
@@ -126,19 +156,18 @@ class PanelPlan(EnginePlan):
             if act is not None:
                 self._finish(o, act)
 
-        def share(bounds: tuple[int, int]) -> None:
-            lo, hi = bounds
-            for r0 in range(lo, hi, rows):
-                finish(r0, min(r0 + rows, hi))
-
         if workers <= 1:
-            share((0, m))
+            for r0 in range(0, m, rows):
+                finish(r0, min(r0 + rows, m))
             return out
-        # each thread a contiguous share of the rows: its pages of the fresh result are its own to fault in
-        # (threads writing neighbouring panels would contend for the same huge pages)
-        per = -(-m // workers)
+        shares = _Shares(-(-m // rows), workers)
+
+        def share(thread: int) -> None:
+            while (i := shares.take(thread)) is not None:
+                finish(i * rows, min((i + 1) * rows, m))
+
         with blas_threads.single_threaded():
-            _pool().run(share, [(lo, min(lo + per, m)) for lo in range(0, m, per)])
+            _pool().run(share, range(workers))
         return out
 
     # -- autotuning ---------------------------------------------------------------------------------------
