@@ -52,7 +52,8 @@ TORCH_FUSED = "torch._addmm_activation"
 
 
 def _timed_rounds(contenders: dict, rounds: int, settle: float, patience: float, max_foreign: float, what: str):
-    """Median seconds per contender over rounds (interleaved: one call of each per round). The machine may be
+    """Median seconds per contender over rounds (interleaved: one call of each per round, the order rotated
+    by one each round). The machine may be
     shared: each round waits briefly for a quiet moment, rounds go on (up to 3x, or ``patience`` seconds) until
     ``rounds`` of them saw at most ``max_foreign`` cores of others' load, and those count when there are enough.
     ``settle`` > 0: each timed call follows a pause of that long and one untimed call of the same contender,
@@ -62,8 +63,10 @@ def _timed_rounds(contenders: dict, rounds: int, settle: float, patience: float,
     give_up = time.perf_counter() + patience
     for i in progress(range(3 * rounds), f"{what} (up to 3x the rounds, for quiet ones)"):
         wait_for_quiet(2.0)
-        with ForeignLoad() as load:
-            for name, fn in contenders.items():
+        order = list(contenders.items())
+        order = order[i % len(order) :] + order[: i % len(order)]  # each round starts one further on: every
+        with ForeignLoad() as load:  # contender follows every other as often (what ran before leaves threads busy)
+            for name, fn in order:
                 if settle:
                     time.sleep(settle)
                     fn()
