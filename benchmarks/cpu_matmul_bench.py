@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import time
 import timeit
@@ -52,20 +53,21 @@ TORCH_FUSED = "torch._addmm_activation"
 
 
 def _timed_rounds(contenders: dict, rounds: int, settle: float, patience: float, max_foreign: float, what: str):
-    """Median seconds per contender over rounds (interleaved: one call of each per round, the order rotated
-    by one each round). The machine may be
+    """Median seconds per contender over rounds (interleaved: one call of each per round, in an order shuffled
+    each round). The machine may be
     shared: each round waits briefly for a quiet moment, rounds go on (up to 3x, or ``patience`` seconds) until
     ``rounds`` of them saw at most ``max_foreign`` cores of others' load, and those count when there are enough.
     ``settle`` > 0: each timed call follows a pause of that long and one untimed call of the same contender,
     so that no contender finds another's threads still busy (OpenBLAS's spin ~0.1 s after each call)."""
     samples = {name: [] for name in contenders}
+    shuffle = random.Random(0)
     loads, quiet = [], []  # per round: cores other processes used meanwhile; the rounds they left alone
     give_up = time.perf_counter() + patience
     for i in progress(range(3 * rounds), f"{what} (up to 3x the rounds, for quiet ones)"):
         wait_for_quiet(2.0)
         order = list(contenders.items())
-        order = order[i % len(order) :] + order[: i % len(order)]  # each round starts one further on: every
-        with ForeignLoad() as load:  # contender follows every other as often (what ran before leaves threads busy)
+        shuffle.shuffle(order)  # each round in another order: what ran before a contender (busy threads) varies
+        with ForeignLoad() as load:
             for name, fn in order:
                 if settle:
                     time.sleep(settle)
