@@ -13,7 +13,6 @@ loops, the contenders in turns. Writes JSON and a PNG.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -21,11 +20,11 @@ import statistics
 import time
 
 import numpy as np
-import scipy.fft
-from _bench import output_dir, progress, save_plot
+from _bench import output_dir, parser, progress, require, save_plot
 
 import nvdispatch.fft
 
+sfft = None  # scipy.fft, imported by main() (without SciPy the script says so)
 CONTENDERS = ("scipy.fft (SciPy's own backend)", "scipy.fft (nvdispatch backend)", "nvdispatch.fft")
 
 
@@ -33,7 +32,7 @@ class _Backend:
     """``scipy.fft`` with nvdispatch as its backend while inside (``with _Backend(): ...``)."""
 
     def __enter__(self):
-        self._ctx = scipy.fft.set_backend(nvdispatch.fft)
+        self._ctx = sfft.set_backend(nvdispatch.fft)
         self._ctx.__enter__()
 
     def __exit__(self, *exc):
@@ -45,8 +44,8 @@ def _contenders() -> dict:
     import contextlib
 
     return {
-        CONTENDERS[0]: (scipy.fft.rfft, contextlib.nullcontext),
-        CONTENDERS[1]: (scipy.fft.rfft, _Backend),
+        CONTENDERS[0]: (sfft.rfft, contextlib.nullcontext),
+        CONTENDERS[1]: (sfft.rfft, _Backend),
         CONTENDERS[2]: (nvdispatch.fft.rfft, contextlib.nullcontext),
     }
 
@@ -116,12 +115,13 @@ def plot(results: dict, plt) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=int, default=400, help="new lengths per contender")
-    parser.add_argument("--repeats", type=int, default=9, help="loops of repeated calls per contender")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--quick", action="store_true", help="few lengths and loops: checks the script runs")
-    args = parser.parse_args()
+    global sfft
+    ap = parser(__doc__)
+    ap.add_argument("--lengths", type=int, default=400, help="new lengths per contender")
+    ap.add_argument("--repeats", type=int, default=9, help="loops of repeated calls per contender")
+    ap.add_argument("--quick", action="store_true", help="few lengths and loops: checks the script runs")
+    args = ap.parse_args()
+    sfft = require("scipy.fft", "pip install 'nvdispatch[scipy]'")
     out = output_dir(args.out)
     results = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},

@@ -23,7 +23,6 @@ directory as a user's would (``platformdirs``, here under a temporary ``XDG_CACH
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -34,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from _bench import output_dir, progress, save_plot
+from _bench import output_dir, parser, progress, save_plot
 
 _CHILD = r"""
 import json, sys, time
@@ -161,12 +160,11 @@ def plot(results: dict, plt) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15, help="fresh processes of each kind")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--full", action="store_true", help="calibrate with the full python -m nvdispatch calibrate")
-    parser.add_argument("--quick", action="store_true", help="a small shape and 2 rounds: checks the script runs")
-    args = parser.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--rounds", type=int, default=15, help="fresh processes of each kind")
+    ap.add_argument("--full", action="store_true", help="calibrate with the full python -m nvdispatch calibrate")
+    ap.add_argument("--quick", action="store_true", help="a small shape and 2 rounds: checks the script runs")
+    args = ap.parse_args()
     out = output_dir(args.out)
     shape = (256, 64, 128) if args.quick else (8192, 256, 1024)
     results = {

@@ -13,7 +13,6 @@ counts. Writes JSON and a PNG.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -23,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from _bench import output_dir, progress, save_plot
+from _bench import output_dir, parser, progress, require, save_plot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULES = (
@@ -93,15 +92,16 @@ def plot(results: dict, plt) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each kind, in turns")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--quick", action="store_true", help="the czt tests only, once: checks the script runs")
-    parser.add_argument(
+    ap = parser(__doc__)
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each kind, in turns")
+    ap.add_argument("--quick", action="store_true", help="the czt tests only, once: checks the script runs")
+    ap.add_argument(
         "--cache-dir",
         help="NVDISPATCH_CACHE_DIR for the test processes (default: as set here; '' runs uncalibrated)",
     )
-    args = parser.parse_args()
+    args = ap.parse_args()
+    require("scipy.signal", "pip install 'nvdispatch[scipy]'")
+    require("pytest", "pip install pytest")
     out = output_dir(args.out)
     modules = MODULES[-1:] if args.quick else MODULES
     results = {
