@@ -10,6 +10,7 @@ not measured yet runs on a safe default order, ``explain()`` says so, and the cl
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 
 from .executors import numpy_fft_workers, numpy_matmul, numpy_matmul_calibration
 from .executors.cpu_calibration_store import store
+from .executors.cpu_threads import CPUS
 
 __all__ = ["calibrate", "CalibrationReport", "STANDARD_SIZES"]
 
@@ -33,15 +35,21 @@ _QUICK_EPILOGS = ("RELU_BIAS", "BIAS")
 class CalibrationReport:
     """What :func:`calibrate` measured: the engine order of each matmul class (class -> engines, fastest
     first), the FFT threads threshold (work from which pocketfft runs on every core), where it is kept (None:
-    this process only) and how long it took."""
+    this process only), how long it took and how busy the machine was."""
 
     matmul: dict[str, tuple[str, ...]]
     fft_min_work: float | None
     path: str | None
     seconds: float
+    load: float | None = None  # the system's load average (1 minute) at the end, where the OS says
 
     def __str__(self) -> str:
         lines = [f"CPU calibration: {len(self.matmul)} matmul problem classes in {self.seconds:.1f} s"]
+        if self.load is not None and self.load > 0.5 * CPUS:
+            lines.append(
+                f"  note: the machine was busy (load average {self.load:.1f} on {CPUS} cores): other work weighs on "
+                "the timings; calibrate again when it is quiet"
+            )
         if self.fft_min_work is not None:
             lines.append(f"  pocketfft threads from work {self.fft_min_work:.3g}")
         lines.append(f"  kept in {self.path}" if self.path else "  not kept (NVDISPATCH_CACHE_DIR is empty)")
@@ -99,7 +107,8 @@ def calibrate(
     min_work = None
     if fft:
         min_work = numpy_fft_workers.calibrate(lambda it: show(it, "fft threads", len(it))).min_work
-    return CalibrationReport(done, min_work, store().path, time.perf_counter() - start)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return CalibrationReport(done, min_work, store().path, time.perf_counter() - start, load)
 
 
 def _import_torch_if_installed() -> None:

@@ -52,7 +52,7 @@ def test_calibrate_from_python_with_persistence_off(monkeypatch):
     try:
         report = calibrate([(20, 12, 8)], quick=True)
         assert report.path is None and "not kept" in str(report)
-        assert len(report.matmul) == 2 and report.fft_min_work == float("inf")
+        assert len(report.matmul) == 2 and report.fft_min_work > 1e6
     finally:
         numpy_matmul_calibration.clear()
         numpy_fft_workers.clear()

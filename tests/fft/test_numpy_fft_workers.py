@@ -92,12 +92,22 @@ def test_calibration_finds_the_crossover_and_keeps_it(monkeypatch):
     assert "calibrated threshold" in workers.workers_for(_problem((64, 512), (1,)))[1]
 
 
-def test_threads_that_never_win_are_never_used(monkeypatch):
+def test_threads_that_win_nowhere_on_the_ladder_are_used_only_past_it(monkeypatch):
     monkeypatch.setattr(workers, "_time_both", lambda fn, x: (1.0, 1.0))
-    assert workers.calibrate().min_work == math.inf
+    top = max(workers._work_of(x, fn) for rung in workers._LADDER for x, fn in workers._rung(rung, _pocketfft()))
+    assert workers.calibrate().min_work == 2 * top
     workers.clear()
-    assert workers.model().min_work > 1e299
-    assert workers.workers_for(_problem((64, 512, 512), (1, 2)))[0] == 1
+    assert workers.model().min_work == 2 * top
+    assert workers.workers_for(_problem((8, 256, 256), (1, 2)))[0] == 1
+    assert workers.workers_for(_problem((64, 512, 512), (1, 2)))[0] == workers.ALL_CORES
+    monkeypatch.setattr(workers, "CPUS", 1)
+    assert workers.calibrate().min_work == math.inf  # one core: nothing to split over
+
+
+def _pocketfft():
+    from scipy.fft import _pocketfft
+
+    return _pocketfft
 
 
 @pytest.mark.parametrize("entry", [{"min_work": "many"}, {"min_work": -1}, {"min_work": True}, ["min_work"], 3])

@@ -11,7 +11,8 @@ real transforms) against this machine's threshold: at or above it, every core; b
 counts: load only ever adds time), and takes the smallest work from which all cores win on every rung above.
 ``python -m nvdispatch calibrate`` runs it and keeps the threshold with the CPU calibration
 (``cpu_calibration_store``); until then :data:`DEFAULT_MIN_WORK` holds, which threads only transforms large
-enough that waking threads is cheap next to them on any machine.
+enough that waking threads is cheap next to them on any machine. Where all cores win on no rung (a busy
+machine), the threshold is set just past the ladder's top, not to "never".
 
 Two cases need no model: a single 1-D transform (pocketfft cannot split it) runs on one thread, and one
 whose transformed axes alone hold more than :data:`MAX_ELEMENTS` elements on every core.
@@ -132,7 +133,7 @@ def calibrate(progress: Callable[[Iterable], Iterable] = lambda it: it, persist:
                 one, every = _time_both(fn, x)
                 wins.append((_work_of(x, fn), every < _MARGIN * one))
         wins.sort()
-        min_work = math.inf
+        min_work = 2 * wins[-1][0]  # beyond the ladder, threads are taken to pay (waking them is cheap there)
         for i in range(len(wins) - 1, -1, -1):  # the smallest work from which every larger one wins
             if not wins[i][1]:
                 break
