@@ -57,3 +57,10 @@ def test_calibrate_from_python_with_persistence_off(monkeypatch):
         numpy_matmul_calibration.clear()
         numpy_fft_workers.clear()
         nvdispatch.plan_cache.clear()
+
+
+def test_the_report_says_when_the_machine_was_busy():
+    from nvdispatch.calibration import CalibrationReport
+
+    assert "busy" in str(CalibrationReport({}, None, None, 1.0, load=1000.0))
+    assert "busy" not in str(CalibrationReport({}, None, "/x", 1.0, load=0.0))
