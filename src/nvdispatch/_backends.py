@@ -19,8 +19,14 @@ a lock. Both snapshots carry a small integer ``key``, equal for equal states, wh
 its plan-cache keys.
 
 Context objects hold no state of their own: one ``set_backend`` object may be entered from several
-threads and tasks at once, and re-entered. Leaving a ``with`` block runs no Python code (see
-:class:`_ExitHook`), so a ``KeyboardInterrupt`` arriving at any point cannot leave the context active.
+threads and tasks at once, and re-entered. Leaving a ``with`` block, or a ``contextlib.ExitStack`` that
+entered the context, runs no Python code of nvdispatch's (see :class:`_ExitHook`), so a ``KeyboardInterrupt``
+arriving at any point of nvdispatch's entry or exit cannot leave the context active. ``ExitStack`` itself
+(Python code in ``contextlib``) has two windows of its own: between calling ``__enter__`` and registering
+the exit (``enter_context``), and between taking an exit off its stack and calling it (``__exit__``); an
+interrupt landing there leaves the context active, as it would any context manager's (``reset_backends()``
+ends them). tests/soak/exit_interrupts.py injects interrupts at every point a Ctrl-C can land and counts
+where contexts were left active.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import executors as _executors
-from .errors import InvalidArgumentError, UnknownBackendError, describe
+from .errors import InvalidArgumentError, UnknownBackendError, describe, expect_bool
 
 __all__ = [
     "set_backend",
@@ -48,6 +54,8 @@ __all__ = [
     "resolve_backend",
     "candidates",
     "Candidate",
+    "Registry",
+    "registry",
 ]
 
 
@@ -117,17 +125,42 @@ class _Global:
 _global = _Global()
 
 
+class Registry:
+    """The backend state as the call route reads it, in one object (the compiled front reads it too).
+
+    ``current_state()`` is this thread/task's :class:`BackendState` (``ContextVar.get``: a C call) and
+    ``global_key`` the key of the process-wide part, replaced whenever the global or registered backends
+    change: a call key holds ``(current_state().key, global_key)``. :meth:`order` is the one place the
+    resolution order of the chosen backends is implemented.
+    """
+
+    __slots__ = ("current_state", "global_key")
+
+    def __init__(self) -> None:
+        self.current_state = _state.get
+        self.global_key = _global.key
+
+    def order(self) -> tuple[Candidate, ...]:
+        """The backends chosen in this thread/task, in the order a call tries them: the active ``set_backend``
+        blocks innermost first, then the global backend (unless ``try_last``), the registered backends, and
+        the global backend when it goes last. Skipped backends and the default executors are not listed."""
+        glob = _global
+        first = () if glob.candidate is None or glob.try_last else (glob.candidate,)
+        last = () if glob.candidate is None or not glob.try_last else (glob.candidate,)
+        registered = tuple(Candidate(r, False, False) for r in glob.registered)
+        return (*reversed(_state.get().local), *first, *registered, *last)
+
+
+registry = Registry()
+
+
 def _set_global(**changes) -> None:
     global _global
     with _lock:
         fields = {"candidate": _global.candidate, "try_last": _global.try_last, "registered": _global.registered}
         fields.update(changes)
         _global = _Global(**fields, key=_global.key + 1)
-
-
-def state_keys() -> tuple[int, int]:
-    """``(context key, global key)``: equal whenever the backend resolution is the same."""
-    return _state.get().key, _global.key
+        registry.global_key = _global.key
 
 
 def _is_executor(obj: Any) -> bool:
@@ -174,20 +207,32 @@ _pending = threading.local()  # (context object, _Exit) between the __exit__ loo
 
 
 class _ExitHook:
-    """The ``__exit__`` of backend contexts, as a descriptor. A ``with`` statement looks ``__exit__``
-    up before it calls ``__enter__``: the lookup returns the bound C method of a fresh :class:`_Exit`,
-    which ``__enter__`` (next, on this thread) arms with the token of the state it sets."""
+    """The ``__exit__`` of backend contexts, as a descriptor. A ``with`` statement looks ``__exit__`` up on
+    the instance, and ``contextlib.ExitStack.enter_context`` on the class (``type(cm).__exit__``), both
+    before they call ``__enter__``: the lookup returns a fresh exit, which ``__enter__`` (next, on this
+    thread) arms with the token of the state it sets, so that leaving runs no Python code.
+
+    * on the instance: the bound C method ``__exit__`` of an :class:`_Exit`;
+    * on the class: a ``functools.partial`` of :func:`_class_exit` (called with the context object and the
+      exception), which ``__enter__`` re-targets (``partial.__setstate__``) at an armed :class:`_Exit`'s
+      ``__exit__``: still a C call, whatever arguments it is given.
+
+    An exit looked up but never armed (no ``__enter__`` followed it on this thread: an exit called by hand,
+    ``ExitStack.push`` of an entered context) runs :func:`_manual_exit` in Python."""
 
     def __get__(self, obj, cls=None):
         if obj is None:
-            return _class_exit
+            exit_ = functools.partial(_class_exit)
+            _pending.slot = (cls, exit_)
+            return exit_
         hook = _Exit(obj)
         _pending.slot = (obj, hook)
         return hook.__exit__
 
 
 def _class_exit(self, *exc):
-    """``type(cm).__exit__(cm, ...)`` (as ``contextlib.ExitStack`` calls it)."""
+    """``type(cm).__exit__(cm, ...)`` called without a matching entry (by hand, or pushed on an ExitStack
+    after entering)."""
     return _manual_exit(self)
 
 
@@ -218,13 +263,15 @@ class _StateContext:
     def __enter__(self: _Context) -> _Context:
         slot = getattr(_pending, "slot", None)
         _pending.slot = None
-        hook = slot[1] if slot is not None and slot[0] is self else None
+        hook = slot[1] if slot is not None and (slot[0] is self or slot[0] is type(self)) else None
         old = _state.get()
         new = self._new_state(old)
+        closer = hook if isinstance(hook, _Exit) else _Exit(self)
         try:
             token = _state.set(new)
-            if hook is not None:
-                hook.close = functools.partial(_state.reset, token)
+            closer.close = functools.partial(_state.reset, token)
+            if hook is not None and hook is not closer:  # the class-level exit: aim it at the armed C exit
+                hook.__setstate__((closer.__exit__, (), None, None))
             return self
         except BaseException:  # interrupted after the set: the block is not entered, undo it
             _state.set(old)
@@ -255,7 +302,8 @@ class set_backend(_StateContext):
     """
 
     def __init__(self, backend: Any, coerce: bool = False, only: bool = False) -> None:
-        self._candidate = Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
+        coerce, only = expect_bool("coerce", coerce), expect_bool("only", only)
+        self._candidate = Candidate(resolve_backend(backend), coerce, only or coerce)
 
     def _new_state(self, current: BackendState) -> BackendState:
         return BackendState(current.local + (self._candidate,), current.skipped, parent=current, entered_by=self)
@@ -329,8 +377,9 @@ def set_global_backend(backend: Any, coerce: bool = False, only: bool = False, t
     'numpy'
     >>> nvdispatch.set_global_backend(None)  # back to the built-in defaults
     """
-    cand = None if backend is None else Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
-    _set_global(candidate=cand, try_last=bool(try_last))
+    coerce, only, try_last = expect_bool("coerce", coerce), expect_bool("only", only), expect_bool("try_last", try_last)
+    cand = None if backend is None else Candidate(resolve_backend(backend), coerce, only or coerce)
+    _set_global(candidate=cand, try_last=try_last)
 
 
 def register_backend(backend: Any) -> None:
@@ -435,9 +484,10 @@ def any_coercing() -> bool:
 
 
 def candidates(framework: str, device_kind: str) -> list[Candidate]:
-    """The executors to try, in order, for operands of ``framework`` on a ``device_kind`` device."""
-    state, glob_state = _state.get(), _global
-    skipped = state.skipped
+    """The executors to try, in order, for operands of ``framework`` on a ``device_kind`` device: the chosen
+    backends (:meth:`Registry.order`) up to the first with ``only``, then the framework's default executors;
+    skipped ones left out, each listed once."""
+    skipped = _state.get().skipped
     out: list[Candidate] = []
 
     def add(c: Candidate) -> bool:
@@ -448,16 +498,9 @@ def candidates(framework: str, device_kind: str) -> list[Candidate]:
             out.append(c)
         return c.only
 
-    for c in reversed(state.local):
+    for c in registry.order():
         if add(c):
             return out
-    glob, regs, try_last = glob_state.candidate, glob_state.registered, glob_state.try_last
-    if glob is not None and not try_last and add(glob):
-        return out
-    for r in regs:
-        add(Candidate(r, False, False))
-    if glob is not None and try_last and add(glob):
-        return out
     for name in _executors.default_names(framework, device_kind):
         inst = _executors.builtin(name)
         if inst is not None:

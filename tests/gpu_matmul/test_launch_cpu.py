@@ -242,9 +242,9 @@ def test_threads_never_launch_with_each_others_pointers(fake_lt):
 
 # -- the plans on it -------------------------------------------------------------------------------------
 def _problem(a, b, epilog=None, inputs=None, options=None):
-    from nvdispatch._dispatch import detect_all, placement
     from nvdispatch._epilog import spec_of
     from nvdispatch._matmul_problem import as_options, build_problem
+    from nvdispatch._route import detect_all, placement
 
     inputs = inputs or {}
     infos = detect_all({"a": a, "b": b, "c": None, **inputs})
@@ -327,10 +327,10 @@ def test_the_fp8_plan_computes_its_operand_order_once_and_launches_through_the_s
     fake_lt, monkeypatch, bias_shape, orientation, b_layout
 ):
     from nvdispatch._cuda.lt_fp8 import Fp8LtPlan
-    from nvdispatch._dispatch import detect_all, placement
     from nvdispatch._epilog import spec_of
     from nvdispatch._fp8 import build_fp8_problem
     from nvdispatch._matmul_problem import as_options
+    from nvdispatch._route import detect_all, placement
 
     monkeypatch.setattr(lt_plan_base, "Xp", CpuTorchOps)
     f8 = torch.float8_e4m3fn
@@ -361,10 +361,10 @@ def test_the_fp8_plan_computes_its_operand_order_once_and_launches_through_the_s
 
 # -- FP8: the related form autotune times too -------------------------------------------------------------
 def _fp8_problem(epilog, bias_shape=None, scales=None, fast=False):
-    from nvdispatch._dispatch import detect_all, placement
     from nvdispatch._epilog import spec_of
     from nvdispatch._fp8 import build_fp8_problem
     from nvdispatch._matmul_problem import as_options
+    from nvdispatch._route import detect_all, placement
 
     f8 = torch.float8_e4m3fn
     a, b = torch.zeros(32, 64, dtype=f8), torch.zeros(48, 64, dtype=f8).t()
@@ -416,3 +416,43 @@ def test_autotune_candidates_take_the_related_forms_answers_its_descriptor_accep
     core = Fp8Descriptors(p, fp8_layout(p), 1 << 20)
     labels = {label: int(r.algo.data[0]) for label, r in lt_autotune.candidates(core, 77, limit=2)}
     assert labels == {"heuristic #0": 60, "heuristic #1": 61, "heuristic #0 of the bias form with device scales": 40}
+
+
+def test_a_workspace_that_grows_is_counted_by_the_plan_cache_at_once(fake_lt, monkeypatch):
+    import weakref
+
+    from nvdispatch._cuda import memory
+    from nvdispatch._plan_cache import PlanCache
+
+    class Scratch:
+        def __init__(self, nbytes, framework, device_index, stream):
+            self.ptr, self.nbytes = next(_ids), nbytes
+
+        def release(self):
+            pass
+
+    class Plan:  # a cuBLASLt plan as the cache sees it: its launch's workspace bytes
+        def __init__(self):
+            self.launch = LtLaunch(FakeCore(), 77, 0, result(workspace=1024), a_first=True)
+            self.launch.owner = weakref.ref(self)
+
+        @property
+        def workspace_bytes(self):
+            return self.launch.workspace_bytes
+
+        def release(self):
+            self.launch.release()
+
+    import nvdispatch._plan_cache as plan_cache_module
+
+    cache = PlanCache(maxsize=8, max_bytes=2500)
+    monkeypatch.setattr(plan_cache_module, "plan_cache", cache)
+    monkeypatch.setattr(memory, "scratch", Scratch)
+    first, second = Plan(), Plan()
+    cache.put("first", first)
+    cache.put("second", second)
+    assert cache.nbytes == 2048  # what each algorithm needs, counted when cached
+    second.launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")
+    assert cache.nbytes == 2048  # the first stream's workspace is what was counted
+    second.launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 6, allocator="torch")  # a second stream: 1024 more
+    assert not cache.contains("first") and cache.nbytes == 2048  # over the bound: the least recent plan went

@@ -21,6 +21,7 @@ import numpy as np
 from .._epilog import INPUTS, OUTPUTS, STEPS, apply_steps, declined_mask_format, finish_outputs, output_of_kind
 from .._epilog_numpy import NumpyEpilogOps, accumulator_dtype
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
+from .._tunings import an_int, check_object, require_valid
 from . import numpy_matmul_calibration as calibration
 from . import numpy_matmul_engines as engines
 from .cpu_autotune import TuningProposal, propose
@@ -170,8 +171,16 @@ class NumpyMatmulPlan:
 
     needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
     notes: tuple[str, ...] = ()  # lines ``explain()`` shows after the steps (the engine ranking followed)
+    tuning_kind = "numpy-blocks"
+
+    @staticmethod
+    def validate_tuning(value) -> str | None:
+        """Why ``value`` is no tuning of this plan (``{"block_bytes": int >= 0, "threads": 1 to 4 a core}``)."""
+        return check_object(value, {"block_bytes": an_int(0, 1 << 62), "threads": an_int(1, 4 * _CPUS)})
 
     def __init__(self, problem: MatmulProblem, strategy: str, tuning=None):
+        if tuning is not None:
+            require_valid(self, tuning)
         self.problem = problem
         self.strategy = strategy
         self.dtype = np.dtype(problem.result_dtype)
@@ -186,11 +195,11 @@ class NumpyMatmulPlan:
         self._prepare = tuple((name, INPUTS[name].prepare) for name, _ in problem.inputs)
         self.ops = NumpyEpilogOps(inplace=strategy == "inplace", dtype=self.dtype)
         spec = problem.epilog
-        #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul (of ndarrays, the
-        #: only arrays given call keys; a vector product's NumPy scalar is made a 0-d array)
+        #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul (a 1-D @ 1-D product
+        #: a NumPy scalar, as numpy.matmul gives it)
         plain = not spec.steps and not spec.outputs and problem.c is None
         vector = problem.a_vector or problem.b_vector
-        self.direct = (self._matmul_only if vector else _product_of(problem)) if plain else None
+        self.direct = (np.matmul if vector else _product_of(problem)) if plain else None
 
     @property
     def block_rows(self) -> int:
@@ -236,12 +245,6 @@ class NumpyMatmulPlan:
         pass
 
     # -- execution ------------------------------------------------------------------------------------
-    @staticmethod
-    def _matmul_only(a, b):
-        """A plain matmul of two NumPy arrays (no c, alpha 1, no epilog)."""
-        out = np.matmul(a, b)
-        return out if type(out) is np.ndarray else np.asarray(out)
-
     def execute(self, operands, stream=None):
         p = self.problem
         a = _promote(operands["a"], 0 if p.a_vector else None)
