@@ -650,6 +650,7 @@ class Matmul:
             operands = self._operands()
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
             proposals: dict[str, Any] = {}  # strategy -> its plan's proposed tuning, committed at the end
+            hold = None
             try:
                 for strategy in strategies_of(ex, "matmul", problem):
                     plans[strategy] = acquire_plan(ex, "matmul", problem, strategy)
@@ -659,21 +660,34 @@ class Matmul:
                 trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
                 timings = _time_in_turns(trials, problem, operands, iterations, stream)
                 chosen = min(timings, key=timings.get)
-                _commit(proposals.values())
-                self._adopt(plans[chosen])
+                get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
+                record = {"strategy": chosen, "plan": get() if callable(get) else None}
+                key = choice_key(ex, "matmul", problem)
+                hold = plan_cache.hold(plans[chosen])
+            except BaseException:
+                if hold is not None:
+                    hold.close()
+                raise
             finally:
                 for plan in plans.values():
                     plan_cache.let_go(plan)
-            self._strategy = chosen
-            get = getattr(plans[chosen], "tuning", None)
-            plan_cache.record_tuning(
-                choice_key(ex, "matmul", problem),
-                {"strategy": chosen, "plan": get() if callable(get) else None},
-                STRATEGY_CHOICE,
-            )
-            for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
-                if strategy != chosen:
-                    plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+            # the commit: every change at the end, recording the choice last; interrupted before that, it is
+            # all undone (after it, the autotune is done: only the interrupt goes on)
+            old, old_strategy = self._hold, self._strategy
+            try:
+                _commit(proposals.values())
+                for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
+                    if strategy != chosen:
+                        plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+                self._hold, self._strategy = hold, chosen
+                plan_cache.record_tuning(key, record, STRATEGY_CHOICE)
+            except BaseException:
+                if plan_cache.tuning_for(key) is not record:
+                    self._hold, self._strategy = old, old_strategy
+                    _undo(proposals.values())
+                    hold.close()
+                raise
+            old.close()
             return timings
 
     def execute(self, *, stream: Stream = None) -> Array:  # (result, aux) for an epilog with outputs
@@ -849,9 +863,13 @@ def _commit(proposals) -> None:
             done.append(proposal)  # (first: undoing one not yet committed changes nothing)
             proposal.commit()
     except BaseException:
-        for proposal in reversed(done):
-            proposal.undo()
+        _undo(done)
         raise
+
+
+def _undo(proposals) -> None:
+    for proposal in reversed(list(proposals)):
+        proposal.undo()
 
 
 def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:

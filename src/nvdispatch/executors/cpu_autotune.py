@@ -47,18 +47,20 @@ def propose(
     settings: Iterable[tuple[Any, tuple]],
     operands: dict,
     iterations: int,
-    own_threads: Callable[[Any], int] = lambda trial: 1,
+    own_threads: Callable[[Any], int] | None = None,
 ) -> TuningProposal:
     """Time ``plan`` with each ``(label, setting)`` (on private copies; the label names its timing) and
-    propose the fastest. A copy running its own threads is timed after BLAS worker threads left spinning by
-    whatever ran before went idle (they would take a core from it)."""
+    propose the fastest. With ``own_threads`` (the threads a copy runs its own work on), each copy is first
+    run once untimed, and one running several is timed after BLAS worker threads left spinning by whatever ran
+    before went idle (they would take a core from it)."""
     timings: dict = {}
     best = None
     for name, setting in settings:
         trial = plan.with_setting(setting)
-        if own_threads(trial) > 1:
-            blas_threads.let_workers_sleep()
-        trial.execute(operands)  # warm-up
+        if own_threads is not None:
+            if own_threads(trial) > 1:
+                blas_threads.let_workers_sleep()
+            trial.execute(operands)  # warm-up
         t = fastest_seconds(lambda trial=trial: trial.execute(operands), iterations)
         timings[name] = t
         if best is None or t < best[1]:
