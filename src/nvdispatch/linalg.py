@@ -649,26 +649,45 @@ class Matmul:
             ex, problem = self._selection.executor, self._problem
             operands = self._operands()
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
+            proposals: dict[str, Any] = {}  # strategy -> its plan's proposed tuning, committed at the end
+            hold = None
             try:
                 for strategy in strategies_of(ex, "matmul", problem):
                     plans[strategy] = acquire_plan(ex, "matmul", problem, strategy)
-                    _tune_plan(plans[strategy], problem, operands, iterations, stream)
-                timings = _time_in_turns(plans, problem, operands, iterations, stream)
+                    proposal = _tune_plan(plans[strategy], problem, operands, iterations, stream)
+                    if proposal is not None:
+                        proposals[strategy] = proposal
+                trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
+                timings = _time_in_turns(trials, problem, operands, iterations, stream)
                 chosen = min(timings, key=timings.get)
-                self._adopt(plans[chosen])
+                get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
+                record = {"strategy": chosen, "plan": get() if callable(get) else None}
+                key = choice_key(ex, "matmul", problem)
+                hold = plan_cache.hold(plans[chosen])
+            except BaseException:
+                if hold is not None:
+                    hold.close()
+                raise
             finally:
                 for plan in plans.values():
                     plan_cache.let_go(plan)
-            self._strategy = chosen
-            get = getattr(plans[chosen], "tuning", None)
-            plan_cache.record_tuning(
-                choice_key(ex, "matmul", problem),
-                {"strategy": chosen, "plan": get() if callable(get) else None},
-                STRATEGY_CHOICE,
-            )
-            for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
-                if strategy != chosen:
-                    plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+            # the commit: every change at the end, recording the choice last; interrupted before that, it is
+            # all undone (after it, the autotune is done: only the interrupt goes on)
+            old, old_strategy = self._hold, self._strategy
+            try:
+                _commit(proposals.values())
+                for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
+                    if strategy != chosen:
+                        plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+                self._hold, self._strategy = hold, chosen
+                plan_cache.record_tuning(key, record, STRATEGY_CHOICE)
+            except BaseException:
+                if plan_cache.tuning_for(key) is not record:
+                    self._hold, self._strategy = old, old_strategy
+                    _undo(proposals.values())
+                    hold.close()
+                raise
+            old.close()
             return timings
 
     def execute(self, *, stream: Stream = None) -> Array:  # (result, aux) for an epilog with outputs
@@ -822,13 +841,35 @@ def _device_sync(problem):
     return lambda: runtime.check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
-def _tune_plan(plan, problem, operands, iterations: int, stream) -> None:
-    """Tune ``plan``'s own knobs, if it has any (its ``autotune``)."""
-    tune = getattr(plan, "autotune", None)
-    if callable(tune):
-        if problem.device.kind == "cpu":
-            let_workers_sleep()
-        tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+def _tune_plan(plan, problem, operands, iterations: int, stream):
+    """Tune ``plan``'s own knobs, if it has any: a plan that proposes (``propose_tuning``) returns a proposal
+    the caller commits at the end (its ``plan`` a tuned private copy to time meanwhile); one that only has
+    ``autotune`` applies its choice itself (None returned)."""
+    propose = getattr(plan, "propose_tuning", None)
+    tune = propose if callable(propose) else getattr(plan, "autotune", None)
+    if not callable(tune):
+        return None
+    if problem.device.kind == "cpu":
+        let_workers_sleep()
+    got = tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+    return got if callable(propose) else None
+
+
+def _commit(proposals) -> None:
+    """Commit every proposal, or (interrupted or failing part-way) none: those made are undone."""
+    done = []
+    try:
+        for proposal in proposals:
+            done.append(proposal)  # (first: undoing one not yet committed changes nothing)
+            proposal.commit()
+    except BaseException:
+        _undo(done)
+        raise
+
+
+def _undo(proposals) -> None:
+    for proposal in reversed(list(proposals)):
+        proposal.undo()
 
 
 def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:
