@@ -25,6 +25,8 @@ from ._matmul_problem import ComputeType, MatmulOptions, MatmulPlanPreferences
 from ._plan_cache import plan_cache
 from .linalg import Matmul, matmul
 
+from . import integrations  # noqa: E402,F401  (installs the Torch integration: imports no framework)
+
 __version__ = "0.1.0"
 
 __all__ = [

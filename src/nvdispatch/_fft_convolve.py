@@ -32,6 +32,7 @@ from ._dispatch import (
 )
 from ._fft_callbacks import DataLayout, select_and_run
 from ._fft_problem import FFTProblem, build_fft_problem
+from ._integration_hooks import taker_for
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
 __all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan", "VectorisedConvolveOp"]
@@ -114,6 +115,11 @@ def prepare(x, h, n, axis):
 
 
 def run(x, h, n=None, axis=-1, stream=None):
+    take = taker_for(x)  # a framework integration takes the call where it must (see _integration_hooks)
+    if take is not None:
+        taken = take("convolve", x, h, n, axis, stream)
+        if taken is not NotImplemented:
+            return taken
     problem, operands = prepare(x, h, n, axis)
     return select_and_run(OP, problem, operands, stream, _coerce, "fft convolve")
 

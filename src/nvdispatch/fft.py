@@ -83,6 +83,7 @@ from ._dispatch import signature_by_class as _signatures
 from ._execute import run
 from ._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from ._fft_problem import FUNCS, FFTProblem, build_fft_problem, check_norm
+from ._integration_hooks import announce, taker_for
 from ._plan_cache import plan_cache
 from ._typing import Array, ArrayLike, Axes, CallbackData, ElementCallback, Norm, Shape, Stream
 from .errors import (
@@ -207,6 +208,11 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = None
     if plan is None:
+        take = taker_for(x)  # a framework integration takes the call where it must (see _integration_hooks)
+        if take is not None:
+            taken = take("fft", func, x, n, axis, s, axes, norm, stream)
+            if taken is not NotImplemented:
+                return taken
         problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
         plan = acquire_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
         try:
@@ -744,6 +750,12 @@ def convolve(x: Array, h: Array, /, *, n: int | None = None, axis: int = -1, str
     """
     return _fft_convolve.run(x, h, n=n, axis=axis, stream=stream)
 
+
+for _name in ("fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft", "fft2", "ifft2"):
+    announce(_name, globals()[_name])
+for _name in ("rfft2", "irfft2", "convolve"):
+    announce(_name, globals()[_name])
+del _name
 
 convolve.__nvdispatch_explain__ = lambda x, h, /, *, n=None, axis=-1, stream=None: _fft_convolve.explain(
     x, h, n=n, axis=axis, stream=stream

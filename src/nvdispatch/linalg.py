@@ -40,6 +40,7 @@ from ._dispatch import call_key_memo_by_class as _memos
 from ._dispatch import signature_by_class as _signatures
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import raise_if_out_of_memory, run
+from ._integration_hooks import announce, taker_for
 from ._fp8 import _SCALE_NAMES, MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
@@ -192,6 +193,9 @@ def matmul(
     return _front(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales)
 
 
+announce("matmul", matmul)
+
+
 def _route(
     a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales, memo_checked=False
 ):
@@ -291,7 +295,13 @@ def _route(
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):
     """The full path of a call: detect, validate, select, plan (and keep the plan under the call key when
-    every call with that key validates and selects the same way), execute, wrap."""
+    every call with that key validates and selects the same way), execute, wrap. A framework integration
+    takes the call first where it must (see ``_integration_hooks``: e.g. a Torch call autograd records)."""
+    take = taker_for(a)
+    if take is not None:
+        taken = take("matmul", a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales)
+        if taken is not NotImplemented:
+            return taken
     problem, sel, strategy, infos = _prepare(
         a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales
     )
