@@ -2,7 +2,7 @@
 
 ``nvdispatch.fft`` is a drop-in for ``numpy.fft`` on NumPy input and serves ``scipy.fft`` as a backend. What
 those libraries accept beyond the array API is brought here to the one route every call takes
-(``fft._run``): array-likes become NumPy arrays, integer/boolean/half inputs are promoted, ``s``/``axes`` are
+(``nvdispatch.fft._route``): array-likes become NumPy arrays, integer/boolean/half inputs are promoted, ``s``/``axes`` are
 resolved NumPy's way (a repeated axis is transformed once per entry), and ``out=`` receives the result.
 
 Promotion, per convention (the caller's library decides, so results match it dtype for dtype):
@@ -26,7 +26,7 @@ import array_api_compat
 import numpy as np
 
 from ._adapters import adapter_for
-from ._fft_problem import _axis
+from ._fft_problem import normalize_axis
 from .errors import (
     InvalidArgumentError,
     ShapeMismatchError,
@@ -110,7 +110,7 @@ def numpy_nd_args(func: str, shape: tuple[int, ...], s, axes, stacklevel: int = 
     else:
         if isinstance(axes, (str, bytes)) or not hasattr(axes, "__iter__"):
             raise InvalidArgumentError("axes", "a sequence of ints (or None)", repr(axes))
-        axes_t = tuple(_axis(a, ndim, "axes") for a in axes)
+        axes_t = tuple(normalize_axis(a, ndim, "axes") for a in axes)
     c2r = func == "irfftn"
     if s is None:
         sizes = [shape[a] for a in axes_t]

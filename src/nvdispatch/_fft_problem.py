@@ -142,7 +142,7 @@ def _as_int(value, argument: str) -> int:
         raise InvalidArgumentError(argument, "an int", repr(value)) from None
 
 
-def _axis(value, ndim: int, argument: str) -> int:
+def normalize_axis(value, ndim: int, argument: str) -> int:
     ax = _as_int(value, argument)
     if not -ndim <= ax < ndim:
         raise InvalidArgumentError(argument, f"an axis in [{-ndim}, {ndim}) for a {ndim}-D input", repr(value))
@@ -188,7 +188,7 @@ def resolve_axes(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axe
     if not nd:
         if ndim == 0:
             raise ShapeMismatchError("x", f"an array of at least 1 dimension for {func}", "a 0-d array")
-        ax = _axis(axis, ndim, "axis")
+        ax = normalize_axis(axis, ndim, "axis")
         if n is not None:
             n = _as_int(n, "n")
             if n < 1:
@@ -209,7 +209,7 @@ def resolve_axes(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axe
         return tuple(range(ndim)), (None,) * ndim
     if isinstance(axes, (str, bytes)) or not hasattr(axes, "__iter__"):
         raise InvalidArgumentError("axes", "a sequence of ints (or None)", repr(axes))
-    axes_t = tuple(_axis(a, ndim, "axes") for a in axes)
+    axes_t = tuple(normalize_axis(a, ndim, "axes") for a in axes)
     if not axes_t:
         raise InvalidArgumentError("axes", "at least one axis", repr(axes))
     if len(set(axes_t)) != len(axes_t):

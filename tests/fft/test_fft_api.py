@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import pickle
+
 import numpy as np
 import pytest
 from fft_reference import assert_close, make
@@ -16,6 +19,7 @@ from nvdispatch.errors import (
     UnsupportedDtypeError,
     UnsupportedOperandError,
 )
+from nvdispatch.fft import _transforms
 
 try:
     import torch
@@ -102,6 +106,42 @@ def test_explain():
     assert nvdispatch.explain(F.fftshift, x).executor == "numpy"
     with pytest.raises(InvalidArgumentError):
         nvdispatch.explain(F.fft, x, axis=7)
+
+
+def test_explain_of_a_2d_transform_uses_its_default_axes():
+    x = make((2, 3, 4), "complex128")
+    for f in (F.fft2, F.ifft2, F.rfft2):
+        e = nvdispatch.explain(f, x.real if f is F.rfft2 else x)
+        assert e.problem.axes == (1, 2), f.__name__
+    assert nvdispatch.explain(F.fftn, x).problem.axes == (0, 1, 2)
+    with pytest.raises(TypeError):
+        nvdispatch.explain(F.fft, x, bogus=1)  # as the call itself would
+
+
+_ONE_D = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft")
+_N_D = ("fftn", "ifftn", "rfftn", "irfftn", "fft2", "ifft2", "rfft2", "irfft2")
+
+
+@pytest.mark.parametrize("name", _ONE_D + _N_D)
+def test_transform_signatures_match_their_static_protocol(name):
+    """Type checkers see the transforms through OneDimTransform/NDimTransform: these must not drift from the
+    functions' run-time signatures."""
+    protocol = _transforms.OneDimTransform if name in _ONE_D else _transforms.NDimTransform
+    static = list(inspect.signature(protocol.__call__).parameters.values())[1:]  # without self
+    runtime = list(inspect.signature(getattr(F, name)).parameters.values())
+    assert [(p.name, p.kind, p.annotation) for p in static] == [(p.name, p.kind, p.annotation) for p in runtime]
+    defaults = {p.name: p.default for p in runtime}
+    assert defaults.pop("axes", None) == ((-2, -1) if name.endswith("2") else None)
+    assert defaults == {p.name: p.default for p in static if p.name != "axes"}
+    assert inspect.signature(getattr(F, name)).return_annotation == "Array"
+
+
+@pytest.mark.parametrize("name", F.__all__)
+def test_public_names_live_in_nvdispatch_fft(name):
+    obj = getattr(F, name)
+    assert obj.__module__ == "nvdispatch.fft" and obj.__qualname__ == name
+    assert pickle.loads(pickle.dumps(obj)) is obj
+    assert ">>> " in inspect.getdoc(obj)  # a runnable example
 
 
 def test_backend_control_and_no_executor():

@@ -11,6 +11,7 @@ import pytest
 
 import nvdispatch.fft as F
 from nvdispatch.errors import ShapeMismatchError, UnsupportedDtypeError
+from nvdispatch.fft import _route
 
 try:
     import torch
@@ -156,27 +157,25 @@ def test_torch_integer_input_and_out_behave_torchs_way():
     np.testing.assert_allclose(out.numpy(), np.fft.fft(np.arange(8)), rtol=1e-5, atol=1e-4)
 
 
-def test_scipy_backend_serves_long_double_and_declines_what_it_cannot():
+def test_scipy_backend_serves_long_double_and_declines_what_it_cannot(monkeypatch):
     sfft = pytest.importorskip("scipy.fft")
     calls = []
-    real = F._run
+    real = _route._run
 
     def spy(func, x, **kw):
         calls.append(func)
         return real(func, x, **kw)
 
     x = X.astype(np.clongdouble)
-    try:
-        F._run = spy
-        with sfft.set_backend(F):
-            got = sfft.fft(x, workers=2, overwrite_x=True)
-            h = sfft.hfftn(X, s=(4, 6))
-            c = sfft.fft(np.arange(4))  # integers promoted as SciPy does
-            d = sfft.dct(XR)  # not implemented here: SciPy's own
-            with pytest.raises(ValueError):
-                sfft.fft(X, 0)  # declined, then SciPy's own error
-    finally:
-        F._run = real
+    monkeypatch.setattr(_route, "_run", spy)
+    with sfft.set_backend(F):
+        got = sfft.fft(x, workers=2, overwrite_x=True)
+        h = sfft.hfftn(X, s=(4, 6))
+        c = sfft.fft(np.arange(4))  # integers promoted as SciPy does
+        d = sfft.dct(XR)  # not implemented here: SciPy's own
+        with pytest.raises(ValueError):
+            sfft.fft(X, 0)  # declined, then SciPy's own error
+    monkeypatch.undo()
     assert got.dtype == np.clongdouble
     np.testing.assert_allclose(got, sfft.fft(x), rtol=1e-15, atol=1e-12)
     np.testing.assert_allclose(h, sfft.hfftn(X, s=(4, 6)), atol=1e-10)

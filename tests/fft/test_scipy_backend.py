@@ -7,6 +7,7 @@ import pytest
 from fft_reference import assert_close, make
 
 import nvdispatch.fft as F
+from nvdispatch.fft import _route
 
 sfft = pytest.importorskip("scipy.fft")
 uarray = pytest.importorskip("scipy._lib.uarray")
@@ -19,13 +20,13 @@ except ImportError:  # pragma: no cover
 
 def _count_calls(monkeypatch):
     calls = []
-    real = F._run
+    real = _route._run
 
     def spy(func, x, **kw):
         calls.append(func)
         return real(func, x, **kw)
 
-    monkeypatch.setattr(F, "_run", spy)
+    monkeypatch.setattr(_route, "_run", spy)
     return calls
 
 

@@ -1,0 +1,36 @@
+"""``nvdispatch.fft.convolve``: the front of the frequency-domain convolution (its problem, plans and
+route: :mod:`nvdispatch._fft_convolve`)."""
+
+from __future__ import annotations
+
+from .. import _fft_convolve
+from .._typing import Array, Stream
+
+__all__ = ["convolve"]
+
+
+def convolve(x: Array, h: Array, /, *, n: int | None = None, axis: int = -1, stream: Stream = None) -> Array:
+    """Filter signals in the frequency domain: ``ifft(fft(x, n) * h, n)`` along ``axis`` (``irfft(rfft(x, n)
+    * h, n)`` for real ``x``), a circular convolution of ``x`` with the filter whose spectrum is ``h``.
+
+    ``h`` broadcasts against the spectrum (``n`` values along ``axis``, ``n//2 + 1`` for real ``x``). On the
+    GPU, for lengths up to 4096 along the last axis, the whole convolution is one generated kernel (the
+    multiply between the two FFTs happens in registers); larger sizes use cuFFT with the multiply as an LTO
+    callback; elsewhere it is the executor's FFT, one multiply and its inverse FFT
+    (see :mod:`nvdispatch._fft_convolve`; ``nvdispatch.explain(nvdispatch.fft.convolve, x, h)`` says which).
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    >>> kernel = np.zeros(16, np.float32); kernel[:3] = 1 / 3          # a 3-tap moving average
+    >>> y = nvdispatch.fft.convolve(x, np.fft.rfft(kernel))
+    >>> bool(np.allclose(y[:, 2], x[:, :3].mean(axis=1), atol=1e-5))
+    True
+    """
+    return _fft_convolve.run(x, h, n=n, axis=axis, stream=stream)
+
+
+convolve.__nvdispatch_explain__ = lambda x, h, /, *, n=None, axis=-1, stream=None: _fft_convolve.explain(
+    x, h, n=n, axis=axis, stream=stream
+)

@@ -1,0 +1,175 @@
+"""The sample frequencies (``fftfreq``, ``rfftfreq``) and the shifts (``fftshift``, ``ifftshift``): array
+operations in the caller's framework, no transform and no plan."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from .._adapters import adapter_for, adapter_named, adapters
+from .._dispatch import Explanation, detect_all
+from .._fft_problem import normalize_axis
+from .._typing import Array, Axes
+from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
+
+__all__ = ["fftfreq", "rfftfreq", "fftshift", "ifftshift"]
+
+
+def _framework_of_device(device):
+    """(adapter, its device object) that ``fftfreq``'s ``device`` argument asks for: a framework's device
+    object is its framework's; a string (``"cpu"``, ``"cuda[:N]"``) goes to the first adapter taking it."""
+    if device is None:
+        return adapter_named("numpy"), None
+    ranked = adapters() if not isinstance(device, str) else sorted(adapters(), key=lambda a: a.device_string_rank)
+    for ad in ranked:
+        native = ad.native_device(device)
+        if native is not None:
+            return ad, native
+    raise InvalidArgumentError(
+        "device", "None, 'cpu', 'cuda[:N]', a torch.device or a cupy.cuda.Device", describe(device)
+    )
+
+
+def _freq(n, d, dtype, device, real: bool, name: str):
+    n_ = _as_pos_int(n, "n")
+    if isinstance(d, bool) or not isinstance(d, (int, float, np.floating, np.integer)):
+        raise InvalidArgumentError("d", "a real number", repr(d))
+    if d == 0:
+        raise InvalidArgumentError("d", "a non-zero sample spacing", repr(d))
+    ad, dev = _framework_of_device(device)
+    if real:
+        k = np.arange(n_ // 2 + 1, dtype=np.float64)
+    else:
+        k = np.concatenate([np.arange((n_ - 1) // 2 + 1), np.arange(-(n_ // 2), 0)]).astype(np.float64)
+    return ad.from_host_values(k / (n_ * float(d)), dtype, dev)
+
+
+def _as_pos_int(n, arg):
+    if isinstance(n, bool):
+        raise InvalidArgumentError(arg, "an int >= 1", repr(n))
+    try:
+        v = operator.index(n)
+    except TypeError:
+        raise InvalidArgumentError(arg, "an int >= 1", repr(n)) from None
+    if v < 1:
+        raise InvalidArgumentError(arg, "an int >= 1", repr(n))
+    return v
+
+
+def fftfreq(n: int, /, *, d: float = 1.0, dtype: Any = None, device: Any = None, chunks: Any = None) -> Array:
+    """The sample frequencies ``[0, 1, ..., n//2-ish, -.., -1] / (d*n)`` of an ``n``-point DFT.
+
+    ``device``: None or ``"cpu"`` (NumPy array), a ``torch.device`` (Torch tensor), a ``cupy.cuda.Device``
+    (CuPy array), or ``"cuda[:N]"`` (Torch when installed, else CuPy). ``dtype`` defaults to float64.
+    ``chunks`` (nvdispatch extra): a lazy Dask array chunked so (e.g. ``chunks=1000``), of blocks of that
+    framework and device.
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> nvdispatch.fft.fftfreq(4, d=0.5).tolist()
+    [0.0, 0.5, -1.0, -0.5]
+    """
+    if chunks is not None:
+        return _dask_freq(n, d, dtype, device, False, chunks)
+    return _freq(n, d, dtype, device, False, "fftfreq")
+
+
+def rfftfreq(n: int, /, *, d: float = 1.0, dtype: Any = None, device: Any = None, chunks: Any = None) -> Array:
+    """The sample frequencies ``[0, 1, ..., n//2] / (d*n)`` of an ``n``-point real DFT (see :func:`fftfreq`).
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> nvdispatch.fft.rfftfreq(4, d=0.5).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    if chunks is not None:
+        return _dask_freq(n, d, dtype, device, True, chunks)
+    return _freq(n, d, dtype, device, True, "rfftfreq")
+
+
+def _dask_freq(n, d, dtype, device, real: bool, chunks):
+    from ..executors.dask_fft import freq
+
+    like = _freq(1, d, dtype, device, real, "fftfreq")  # validates the arguments, fixes dtype and device
+    return freq(_as_pos_int(n, "n"), d, real, chunks, like)
+
+
+def _shift(x, axes, inverse: bool):
+    info = detect_all({"x": x})["x"]
+    ndim = len(info.shape)
+    if axes is None:
+        axes_t = tuple(range(ndim))
+    else:
+        seq = (axes,) if isinstance(axes, int) else axes
+        if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
+            raise InvalidArgumentError("axes", "an int, a sequence of ints, or None", repr(axes))
+        axes_t = tuple(normalize_axis(a, ndim, "axes") for a in seq)
+    shifts = tuple(-(info.shape[a] // 2) if inverse else info.shape[a] // 2 for a in axes_t)
+    return _roll(info, shifts, axes_t)
+
+
+def _roll(info, shifts, axes):
+    """``info.array`` rolled by ``shifts`` along ``axes`` (a copy when no axes), through its adapter; device
+    arrays known only by a protocol through the helper namespace that can view them (CuPy, else Torch)."""
+    arr = info.array  # (a CPU DLPack object's NumPy view)
+    ad = adapter_for(arr)
+    if not ad.can_roll:
+        from .._cuda.xp import namespace_for
+
+        helper = namespace_for(info.framework)
+        if helper is None:
+            raise UnsupportedOperandError(
+                "x", "an array CuPy or Torch can view (to shift it)", f"a {info.framework} array", ""
+            )
+        ad = adapter_named(helper)
+        arr = ad.view_device_array(arr)
+    return ad.roll(arr, shifts, axes)
+
+
+def fftshift(x: Array, /, *, axes: int | Axes = None) -> Array:
+    """Move the zero-frequency term to the centre along ``axes`` (all axes when None).
+
+    ``__cuda_array_interface__``/DLPack device arrays come back as CuPy arrays.
+
+    Examples
+    --------
+    >>> import nvdispatch
+    >>> nvdispatch.fft.fftshift(nvdispatch.fft.fftfreq(4)).tolist()
+    [-0.5, -0.25, 0.0, 0.25]
+    """
+    return _shift(x, axes, False)
+
+
+def ifftshift(x: Array, /, *, axes: int | Axes = None) -> Array:
+    """Inverse of :func:`fftshift`.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> nvdispatch.fft.ifftshift(np.array([-2, -1, 0, 1])).tolist()
+    [0, 1, -2, -1]
+    """
+    return _shift(x, axes, True)
+
+
+def _explain_simple(name):
+    def _explain(*args, **kwargs):
+        first = args[0] if args else None
+        where = "numpy"
+        if name in ("fftshift", "ifftshift") and first is not None:
+            where = detect_all({"x": first})["x"].framework
+        elif kwargs.get("device") is not None:
+            where = _framework_of_device(kwargs["device"])[0].name
+        steps = (f"{name}: computed with {where} array operations (no transform, no plan)",)
+        return Explanation(name, where, "direct", steps, (), ("direct",), False, None)
+
+    return _explain
+
+
+for _f in (fftfreq, rfftfreq, fftshift, ifftshift):
+    _f.__nvdispatch_explain__ = _explain_simple(_f.__name__)
+del _f

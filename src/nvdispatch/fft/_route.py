@@ -1,0 +1,207 @@
+"""The route of one transform call, as it stands: the call key and its memo first (a repeated call runs
+its cached plan), else detect → problem → select → plan → run → wrap; NumPy's/SciPy's conventions
+(array-likes, promotions, repeated axes, ``out=``) around it where they differ from the array API's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _backends, _fft_callbacks
+from .._backends import _state
+from .._dispatch import (
+    Explanation,
+    _log_levels,
+    acquire_plan,
+    choose_strategy,
+    coerce_operands,
+    debug_enabled,
+    detect_all,
+    explain_selected,
+    log_hit,
+    placement,
+    select,
+    signature_of,
+    store,
+    wrap_result,
+)
+from .._dispatch import call_key_memo_by_class as _memos
+from .._dispatch import signature_by_class as _signatures
+from .._execute import run
+from .._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
+from .._fft_problem import FUNCS, build_fft_problem
+from .._integration_hooks import taker_for
+from .._plan_cache import plan_cache
+from .._typing import Array, Axes, Norm, Shape, Stream
+from ..errors import UnsupportedDtypeError, UnsupportedOperandError
+
+__all__ = ["call_transform", "explain_fft"]
+
+_acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
+_acquire_handle = plan_cache.acquire_handle  # the same, by a handle the call-key memo kept
+_handle = plan_cache.handle
+
+
+def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
+    infos = detect_all({"x": x})
+    framework, device = placement(infos)
+    info = infos["x"]
+    problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
+    # the operand as executors take it (e.g. a CPU DLPack object's zero-copy NumPy view)
+    return problem, select("fft", problem), info.array
+
+
+def _call_form(func: str, x, n, axis, s, axes, norm):
+    """``(form, sig, memo)``: the form of a transform's call key (see ``_dispatch``; the key is
+    ``(form, sig(x))``), None when the call does not qualify; and the call-key memo of the array's class (see
+    ``_call_key_memo``), None when it has none."""
+    cls = x.__class__
+    sig = _signatures.get(cls, signature_of)
+    if sig is signature_of:
+        sig = signature_of(cls)
+    if sig is None:
+        return None, None, None
+    if s is not None:
+        s = _int_seq(s)
+    if axes is not None:
+        axes = _int_seq(axes)
+    if s is False or axes is False:
+        return None, None, None
+    form = ("fft", func, cls, n, axis, s, axes, norm, _state.get().key, _backends._global.key)
+    return form, sig, _memos.get(cls)
+
+
+_NO_CALLBACKS = (None, None, None, None)  # (prolog, epilog, prolog_data, epilog_data) of a plain transform
+_distinct: dict[tuple, bool] = {}  # (axes, ndim) -> _distinct_axes' answer, for axes given as tuples
+
+
+def _distinct_axes(axes, ndim: int) -> bool:
+    """Whether ``axes`` are ints naming distinct dimensions of an ``ndim``-D array, where NumPy's and the array
+    API's conventions agree (NumPy transforms a repeated axis again, and ``axes=()`` copies the input)."""
+    known = None
+    if axes.__class__ is tuple:
+        try:
+            known = _distinct.get((axes, ndim))
+        except TypeError:  # unhashable items: the conventions path reports them
+            return False
+    if known is not None:
+        return known
+    seq = _int_seq(axes)
+    if not seq or seq.__class__ is int:
+        return False
+    answer = all(-ndim <= ax < ndim for ax in seq) and len({ax % ndim for ax in seq}) == len(seq)
+    if axes.__class__ is tuple and len(_distinct) < 256:
+        _distinct[(axes, ndim)] = answer
+    return answer
+
+
+def _int_seq(v):
+    """``v`` as a key part: None, an int, or a tuple of ints; False when it is anything else (arrays of
+    axes, ...): such calls are validated in full every time instead of growing the cache."""
+    if v is None or v.__class__ is int:
+        return v
+    if v.__class__ in (tuple, list) and all(e.__class__ is int for e in v):
+        return tuple(v)
+    return False
+
+
+def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
+    key = plan = learn = None
+    try:
+        form, sig, memo = _call_form(func, x, n, axis, s, axes, norm)
+        if memo is not None:  # a repeated call's plan handle, remembered behind the class's guard
+            for check, entry, epoch in memo.handles.get(form, ()):
+                if check(x):
+                    plan = _acquire_handle(entry, epoch)
+                    break
+        if plan is None and form is not None:
+            key = (form, sig(x))
+            plan = _acquire(key)  # pinned until run() returns
+            learn = memo
+    except TypeError:  # an unhashable argument: the full path validates (and reports) it
+        key = plan = learn = None
+    if plan is None:
+        take = taker_for(x)  # a framework integration takes the call where it must (see _integration_hooks)
+        if take is not None:
+            taken = take("fft", func, x, n, axis, s, axes, norm, stream)
+            if taken is not NotImplemented:
+                return taken
+        problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
+        plan = acquire_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
+        try:
+            if not sel.coerce:
+                store(key, plan)
+            operands = coerce_operands(sel, {"x": operand}, ("x",))
+        except BaseException:
+            plan_cache.let_go(plan)
+            raise
+        return wrap_result(run(plan, operands, stream), x)
+    if learn is not None:  # a repeated call, found by its signature
+        learn.remember(form, (x,), _handle(key))
+    if _log_levels.get(10) is not False and debug_enabled():
+        log_hit("fft", plan)
+    return run(plan, {"x": x}, stream)
+
+
+def explain_fft(
+    func: str,
+    x: Array,
+    n: int | None = None,
+    axis: int = -1,
+    s: Shape = None,
+    axes: Axes = None,
+    norm: Norm = "backward",
+    stream: Stream = None,
+) -> Explanation:
+    """What ``nvdispatch.fft.<func>`` would do with these arguments, without running it (as
+    ``nvdispatch.explain(nvdispatch.fft.<func>, x, ...)`` says).
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> nvdispatch.fft.explain_fft("rfft", np.ones(64)).problem.out_shape
+    (33,)
+    """
+    problem, sel, _ = _prepare(func, x, n, axis, s, axes, norm)
+    return explain_selected(func, "fft", problem, sel)
+
+
+def call_transform(
+    func,
+    a,
+    n=None,
+    axis=-1,
+    s=None,
+    axes=None,
+    norm="backward",
+    out=None,
+    stream=None,
+    convention="numpy",
+    callbacks=None,
+):
+    """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
+    if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: their own route
+        result = _fft_callbacks.run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks=callbacks)
+        return result if out is None else write_out(result, out)
+    if out is None and s is None and (axes is None or a.__class__ is not np.ndarray or _distinct_axes(axes, a.ndim)):
+        try:
+            return _run(func, a, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
+        except (UnsupportedDtypeError, UnsupportedOperandError):
+            pass  # an array-like, or a dtype NumPy/SciPy/the framework promote: the conventions below
+    x = as_operand(a)
+    nd = FUNCS[func][2]
+    naxes = 1 if not nd else len(axes if axes is not None else (s if s is not None else getattr(x, "shape", ())))
+    x, final = promote(x, func, convention, naxes)
+    if nd and convention == "numpy" and isinstance(x, np.ndarray):
+        sizes, axes_t = numpy_nd_args(func, x.shape, s, axes)
+        if not axes_t and func in ("fftn", "ifftn"):
+            result = x.copy()  # numpy.fft: nothing to transform, the input comes back
+        elif len(set(axes_t)) != len(axes_t):
+            one = lambda f, y, n_, ax, nm: _run(f, y, n=n_, axis=ax, norm=nm, stream=stream)  # noqa: E731
+            result = run_nd_numpy_way(func, x, sizes, axes_t, norm, one)
+        else:
+            result = _run(func, x, s=sizes, axes=axes_t, norm=norm, stream=stream)
+    else:
+        result = _run(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
+    if final is not None:
+        result = result.astype(final)
+    return result if out is None else write_out(result, out)

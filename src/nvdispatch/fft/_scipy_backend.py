@@ -1,0 +1,143 @@
+"""The ``scipy.fft`` backend protocol (uarray): ``scipy.fft.set_backend(nvdispatch.fft)`` runs SciPy's
+transforms through nvdispatch; what nvdispatch cannot serve returns ``NotImplemented`` so SciPy falls through
+to its next backend."""
+
+from __future__ import annotations
+
+import logging
+
+import array_api_compat
+import numpy as np
+
+from .._dispatch import detect_all
+from .._fft_conventions import as_operand
+from .._fft_problem import check_norm
+from ..errors import InvalidArgumentError, NvdispatchError, describe
+from ._route import call_transform
+
+__all__ = ["__ua_domain__", "__ua_convert__", "__ua_function__"]
+
+__ua_domain__ = "numpy.scipy.fft"
+_log = logging.getLogger("nvdispatch")
+
+
+def _check_scipy_extras(workers, plan) -> None:
+    """SciPy's extra keywords: ``overwrite_x`` needs nothing (nvdispatch never writes its input), ``workers``
+    is taken (nvdispatch's CPU executor already uses every core), a precomputed ``plan`` is SciPy's own."""
+    if plan is not None:
+        raise InvalidArgumentError("plan", "None (precomputed plans belong to SciPy's own backend)", describe(plan))
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers == 0:
+            raise InvalidArgumentError("workers", "a non-zero int or None", repr(workers))
+
+
+def _sp_1d(func):
+    def f(x, n=None, axis=-1, norm=None, overwrite_x=False, workers=None, *, plan=None):
+        _check_scipy_extras(workers, plan)
+        return call_transform(func, x, n, axis, None, None, norm, None, None, "scipy")
+
+    return f
+
+
+def _sp_nd(func, default_axes=None):
+    def f(x, s=None, axes=default_axes, norm=None, overwrite_x=False, workers=None, *, plan=None):
+        _check_scipy_extras(workers, plan)
+        return call_transform(func, x, None, -1, s, axes, norm, None, None, "scipy")
+
+    return f
+
+
+_SWAP_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
+
+
+def _conj(x):
+    return np.conjugate(x) if isinstance(x, np.ndarray) else array_api_compat.array_namespace(x).conj(x)
+
+
+def _sp_hermitian_nd(inverse: bool, default_axes=None):
+    """SciPy's ``hfftn``/``ihfftn`` (and the 2-D forms) from the real transforms, as SciPy defines them:
+    ``hfftn(x) = irfftn(conj(x))`` and ``ihfftn(x) = conj(rfftn(x))`` with the norm's direction swapped."""
+
+    def f(x, s=None, axes=default_axes, norm=None, overwrite_x=False, workers=None, *, plan=None):
+        _check_scipy_extras(workers, plan)
+        swapped = _SWAP_NORM[check_norm(norm)]
+        if inverse:
+            return _conj(call_transform("rfftn", x, None, -1, s, axes, swapped, None, None, "scipy"))
+        x = as_operand(x)
+        if not isinstance(x, np.ndarray) or x.dtype.kind == "c":
+            x = _conj(x)
+        return call_transform("irfftn", x, None, -1, s, axes, swapped, None, None, "scipy")
+
+    return f
+
+
+_SCIPY_IMPL = {
+    "hfftn": _sp_hermitian_nd(False),
+    "ihfftn": _sp_hermitian_nd(True),
+    "hfft2": _sp_hermitian_nd(False, (-2, -1)),
+    "ihfft2": _sp_hermitian_nd(True, (-2, -1)),
+    "fft": _sp_1d("fft"),
+    "ifft": _sp_1d("ifft"),
+    "rfft": _sp_1d("rfft"),
+    "irfft": _sp_1d("irfft"),
+    "hfft": _sp_1d("hfft"),
+    "ihfft": _sp_1d("ihfft"),
+    "fftn": _sp_nd("fftn"),
+    "ifftn": _sp_nd("ifftn"),
+    "rfftn": _sp_nd("rfftn"),
+    "irfftn": _sp_nd("irfftn"),
+    "fft2": _sp_nd("fftn", (-2, -1)),
+    "ifft2": _sp_nd("ifftn", (-2, -1)),
+    "rfft2": _sp_nd("rfftn", (-2, -1)),
+    "irfft2": _sp_nd("irfftn", (-2, -1)),
+}
+
+
+def _is_array(v) -> bool:
+    if isinstance(v, np.ndarray):
+        return True
+    try:
+        detect_all({"x": v})
+    except Exception:  # noqa: BLE001 - anything undetectable is not ours
+        return False
+    return True
+
+
+def __ua_convert__(dispatchables, coerce):
+    """uarray conversion: arrays nvdispatch recognises pass as they are; with ``coerce`` (SciPy's
+    ``set_backend(..., coerce=True)``) other values (lists, scalars) become NumPy arrays."""
+    converted = []
+    for d in dispatchables:
+        v = d.value
+        if d.type is np.ndarray:
+            if _is_array(v):
+                converted.append(v)
+            elif coerce and d.coercible:
+                try:
+                    converted.append(np.asarray(v))
+                except Exception:  # noqa: BLE001
+                    return NotImplemented
+            else:
+                return NotImplemented
+        else:
+            converted.append(v)
+    return converted
+
+
+def __ua_function__(method, args, kwargs):
+    """uarray entry point: run SciPy's ``method`` through nvdispatch, or return ``NotImplemented`` so SciPy
+    falls back to its next backend. nvdispatch declines (and SciPy then serves, with SciPy's own errors for
+    bad arguments) whatever no nvdispatch executor can run: transforms it does not implement (``dct``,
+    ``hfftn``, ...), dtypes, arguments and layouts its executors refuse (each refusal is a typed
+    :class:`~nvdispatch.errors.NvdispatchError`, logged at DEBUG)."""
+    impl = _SCIPY_IMPL.get(getattr(method, "__name__", ""))
+    if impl is None:
+        return NotImplemented
+    try:
+        return impl(*args, **kwargs)
+    except NvdispatchError as exc:
+        _log.debug("scipy.fft.%s: nvdispatch declines (%s); SciPy's next backend runs it", method.__name__, exc)
+        return NotImplemented
+    except TypeError as exc:  # arguments SciPy's signature does not have: SciPy reports them
+        _log.debug("scipy.fft.%s: %s; SciPy's next backend runs it", method.__name__, exc)
+        return NotImplemented

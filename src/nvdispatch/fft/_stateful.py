@@ -1,0 +1,385 @@
+"""The stateful :class:`FFT` (plan once, execute many times, swap operands) and its :class:`FFTOptions`."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from .. import _fft_callbacks
+from .._adapters import adapter_for
+from .._dispatch import (
+    acquire_plan,
+    choose_strategy,
+    coerce_operands,
+    detect_all,
+    keep_or_select,
+    placement,
+    refuse_recorded_call,
+)
+from .._execute import run
+from .._fft_problem import FFTProblem, build_fft_problem, check_norm, resolve_axes
+from .._plan_cache import plan_cache
+from .._typing import Array, Axes, CallbackData, ElementCallback, Stream
+from ..errors import InvalidArgumentError, PlanStateError, ShapeMismatchError, UnsupportedDtypeError, describe
+
+__all__ = ["FFT", "FFTOptions"]
+
+
+@dataclass(frozen=True)
+class FFTOptions:
+    """Options of the stateful :class:`FFT` (modelled on ``nvmath.fft.FFTOptions``).
+
+    fft_type : None, "C2C", "R2C" or "C2R"
+        None infers it: real input → R2C, complex → C2C. C2R (complex Hermitian half-spectrum in, real out)
+        must be asked for.
+    inplace : bool
+        C2C only: the result overwrites the operand (which ``execute`` then returns).
+    last_axis_parity : "even" or "odd"
+        C2R only: the real output's last transformed axis has ``2*(m-1)`` (even) or ``2*(m-1)+1`` (odd)
+        elements, ``m`` being the input's extent there.
+    norm : "backward", "ortho" or "forward"
+        Scaling as in the array API (nvmath's FFT leaves both directions unnormalised; nvdispatch follows
+        the array API so the stateless and stateful results agree).
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> x = np.ones(8, np.complex64)
+    >>> opts = nvdispatch.fft.FFTOptions(inplace=True, norm="ortho")  # or the same as a dict
+    >>> with nvdispatch.fft.FFT(x, options=opts) as f:
+    ...     y = f.plan().execute()
+    >>> y is x, round(float(x[0].real), 4)
+    (True, 2.8284)
+    """
+
+    fft_type: str | None = None
+    inplace: bool = False
+    last_axis_parity: str = "even"
+    norm: str = "backward"
+
+
+def _as_fft_options(options) -> FFTOptions:
+    if options is None:
+        opts = FFTOptions()
+    elif isinstance(options, FFTOptions):
+        opts = options
+    elif isinstance(options, dict):
+        unknown = set(options) - {"fft_type", "inplace", "last_axis_parity", "norm"}
+        if unknown:
+            raise InvalidArgumentError(
+                "options", "keys among fft_type, inplace, last_axis_parity, norm", f"{sorted(unknown)}"
+            )
+        opts = FFTOptions(**options)
+    else:
+        raise InvalidArgumentError("options", "an FFTOptions, a dict or None", describe(options))
+    if opts.fft_type not in (None, "C2C", "R2C", "C2R"):
+        raise InvalidArgumentError("options.fft_type", "None, 'C2C', 'R2C' or 'C2R'", repr(opts.fft_type))
+    if opts.last_axis_parity not in ("even", "odd"):
+        raise InvalidArgumentError("options.last_axis_parity", "'even' or 'odd'", repr(opts.last_axis_parity))
+    check_norm(opts.norm)
+    return opts
+
+
+_DIRECTIONS = {"forward": "forward", "inverse": "inverse", -1: "forward", 1: "inverse"}
+
+
+class FFT:
+    """Stateful FFT: plan once, execute many times (either direction for C2C), swap operands in between.
+
+    Parameters
+    ----------
+    x : array
+        The operand (NumPy, Torch, CuPy, ``__cuda_array_interface__`` or DLPack).
+    axes : sequence of int, optional
+        The axes to transform (all when None); the last one is the halved axis of R2C/C2R.
+    options : FFTOptions or dict, optional
+        ``fft_type``, ``inplace``, ``last_axis_parity``, ``norm``.
+    stream : optional
+        Default GPU stream for ``execute``.
+
+    Notes
+    -----
+    *Executor.* ``plan()`` selects the executor under the backend state active then; re-plans that follow
+    (``reset_operand`` with other strides) keep it, whatever backend state is active at that time, unless it
+    declines the new operand (then one is selected again and ``executor`` says which).
+
+    *Plan lifetime.* The object holds its plans: the shared plan cache may evict them (or be cleared) while
+    the object lives, but releases them only once ``free()`` (or garbage collection) lets go of them.
+
+    *Threads.* One object may be used from several threads: ``execute`` calls may run concurrently (each runs
+    the plan and operand current when it starts; with ``inplace`` they write the same operand, so give each
+    thread its own object), and ``plan``/``reset_operand``/``free`` are serialised with each other and never
+    disturb an ``execute`` already running.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> x = (np.random.rand(8, 16) + 1j * np.random.rand(8, 16)).astype(np.complex64)
+    >>> with nvdispatch.fft.FFT(x, axes=(1,)) as f:
+    ...     y = f.plan().execute()  # plan() returns f
+    ...     z = f.execute(direction="inverse")
+    >>> bool(np.allclose(y, np.fft.fft(x, axis=1), atol=1e-4))
+    True
+    """
+
+    def __init__(
+        self, x: Array, *, axes: Axes = None, options: FFTOptions | dict[str, Any] | None = None, stream: Stream = None
+    ) -> None:
+        self._options = _as_fft_options(options)
+        self._stream = stream
+        self._freed = False
+        self._callbacks: dict[str, Any] = {}  # prolog/epilog/prolog_data/epilog_data given to plan()
+        self._cb_data: dict[str, tuple] = {}
+        self._lock = threading.RLock()
+        self._holds: dict[str, Any] = {}  # direction -> PlanHold
+        self._problems: dict[str, FFTProblem] = {}
+        self._selections: dict[str, Any] = {}
+        self._axes = None if axes is None else tuple(axes)
+        self._x = x
+        self._info = detect_all({"x": x})["x"]
+        self._fft_type = self._infer_type(self._info.dtype)
+        # validate now so mistakes surface at construction
+        self._build(x)
+        self._check_target(self._info)
+
+    # -- helpers --------------------------------------------------------------------------------------------
+    def _infer_type(self, dtype: str) -> str:
+        t = self._options.fft_type
+        real = dtype in ("float32", "float64")
+        if t is None:
+            t = "R2C" if real else "C2C"
+        if t == "R2C" and not real:
+            raise UnsupportedDtypeError("x", "a real floating operand for an R2C FFT", dtype)
+        if t in ("C2C", "C2R") and dtype not in ("complex64", "complex128", "float32", "float64"):
+            raise UnsupportedDtypeError("x", f"a complex floating operand for a {t} FFT", dtype)
+        if self._options.inplace and t != "C2C":
+            raise InvalidArgumentError("options.inplace", "False for an R2C/C2R FFT (in-place is C2C only)", "True")
+        if self._options.inplace and dtype not in ("complex64", "complex128"):
+            raise UnsupportedDtypeError("x", "a complex operand for an in-place FFT", dtype)
+        return t
+
+    def _funcs(self) -> dict[str, str]:
+        return {
+            "C2C": {"forward": "fftn", "inverse": "ifftn"},
+            "R2C": {"forward": "rfftn"},
+            "C2R": {"inverse": "irfftn"},
+        }[self._fft_type]
+
+    def _build(self, x) -> dict[str, tuple[FFTProblem, Any, Any]]:
+        infos = detect_all({"x": x})
+        framework, device = placement(infos)
+        info = infos["x"]
+        axes = self._axes if self._axes is not None else tuple(range(len(info.shape)))
+        s = None
+        if self._fft_type == "C2R":
+            axes_r, _ = resolve_axes("irfftn", tuple(info.shape), axes=axes)
+            m = info.shape[axes_r[-1]]
+            last = 2 * (m - 1) + (1 if self._options.last_axis_parity == "odd" else 0)
+            s = tuple([-1] * (len(axes_r) - 1) + [last])
+        out = {}
+        for direction, func in self._funcs().items():
+            problem = build_fft_problem(func, info, framework, device, s=s, axes=axes, norm=self._options.norm)
+            out[direction] = problem
+        return out
+
+    def _check_target(self, info) -> None:
+        """An in-place transform needs an operand it may write: not read-only, no overlapping elements."""
+        if self._options.inplace:
+            why = _unwritable(info)
+            if why:
+                raise InvalidArgumentError(
+                    "x", "a writable array whose elements do not overlap (options.inplace=True)", why,
+                    "pass a copy (or plan out of place)",
+                )
+
+    def _check_alive(self, what: str) -> None:
+        if self._freed:
+            raise PlanStateError("self", f"a live FFT to {what}", "one that was freed", "create a new FFT")
+
+    # -- public API -----------------------------------------------------------------------------------------
+    @property
+    def fft_type(self) -> str:
+        return self._fft_type
+
+    @property
+    def executor(self) -> str | None:
+        sel = next(iter(self._selections.values()), None)
+        return None if sel is None else sel.executor.name
+
+    def plan(
+        self,
+        *,
+        stream: Stream = None,
+        prolog: ElementCallback | None = None,
+        epilog: ElementCallback | None = None,
+        prolog_data: CallbackData = None,
+        epilog_data: CallbackData = None,
+    ) -> FFT:
+        """Choose the executor and prepare the plan(s) (kept in the shared plan cache).
+
+        ``prolog``/``epilog`` (with their ``prolog_data``/``epilog_data`` arrays) are fused into the
+        transform(s) of this object, in every direction it executes; see :mod:`nvdispatch._fft_callbacks`
+        for their signature and the layout of ``index``. Planning again with other data arrays of the same
+        layout reuses the cached plan.
+        """
+        callbacks = {"prolog": prolog, "epilog": epilog, "prolog_data": prolog_data, "epilog_data": epilog_data}
+        with self._lock:
+            return self._plan_with(callbacks, {})
+
+    def _plan_with(self, callbacks: dict[str, Any], selections: dict[str, Any]):
+        self._check_alive("plan")
+        if self._x is None:
+            raise PlanStateError("x", "an operand to plan for", "None", "call reset_operand(x) first")
+        self._check_target(self._info)
+        with_callbacks = any(v is not None for v in callbacks.values())
+        holds, problems, chosen, cb_data = {}, {}, {}, {}
+        try:
+            for direction, problem in self._build(self._x).items():
+                op = "fft"
+                if with_callbacks:
+                    op = _fft_callbacks.OP
+                    problem, cb_data = _fft_callbacks.attach(problem, **callbacks)
+                sel = keep_or_select(selections.get(direction), op, problem)
+                strategy = choose_strategy(sel.executor, op, problem)
+                plan = acquire_plan(sel.executor, op, problem, strategy)
+                try:
+                    holds[direction] = plan_cache.hold(plan)
+                finally:
+                    plan_cache.let_go(plan)
+                problems[direction], chosen[direction] = problem, sel
+        except BaseException:
+            for hold in holds.values():
+                hold.close()
+            raise
+        old, self._holds = self._holds, holds
+        self._problems, self._selections = problems, chosen
+        self._callbacks, self._cb_data = callbacks, cb_data
+        for hold in old.values():
+            hold.close()
+        return self
+
+    def execute(self, *, direction: Literal["forward", "inverse"] | None = None, stream: Stream = None) -> Array:
+        """Run the transform; ``direction`` ``"forward"``/``"inverse"`` (C2C; R2C is forward, C2R inverse).
+
+        Returns the result in the operand's framework (the operand itself when ``inplace``).
+        """
+        with self._lock:
+            self._check_alive("execute")
+            if not self._holds:
+                raise PlanStateError("self", "a planned FFT to execute", "one not planned yet", "call plan() first")
+            if self._x is None:
+                raise PlanStateError("x", "an operand to transform", "None", "call reset_operand(x) first")
+            if direction is None:
+                direction = "inverse" if self._fft_type == "C2R" else "forward"
+            d = _DIRECTIONS.get(direction.lower() if isinstance(direction, str) else direction)
+            if d is None or d not in self._holds:
+                allowed = tuple(self._holds)
+                raise InvalidArgumentError(
+                    "direction", f"one of {allowed} for a {self._fft_type} FFT", repr(direction)
+                )
+            if getattr(self._x, "requires_grad", False) is True:
+                refuse_recorded_call(self._problems[d])
+            stream = stream if stream is not None else self._stream
+            sel, x, cb_data = self._selections[d], self._x, self._cb_data
+            operand = self._info.array  # as executors take it (a CPU DLPack object's NumPy view)
+            plan = self._holds[d].plan
+            plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
+        try:
+            operands = coerce_operands(sel, {"x": operand}, ("x",))
+            if cb_data:
+                operands = _fft_callbacks.coerce_all(sel, {"x": operand, **cb_data})
+        except BaseException:
+            plan_cache.let_go(plan)
+            raise
+        if self._options.inplace and getattr(plan, "supports_out", False):
+            operands["out"] = operand
+            run(plan, operands, stream)
+            return x
+        result = run(plan, operands, stream)
+        if self._options.inplace:
+            _copy_into(operand, result)
+            return x
+        return result
+
+    def reset_operand(self, x: Array | None = None, *, stream: Stream = None) -> None:
+        """Swap in a new operand of the same framework, device, dtype and shape (``None`` drops the
+        reference). Strides may change: plans are then looked up again in the cache, on the executor the
+        object was planned with (see the class notes)."""
+        with self._lock:
+            self._check_alive("reset operand")
+            if x is None:
+                self._x = None
+                return
+            info = detect_all({"x": x})["x"]
+            old = self._info
+            if (info.framework, info.device.kind) != (old.framework, old.device.kind):
+                raise ShapeMismatchError(
+                    "x", f"a {old.framework} array on {old.device}", f"{info.framework} on {info.device}"
+                )
+            if info.dtype != old.dtype:
+                raise UnsupportedDtypeError("x", f"dtype {old.dtype} (as planned)", info.dtype)
+            if tuple(info.shape) != tuple(old.shape):
+                raise ShapeMismatchError("x", f"shape {tuple(old.shape)} (as planned)", str(tuple(info.shape)))
+            self._check_target(info)
+            saved = (self._x, self._info)
+            self._x, self._info = x, info
+            if self._holds and info.strides != old.strides:
+                try:
+                    self._plan_with(self._callbacks, dict(self._selections))
+                except BaseException:
+                    self._x, self._info = saved
+                    raise
+
+    def free(self) -> None:
+        """Let go of the plans and drop the operand reference. Using the object afterwards raises
+        ``PlanStateError``; an ``execute`` running in another thread finishes normally."""
+        with self._lock:
+            self._x = None
+            holds, self._holds = self._holds, {}
+            self._selections = {}
+            self._problems = {}
+            self._callbacks, self._cb_data = {}, {}
+            self._freed = True
+        for hold in holds.values():
+            hold.close()
+
+    def __enter__(self) -> FFT:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self.free()
+        return False
+
+    def __repr__(self) -> str:
+        state = "freed" if self._freed else ("planned" if self._holds else "not planned")
+        return f"<nvdispatch.fft.FFT {self._fft_type} {state} executor={self.executor}>"
+
+
+def _unwritable(info) -> str:
+    """Why an in-place transform may not write into this operand ('' when it may)."""
+    x = info.array
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        return "a read-only NumPy array"
+    if info.framework == "torch" and x.requires_grad and x.is_leaf:
+        return "a leaf Torch tensor that requires grad (autograd forbids writing it in place)"
+    cai = getattr(x, "__cuda_array_interface__", None) if info.framework == "cuda_array_interface" else None
+    if cai is not None and cai.get("data", (0, False))[1]:
+        return "a read-only __cuda_array_interface__ array"
+    if info.strides is not None:
+        dims = sorted((abs(st), n) for n, st in zip(info.shape, info.strides) if n > 1)
+        span = 0  # elements spanned by the faster dimensions
+        for stride, n in dims:
+            if stride <= span:
+                return f"an array whose elements overlap (strides {tuple(info.strides)}, a broadcast view?)"
+            span += stride * (n - 1)
+    return ""
+
+
+def _copy_into(dst, src) -> None:
+    ad = adapter_for(dst)
+    if ad is None or not ad.can_copy_into:
+        raise InvalidArgumentError("options.inplace", "an operand the executor can write into", describe(dst))
+    ad.copy_into(dst, src)
