@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
-from . import errors
+from . import (
+    errors,
+    integrations,  # noqa: E402,F401  (installs the Torch integration: imports no framework)
+)
 from ._backends import (
     get_state,
     register_backend,
@@ -24,8 +27,6 @@ from ._fp8 import MatmulQuantizationScales
 from ._matmul_problem import ComputeType, MatmulOptions, MatmulPlanPreferences
 from ._plan_cache import plan_cache
 from .linalg import Matmul, matmul
-
-from . import integrations  # noqa: E402,F401  (installs the Torch integration: imports no framework)
 
 __version__ = "0.1.0"
 

@@ -19,8 +19,6 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-import numpy as np
-
 from ._detect import OperandInfo
 from ._dispatch import (
     Explanation,
@@ -33,6 +31,7 @@ from ._dispatch import (
 from ._fft_callbacks import DataLayout, select_and_run
 from ._fft_problem import FFTProblem, build_fft_problem
 from ._integration_hooks import taker_for
+from ._shapes import broadcast_shapes
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
 __all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan", "VectorisedConvolveOp"]
@@ -95,7 +94,7 @@ def prepare(x, h, n, axis):
         raise UnsupportedDtypeError("h", "a floating filter (real or complex)", hi.dtype)
     spec_shape = forward.out_shape
     try:
-        ok = np.broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
+        ok = broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
     except ValueError:
         ok = False
     if not ok:

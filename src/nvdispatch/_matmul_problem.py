@@ -13,6 +13,7 @@ import numpy as np
 
 from ._detect import Device, OperandInfo
 from ._epilog import EpilogSpec, Shapes, validate_inputs
+from ._shapes import broadcast_shapes
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -383,7 +384,7 @@ def scalar_value(value: Any):
 
 def _broadcast(shapes: list[tuple[int, ...]], names: list[str]) -> tuple[int, ...]:
     try:
-        return tuple(np.broadcast_shapes(*shapes))
+        return broadcast_shapes(*shapes)
     except ValueError:
         raise ShapeMismatchError(
             names[-1], f"batch dimensions broadcastable with {names[0]}'s {shapes[0]}", str(shapes[-1])
@@ -430,7 +431,7 @@ def build_problem(
         if promote_dtypes(result_dtype, c.dtype, "c") != result_dtype:
             raise UnsupportedDtypeError("c", f"a dtype that does not widen the result ({result_dtype})", c.dtype)
         try:
-            ok = np.broadcast_shapes(c.shape, result_shape) == tuple(result_shape)
+            ok = broadcast_shapes(c.shape, result_shape) == tuple(result_shape)
         except ValueError:
             ok = False
         if not ok:

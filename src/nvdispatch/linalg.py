@@ -40,8 +40,8 @@ from ._dispatch import call_key_memo_by_class as _memos
 from ._dispatch import signature_by_class as _signatures
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import raise_if_out_of_memory, run
-from ._integration_hooks import announce, taker_for
 from ._fp8 import _SCALE_NAMES, MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
+from ._integration_hooks import announce, taker_for
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,

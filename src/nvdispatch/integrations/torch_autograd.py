@@ -45,7 +45,9 @@ _DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 def _mm(x, y, epilog: str = "DEFAULT", alpha: Any = 1):
     """``x @ y`` through ``nvdispatch::matmul`` (a list: the result, then the epilog's aux output)."""
-    return torch.ops.nvdispatch.matmul(x, y, None, None, None, None, None, None, None, None, alpha, None, epilog, "", "", "")
+    return torch.ops.nvdispatch.matmul(
+        x, y, None, None, None, None, None, None, None, None, alpha, None, epilog, "", "", ""
+    )
 
 
 def _fft(x, func: str, s, axes, norm: str):
@@ -77,7 +79,11 @@ def _reduce_to(t, shape):
     shape = tuple(shape)
     if tuple(t.shape) == shape:
         return t
-    return t.sum_to_size(shape) if len(shape) == t.dim() else t.sum_to_size((1,) * (t.dim() - len(shape)) + shape).reshape(shape)
+    return (
+        t.sum_to_size(shape)
+        if len(shape) == t.dim()
+        else t.sum_to_size((1,) * (t.dim() - len(shape)) + shape).reshape(shape)
+    )
 
 
 def _mask(aux, p):
@@ -109,7 +115,12 @@ def _matmul_setup(layout):
         ctx.problem, ctx.names = p, tuple(s.name for s in specs)
         ctx.alpha, ctx.beta = alpha, (1 if beta is None else beta)
         ctx.shapes = {"c": None if c is None else tuple(c.shape), "bias": None if bias is None else tuple(bias.shape)}
-        ctx.dtypes = {"a": a.dtype, "b": b.dtype, "c": None if c is None else c.dtype, "bias": None if bias is None else bias.dtype}
+        ctx.dtypes = {
+            "a": a.dtype,
+            "b": b.dtype,
+            "c": None if c is None else c.dtype,
+            "bias": None if bias is None else bias.dtype,
+        }
         pre = output[ctx.names.index("gelu_aux")] if "gelu_aux" in ctx.names else None
         ctx.save_for_backward(a, b, c, output[0], pre, relu_aux, gelu_aux)
 
@@ -192,9 +203,7 @@ def _matmul_backward(ctx, grads):
     if named.get("bgradb") is not None and need["b"]:
         extra = named["bgradb"].unsqueeze(-2)
         grad["b"] = grad["b"] + (extra.reshape(-1) if p.b_vector else extra)
-    out = [
-        None if grad[k] is None else grad[k].to(ctx.dtypes[k]) for k in ("a", "b", "c", "bias")
-    ]
+    out = [None if grad[k] is None else grad[k].to(ctx.dtypes[k]) for k in ("a", "b", "c", "bias")]
     return (*out, None, gelu_in_grad, *([None] * 10))
 
 
@@ -306,9 +315,34 @@ def _convolve_backward(ctx, g):
     return gx, gh, None, None
 
 
-def register(matmul_op, fft_op, convolve_op, matmul_layout) -> None:
-    """Register the formulas on the operators (``matmul_layout(a, b, c, inputs, alpha, beta, epilog, options,
-    preferences, scales)`` gives a matmul call's problem and output specs)."""
-    matmul_op.register_autograd(_matmul_backward, setup_context=_matmul_setup(matmul_layout))
-    fft_op.register_autograd(_fft_backward, setup_context=_fft_setup)
-    convolve_op.register_autograd(_convolve_backward, setup_context=_convolve_setup)
+def _function(name: str, kernel, setup_context, backward, many: bool):
+    """An autograd Function running ``kernel`` with the operator's formula (``many``: a list of outputs)."""
+
+    def forward(*args):
+        out = kernel(*args)
+        return tuple(out) if many else out
+
+    def setup(ctx, inputs, output):
+        setup_context(ctx, inputs, list(output) if many else output)
+
+    def backward_(ctx, *grads):
+        return backward(ctx, list(grads) if many else grads[0])
+
+    body = {"forward": staticmethod(forward), "setup_context": staticmethod(setup), "backward": staticmethod(backward_)}
+    return type(f"nvdispatch_{name}", (torch.autograd.Function,), body)
+
+
+def register(lib, kernels: dict, matmul_layout) -> dict[str, type]:
+    """Register the formulas on the operators of ``lib`` (``kernels``: name -> real kernel; ``matmul_layout(a, b,
+    c, inputs, alpha, beta, epilog, options, preferences, scales)`` gives a matmul call's problem and output
+    specs); returns, per operator, an autograd Function running its real kernel with the same formula."""
+    formulas = {
+        "matmul": (_matmul_setup(matmul_layout), _matmul_backward, True),
+        "fft": (_fft_setup, _fft_backward, False),
+        "convolve": (_convolve_setup, _convolve_backward, False),
+    }
+    functions = {}
+    for name, (setup, backward, many) in formulas.items():
+        torch.library.register_autograd(f"nvdispatch::{name}", backward, setup_context=setup, lib=lib)
+        functions[name] = _function(name, kernels[name], setup, backward, many)
+    return functions

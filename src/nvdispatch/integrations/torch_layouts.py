@@ -10,19 +10,21 @@ bias along M, ``gelu_aux`` in a padded buffer and ``relu_aux`` as a bit mask; To
 a boolean mask). An operator's outputs must not: a graph is traced once, with fake tensors, and runs under the
 backend state current when it runs. So every output has one layout, here:
 
-* C-contiguous (canonical strides, offset 0), with the shape and dtype of the public function's output;
+* C-contiguous (offset 0), with the shape and dtype of the public function's output;
 * ``relu_aux``: on the CPU the boolean mask of the result's shape (the CPU executors' format); on CUDA cuBLASLt's
   bit mask in its row orientation, ``uint8`` of shape ``(..., m, ceil(n / 128) * 16)`` (the cuda executor's format
   for a bias along N, which DRELU takes on every GPU executor);
 * bias gradients ``(..., n)``, or ``(..., m, 1)`` with ``bgrad_axis="m"``; ``bgrada`` / ``bgradb`` the operand's
   own batch dimensions and ``(m,)`` / ``(n,)``; ``result_amax`` a 0-d float32 tensor.
 
-:func:`conform` brings a real output to that layout, copying only where the executor's layout differs.
+:func:`conform` brings a real output to that layout, copying only where the executor's layout differs (a call
+without aux outputs needs only :func:`dense`: its result's shape and dtype are the public function's).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,7 @@ __all__ = [
     "convolve_output",
     "empty_outputs",
     "conform",
+    "dense",
 ]
 
 
@@ -131,27 +134,19 @@ def empty_outputs(specs, like) -> list:
 
 
 # -- real outputs to the layout -------------------------------------------------------------------------------
-def _canonical_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
+def dense(t):
+    """``t`` C-contiguous at offset 0 (itself when it is so already; strides of size-1 dimensions do not matter)."""
+    if t.is_contiguous() and not t.storage_offset():
+        return t
+    return t.clone(memory_format=sys.modules["torch"].contiguous_format)
 
 
 def conform(t, spec: OutputSpec, p: Any = None):
     """Real output ``t`` in ``spec``'s layout (``t`` itself when it is so already). ``p``: the matmul problem,
     for relu masks and operand sums whose executor format differs."""
-    import torch
-
-    shape = spec.shape
-    if tuple(t.shape) != shape or str(t.dtype)[6:] != spec.dtype:
-        t = _reformat(t, spec, p, torch)
-    if t.stride() != _canonical_strides(shape) or t.storage_offset():
-        t = t.clone(memory_format=torch.contiguous_format)
-        if t.stride() != _canonical_strides(shape):  # a size-1 dimension kept an odd stride
-            t = torch.empty_strided(shape, _canonical_strides(shape), dtype=t.dtype, device=t.device).copy_(t)
-    return t
+    if tuple(t.shape) != spec.shape or str(t.dtype)[6:] != spec.dtype:
+        t = _reformat(t, spec, p, sys.modules["torch"])
+    return dense(t)
 
 
 def _reformat(t, spec: OutputSpec, p, torch):

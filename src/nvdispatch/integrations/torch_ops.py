@@ -50,7 +50,17 @@ _N_D = ("fftn", "ifftn", "rfftn", "irfftn")
 _CACHE_SIZE = 256
 
 
-# -- nvdispatch::matmul ---------------------------------------------------------------------------------------
+# -- the operators ---------------------------------------------------------------------------------------------
+_LIB = torch.library.Library("nvdispatch", "DEF")  # kept: the registrations live as long as this module
+_LIB.define(
+    "matmul(Tensor a, Tensor b, Tensor? c, Tensor? bias, Tensor? relu_aux, Tensor? gelu_aux, Tensor? scale_a, "
+    "Tensor? scale_b, Tensor? scale_c, Tensor? scale_d, Scalar alpha, Scalar? beta, str epilog, str options, "
+    "str preferences, str host_scales) -> Tensor[]"
+)
+_LIB.define("fft(Tensor x, str func, SymInt? n, int axis, SymInt[]? s, int[]? axes, str norm) -> Tensor")
+_LIB.define("convolve(Tensor x, Tensor h, SymInt? n, int axis) -> Tensor")
+
+
 def _named(bias, relu_aux, gelu_aux) -> dict[str, Tensor]:
     return {k: v for k, v in zip(_INPUT_NAMES, (bias, relu_aux, gelu_aux)) if v is not None}
 
@@ -61,7 +71,7 @@ def _scales(tensors, host_scales: str) -> dict[str, Any] | None:
     return scales or None
 
 
-_specs_cache: dict[tuple, tuple] = {}
+_layout_cache: dict[tuple, tuple] = {}
 
 
 def _tensor_key(x):
@@ -81,7 +91,7 @@ def matmul_layout(a, b, c, inputs, alpha, beta, epilog, options, preferences, sc
             repr(options),
             repr(preferences),
         )
-        found = _specs_cache.get(key)
+        found = _layout_cache.get(key)
     except TypeError:  # symbolic sizes (a fake kernel under dynamic shapes): not kept
         key = found = None
     if found is not None:
@@ -89,31 +99,30 @@ def matmul_layout(a, b, c, inputs, alpha, beta, epilog, options, preferences, sc
     problem = layouts.matmul_problem(a, b, c, inputs, alpha, beta, epilog, options, preferences, scales)
     found = (problem, layouts.matmul_outputs(problem))
     if key is not None:
-        if len(_specs_cache) >= _CACHE_SIZE:
-            _specs_cache.clear()
-        _specs_cache[key] = found
+        if len(_layout_cache) >= _CACHE_SIZE:
+            _layout_cache.clear()
+        _layout_cache[key] = found
     return found
 
 
-@torch.library.custom_op("nvdispatch::matmul", mutates_args=())
-def matmul_op(
-    a: Tensor,
-    b: Tensor,
-    c: Tensor | None,
-    bias: Tensor | None,
-    relu_aux: Tensor | None,
-    gelu_aux: Tensor | None,
-    scale_a: Tensor | None,
-    scale_b: Tensor | None,
-    scale_c: Tensor | None,
-    scale_d: Tensor | None,
-    alpha: float,
-    beta: float | None,
-    epilog: str,
-    options: str,
-    preferences: str,
-    host_scales: str,
-) -> list[Tensor]:
+def _matmul_kernel(
+    a,
+    b,
+    c,
+    bias,
+    relu_aux,
+    gelu_aux,
+    scale_a,
+    scale_b,
+    scale_c,
+    scale_d,
+    alpha,
+    beta,
+    epilog,
+    options,
+    preferences,
+    host_scales,
+):
     inputs = _named(bias, relu_aux, gelu_aux)
     scales = _scales((scale_a, scale_b, scale_c, scale_d), host_scales)
     opts, prefs = decode(options), decode(preferences)
@@ -130,14 +139,29 @@ def matmul_op(
             preferences=prefs,
             quantization_scales=scales,
         )
+    if not isinstance(r, tuple):
+        return [layouts.dense(r)]
     problem, specs = matmul_layout(a, b, c, inputs, alpha, beta, epilog, opts, prefs, scales)
-    outputs = [r[0], *(r[1][s.name] for s in specs[1:])] if isinstance(r, tuple) else [r]
+    outputs = [r[0], *(r[1][s.name] for s in specs[1:])]
     return [layouts.conform(t, s, problem) for t, s in zip(outputs, specs)]
 
 
-@matmul_op.register_fake
 def _matmul_fake(
-    a, b, c, bias, relu_aux, gelu_aux, scale_a, scale_b, scale_c, scale_d, alpha, beta, epilog, options, preferences,
+    a,
+    b,
+    c,
+    bias,
+    relu_aux,
+    gelu_aux,
+    scale_a,
+    scale_b,
+    scale_c,
+    scale_d,
+    alpha,
+    beta,
+    epilog,
+    options,
+    preferences,
     host_scales,
 ):
     inputs = _named(bias, relu_aux, gelu_aux)
@@ -146,41 +170,62 @@ def _matmul_fake(
     return layouts.empty_outputs(specs, a)
 
 
-# -- nvdispatch::fft ------------------------------------------------------------------------------------------
-@torch.library.custom_op("nvdispatch::fft", mutates_args=())
-def fft_op(
-    x: Tensor, func: str, n: int | None, axis: int, s: list[int] | None, axes: list[int] | None, norm: str
-) -> Tensor:
+def _fft_kernel(x, func, n, axis, s, axes, norm):
     with in_kernel():
         if func in _ONE_D:
             y = getattr(fft_module, func)(x, n, axis, norm)
         else:
             y = getattr(fft_module, func)(x, s, axes, norm)
-    return layouts.conform(y, layouts.fft_output(layouts.fft_problem(func, x, n, axis, s, axes, norm)))
+    return layouts.dense(y)
 
 
-@fft_op.register_fake
 def _fft_fake(x, func, n, axis, s, axes, norm):
     return layouts.empty_outputs([layouts.fft_output(layouts.fft_problem(func, x, n, axis, s, axes, norm))], x)[0]
 
 
-# -- nvdispatch::convolve -------------------------------------------------------------------------------------
-@torch.library.custom_op("nvdispatch::convolve", mutates_args=())
-def convolve_op(x: Tensor, h: Tensor, n: int | None, axis: int) -> Tensor:
+def _convolve_kernel(x, h, n, axis):
     with in_kernel():
         y = fft_module.convolve(x, h, n=n, axis=axis)
-    return layouts.conform(y, layouts.convolve_output(layouts.convolve_problem(x, h, n, axis)))
+    return layouts.dense(y)
 
 
-@convolve_op.register_fake
 def _convolve_fake(x, h, n, axis):
     return layouts.empty_outputs([layouts.convolve_output(layouts.convolve_problem(x, h, n, axis))], x)[0]
 
 
-torch_autograd.register(matmul_op, fft_op, convolve_op, matmul_layout)
+for _name, _kernel, _fake in (
+    ("matmul", _matmul_kernel, _matmul_fake),
+    ("fft", _fft_kernel, _fft_fake),
+    ("convolve", _convolve_kernel, _convolve_fake),
+):
+    # one kernel for every device: the public function dispatches by the operands' device itself
+    _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"nvdispatch::{_name}", _fake, lib=_LIB)
+del _name, _kernel, _fake
+
+matmul_op = torch.ops.nvdispatch.matmul.default
+fft_op = torch.ops.nvdispatch.fft.default
+convolve_op = torch.ops.nvdispatch.convolve.default
+#: the operators' autograd formulas, registered on them, and as autograd Functions for eager calls (the same
+#: formulas without the dispatcher's Python autograd kernel: a recorded eager call costs a fraction as much)
+_functions = torch_autograd.register(
+    _LIB, {"matmul": _matmul_kernel, "fft": _fft_kernel, "convolve": _convolve_kernel}, matmul_layout
+)
 
 
 # -- the calls: public arguments -> operators -> public results -------------------------------------------------
+_OPS = {"matmul": matmul_op, "fft": fft_op, "convolve": convolve_op}
+
+
+def _call(name: str, *args):
+    """Operator ``name`` on ``args``: the operator itself while Torch traces a program (one node of its graph);
+    eagerly (a call autograd records) its real kernel and formula as an autograd Function, without the
+    dispatcher's Python autograd kernel."""
+    if torch.compiler.is_compiling():
+        return _OPS[name](*args)
+    return _functions[name].apply(*args)
+
+
 def _number(value: Any, argument: str):
     """A Python number for the operator's schema (NumPy scalars too; a 0-d tensor is read eagerly only)."""
     if value is None or (isinstance(value, (int, float, complex)) and not isinstance(value, bool)):
@@ -188,7 +233,9 @@ def _number(value: Any, argument: str):
     if isinstance(value, Tensor):
         if torch.compiler.is_compiling():
             raise InvalidArgumentError(
-                argument, "a Python number inside torch.compile/torch.export (a tensor is read on the host)", describe(value)
+                argument,
+                "a Python number inside torch.compile/torch.export (a tensor is read on the host)",
+                describe(value),
             )
         return value.item()
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
@@ -205,7 +252,9 @@ def _split_scales(scales) -> tuple[list, str]:
     numbers: dict[str, Any] = {}
     for name, value in items:
         if name not in SCALE_NAMES:
-            raise InvalidArgumentError("quantization_scales", "keys among 'a', 'b', 'c', 'd'", f"unknown key(s) [{name!r}]")
+            raise InvalidArgumentError(
+                "quantization_scales", "keys among 'a', 'b', 'c', 'd'", f"unknown key(s) [{name!r}]"
+            )
         if isinstance(value, Tensor):
             tensors[name] = value
         elif value is not None:
@@ -228,7 +277,8 @@ def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scal
             "run it under torch.no_grad(), or detach the operands that require grad",
         )
     op_epilog = _KEEP_PRE_ACTIVATION.get(name, name) if recorded else name
-    outs = matmul_op(
+    outs = _call(
+        "matmul",
         a,
         b,
         c,
@@ -285,14 +335,14 @@ def call_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     norm = "backward" if norm is None else norm
     if not isinstance(norm, str):
         raise InvalidArgumentError("norm", "'backward', 'ortho' or 'forward'", repr(norm))
-    return fft_op(x, func, _int_or_none(n, "n"), axis, _ints(s, "s", none_as=-1), _ints(axes, "axes"), norm)
+    return _call("fft", x, func, _int_or_none(n, "n"), axis, _ints(s, "s", none_as=-1), _ints(axes, "axes"), norm)
 
 
 def call_convolve(x, h, n=None, axis=-1):
     """``nvdispatch.fft.convolve`` through ``nvdispatch::convolve``."""
     if not isinstance(axis, int) or isinstance(axis, bool):
         raise InvalidArgumentError("axis", "an int", repr(axis))
-    return convolve_op(x, h, _int_or_none(n, "n"), axis)
+    return _call("convolve", x, h, _int_or_none(n, "n"), axis)
 
 
 def take(operation: str, arguments: tuple):
@@ -319,7 +369,12 @@ def _no_stream(stream) -> None:
 
 
 def _no_callbacks(prolog, epilog, prolog_data, epilog_data) -> None:
-    for argument, value in (("prolog", prolog), ("epilog", epilog), ("prolog_data", prolog_data), ("epilog_data", epilog_data)):
+    for argument, value in (
+        ("prolog", prolog),
+        ("epilog", epilog),
+        ("prolog_data", prolog_data),
+        ("epilog_data", epilog_data),
+    ):
         if value is not None:
             raise CallbackError(
                 argument,
@@ -348,14 +403,33 @@ def _all_tensors(*xs) -> bool:
 
 def _matmul_entry(fallback):
     def matmul(
-        a, b, c=None, *, alpha=1, beta=None, epilog=None, epilog_inputs=None, options=None, preferences=None,
-        stream=None, quantization_scales=None,
+        a,
+        b,
+        c=None,
+        *,
+        alpha=1,
+        beta=None,
+        epilog=None,
+        epilog_inputs=None,
+        options=None,
+        preferences=None,
+        stream=None,
+        quantization_scales=None,
     ):
         inputs = tuple(epilog_inputs.values()) if isinstance(epilog_inputs, dict) else ()
         if not (isinstance(a, Tensor) and isinstance(b, Tensor) and _all_tensors(c, *inputs)):
             return fallback(
-                a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
-                preferences=preferences, stream=stream, quantization_scales=quantization_scales,
+                a,
+                b,
+                c,
+                alpha=alpha,
+                beta=beta,
+                epilog=epilog,
+                epilog_inputs=epilog_inputs,
+                options=options,
+                preferences=preferences,
+                stream=stream,
+                quantization_scales=quantization_scales,
             )
         _no_stream(stream)
         return call_matmul(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales)
@@ -365,12 +439,29 @@ def _matmul_entry(fallback):
 
 def _fft_1d_entry(func: str, fallback):
     def transform(
-        a, n=None, axis=-1, norm="backward", out=None, *, stream=None, prolog=None, epilog=None, prolog_data=None,
+        a,
+        n=None,
+        axis=-1,
+        norm="backward",
+        out=None,
+        *,
+        stream=None,
+        prolog=None,
+        epilog=None,
+        prolog_data=None,
         epilog_data=None,
     ):
         if not isinstance(a, Tensor):
             return fallback(
-                a, n, axis, norm, out, stream=stream, prolog=prolog, epilog=epilog, prolog_data=prolog_data,
+                a,
+                n,
+                axis,
+                norm,
+                out,
+                stream=stream,
+                prolog=prolog,
+                epilog=epilog,
+                prolog_data=prolog_data,
                 epilog_data=epilog_data,
             )
         _no_callbacks(prolog, epilog, prolog_data, epilog_data)
@@ -382,12 +473,29 @@ def _fft_1d_entry(func: str, fallback):
 
 def _fft_nd_entry(func: str, fallback, default_axes):
     def transform(
-        a, s=None, axes=default_axes, norm="backward", out=None, *, stream=None, prolog=None, epilog=None,
-        prolog_data=None, epilog_data=None,
+        a,
+        s=None,
+        axes=default_axes,
+        norm="backward",
+        out=None,
+        *,
+        stream=None,
+        prolog=None,
+        epilog=None,
+        prolog_data=None,
+        epilog_data=None,
     ):
         if not isinstance(a, Tensor):
             return fallback(
-                a, s, axes, norm, out, stream=stream, prolog=prolog, epilog=epilog, prolog_data=prolog_data,
+                a,
+                s,
+                axes,
+                norm,
+                out,
+                stream=stream,
+                prolog=prolog,
+                epilog=epilog,
+                prolog_data=prolog_data,
                 epilog_data=epilog_data,
             )
         _no_callbacks(prolog, epilog, prolog_data, epilog_data)

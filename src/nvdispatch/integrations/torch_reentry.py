@@ -3,23 +3,23 @@ call takes the route, never the operator again."""
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
 
 __all__ = ["in_kernel", "inside_kernel"]
 
 _in_kernel: contextvars.ContextVar[bool] = contextvars.ContextVar("nvdispatch_torch_kernel", default=False)
 
 
-@contextlib.contextmanager
-def in_kernel() -> Iterator[None]:
-    """While an operator's real kernel calls the public function."""
-    token = _in_kernel.set(True)
-    try:
-        yield
-    finally:
-        _in_kernel.reset(token)
+class in_kernel:  # noqa: N801 - used as a context manager, like a function
+    """``with in_kernel():`` while an operator's real kernel calls the public function."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _in_kernel.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _in_kernel.reset(self._token)
 
 
 def inside_kernel() -> bool:
