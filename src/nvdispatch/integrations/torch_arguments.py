@@ -5,7 +5,7 @@ preferences as a dict or dataclass, an epilog as an :class:`~nvdispatch.Epilog` 
 as numbers or tensors) travels as strings of Python literals: the ``encode_*`` functions are plain Python that
 Dynamo traces (they run once, at trace time, and their results are constants of the graph); ``decode`` turns a
 string back into what the public function takes. Values are checked by the public function (at trace time by
-the fake kernel, which builds the same problem), never here.
+the fake kernel, which builds the same problem); here only what the operators' schemas need.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import enum
 from typing import Any
 
 from .._epilog import Epilog
-from ..errors import EpilogInputError, InvalidArgumentError, describe
+from .torch_errors import describe, refuse
 
 __all__ = ["encode", "decode", "epilog_name", "epilog_inputs", "EPILOG_INPUT_NAMES", "SCALE_NAMES"]
 
@@ -53,7 +53,7 @@ def encode(value: Any, argument: str) -> str:
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         items = [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
     else:
-        raise InvalidArgumentError(argument, "a dict or an nvdispatch options dataclass", describe(value))
+        refuse("InvalidArgumentError", argument, "a dict or an nvdispatch options dataclass", describe(value))
     return repr(tuple((str(k), _literal(v)) for k, v in items))
 
 
@@ -66,16 +66,16 @@ def decode(text: str) -> dict[str, Any] | None:
 
 
 def epilog_name(epilog: Any) -> str:
-    """The name of ``epilog`` (an :class:`Epilog`, its name or value, or None); the name is checked later."""
+    """The name of ``epilog`` (an :class:`Epilog`, its name or value, or None); a typed error for anything else."""
     if epilog is None:
         return "DEFAULT"
     if isinstance(epilog, Epilog):
         return epilog.name
-    if isinstance(epilog, str):
+    if isinstance(epilog, str) and epilog.upper() in _EPILOG_NAMES.values():
         return epilog.upper()
     if isinstance(epilog, int) and not isinstance(epilog, bool) and epilog in _EPILOG_NAMES:
         return _EPILOG_NAMES[epilog]
-    raise InvalidArgumentError("epilog", f"an Epilog ({', '.join(e.name for e in Epilog)})", repr(epilog))
+    refuse("InvalidArgumentError", "epilog", f"an Epilog ({', '.join(_EPILOG_NAMES.values())})", repr(epilog))
 
 
 def epilog_inputs(inputs: Any) -> tuple[Any, Any, Any]:
@@ -83,11 +83,11 @@ def epilog_inputs(inputs: Any) -> tuple[Any, Any, Any]:
     if inputs is None:
         return None, None, None
     if not isinstance(inputs, dict):
-        raise EpilogInputError("epilog_inputs", "a dict of named arrays", describe(inputs))
+        refuse("EpilogInputError", "epilog_inputs", "a dict of named arrays", describe(inputs))
     for key, value in inputs.items():
         if key not in EPILOG_INPUT_NAMES:
             expected = f"keys among {', '.join(map(repr, EPILOG_INPUT_NAMES))}"
-            raise EpilogInputError("epilog_inputs", expected, f"unexpected key {key!r}")
+            refuse("EpilogInputError", "epilog_inputs", expected, f"unexpected key {key!r}")
         if value is None:
-            raise EpilogInputError(f"epilog_inputs[{key!r}]", "an array", "None")
+            refuse("EpilogInputError", f"epilog_inputs[{key!r}]", "an array", "None")
     return inputs.get("bias"), inputs.get("relu_aux"), inputs.get("gelu_aux")

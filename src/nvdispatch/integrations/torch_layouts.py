@@ -134,19 +134,25 @@ def empty_outputs(specs, like) -> list:
 
 
 # -- real outputs to the layout -------------------------------------------------------------------------------
-def dense(t):
-    """``t`` C-contiguous at offset 0 (itself when it is so already; strides of size-1 dimensions do not matter)."""
+def dense(t, like=None):
+    """``t`` as a C-contiguous tensor at offset 0 (itself when it is so already; strides of size-1 dimensions do
+    not matter). An array of another framework (an executor that a coercing backend chose returns its own) comes
+    back as a tensor on ``like``'s device."""
+    torch = sys.modules["torch"]
+    if not isinstance(t, torch.Tensor):
+        t = torch.as_tensor(t, device=None if like is None else like.device)
     if t.is_contiguous() and not t.storage_offset():
         return t
-    return t.clone(memory_format=sys.modules["torch"].contiguous_format)
+    return t.clone(memory_format=torch.contiguous_format)
 
 
-def conform(t, spec: OutputSpec, p: Any = None):
+def conform(t, spec: OutputSpec, p: Any = None, like=None):
     """Real output ``t`` in ``spec``'s layout (``t`` itself when it is so already). ``p``: the matmul problem,
-    for relu masks and operand sums whose executor format differs."""
+    for relu masks and operand sums whose executor format differs; ``like``: as for :func:`dense`."""
+    t = dense(t, like)
     if tuple(t.shape) != spec.shape or str(t.dtype)[6:] != spec.dtype:
-        t = _reformat(t, spec, p, sys.modules["torch"])
-    return dense(t)
+        t = dense(_reformat(t, spec, p, sys.modules["torch"]))
+    return t
 
 
 def _reformat(t, spec: OutputSpec, p, torch):

@@ -31,10 +31,10 @@ from torch import Tensor
 from .. import fft as fft_module
 from .. import linalg
 from .._epilog import EPILOGS
-from ..errors import CallbackError, InvalidArgumentError, ShapeMismatchError, UnsupportedDtypeError, describe
 from . import torch_autograd
 from . import torch_layouts as layouts
 from .torch_arguments import SCALE_NAMES, decode, encode, epilog_inputs, epilog_name
+from .torch_errors import describe, refuse
 from .torch_reentry import in_kernel
 
 __all__ = ["matmul_op", "fft_op", "convolve_op", "ENTRIES", "take", "call_matmul", "call_fft", "call_convolve"]
@@ -140,10 +140,10 @@ def _matmul_kernel(
             quantization_scales=scales,
         )
     if not isinstance(r, tuple):
-        return [layouts.dense(r)]
+        return [layouts.dense(r, a)]
     problem, specs = matmul_layout(a, b, c, inputs, alpha, beta, epilog, opts, prefs, scales)
     outputs = [r[0], *(r[1][s.name] for s in specs[1:])]
-    return [layouts.conform(t, s, problem) for t, s in zip(outputs, specs)]
+    return [layouts.conform(t, s, problem, a) for t, s in zip(outputs, specs)]
 
 
 def _matmul_fake(
@@ -176,7 +176,7 @@ def _fft_kernel(x, func, n, axis, s, axes, norm):
             y = getattr(fft_module, func)(x, n, axis, norm)
         else:
             y = getattr(fft_module, func)(x, s, axes, norm)
-    return layouts.dense(y)
+    return layouts.dense(y, x)
 
 
 def _fft_fake(x, func, n, axis, s, axes, norm):
@@ -186,7 +186,7 @@ def _fft_fake(x, func, n, axis, s, axes, norm):
 def _convolve_kernel(x, h, n, axis):
     with in_kernel():
         y = fft_module.convolve(x, h, n=n, axis=axis)
-    return layouts.dense(y)
+    return layouts.dense(y, x)
 
 
 def _convolve_fake(x, h, n, axis):
@@ -232,7 +232,8 @@ def _number(value: Any, argument: str):
         return value
     if isinstance(value, Tensor):
         if torch.compiler.is_compiling():
-            raise InvalidArgumentError(
+            refuse(
+                "InvalidArgumentError",
                 argument,
                 "a Python number inside torch.compile/torch.export (a tensor is read on the host)",
                 describe(value),
@@ -240,7 +241,7 @@ def _number(value: Any, argument: str):
         return value.item()
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return value.item()
-    raise InvalidArgumentError(argument, "a real or complex scalar", describe(value))
+    refuse("InvalidArgumentError", argument, "a real or complex scalar", describe(value))
 
 
 def _split_scales(scales) -> tuple[list, str]:
@@ -252,8 +253,11 @@ def _split_scales(scales) -> tuple[list, str]:
     numbers: dict[str, Any] = {}
     for name, value in items:
         if name not in SCALE_NAMES:
-            raise InvalidArgumentError(
-                "quantization_scales", "keys among 'a', 'b', 'c', 'd'", f"unknown key(s) [{name!r}]"
+            refuse(
+                "InvalidArgumentError",
+                "quantization_scales",
+                "keys among 'a', 'b', 'c', 'd'",
+                f"unknown key(s) [{name!r}]",
             )
         if isinstance(value, Tensor):
             tensors[name] = value
@@ -270,7 +274,8 @@ def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scal
     operands = [x for x in (a, b, c, bias, relu_aux, gelu_aux) if x is not None]
     recorded = torch.is_grad_enabled() and any(x.requires_grad for x in operands)
     if recorded and (a.dtype in _FP8 or b.dtype in _FP8):
-        raise UnsupportedDtypeError(
+        refuse(
+            "UnsupportedDtypeError",
             "a" if a.dtype in _FP8 else "b",
             "no FP8 operands in a call autograd records (FP8 matmuls have no derivative here)",
             str(a.dtype if a.dtype in _FP8 else b.dtype),
@@ -306,7 +311,7 @@ def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scal
 def _int_or_none(value: Any, argument: str):
     if value is None or (isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)):
         return value
-    raise InvalidArgumentError(argument, "an int (or None)", repr(value))
+    refuse("InvalidArgumentError", argument, "an int (or None)", repr(value))
 
 
 def _ints(value: Any, argument: str, none_as: int | None = None):
@@ -316,7 +321,7 @@ def _ints(value: Any, argument: str, none_as: int | None = None):
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise InvalidArgumentError(argument, "a sequence of ints (or None)", repr(value))
+        refuse("InvalidArgumentError", argument, "a sequence of ints (or None)", repr(value))
     out = []
     for v in value:
         if v is None and none_as is not None:
@@ -331,17 +336,17 @@ def call_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     if not (x.is_floating_point() or x.is_complex()):
         x = x.to(torch.get_default_dtype())
     if not isinstance(axis, int) or isinstance(axis, bool):
-        raise InvalidArgumentError("axis", "an int", repr(axis))
+        refuse("InvalidArgumentError", "axis", "an int", repr(axis))
     norm = "backward" if norm is None else norm
     if not isinstance(norm, str):
-        raise InvalidArgumentError("norm", "'backward', 'ortho' or 'forward'", repr(norm))
+        refuse("InvalidArgumentError", "norm", "'backward', 'ortho' or 'forward'", repr(norm))
     return _call("fft", x, func, _int_or_none(n, "n"), axis, _ints(s, "s", none_as=-1), _ints(axes, "axes"), norm)
 
 
 def call_convolve(x, h, n=None, axis=-1):
     """``nvdispatch.fft.convolve`` through ``nvdispatch::convolve``."""
     if not isinstance(axis, int) or isinstance(axis, bool):
-        raise InvalidArgumentError("axis", "an int", repr(axis))
+        refuse("InvalidArgumentError", "axis", "an int", repr(axis))
     return _call("convolve", x, h, _int_or_none(n, "n"), axis)
 
 
@@ -360,7 +365,8 @@ def take(operation: str, arguments: tuple):
 # -- what Dynamo traces in place of each public function --------------------------------------------------------
 def _no_stream(stream) -> None:
     if stream is not None:
-        raise InvalidArgumentError(
+        refuse(
+            "InvalidArgumentError",
             "stream",
             "None inside torch.compile/torch.export: the operators run on the current stream",
             describe(stream),
@@ -376,7 +382,8 @@ def _no_callbacks(prolog, epilog, prolog_data, epilog_data) -> None:
         ("epilog_data", epilog_data),
     ):
         if value is not None:
-            raise CallbackError(
+            refuse(
+                "CallbackError",
                 argument,
                 "no FFT callback inside torch.compile/torch.export: a Python callback cannot be captured in a graph",
                 describe(value),
@@ -390,9 +397,9 @@ def _write(result, out):
     if out is None:
         return result
     if not isinstance(out, Tensor):
-        raise InvalidArgumentError("out", "a Torch tensor to write the result into", describe(out))
+        refuse("InvalidArgumentError", "out", "a Torch tensor to write the result into", describe(out))
     if out.shape != result.shape:
-        raise ShapeMismatchError("out", f"shape {tuple(result.shape)}", f"shape {tuple(out.shape)}")
+        refuse("ShapeMismatchError", "out", f"shape {tuple(result.shape)}", f"shape {tuple(out.shape)}")
     out.copy_(result)
     return out
 
@@ -515,15 +522,25 @@ def _convolve_entry(fallback):
     return convolve
 
 
+def _eager(fn):
+    """``fn`` called where Dynamo cannot take the call into the graph (operands that are not Torch tensors): a
+    graph break, so the call runs eagerly (an error under ``fullgraph=True``)."""
+
+    def call(*args, **kwargs):
+        torch._dynamo.graph_break()
+        return fn(*args, **kwargs)
+
+    return call
+
+
 def _entries() -> dict[str, Any]:
-    eager = torch.compiler.disable  # a call Dynamo cannot take into the graph stays eager (a graph break)
-    entries: dict[str, Any] = {"matmul": _matmul_entry(eager(linalg.matmul))}
+    entries: dict[str, Any] = {"matmul": _matmul_entry(_eager(linalg.matmul))}
     for func in _ONE_D:
-        entries[func] = _fft_1d_entry(func, eager(getattr(fft_module, func)))
+        entries[func] = _fft_1d_entry(func, _eager(getattr(fft_module, func)))
     for func in _N_D:
-        entries[func] = _fft_nd_entry(func, eager(getattr(fft_module, func)), None)
-        entries[func[:-1] + "2"] = _fft_nd_entry(func, eager(getattr(fft_module, func[:-1] + "2")), (-2, -1))
-    entries["convolve"] = _convolve_entry(eager(fft_module.convolve))
+        entries[func] = _fft_nd_entry(func, _eager(getattr(fft_module, func)), None)
+        entries[func[:-1] + "2"] = _fft_nd_entry(func, _eager(getattr(fft_module, func[:-1] + "2")), (-2, -1))
+    entries["convolve"] = _convolve_entry(_eager(fft_module.convolve))
     return entries
 
 
