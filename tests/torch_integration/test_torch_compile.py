@@ -151,7 +151,7 @@ def every_transform(x, z, h):
     }
 
 
-def _numpy_transforms(x, z, h):
+def numpy_transforms(x, z, h):
     f = np.fft
     return {
         "fft": f.fft(z),
@@ -180,7 +180,7 @@ def test_every_transform_compiles_into_one_graph_of_operators(dynamic):
     assert len(graphs) == 1
     targets = _targets(graphs)
     assert targets.count("nvdispatch.fft.default") == 15 and targets.count("nvdispatch.convolve.default") == 1
-    want = _numpy_transforms(to_numpy(x).astype(np.float64), to_numpy(z).astype(np.complex128), to_numpy(h))
+    want = numpy_transforms(to_numpy(x).astype(np.float64), to_numpy(z).astype(np.complex128), to_numpy(h))
     for key, w in want.items():
         got = out[key]
         assert str(got.dtype) == ("torch.complex64" if np.iscomplexobj(w) else "torch.float32"), key
