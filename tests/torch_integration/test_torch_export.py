@@ -5,6 +5,9 @@ other batch sizes with a dynamic dimension, and survive ``torch.export.save``/``
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -77,3 +80,21 @@ def test_gelu_keeps_its_pre_activation_only_where_autograd_records():
     assert epilogs(torch.export.export(model, (x,))) == ["GELU_AUX_BIAS"]
     with torch.no_grad():
         assert epilogs(torch.export.export(model, (x,))) == ["GELU_BIAS"]
+
+
+def test_a_saved_export_loads_in_a_process_that_registers_the_operators(tmp_path):
+    model, x = Layer(), torch.randn(5, 6)
+    torch.export.save(torch.export.export(model, (x,)), tmp_path / "layer.pt2")
+    torch.save(x, tmp_path / "x.pt")
+    np.save(tmp_path / "want.npy", _oracle(model, x))
+    code = textwrap.dedent(
+        f"""
+        import numpy as np, torch
+        import nvdispatch.integrations.torch_ops
+        program = torch.export.load({str(tmp_path / "layer.pt2")!r})
+        got = program.module()(torch.load({str(tmp_path / "x.pt")!r})).detach().numpy()
+        np.testing.assert_allclose(got, np.load({str(tmp_path / "want.npy")!r}), rtol=1e-5, atol=1e-5)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

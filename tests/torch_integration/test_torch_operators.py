@@ -4,6 +4,10 @@ kernels (shapes, dtypes, strides, storage offsets) over every epilog, transform 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -75,3 +79,31 @@ def test_operators_are_functional_and_documented():
         schema = op._schema
         assert str(schema.name) == f"nvdispatch::{name}"
         assert not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def test_autocast_rules_follow_torchs_own_when_registered():
+    # in a process of its own: the rules are not registered by default (see torch_autocast), and stay once they are
+    code = textwrap.dedent(
+        """
+        import torch
+        from nvdispatch.integrations import torch_autocast, torch_ops
+
+        torch_autocast.register(("cpu",))
+        a, b, bias = torch.randn(8, 4), torch.randn(4, 6), torch.randn(6)
+
+        def f(a, b, bias):
+            return torch_ops.matmul_op(a, b, None, bias, *[None] * 6, 1, None, "RELU_BIAS", "", "", "")[0]
+
+        assert f(a, b, bias).dtype == torch.float32  # outside a region: as given
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            eager = f(a, b, bias)
+            compiled = torch.compile(f, backend="aot_eager", fullgraph=True)(a, b, bias)
+            spectrum = torch_ops.fft_op(a.to(torch.bfloat16), "rfft", None, -1, None, None, "backward")
+            own = torch.relu(torch.addmm(bias, a, b))
+        assert eager.dtype == compiled.dtype == own.dtype == torch.bfloat16, (eager.dtype, compiled.dtype)
+        assert spectrum.dtype == torch.complex64
+        torch.testing.assert_close(eager.float(), own.float(), rtol=2e-2, atol=2e-2)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
