@@ -37,6 +37,7 @@ import torch
 
 from .._epilog import GELU_C, GELU_K
 from .._fft_problem import FUNCS
+from .torch_arguments import decode
 
 __all__ = ["register"]
 
@@ -111,7 +112,7 @@ def _matmul_setup(layout):
     def setup_context(ctx, inputs, output):
         a, b, c, bias, relu_aux, gelu_aux, sa, sb, sc, sd, alpha, beta, epilog, options, preferences, hs = inputs
         named = {k: v for k, v in (("bias", bias), ("relu_aux", relu_aux), ("gelu_aux", gelu_aux)) if v is not None}
-        p, specs = layout(a, b, c, named, alpha, beta, epilog, _decode(options), _decode(preferences), None)
+        p, specs = layout(a, b, c, named, alpha, beta, epilog, decode(options), decode(preferences), None)
         ctx.problem, ctx.names = p, tuple(s.name for s in specs)
         ctx.alpha, ctx.beta = alpha, (1 if beta is None else beta)
         ctx.shapes = {"c": None if c is None else tuple(c.shape), "bias": None if bias is None else tuple(bias.shape)}
@@ -125,12 +126,6 @@ def _matmul_setup(layout):
         ctx.save_for_backward(a, b, c, output[0], pre, relu_aux, gelu_aux)
 
     return setup_context
-
-
-def _decode(text):
-    from .torch_arguments import decode
-
-    return decode(text)
 
 
 def _matmul_backward(ctx, grads):
@@ -316,19 +311,19 @@ def _convolve_backward(ctx, g):
 
 
 def _function(name: str, kernel, setup_context, backward, many: bool):
-    """An autograd Function running ``kernel`` with the operator's formula (``many``: a list of outputs)."""
+    """An autograd Function running ``kernel`` with the operator's formula (``many``: a list of outputs). Its
+    forward takes ``ctx`` (no separate ``setup_context``: ``Function.apply`` would bind every call's arguments to
+    the forward's signature with ``inspect``, costing more than the rest of the call)."""
 
-    def forward(*args):
+    def forward(ctx, *args):
         out = kernel(*args)
+        setup_context(ctx, args, out)
         return tuple(out) if many else out
-
-    def setup(ctx, inputs, output):
-        setup_context(ctx, inputs, list(output) if many else output)
 
     def backward_(ctx, *grads):
         return backward(ctx, list(grads) if many else grads[0])
 
-    body = {"forward": staticmethod(forward), "setup_context": staticmethod(setup), "backward": staticmethod(backward_)}
+    body = {"forward": staticmethod(forward), "backward": staticmethod(backward_)}
     return type(f"nvdispatch_{name}", (torch.autograd.Function,), body)
 
 

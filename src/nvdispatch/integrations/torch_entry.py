@@ -58,6 +58,7 @@ class TorchIntegration:
     """Torch tensors: the operators of :mod:`.torch_ops` under ``torch.compile``, ``torch.export`` and autograd."""
 
     name = "torch"
+    _ops = None  # nvdispatch.integrations.torch_ops, once imported
 
     def claims(self, cls: type) -> bool:
         torch = sys.modules.get("torch")
@@ -77,6 +78,9 @@ class TorchIntegration:
         recorded = torch.is_grad_enabled() and any(x.requires_grad for x in operands)
         if not recorded and not torch.compiler.is_compiling():
             return NotImplemented
-        from . import torch_ops
+        ops = self._ops
+        if ops is None:
+            from . import torch_ops as ops  # registers the operators
 
-        return torch_ops.take(operation, arguments)
+            self._ops = ops
+        return ops.take(operation, arguments)

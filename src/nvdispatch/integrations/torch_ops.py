@@ -75,7 +75,7 @@ _layout_cache: dict[tuple, tuple] = {}
 
 
 def _tensor_key(x):
-    return None if x is None else (x.dtype, tuple(x.shape), x.stride(), x.device)
+    return None if x is None else (x.dtype, x.shape, x.stride(), x.get_device())
 
 
 def matmul_layout(a, b, c, inputs, alpha, beta, epilog, options, preferences, scales):
