@@ -11,7 +11,8 @@ operators) is imported the first time a call needs it.
   formulas run nvdispatch's own backward epilogs) or when Torch traces a program without Dynamo
   (``torch.export`` in its default, non-strict mode: operands are fake tensors). Every other eager call keeps
   the route as it is: its cached path is never touched, so its host cost is unchanged. Calls with ``stream=``
-  keep the route too (autograd then records the Torch executor's ops, as before the operators existed).
+  keep the route too (autograd then records the Torch executor's ops, as before the operators existed), and so
+  do calls under a coercing backend (``set_backend(..., coerce=True)``: the caller asked another framework).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._backends import any_coercing
 from .torch_reentry import inside_kernel
 
 __all__ = ["TorchIntegration"]
@@ -77,6 +79,8 @@ class TorchIntegration:
         torch = sys.modules["torch"]
         recorded = torch.is_grad_enabled() and any(x.requires_grad for x in operands)
         if not recorded and not torch.compiler.is_compiling():
+            return NotImplemented
+        if recorded and any_coercing():  # the caller asked another framework to run it: its result, as before
             return NotImplemented
         ops = self._ops
         if ops is None:
