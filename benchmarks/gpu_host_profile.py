@@ -2,7 +2,8 @@
 
 Times each piece of the stateless RELU_BIAS call on its own (stream look-up, result allocation, pointer
 reads, the bare ``cublasLtMatmul`` ctypes call with every argument prepared) next to ``torch.matmul``, and
-writes a cProfile listing of the whole call.  Usage:  python benchmarks/gpu_host_profile.py OUT_DIR
+writes a cProfile listing of the whole call.  Usage:  python benchmarks/gpu_host_profile.py [--out DIR]
+Needs an NVIDIA GPU and ``pip install 'nvdispatch[torch,cuda]'``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import ctypes
 import io
 import json
 import pstats
-import sys
 
-from _bench import cuda_event_seconds, output_dir
+from _bench import cuda_event_seconds, output_dir, parser, require_cuda_torch
 from gpu_matmul_bench import host_times
 
 
@@ -42,9 +42,10 @@ def kernels_per_call(fn, torch, n: int = 10) -> list:
     return [f"{e.key} x{e.count / n:g}" for e in prof.key_averages()]
 
 
-def main(out_dir: str) -> None:
-    out_dir = output_dir(out_dir)
-    import torch
+def main(argv: list[str] | None = None) -> None:
+    args = parser(__doc__).parse_args(argv)
+    torch = require_cuda_torch()
+    out_dir = output_dir(args.out)
 
     import nvdispatch
     from nvdispatch._cuda import cublaslt as lt
@@ -63,7 +64,7 @@ def main(out_dir: str) -> None:
     ops = mm._operands()
     sp = current_stream("torch", 0)
     out = torch.empty(16, 16, device="cuda")
-    core, algo = plan.core, plan._algo
+    core, algo = plan.core, plan.algorithm
     call = lt.lib().cublasLtMatmul
     alpha = plan._scalar(1, [])
     beta = plan._scalar(0, [])
@@ -106,7 +107,7 @@ def main(out_dir: str) -> None:
         "a.data_ptr()": per_call(a.data_ptr, torch),
         "plan._scalar(1, [])": per_call(lambda: plan._scalar(1, []), torch),
     }
-    ws = plan._workspace(sp, 32 << 20, "torch")
+    ws = plan.launch.workspace(sp, 32 << 20, "torch")
     for i, cand in enumerate(core.algorithms(plan.handle, 256, 8)):
         ref = ctypes.byref(cand.algo)
 
@@ -118,7 +119,6 @@ def main(out_dir: str) -> None:
         res[f"candidate {i} gpu"] = gpu_per_call(cand_call, torch)
         res[f"candidate {i} ws"] = cand.workspaceSize
         res[f"candidate {i} status"] = cand_call()
-    res["chosen algo index"] = plan._algo_index
     for name, fn in (("torch.matmul", lambda: torch.matmul(a, b)),
                      ("torch._addmm_activation", lambda: torch._addmm_activation(bias, a, b)),
                      ("nvdispatch RELU_BIAS", lambda: nvdispatch.matmul(a, b, epilog="RELU_BIAS",
@@ -149,4 +149,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

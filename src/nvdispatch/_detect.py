@@ -37,6 +37,8 @@ def detect(name: str, x: Any) -> OperandInfo:
 
 def common_placement(infos: dict[str, OperandInfo]) -> tuple[str, Device]:
     """The one framework and device shared by all operands in ``infos``; a typed error naming both otherwise."""
+    if not infos:
+        raise UnsupportedOperandError("operands", "at least one array", "none (every operand was None)")
     first_name, first = next(iter(infos.items()))
     for name, info in infos.items():
         if info.framework != first.framework:

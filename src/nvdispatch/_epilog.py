@@ -268,7 +268,7 @@ def _validate_gelu_aux(info, sh: Shapes) -> None:
 
 def _validate_relu_aux(info, sh: Shapes) -> None:
     """A boolean mask of the result's shape (CPU executors) or cuBLASLt's uint8 bit mask, in either orientation
-    (its layout is checked by the cuda executor; see ``_cuda/lt_matmul.py``)."""
+    (its layout is checked by the cuda executor; see ``_cuda/lt_setup.py``)."""
     from .errors import EpilogInputError
 
     arg = _argument("relu_aux")

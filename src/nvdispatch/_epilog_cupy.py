@@ -1,6 +1,6 @@
 """The epilog step vocabulary (see ``_epilog.apply_steps``) on CuPy arrays, in place.
 
-Used by the GPU executors' unfused fallback (``_cuda/lt_matmul.InplacePlan``) on CuPy arrays; the semantics are
+Used by the GPU executors' unfused fallback (``_cuda/lt_inplace.InplacePlan``) on CuPy arrays; the semantics are
 those documented in ``_epilog``. float16 math (GELU, its gradient, reductions) runs in float32.
 """
 

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._detect import detect
 from ._dispatch import (
     Explanation,
     acquire_plan,
@@ -238,7 +239,7 @@ def attach(problem: FFTProblem, prolog=None, epilog=None, prolog_data=None, epil
 
 def prepare(func: str, x, n, axis, s, axes, norm, prolog, epilog, prolog_data, epilog_data):
     """Validate a callback call; return ``(problem, operands)`` (operands: x and the two data tuples)."""
-    infos = detect_all({"x": x})
+    infos = {"x": detect("x", x)}
     framework, device = placement(infos)
     info = infos["x"]
     fft_problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)

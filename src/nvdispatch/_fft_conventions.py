@@ -2,8 +2,9 @@
 
 ``nvdispatch.fft`` is a drop-in for ``numpy.fft`` on NumPy input and serves ``scipy.fft`` as a backend. What
 those libraries accept beyond the array API is brought here to the one route every call takes
-(``nvdispatch.fft._route``): array-likes become NumPy arrays, integer/boolean/half inputs are promoted, ``s``/``axes`` are
-resolved NumPy's way (a repeated axis is transformed once per entry), and ``out=`` receives the result.
+(``nvdispatch.fft._route``): array-likes become NumPy arrays, integer/boolean/half inputs are promoted,
+``s``/``axes`` are resolved NumPy's way (a repeated axis is transformed once per entry), and ``out=`` receives
+the result.
 
 Promotion, per convention (the caller's library decides, so results match it dtype for dtype):
 
@@ -26,7 +27,7 @@ import array_api_compat
 import numpy as np
 
 from ._adapters import adapter_for
-from ._fft_problem import normalize_axis
+from ._fft_problem import normalize_axis, result_dtype, result_layout
 from .errors import (
     InvalidArgumentError,
     ShapeMismatchError,
@@ -35,7 +36,7 @@ from .errors import (
     describe,
 )
 
-__all__ = ["as_operand", "promote", "numpy_nd_args", "run_nd_numpy_way", "write_out"]
+__all__ = ["as_operand", "promote", "numpy_nd_args", "numpy_way_steps", "run_nd_numpy_way", "check_out", "write_out"]
 
 _log = logging.getLogger("nvdispatch")
 
@@ -139,64 +140,127 @@ def numpy_nd_args(func: str, shape: tuple[int, ...], s, axes, stacklevel: int = 
     return tuple(sizes), axes_t
 
 
+def numpy_way_steps(func: str, sizes, axes) -> list[tuple[str, int, int]]:
+    """The 1-D transforms ``(func, n, axis)``, in order, by which ``numpy.fft`` composes an n-D one (so a
+    repeated axis is transformed once per entry)."""
+    last = len(axes) - 1
+    if func in ("fftn", "ifftn"):
+        return [(func[:-1], sizes[i], axes[i]) for i in range(last, -1, -1)]
+    if func == "rfftn":
+        return [("rfft", sizes[last], axes[last])] + [("fft", sizes[i], axes[i]) for i in range(last - 1, -1, -1)]
+    return [("ifft", sizes[i], axes[i]) for i in range(last)] + [("irfft", sizes[last], axes[last])]  # irfftn
+
+
 def run_nd_numpy_way(func: str, x, sizes, axes, norm, run_1d: Callable):
     """An n-D transform as ``numpy.fft`` composes it from 1-D ones (used for repeated axes):
     ``run_1d(func, x, n, axis, norm)`` runs one 1-D transform through the normal route."""
     _log.debug("fft %s: axes %s repeat an axis; one 1-D transform per entry, as numpy.fft does", func, axes)
-    last = len(axes) - 1
-    if func in ("fftn", "ifftn"):
-        one = func[:-1]
-        for i in range(last, -1, -1):
-            x = run_1d(one, x, sizes[i], axes[i], norm)
-        return x
-    if func == "rfftn":
-        x = run_1d("rfft", x, sizes[last], axes[last], norm)
-        for i in range(last - 1, -1, -1):
-            x = run_1d("fft", x, sizes[i], axes[i], norm)
-        return x
-    for i in range(last):  # irfftn
-        x = run_1d("ifft", x, sizes[i], axes[i], norm)
-    return run_1d("irfft", x, sizes[last], axes[last], norm)
+    for one, n, axis in numpy_way_steps(func, sizes, axes):
+        x = run_1d(one, x, n, axis, norm)
+    return x
+
+
+def check_out(out, x, func: str, final=None, n=None, axis=-1, s=None, axes=None, numpy_way=None) -> None:
+    """``out`` checked before any transform runs, in ``numpy.fft``'s order and with its exception types: an
+    array of ``x``'s framework (TypeError), as many dimensions as ``x`` and the result's length along the
+    (last) transformed axis (ValueError, "has wrong shape"), a dtype the result casts to under ``same_kind``
+    (TypeError), then the other dimensions (ValueError). ``final``: the dtype the result is cast to (float16
+    input); ``numpy_way``: ``(sizes, axes)`` as :func:`numpy_nd_args` resolved them (axes may repeat)."""
+    numpy = isinstance(x, np.ndarray)
+    if not numpy and not _has_namespace(x):
+        return  # an array known by a protocol only: write_out checks the result against out
+    shape = tuple(x.shape)
+    if numpy_way is None:
+        want, axes_t = result_layout(func, shape, n, axis, s, axes)
+    else:
+        sizes, axes_t = numpy_way
+        if not axes_t and func not in ("fftn", "ifftn"):
+            return  # the transform reports the empty axes
+        if len(set(axes_t)) == len(axes_t):
+            want = result_layout(func, shape, s=sizes, axes=axes_t)[0] if axes_t else shape  # no axes: a copy
+        else:
+            want = shape
+            for one, n_, ax in numpy_way_steps(func, sizes, axes_t):
+                want = result_layout(one, want, n=n_, axis=ax)[0]
+    last_axis = axes_t[-1] if axes_t else None
+    try:
+        name = _numpy_name(x.dtype) if numpy else str(x.dtype).rpartition(".")[2]  # torch.float32 -> float32
+        dtype = result_dtype(func, name)
+    except UnsupportedDtypeError as exc:  # x's own dtype: raised where numpy.fft checks dtypes
+        _check_out(out, x, None, want, last_axis, dtype_error=exc)
+        raise
+    if numpy:
+        dtype = np.dtype(dtype if final is None else final)
+    else:
+        dtype = getattr(array_api_compat.array_namespace(x), dtype, None)  # None: write_out checks it
+    _check_out(out, x, dtype, want, last_axis)
+
+
+def _numpy_name(dtype: np.dtype) -> str:
+    """``dtype.name`` for the floating kinds (long double included), without its cost."""
+    kind = {"f": "float", "c": "complex"}.get(dtype.kind)
+    return f"{kind}{dtype.itemsize * 8}" if kind else dtype.name
+
+
+def _has_namespace(x) -> bool:
+    try:
+        array_api_compat.array_namespace(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _check_out(out, like, dtype, shape: tuple[int, ...], first_axis: int | None, dtype_error=None) -> None:
+    """``out`` must be an array of ``like``'s framework, of ``shape``, whose dtype ``dtype`` casts to
+    (``first_axis``: the axis compared before the dtype, as ``numpy.fft`` does; ``dtype``: None, not
+    checked; ``dtype_error``: the input's own dtype error, raised at the dtype step)."""
+    numpy = isinstance(like, np.ndarray)
+    if numpy:
+        if not isinstance(out, np.ndarray):
+            raise UnsupportedOperandError(
+                "out", "a NumPy array to write the result into (out must be of ArrayType)", describe(out)
+            )
+    else:
+        xp = array_api_compat.array_namespace(like)
+        try:
+            same = array_api_compat.array_namespace(out) is xp
+        except TypeError:
+            same = False
+        if not same:
+            raise UnsupportedOperandError("out", f"an array of the result's framework ({xp.__name__})", describe(out))
+    got = tuple(out.shape)
+
+    def wrong_shape():
+        return ShapeMismatchError("out", f"shape {shape}", f"shape {got}", "the output array has wrong shape")
+
+    if len(got) != len(shape) or (first_axis is not None and got[first_axis] != shape[first_axis]):
+        raise wrong_shape()
+    if dtype_error is not None:
+        raise dtype_error
+    if dtype is not None:
+        if numpy and not np.can_cast(dtype, out.dtype, "same_kind"):
+            raise UnsupportedDtypeError(
+                "out",
+                f"a dtype the {dtype} result casts to (same_kind)",
+                str(out.dtype),
+                f"Cannot cast {dtype} to {out.dtype}",
+            )
+        if not numpy and not xp.can_cast(dtype, out.dtype) and not _same_kind(xp, dtype, out.dtype):
+            raise UnsupportedDtypeError("out", f"a dtype the {dtype} result casts to", str(out.dtype))
+    if got != shape:
+        raise wrong_shape()
+    if numpy and not out.flags.writeable:
+        raise InvalidArgumentError("out", "a writeable array", "a read-only array")
 
 
 def write_out(result, out):
     """Write ``result`` into the caller's ``out`` array (NumPy's ``same_kind`` casting) and return ``out``;
     a typed error, naming ``out``, when it is no array of the result's framework or has the wrong shape or
     dtype. ``out`` may overlap the input: the result is complete before it is written."""
+    _check_out(out, result, result.dtype, tuple(result.shape), None)
     if isinstance(result, np.ndarray):
-        if not isinstance(out, np.ndarray):
-            raise UnsupportedOperandError(
-                "out", "a NumPy array to write the result into (out must be of ArrayType)", describe(out)
-            )
-        if out.shape != result.shape:
-            raise ShapeMismatchError(
-                "out", f"shape {result.shape}", f"shape {out.shape}", "the output array has wrong shape"
-            )
-        if not np.can_cast(result.dtype, out.dtype, "same_kind"):
-            raise UnsupportedDtypeError(
-                "out",
-                f"a dtype the {result.dtype} result casts to (same_kind)",
-                str(out.dtype),
-                f"Cannot cast {result.dtype} to {out.dtype}",
-            )
-        if not out.flags.writeable:
-            raise InvalidArgumentError("out", "a writeable array", "a read-only array")
         np.copyto(out, result, casting="same_kind")
-        return out
-    xp = array_api_compat.array_namespace(result)
-    try:
-        same = array_api_compat.array_namespace(out) is xp
-    except TypeError:
-        same = False
-    if not same:
-        raise UnsupportedOperandError("out", f"an array of the result's framework ({xp.__name__})", describe(out))
-    if tuple(out.shape) != tuple(result.shape):
-        raise ShapeMismatchError(
-            "out", f"shape {tuple(result.shape)}", f"shape {tuple(out.shape)}", "the output array has wrong shape"
-        )
-    if not xp.can_cast(result.dtype, out.dtype) and not _same_kind(xp, result.dtype, out.dtype):
-        raise UnsupportedDtypeError("out", f"a dtype the {result.dtype} result casts to", str(out.dtype))
-    if hasattr(out, "copy_"):  # Torch: in place, autograd-aware
+    elif hasattr(out, "copy_"):  # Torch: in place, autograd-aware
         out.copy_(result)
     else:
         try:

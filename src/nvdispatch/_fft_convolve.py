@@ -19,11 +19,10 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from ._detect import OperandInfo
+from ._detect import OperandInfo, detect
 from ._dispatch import (
     Explanation,
     coerce_operands,
-    detect_all,
     explain_selected,
     placement,
     select,
@@ -82,7 +81,7 @@ class ConvolveProblem:
 
 def prepare(x, h, n, axis):
     """Validate; return ``(problem, operands)``."""
-    infos = detect_all({"x": x, "h": h})
+    infos = {"x": detect("x", x), "h": detect("h", h)}  # both required: None is an error
     framework, device = placement(infos)
     xi, hi = infos["x"], infos["h"]
     real = xi.dtype in ("float32", "float64")

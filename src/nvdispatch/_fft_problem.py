@@ -32,7 +32,7 @@ from typing import Any
 from ._detect import Device
 from .errors import InvalidArgumentError, ShapeMismatchError, UnsupportedDtypeError
 
-__all__ = ["FFTProblem", "build_fft_problem", "FUNCS", "NORMS"]
+__all__ = ["FFTProblem", "build_fft_problem", "result_layout", "result_dtype", "FUNCS", "NORMS"]
 
 NORMS = ("backward", "ortho", "forward")
 
@@ -227,17 +227,13 @@ def resolve_axes(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axe
     return axes_t, tuple(None if v == -1 else v for v in s_t)
 
 
-def build_fft_problem(func: str, info, framework: str, device: Device, n=None, axis=-1, s=None, axes=None, norm=None):
-    """The :class:`FFTProblem` of ``func`` on the operand described by ``info`` (an ``OperandInfo``)."""
-    kind, direction, nd = FUNCS[func]
-    norm = check_norm(norm)
-    compute, result = _dtypes(func, kind, info.dtype)
-    shape = tuple(info.shape)
-    axes_t, sizes = resolve_axes(func, shape, n, axis, s, axes)
+def _lengths(func: str, shape: tuple[int, ...], axes: tuple[int, ...], sizes: tuple) -> tuple[int, ...]:
+    """The transform length along each of ``axes`` (a size of None: the function's default)."""
+    kind, _, nd = FUNCS[func]
     lengths = []
-    for i, (ax, size) in enumerate(zip(axes_t, sizes)):
+    for i, (ax, size) in enumerate(zip(axes, sizes)):
         m = shape[ax]
-        last = i == len(axes_t) - 1
+        last = i == len(axes) - 1
         if size is None:
             if kind == "c2r" and last:
                 size = 2 * (m - 1)
@@ -258,6 +254,35 @@ def build_fft_problem(func: str, info, framework: str, device: Device, n=None, a
                         "Invalid number of FFT data points (0) specified",
                     )
         lengths.append(size)
+    return tuple(lengths)
+
+
+def result_layout(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axes=None):
+    """``(result shape, transformed axes)`` of ``func`` on an input of ``shape`` (the arguments validated as
+    for a call)."""
+    axes_t, sizes = resolve_axes(func, shape, n, axis, s, axes)
+    lengths = _lengths(func, shape, axes_t, sizes)
+    out = list(shape)
+    for ax, length in zip(axes_t, lengths):
+        out[ax] = length
+    if FUNCS[func][0] == "r2c":
+        out[axes_t[-1]] = lengths[-1] // 2 + 1
+    return tuple(out), axes_t
+
+
+def result_dtype(func: str, dtype: str) -> str:
+    """The dtype of ``func``'s result on input of ``dtype`` (typed error when the input is not accepted)."""
+    return _dtypes(func, FUNCS[func][0], dtype)[1]
+
+
+def build_fft_problem(func: str, info, framework: str, device: Device, n=None, axis=-1, s=None, axes=None, norm=None):
+    """The :class:`FFTProblem` of ``func`` on the operand described by ``info`` (an ``OperandInfo``)."""
+    kind, direction, nd = FUNCS[func]
+    norm = check_norm(norm)
+    compute, result = _dtypes(func, kind, info.dtype)
+    shape = tuple(info.shape)
+    axes_t, sizes = resolve_axes(func, shape, n, axis, s, axes)
+    lengths = _lengths(func, shape, axes_t, sizes)
     strides = tuple(info.strides) if info.strides is not None else None
     return FFTProblem(
         framework,
@@ -271,7 +296,7 @@ def build_fft_problem(func: str, info, framework: str, device: Device, n=None, a
         shape,
         strides,
         axes_t,
-        tuple(lengths),
+        lengths,
         norm,
         nd,
         getattr(info, "autograd", False),

@@ -1,15 +1,14 @@
 /* cuBLASLt launches, compiled (part of nvdispatch._hotpath; _hotpath.c adds these functions to the module).
  *
- * make_lt_matmul: cublasLtMatmul called with its 16 integer arguments directly, where ctypes costs ~1.7 us a
- * launch converting them.
+ * make_lt_matmul: cublasLtMatmul called with its 16 integer arguments directly, sparing the conversion ctypes
+ * makes on every launch.
  *
- * make_lt_direct: a cuBLASLt plan's whole direct call, direct(a, b[, bias]) -> result, for Torch tensors: the
- * result allocated like a (a.new_empty), the operands' pointers (data_ptr), the current stream, the bias pointer
- * set on the call's own descriptor when it changed, one cublasLtMatmul. In Python these steps cost ~2.5 us on
- * the H200's host, more than Torch's own fused op spends beyond its launch; compiled, a fused bias epilog on a
- * small matrix costs less host time than Torch's _addmm_activation, which asks cuBLASLt's heuristic on every
- * call. A call it does not serve (an operand or the result not 256-byte aligned: the plan then asks the
- * heuristic again for the alignment) goes to the plan's Python direct call.
+ * make_lt_direct: a cuBLASLt plan's whole direct call, direct(a, b[, bias]) -> result, for operands that make
+ * their results like themselves (x.new_empty) and give their pointers by x.data_ptr() (Torch tensors): the result
+ * allocated like a, the operands' pointers, the current stream, the bias pointer set on the call's own
+ * descriptor when it changed, one cublasLtMatmul. Compiled, these steps cost less host time than in Python (the
+ * Python side is nvdispatch/_cuda/lt_direct.py). A call it does not serve (an operand or the result not 256-byte
+ * aligned: the plan then asks the heuristic again for the alignment) goes to the plan's Python direct call.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000
@@ -379,7 +378,7 @@ probe_record(PyObject *module, PyObject *unused)
 
 static PyMethodDef lt_methods[] = {
     {"make_lt_matmul", make_lt_matmul, METH_O,
-     "make_lt_matmul(address) -> cublasLtMatmul(...) calling the function at address (see lt_matmul)"},
+     "make_lt_matmul(address) -> cublasLtMatmul(...) calling the function at address (see lt_launch)"},
     {"make_lt_direct", make_lt_direct, METH_VARARGS,
      "make_lt_direct(ints, keep, alloc_args, alloc_kwargs, stream_fn, check, fallback) -> "
      "direct(a, b[, bias]) (see lt_direct)"},

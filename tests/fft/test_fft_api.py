@@ -58,6 +58,38 @@ def test_typed_errors_name_the_argument(call, err, arg):
     assert str(info.value).startswith(f"{arg}: expected")
 
 
+_NONE_OPERANDS = [
+    ("fft", lambda: F.fft(None), "x"),
+    ("fftn", lambda: F.fftn(None), "x"),
+    ("rfft2", lambda: F.rfft2(None), "x"),
+    ("fft+out", lambda: F.fft(None, out=np.empty(4, np.complex128)), "x"),
+    ("fft+prolog", lambda: F.fft(None, prolog=lambda v, i: v), "x"),
+    ("FFT", lambda: F.FFT(None), "x"),
+    ("convolve x", lambda: F.convolve(None, np.ones(3)), "x"),
+    ("convolve h", lambda: F.convolve(np.ones(4), None), "h"),
+    ("fftshift", lambda: F.fftshift(None), "x"),
+    ("ifftshift", lambda: F.ifftshift(None), "x"),
+    ("explain fft", lambda: nvdispatch.explain(F.fft, None), "x"),
+    ("explain fftshift", lambda: nvdispatch.explain(F.fftshift, None), "x"),
+    ("explain convolve", lambda: nvdispatch.explain(F.convolve, None, np.ones(3)), "x"),
+]
+
+
+@pytest.mark.parametrize("call, arg", [c[1:] for c in _NONE_OPERANDS], ids=[c[0] for c in _NONE_OPERANDS])
+def test_a_none_operand_is_a_typed_error_naming_it(call, arg):
+    """fft(None) raised a bare StopIteration, FFT(None)/convolve/fftshift a KeyError (#27)."""
+    with pytest.raises(UnsupportedOperandError) as info:
+        call()
+    assert info.value.argument == arg and "None" in str(info.value)
+
+
+def test_common_placement_of_no_operands_is_typed():
+    from nvdispatch._detect import common_placement
+
+    with pytest.raises(UnsupportedOperandError):
+        common_placement({})
+
+
 def test_zero_d_input():
     with pytest.raises(ShapeMismatchError):
         F.fft(np.array(1.0 + 0j))
@@ -223,6 +255,67 @@ def test_stateful_fft(framework):
         res = f.plan().execute()
         assert res is op
     assert_close(ip, np.fft.fftn(c, norm="ortho"), "complex64")
+
+
+_BAD_OPTIONS = [
+    ("inplace", "no"),
+    ("inplace", "yes"),
+    ("inplace", 1),
+    ("inplace", 0),
+    ("inplace", None),
+    ("inplace", np.array([True])),
+    ("fft_type", "c2c"),
+    ("fft_type", 2),
+    ("fft_type", True),
+    ("last_axis_parity", "three"),
+    ("last_axis_parity", 1),
+    ("last_axis_parity", ["even"]),
+    ("norm", "none"),
+    ("norm", 1),
+    ("norm", np.array(["ortho"])),
+]
+
+
+@pytest.mark.parametrize("field, value", _BAD_OPTIONS, ids=[f"{f}={v!r}" for f, v in _BAD_OPTIONS])
+def test_stateful_options_are_validated_by_type(field, value):
+    """A truthy non-bool used to be taken as inplace=True, which overwrote the operand (#27)."""
+    x = make((4, 4), "complex64")
+    before = x.copy()
+    with pytest.raises(InvalidArgumentError) as dict_form:
+        F.FFT(x, options={field: value})
+    assert dict_form.value.argument == f'options["{field}"]'
+    with pytest.raises(InvalidArgumentError) as dataclass_form:
+        F.FFT(x, options=F.FFTOptions(**{field: value}))
+    assert dataclass_form.value.argument == f"options.{field}"
+    np.testing.assert_array_equal(x, before)
+
+
+def test_stateful_options_take_numpy_bools_and_a_none_norm():
+    x = make((8,), "complex64")
+    expected = np.fft.fft(x.astype(np.complex128))
+    opts = F.FFTOptions(inplace=np.bool_(False), norm=None)
+    assert opts.inplace is False and opts.norm == "backward"
+    with F.FFT(x, options={"inplace": np.True_, "norm": None}) as f:
+        assert f.plan().execute() is x
+    assert_close(x, expected, "complex64")
+
+
+@pytest.mark.parametrize("direction", [True, False, 1.0, -1.0, [1], "sideways"])
+def test_stateful_direction_must_be_a_name_or_an_int(direction):
+    x = make((8,), "complex64")
+    with F.FFT(x) as f:
+        f.plan()
+        with pytest.raises(InvalidArgumentError) as info:
+            f.execute(direction=direction)
+        assert info.value.argument == "direction"
+        assert_close(f.execute(direction=np.int64(1)), np.fft.ifft(x.astype(np.complex128)), "complex64")
+
+
+@pytest.mark.parametrize("axes", [5, "01", 1.5])
+def test_stateful_axes_must_be_a_sequence(axes):
+    with pytest.raises(InvalidArgumentError) as info:
+        F.FFT(make((4, 4), "complex64"), axes=axes)
+    assert info.value.argument == "axes"
 
 
 def test_stateful_options_errors():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nvdispatch.fft as F
-from nvdispatch.errors import ShapeMismatchError, UnsupportedDtypeError
+from nvdispatch.errors import ShapeMismatchError, UnsupportedDtypeError, UnsupportedOperandError
 from nvdispatch.fft import _route
 
 try:
@@ -103,6 +103,106 @@ def test_out_and_empty_errors_are_typed_with_numpys_words(call, err, fragment):
     with pytest.raises(err, match=fragment):
         call()
     np.testing.assert_array_equal(X, before)
+
+
+# out= is checked before any transform runs, with numpy.fft's exception types and in its order: the number of
+# dimensions and the length along the (last) transformed axis (ValueError, "has wrong shape"), then the dtype
+# (TypeError, same_kind), then the other dimensions (ValueError). (numpy.fft's hfft, ifft2 and irfft2 ignore
+# out= and its n-D functions use out for intermediate steps too; nvdispatch honours out= everywhere.)
+X3 = RNG.standard_normal((4, 5, 6)) + 1j * RNG.standard_normal((4, 5, 6))
+_OUT_CALLS = {  # name -> (input, kwargs); the result has shape (4, 5, 3) or (4, 5, 4), never (4, 5, 6)
+    "fft": (X3, {"n": 3}),
+    "ifft": (X3, {"n": 3}),
+    "rfft": (X3.real, {}),
+    "irfft": (X3, {"n": 4}),
+    "hfft": (X3, {"n": 4}),
+    "ihfft": (X3.real, {}),
+    "fftn": (X3, {"s": (3,), "axes": (2,)}),
+    "ifftn": (X3, {"s": (3,), "axes": (2,)}),
+    "rfftn": (X3.real, {"axes": (1, 2)}),
+    "irfftn": (X3, {"s": (5, 4), "axes": (1, 2)}),
+    "fft2": (X3, {"s": (5, 3)}),
+    "ifft2": (X3, {"s": (5, 3)}),
+    "rfft2": (X3.real, {}),
+    "irfft2": (X3, {"s": (5, 4)}),
+}
+_HONOURED_BY_NUMPY = sorted(set(_OUT_CALLS) - {"hfft", "ifft2", "irfft2"})
+
+
+def _bad_outs(name):
+    x, kw = _OUT_CALLS[name]
+    good = getattr(np.fft, name)(x, **kw)
+    wrong_kind = np.float64 if good.dtype.kind == "c" else np.int64
+    shape = good.shape
+    return {
+        "one dimension too few": (np.zeros(shape[1:], good.dtype), ValueError, "wrong shape"),
+        "transformed axis too long": (np.zeros(shape[:-1] + (6,), good.dtype), ValueError, "wrong shape"),
+        "dtype it cannot cast to": (np.zeros(shape, wrong_kind), TypeError, "Cannot cast"),
+        "dtype and a batch axis wrong": (np.zeros((7,) + shape[1:], wrong_kind), TypeError, "Cannot cast"),
+        "a batch axis wrong": (np.zeros((7,) + shape[1:], good.dtype), ValueError, "wrong shape"),
+        "no array": ([0.0] * 6, TypeError, "ArrayType"),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_OUT_CALLS))
+@pytest.mark.parametrize("case", list(_bad_outs("fft")))
+def test_a_bad_out_is_refused_before_any_transform_numpys_way(monkeypatch, name, case):
+    x, kw = _OUT_CALLS[name]
+    out, err, words = _bad_outs(name)[case]
+    if name in _HONOURED_BY_NUMPY and case != "no array":  # the same exception type as numpy.fft's
+        with pytest.raises(err):
+            getattr(np.fft, name)(x, out=np.array(out, copy=True), **kw)
+    ran = []
+    monkeypatch.setattr(_route, "_run", lambda *a, **k: ran.append(a))
+    with pytest.raises(err, match=words) as info:
+        getattr(F, name)(x, out=out, **kw)
+    assert info.value.argument == "out" and not ran
+
+
+@pytest.mark.parametrize("name", sorted(_OUT_CALLS))
+def test_a_right_out_receives_the_result(name):
+    x, kw = _OUT_CALLS[name]
+    want = getattr(np.fft, name)(x, **kw)
+    out = np.zeros(want.shape, np.complex64 if want.dtype.kind == "c" else np.float32)  # same_kind
+    assert getattr(F, name)(x, out=out, **kw) is out
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("fft", ["fftn", "ifftn", "rfftn"])
+def test_fftn_out_and_s_interaction(fft):
+    """NumPy's own test (test_pocketfft.py), plus: the check comes before the transform."""
+    x = X3.real if fft == "rfftn" else X3
+    with pytest.raises(ValueError, match="has wrong shape"):
+        getattr(F, fft)(x, out=np.zeros_like(x), s=(3, 3, 3), axes=(0, 1, 2))
+    s = (4, 5, 5)
+    expected = getattr(np.fft, fft)(x, s=s, axes=(0, 1, 2))
+    out = np.zeros_like(expected)
+    assert getattr(F, fft)(x, s=s, axes=(0, 1, 2), out=out) is out
+    np.testing.assert_allclose(out, expected, atol=1e-12)
+
+
+def test_a_wrong_out_shape_is_reported_before_the_inputs_dtype():
+    """numpy.fft compares out's shape along the transformed axis first: rfftn of complex input with such an
+    out is a ValueError, with a right one the input's TypeError."""
+    with pytest.raises(ShapeMismatchError):
+        F.rfftn(X3, out=np.zeros_like(X3), s=(3, 3, 3), axes=(0, 1, 2))
+    with pytest.raises(UnsupportedDtypeError) as info:
+        F.rfftn(X3, out=np.zeros((3, 3, 2), complex), s=(3, 3, 3), axes=(0, 1, 2))
+    assert info.value.argument == "x"
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_a_bad_torch_out_is_refused_before_any_transform(monkeypatch):
+    t = torch.from_numpy(X3)
+    ran = []
+    monkeypatch.setattr(_route, "_run", lambda *a, **k: ran.append(a))
+    with pytest.raises(ShapeMismatchError):
+        F.fftn(t, s=(3, 3), axes=(1, 2), out=torch.zeros(4, 5, 6, dtype=torch.complex128))
+    with pytest.raises(UnsupportedDtypeError):
+        F.fft(t, out=torch.zeros(4, 5, 6, dtype=torch.float64))
+    with pytest.raises(UnsupportedOperandError):
+        F.fft(t, out=np.zeros((4, 5, 6), complex))
+    assert not ran
 
 
 # The array API (2024.12) signatures, as its test suite's test_signatures.py checks them: parameters before

@@ -287,3 +287,130 @@ def test_repeated_stateless_calls_scale_by_each_calls_own_device_and_host_scales
         )
         assert_matches(out, want, abs_sum * 1.2 + 1e-2, E4M3, extra_scale=sd)
         assert abs(float(aux["result_amax"]) - amax) <= 2e-3 * amax + 1e-3
+
+
+def _plan_of(a, b, **kw):
+    """The cached FP8 plan a stateless call with these arguments runs."""
+    mm = nvdispatch.Matmul(a, b, quantization_scales=kw.pop("quantization_scales", None), options=kw.pop("options"))
+    mm.plan(**kw)
+    return mm, mm._plan
+
+
+@needs_fp8
+@pytest.mark.parametrize("bias_along", ["n", "m"])
+@pytest.mark.parametrize("result_type", [E4M3, "bfloat16"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_both_operand_orders_of_the_shared_launch_vs_emulation(bias_along, result_type, b_layout, batch):
+    # the row orientation (bias along N) hands cuBLASLt b as its A; the col one (bias along M) a: the order is
+    # the plan's, fixed when it is made, and both go through the one launch sequence of the regular plans
+    m, n, k = 48, 64, 96
+    a = fp8((*batch, m, k), seed=40)
+    b = fp8((k, n), seed=41) if b_layout == "row" else fp8((n, k), seed=41).t()
+    bias = bf16((n,) if bias_along == "n" else (m, 1), seed=42)
+    scales = {"a": torch.tensor([0.5], device="cuda"), "b": 1.5} | ({"d": 2.0} if result_type == E4M3 else {})
+    kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}, "quantization_scales": scales}
+    opts = {"result_type": result_type}
+    ex = nvdispatch.explain(a, b, options=opts, **kw)
+    assert ex.executor == "cuda", str(ex)
+    form = "D^T = B^T A^T" if bias_along == "n" else "D = A B"
+    assert any(form in s for s in ex.steps), str(ex)
+    mm, plan = _plan_of(a, b, options=opts, **kw)
+    assert plan.launch.a_first == (bias_along == "m")
+    for got in (nvdispatch.matmul(a, b, options=opts, **kw), mm.execute()):
+        _, _, want, abs_sum, _ = emulate(
+            a, b, scales={"a": 0.5, "b": 1.5, "d": 2.0}, bias=bias, epilog="RELU_BIAS", result_type=result_type
+        )
+        assert got.shape == (*batch, m, n) and got.dtype == getattr(torch, result_type)
+        assert_matches(got, want, abs_sum * 1.2 + 1e-2, result_type, extra_scale=2.0)
+    mm.free()
+
+
+@needs_fp8
+@pytest.mark.parametrize("offset", [16, 32])
+def test_fp8_operands_aligned_to_16_bytes_only_take_the_heuristics_answer_for_their_alignment(offset):
+    # a view starting 16 or 32 bytes into its buffer: the launch asks the heuristic again for that alignment
+    m, n, k = 64, 48, 64
+    base = fp8((m, k + 64), seed=43)
+    a = base[:, offset : offset + k]  # rows k + 64 bytes apart (a multiple of 16): read in place
+    b = fp8((n, k), seed=44).t()
+    assert a.data_ptr() % 256 == offset % 256
+    opts = {"result_type": "bfloat16"}
+    got = nvdispatch.matmul(a, b, options=opts)
+    ex = nvdispatch.explain(a, b, options=opts)
+    assert ex.executor == "cuda" and not any("copy a" in s for s in ex.steps), str(ex)
+    _, _, want, abs_sum, _ = emulate(a, b, result_type="bfloat16")
+    assert_matches(got, want, abs_sum, "bfloat16")
+    aligned = nvdispatch.matmul(a.contiguous(), b, options=opts)  # the plan's own algorithm
+    assert_matches(aligned, want, abs_sum, "bfloat16")
+
+
+@needs_fp8
+def test_fp8_on_a_side_stream_and_the_default_stream_agree():
+    a, b = fp8((128, 256), seed=45), fp8((96, 256), seed=46).t()
+    bias = bf16((96,), seed=47)
+    kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}, "options": {"result_type": "bfloat16"}}
+    want = nvdispatch.matmul(a, b, **kw)
+    mm = nvdispatch.Matmul(a, b, options=kw["options"])
+    mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = mm.execute(stream=side)
+    side.synchronize()
+    torch.testing.assert_close(got, want)
+    mm.free()
+
+
+@needs_fp8
+@pytest.mark.parametrize("result_type", [E4M3, "bfloat16"])
+def test_cupy_fp8_with_padded_k_and_a_python_d_scale(result_type):
+    # CuPy's helpers: zeroed operand buffers (K = 40 padded to 48), results stored as the bits of types CuPy
+    # lacks, a Python-number d scale kept in a device buffer
+    cupy = pytest.importorskip("cupy")
+    a, b = fp8((32, 40), seed=48), fp8((40, 64), seed=49)
+    scales = {"b": 0.5} | ({"d": 4.0} if result_type == E4M3 else {})
+    opts = {"result_type": result_type}
+    want = nvdispatch.matmul(a, b, quantization_scales=scales, options=opts)
+    ca, cb = cupy.asarray(a.view(torch.uint8)), cupy.asarray(b.view(torch.uint8))
+    got = nvdispatch.matmul(
+        ca, cb, quantization_scales=scales, options={**opts, "operand_types": {"a": E4M3, "b": E4M3}}
+    )
+    assert isinstance(got, cupy.ndarray) and got.dtype == (np.uint8 if result_type == E4M3 else np.uint16)
+    bits = torch.from_dlpack(got).view(getattr(torch, result_type))
+    _, _, d, abs_sum, _ = emulate(a, b, scales=scales, result_type=result_type)
+    assert_matches(bits, d, abs_sum, result_type, extra_scale=scales.get("d", 1.0))
+    assert_matches(want, d, abs_sum, result_type, extra_scale=scales.get("d", 1.0))
+
+
+@needs_fp8
+@pytest.mark.parametrize("fast", [False, True])
+def test_every_fp8_autotune_candidate_computes_the_planned_result(fast):
+    # the heuristic's answers for the bias-only form with device scales (torch._scaled_mm's) are candidates
+    # where this plan's descriptor accepts them: each must still apply the ReLU and the host scales
+    from nvdispatch._cuda import lt_autotune
+
+    a, b = fp8((256, 512), seed=50), fp8((384, 512), seed=51).t()
+    bias = bf16((384,), seed=52)
+    scales = {"a": 0.5, "b": 2.0}
+    mm = nvdispatch.Matmul(
+        a, b, quantization_scales=scales, options={"result_type": "bfloat16", "fast_accumulation": fast}
+    )
+    mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    plan = mm._plan
+    cands = lt_autotune.candidates(plan.core, plan.handle)
+    related = [c for c in cands if " of the " in c[0]]
+    sample = related + cands[:: max(1, len(cands) // 24)]
+    _, _, want, abs_sum, _ = emulate(a, b, scales=scales, bias=bias, epilog="RELU_BIAS", result_type="bfloat16")
+    acc = ACC_FP8_FAST if fast else ACC_FP8_TENSOR_CORES
+    original = plan.algorithm
+    try:
+        for label, r in sample:
+            plan.algorithm = r
+            try:
+                _assert_matches(mm.execute(), want, abs_sum, "bfloat16", acc_eps=acc)
+            except AssertionError as exc:
+                raise AssertionError(f"{label}: {exc}") from None
+    finally:
+        plan.algorithm = original  # the plan is cached: later tests get the heuristic's choice
+        mm.free()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nvdispatch._cuda import lt_autotune
-from nvdispatch._cuda.lt_fp8 import fp8_layout
+from nvdispatch._cuda.lt_fp8_layout import fp8_layout
 from nvdispatch._dispatch import detect_all, placement
 from nvdispatch._epilog import spec_of
 from nvdispatch._fp8 import build_fp8_problem

@@ -16,7 +16,7 @@ class _Plan:
     device_index = 0
 
     def __init__(self):
-        self._algo = "original"
+        self.algorithm = "original"
 
 
 def _setup(monkeypatch, screen: dict, refined: dict, fail: tuple = ()):
@@ -46,7 +46,7 @@ def test_a_candidate_lucky_once_is_not_chosen_on_that_luck(monkeypatch):
     sampled, recorded = _setup(monkeypatch, screen, refined)
     plan = _Plan()
     times = dict(lt_autotune.autotune(plan, lambda r: r, stream=0, iterations=3))
-    assert plan._algo == "steady" and recorded == [("steady", 6.0)]
+    assert plan.algorithm == "steady" and recorded == [("steady", 6.0)]
     assert times["lucky"] == 9.0 and times["heuristic #0"] == 10.0  # finalists report their median
     finalists = {n for n, count in sampled.items() if count > 1}
     assert finalists == {"heuristic #0", "lucky", "steady", *[f"slow {i}" for i in range(lt_autotune.FINALISTS - 2)]}
@@ -59,7 +59,7 @@ def test_few_candidates_are_all_finalists(monkeypatch):
     sampled, recorded = _setup(monkeypatch, screen, screen)
     plan = _Plan()
     lt_autotune.autotune(plan, lambda r: r, stream=0, iterations=2)
-    assert sampled == {"heuristic #0": 2, "b": 2} and plan._algo == "b"
+    assert sampled == {"heuristic #0": 2, "b": 2} and plan.algorithm == "b"
 
 
 def test_failing_candidates_are_skipped_and_all_failing_keeps_the_algorithm(monkeypatch):
@@ -67,11 +67,11 @@ def test_failing_candidates_are_skipped_and_all_failing_keeps_the_algorithm(monk
     _, recorded = _setup(monkeypatch, screen, screen, fail=("broken",))
     plan = _Plan()
     times = dict(lt_autotune.autotune(plan, lambda r: r, stream=0, iterations=1))
-    assert times["broken"] == math.inf and plan._algo == "heuristic #0"
+    assert times["broken"] == math.inf and plan.algorithm == "heuristic #0"
     _, recorded = _setup(monkeypatch, {"x": 1.0}, {"x": 1.0}, fail=("x",))
     plan = _Plan()
     assert lt_autotune.autotune(plan, lambda r: r, stream=0) == [("x", math.inf)]
-    assert plan._algo == "original" and recorded == []
+    assert plan.algorithm == "original" and recorded == []
 
 
 def test_interrupted_autotune_leaves_the_plan_as_it_was(monkeypatch):
@@ -88,7 +88,7 @@ def test_interrupted_autotune_leaves_the_plan_as_it_was(monkeypatch):
     plan = _Plan()
     with pytest.raises(KeyboardInterrupt):
         lt_autotune.autotune(plan, launch, stream=0)
-    assert plan._algo == "original"
+    assert plan.algorithm == "original"
 
 
 def test_autotune_says_at_debug_what_it_searched_and_kept(monkeypatch, caplog):

@@ -320,15 +320,15 @@ def test_every_autotune_candidate_computes_the_planned_result(dtype, epilog):
     want = want if epilog != "GELU_AUX_BIAS" else want[0]
     tol = 4e-2 if dtype in ("bfloat16", "float16") else 2e-2 if dtype == "tf32" else 1e-4
     scale = want.abs().max().item()
-    original = plan._algo
+    original = plan.algorithm
     try:
         for label, result in cands[:: max(1, len(cands) // 48)]:  # ~48 of them, spread over every kind
-            plan._algo = result
+            plan.algorithm = result
             got = plan.execute(ops)
             got = got if epilog != "GELU_AUX_BIAS" else got[0]
             assert (got.float() - want.float()).abs().max().item() <= tol * scale, label
     finally:
-        plan._algo = original  # the plan is cached: later tests get the heuristic's choice
+        plan.algorithm = original  # the plan is cached: later tests get the heuristic's choice
         mm.free()
 
 

@@ -78,7 +78,7 @@ def _problem(a, b, epilog=None, inputs=None, c=None, options=None):
 
 
 def test_setup_row_orientation_is_a_free_transpose():
-    from nvdispatch._cuda.lt_matmul import setup
+    from nvdispatch._cuda.lt_setup import setup
 
     a, b = np.ones((2, 5, 3), np.float32), np.ones((3, 4), np.float32)
     p = _problem(a, b, "RELU_BIAS", {"bias": np.ones(4, np.float32)})
@@ -91,7 +91,7 @@ def test_setup_row_orientation_is_a_free_transpose():
 
 
 def test_setup_bias_along_m_and_bgrad_mapping():
-    from nvdispatch._cuda.lt_matmul import orientations, setup
+    from nvdispatch._cuda.lt_setup import orientations, setup
 
     a, b = np.ones((5, 3), np.float32), np.ones((3, 4), np.float32)
     p = _problem(a, b, "BIAS", {"bias": np.ones((5, 1), np.float32)})
@@ -105,7 +105,7 @@ def test_setup_bias_along_m_and_bgrad_mapping():
 
 
 def test_setup_copies_what_cublaslt_cannot_read():
-    from nvdispatch._cuda.lt_matmul import setup
+    from nvdispatch._cuda.lt_setup import setup
 
     a = np.ones((6, 8), np.float32)[:, ::2]  # non-unit strides on both axes
     b = np.ones((4, 3), np.float64)  # other dtype: cast

@@ -110,9 +110,9 @@ def test_the_compiled_direct_call_gives_what_the_python_one_gives(dtype, epilog,
         assert plan.direct is None
         pytest.skip(f"cuBLASLt runs {epilog} on {dtype} unfused")
     args = (a, b) if bias is None else (a, b, bias)
-    if hotpath() is not None and not plan._algo.workspaceSize:
+    if hotpath() is not None and not plan.algorithm.workspaceSize:
         assert type(plan.direct).__name__ == "builtin_function_or_method"
-    got, py = plan.direct(*args), plan._python_direct(*args)
+    got, py = plan.direct(*args), plan.python_direct(*args)
     assert got.dtype == dt and got.shape == (m, n) and got.device == a.device
     assert torch.equal(got, py), (got - py).abs().max()  # the same algorithm on the same pointers
     a64, b64 = a.double().cpu().numpy(), b.double().cpu().numpy()

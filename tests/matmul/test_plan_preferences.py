@@ -90,9 +90,9 @@ def test_cublaslt_plans_stay_within_max_workspace_bytes(cap):
         mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias}, preferences=prefs)
         out = mm.execute()
         plan = mm._plan
-        assert plan.core.max_workspace == cap and plan._algo.workspaceSize <= cap
+        assert plan.core.max_workspace == cap and plan.algorithm.workspaceSize <= cap
         mm.autotune(iterations=1)  # every candidate timed stays within the cap too
-        assert mm._plan._algo.workspaceSize <= cap
+        assert mm._plan.algorithm.workspaceSize <= cap
     want = (a @ b + bias).clamp_min(0)
     assert (out - want).abs().max().item() < 1e-2 * want.abs().max().item()
 

@@ -225,6 +225,13 @@ class Adapter:
         """A view of ``base`` (a result of ``kind``) with the given shape and element strides."""
         raise NotImplementedError(f"{self.name} cannot make views of its results")
 
+    def result_from_operand(self, shape, dtype: str, order: str = "C"):
+        """How an operand of this framework makes a result like itself (its device, its framework's allocator on
+        the current stream) without being told the device: ``(kind, args, kwargs, transposed)``, the result
+        being ``operand.new_empty(*args, **kwargs)`` (C-ordered storage), seen with its last two axes swapped
+        where ``transposed`` (``order="F"``); None (the default): results come from :meth:`empty_result`."""
+        return None
+
     # -- device helpers (layout copies, casts, fallback epilogs of the GPU plans) -----------------------------
     def device_ops_available(self) -> bool:
         """Whether :meth:`device_ops` can work here (the framework installed)."""

@@ -183,6 +183,10 @@ class CupyAdapter(Adapter):
         return x.get()
 
 
+#: dtypes CuPy has no type for, and the unsigned ints of their size that hold their bits
+_STORAGE = {"float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "bfloat16": "uint16"}
+
+
 class CupyDeviceOps:
     """The few array operations the GPU plans need, on CuPy arrays (see ``nvdispatch._cuda.xp``)."""
 
@@ -208,8 +212,24 @@ class CupyDeviceOps:
     def swap_last(self, x):
         return self.mod.swapaxes(x, -1, -2)
 
-    def empty(self, shape, dtype: str):
-        return self.mod.empty(tuple(shape), dtype=dtype)
+    def empty(self, shape, dtype: str, device_index: int | None = None):
+        """A new array on the current device; dtypes CuPy lacks (FP8, bfloat16) as unsigned ints holding the
+        bits."""
+        return self.mod.empty(tuple(shape), dtype=_STORAGE.get(dtype, dtype))
+
+    def zeros(self, shape, dtype: str, device_index: int | None = None):
+        """A new array of zero bits (+0 in every floating format), stored as :meth:`empty` stores it."""
+        return self.mod.zeros(tuple(shape), dtype=_STORAGE.get(dtype, dtype))
+
+    def full(self, shape, value, dtype: str, device_index: int | None = None):
+        return self.mod.full(tuple(shape), value, dtype=dtype)
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        """Wait for the work queued on the current stream."""
+        self.mod.cuda.get_current_stream().synchronize()
+
+    def data_ptr(self, x) -> int:
+        return x.data.ptr
 
     # -- relu bit masks (cuBLASLt's RELU_AUX format) ---------------------------------------------------
     def pack_mask(self, mask, ld_bits: int):

@@ -191,6 +191,15 @@ class TorchAdapter(Adapter):
     def result_view(self, kind, base, shape, strides_elems, offset_elems=0):
         return base.as_strided(shape, strides_elems, base.storage_offset() + offset_elems)
 
+    def result_from_operand(self, shape, dtype: str, order: str = "C"):
+        import torch
+
+        from .._cuda.arrays import storage_shape
+
+        shape = tuple(int(d) for d in shape)
+        storage = storage_shape(shape, order)
+        return "torch", (storage,), {"dtype": getattr(torch, dtype)}, storage is not shape
+
     # -- device helpers ------------------------------------------------------------------------------------
     def device_ops_available(self) -> bool:
         return _installed("torch")
@@ -238,6 +247,14 @@ class TorchDeviceOps:
         import torch
 
         self.mod = torch
+        self._devices: dict = {}  # device index -> torch.device (made once: a call's host time counts)
+
+    def _device(self, device_index: int | None):
+        dev = self._devices.get(device_index)
+        if dev is None:
+            dev = "cuda" if device_index is None else self.mod.device("cuda", device_index)
+            self._devices[device_index] = dev
+        return dev
 
     # -- layout and dtype ------------------------------------------------------------------------------
     def astype(self, x, dtype: str):
@@ -254,8 +271,26 @@ class TorchDeviceOps:
     def swap_last(self, x):
         return x.transpose(-1, -2)
 
-    def empty(self, shape, dtype: str):
-        return self.mod.empty(tuple(shape), dtype=getattr(self.mod, dtype), device="cuda")
+    def empty(self, shape, dtype: str, device_index: int | None = None):
+        """A new tensor on CUDA device ``device_index`` (None: the current one)."""
+        return self.mod.empty(tuple(shape), dtype=getattr(self.mod, dtype), device=self._device(device_index))
+
+    def zeros(self, shape, dtype: str, device_index: int | None = None):
+        """A new tensor of zero bits (+0 in every floating format)."""
+        dt, dev = getattr(self.mod, dtype), self._device(device_index)
+        if dt.itemsize == 1:  # one-byte formats (FP8) are zeroed as bytes
+            return self.mod.zeros(tuple(shape), dtype=self.mod.uint8, device=dev).view(dt)
+        return self.mod.zeros(tuple(shape), dtype=dt, device=dev)
+
+    def full(self, shape, value, dtype: str, device_index: int | None = None):
+        return self.mod.full(tuple(shape), value, dtype=getattr(self.mod, dtype), device=self._device(device_index))
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        """Wait for the work queued on the current stream of ``device_index``."""
+        self.mod.cuda.current_stream(device_index).synchronize()
+
+    def data_ptr(self, x) -> int:
+        return x.data_ptr()
 
     # -- relu bit masks (cuBLASLt's RELU_AUX format) ---------------------------------------------------
     def pack_mask(self, mask, ld_bits: int):

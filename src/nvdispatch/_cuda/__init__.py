@@ -23,8 +23,21 @@ Nothing here is specific to one operation. Each piece is imported lazily, so imp
     cases a library call cannot cover (layout copies, casts, fallbacks).
 ``cublaslt``
     ctypes bindings of the cuBLASLt C API (cuda-bindings has none).
-``lt_matmul``
-    The cuBLASLt matmul plan shared by the ``cuda`` and ``cupy`` executors.
+``lt_layout``, ``lt_setup``, ``lt_fp8_layout``
+    A row-major matmul problem in cuBLASLt's column-major terms (pure arithmetic, tested on the CPU).
+``lt_descriptors``
+    Descriptors, layouts and preferences of a problem, the heuristic's answers for them, and ``probe``: whether
+    (and in which orientation) cuBLASLt fuses a problem's epilog.
+``lt_launch``, ``lt_plan_base``
+    The one launch sequence of every cuBLASLt plan, and what the plans share on top of it (tuning, timing,
+    workspaces).
+``lt_matmul``, ``lt_direct``, ``lt_aux``, ``lt_inplace``
+    The regular cuBLASLt plan shared by the ``cuda`` and ``cupy`` executors: its direct call, its epilogue
+    buffers, and the unfused ``inplace`` strategy beside it.
+``lt_fp8``
+    The FP8 cuBLASLt plan.
+``lt_autotune``
+    Timing cuBLASLt's candidate algorithms and recording the fastest.
 """
 
 from __future__ import annotations

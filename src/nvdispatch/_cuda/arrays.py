@@ -30,7 +30,19 @@ import numpy as np
 from .._adapters.base import c_strides
 from . import runtime
 
-__all__ = ["DeviceView", "CudaArray", "view", "empty", "result_kind", "c_strides"]
+__all__ = [
+    "DeviceView",
+    "CudaArray",
+    "view",
+    "pointer_getter",
+    "empty",
+    "result_kind",
+    "result_from_operand",
+    "storage_shape",
+    "as_kind",
+    "make_view",
+    "c_strides",
+]
 
 
 @dataclass
@@ -40,21 +52,6 @@ class DeviceView:
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # elements
     owner: Any = None
-
-
-_TORCH_NAMES = {"bfloat16": "bfloat16"}
-
-
-def _np_dtype(name: str):
-    if name == "bfloat16":
-        return None
-    return np.dtype(name)
-
-
-def itemsize(name: str) -> int:
-    if name == "bfloat16":
-        return 2
-    return np.dtype(name).itemsize
 
 
 def view(x: Any, framework: str) -> DeviceView:
@@ -80,20 +77,20 @@ def view(x: Any, framework: str) -> DeviceView:
 
 
 # -- DLPack (read-only import: pointer, shape, strides; dlpack_export builds its capsules on these structs) ---
-class _DLDevice(ctypes.Structure):
+class DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
 
 
-class _DLDataType(ctypes.Structure):
+class DLDataType(ctypes.Structure):
     _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
 
 
-class _DLTensor(ctypes.Structure):
+class DLTensor(ctypes.Structure):
     _fields_ = [
         ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
+        ("device", DLDevice),
         ("ndim", ctypes.c_int),
-        ("dtype", _DLDataType),
+        ("dtype", DLDataType),
         ("shape", ctypes.POINTER(ctypes.c_int64)),
         ("strides", ctypes.POINTER(ctypes.c_int64)),
         ("byte_offset", ctypes.c_uint64),
@@ -111,7 +108,7 @@ def _dlpack_view(x) -> DeviceView:
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     addr = get(capsule, b"dltensor")  # DLManagedTensor starts with its DLTensor
-    t = _DLTensor.from_address(addr)
+    t = DLTensor.from_address(addr)
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = c_strides(shape) if not t.strides else tuple(t.strides[i] for i in range(t.ndim))
     dtype = _DL_CODES.get((t.dtype.code, t.dtype.bits), f"dlpack{t.dtype.code}:{t.dtype.bits}")
@@ -250,6 +247,16 @@ def _span(shape, strides) -> int:
     return 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides))
 
 
+def pointer_getter(framework: str):
+    """A function giving the device pointer of ``framework``'s arrays (read once per plan, called per call)."""
+    from .._adapters import adapter_named
+
+    ad = adapter_named(framework)
+    if ad is not None:
+        return ad.data_ptr
+    return lambda x: view(x, framework).ptr
+
+
 def result_kind(x: Any, framework: str) -> str:
     """How to create results for a caller whose operand is ``x``: "torch", "cupy", "numba" or "cai" (the
     result kinds adapters declare, see :func:`nvdispatch._adapters.adapter_for_result_kind`)."""
@@ -265,6 +272,15 @@ def storage_shape(shape: tuple, order: str) -> tuple:
     if order == "F" and len(shape) >= 2:
         return (*shape[:-2], shape[-1], shape[-2])
     return shape
+
+
+def result_from_operand(framework: str, shape, dtype: str, order: str = "C"):
+    """How ``framework``'s operands make a result like themselves: ``(kind, args, kwargs, transposed)`` for
+    ``operand.new_empty(*args, **kwargs)`` (see ``Adapter.result_from_operand``), or None: use :func:`empty`."""
+    from .._adapters import adapter_named
+
+    ad = adapter_named(framework)
+    return None if ad is None else ad.result_from_operand(shape, dtype, order)
 
 
 def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: str = "C"):

@@ -1,6 +1,6 @@
 """ctypes bindings of the cuBLASLt C API (the library located by cuda-pathfinder).
 
-Only what the matmul plan needs: handle, matmul descriptor, matrix layouts, preferences, heuristic and
+Only what the matmul plans need: handle, matmul descriptor, matrix layouts, preferences, heuristic and
 ``cublasLtMatmul``. Enum values are those of ``cublasLt.h`` (CUDA 12/13).
 """
 
@@ -39,12 +39,14 @@ CUDA_DTYPE = {
     "uint8": 8,
     "int32": 10,
     "bfloat16": 14,
+    "float8_e4m3fn": 28,
+    "float8_e5m2": 29,
 }
 
+# cublasComputeType_t / cudaDataType_t of the FP8 matmuls
+COMPUTE_32F, CUDA_R_32F = 68, 0
+
 # cublasLtMatmulDescAttributes_t
-DESC_COMPUTE_TYPE = 0
-DESC_SCALE_TYPE = 1
-DESC_POINTER_MODE = 2
 DESC_TRANSA = 3
 DESC_TRANSB = 4
 DESC_EPILOGUE = 7
@@ -53,27 +55,25 @@ DESC_BIAS_BATCH_STRIDE = 10
 DESC_EPILOGUE_AUX_POINTER = 11
 DESC_EPILOGUE_AUX_LD = 12
 DESC_EPILOGUE_AUX_BATCH_STRIDE = 13
+DESC_A_SCALE_POINTER = 17
+DESC_B_SCALE_POINTER = 18
+DESC_D_SCALE_POINTER = 20
+DESC_AMAX_D_POINTER = 21
 DESC_EPILOGUE_AUX_DATA_TYPE = 22
+DESC_FAST_ACCUM = 25
 DESC_BIAS_DATA_TYPE = 26
 
 # cublasLtMatrixLayoutAttribute_t
-LAYOUT_TYPE = 0
-LAYOUT_ORDER = 1
-LAYOUT_ROWS = 2
-LAYOUT_COLS = 3
-LAYOUT_LD = 4
 LAYOUT_BATCH_COUNT = 5
 LAYOUT_STRIDED_BATCH_OFFSET = 6
 
 # cublasLtMatmulPreferenceAttributes_t
-PREF_SEARCH_MODE = 0
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT_A_BYTES = 5
 PREF_MIN_ALIGNMENT_B_BYTES = 6
 PREF_MIN_ALIGNMENT_C_BYTES = 7
 PREF_MIN_ALIGNMENT_D_BYTES = 8
 
-OP_N, OP_T = 0, 1
 
 class Algo(ctypes.Structure):
     _fields_ = [("data", ctypes.c_uint64 * 8)]
@@ -138,8 +138,8 @@ def lib():
 def matmul_call():
     """``cublasLtMatmul`` taking its 16 arguments as ints (pointers, ``algo`` the address of a
     ``cublasLtMatmulAlgo_t``: ``ctypes.addressof(result.algo)``), returning the status: called directly through
-    ``nvdispatch._hotpath`` where the extension is built, else the ctypes function (which converts the 16
-    arguments at 2-4 us a launch on the H200's host)."""
+    ``nvdispatch._hotpath`` where the extension is built (sparing the conversion of the 16 arguments ctypes makes
+    on every launch), else the ctypes function."""
     compiled = hotpath()
     return lib().cublasLtMatmul if compiled is None else compiled.make_lt_matmul(address("cublasLtMatmul"))
 

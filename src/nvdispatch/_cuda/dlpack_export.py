@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import _DLDataType, _DLDevice, _DLTensor  # the DLPack 0.x structs, shared with the import side
+from .arrays import DLDataType, DLDevice, DLTensor  # the DLPack 0.x structs, shared with the import side
 
 __all__ = ["capsule", "KDL_CPU", "KDL_CUDA"]
 
@@ -28,7 +28,7 @@ class _DLManagedTensor(ctypes.Structure):
 
 
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+_DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
 
 _NAME = b"dltensor"
 _lock = threading.Lock()
@@ -76,9 +76,9 @@ def capsule(ptr: int, shape, strides_elems, dtype, device_type: int, device_id: 
     managed = _DLManagedTensor()
     t = managed.dl_tensor
     t.data = ptr or None
-    t.device = _DLDevice(device_type, device_id)
+    t.device = DLDevice(device_type, device_id)
     t.ndim = ndim
-    t.dtype = _DLDataType(_CODES[dt.kind], dt.itemsize * 8, 1)
+    t.dtype = DLDataType(_CODES[dt.kind], dt.itemsize * 8, 1)
     t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
     t.strides = ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
     t.byte_offset = 0

@@ -5,12 +5,14 @@
 * the heuristic's top candidates (``limit``, default :data:`CANDIDATES`) at the plan's workspace limit,
 * the heuristic's answers at smaller workspace limits (4 MiB, none) — other kernels, often other split-K
   choices,
+* the heuristic's answers for related forms of the problem (``related()`` of the plan's descriptors: for FP8,
+  the bias-only form with device scales that ``torch._scaled_mm`` hands cuBLASLt) that run this one too,
 * split-K variants (2, 4, 8, 16 slices, reduced in the compute type) of the first few candidates,
 * the *neighbourhood* of the first few distinct answers: each with one knob of its configuration changed
   (cluster shape, CTA swizzling, stages, custom option, tile) and with tile and cluster shape changed
   together, the tiles (stages) taken from the kernel's capabilities where it lists few, else from those the
-  heuristic answered with. The heuristic ranks by a model; on the H200 a neighbour it did not offer ran 3-7%
-  faster than the best of its answers in several shapes (fp32 with TF32 16384x4096x512, bf16 512^3),
+  heuristic answered with. The heuristic ranks by a model: a neighbour it did not offer can be the faster
+  kernel (``benchmarks/README.md`` has the measurements),
 
 every candidate validated with ``cublasLtMatmulAlgoCheck`` (configurations a kernel cannot take are dropped
 there). Timing is two-staged: one short sample of every candidate (screening), then ``iterations`` samples of
@@ -34,7 +36,17 @@ import statistics
 import types
 from collections.abc import Callable
 
-__all__ = ["environment", "fingerprint", "tuning_key", "candidates", "autotune", "saved_choice", "record", "CANDIDATES"]
+__all__ = [
+    "environment",
+    "fingerprint",
+    "tuning_key",
+    "candidates",
+    "configuration",
+    "autotune",
+    "saved_choice",
+    "record",
+    "CANDIDATES",
+]
 
 #: candidates the heuristic is asked for when autotuning
 CANDIDATES = 8
@@ -53,6 +65,7 @@ _SWIZZLES = range(4)
 
 # cublasLtMatmulAlgoConfigAttributes_t: (attribute, C type)
 _CONFIG = {
+    "id": (0, ctypes.c_int32),
     "tile": (1, ctypes.c_uint32),
     "splitk": (2, ctypes.c_uint32),
     "reduction": (3, ctypes.c_uint32),
@@ -145,7 +158,8 @@ def _key(result) -> tuple[int, ...]:
 
 
 def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, object]]:
-    """``[(label, HeuristicResult)]``: heuristic answers at several workspace limits, then split-K variants."""
+    """``[(label, HeuristicResult)]``: heuristic answers at several workspace limits and for the related forms,
+    split-K variants, then the neighbourhood (see the module docstring)."""
     from . import cublaslt as lt
 
     out: list[tuple[str, object]] = []
@@ -165,6 +179,19 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
         pref = lt.Preference(ws, 256)
         for i, r in enumerate(lt.heuristic(handle, core.desc, core.a, core.b, core.c, core.d, pref, limit)):
             add(f"heuristic #{i} (workspace <= {ws >> 20} MiB)", r)
+    heuristic = list(out)
+    seeds = _seeds(heuristic, limit)
+    for form, other in core.related():
+        pref = lt.Preference(core.max_workspace, 256)
+        answers = lt.heuristic(handle, other.desc, other.a, other.b, other.c, other.d, pref, limit)
+        for i, r in enumerate(answers):
+            checked = _check(core, handle, r.algo)
+            if checked is not None and checked.workspaceSize <= core.max_workspace:
+                label = f"heuristic #{i} of the {form}"
+                add(label, checked)
+                heuristic.append((label, checked))
+                if i == 0 and _key(checked) not in {_key(seed) for _, seed in seeds}:  # its first: a seed too
+                    seeds.append((label, checked))
     first = [r for _, r in out[:_SPLITK_OF_FIRST]]
     for i, r in enumerate(first):
         for slices in _SPLITK:
@@ -174,7 +201,7 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
             checked = _check(core, handle, algo)
             if checked is not None and checked.workspaceSize <= core.max_workspace:
                 add(f"heuristic #{i} split-K {slices}", checked)
-    for label, algo in _neighbourhood(out, limit):
+    for label, algo in _neighbourhood(seeds, heuristic):
         checked = _check(core, handle, algo)
         if checked is not None and checked.workspaceSize <= core.max_workspace:
             add(label, checked)
@@ -205,6 +232,15 @@ def _config(algo, name: str) -> int | None:
     return v.value if status == 0 else None
 
 
+def configuration(result) -> dict[str, int | None]:
+    """The configuration of algorithm ``result`` (a ``HeuristicResult``): its algorithm id, tile, stages, split-K
+    slices, reduction scheme, CTA swizzling, custom option and cluster shape (cuBLASLt's enum values), and the
+    workspace it needs — what tells two kernels apart in a benchmark's record."""
+    got: dict[str, int | None] = {name: _config(result.algo, name) for name in _CONFIG}
+    got["workspace"] = int(result.workspaceSize)
+    return got
+
+
 def _capability_int(algo, attr: int) -> int:
     """An int32 capability of ``algo``'s kernel (0 where cuBLASLt does not tell)."""
     v, written = ctypes.c_int32(0), ctypes.c_size_t(0)
@@ -228,22 +264,26 @@ def _is_neighbour(label: str) -> bool:
     return any(f" {name} " in label for name in ("cluster", "swizzle", "stages", "custom", "tile"))
 
 
-def _neighbourhood(answers, limit: int):
-    """``(label, algorithm)`` pairs near the first :data:`NEIGHBOURHOOD_SEEDS` distinct heuristic answers (of
-    ``answers``, ``[(label, HeuristicResult)]``): one configuration knob changed at a time, and tile with
-    cluster shape. Unchecked: :func:`candidates` checks each."""
-    heuristic = [(label, r) for label, r in answers if "split-K" not in label]
-    answered = {  # the tiles and stages of the heuristic's own answers
-        name: sorted({v for _, r in heuristic if (v := _config(r.algo, name)) is not None})
-        for name in ("tile", "stages")
-    }
+def _seeds(answers, limit: int) -> list:
+    """The first :data:`NEIGHBOURHOOD_SEEDS` distinct answers of ``answers`` (``[(label, HeuristicResult)]``)."""
     seen_ids: set[tuple[int, ...]] = set()
     seeds = []
-    for label, r in heuristic:
+    for label, r in answers:
         if _key(r) not in seen_ids and len(seeds) < min(NEIGHBOURHOOD_SEEDS, max(1, limit)):
             seen_ids.add(_key(r))
-            seeds.append((label, r.algo))
-    for label, algo in seeds:
+            seeds.append((label, r))
+    return seeds
+
+
+def _neighbourhood(seeds, answers):
+    """``(label, algorithm)`` pairs near each of ``seeds`` (``[(label, HeuristicResult)]``): one configuration
+    knob changed at a time, and tile with cluster shape; tiles and stages beyond a kernel's short capability lists
+    are those of the heuristic's ``answers``. Unchecked: :func:`candidates` checks each."""
+    answered = {  # the tiles and stages of the heuristic's own answers
+        name: sorted({v for _, r in answers if (v := _config(r.algo, name)) is not None}) for name in ("tile", "stages")
+    }
+    for label, seed in seeds:
+        algo = seed.algo
         tiles, stages = (_capability_ids(algo, cap) for cap in (_CAP_TILE_IDS, _CAP_STAGES_IDS))
         tiles = tiles if len(tiles) <= _MAX_CAP_IDS else answered["tile"]
         stages = stages if len(stages) <= _MAX_CAP_IDS else answered["stages"]
@@ -288,8 +328,8 @@ def _busy_wait(stream: int, device_index: int, seconds: float) -> bool:
 
 def _on_torch_current_stream(launch, stream: int, device_index: int, iterations: int, burst: int) -> float | None:
     """Median GPU seconds timed with Torch's own events and busy-wait on Torch's current stream (the common
-    case of autotune), else None. On the H200 the raw-handle form below let the host's per-launch time show for
-    kernels of 7-17 us (timed at ~36 us; cause not found) while this form, the benchmarks', timed them right."""
+    case of autotune), else None. The raw-handle form below can let the host's per-launch time show for short
+    kernels (see ``benchmarks/README.md``); this form, the benchmarks' own, times them as they run."""
     import sys
 
     torch = sys.modules.get("torch")
@@ -317,9 +357,8 @@ def gpu_seconds(
 ) -> float:
     """Median GPU seconds of ``launch()`` (queuing work on ``stream``): CUDA events around bursts of ``burst``
     back-to-back launches queued behind a busy-wait, so small kernels are not timed with the host's gaps."""
-    from .runtime import EventTimer, check, cudart
+    from .runtime import EventTimer
 
-    rt = cudart()
     launch()  # warm-up (and workspace allocation)
     torch_timed = _on_torch_current_stream(launch, stream, device_index, iterations, burst)
     if torch_timed is not None:
@@ -328,13 +367,10 @@ def gpu_seconds(
         samples = []
         for _ in range(max(1, iterations)):
             _busy_wait(stream, device_index, _HOLD_SECONDS)
-            check(rt.cudaEventRecord(timer._start, stream), "cudaEventRecord")
+            timer.start(stream)
             for _ in range(burst):
                 launch()
-            check(rt.cudaEventRecord(timer._stop, stream), "cudaEventRecord")
-            check(rt.cudaEventSynchronize(timer._stop), "cudaEventSynchronize")
-            ms = check(rt.cudaEventElapsedTime(timer._start, timer._stop), "cudaEventElapsedTime")
-            samples.append(ms * 1e-3 / burst)
+            samples.append(timer.stop(stream) / burst)
     return float(statistics.median(samples))
 
 
@@ -345,7 +381,7 @@ def autotune(plan, launch: Callable[[object], None], stream: int, iterations: in
     ``[(label, seconds)]`` in candidate order: a finalist's median, another candidate's one sample (inf for a
     candidate that failed)."""
     cands = candidates(plan.core, plan.handle, limit)
-    original = plan._algo
+    original = plan.algorithm
     dev = plan.device_index
 
     def timed(index: int, samples: int, burst: int = _BURST) -> float:
@@ -374,15 +410,15 @@ def autotune(plan, launch: Callable[[object], None], stream: int, iterations: in
         for i, got in samples.items():
             seconds[i] = statistics.median(got)
     except BaseException:  # interrupted: the shared plan keeps the algorithm it had, not a trial one
-        plan._algo = original
+        plan.algorithm = original
         raise
     best = min(finalists, key=seconds.__getitem__) if cands else None
     if best is not None and math.isfinite(seconds[best]):
         label, r = cands[best]
-        plan._algo = r
+        plan.algorithm = r
         record(plan, r, label, seconds[best])
     else:
-        plan._algo = original
+        plan.algorithm = original
     _log.debug(
         "cuBLASLt autotune: %d candidates (%d in the neighbourhood), %d finalists; kept %s (%.2f us; the "
         "heuristic's first answer %.2f us)",
@@ -407,7 +443,7 @@ def record(plan, result, label: str = "", seconds: float | None = None) -> dict:
         "label": label,
         "seconds": seconds,
     }
-    plan._tuned = choice
+    plan.tuned = choice
     plan_cache.record_tuning(tuning_key(plan), choice)
     return choice
 
@@ -433,7 +469,7 @@ def saved_choice(plan, tuning=None):
     checked = _check(plan.core, plan.handle, algo)
     if checked is None or checked.workspaceSize > plan.core.max_workspace:
         return None
-    plan._tuned = choice
+    plan.tuned = choice
     return checked
 
 

@@ -7,7 +7,6 @@ cannot work here.
 from __future__ import annotations
 
 import functools
-import statistics
 import threading
 from typing import Any
 
@@ -116,26 +115,23 @@ def pointer_device(ptr: int) -> int:
 
 
 class EventTimer:
-    """Time work queued on a stream with CUDA events (median of several runs, in seconds)."""
+    """Time work queued on a stream with a pair of CUDA events: :meth:`start`, queue the work, :meth:`stop`."""
 
     def __init__(self):
         rt = cudart()
         self._start = check(rt.cudaEventCreate(), "cudaEventCreate")
         self._stop = check(rt.cudaEventCreate(), "cudaEventCreate")
 
-    def time(self, launch, stream: int, iterations: int, warmup: int = 1) -> float:
-        """Median seconds of ``launch()`` (which queues work on ``stream``) over ``iterations`` runs."""
+    def start(self, stream: int) -> None:
+        """Record the start event on ``stream``."""
+        check(cudart().cudaEventRecord(self._start, stream), "cudaEventRecord")
+
+    def stop(self, stream: int) -> float:
+        """Record the stop event on ``stream``, wait for it and return the seconds since :meth:`start`."""
         rt = cudart()
-        for _ in range(warmup):
-            launch()
-        samples = []
-        for _ in range(max(1, iterations)):
-            check(rt.cudaEventRecord(self._start, stream), "cudaEventRecord")
-            launch()
-            check(rt.cudaEventRecord(self._stop, stream), "cudaEventRecord")
-            check(rt.cudaEventSynchronize(self._stop), "cudaEventSynchronize")
-            samples.append(check(rt.cudaEventElapsedTime(self._start, self._stop), "cudaEventElapsedTime") * 1e-3)
-        return float(statistics.median(samples))
+        check(rt.cudaEventRecord(self._stop, stream), "cudaEventRecord")
+        check(rt.cudaEventSynchronize(self._stop), "cudaEventSynchronize")
+        return check(rt.cudaEventElapsedTime(self._start, self._stop), "cudaEventElapsedTime") * 1e-3
 
     def close(self) -> None:
         rt = cudart()

@@ -12,11 +12,9 @@ import functools
 import importlib.util
 from typing import Any
 
-__all__ = ["namespace_for", "as_xp", "Xp", "round_up"]
+from .arrays import CudaArray
 
-
-def round_up(x: int, base: int) -> int:
-    return -(-x // base) * base
+__all__ = ["namespace_for", "as_xp", "Xp"]
 
 
 def _has(mod: str) -> bool:
@@ -42,8 +40,9 @@ def namespace_for(framework: str) -> str | None:
 
 
 def as_xp(x: Any, framework: str, xp: str):
-    """A zero-copy Torch tensor / CuPy array viewing device array ``x`` (owned by ``framework``)."""
-    if framework == xp:
+    """A zero-copy Torch tensor / CuPy array (helper namespace ``xp``) viewing device array ``x`` (owned by
+    ``framework``): ``x`` itself where it is one already."""
+    if framework == xp and not isinstance(x, CudaArray):
         return x
     from .._adapters import adapter_named
 
@@ -53,7 +52,8 @@ def as_xp(x: Any, framework: str, xp: str):
 def Xp(name: str):  # noqa: N802 - the name callers construct helpers with
     """The few array operations the GPU plans need, on ``name``'s ("torch"/"cupy") device arrays: the
     framework adapter's device helpers (``astype``, ``contiguous``, ``copy_into``, ``swap_last``,
-    ``empty``, ``pack_mask``/``unpack_mask`` for cuBLASLt's RELU bit masks, ``epilog_ops``)."""
+    ``empty``/``zeros``/``full``, ``synchronize``, ``data_ptr``, ``pack_mask``/``unpack_mask`` for cuBLASLt's
+    RELU bit masks, ``epilog_ops``)."""
     from .._adapters import adapter_named
 
     return adapter_named(name).device_ops()

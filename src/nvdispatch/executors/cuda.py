@@ -14,7 +14,7 @@ CAI/DLPack operands). Nothing synchronizes the host.
 
 Matmul auxiliary formats (cuBLASLt's): ``relu_aux`` is a ``uint8`` bit mask, ``(..., m, ceil128(n)/8)``
 for the default (bias along N) orientation; DRELU also takes a boolean mask of the result's shape. See
-:mod:`nvdispatch._cuda.lt_matmul` for the exact layouts.
+:mod:`nvdispatch._cuda.lt_aux` for the exact layouts.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Matmul on the raw ``"cuda"`` executor: cuBLASLt with every epilog fused into one ``cublasLtMatmul``.
 
 Strategies: ``native`` (the epilog in cuBLASLt's epilogue: bias of either orientation, ReLU/GELU, aux
-outputs, DRELU/DGELU, bias gradients; see :mod:`nvdispatch._cuda.lt_matmul` for how a row-major problem is
+outputs, DRELU/DGELU, bias gradients; see :mod:`nvdispatch._cuda.lt_setup` for how a row-major problem is
 described to cuBLASLt) and ``inplace`` (cuBLASLt's plain matmul, then the epilog in place through CuPy or
 Torch ops) — only used where cuBLASLt has no fused kernel for the case, and ``explain()`` then says why.
 
@@ -11,11 +11,10 @@ where no ``compute_type``/``scale_type`` is asked for, which ``cupy.matmul`` cou
 BIAS/RELU_BIAS/GELU_BIAS products of Torch tensors with a bias along N (at most :data:`HOST_BOUND_MNK`
 multiply-adds) are host-bound: their GPU time is below the host cost of a launch. They run here where the
 compiled extension is built: our plan's direct call (``_hotpath_lt.c``) launches the algorithm it planned
-once, where Torch's ``_addmm_activation`` asks cuBLASLt's heuristic on every call — measured on the H200, a
-stateless 16x16 RELU_BIAS call costs 1.09x a ``torch.matmul`` call in host time, ``_addmm_activation`` 1.12x
-(``benchmarks/gpu_matmul_bench.py --host-only``). Without the extension they are declined to Torch's fused entry,
-which then costs less than our Python direct call. Neither is declined when the user asked for this executor
-with ``set_backend("cuda")`` or ``set_global_backend("cuda")``.
+once, where Torch's ``_addmm_activation`` asks cuBLASLt's heuristic on every call, so ours costs less host time
+(``benchmarks/gpu_matmul_bench.py --host-only`` measures both). Without the extension they are declined to
+Torch's fused entry, which then costs less than our Python direct call. Neither is declined when the user asked
+for this executor with ``set_backend("cuda")`` or ``set_global_backend("cuda")``.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from __future__ import annotations
 from .._compiled import hotpath
 from .._matmul_problem import MatmulProblem
 
-#: frameworks whose own matmul runs plain products (measured on the H200: the same kernels; 16x16 host time per
-#: call, Torch 11.2 us against 13.0 through cuBLASLt, CuPy 15.9 against 20.7)
+#: frameworks whose own matmul runs plain products: the same cuBLAS kernels, with less host time per call than a
+#: cuBLASLt call from here
 PLAIN_TO_FRAMEWORK = {"torch", "cupy"}
 #: Torch problems up to this m*n*k whose epilog Torch fuses into cuBLASLt itself are left to Torch where the
 #: extension is not built (host-bound: 256^3 multiply-adds take a few microseconds on a current GPU, less than a
@@ -33,9 +32,9 @@ HOST_BOUND_MNK = 256**3
 
 
 def _lt():
-    from .._cuda import cublaslt, lt_matmul, xp
+    from .._cuda import cublaslt, lt_descriptors, lt_setup, xp
 
-    return cublaslt, lt_matmul, xp
+    return cublaslt, lt_setup, lt_descriptors, xp
 
 
 def _requested() -> bool:
@@ -49,7 +48,7 @@ def _requested() -> bool:
 def decline(problem: MatmulProblem) -> str | None:
     if problem.autograd:
         return "autograd records this call; a raw cuBLASLt result would carry no graph (Torch's ops keep it)"
-    cublaslt, lt_matmul, xp = _lt()
+    cublaslt, lt_setup, lt_descriptors, xp = _lt()
     why = cublaslt.unavailable()
     if why:
         return why
@@ -58,10 +57,10 @@ def decline(problem: MatmulProblem) -> str | None:
 
         return lt_fp8.decline(problem)
     dt = problem.result_dtype
-    if dt not in lt_matmul.LT_DTYPES:
+    if dt not in lt_setup.LT_DTYPES:
         return f"cuBLASLt matmul takes float16/bfloat16/float32/float64/complex64/complex128, not {dt}"
     for name in ("a", "b"):
-        if getattr(problem, name).dtype not in lt_matmul.LT_DTYPES:
+        if getattr(problem, name).dtype not in lt_setup.LT_DTYPES:
             return f"{name} is {getattr(problem, name).dtype}; cuBLASLt needs floating operands"
     if _zero_size(problem):
         if problem.framework in ("torch", "cupy"):
@@ -86,7 +85,7 @@ def decline(problem: MatmulProblem) -> str | None:
     if problem.framework == "dlpack" and problem.a.strides is None:
         pass  # strides are read at execution time; C-contiguous is assumed when planning
     if xp.namespace_for(problem.framework) is None:
-        orientation, _, why_not = lt_matmul.probe(problem)
+        orientation, _, why_not = lt_descriptors.probe(problem)
         if orientation is None:
             return f"{why_not}, and the unfused fallback needs CuPy or Torch"
     return None
@@ -107,8 +106,8 @@ def strategies(problem: MatmulProblem) -> tuple[str, ...]:
         return ("native",)  # one cublasLtMatmul on FP8 tensor cores (decline sent the rest elsewhere)
     if _zero_size(problem):
         return ("inplace",)  # cuBLASLt takes no empty matrices: CuPy/Torch ops build the (empty or c-only) result
-    _, lt_matmul, xp = _lt()
-    orientation, _, _ = lt_matmul.probe(problem)
+    _, _, lt_descriptors, xp = _lt()
+    orientation, _, _ = lt_descriptors.probe(problem)
     fallback = ("inplace",) if problem.epilog.steps and xp.namespace_for(problem.framework) else ()
     return ("native", *fallback) if orientation is not None else fallback
 
@@ -118,10 +117,13 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
         from .._cuda import lt_fp8
 
         return lt_fp8.Fp8LtPlan(problem, tuning=tuning)
-    _, lt_matmul, _ = _lt()
+    from .._cuda.lt_descriptors import probe
+    from .._cuda.lt_inplace import InplacePlan
+    from .._cuda.lt_matmul import LtMatmulPlan
+
     if _zero_size(problem):
-        return lt_matmul.InplacePlan(problem, "zero-size matmul (cuBLASLt takes no empty matrices)", via="xp")
+        return InplacePlan(problem, "zero-size matmul (cuBLASLt takes no empty matrices)", via="xp")
     if strategy == "native":
-        return lt_matmul.LtMatmulPlan(problem, tuning=tuning)
-    orientation, _, why = lt_matmul.probe(problem)
-    return lt_matmul.InplacePlan(problem, why if orientation is None else "", via="lt")
+        return LtMatmulPlan(problem, tuning=tuning)
+    orientation, _, why = probe(problem)
+    return InplacePlan(problem, why if orientation is None else "", via="lt")

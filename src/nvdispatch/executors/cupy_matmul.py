@@ -14,18 +14,18 @@ from .._matmul_problem import MatmulProblem
 
 
 def _native_possible(problem: MatmulProblem) -> tuple[bool, str]:
-    from .._cuda import cublaslt, lt_matmul, runtime
+    from .._cuda import cublaslt, lt_descriptors, lt_setup, runtime
 
     why = runtime.unavailable() or cublaslt.unavailable()
     if why:
         return False, why
-    if problem.result_dtype not in lt_matmul.LT_DTYPES or problem.a.dtype not in lt_matmul.LT_DTYPES:
+    if problem.result_dtype not in lt_setup.LT_DTYPES or problem.a.dtype not in lt_setup.LT_DTYPES:
         return False, f"cuBLASLt has no {problem.result_dtype} matmul"
-    if problem.b.dtype not in lt_matmul.LT_DTYPES:
+    if problem.b.dtype not in lt_setup.LT_DTYPES:
         return False, f"cuBLASLt has no {problem.b.dtype} operand"
     if 0 in (problem.m, problem.n, problem.k) or 0 in problem.batch_shape:
         return False, "zero-size matmul"
-    orientation, _, why = lt_matmul.probe(problem)
+    orientation, _, why = lt_descriptors.probe(problem)
     return orientation is not None, why
 
 
@@ -54,22 +54,22 @@ def strategies(problem: MatmulProblem) -> tuple[str, ...]:
 
 
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
-    from .._cuda import lt_matmul
+    from .._cuda import lt_inplace, lt_matmul
 
     if strategy == "native":
         return lt_matmul.LtMatmulPlan(problem, tuning=tuning)
     if strategy == "plain":
         return _plain_plan(problem)
     ok, why = _native_possible(problem)
-    return lt_matmul.InplacePlan(problem, "" if ok else why, via="xp")
+    return lt_inplace.InplacePlan(problem, "" if ok else why, via="xp")
 
 
 def _plain_plan(problem: MatmulProblem):
     """Strategy ``plain``: ``cupy.matmul`` (the unfused plan's CuPy path, which has no epilog steps to run here);
     its direct call is ``cupy.matmul`` itself where no cast is needed."""
-    from .._cuda import lt_matmul
+    from .._cuda import lt_inplace
 
-    plan = lt_matmul.InplacePlan(problem, "", via="xp")
+    plan = lt_inplace.InplacePlan(problem, "", via="xp")
     plan.strategy = "plain"
     plan.needs_release = False  # holds nothing to free: calls need not pin it
     plan.steps = ("cupy.matmul (cuBLAS: the same kernels as cuBLASLt's, less host overhead per call)",)

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from .._adapters import adapter_for, adapter_named, adapters
-from .._dispatch import Explanation, detect_all
+from .._detect import detect
+from .._dispatch import Explanation
 from .._fft_problem import normalize_axis
 from .._typing import Array, Axes
 from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
@@ -99,7 +100,7 @@ def _dask_freq(n, d, dtype, device, real: bool, chunks):
 
 
 def _shift(x, axes, inverse: bool):
-    info = detect_all({"x": x})["x"]
+    info = detect("x", x)
     ndim = len(info.shape)
     if axes is None:
         axes_t = tuple(range(ndim))
@@ -160,8 +161,8 @@ def _explain_simple(name):
     def _explain(*args, **kwargs):
         first = args[0] if args else None
         where = "numpy"
-        if name in ("fftshift", "ifftshift") and first is not None:
-            where = detect_all({"x": first})["x"].framework
+        if name in ("fftshift", "ifftshift"):
+            where = detect("x", first).framework
         elif kwargs.get("device") is not None:
             where = _framework_of_device(kwargs["device"])[0].name
         steps = (f"{name}: computed with {where} array operations (no transform, no plan)",)

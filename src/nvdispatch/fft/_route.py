@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _backends, _fft_callbacks
 from .._backends import _state
+from .._detect import detect
 from .._dispatch import (
     Explanation,
     _log_levels,
@@ -15,7 +16,6 @@ from .._dispatch import (
     choose_strategy,
     coerce_operands,
     debug_enabled,
-    detect_all,
     explain_selected,
     log_hit,
     placement,
@@ -27,7 +27,7 @@ from .._dispatch import (
 from .._dispatch import call_key_memo_by_class as _memos
 from .._dispatch import signature_by_class as _signatures
 from .._execute import run
-from .._fft_conventions import as_operand, numpy_nd_args, promote, run_nd_numpy_way, write_out
+from .._fft_conventions import as_operand, check_out, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from .._fft_problem import FUNCS, build_fft_problem
 from .._integration_hooks import taker_for
 from .._plan_cache import plan_cache
@@ -42,7 +42,7 @@ _handle = plan_cache.handle
 
 
 def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
-    infos = detect_all({"x": x})
+    infos = {"x": detect("x", x)}  # x is required: None is an error, not an absent operand
     framework, device = placement(infos)
     info = infos["x"]
     problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
@@ -193,6 +193,8 @@ def call_transform(
     x, final = promote(x, func, convention, naxes)
     if nd and convention == "numpy" and isinstance(x, np.ndarray):
         sizes, axes_t = numpy_nd_args(func, x.shape, s, axes)
+        if out is not None:
+            check_out(out, x, func, final, numpy_way=(sizes, axes_t))
         if not axes_t and func in ("fftn", "ifftn"):
             result = x.copy()  # numpy.fft: nothing to transform, the input comes back
         elif len(set(axes_t)) != len(axes_t):
@@ -201,6 +203,8 @@ def call_transform(
         else:
             result = _run(func, x, s=sizes, axes=axes_t, norm=norm, stream=stream)
     else:
+        if out is not None:
+            check_out(out, x, func, final, n, axis, s, axes)
         result = _run(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
     if final is not None:
         result = result.astype(final)

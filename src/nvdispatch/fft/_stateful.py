@@ -10,17 +10,17 @@ import numpy as np
 
 from .. import _fft_callbacks
 from .._adapters import adapter_for
+from .._detect import detect
 from .._dispatch import (
     acquire_plan,
     choose_strategy,
     coerce_operands,
-    detect_all,
     keep_or_select,
     placement,
     refuse_recorded_call,
 )
 from .._execute import run
-from .._fft_problem import FFTProblem, build_fft_problem, check_norm, resolve_axes
+from .._fft_problem import NORMS, FFTProblem, build_fft_problem, resolve_axes
 from .._plan_cache import plan_cache
 from .._typing import Array, Axes, CallbackData, ElementCallback, Stream
 from ..errors import InvalidArgumentError, PlanStateError, ShapeMismatchError, UnsupportedDtypeError, describe
@@ -60,30 +60,71 @@ class FFTOptions:
     last_axis_parity: str = "even"
     norm: str = "backward"
 
+    def __post_init__(self) -> None:
+        for field, value in _checked(vars(self), "options.{}").items():
+            object.__setattr__(self, field, value)
+
+
+_FFT_TYPES = (None, "C2C", "R2C", "C2R")
+
+
+def _checked(values: dict[str, Any], name: str) -> dict[str, Any]:
+    """The option ``values`` validated by type and value, normalised (NumPy bools become bools, a None norm
+    "backward"); errors name each field as ``name.format(field)``."""
+    out = dict(values)
+    fft_type = out.get("fft_type")
+    if fft_type is not None and not (isinstance(fft_type, str) and fft_type in _FFT_TYPES):
+        raise InvalidArgumentError(name.format("fft_type"), "None, 'C2C', 'R2C' or 'C2R'", repr(fft_type))
+    if "inplace" in out:
+        inplace = out["inplace"]
+        if not isinstance(inplace, (bool, np.bool_)):
+            raise InvalidArgumentError(name.format("inplace"), "a bool (True or False)", describe(inplace))
+        out["inplace"] = bool(inplace)
+    parity = out.get("last_axis_parity", "even")
+    if not (isinstance(parity, str) and parity in ("even", "odd")):
+        raise InvalidArgumentError(name.format("last_axis_parity"), "'even' or 'odd'", repr(parity))
+    if "norm" in out:
+        norm = out["norm"]
+        if norm is not None and not (isinstance(norm, str) and norm in NORMS):
+            raise InvalidArgumentError(name.format("norm"), "'backward', 'ortho', 'forward' or None", repr(norm))
+        out["norm"] = "backward" if norm is None else norm
+    return out
+
 
 def _as_fft_options(options) -> FFTOptions:
     if options is None:
-        opts = FFTOptions()
-    elif isinstance(options, FFTOptions):
-        opts = options
-    elif isinstance(options, dict):
+        return FFTOptions()
+    if isinstance(options, FFTOptions):
+        return FFTOptions(**vars(options))  # validated again: an instance may have been altered after __init__
+    if isinstance(options, dict):
         unknown = set(options) - {"fft_type", "inplace", "last_axis_parity", "norm"}
         if unknown:
             raise InvalidArgumentError(
-                "options", "keys among fft_type, inplace, last_axis_parity, norm", f"{sorted(unknown)}"
+                "options", "keys among fft_type, inplace, last_axis_parity, norm", f"{sorted(unknown, key=repr)}"
             )
-        opts = FFTOptions(**options)
-    else:
-        raise InvalidArgumentError("options", "an FFTOptions, a dict or None", describe(options))
-    if opts.fft_type not in (None, "C2C", "R2C", "C2R"):
-        raise InvalidArgumentError("options.fft_type", "None, 'C2C', 'R2C' or 'C2R'", repr(opts.fft_type))
-    if opts.last_axis_parity not in ("even", "odd"):
-        raise InvalidArgumentError("options.last_axis_parity", "'even' or 'odd'", repr(opts.last_axis_parity))
-    check_norm(opts.norm)
-    return opts
+        return FFTOptions(**_checked(options, 'options["{}"]'))
+    raise InvalidArgumentError("options", "an FFTOptions, a dict or None", describe(options))
 
 
 _DIRECTIONS = {"forward": "forward", "inverse": "inverse", -1: "forward", 1: "inverse"}
+
+
+def _direction_key(direction) -> str | int | None:
+    """``direction`` as a key of ``_DIRECTIONS``: a string in any case, or an int (not a bool, not a float)."""
+    if isinstance(direction, str):
+        return direction.lower()
+    if isinstance(direction, (int, np.integer)) and not isinstance(direction, (bool, np.bool_)):
+        return int(direction)
+    return None
+
+
+def _as_axes(axes) -> tuple | None:
+    """``axes`` as a tuple (its items are checked against the operand by the problem), or None."""
+    if axes is None:
+        return None
+    if isinstance(axes, (str, bytes)) or not hasattr(axes, "__iter__"):
+        raise InvalidArgumentError("axes", "None or a sequence of ints", describe(axes))
+    return tuple(axes)
 
 
 class FFT:
@@ -137,9 +178,9 @@ class FFT:
         self._holds: dict[str, Any] = {}  # direction -> PlanHold
         self._problems: dict[str, FFTProblem] = {}
         self._selections: dict[str, Any] = {}
-        self._axes = None if axes is None else tuple(axes)
+        self._axes = _as_axes(axes)
         self._x = x
-        self._info = detect_all({"x": x})["x"]
+        self._info = detect("x", x)
         self._fft_type = self._infer_type(self._info.dtype)
         # validate now so mistakes surface at construction
         self._build(x)
@@ -169,7 +210,7 @@ class FFT:
         }[self._fft_type]
 
     def _build(self, x) -> dict[str, tuple[FFTProblem, Any, Any]]:
-        infos = detect_all({"x": x})
+        infos = {"x": detect("x", x)}
         framework, device = placement(infos)
         info = infos["x"]
         axes = self._axes if self._axes is not None else tuple(range(len(info.shape)))
@@ -274,7 +315,7 @@ class FFT:
                 raise PlanStateError("x", "an operand to transform", "None", "call reset_operand(x) first")
             if direction is None:
                 direction = "inverse" if self._fft_type == "C2R" else "forward"
-            d = _DIRECTIONS.get(direction.lower() if isinstance(direction, str) else direction)
+            d = _DIRECTIONS.get(_direction_key(direction))
             if d is None or d not in self._holds:
                 allowed = tuple(self._holds)
                 raise InvalidArgumentError(
@@ -313,7 +354,7 @@ class FFT:
             if x is None:
                 self._x = None
                 return
-            info = detect_all({"x": x})["x"]
+            info = detect("x", x)
             old = self._info
             if (info.framework, info.device.kind) != (old.framework, old.device.kind):
                 raise ShapeMismatchError(

@@ -1,0 +1,418 @@
+"""The one launch sequence of the cuBLASLt plans (``_cuda/lt_launch.py``), and the regular and FP8 plans that share
+it, run on the CPU against stand-ins of cuBLASLt that record what they are handed: which pointers reach
+``cublasLtMatmul`` in which order for each orientation, when the descriptor's pointers are set, which algorithm
+an alignment gets, workspaces per stream, errors, threads. The arrays are CPU tensors (their pointers are real);
+no kernel runs, so values are checked on the GPU (``test_gpu_matmul.py``, ``tests/fp8/test_fp8_gpu.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import threading
+
+import numpy as np
+import pytest
+
+from nvdispatch._compiled import hotpath
+from nvdispatch._cuda import cublaslt as lt
+from nvdispatch._cuda import lt_autotune, lt_descriptors, lt_plan_base
+from nvdispatch._cuda.lt_launch import LtLaunch, alignment
+from nvdispatch.errors import CublasLtError
+
+torch = pytest.importorskip("torch")
+_ids = itertools.count(0x1000, 0x100)
+
+
+class FakeDesc:
+    """A matmul descriptor: its attributes as a dict."""
+
+    def __init__(self, compute=68, scale=0):
+        self.ptr = next(_ids)
+        self.attrs: dict[int, int] = {}
+        self.sets = 0
+        DESCS[self.ptr] = self
+
+    def _set(self, attr, value):
+        self.attrs[attr] = value
+        self.sets += 1
+
+    set_i8 = set_i32 = set_i64 = set_ptr = _set
+
+
+class FakeLayout:
+    def __init__(self, dtype, rows, cols, ld, batch=1, batch_stride=0):
+        self.ptr = next(_ids)
+        self.args = (dtype, rows, cols, ld, batch, batch_stride)
+
+
+class FakePreference:
+    def __init__(self, max_workspace, alignment=256):
+        self.alignment = alignment
+
+
+def result(workspace=0, tag=0):
+    r = lt.HeuristicResult()
+    r.algo.data[0] = tag
+    r.workspaceSize = workspace
+    return r
+
+
+DESCS: dict[int, FakeDesc] = {}
+
+
+class Recorder:
+    """``cublasLtMatmul``: records its 16 arguments, the descriptor's attributes and the algorithm's tag
+    (``algo.data[0]``) at the call; returns ``status``."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.attrs: list[dict] = []
+        self.tags: list[int] = []
+        self.status = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, *args):
+        assert len(args) == 16
+        with self.lock:
+            self.calls.append(args)
+            self.attrs.append(dict(DESCS[args[1]].attrs))
+            self.tags.append(ctypes.cast(args[12], ctypes.POINTER(lt.Algo)).contents.data[0])
+        return self.status
+
+
+@pytest.fixture
+def fake_lt(monkeypatch):
+    """cuBLASLt replaced by stand-ins: descriptors, layouts, a heuristic answering one algorithm per alignment
+    (``algo.data[0]`` is the alignment it was asked for), the launch recorder; device 0, no CUDA streams."""
+    rec = Recorder()
+    monkeypatch.setattr(lt, "Desc", FakeDesc)
+    monkeypatch.setattr(lt, "Layout", FakeLayout)
+    monkeypatch.setattr(lt, "Preference", FakePreference)
+    monkeypatch.setattr(lt, "heuristic", lambda h, desc, a, b, c, d, pref, count: [result(tag=pref.alignment)])
+    monkeypatch.setattr(lt, "handle", lambda index: 77)
+    monkeypatch.setattr(lt, "matmul_call", lambda: rec)
+    monkeypatch.setattr(lt_autotune, "saved_choice", lambda plan, tuning=None: None)
+    monkeypatch.setattr(lt_descriptors, "device_index", lambda p: 0)
+    monkeypatch.setattr(lt_plan_base, "device_index", lambda p: 0)
+    monkeypatch.setattr(lt_plan_base, "current_stream_getter", lambda framework, index: None)
+    monkeypatch.setattr(lt_plan_base, "framework_stream", lambda *args: contextlib.nullcontext())
+    hp = hotpath()
+    if hp is not None:  # the compiled direct call launches the extension's probes, never a library
+        addresses = {"cublasLtMatmul": hp.LT_LAUNCH_PROBE, "cublasLtMatmulDescSetAttribute": hp.LT_SET_ATTRIBUTE_PROBE}
+        monkeypatch.setattr(lt, "address", addresses.__getitem__)
+    from nvdispatch import plan_cache
+
+    plan_cache.clear()  # the probes' memos hold answers of the real cuBLASLt elsewhere
+    yield rec
+    plan_cache.clear()
+
+
+class FakeCore:
+    """Descriptors whose heuristic answers ``algos_by_alignment[alignment]`` (default: one algorithm tagged with
+    the alignment) and records what it was asked."""
+
+    def __init__(self, algos_by_alignment=None):
+        self.desc = FakeDesc()
+        self.a, self.b, self.c, self.d = (FakeLayout(0, 1, 1, 1) for _ in range(4))
+        self.asked: list[int] = []
+        self.by_alignment = algos_by_alignment or {}
+
+    def algorithms(self, handle, alignment, count=1):
+        self.asked.append(alignment)
+        return self.by_alignment.get(alignment, [result(tag=alignment)])
+
+
+# -- the launch sequence -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("a_first", [False, True])
+def test_one_launch_with_the_operands_in_cublaslts_order(fake_lt, a_first):
+    core = FakeCore()
+    launch = LtLaunch(core, 77, 0, result(tag=1), a_first=a_first)
+    launch(0x10000, 0x20000, 0x30000, 0x40000, 11, 12, 99)
+    (call,) = fake_lt.calls
+    A, B = (0x10000, 0x20000) if a_first else (0x20000, 0x10000)  # the row orientation: D^T = B^T A^T
+    assert call[:12] == (
+        77,
+        core.desc.ptr,
+        11,
+        A,
+        core.a.ptr,
+        B,
+        core.b.ptr,
+        12,
+        0x30000,
+        core.c.ptr,
+        0x40000,
+        core.d.ptr,
+    )
+    assert fake_lt.tags == [1]  # the plan's algorithm
+    assert call[13:] == (0, 0, 99)  # no workspace, the stream
+    assert core.asked == []
+
+
+def test_descriptor_pointers_are_set_when_they_change_only(fake_lt):
+    core = FakeCore()
+    launch = LtLaunch(core, 77, 0, result(), a_first=False)
+    bias1, bias2 = ((lt.DESC_BIAS_POINTER, 0x50000),), ((lt.DESC_BIAS_POINTER, 0x60000),)
+    for pointers in (bias1, bias1, bias2, bias2, bias1):
+        launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 0, pointers)
+    assert core.desc.sets == 3
+    assert [a[lt.DESC_BIAS_POINTER] for a in fake_lt.attrs] == [0x50000, 0x50000, 0x60000, 0x60000, 0x50000]
+    both = ((lt.DESC_BIAS_POINTER, 0x70000), (lt.DESC_EPILOGUE_AUX_POINTER, 0x80000))
+    launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 0, both)
+    assert fake_lt.attrs[-1] == {lt.DESC_BIAS_POINTER: 0x70000, lt.DESC_EPILOGUE_AUX_POINTER: 0x80000}
+
+
+def test_pointers_not_256_byte_aligned_run_the_heuristics_answer_for_their_alignment(fake_lt):
+    assert [alignment(p) for p in (0, 256, 512, 16, 0x10008, 4, 2)] == [256, 256, 256, 16, 8, 4, 2]
+    core = FakeCore()
+    launch = LtLaunch(core, 77, 0, result(tag=256), a_first=True)
+    launch(0x10000 + 16, 0x20000, 0x30000, 0x30000, 1, 2, 0)
+    launch(0x10000, 0x20000, 0x30000 + 8, 0x30000 + 8, 1, 2, 0)
+    assert fake_lt.tags == [16, 8] and core.asked == [16, 8]
+    assert launch.algo.algo.data[0] == 256  # the plan's own algorithm is kept for aligned calls
+
+
+def test_no_algorithm_for_an_alignment_is_a_typed_error_and_nothing_launches(fake_lt):
+    core = FakeCore({8: []})
+    launch = LtLaunch(core, 77, 0, result(), a_first=True)
+    with pytest.raises(CublasLtError, match="no cuBLASLt algorithm for 8-byte aligned operands"):
+        launch(0x10008, 0x20000, 0x30000, 0x30000, 1, 2, 0)
+    fp8 = LtLaunch(FakeCore(), 77, 0, result(), a_first=True, kind="FP8", min_alignment=16)
+    with pytest.raises(CublasLtError, match="no FP8 cuBLASLt algorithm for 8-byte aligned operands"):
+        fp8(0x10008, 0x20000, 0x30000, 0x30000, 1, 2, 0)
+    assert fp8.core.asked == [] and fake_lt.calls == []  # FP8 kernels take no 8-byte alignment: not even asked
+
+
+def test_a_failed_launch_raises_the_librarys_error_naming_the_call(fake_lt):
+    fake_lt.status = 7
+    for kind, what in (("", "cublasLtMatmul"), ("FP8", r"cublasLtMatmul \(FP8\)")):
+        launch = LtLaunch(FakeCore(), 77, 0, result(), a_first=True, kind=kind)
+        with pytest.raises(CublasLtError, match=what):
+            launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 0)
+
+
+def test_a_workspace_per_stream_grown_when_an_algorithm_needs_more_and_released(fake_lt, monkeypatch):
+    from nvdispatch._cuda import memory
+
+    made, released = [], []
+
+    class Scratch:
+        def __init__(self, nbytes, framework, device_index, stream):
+            self.ptr, self.nbytes = next(_ids), nbytes
+            made.append((nbytes, framework, stream))
+
+        def release(self):
+            released.append(self.nbytes)
+
+    monkeypatch.setattr(memory, "scratch", Scratch)
+    core = FakeCore({16: [result(workspace=4096, tag=16)]})
+    launch = LtLaunch(core, 77, 0, result(workspace=1024), a_first=True)
+    assert launch.workspace_bytes == 1024  # what the algorithm needs, before the first launch allocates it
+    launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")
+    launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")
+    launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 6, allocator="torch")
+    launch(0x10010, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")  # its algorithm needs 4096
+    assert made == [(1024, "torch", 5), (1024, "torch", 6), (4096, "torch", 5)] and released == [1024]
+    ws_args = [(c[13], c[14]) for c in fake_lt.calls]
+    assert ws_args[0][1] == ws_args[1][1] == 1024 and ws_args[0][0] == ws_args[1][0] != ws_args[2][0]
+    assert ws_args[3][1] == 4096
+    assert launch.workspace_bytes == 1024 + 4096
+    launch.release()
+    assert sorted(released) == [1024, 1024, 4096] and launch.workspace_bytes == 1024
+
+
+def test_threads_never_launch_with_each_others_pointers(fake_lt):
+    core = FakeCore()
+    launch = LtLaunch(core, 77, 0, result(), a_first=True)
+
+    def run(i):
+        for _ in range(300):
+            launch(0x100000 * (i + 1), 0x20000, 0x30000, 0x30000, 1, 2, 0, ((lt.DESC_BIAS_POINTER, 0x1000 * (i + 1)),))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(fake_lt.calls) == 1200
+    for call, attrs in zip(fake_lt.calls, fake_lt.attrs):
+        assert attrs[lt.DESC_BIAS_POINTER] == call[3] // 0x100  # each launch with its own bias pointer
+
+
+# -- the plans on it -------------------------------------------------------------------------------------
+def _problem(a, b, epilog=None, inputs=None, options=None):
+    from nvdispatch._dispatch import detect_all, placement
+    from nvdispatch._epilog import spec_of
+    from nvdispatch._matmul_problem import as_options, build_problem
+
+    inputs = inputs or {}
+    infos = detect_all({"a": a, "b": b, "c": None, **inputs})
+    fw, dev = placement(infos)
+    return build_problem(fw, dev, infos, spec_of(epilog), as_options(options), 1, None, tuple(inputs))
+
+
+@pytest.mark.parametrize("bias_shape,orientation", [((12,), "row"), ((8, 1), "col")])
+def test_the_regular_plan_hands_its_operands_in_its_orientations_order(fake_lt, bias_shape, orientation):
+    from nvdispatch._cuda.lt_matmul import LtMatmulPlan
+
+    a, b, bias = torch.zeros(8, 4), torch.zeros(4, 12), torch.zeros(bias_shape)
+    p = _problem(a, b, "RELU_BIAS", {"bias": bias})
+    plan = LtMatmulPlan(p)
+    assert plan.setup.orientation == orientation and plan.launch.a_first == (orientation == "col")
+    out = plan.execute({"a": a, "b": b, "bias": bias}, stream=0)
+    A, B = (a, b) if orientation == "col" else (b, a)
+    call = fake_lt.calls[-1]
+    assert (call[3], call[5]) == (A.data_ptr(), B.data_ptr())
+    assert call[8] == call[10] == out.data_ptr() and out.shape == (8, 12) and out.dtype == torch.float32
+    assert fake_lt.attrs[-1][lt.DESC_BIAS_POINTER] == bias.data_ptr()
+    assert out.stride() == ((1, 8) if orientation == "col" else (12, 1))  # the col orientation: an F-ordered result
+    if orientation == "row":  # the Python direct call: the same launch
+        got = plan.python_direct(a, b, bias)
+        assert fake_lt.calls[-1][3:6:2] == (b.data_ptr(), a.data_ptr()) and fake_lt.calls[-1][10] == got.data_ptr()
+
+
+class FakeTensor:
+    """What the compiled direct call reads of a Torch tensor (``data_ptr()``, ``new_empty``), 256-byte aligned."""
+
+    def __init__(self, shape=None, dtype=None):
+        self.ptr, self.shape, self.dtype = next(_ids) * 0x100, shape, dtype
+
+    def data_ptr(self):
+        return self.ptr
+
+    def new_empty(self, shape, *, dtype=None):
+        return FakeTensor(shape, dtype)
+
+
+def test_the_regular_plans_compiled_direct_call_is_handed_its_operand_order(fake_lt):
+    from nvdispatch._cuda.lt_matmul import LtMatmulPlan
+
+    hp = hotpath()
+    if hp is None:
+        pytest.skip("the extension is not built here")
+    a, b, bias = torch.zeros(64, 32), torch.zeros(32, 48), torch.zeros(48)
+    plan = LtMatmulPlan(_problem(a, b, "RELU_BIAS", {"bias": bias}))
+    assert type(plan.direct).__name__ == "builtin_function_or_method"
+    fa, fb, fbias = FakeTensor(), FakeTensor(), FakeTensor()
+    out = plan.direct(fa, fb, fbias)
+    calls, _, attr, _ = hp.probe_record()
+    assert (calls[3], calls[5], calls[8], calls[10]) == (fb.ptr, fa.ptr, out.ptr, out.ptr)  # D^T = B^T A^T
+    assert attr[1:] == (lt.DESC_BIAS_POINTER, fbias.ptr) and (out.shape, out.dtype) == ((64, 48), torch.float32)
+    assert fake_lt.calls == []  # nothing went through the Python launch
+    plan.algorithm = result(tag=3)  # autotune's way: the compiled call holds its algorithm, so it is made anew
+    plan.direct(fa, fb, fbias)
+    assert ctypes.cast(hp.probe_record()[0][12], ctypes.POINTER(lt.Algo)).contents.data[0] == 3
+
+
+class CpuTorchOps:
+    """Torch's device helpers allocating on the CPU (the FP8 plan's buffers, here)."""
+
+    def __new__(cls, name):
+        from nvdispatch._adapters.torch import TorchDeviceOps
+
+        class Ops(TorchDeviceOps):
+            def _device(self, device_index):
+                return "cpu"
+
+            def synchronize(self, device_index=None):
+                pass
+
+        return Ops()
+
+
+@pytest.mark.parametrize("bias_shape,orientation", [((48,), "row"), ((32, 1), "col")])
+@pytest.mark.parametrize("b_layout", ["col", "row"])
+def test_the_fp8_plan_computes_its_operand_order_once_and_launches_through_the_same_sequence(
+    fake_lt, monkeypatch, bias_shape, orientation, b_layout
+):
+    from nvdispatch._cuda.lt_fp8 import Fp8LtPlan
+    from nvdispatch._dispatch import detect_all, placement
+    from nvdispatch._epilog import spec_of
+    from nvdispatch._fp8 import build_fp8_problem
+    from nvdispatch._matmul_problem import as_options
+
+    monkeypatch.setattr(lt_plan_base, "Xp", CpuTorchOps)
+    f8 = torch.float8_e4m3fn
+    a = torch.zeros(32, 64, dtype=f8)
+    b = torch.zeros(48, 64, dtype=f8).t() if b_layout == "col" else torch.zeros(64, 48, dtype=f8)
+    bias = torch.zeros(bias_shape, dtype=torch.bfloat16)
+    sa = torch.tensor([0.5])
+    scales = {"a": sa, "b": 0.25}
+    infos = detect_all({"a": a, "b": b, "bias": bias})
+    fw, dev = placement(infos)
+    opts = as_options({"result_type": "bfloat16", "fast_accumulation": True})
+    p = build_fp8_problem(fw, dev, infos, spec_of("RELU_BIAS"), opts, 1, None, ("bias",), scales)
+    plan = Fp8LtPlan(p)
+    assert plan.setup.orientation == orientation and plan.launch.a_first == (orientation == "col")
+    assert plan.core.desc.attrs[lt.DESC_FAST_ACCUM] == 1
+    out = plan.execute({"a": a, "b": b, "bias": bias, "quantization_scales": scales}, stream=0)
+    call, attrs = fake_lt.calls[-1], fake_lt.attrs[-1]
+    at_a, at_b = (3, 5) if orientation == "col" else (5, 3)  # the row orientation: cuBLASLt's A is our b
+    assert call[at_a] == a.data_ptr()
+    # b is read in place where it is column-major, else transposed into a buffer of the TN layout first
+    assert (call[at_b] == b.data_ptr()) == (b_layout == "col")
+    assert out.dtype == torch.bfloat16 and out.shape == (32, 48)
+    assert call[8] == call[10] == out.data_ptr()
+    assert attrs[lt.DESC_BIAS_POINTER] == bias.data_ptr() and attrs[lt.DESC_A_SCALE_POINTER] == sa.data_ptr()
+    alpha = np.frombuffer((ctypes.c_float * 2).from_address(call[2]), np.float32)
+    assert alpha.tolist() == [0.25, 0.0]  # b's host scale folded into alpha, beta 0
+
+
+# -- FP8: the related form autotune times too -------------------------------------------------------------
+def _fp8_problem(epilog, bias_shape=None, scales=None, fast=False):
+    from nvdispatch._dispatch import detect_all, placement
+    from nvdispatch._epilog import spec_of
+    from nvdispatch._fp8 import build_fp8_problem
+    from nvdispatch._matmul_problem import as_options
+
+    f8 = torch.float8_e4m3fn
+    a, b = torch.zeros(32, 64, dtype=f8), torch.zeros(48, 64, dtype=f8).t()
+    inputs = {} if bias_shape is None else {"bias": torch.zeros(bias_shape, dtype=torch.bfloat16)}
+    infos = detect_all({"a": a, "b": b, **inputs})
+    fw, dev = placement(infos)
+    opts = as_options({"result_type": "bfloat16", "fast_accumulation": fast})
+    return build_fp8_problem(fw, dev, infos, spec_of(epilog), opts, 1, None, tuple(inputs), scales)
+
+
+def test_fp8_descriptors_relate_the_bias_only_form_with_device_scales(fake_lt):
+    from nvdispatch._cuda.lt_fp8 import Fp8Descriptors
+    from nvdispatch._cuda.lt_fp8_layout import fp8_layout
+
+    p = _fp8_problem("RELU_BIAS", (48,), {"a": 0.5, "b": 2.0}, fast=True)
+    own = Fp8Descriptors(p, fp8_layout(p), 1 << 20)
+    assert own.desc.attrs[lt.DESC_EPILOGUE] == 6 and lt.DESC_A_SCALE_POINTER not in own.desc.attrs
+    ((label, form),) = own.related()
+    assert label == "bias form with device scales"
+    attrs = form.desc.attrs  # torch._scaled_mm(bias=)'s form: the bias epilogue, scales by pointer
+    assert attrs[lt.DESC_EPILOGUE] == 4 and attrs[lt.DESC_FAST_ACCUM] == 1
+    assert attrs[lt.DESC_A_SCALE_POINTER] and attrs[lt.DESC_B_SCALE_POINTER] and lt.DESC_BIAS_DATA_TYPE in attrs
+    assert form.a.args == own.a.args and form.b.args == own.b.args and form.d.args == own.d.args
+    p = _fp8_problem("RELU", None, {"a": torch.tensor(0.5), "b": torch.tensor(2.0)})
+    ((label, form),) = Fp8Descriptors(p, fp8_layout(p), 1 << 20).related()
+    assert label == "plain form with device scales" and lt.DESC_EPILOGUE not in form.desc.attrs
+    p = _fp8_problem("BIAS", (48,), {"a": torch.tensor(0.5), "b": torch.tensor(2.0)})
+    assert Fp8Descriptors(p, fp8_layout(p), 1 << 20).related() == []  # that form is its own
+
+
+def test_autotune_candidates_take_the_related_forms_answers_its_descriptor_accepts(fake_lt, monkeypatch):
+    import types
+
+    from nvdispatch._cuda.lt_fp8 import Fp8Descriptors
+    from nvdispatch._cuda.lt_fp8_layout import fp8_layout
+
+    def heuristic(h, desc, a, b, c, d, pref, count):  # two answers per epilogue, tagged epilogue * 10 + rank
+        return [result(tag=desc.attrs.get(lt.DESC_EPILOGUE, 1) * 10 + i) for i in range(2)]
+
+    def check(handle, desc, a, b, c, d, algo_ref, result_ref):  # this descriptor rejects the answer tagged 41
+        result_ref._obj.state = 1 if algo_ref._obj.data[0] == 41 else 0
+        return 0
+
+    refuse = lambda *args: 1  # noqa: E731 - no configuration knobs: no split-K variants, no neighbourhood
+    fns = types.SimpleNamespace(check=check, config_set=refuse, config_get=refuse, capability=refuse)
+    monkeypatch.setattr(lt, "heuristic", heuristic)
+    monkeypatch.setattr(lt_autotune, "_fns", lambda: fns)
+    p = _fp8_problem("RELU_BIAS", (48,), {"a": 0.5, "b": 2.0})
+    core = Fp8Descriptors(p, fp8_layout(p), 1 << 20)
+    labels = {label: int(r.algo.data[0]) for label, r in lt_autotune.candidates(core, 77, limit=2)}
+    assert labels == {"heuristic #0": 60, "heuristic #1": 61, "heuristic #0 of the bias form with device scales": 40}
