@@ -19,7 +19,7 @@ of a small MLP (width 256, batch ``--small-batch``) within 1.02x of the plain To
 cached 16x16 calls (nvdispatch against Torch's own op, best of five loops), the ratios the CPU benchmark
 (``host_overhead_cpu.py``) reports on the CPU.
 
-    python benchmarks/compiled_mlp_bench.py --out benchmarks/results          # the H200 run (a few minutes)
+    python benchmarks/compiled_mlp_bench.py                                   # the H200 run (a few minutes)
     python benchmarks/compiled_mlp_bench.py --quick                           # smoke test: small, few steps
 
 Results are written after every configuration (a run cut short keeps what it measured): ``compiled_mlp_bench.json``
@@ -28,7 +28,6 @@ and ``compiled_mlp_bench.png``. Without a CUDA GPU it prints one line and exits 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -38,7 +37,7 @@ import sys
 import time
 import traceback
 
-from _bench import output_dir, progress, save_plot
+from _bench import output_dir, parser, progress, require_cuda_torch, save_plot
 
 TORCH_MODES = ("torch eager", "torch compile", "torch reduce-overhead")
 NVD_MODES = ("nvdispatch fused compile", "nvdispatch fused reduce-overhead", "nvdispatch fused eager",
@@ -294,8 +293,7 @@ def summary(results: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", default="benchmarks/results", help="folder for the JSON and PNG")
+    ap = parser(__doc__)
     ap.add_argument("--widths", type=int, nargs="+", default=[1024, 4096])
     ap.add_argument("--activations", nargs="+", default=["relu", "gelu"], choices=["relu", "gelu"])
     ap.add_argument("--batch", type=int, default=8192)
@@ -309,14 +307,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", nargs="*", default=[], choices=["mlp", "small", "host"], help="parts not to run")
     ap.add_argument("--quick", action="store_true", help="smoke test: width 256, batch 512, few steps")
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("compiled_mlp_bench: torch is not installed; nothing to measure")
-        return 2
-    if not torch.cuda.is_available():
-        print("compiled_mlp_bench: no CUDA GPU here; this benchmark runs on the GPU machine")
-        return 2
+    torch = require_cuda_torch()  # else one line and exit status 2
     if args.quick:
         args.widths, args.batch, args.steps, args.repeats, args.warmup, args.host_number = [256], 512, 2, 3, 1, 100
     import nvdispatch

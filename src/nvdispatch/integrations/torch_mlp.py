@@ -99,6 +99,18 @@ def fused_mlp(x, weights: Sequence, biases: Sequence, activation: str = "relu"):
     -------
     torch.Tensor
         ``(..., weights[-1].shape[1])``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nvdispatch.integrations.torch_mlp import fused_mlp
+    >>> w = [torch.randn(4, 8, requires_grad=True), torch.randn(8, 2, requires_grad=True)]
+    >>> b = [torch.zeros(8, requires_grad=True), torch.zeros(2, requires_grad=True)]
+    >>> x = torch.randn(5, 4)
+    >>> y = fused_mlp(x, w, b, activation="gelu")
+    >>> want = torch.nn.functional.gelu(x @ w[0] + b[0], approximate="tanh") @ w[1] + b[1]
+    >>> bool(torch.allclose(y, want, atol=1e-5))
+    True
     """
     if activation not in _FORWARD:
         raise InvalidArgumentError("activation", "'relu' or 'gelu'", repr(activation))
@@ -116,7 +128,17 @@ def fused_mlp(x, weights: Sequence, biases: Sequence, activation: str = "relu"):
 
 class FusedMLP(torch.nn.Module):
     """Linear layers of ``widths`` (``widths[0]`` inputs, ``widths[-1]`` outputs), ``activation`` between them;
-    forward and backward GEMMs fused by nvdispatch (:func:`fused_mlp`). Weights are stored ``(in, out)``."""
+    forward and backward GEMMs fused by nvdispatch (:func:`fused_mlp`). Weights are stored ``(in, out)``, both
+    initialised as ``torch.nn.Linear``'s.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nvdispatch.integrations.torch_mlp import FusedMLP
+    >>> mlp = FusedMLP([16, 32, 4], activation="gelu")
+    >>> mlp(torch.randn(8, 16)).shape
+    torch.Size([8, 4])
+    """
 
     def __init__(self, widths: Sequence[int], activation: str = "relu", *, device=None, dtype=None) -> None:
         super().__init__()
