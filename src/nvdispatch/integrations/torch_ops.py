@@ -1,7 +1,7 @@
 """The ``nvdispatch::`` Torch operators, and the functions that call them in place of the public functions.
 
-Importing this module registers the operators (``torch.library.custom_op``); :mod:`.torch_entry` imports it the
-first time Torch needs them.
+Importing this module registers the operators (``torch.library.Library``: a schema, one kernel for every device,
+a fake kernel, an autograd formula); :mod:`.torch_entry` imports it the first time Torch needs them.
 
 ``nvdispatch::matmul(a, b, c, bias, relu_aux, gelu_aux, scale_a, scale_b, scale_c, scale_d, alpha, beta, epilog,
 options, preferences, host_scales) -> Tensor[]``
