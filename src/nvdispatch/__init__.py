@@ -7,10 +7,7 @@
 
 from __future__ import annotations
 
-from . import (
-    errors,
-    integrations,  # noqa: E402,F401  (installs the Torch integration: imports no framework)
-)
+from . import errors, integrations  # noqa: F401 - integrations installs the JAX and Torch ones (imports neither)
 from ._backends import (
     get_state,
     register_backend,

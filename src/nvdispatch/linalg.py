@@ -41,7 +41,6 @@ from ._dispatch import signature_by_class as _signatures
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import raise_if_out_of_memory, run
 from ._fp8 import _SCALE_NAMES, MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
-from ._integration_hooks import announce, taker_for
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -53,6 +52,7 @@ from ._matmul_problem import (
     scalar_value,
 )
 from ._plan_cache import plan_cache
+from ._traced import announce, traced_handler
 from ._typing import Array, Scalar, Stream
 from .errors import (
     EpilogInputError,
@@ -295,13 +295,18 @@ def _route(
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):
     """The full path of a call: detect, validate, select, plan (and keep the plan under the call key when
-    every call with that key validates and selects the same way), execute, wrap. A framework integration
-    takes the call first where it must (see ``_integration_hooks``: e.g. a Torch call autograd records)."""
-    take = taker_for(a)
-    if take is not None:
-        taken = take("matmul", a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales)
-        if taken is not NotImplemented:
-            return taken
+    every call with that key validates and selects the same way), execute, wrap. A call on traced arrays
+    (inside ``jax.jit``...) is handed to the integration that stages it, and a call a framework must see itself
+    (a Torch call autograd records...) to its integration (``nvdispatch._traced``)."""
+    inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
+    handler = traced_handler("matmul", (a, b, c, *inputs))
+    if handler is not None:
+        result = handler(
+            a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
+            preferences=preferences, stream=stream, quantization_scales=scales,
+        )  # fmt: skip
+        if result is not NotImplemented:
+            return result
     problem, sel, strategy, infos = _prepare(
         a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales
     )

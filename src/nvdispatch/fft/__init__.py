@@ -48,7 +48,7 @@ True
 
 from __future__ import annotations
 
-from .._integration_hooks import announce
+from .._traced import announce
 from ._convolve import convolve
 from ._frequencies import fftfreq, fftshift, ifftshift, rfftfreq
 from ._route import explain_fft

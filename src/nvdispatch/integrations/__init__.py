@@ -1,20 +1,65 @@
-"""Framework integrations: nvdispatch inside compiled programs.
+"""Integrations with compiled and transformed programs, above the public front.
 
-:mod:`.torch_entry` joins Torch: ``torch.compile`` (Dynamo) traces nvdispatch's public functions as
-``torch.library`` operators in the ``nvdispatch::`` namespace (:mod:`.torch_ops`), ``torch.export`` records
-them, and eager calls that autograd records run through them (fused backward formulas, :mod:`.torch_autograd`).
+JAX: ``nvdispatch.matmul`` and the ``nvdispatch.fft`` functions work inside ``jax.jit``, under ``jax.grad``
+and ``jax.vmap``. The public functions find traced operands (``nvdispatch._traced``) and hand the call to the
+handlers installed here, which stage it into the traced program (:mod:`.jax_matmul`, :mod:`.jax_fft`). Nothing
+here imports JAX: a handler's module is imported the first time a tracer reaches it (JAX is loaded by then).
 
-Installing costs nothing: no framework is imported here; the operators are registered the first time Torch
-needs them (an eager call autograd records, or Dynamo tracing a call). Nothing below this package imports
-it: the public functions announce themselves to :mod:`nvdispatch._integration_hooks`, which shows them to the
-integrations installed here.
+Torch: ``torch.compile`` (Dynamo) traces the public functions as ``torch.library`` operators in the ``nvdispatch::``
+namespace (:mod:`.torch_ops`), ``torch.export`` records them, and eager calls that autograd records run through them
+(fused backward formulas, :mod:`.torch_autograd`); :mod:`.torch_entry` says which calls and marks the entry points
+for Dynamo. Nothing of Torch is imported here either: the operators are registered the first time Torch needs them.
 """
 
 from __future__ import annotations
 
-from .._integration_hooks import install
-from .torch_entry import TorchIntegration
+from .._traced import register_traced
+from .torch_entry import install_torch
 
-__all__ = ["TorchIntegration"]
+__all__ = ["install_jax", "install_torch"]
 
-install(TorchIntegration())
+
+def _jax_matmul(*args, **kwargs):
+    from .jax_matmul import traced_matmul
+
+    return traced_matmul(*args, **kwargs)
+
+
+def _jax_fft(*args, **kwargs):
+    from .jax_fft import traced_fft
+
+    return traced_fft(*args, **kwargs)
+
+
+def _jax_convolve(*args, **kwargs):
+    from .jax_fft import traced_convolve
+
+    return traced_convolve(*args, **kwargs)
+
+
+def _jax_shift(*args, **kwargs):
+    from .jax_fft import traced_shift
+
+    return traced_shift(*args, **kwargs)
+
+
+def _jax_freq(*args, **kwargs):
+    from .jax_fft import traced_freq
+
+    return traced_freq(*args, **kwargs)
+
+
+def install_jax() -> None:
+    """Install the JAX handlers (done when nvdispatch is imported)."""
+    for operation, handler in (
+        ("matmul", _jax_matmul),
+        ("fft", _jax_fft),
+        ("fft_convolve", _jax_convolve),
+        ("fft_shift", _jax_shift),
+        ("fft_freq", _jax_freq),
+    ):
+        register_traced("jax", operation, handler)
+
+
+install_jax()
+install_torch()

@@ -37,7 +37,7 @@ from .torch_arguments import SCALE_NAMES, decode, encode, epilog_inputs, epilog_
 from .torch_errors import describe, refuse
 from .torch_reentry import in_kernel
 
-__all__ = ["matmul_op", "fft_op", "convolve_op", "ENTRIES", "take", "call_matmul", "call_fft", "call_convolve"]
+__all__ = ["matmul_op", "fft_op", "convolve_op", "ENTRIES", "call_matmul", "call_fft", "call_convolve"]
 
 _INPUT_NAMES = ("bias", "relu_aux", "gelu_aux")
 #: epilog name -> its aux outputs' names, in the order the operator returns them
@@ -348,18 +348,6 @@ def call_convolve(x, h, n=None, axis=-1):
     if not isinstance(axis, int) or isinstance(axis, bool):
         refuse("InvalidArgumentError", "axis", "an int", repr(axis))
     return _call("convolve", x, h, _int_or_none(n, "n"), axis)
-
-
-def take(operation: str, arguments: tuple):
-    """An eager call the Torch integration takes (see :mod:`.torch_entry`), in the route's argument order."""
-    if operation == "matmul":
-        a, b, c, alpha, beta, epilog, inputs, options, preferences, _, scales = arguments
-        return call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scales)
-    if operation == "fft":
-        func, x, n, axis, s, axes, norm, _ = arguments
-        return call_fft(func, x, n, axis, s, axes, norm)
-    x, h, n, axis, _ = arguments
-    return call_convolve(x, h, n, axis)
 
 
 # -- what Dynamo traces in place of each public function --------------------------------------------------------
