@@ -1,5 +1,6 @@
-"""Shape arithmetic the problem builders share, in plain Python: sizes are compared, never converted to
-integers, so the symbolic sizes of a traced program (a Torch fake tensor's under ``dynamic=True``) stay
+"""Shape arithmetic the problem builders share, in plain Python: shapes of any size (``np.broadcast_shapes``
+refuses those whose element count a NumPy array could not hold), and sizes only compared, never converted to
+integers or hashed, so the symbolic sizes of a traced program (a Torch fake tensor's under ``dynamic=True``) stay
 symbolic instead of being fixed to the sizes seen first."""
 
 from __future__ import annotations
