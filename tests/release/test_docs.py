@@ -22,6 +22,7 @@ PUBLIC = [
     "nvdispatch.fft",
     "nvdispatch.errors",
     "nvdispatch.executors",
+    "nvdispatch.adapters",
     "nvdispatch.device",
     "nvdispatch.integrations.torch_mlp",
 ]
