@@ -278,3 +278,13 @@ def test_the_backward_gets_weight_and_bias_gradients_from_one_gemm(mode):
     kernels = [k for k in _kernels(backward) if not _split_k(k)]
     assert not any(_framework_reduction(k) for k in kernels), kernels
     assert len(kernels) == 3, kernels
+
+
+def test_a_recorded_call_with_a_stream_keeps_the_torch_executors_graph():
+    a, b = _r(4, 3, grad=True), _r(3, 5, seed=1)
+    side = torch.cuda.Stream()
+    y = nvdispatch.matmul(a, b, epilog="RELU", stream=side)
+    torch.cuda.synchronize()
+    assert y.grad_fn is not None and "nvdispatch" not in type(y.grad_fn).__name__
+    y.sum().backward()
+    assert a.grad is not None
