@@ -18,8 +18,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-import numpy as np
-
 from ._detect import OperandInfo, detect
 from ._fft_callbacks import DataLayout
 from ._fft_problem import FFTProblem, build_fft_problem
@@ -32,6 +30,7 @@ from ._route import (
     run_uncached,
     select,
 )
+from ._shapes import broadcast_shapes
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
 __all__ = [
@@ -110,7 +109,7 @@ def build_convolve_problem(xi: OperandInfo, hi: OperandInfo, framework: str, dev
         raise UnsupportedDtypeError("h", "a floating filter (real or complex)", hi.dtype)
     spec_shape = forward.out_shape
     try:
-        ok = np.broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
+        ok = broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
     except ValueError:
         ok = False
     if not ok:

@@ -47,7 +47,7 @@ from ._route import (
     refuse_recorded_call,
     strategies_of,
 )
-from ._traced import traced_handler
+from ._traced import announce, traced_handler
 from ._tunings import STRATEGY_CHOICE
 from ._typing import Array, Scalar, Stream
 from .errors import (
@@ -242,6 +242,9 @@ def matmul(
     return _front(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales)
 
 
+announce("matmul", matmul)
+
+
 def _route(
     a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales, memo_checked=False
 ):
@@ -331,14 +334,17 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     """A call whose plan is not cached under its key: the stateful object's path. ``Matmul`` plans it (keeping
     the plan under ``key`` too where every call with that key validates and selects the same way), executes
     once and lets go. A call on traced arrays (inside ``jax.jit``...) is handed to the integration that stages
-    it (``nvdispatch._traced``)."""
+    it, and a call a framework must see itself (a Torch call autograd records...) to its integration
+    (``nvdispatch._traced``)."""
     inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
-    staged = traced_handler("matmul", (a, b, c, *inputs))
-    if staged is not None:
-        return staged(
+    handler = traced_handler("matmul", (a, b, c, *inputs))
+    if handler is not None:
+        result = handler(
             a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
             preferences=preferences, stream=stream, quantization_scales=scales,
-        )
+        )  # fmt: skip
+        if result is not NotImplemented:
+            return result
     mm = Matmul._for_call(a, b, c, alpha, beta, options, stream, scales)
     try:
         mm._plan_with(epilog, epilog_inputs, preferences, None, call_key=key)

@@ -231,7 +231,9 @@ def test_parameters_beside_tensors_are_remembered_behind_the_guard_in_each_grad_
                 got = nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
             assert (got.grad_fn is not None) is grad
             np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-5, atol=1e-6)
-    assert len(_handles((torch.Tensor, torch.nn.Parameter, torch.nn.Parameter), "RELU_BIAS")) == 2  # a grad mode each
+    # calls autograd records go through the nvdispatch::matmul operator, whose kernel makes the call autograd does
+    # not record: both grad modes share that call's remembered handle
+    assert len(_handles((torch.Tensor, torch.nn.Parameter, torch.nn.Parameter), "RELU_BIAS")) == 1
     hits = nvdispatch.plan_cache.hits
     nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
     assert nvdispatch.plan_cache.hits == hits + 1

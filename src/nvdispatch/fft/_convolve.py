@@ -29,9 +29,11 @@ def convolve(x: Array, h: Array, /, *, n: int | None = None, axis: int = -1, str
     >>> bool(np.allclose(y[:, 2], x[:, :3].mean(axis=1), atol=1e-5))
     True
     """
-    staged = traced_handler("fft_convolve", (x, h))  # traced arrays (inside jax.jit...): staged, not run
-    if staged is not None:
-        return staged(x, h, n=n, axis=axis, stream=stream)
+    handler = traced_handler("fft_convolve", (x, h))  # traced arrays (inside jax.jit...): staged, not run; a
+    if handler is not None:  # Torch call autograd records: through the Torch operators
+        result = handler(x, h, n=n, axis=axis, stream=stream)
+        if result is not NotImplemented:
+            return result
     return _fft_convolve.run(x, h, n=n, axis=axis, stream=stream)
 
 
