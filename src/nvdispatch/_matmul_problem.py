@@ -9,13 +9,14 @@ import math
 import numbers
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from ._detect import Device, OperandInfo
 from ._epilog import EpilogSpec, Shapes, validate_inputs
+from ._memory import common_memory
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -364,6 +365,8 @@ class MatmulProblem:
     quantization: Any = None
     #: plan-shaping preferences (autotune ``limit``, ``max_workspace_bytes``); None: the defaults
     preferences: MatmulPlanPreferences | None = None
+    #: the memory kinds every operand's view is (``OperandInfo.memory``): what executors accept them by
+    memory: frozenset[str] = field(default=frozenset(), repr=False)
 
     @property
     def plan_preferences(self) -> MatmulPlanPreferences:
@@ -379,9 +382,11 @@ class MatmulProblem:
         return dict(self.inputs)
 
     def squeeze(self, x):
-        """Drop the axes PEP 465 added for 1-D operands from a promoted ``(..., m, n)`` array (any framework)."""
+        """Drop the axes PEP 465 added for 1-D operands from a promoted ``(..., m, n)`` array (any framework). A
+        1-D @ 1-D product is ``x[0, 0]``, as the framework indexes it: a NumPy scalar (as ``numpy.matmul`` gives),
+        a 0-d Torch/CuPy array."""
         if self.a_vector and self.b_vector:
-            return x[..., 0, 0]
+            return x[0, 0]
         if self.a_vector:
             return x[..., 0, :]
         if self.b_vector:
@@ -630,4 +635,5 @@ def build_problem(
         inputs=inputs,
         options=options,
         autograd=any(info.autograd for info in infos.values()),
+        memory=common_memory(infos.values(), framework),
     )

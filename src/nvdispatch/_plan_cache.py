@@ -276,9 +276,10 @@ class PlanCache:
         self.hits += 1
         return entry.plan
 
-    def acquire_or_create(self, key: Hashable, factory: Callable[[Any], Any]) -> Any:
+    def acquire_or_create(self, key: Hashable, factory: Callable[[Any], Any], alias: Hashable | None = None) -> Any:
         """The plan for ``key``, pinned until :meth:`let_go`: the cached one, or ``factory(tuning)`` cached
-        (``tuning``: a loaded autotune choice for ``key``, or None)."""
+        (``tuning``: a loaded autotune choice for ``key``, or None). ``alias``: keep the plan under that key too
+        (unless a plan is cached there already), as :meth:`put` would, in the same step."""
         with self._lock:
             entry = self._keys.get(key)
             if entry is not None:
@@ -286,6 +287,8 @@ class PlanCache:
                 self.hits += 1
                 if not entry.pinless:
                     entry.users.append(None)
+                if alias is not None:
+                    self._alias(entry, alias)
                 return entry.plan
             self.misses += 1
         plan = self._tuned.build(key, factory)
@@ -300,8 +303,16 @@ class PlanCache:
                 if not entry.pinless:
                     entry.users.append(None)  # before trimming: a cache of size 0 retires it at once
                 kept, release = plan, self._trim()
+            if alias is not None:
+                self._alias(entry, alias)
         _release(release)
         return kept
+
+    def _alias(self, entry: _Entry, key: Hashable) -> None:
+        """Keep ``entry`` (cached) under ``key`` too, unless a plan is cached there already."""
+        if not entry.retired and key not in self._keys:
+            entry.keys.append(key)
+            self._keys[key] = entry
 
     def get_or_create(self, key: Hashable, factory: Callable[[Any], Any]) -> Any:
         """:meth:`acquire_or_create` without the pin (for callers that do not run the plan)."""

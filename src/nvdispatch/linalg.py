@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 import time
 from collections.abc import Mapping
@@ -11,36 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _backends
-from ._backends import _state
+from ._adapters import adapter_for, call_key_classes
+from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
 from ._detect import detect
-from ._dispatch import (
-    Explanation,
-    _log_levels,
-    acquire_plan,
-    choice_key,
-    choose_strategy,
-    coerce_operands,
-    debug_enabled,
-    detect_all,
-    explain_selected,
-    keep_or_select,
-    log_hit,
-    placement,
-    plan_key,
-    refuse_recorded_call,
-    signature_function,
-    signature_of,
-    store,
-    strategies_of,
-    wrap_result,
-)
-from ._dispatch import call_key_memo_by_class as _memos
-from ._dispatch import signature_by_class as _signatures
 from ._epilog import INPUTS, Epilog, spec_of
-from ._execute import raise_if_out_of_memory, run
-from ._fp8 import _SCALE_NAMES, MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
+from ._execute import raise_if_out_of_memory, run, run_direct
+from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -49,12 +25,28 @@ from ._matmul_problem import (
     as_preferences,
     build_problem,
     check_scalar,
-    dict_form_key,
     scalar_always_valid,
-    scalar_key,
     scalar_value,
 )
 from ._plan_cache import plan_cache
+from ._route import (
+    Explanation,
+    acquire_plan,
+    check_stream,
+    choice_key,
+    choose_strategy,
+    coerce_operands,
+    debug_enabled,
+    detect_all,
+    explain_selected,
+    keep_or_select,
+    log_hit,
+    log_levels,
+    placement,
+    plan_key,
+    refuse_recorded_call,
+    strategies_of,
+)
 from ._traced import traced_handler
 from ._tunings import STRATEGY_CHOICE
 from ._typing import Array, Scalar, Stream
@@ -73,7 +65,7 @@ from .executors.blas_threads import let_workers_sleep
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
 _acquire_handle = plan_cache.acquire_handle  # the same, by a handle the call-key memo kept
 _handle = plan_cache.handle
-_let_go = plan_cache.let_go  # and its last
+_classes = call_key_classes  # class -> ClassKeys (_call_key), read first on the hot path
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
 
@@ -101,16 +93,63 @@ def _check_required(a, b) -> None:
             raise UnsupportedOperandError(name, "an array", "None")
 
 
-def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None, selection=None):
-    """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos).
+def _as_array(name: str, x: Any) -> Any:
+    """``x`` itself when an adapter knows it (or None), else ``numpy.asarray(x)``: array-likes (lists, tuples,
+    objects with ``__array__``) are taken the NumPy way, as ``numpy.matmul`` takes them."""
+    if x is None or x.__class__ is np.ndarray or adapter_for(x) is not None:
+        return x
+    expected = "an array or a numeric array-like (a list or tuple of numbers)"
+    if isinstance(x, (str, bytes)):
+        raise UnsupportedOperandError(name, expected, describe(x))
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # noqa: BLE001 - whatever NumPy says, the operand is no array
+        raise UnsupportedOperandError(name, expected, describe(x)) from exc
+    if arr.dtype.kind not in "biufc":
+        raise UnsupportedOperandError(name, expected, describe(x))
+    return arr
 
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """A validated, selected matmul: its problem, executor selection, strategy and operand infos."""
+
+    problem: Any
+    selection: Any
+    strategy: str
+    infos: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bound:
+    """What every execute of a ``Matmul``'s plan on its current operands passes: the operands (views, as
+    executors take them), the arguments of the plan's direct call where the route would take it (as
+    :func:`matmul` does), whether an operand requires grad (a plan made without autograd must not run a call
+    autograd records: its executor may drop the graph, or its direct call have no derivative) and the arrays,
+    and how the result goes back (``(adapter, like)``, or None)."""
+
+    plan: Any
+    operands: dict[str, Any]
+    direct: tuple | None
+    grads: bool
+    arrays: dict[str, Any]
+    wrap: tuple[Any, Any] | None
+
+
+def _prepare(
+    a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None, selection=None, infos=None
+) -> _Prepared:
+    """Validate a call, choose its executor and strategy. ``infos``: a, b, c detected already (a ``Matmul``'s);
     ``selection``: keep that executor (a stateful object's) unless it declines the problem."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
     prefs = as_preferences(preferences)
-    _check_required(a, b)
-    infos = detect_all({"a": a, "b": b, "c": c, **inputs})
+    if infos is None:
+        _check_required(a, b)
+        infos = detect_all({"a": a, "b": b, "c": c, **inputs})
+    else:
+        infos = {**{k: v for k, v in infos.items() if k in ("a", "b", "c")}, **detect_all(inputs)}
     framework, device = placement(infos)
     if wants_fp8(infos, opts, scales):
         problem = build_fp8_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs), scales)
@@ -120,7 +159,7 @@ def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, 
     if plan_prefs is not None:  # limit / max_workspace_bytes shape the plan: part of its key
         problem = dataclasses.replace(problem, preferences=plan_prefs)
     sel = keep_or_select(selection, "matmul", problem)
-    return problem, sel, choose_strategy(sel.executor, "matmul", problem, prefs.strategy), infos
+    return _Prepared(problem, sel, choose_strategy(sel.executor, "matmul", problem, prefs.strategy), infos)
 
 
 def _operands(a, b, c, alpha, beta, epilog_inputs, scales=None) -> dict[str, Any]:
@@ -150,12 +189,16 @@ def matmul(
 ) -> Array:  # (result, aux) for an epilog with outputs
     """Compute ``epilog(alpha * a @ b + beta * c)`` with whichever executor owns the operands.
 
+    The stateless form of :class:`Matmul`: ``Matmul(a, b, c, ...).plan(epilog, ...).execute()``, whose plan
+    stays in the plan cache under the call's key, so a repeated call runs it at once.
+
     Parameters
     ----------
     a, b : array
-        NumPy, CuPy or Torch arrays, or any ``__cuda_array_interface__`` / DLPack object, all of one
-        framework and device. PEP 465 semantics: 1-D operands are promoted (and the added dimension
-        removed from the result); leading batch dimensions broadcast.
+        Arrays of one registered framework and device (NumPy, CuPy, Torch, JAX, array-api-strict, Dask, any
+        ``__cuda_array_interface__`` / DLPack object), or array-likes NumPy takes (lists, tuples). PEP 465
+        semantics: 1-D operands are promoted (and the added dimension removed from the result); leading
+        batch dimensions broadcast.
     c : array, optional
         Added as ``beta * c``; must broadcast to the result.
     alpha, beta : scalar
@@ -172,7 +215,8 @@ def matmul(
         ``strategy`` forces an epilog fusion strategy.
     stream : optional
         GPU stream (Torch/CuPy stream, ``__cuda_stream__`` object or raw pointer); default: the
-        operands' framework's current stream. Ignored on the CPU.
+        operands' framework's current stream. On the CPU only None (or the framework's own CPU stream, such as
+        ``torch.cpu.Stream``); anything else is an :class:`~nvdispatch.errors.InvalidArgumentError`.
     quantization_scales : dict or MatmulQuantizationScales, optional
         FP8 operands (``float8_e4m3fn``/``float8_e5m2``): per-tensor scales ``{"a", "b", "c", "d"}``, Python
         numbers or one-element float32 device arrays; the result is
@@ -183,8 +227,9 @@ def matmul(
     Returns
     -------
     array or (array, dict)
-        The result in the operands' framework and device; with epilogs that have auxiliary outputs
-        (``*_AUX``, ``*_BGRAD``, ``BGRADA``, ``BGRADB``) or ``result_amax`` a tuple ``(result, aux)``.
+        The result in the operands' framework and on their device (a 1-D @ 1-D NumPy product: a NumPy
+        scalar, as ``numpy.matmul`` gives); with epilogs that have auxiliary outputs (``*_AUX``, ``*_BGRAD``,
+        ``BGRADA``, ``BGRADB``) or ``result_amax`` a tuple ``(result, aux)``.
 
     Examples
     --------
@@ -200,74 +245,36 @@ def matmul(
 def _route(
     a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales, memo_checked=False
 ):
-    """The route of a ``matmul`` call: its call key, the plan cache (the call-key memo first, for a repeated
-    call of the forms it holds), else the full path (:func:`_plan_and_run`). ``memo_checked``: the compiled
-    front (``_front``) tried the form's remembered handles already and none served the call."""
-    # The call key (see _dispatch), built inline for the common call: a function call costs as much.
-    cls = a.__class__
-    sig = _signatures.get(cls, signature_of)
-    if sig is signature_of:
-        sig = signature_of(cls)
-    form = learn = bias = plan = key = None
+    """The route of a ``matmul`` call: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the
+    call-key memo first, for a repeated call of a short form), then the run step on the cached plan; else the
+    stateful object's path (:func:`_plan_and_run`). ``memo_checked``: the compiled front (``_front``) tried
+    the form's remembered handles already and none served the call."""
+    entry = _classes.get(a.__class__)
+    if entry is None:
+        entry = class_keys(a.__class__)
+    plain, sig, memo, _, _, _ = entry
+    plan = key = learn = form = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
-        if sig is None or alpha.__class__ not in _SCALARS:
-            pass
-        elif (
-            c is not None
-            or beta is not None
-            or options is not None
-            or preferences is not None
-            or quantization_scales is not None
-        ):
-            key = _call_key(
-                cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
-            )
-        elif epilog_inputs is None:
-            # the shortest keys, (form, signatures...), for the commonest calls: a plain product and a linear
-            # layer (a bias alone); _call_key's keys have another shape, so no two kinds of call share a key
-            if b.__class__ is cls:
-                classes = cls
-            elif _signatures.get(b.__class__) is sig:
-                classes = (cls, b.__class__)
-            else:
-                classes = _classes_sharing(sig, a, b)
-            if classes is None:
-                key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
-            else:
-                form = (classes, epilog, scalar_key(alpha), _state.get().key, _backends._global.key)
-        elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
-            bias = epilog_inputs["bias"]
-            if b.__class__ is cls is bias.__class__:
-                classes = cls
-            elif _signatures.get(b.__class__) is sig is _signatures.get(bias.__class__):
-                classes = (cls, b.__class__, bias.__class__)  # a Parameter beside tensors, say
-            else:
-                classes = _classes_sharing(sig, a, b, bias)
-            if classes is None:
-                key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
-                bias = None
-            else:
-                form = (classes, epilog, "bias", scalar_key(alpha), _state.get().key, _backends._global.key)
-        else:
-            key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
-        if form is not None:
-            # where the class has a guard, a repeated call's plan handle is remembered behind it (_call_key_memo)
-            memo = _memos.get(cls)
-            if memo is not None:
-                for check, entry, epoch in () if memo_checked else memo.handles.get(form, ()):
-                    if check(a, b) if bias is None else check(a, b, bias):
-                        plan = _acquire_handle(entry, epoch)
+        if sig is not None:
+            if c is None and beta is None and options is None and preferences is None and quantization_scales is None:
+                form, arrays, key = short_form(entry, a, b, alpha, epilog, epilog_inputs)
+            if form is None:
+                key = long_key(
+                    entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
+                )
+            if form is not None and memo is not None:
+                # where the class has a guard, a repeated call's plan handle is remembered behind it
+                for check, handle, epoch in () if memo_checked else memo.handles.get(form, ()):
+                    if check(*arrays):
+                        plan = _acquire_handle(handle, epoch)
                         break
                 if plan is None:
-                    learn = memo
+                    key, learn = short_key(form, entry, arrays), memo
                 else:
-                    pinned = not entry.pinless  # the cache does not pin it: letting go would do nothing
-            if plan is None:
-                key = (form, sig(a), sig(b)) if bias is None else (form, sig(a), sig(b), sig(bias))
+                    pinned = not handle.pinless  # the cache does not pin it: letting go would do nothing
+            if plan is None and key is not None:
                 plan = _acquire(key)  # pinned until this call returns (if it needs release)
-        elif key is not None:
-            plan = _acquire(key)
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = None
     if plan is None:
@@ -275,29 +282,56 @@ def _route(
             key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales
         )
     if learn is not None:  # a repeated call, found by its signatures
-        learn.remember(form, (a, b) if bias is None else (a, b, bias), _handle(key))
+        learn.remember(form, arrays, _handle(key))
+    if form is not None and plain and stream is None and alpha == 1 and log_levels.get(10) is False:
+        # the commonest hit, a short form: its arrays (a, b[, bias]) to the plan's direct call, as _run_cached would
+        if getattr(plan, "direct", None) is not None:
+            return run_direct(plan, arrays, pinned)
+    return _run_cached(plan, pinned, entry, a, b, c, alpha, beta, epilog_inputs, stream, quantization_scales)
+
+
+def _run_cached(plan, pinned, entry, a, b, c, alpha, beta, epilog_inputs, stream, scales):
+    """The run step of a call whose plan its key found (pinned unless the cache does not pin it): on the
+    arrays' views, by the plan's direct call where every per-call value but the arrays is at its default, the
+    result through the adapter's ``wrap`` (:func:`nvdispatch._execute.run`)."""
     try:
-        if _log_levels.get(10) is not False and debug_enabled():
+        if stream is not None:
+            check_stream(stream, a)
+        if log_levels.get(10) is not False and debug_enabled():
             log_hit("matmul", plan)
-        if stream is None and alpha == 1 and c is None and quantization_scales is None:
+        direct = None
+        if stream is None and alpha == 1 and c is None and scales is None:
             direct = getattr(plan, "direct", None)
-            if direct is not None:
-                if epilog_inputs is None:
-                    return direct(a, b)
-                return direct(a, b, bias) if form is not None else direct(a, b, *epilog_inputs.values())
-        return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs, quantization_scales), stream)
-    except Exception as exc:
-        raise_if_out_of_memory(exc)
-        raise
-    finally:
+        wrap = None
+        if not entry.plain:  # an adapter with views or a way back: executors take views, callers get their type
+            wrap = (entry.adapter, a) if entry.wraps else None
+            a, b, c, epilog_inputs = _views(entry, a, b, c, epilog_inputs)
+    except BaseException:
         if pinned:
-            _let_go(plan)
+            plan_cache.let_go(plan)
+        raise
+    if direct is not None:
+        args = (a, b) if not epilog_inputs else (a, b, *epilog_inputs.values())
+        return run(plan, None, None, args, wrap, pinned)
+    return run(plan, _operands(a, b, c, alpha, beta, epilog_inputs, scales), stream, None, wrap, pinned)
+
+
+def _views(entry, a, b, c, epilog_inputs):
+    """The views of a cached call's arrays that executors take (``ClassKeys.view`` of each array's class)."""
+
+    def view(x):
+        own = entry if x.__class__ is a.__class__ else class_keys(x.__class__)
+        return x if own.view is None else own.view(x)
+
+    inputs = {} if epilog_inputs is None else {k: view(v) for k, v in epilog_inputs.items()}
+    return view(a), view(b), None if c is None else view(c), inputs
 
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):
-    """The full path of a call: detect, validate, select, plan (and keep the plan under the call key when
-    every call with that key validates and selects the same way), execute, wrap. A call on traced arrays
-    (inside ``jax.jit``...) is handed to the integration that stages it (``nvdispatch._traced``)."""
+    """A call whose plan is not cached under its key: the stateful object's path. ``Matmul`` plans it (keeping
+    the plan under ``key`` too where every call with that key validates and selects the same way), executes
+    once and lets go. A call on traced arrays (inside ``jax.jit``...) is handed to the integration that stages
+    it (``nvdispatch._traced``)."""
     inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
     staged = traced_handler("matmul", (a, b, c, *inputs))
     if staged is not None:
@@ -305,135 +339,62 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
             a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
             preferences=preferences, stream=stream, quantization_scales=scales,
         )
-    problem, sel, strategy, infos = _prepare(
-        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales
-    )
-    plan = acquire_plan(sel.executor, "matmul", problem, strategy)  # pinned until run() returns
+    mm = Matmul._for_call(a, b, c, alpha, beta, options, stream, scales)
     try:
-        scalars_ok = scalar_always_valid(alpha, problem.result_dtype) and (
-            beta is None or scalar_always_valid(beta, problem.result_dtype)
-        )
-        if not sel.coerce and scalars_ok and _scales_always_valid(problem):
-            store(key, plan)
-        operands = _operands(a, b, c, alpha, beta, epilog_inputs, scales)
-        operands.update((name, info.array) for name, info in infos.items())  # as executors take them
-        operands = coerce_operands(sel, operands, _OPERAND_NAMES)
-    except BaseException:
-        plan_cache.let_go(plan)
-        raise
-    return wrap_result(run(plan, operands, stream), a)
+        mm._plan_with(epilog, epilog_inputs, preferences, None, call_key=key)
+        return mm.execute(stream=stream)
+    finally:
+        mm.free()
 
 
 def _compiled_front():
-    """:func:`_route` behind its hit compiled (``_hotpath.c``: a repeated call of the forms the route keys
-    inline, served by the call-key memo or the call key), where the extension is built and
-    ``NVDISPATCH_PURE_PYTHON`` is not set; else :func:`_route` itself. The compiled hit reads the route's own
-    objects (handed over here) and leaves every other call to the route."""
+    """:func:`_route` behind its hit compiled (``_hotpath.c``: a repeated call of the short forms, served by the
+    call-key memo or the call key, for classes whose arrays executors take as they are), where the extension is
+    built and ``NVDISPATCH_PURE_PYTHON`` is not set; else :func:`_route` itself. The compiled hit reads one
+    object, :data:`_FRONT_PARTS`, and leaves every other call to the route."""
     compiled = hotpath()
     if compiled is None:  # the route is the same, in Python
         return _route
-    return compiled.make_matmul_front(
-        _route,
-        _signatures,
-        _memos,
-        _state.get,
-        _backends,
-        _acquire,
-        _acquire_handle,
-        _let_go,
-        _log_levels,
-        debug_enabled,
-        log_hit,
-        raise_if_out_of_memory,
-        _operands,
-    )
+    return compiled.make_matmul_front(_FRONT_PARTS)
 
 
+class _FrontParts:
+    """What the compiled front reads (these attributes, once, when it is made; see ``_hotpath.c``).
+
+    ``route``
+        :func:`_route`, which serves every call the front does not (with ``memo_checked``);
+    ``classes``
+        class -> :class:`~nvdispatch._call_key.ClassKeys` (its ``plain``, ``signature``, ``memo``): the call-key
+        module's table, filled by the route;
+    ``backends``
+        the backend registry (``current_state()``, ``global_key``): the backend part of a form;
+    ``acquire``, ``acquire_handle``, ``let_go``
+        the plan cache's lookups and release;
+    ``log_levels``, ``log_hit``
+        the nvdispatch logger's level cache (a dict) and the hit's DEBUG record;
+    ``raise_if_out_of_memory``, ``operands``
+        the run step's error mapping and :func:`_operands` (for a plan without a direct call).
+    """
+
+    def __init__(self):
+        from ._backends import registry
+
+        self.route = _route
+        self.classes = _classes
+        self.backends = registry
+        self.acquire = _acquire
+        self.acquire_handle = _acquire_handle
+        self.let_go = plan_cache.let_go
+        self.log_levels = log_levels
+        self.log_hit = log_hit
+        self.raise_if_out_of_memory = raise_if_out_of_memory
+        self.operands = _operands
+
+
+_FRONT_PARTS = _FrontParts()
 _front = _compiled_front()
 
 
-def _concrete_subclasses(cls: type) -> set[type]:
-    subs = set(cls.__subclasses__())
-    return {c for c in subs if not c.__subclasses__()} | {d for c in subs for d in _concrete_subclasses(c)}
-
-
-#: scalar classes a call key may hold (it holds the class, not the value): Python's and NumPy's numbers
-_SCALARS = frozenset({int, float, complex} | {c for c in _concrete_subclasses(np.number) if c is not np.timedelta64})
-
-
-def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None):
-    """The call key of a matmul with ``c``/``beta``, epilog inputs, operands of more than one class or FP8
-    scales (``matmul`` builds the plainest ones): the operands' adapter signatures, the scalars' classes, the
-    epilog, options, preferences, scales and backend state; None when the call does not qualify (it takes the
-    full path)."""
-    if scales is not None:
-        scales = _scales_key(cls, sig, scales)
-        if scales is None:
-            return None
-    if c is None:
-        if beta is not None:
-            return None
-        c_sig = None
-    elif beta is not None and beta.__class__ not in _SCALARS:
-        return None
-    else:
-        c_sig = (_operand_signature(cls, sig, c), scalar_key(beta))
-    if epilog_inputs is None:
-        inputs = None
-    elif epilog_inputs.__class__ is dict:
-        inputs = tuple((name, _operand_signature(cls, sig, value)) for name, value in epilog_inputs.items())
-    else:
-        return None
-    if options.__class__ is dict:  # the documented dict form (unhashable values take the full path)
-        options = dict_form_key(options)
-    if preferences.__class__ is dict:
-        preferences = dict_form_key(preferences)
-    b_sig = sig(b) if b.__class__ is cls else _operand_signature(cls, sig, b)
-    if b_sig is None or (c_sig is not None and c_sig[0] is None) or (inputs and any(s is None for _, s in inputs)):
-        return None
-    return (
-        "matmul",
-        cls,
-        sig(a),
-        b_sig,
-        epilog,
-        inputs,
-        scalar_key(alpha),
-        c_sig,
-        options,
-        preferences,
-        scales,
-        _state.get().key,
-        _backends._global.key,
-    )
-
-
-def _scales_key(cls, sig, scales):
-    """FP8 scales' part of a call key: each given scale's name with a Python number's class (its value checked
-    here as planning checks it: finite, non-zero) or an array's signature; None where the call must take the
-    full path (an unknown form or name, a bad value: the full path reports it)."""
-    if scales.__class__ is dict:
-        items = scales.items()
-    elif scales.__class__ is MatmulQuantizationScales:
-        items = ((name, getattr(scales, name)) for name in _SCALE_NAMES)
-    else:
-        return None
-    parts = []
-    for name, value in items:
-        if name not in _SCALE_NAMES:
-            return None
-        if value is None:
-            continue
-        if value.__class__ is float or value.__class__ is int:
-            if value == 0 or not math.isfinite(value):
-                return None
-            parts.append((name, value.__class__))
-        else:
-            signature = _operand_signature(cls, sig, value)
-            if signature is None:
-                return None
-            parts.append((name, signature))
-    return tuple(sorted(parts))
 
 
 def _scales_always_valid(problem) -> bool:
@@ -441,24 +402,6 @@ def _scales_always_valid(problem) -> bool:
     host memory (planning checks their values, which their signatures do not hold)."""
     fp8 = problem.quantization
     return fp8 is None or problem.device.kind != "cpu" or all(kind == "host" for _, kind in fp8.scales)
-
-
-def _classes_sharing(sig, *arrays):
-    """The classes of operands of more than one class whose signatures all come from ``sig`` (a Torch
-    ``Parameter`` beside plain tensors), for the form of their call key; None when they do not share it."""
-    classes = tuple(x.__class__ for x in arrays)
-    return classes if all(signature_function(cls) is sig for cls in classes) else None
-
-
-def _operand_signature(cls, sig, x):
-    """``x``'s part of a call key whose first operand is of class ``cls`` (signature function ``sig``): its
-    signature; for an operand of another class (a Torch ``Parameter`` beside plain tensors), that class and its
-    own signature. None when its class has none (the call then takes the full path)."""
-    other = x.__class__
-    if other is cls:
-        return sig(x)
-    own = signature_function(other)
-    return None if own is None else (other, own(x))
 
 
 def explain_matmul(
@@ -475,11 +418,28 @@ def explain_matmul(
     stream: Stream = None,
     quantization_scales: MatmulQuantizationScales | Mapping[str, Any] | None = None,
 ) -> Explanation:
-    """What ``matmul`` would do with these arguments, without running it."""
-    problem, sel, strategy, _ = _prepare(
-        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
-    )
-    return explain_selected("matmul", "matmul", problem, sel, strategy)
+    """What ``matmul`` would do with these arguments, without running it.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> nvdispatch.linalg.explain_matmul(np.ones((4, 3)), np.ones((3, 2)), epilog="RELU").executor
+    'numpy'
+    """
+    a, b, c = _as_array("a", a), _as_array("b", b), _as_array("c", c)
+    epilog_inputs = _as_inputs(epilog_inputs)
+    prep = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales)
+    check_stream(stream, a)
+    return explain_selected("matmul", "matmul", prep.problem, prep.selection, prep.strategy)
+
+
+def _as_inputs(epilog_inputs):
+    """Epilog inputs with array-likes taken the NumPy way (a dict of arrays is returned as it is)."""
+    if epilog_inputs.__class__ is not dict or all(
+        v is None or v.__class__ is np.ndarray or adapter_for(v) is not None for v in epilog_inputs.values()
+    ):
+        return epilog_inputs
+    return {k: _as_array(f"epilog_inputs[{k!r}]", v) for k, v in epilog_inputs.items()}
 
 
 class Matmul:
@@ -530,7 +490,8 @@ class Matmul:
         stream: Stream = None,
         quantization_scales: MatmulQuantizationScales | Mapping[str, Any] | None = None,
     ) -> None:
-        self._options = as_options(options)
+        a, b, c = _as_array("a", a), _as_array("b", b), _as_array("c", c)
+        self._setup(a, b, c, alpha, beta, as_options(options), stream, quantization_scales)
         # validate shapes and dtypes now, so mistakes surface at construction
         _check_required(a, b)
         infos = detect_all({"a": a, "b": b, "c": c})
@@ -540,11 +501,17 @@ class Matmul:
             problem = build_fp8_problem(framework, device, infos, spec, self._options, alpha, beta, (), scales)
         else:
             problem = build_problem(framework, device, infos, spec_of(None), self._options, alpha, beta)
-        self._scales = quantization_scales
-        self._lock = threading.RLock()
+        check_stream(stream, a)
         self._infos = infos
         # alpha/beta are float32 scalars of FP8 matmuls
         self._result_dtype = problem.result_dtype if problem.quantization is None else "float32"
+
+    def _setup(self, a, b, c, alpha, beta, options, stream, scales) -> None:
+        self._options = options
+        self._scales = scales
+        self._lock = threading.RLock()
+        self._infos: dict[str, Any] | None = None  # a, b, c (and once planned, the epilog inputs) detected
+        self._result_dtype = None
         self._a, self._b, self._c = a, b, c
         self._alpha, self._beta = alpha, beta
         self._stream = stream
@@ -553,9 +520,17 @@ class Matmul:
         self._problem = None
         self._selection = None
         self._hold = None  # our hold on the plan (PlanHold)
-        self._bound = None  # (plan, operands, direct-call arguments, requires grad) for execute; None after a change
+        self._bound: _Bound | None = None  # what execute passes the plan; None after a change
         self._strategy = None
         self._freed = False
+
+    @classmethod
+    def _for_call(cls, a, b, c, alpha, beta, options, stream, scales) -> Matmul:
+        """The object a stateless call plans and executes with: nothing is validated before :meth:`plan`,
+        which validates the whole call (in the order the stateless call always has)."""
+        self = cls.__new__(cls)
+        self._setup(_as_array("a", a), _as_array("b", b), _as_array("c", c), alpha, beta, options, stream, scales)
+        return self
 
     # -- helpers --------------------------------------------------------------------------------------
     @property
@@ -572,8 +547,20 @@ class Matmul:
         if self._hold is None:
             raise PlanStateError("self", f"a planned Matmul to {what}", "one not planned yet", "call plan() first")
 
+    def _views(self) -> tuple[Any, Any, Any, dict[str, Any]]:
+        """The views of the operands executors take (their adapters' ``OperandInfo.array``)."""
+        infos = self._infos
+        c = infos.get("c")
+        return (
+            infos["a"].array,
+            infos["b"].array,
+            None if c is None else c.array,
+            {name: infos[name].array for name in self._inputs},
+        )
+
     def _operands(self):
-        ops = _operands(self._a, self._b, self._c, self._alpha, self._beta, self._inputs, self._scales)
+        a, b, c, inputs = self._views()
+        ops = _operands(a, b, c, self._alpha, self._beta, inputs, self._scales)
         return coerce_operands(self._selection, ops, _OPERAND_NAMES)
 
     def _adopt(self, plan) -> None:
@@ -604,12 +591,15 @@ class Matmul:
     ) -> Matmul:
         """Choose the executor and strategy and prepare the plan (kept in the shared plan cache)."""
         with self._lock:
+            check_stream(stream, self._a)
             return self._plan_with(epilog, epilog_inputs, preferences, None)
 
-    def _plan_with(self, epilog, epilog_inputs, preferences, selection):
+    def _plan_with(self, epilog, epilog_inputs, preferences, selection, call_key=None):
+        """Plan (and hold) the call; ``call_key``: a stateless call's key, to keep the plan under too where every
+        call with that key validates and selects the same way."""
         self._check_alive("plan")
-        inputs = dict(_check_epilog_inputs(epilog_inputs))
-        problem, sel, strategy, infos = _prepare(
+        inputs = dict(_check_epilog_inputs(_as_inputs(epilog_inputs)))
+        prep = _prepare(
             self._a,
             self._b,
             self._c,
@@ -621,14 +611,25 @@ class Matmul:
             preferences,
             self._scales,
             selection,
+            self._infos,
         )
-        plan = acquire_plan(sel.executor, "matmul", problem, strategy)
+        problem, sel = prep.problem, prep.selection
+        if call_key is not None and not (
+            not sel.coerce
+            and scalar_always_valid(self._alpha, problem.result_dtype)
+            and (self._beta is None or scalar_always_valid(self._beta, problem.result_dtype))
+            and _scales_always_valid(problem)
+        ):
+            call_key = None
+        plan = acquire_plan(sel.executor, "matmul", problem, prep.strategy, call_key)
         try:
             self._adopt(plan)
         finally:
             plan_cache.let_go(plan)
-        self._problem, self._selection, self._strategy = problem, sel, strategy
-        self._epilog, self._inputs, self._infos = epilog, inputs, infos
+        self._problem, self._selection, self._strategy = problem, sel, prep.strategy
+        self._epilog, self._inputs, self._infos = epilog, inputs, prep.infos
+        self._result_dtype = problem.result_dtype if problem.quantization is None else "float32"
+        self._bound = None
         return self
 
     def autotune(self, iterations: int = 3, *, stream: Stream = None) -> dict[str, float]:
@@ -641,6 +642,7 @@ class Matmul:
         as they were."""
         with self._lock:
             self._check_planned("autotune")
+            check_stream(stream, self._a)
             if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
                 raise InvalidArgumentError("iterations", "an int >= 1", repr(iterations))
             stream = stream if stream is not None else self._stream
@@ -670,36 +672,40 @@ class Matmul:
             return timings
 
     def execute(self, *, stream: Stream = None) -> Array:  # (result, aux) for an epilog with outputs
-        """Run the planned matmul on the current operands; returns as :func:`matmul` does."""
+        """Run the planned matmul on the current operands; returns as :func:`matmul` does (the operands'
+        framework, on their device)."""
         with self._lock:
             self._check_planned("execute")
             plan = self._hold.plan
             plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
             try:
                 bound = self._bound
-                if bound is None or bound[0] is not plan:
+                if bound is None or bound.plan is not plan:
                     bound = self._bound = self._bind(plan)
-                if bound[3]:  # an operand requires grad
-                    refuse_recorded_call(self._problem)
+                if bound.grads:  # an operand requires grad
+                    refuse_recorded_call(self._problem, bound.arrays)
+                if stream is not None:
+                    check_stream(stream, self._a)
             except BaseException:
                 plan_cache.let_go(plan)
                 raise
             stream = stream if stream is not None else self._stream
-        return run(plan, bound[1], stream, bound[2] if stream is None else None)
+        return run(plan, bound.operands, stream, bound.direct if stream is None else None, bound.wrap)
 
-    def _bind(self, plan) -> tuple[Any, dict[str, Any], tuple | None, bool]:
-        """What every execute of ``plan`` on the current operands passes: the operands, and the arguments of
-        the plan's direct call where the route would take it (as :func:`matmul` does); and whether an operand
-        requires grad (a plan made without autograd must not run a call autograd records: its executor may
-        drop the graph, or its direct call have no derivative)."""
+    def _bind(self, plan) -> _Bound:
+        """What every execute of ``plan`` on the current operands passes (see :class:`_Bound`)."""
         operands = self._operands()
+        a, b, _, inputs = self._views()
         direct = getattr(plan, "direct", None)
         args = None
         if direct is not None and not self._selection.coerce and self._c is None and self._scales is None:
-            if self._alpha.__class__ in _SCALARS and self._alpha == 1:
-                args = (self._a, self._b, *self._inputs.values())
-        grads = any(getattr(x, "requires_grad", False) is True for x in operands.values())
-        return plan, operands, args, grads
+            if self._alpha.__class__ in SCALARS and self._alpha == 1:
+                args = (a, b, *inputs.values())
+        arrays = {"a": self._a, "b": self._b, "c": self._c, **self._inputs}
+        grads = any(getattr(x, "requires_grad", False) is True for x in arrays.values())
+        ad = adapter_for(self._a)
+        wrap = (ad, self._a) if ad is not None and ad.wraps and not self._selection.coerce else None
+        return _Bound(plan, operands, args, grads, arrays, wrap)
 
     def reset_operands(
         self,
@@ -719,6 +725,8 @@ class Matmul:
         the object was planned with (see the class notes). The checks are those of construction; nothing is
         changed when one fails.
         """
+        a, b, c = _as_array("a", a), _as_array("b", b), _as_array("c", c)
+        epilog_inputs = _as_inputs(epilog_inputs)
         with self._lock:
             self._check_alive("reset operands")
             if quantization_scales is not None:

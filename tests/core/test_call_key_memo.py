@@ -9,7 +9,7 @@ import pytest
 
 import nvdispatch
 from nvdispatch import linalg
-from nvdispatch._adapters import call_key_memo_by_class, register_adapter, signature_by_class
+from nvdispatch._adapters import call_key_classes, register_adapter
 from nvdispatch._adapters.torch import TorchAdapter
 from nvdispatch._call_key_memo import CallKeyMemo
 from nvdispatch._plan_cache import PlanCache
@@ -185,7 +185,7 @@ def test_the_guard_keeps_no_tensor_alive():
 
 # -- through the routes ----------------------------------------------------------------------------------------
 def _memo():
-    return call_key_memo_by_class[torch.Tensor]
+    return call_key_classes[torch.Tensor].memo
 
 
 def _relu_bias(a, b, bias):
@@ -209,7 +209,7 @@ def test_a_repeated_matmul_finds_its_signature_keys_plan_behind_the_guard():
         got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
         np.testing.assert_allclose(got.numpy(), _relu_bias(a, b, bias), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
-    sig = signature_by_class[torch.Tensor]
+    sig = call_key_classes[torch.Tensor].signature
     handles = _handles(torch.Tensor)
     keys = [key for key in nvdispatch.plan_cache._keys if key[0][0] is torch.Tensor]  # the signature path's
     assert sorted(len(key) for key in keys) == [3, 4]
@@ -300,7 +300,7 @@ def test_an_adapter_change_forgets_remembered_handles():
         nvdispatch.matmul(a, a)
     assert _memo().handles
     register_adapter(TorchAdapter())  # the same framework again: keys must be read afresh
-    assert torch.Tensor not in call_key_memo_by_class and torch.Tensor not in signature_by_class
+    assert torch.Tensor not in call_key_classes
     np.testing.assert_allclose(nvdispatch.matmul(a, a).numpy(), np.full((2, 2), 2.0))
 
 

@@ -7,9 +7,12 @@ import operator
 import sys
 from typing import Any
 
+from .._memory import CUDA, CUPY_ARRAY
 from .base import Adapter, Device, OperandInfo
 
 __all__ = ["CupyAdapter"]
+
+_MEMORY = frozenset({CUPY_ARRAY, CUDA})
 
 
 class CupyAdapter(Adapter):
@@ -23,7 +26,8 @@ class CupyAdapter(Adapter):
     def info(self, name: str, x: Any) -> OperandInfo:
         itemsize = x.itemsize or 1
         strides = tuple(s // itemsize for s in x.strides)
-        return OperandInfo(x, self.name, Device("cuda", int(x.device.id)), x.dtype.name, tuple(x.shape), strides)
+        device = Device("cuda", int(x.device.id))
+        return OperandInfo(x, self.name, device, x.dtype.name, tuple(x.shape), strides, memory=_MEMORY)
 
     #: (dtype, shape, strides, device ordinal), read in C
     signature = operator.attrgetter("dtype", "shape", "strides", "device.id")

@@ -7,9 +7,14 @@ import functools
 import sys
 from typing import Any
 
+from .._memory import CUDA, TORCH_TENSOR
 from .base import CPU, Adapter, Device, OperandInfo
 
 __all__ = ["TorchAdapter"]
+
+
+_ON_CPU = frozenset({TORCH_TENSOR})
+_ON_CUDA = frozenset({TORCH_TENSOR, CUDA})
 
 
 def _grad_enabled() -> bool:
@@ -29,7 +34,8 @@ class TorchAdapter(Adapter):
         device = CPU if dev.type == "cpu" else Device(dev.type, dev.index if dev.index is not None else 0)
         dtype = str(x.dtype).removeprefix("torch.")
         autograd = bool(x.requires_grad) and _grad_enabled()
-        return OperandInfo(x, self.name, device, dtype, tuple(x.shape), tuple(x.stride()), autograd)
+        memory = _ON_CPU if device is CPU else _ON_CUDA
+        return OperandInfo(x, self.name, device, dtype, tuple(x.shape), tuple(x.stride()), autograd, memory=memory)
 
     @staticmethod
     def signature(x):
@@ -86,6 +92,11 @@ class TorchAdapter(Adapter):
         if torch is not None and isinstance(stream, torch.cuda.Stream):
             return int(stream.cuda_stream)
         return None
+
+    def check_stream(self, stream: Any, x: Any) -> None:
+        if x.device.type == "cpu" and isinstance(stream, sys.modules["torch"].cpu.Stream):
+            return  # Torch's own CPU streams: its CPU operations run in order anyway
+        super().check_stream(stream, x)
 
     def stream_context(self, stream: int, device_index: int | None):
         import torch
@@ -176,6 +187,11 @@ class TorchAdapter(Adapter):
 
     def copy_into(self, dst, src) -> None:
         dst.copy_(src)
+
+    def unwritable(self, x) -> str:
+        if x.requires_grad and x.is_leaf:
+            return "a leaf Torch tensor that requires grad (autograd forbids writing it in place)"
+        return ""
 
     # -- results ---------------------------------------------------------------------------------------------
     result_kinds = ("torch",)

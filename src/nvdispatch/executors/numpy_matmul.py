@@ -149,11 +149,11 @@ class NumpyMatmulPlan:
         self.ops = NumpyEpilogOps(inplace=strategy == "inplace", dtype=self.dtype)
         spec = problem.epilog
         self.steps = self._describe(spec)
-        #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul (of ndarrays, the
-        #: only arrays given call keys; a vector product's NumPy scalar is made a 0-d array)
+        #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul (a 1-D @ 1-D product
+        #: a NumPy scalar, as numpy.matmul gives it)
         plain = not spec.steps and not spec.outputs and problem.c is None
         vector = problem.a_vector or problem.b_vector
-        self.direct = (self._matmul_only if vector else _product_of(problem)) if plain else None
+        self.direct = (np.matmul if vector else _product_of(problem)) if plain else None
 
     def _rows_for(self, block_bytes: int, row_bytes: int) -> int:
         p = self.problem
@@ -184,12 +184,6 @@ class NumpyMatmulPlan:
         pass
 
     # -- execution ------------------------------------------------------------------------------------
-    @staticmethod
-    def _matmul_only(a, b):
-        """A plain matmul of two NumPy arrays (no c, alpha 1, no epilog)."""
-        out = np.matmul(a, b)
-        return out if type(out) is np.ndarray else np.asarray(out)
-
     def execute(self, operands, stream=None):
         p = self.problem
         a = _promote(operands["a"], 0 if p.a_vector else None)
