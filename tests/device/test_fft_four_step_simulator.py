@@ -57,6 +57,7 @@ CASES = [
     (64, (4, 16), (4, 4), (4, 2), 3),
     (48, (6, 8), (6, 2), (4, 2), 1),
     (90, (9, 10), (3, 2), (10, 1), 1),  # radix 3 over three threads, a 10-point row
+    (64, (16, 4), (4, 1), (4, 1), 2),  # one column a block, 4 threads each: no tile
 ]
 
 
@@ -117,6 +118,8 @@ def test_column_spec_by_length_and_precision():
     double = column_spec(1024, 1024, "float64")
     assert double.columns < long.columns and double.tile_bytes <= 48 * 1024
     assert column_spec(64, 12, "float32").columns <= 4  # a power of two dividing n2
+    longest = column_spec(4096, 4096, "float32")  # a tile of two columns would not fit: one, read directly
+    assert longest.columns == 1 and longest.tile_bytes == 0
 
 
 def test_column_source_has_one_fft_and_both_directions():

@@ -112,8 +112,9 @@ class ColumnSpec:
 
     @property
     def tile_bytes(self) -> int:
-        """Shared memory of the tile of ``columns`` columns (one padding slot a row), 0 without a tile."""
-        if self.threads_per_column == 1:
+        """Shared memory of the tile of ``columns`` columns (one padding slot a row), 0 without a tile (a thread
+        per column, or one column a block: each thread then reads its elements straight from memory)."""
+        if self.threads_per_column == 1 or self.columns == 1:
             return 0
         return self.n1 * (self.columns + 1) * self.complex_bytes
 
@@ -207,7 +208,7 @@ def generate_column_source(spec: ColumnSpec) -> str:
     ``(b % tiles) * columns + threadIdx.y`` of signal ``b // tiles``.
     """
     e, threads, columns = spec.elements_per_thread, spec.threads_per_column, spec.columns
-    tile = threads > 1
+    tile = spec.tile_bytes > 0
     stride = columns + 1  # tile row length: one padding slot
     w = _Source()
     w("thread_data = cuda.local.array(STORAGE, VALUE)")
@@ -243,13 +244,13 @@ def generate_column_source(spec: ColumnSpec) -> str:
     else:
         w.block("if real_in:")
         for i in range(e):
-            w(f"g = {i} * n2 + col")
+            w(f"g = (t + {i * threads}) * n2 + col")
             w(f"tdf[{2 * i}] = src_r[a, g]")
             w(f"tdf[{2 * i + 1}] = src_r[a + 1, g] if second else RZERO")
         w.end()
         w.block("else:")
         for i in range(e):
-            w(f"thread_data[{i}] = src_c[sig, {i} * n2 + col]")
+            w(f"thread_data[{i}] = src_c[sig, (t + {i * threads}) * n2 + col]")
         w.end()
     w.block("if inverse:")
     for i in range(e):
@@ -288,7 +289,7 @@ def generate_column_source(spec: ColumnSpec) -> str:
     else:
         w.block("if real_out:")
         for i in range(e):
-            w(f"g = {i} * n2 + col")
+            w(f"g = (t + {i * threads}) * n2 + col")
             w(f"dst_r[a, g] = tdf[{2 * i}]")
             w.block("if second:")
             w(f"dst_r[a + 1, g] = tdf[{2 * i + 1}]")
@@ -296,7 +297,7 @@ def generate_column_source(spec: ColumnSpec) -> str:
         w.end()
         w.block("else:")
         for i in range(e):
-            w(f"dst_c[sig, {i} * n2 + col] = thread_data[{i}]")
+            w(f"dst_c[sig, (t + {i * threads}) * n2 + col] = thread_data[{i}]")
         w.end()
     params = "src_c, src_r, dst_c, dst_r, n2, tiles, inverse, real_in, real_out, rows_r, scale, step"
     return f"def {KERNEL_NAME}({params}):\n" + "\n".join(w.lines) + "\n"
