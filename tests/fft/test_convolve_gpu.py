@@ -78,6 +78,8 @@ CASES = [
     ("unfused", 5, 2048, "float64", "each"),
     ("cufft-lto", 16, 1024, "complex64", "one"),
     ("cufft-lto", 7, 16384, "float32", "each"),
+    ("cufft-lto-load", 16, 1024, "complex64", "each"),
+    ("cufft-lto-load", 7, 16384, "float32", "one"),
 ]
 
 

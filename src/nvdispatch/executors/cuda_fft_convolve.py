@@ -24,7 +24,11 @@ Strategies (``explain()`` names the one that runs, and why):
     cuFFT forward, one multiply kernel (``h / n``), cuFFT inverse: ``4P + 2`` traversals for cuFFT's ``P``
     passes, one fewer pass than CuPy's and Torch's ``ifft(fft(x) * h)`` (:mod:`.cuda_fft_convolve_unfused`).
 ``cufft-lto``
-    cuFFT's forward transform with the multiply linked in as an LTO store callback, then cuFFT's inverse.
+    cuFFT's forward transform with the multiply (and ``1/n``) linked in as an LTO store callback, then
+    cuFFT's inverse: ``4P`` traversals.
+``cufft-lto-load``
+    cuFFT's forward transform, then cuFFT's inverse with the multiply (and ``1/n``) linked in as an LTO load
+    callback: ``4P`` traversals, the callback on the other transform.
 
 Otherwise the executor declines and the Torch/CuPy executors run fft, multiply, ifft.
 """
@@ -56,6 +60,7 @@ __all__ = [
     "candidates",
     "FusedConvolvePlan",
     "LtoConvolvePlan",
+    "LtoLoadConvolvePlan",
 ]
 
 #: problems moving less than this (one read of x, one write of the result) take the model's choice untimed
@@ -63,7 +68,7 @@ TIMING_MIN_BYTES = 32 << 20
 #: candidates the model puts beyond this many times its best estimate are not timed (``unfused`` always is)
 TIMED_WITHIN = 2.0
 #: at most this many candidates are planned and timed
-MOST_CANDIDATES = 4
+MOST_CANDIDATES = 5
 
 
 def times_filter_row(v, i, h):
@@ -107,6 +112,55 @@ def _lto_problem(problem: ConvolveProblem) -> CallbackFFTProblem | str:
     return CallbackFFTProblem(scaled, None, Callback("epilog", fn, (flat,)))
 
 
+def _flat_filter(problem: ConvolveProblem) -> DataLayout:
+    f = problem.filter
+    shape = (f.shape[-1],) if problem.filter_rows == "one" else (math.prod(f.shape),)
+    return DataLayout(f.framework, f.device, f.dtype, shape, (1,))
+
+
+@functools.lru_cache(maxsize=64)
+def _scaled_loader(per_signal: bool, scale):
+    """The load callback of ``cufft-lto-load``: the spectrum times the filter times ``scale`` (``1/n``, a
+    constant of the working precision); one function per ``(per_signal, scale)``, so plans share it."""
+    if per_signal:
+
+        def times_filter_flat_scaled(v, i, h):
+            return v * h[i] * scale
+
+        return times_filter_flat_scaled
+
+    def times_filter_row_scaled(v, i, h):
+        return v * h[i % h.shape[0]] * scale
+
+    return times_filter_row_scaled
+
+
+def _lto_load_problem(problem: ConvolveProblem) -> CallbackFFTProblem | str:
+    f, inv = problem.filter, problem.inverse
+    if problem.forward.axes[0] != len(problem.forward.shape) - 1 or problem.filter_rows is None:
+        return "h must be C-contiguous, one row for all signals or the spectrum's shape, along the last axis"
+    if not f.c_contiguous:
+        return "h must be C-contiguous, one row for all signals or the spectrum's shape, along the last axis"
+    scale = np.dtype(inv.real_dtype).type(1.0 / inv.lengths[0])
+    fn = _scaled_loader(problem.filter_rows == "each", scale)
+    return CallbackFFTProblem(inv, Callback("prolog", fn, (_flat_filter(problem),)), None)
+
+
+def lto_load_reason(problem: ConvolveProblem) -> str | None:
+    if problem.forward.empty:
+        return "an empty batch"
+    cb = _lto_load_problem(problem)
+    if isinstance(cb, str):
+        return cb
+    why = lto_reason(cb)
+    if why:
+        return why
+    fwd = layout(problem.forward)
+    if isinstance(fwd, str):
+        return fwd
+    return "the batch needs several cuFFT launches" if fwd["loops"] else None
+
+
 def lto_convolve_reason(problem: ConvolveProblem) -> str | None:
     if problem.forward.empty:
         return "an empty batch"
@@ -125,6 +179,7 @@ _REASONS = (
     ("four-step", four_step_reason),
     ("unfused", unfused_reason),
     ("cufft-lto", lto_convolve_reason),
+    ("cufft-lto-load", lto_load_reason),
 )
 
 
@@ -252,6 +307,8 @@ def _make(problem: ConvolveProblem, strategy: str):
         return FourStepConvolvePlan(problem, strategy)
     if strategy == "unfused":
         return UnfusedConvolvePlan(problem, strategy)
+    if strategy == "cufft-lto-load":
+        return LtoLoadConvolvePlan(problem, strategy)
     return LtoConvolvePlan(problem, strategy)
 
 
@@ -368,6 +425,53 @@ class LtoConvolvePlan:
         self.forward.bind_data({"epilog_data": (operands["h"],)}, s)
         spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
         self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
+        out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, dev, s)
+        self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
+        spectrum.release()  # stream-ordered: reused only after the inverse
+        return out
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.forward.workspace_bytes + self.inverse.workspace_bytes
+
+    def release(self) -> None:
+        self.forward.release()
+        self.inverse.release()
+
+
+class LtoLoadConvolvePlan:
+    """cuFFT forward into a scratch spectrum, then cuFFT inverse with ``* h / n`` as LTO load callback into the
+    result (the inverse may overwrite the spectrum, which this plan owns)."""
+
+    def __init__(self, problem: ConvolveProblem, strategy: str):
+        self.problem, self.strategy = problem, strategy
+        self.forward = CudaFFTPlan(problem.forward, "cufft")
+        try:
+            self.inverse = LtoCallbackPlan(_lto_load_problem(problem), "cufft-lto")
+        except BaseException:
+            self.forward.release()
+            raise
+        f = problem.forward
+        self.spectrum_bytes = math.prod(f.out_shape) * np.dtype(f.compute_dtype).itemsize
+        self.steps = (
+            self.forward.steps[0],
+            "cufftExec of the forward transform on the caller's stream into a scratch spectrum",
+            *[step for step in self.inverse.steps[:-1] if not step.startswith("scale by")],
+            f"the load callback multiplies by h / {f.lengths[0]}: the inverse runs unnormalised",
+            problem.describe(),
+        )
+
+    def execute(self, operands, stream=None):
+        from .._cuda import arrays, cufft, memory, runtime, streams
+
+        f, inv = self.problem.forward, self.problem.inverse
+        fw, dev = f.framework, self.forward.device_index
+        x = operands["x"]
+        runtime.bind_context(dev)
+        s = streams.stream_pointer(stream, fw, dev)
+        spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
+        self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
+        self.inverse.bind_data({"prolog_data": (operands["h"],)}, s)
         out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, dev, s)
         self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
         spectrum.release()  # stream-ordered: reused only after the inverse

@@ -9,22 +9,24 @@ one write of the result. ``unfused 4.1`` reads "about 4.1 times the floor".
 Passes (``x``, ``out``: the signal and the result; ``S``: the complex spectrum; ``P``: cuFFT's passes over
 memory for the length, :func:`cufft_passes`):
 
-============  =====================================================================================
-strategy      traffic
-============  =====================================================================================
-device-fused  ``x + out``: one kernel (block FFT, multiply, inverse block FFT)
-four-step     ``x + B``, ``2B``, ``B + out`` (column pass, middle pass, inverse column pass; ``B`` a
-              complex copy of the batch), see :mod:`nvdispatch.device.fft_four_step`
-unfused       cuFFT ``x + S + 2(P-1)S``, multiply ``2S``, cuFFT ``S + out + 2(P-1)S``
-cufft-lto     as unfused without the multiply, the forward cuFFT running with a store callback
-============  =====================================================================================
+==============  =====================================================================================
+strategy        traffic
+==============  =====================================================================================
+device-fused    ``x + out``: one kernel (block FFT, multiply, inverse block FFT)
+four-step       ``x + B``, ``2B``, ``B + out`` (column pass, middle pass, inverse column pass; ``B`` a
+                complex copy of the batch), see :mod:`nvdispatch.device.fft_four_step`
+unfused         cuFFT ``x + S + 2(P-1)S``, multiply ``2S``, cuFFT ``S + out + 2(P-1)S``
+cufft-lto       as unfused without the multiply, the forward cuFFT running with a store callback
+cufft-lto-load  as unfused without the multiply, the inverse cuFFT running with a load callback
+==============  =====================================================================================
 
 A filter of one row is read from cache; a filter per signal adds its bytes to the pass that reads it. Each
 kernel launch adds :data:`LAUNCH_BYTES` (the device time of a launch, as bytes a copy would move meanwhile),
 which ranks the strategies of few kernels first for small problems.
 
-The efficiencies are the model's parameters, set from the H200 runs of ``benchmarks/convolve_bench.py`` and
-``benchmarks/device_fft_bench.py`` (their results are in ``benchmarks/results/``). The model orders the
+The efficiencies are the model's parameters, set from the H200 runs of ``benchmarks/fft_callbacks_bench.py``
+and ``benchmarks/device_fft_bench.py`` and refined by ``benchmarks/convolve_bench.py`` (their results are in
+``benchmarks/results/``). The model orders the
 strategies and chooses which of them the timed choice (:mod:`nvdispatch.executors.timed_choice`) times; the
 timing on the actual GPU decides.
 """
@@ -56,7 +58,7 @@ FP64_FACTOR = 0.8
 #: the cost of one kernel launch, in bytes a copy moves in that time
 LAUNCH_BYTES = 16 << 20
 #: kernel launches per call
-LAUNCHES = {"device-fused": 1, "four-step": 4, "unfused": 3, "cufft-lto": 2}
+LAUNCHES = {"device-fused": 1, "four-step": 4, "unfused": 3, "cufft-lto": 2, "cufft-lto-load": 2}
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,10 @@ def estimate(problem, strategy: str, *, column_by_thread: bool = True, middle_le
         eff = CUFFT_CALLBACK_SHORT if s.n <= CALLBACK_SHORT else CUFFT_CALLBACK_LONG
         cost = (s.x_bytes + spec + extra + s.filter_bytes) / eff + (spec + s.out_bytes + extra) / CUFFT_PASS
         detail = f"cuFFT with a store callback (at {eff:.2f} of a copy), cuFFT: {4 * passes} traversals"
+    elif strategy == "cufft-lto-load":
+        eff = CUFFT_CALLBACK_SHORT if s.n <= CALLBACK_SHORT else CUFFT_CALLBACK_LONG
+        cost = (s.x_bytes + spec + extra) / CUFFT_PASS + (spec + s.out_bytes + extra + s.filter_bytes) / eff
+        detail = f"cuFFT, cuFFT with a load callback (at {eff:.2f} of a copy): {4 * passes} traversals"
     else:
         raise ValueError(f"no model of strategy {strategy!r}")
     return Estimate(strategy, (cost + LAUNCHES[strategy] * LAUNCH_BYTES) / floor, detail)
