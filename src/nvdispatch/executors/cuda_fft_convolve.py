@@ -456,7 +456,8 @@ class LtoLoadConvolvePlan:
         self.steps = (
             self.forward.steps[0],
             "cufftExec of the forward transform on the caller's stream into a scratch spectrum",
-            *[step for step in self.inverse.steps[:-1] if not step.startswith("scale by")],
+            *[s for s in self.inverse.steps[:-1] if not s.startswith(("scale by", "copy the input", "cufftExec"))],
+            "cufftExec of the inverse on the caller's stream (it may overwrite the spectrum)",
             f"the load callback multiplies by h / {f.lengths[0]}: the inverse runs unnormalised",
             problem.describe(),
         )
