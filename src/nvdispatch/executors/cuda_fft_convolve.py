@@ -9,7 +9,9 @@ Strategies (``explain()`` names the one that runs, and why):
     problem times the candidates the model does not rule out (``unfused`` always among them, so no fused
     strategy can lose to the three-kernel form), on that call's operands and stream, and keeps the fastest.
     The choice is recorded for ``plan_cache.save`` and, loaded on a machine with the same GPU, driver and
-    cuFFT, taken without timing. Problems under :data:`TIMING_MIN_BYTES` take the model's first.
+    cuFFT, taken without timing. Problems under :data:`TIMING_MIN_BYTES` take the model's first. Planning a
+    timed choice compiles every candidate's kernels (seconds each, once per process and kernel); with a
+    recorded choice only the chosen one is planned.
 ``device-fused``
     One generated kernel per call (:mod:`nvdispatch.device.fft_callback_kernel`): load -> block FFT ->
     multiply by ``h`` in registers -> inverse block FFT -> scale -> store. The signal is read once and
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 
 import numpy as np
@@ -51,6 +54,8 @@ from .cuda_fft_convolve_four_step import FourStepConvolvePlan, four_step_reason
 from .cuda_fft_convolve_unfused import UnfusedConvolvePlan, unfused_reason
 from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device
 from .timed_choice import Candidate, TimedChoicePlan
+
+_log = logging.getLogger("nvdispatch")
 
 __all__ = [
     "TIMING_MIN_BYTES",
@@ -273,7 +278,12 @@ def _clock_for(problem: ConvolveProblem, device_index: int):
     def clock_for(operands, stream):
         from .._cuda import stream_clock, streams
 
-        return stream_clock.clock_for(streams.stream_pointer(stream, problem.framework, device_index))
+        s = streams.stream_pointer(stream, problem.framework, device_index)
+        try:
+            return stream_clock.clock_for(s)
+        except Exception as exc:  # noqa: BLE001 - no timing here: the model's first runs, the call goes on
+            _log.warning("convolve: cannot time the candidates on stream %#x (%s); the model's first runs", s, exc)
+            return None
 
     return clock_for
 
@@ -284,13 +294,17 @@ def _timed_plan(problem: ConvolveProblem, tuning) -> TimedChoicePlan:
     dev = problem.device.index if problem.device.index is not None else runtime.current_device()
     env = environment(dev)
     sizes = model.sizes_of(problem)
-    time_it = sizes.floor_bytes >= TIMING_MIN_BYTES
-    why = f"{sizes.floor_bytes / 2**20:.1f} MiB moved, under the {TIMING_MIN_BYTES >> 20} MiB worth timing"
+    cands = candidates(problem)
+    time_it = sizes.floor_bytes >= TIMING_MIN_BYTES and len(cands) > 1
+    if len(cands) == 1:
+        why = "the model rules out the others"
+    else:
+        why = f"{sizes.floor_bytes / 2**20:.1f} MiB moved, under the {TIMING_MIN_BYTES >> 20} MiB worth timing"
     key = ("timed-choice", "fft_convolve", tuple(sorted(env.items())), problem)
     return TimedChoicePlan(
         problem,
         "timed",
-        candidates(problem),
+        cands,
         environment=env,
         clock_for=_clock_for(problem, dev),
         tuning_key=key,
