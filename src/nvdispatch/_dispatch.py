@@ -22,10 +22,18 @@ from typing import Any
 
 from . import _backends
 from . import _executor_contract as _contract
-from ._adapters import adapter_for, adapter_for_class, adapter_named, call_key_memo_by_class, signature_by_class
+from ._adapters import (
+    adapter_for,
+    adapter_for_class,
+    adapter_named,
+    call_key_memo_by_class,
+    precision_key_by_class,
+    signature_by_class,
+)
 from ._call_key_memo import CallKeyMemo
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._plan_cache import plan_cache
+from ._precision import PrecisionConvention, autocast_targets
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError, PlanStateError
 
 __all__ = [
@@ -44,6 +52,9 @@ __all__ = [
     "refuse_recorded_call",
     "signature_by_class",
     "call_key_memo_by_class",
+    "precision_key_by_class",
+    "precision_convention",
+    "autocast_operands",
     "debug_enabled",
     "log_hit",
     "wrap_result",
@@ -64,8 +75,33 @@ def signature_of(cls: type):
     sig = None if ad is None or ad.wraps else ad.signature_for(cls)
     guard = None if sig is None else ad.guard_for(cls)
     call_key_memo_by_class[cls] = None if guard is None else CallKeyMemo(guard)
+    precision_key_by_class[cls] = None if sig is None else ad.precision_key
     signature_by_class[cls] = sig
     return sig
+
+
+def precision_convention(x: Any, device: Device) -> PrecisionConvention | None:
+    """The precision convention of operand ``x``'s framework for a matmul on ``device``, now (see
+    :mod:`nvdispatch._precision`); None where it has none."""
+    ad = adapter_for(x)
+    return None if ad is None else ad.precision_convention(device)
+
+
+def autocast_operands(
+    infos: dict[str, OperandInfo], convention: PrecisionConvention | None, x: Any
+) -> tuple[dict[str, OperandInfo], tuple[str, ...] | None]:
+    """``infos`` with the operands ``convention``'s autocast region casts cast by operand ``x``'s adapter, and
+    their names; ``infos`` as they are and None where no region applies."""
+    if convention is None or convention.autocast is None:
+        return infos, None
+    targets = autocast_targets(convention.autocast, {name: info.dtype for name, info in infos.items()})
+    if targets is None:
+        return infos, None
+    cast = adapter_for(x).cast
+    out = dict(infos)
+    for name, dtype in targets.items():
+        out[name] = detect(name, cast(infos[name].array, dtype))
+    return out, tuple(targets)
 
 
 def refuse_recorded_call(problem: Any) -> None:
@@ -274,7 +310,15 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
     cached = plan_cache.contains(plan_key(sel.executor, op, problem, strategy))
     plan = get_plan(sel.executor, op, problem, strategy)
     return Explanation(
-        name, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
+        name,
+        sel.executor.name,
+        strategy,
+        tuple(plan.steps),
+        tuple(sel.declined),
+        strategies,
+        cached,
+        problem,
+        getattr(problem, "precision_note", None),
     )
 
 
@@ -297,9 +341,13 @@ class Explanation:
     strategies: tuple[str, ...]
     cached: bool
     problem: Any = None
+    #: the compute type and what chose it (the caller, a framework's precision convention, the dtype), for matmuls
+    precision: str | None = None
 
     def __str__(self) -> str:
         lines = [f"{self.operation} on executor {self.executor!r}, strategy {self.strategy!r}"]
+        if self.precision is not None:
+            lines.append(f"  precision: {self.precision}")
         lines += [f"  step: {s}" for s in self.steps]
         if len(self.strategies) > 1:
             lines.append(f"  other strategies: {', '.join(s for s in self.strategies if s != self.strategy)}")

@@ -5,7 +5,8 @@
  * call's form (operand classes, epilog, alpha's class, backend state), then for a class with a guard (Torch)
  * the plan handles remembered for that form (nvdispatch._call_key_memo) behind their guards and the plan
  * cache's acquire_handle, for one without (NumPy, CuPy) the call key (form and signatures) and acquire; then
- * the plan's direct call (or execute) and let_go. Every object it reads and every rule it applies are the
+ * the plan's direct call (or execute) and let_go. A form also holds the reading of the framework's precision
+ * settings (the adapter's precision_key: TF32, autocast...), so a changed setting makes another form. Every object it reads and every rule it applies are the
  * route's own, handed over by linalg when it builds the front; any call it does not serve this way (another
  * form, no handle whose guard passes, a stale handle, a miss, an argument it cannot hash) goes to _route,
  * which serves it as it serves every call. So there is one route: this is its hit, compiled, where the Python
@@ -27,6 +28,7 @@ enum {
                        quantization_scales, memo_checked) */
     SIGNATURES,     /* class -> signature function (None: the class takes the full path) */
     MEMOS,          /* class -> CallKeyMemo or None */
+    PRECISION_KEYS, /* class -> its adapter's precision_key function, or None */
     STATE_GET,      /* the backend-state ContextVar's get */
     BACKENDS,       /* nvdispatch._backends (its _global is rebound when global state changes) */
     ACQUIRE,        /* plan_cache.acquire */
@@ -93,10 +95,25 @@ classes_of(PyObject *signatures, PyObject *sig, PyObject *a, PyObject *b, PyObje
     return bias == NULL ? PyTuple_Pack(2, cls, bc) : PyTuple_Pack(3, cls, bc, biasc);
 }
 
+/* the reading of the precision settings of class cls's framework (None where it has none), a new reference */
+static PyObject *
+precision_of(PyObject *parts, PyObject *cls)
+{
+    PyObject *read = PyDict_GetItemWithError(PyTuple_GetItem(parts, PRECISION_KEYS), cls);
+    if (read == NULL && PyErr_Occurred())
+        return NULL;
+    if (read == NULL || read == Py_None)
+        Py_RETURN_NONE;
+    return PyObject_CallNoArgs(read);
+}
+
 /* the form a hit is remembered under (linalg._route builds the same tuples) */
 static PyObject *
-form_of(PyObject *parts, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
+form_of(PyObject *parts, PyObject *cls, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
 {
+    PyObject *precision = precision_of(parts, cls);
+    if (precision == NULL)
+        return NULL;
     PyObject *state = PyObject_CallNoArgs(PyTuple_GetItem(parts, STATE_GET));
     PyObject *skey = attr(state, s_key);
     Py_XDECREF(state);
@@ -106,11 +123,12 @@ form_of(PyObject *parts, PyObject *classes, PyObject *epilog, PyObject *alpha, i
     PyObject *form = NULL;
     if (skey != NULL && gkey != NULL) {
         PyObject *acls = (PyObject *)Py_TYPE(alpha);
-        form = with_bias ? PyTuple_Pack(6, classes, epilog, s_bias, acls, skey, gkey)
-                         : PyTuple_Pack(5, classes, epilog, acls, skey, gkey);
+        form = with_bias ? PyTuple_Pack(7, classes, epilog, s_bias, acls, skey, gkey, precision)
+                         : PyTuple_Pack(6, classes, epilog, acls, skey, gkey, precision);
     }
     Py_XDECREF(skey);
     Py_XDECREF(gkey);
+    Py_DECREF(precision);
     return form;
 }
 
@@ -297,7 +315,7 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(memo);
     Py_INCREF(sig);
     PyObject *classes = classes_of(PyTuple_GetItem(parts, SIGNATURES), sig, a, b, bias);
-    PyObject *form = classes == NULL ? NULL : form_of(parts, classes, epilog, alpha, bias != NULL);
+    PyObject *form = classes == NULL ? NULL : form_of(parts, cls, classes, epilog, alpha, bias != NULL);
     Py_XDECREF(classes);
     int pinned = 1, tried = 0;
     PyObject *plan = NULL;
@@ -359,8 +377,8 @@ make_matmul_front(PyObject *module, PyObject *args)
         return NULL;
     }
     if (!PyDict_Check(PyTuple_GetItem(args, SIGNATURES)) || !PyDict_Check(PyTuple_GetItem(args, MEMOS)) ||
-        !PyDict_Check(PyTuple_GetItem(args, LOG_LEVELS))) {
-        PyErr_SetString(PyExc_TypeError, "signatures, memos and log levels must be dicts");
+        !PyDict_Check(PyTuple_GetItem(args, PRECISION_KEYS)) || !PyDict_Check(PyTuple_GetItem(args, LOG_LEVELS))) {
+        PyErr_SetString(PyExc_TypeError, "signatures, memos, precision keys and log levels must be dicts");
         return NULL;
     }
     return PyCFunction_NewEx(&front_def, args, NULL); /* args: the route's parts, the front's self */
@@ -370,8 +388,8 @@ int nvd_add_lt(PyObject *module); /* _hotpath_lt.c: the cuBLASLt launches */
 
 static PyMethodDef methods[] = {
     {"make_matmul_front", make_matmul_front, METH_VARARGS,
-     "make_matmul_front(route, signatures, memos, state_get, backends, acquire, acquire_handle, let_go, log_levels, "
-     "debug_enabled, log_hit, raise_if_out_of_memory, operands) -> front"},
+     "make_matmul_front(route, signatures, memos, precision_keys, state_get, backends, acquire, acquire_handle, "
+     "let_go, log_levels, debug_enabled, log_hit, raise_if_out_of_memory, operands) -> front"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import _backends
+from ._autocast_plan import AutocastPlan
 from ._backends import _state
 from ._compiled import hotpath
 from ._detect import detect
@@ -19,6 +20,8 @@ from ._dispatch import (
     Explanation,
     _log_levels,
     acquire_plan,
+    adapter_for,
+    autocast_operands,
     choice_key,
     choose_strategy,
     coerce_operands,
@@ -29,6 +32,7 @@ from ._dispatch import (
     log_hit,
     placement,
     plan_key,
+    precision_convention,
     refuse_recorded_call,
     signature_function,
     signature_of,
@@ -37,6 +41,7 @@ from ._dispatch import (
     wrap_result,
 )
 from ._dispatch import call_key_memo_by_class as _memos
+from ._dispatch import precision_key_by_class as _precision_keys
 from ._dispatch import signature_by_class as _signatures
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import raise_if_out_of_memory, run
@@ -52,6 +57,7 @@ from ._matmul_problem import (
     scalar_value,
 )
 from ._plan_cache import plan_cache
+from ._precision import AUTOCAST_DTYPES
 from ._typing import Array, Scalar, Stream
 from .errors import (
     EpilogInputError,
@@ -96,10 +102,19 @@ def _check_required(a, b) -> None:
             raise UnsupportedOperandError(name, "an array", "None")
 
 
-def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None, selection=None):
-    """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos).
+#: ``_prepare``'s ``convention`` default: the operands' framework's precision convention, read now
+_READ_NOW = object()
 
-    ``selection``: keep that executor (a stateful object's) unless it declines the problem."""
+
+def _prepare(
+    a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None, selection=None, convention=_READ_NOW
+):
+    """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos), the
+    infos of the operands as the problem's plan takes them (cast, where an autocast region applies).
+
+    ``selection``: keep that executor (a stateful object's) unless it declines the problem. ``convention``: the
+    precision convention to follow (a stateful object's, from its ``plan()``), by default the framework's now;
+    it is not read where ``options`` give a compute type."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
@@ -110,7 +125,14 @@ def _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, 
     if wants_fp8(infos, opts, scales):
         problem = build_fp8_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs), scales)
     else:
-        problem = build_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs))
+        if opts.compute_type is not None:
+            convention = None
+        elif convention is _READ_NOW:
+            convention = precision_convention(a, device)
+        infos, autocast = autocast_operands(infos, convention, a)
+        problem = build_problem(
+            framework, device, infos, spec, opts, alpha, beta, tuple(inputs), convention, autocast
+        )
     plan_prefs = prefs.for_plan()
     if plan_prefs is not None:  # limit / max_workspace_bytes shape the plan: part of its key
         problem = dataclasses.replace(problem, preferences=plan_prefs)
@@ -206,6 +228,10 @@ def _route(
     form = learn = bias = plan = key = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
+        # the framework's precision settings (TF32, autocast...: nvdispatch._precision), part of every key
+        precision = _precision_keys.get(cls)
+        if precision is not None:
+            precision = precision()
         if sig is None or alpha.__class__ not in _SCALARS:
             pass
         elif (
@@ -216,7 +242,19 @@ def _route(
             or quantization_scales is not None
         ):
             key = _call_key(
-                cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
+                cls,
+                sig,
+                a,
+                b,
+                c,
+                alpha,
+                beta,
+                epilog,
+                epilog_inputs,
+                options,
+                preferences,
+                quantization_scales,
+                precision,
             )
         elif epilog_inputs is None:
             # the shortest keys, (form, signatures...), for the commonest calls: a plain product and a linear
@@ -228,9 +266,11 @@ def _route(
             else:
                 classes = _classes_sharing(sig, a, b)
             if classes is None:
-                key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+                key = _call_key(
+                    cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, None, precision
+                )
             else:
-                form = (classes, epilog, alpha.__class__, _state.get().key, _backends._global.key)
+                form = (classes, epilog, alpha.__class__, _state.get().key, _backends._global.key, precision)
         elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
             bias = epilog_inputs["bias"]
             if b.__class__ is cls is bias.__class__:
@@ -240,12 +280,16 @@ def _route(
             else:
                 classes = _classes_sharing(sig, a, b, bias)
             if classes is None:
-                key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+                key = _call_key(
+                    cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, None, precision
+                )
                 bias = None
             else:
-                form = (classes, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key)
+                form = (classes, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key, precision)
         else:
-            key = _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences)
+            key = _call_key(
+                cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, None, precision
+            )
         if form is not None:
             # where the class has a guard, a repeated call's plan handle is remembered behind it (_call_key_memo)
             memo = _memos.get(cls)
@@ -301,7 +345,7 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
             beta is None or _scalar_class_always_valid(beta, problem.result_dtype)
         )
         if not sel.coerce and scalars_ok and _scales_always_valid(problem):
-            store(key, plan)
+            store(key, _autocast_plan(plan, problem, a))
         operands = _operands(a, b, c, alpha, beta, epilog_inputs, scales)
         operands.update((name, info.array) for name, info in infos.items())  # as executors take them
         operands = coerce_operands(sel, operands, _OPERAND_NAMES)
@@ -309,6 +353,14 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
         plan_cache.let_go(plan)
         raise
     return wrap_result(run(plan, operands, stream), a)
+
+
+def _autocast_plan(plan, problem, like):
+    """What a call with ``problem`` runs: ``plan``, behind an :class:`AutocastPlan` casting the operands an autocast
+    region cast (by ``like``'s adapter) where one did."""
+    if not problem.autocast:
+        return plan
+    return AutocastPlan(plan, problem.autocast, problem.result_dtype, adapter_for(like).cast)
 
 
 def _compiled_front():
@@ -323,6 +375,7 @@ def _compiled_front():
         _route,
         _signatures,
         _memos,
+        _precision_keys,
         _state.get,
         _backends,
         _acquire,
@@ -348,11 +401,11 @@ def _concrete_subclasses(cls: type) -> set[type]:
 _SCALARS = frozenset({int, float, complex} | {c for c in _concrete_subclasses(np.number) if c is not np.timedelta64})
 
 
-def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None):
+def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales, precision):
     """The call key of a matmul with ``c``/``beta``, epilog inputs, operands of more than one class or FP8
     scales (``matmul`` builds the plainest ones): the operands' adapter signatures, the scalars' classes, the
-    epilog, options, preferences, scales and backend state; None when the call does not qualify (it takes the
-    full path)."""
+    epilog, options, preferences, scales, backend state and the framework's precision settings (``precision``);
+    None when the call does not qualify (it takes the full path)."""
     if scales is not None:
         scales = _scales_key(cls, sig, scales)
         if scales is None:
@@ -392,6 +445,7 @@ def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, pr
         scales,
         _state.get().key,
         _backends._global.key,
+        precision,
     )
 
 
@@ -545,6 +599,9 @@ class Matmul:
         self._alpha, self._beta = alpha, beta
         self._stream = stream
         self._epilog = None
+        #: the precision convention plan() followed (re-plans keep it); None: none, or not planned yet
+        self._convention = None
+        self._outside_autocast = None  # runs execute's plan outside autocast regions (see _plan_with)
         self._inputs: dict[str, Any] = {}
         self._problem = None
         self._selection = None
@@ -600,9 +657,15 @@ class Matmul:
     ) -> Matmul:
         """Choose the executor and strategy and prepare the plan (kept in the shared plan cache)."""
         with self._lock:
-            return self._plan_with(epilog, epilog_inputs, preferences, None)
+            self._check_alive("plan")
+            convention = self._convention
+            if self._options.compute_type is None:  # the framework's precision settings now
+                convention = precision_convention(self._a, placement(self._infos)[1])
+            self._plan_with(epilog, epilog_inputs, preferences, None, convention)
+            self._convention = convention
+            return self
 
-    def _plan_with(self, epilog, epilog_inputs, preferences, selection):
+    def _plan_with(self, epilog, epilog_inputs, preferences, selection, convention):
         self._check_alive("plan")
         inputs = dict(_check_epilog_inputs(epilog_inputs))
         problem, sel, strategy, infos = _prepare(
@@ -617,12 +680,19 @@ class Matmul:
             preferences,
             self._scales,
             selection,
+            convention,
         )
         plan = acquire_plan(sel.executor, "matmul", problem, strategy)
         try:
-            self._adopt(plan)
+            self._adopt(_autocast_plan(plan, problem, self._a))
         finally:
             plan_cache.let_go(plan)
+        if problem.autocast:  # the operands as given, not as cast (reset_operands compares new ones with them)
+            given = {"a": self._a, "b": self._b, "c": self._c, **inputs}
+            infos = {**infos, **detect_all({name: given[name] for name in problem.autocast})}
+        # the plan's precision is plan()'s: an autocast region around execute() must not recast its products
+        eligible = {problem.a.dtype, problem.b.dtype} <= AUTOCAST_DTYPES
+        self._outside_autocast = adapter_for(self._a).outside_autocast(problem.device) if eligible else None
         self._problem, self._selection, self._strategy = problem, sel, strategy
         self._epilog, self._inputs, self._infos = epilog, inputs, infos
         return self
@@ -641,7 +711,10 @@ class Matmul:
                 raise InvalidArgumentError("iterations", "an int >= 1", repr(iterations))
             stream = stream if stream is not None else self._stream
             ex, problem = self._selection.executor, self._problem
+            held = self._hold.plan
             operands = self._operands()
+            if isinstance(held, AutocastPlan):  # the plans below take the operands as the region casts them
+                operands = held.cast_operands(operands)
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
             try:
                 for strategy in strategies_of(ex, "matmul", problem):
@@ -649,7 +722,7 @@ class Matmul:
                     _tune_plan(plans[strategy], problem, operands, iterations, stream)
                 timings = _time_in_turns(plans, problem, operands, iterations, stream)
                 chosen = min(timings, key=timings.get)
-                self._adopt(plans[chosen])
+                self._adopt(_autocast_plan(plans[chosen], problem, self._a))
             finally:
                 for plan in plans.values():
                     plan_cache.let_go(plan)
@@ -679,7 +752,10 @@ class Matmul:
                 plan_cache.let_go(plan)
                 raise
             stream = stream if stream is not None else self._stream
-        return run(plan, bound[1], stream, bound[2] if stream is None else None)
+            outside = self._outside_autocast
+        if outside is None:
+            return run(plan, bound[1], stream, bound[2] if stream is None else None)
+        return outside(run, plan, bound[1], stream, bound[2] if stream is None else None)
 
     def _bind(self, plan) -> tuple[Any, dict[str, Any], tuple | None, bool]:
         """What every execute of ``plan`` on the current operands passes: the operands, and the arguments of
@@ -768,7 +844,9 @@ class Matmul:
                 restride |= self._hold is not None  # a scale that moved between host and device needs another plan
             if self._hold is not None and restride:
                 try:
-                    self._plan_with(self._epilog, self._inputs, {"strategy": self._strategy}, self._selection)
+                    self._plan_with(
+                        self._epilog, self._inputs, {"strategy": self._strategy}, self._selection, self._convention
+                    )
                 except BaseException:
                     self._a, self._b, self._c, self._alpha, self._beta, self._inputs, self._infos, self._scales = saved
                     raise

@@ -58,6 +58,9 @@ signature_by_class: dict[type, Any] = {}
 #: class -> the call-key memo of its adapter's guard (nvdispatch._call_key_memo), None when it has none
 #: (filled with signature_by_class, cleared with it: remembered keys hold the old adapter's signatures)
 call_key_memo_by_class: dict[type, Any] = {}
+#: class -> its adapter's precision_key function (None: no convention), filled and cleared with
+#: signature_by_class: call keys hold what it reads
+precision_key_by_class: dict[type, Any] = {}
 _by_result_kind: dict[str, Adapter] = {}
 
 
@@ -84,6 +87,7 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
         _by_class.clear()
         signature_by_class.clear()
         call_key_memo_by_class.clear()
+        precision_key_by_class.clear()
         _by_result_kind.clear()
     return adapter
 
@@ -98,6 +102,7 @@ def unregister_adapter(name: str) -> None:
         _by_class.clear()
         signature_by_class.clear()
         call_key_memo_by_class.clear()
+        precision_key_by_class.clear()
         _by_result_kind.clear()
 
 
