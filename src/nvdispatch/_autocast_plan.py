@@ -10,6 +10,7 @@ release it under a call.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,9 +21,18 @@ __all__ = ["AutocastPlan"]
 
 class AutocastPlan:
     """``plan`` run on operands of which those named ``names`` are cast to ``dtype`` by ``cast(x, dtype)`` first
-    (the Plan protocol: ``execute``, ``direct`` where ``plan`` has one, ``steps``, ``strategy``, ``release``)."""
+    (the Plan protocol: ``execute``, ``direct`` where ``plan`` has one, ``steps``, ``strategy``, ``release``).
+    ``on_stream(stream)``: a context making a ``stream=`` argument current, so that the casts are queued (and
+    their results allocated) where the plan then runs; None where streams do not apply (the CPU)."""
 
-    def __init__(self, plan: Any, names: Iterable[str], dtype: str, cast: Callable[[Any, str], Any]):
+    def __init__(
+        self,
+        plan: Any,
+        names: Iterable[str],
+        dtype: str,
+        cast: Callable[[Any, str], Any],
+        on_stream: Callable[[Any], Any] | None = None,
+    ):
         names = tuple(names)
         self.plan = plan
         self.problem = getattr(plan, "problem", None)
@@ -31,6 +41,7 @@ class AutocastPlan:
         self._names = frozenset(names)
         self._dtype = dtype
         self._cast = cast
+        self._on_stream = on_stream
         self._hold = plan_cache.hold(plan)
         direct = getattr(plan, "direct", None)
         if direct is None:
@@ -42,13 +53,15 @@ class AutocastPlan:
             self._inner_direct = direct
             self.direct = self._direct
 
-    def cast_operands(self, operands: dict[str, Any]) -> dict[str, Any]:
-        """``operands`` (by name) with those the region casts cast."""
+    def cast_operands(self, operands: dict[str, Any], stream: Any = None) -> dict[str, Any]:
+        """``operands`` (by name) with those the region casts cast, on ``stream`` (None: the current one)."""
         cast, dtype, names = self._cast, self._dtype, self._names
-        return {name: (cast(x, dtype) if name in names else x) for name, x in operands.items()}
+        on = self._on_stream
+        with contextlib.nullcontext() if stream is None or on is None else on(stream):
+            return {name: (cast(x, dtype) if name in names else x) for name, x in operands.items()}
 
     def execute(self, operands: dict[str, Any], stream: Any = None) -> Any:
-        return self.plan.execute(self.cast_operands(operands), stream)
+        return self.plan.execute(self.cast_operands(operands, stream), stream)
 
     def _direct(self, *arrays: Any) -> Any:
         cast, dtype = self._cast, self._dtype

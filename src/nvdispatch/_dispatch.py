@@ -88,19 +88,22 @@ def precision_convention(x: Any, device: Device) -> PrecisionConvention | None:
 
 
 def autocast_operands(
-    infos: dict[str, OperandInfo], convention: PrecisionConvention | None, x: Any
+    infos: dict[str, OperandInfo], convention: PrecisionConvention | None, x: Any, stream: Any = None
 ) -> tuple[dict[str, OperandInfo], tuple[str, ...] | None]:
-    """``infos`` with the operands ``convention``'s autocast region casts cast by operand ``x``'s adapter, and
-    their names; ``infos`` as they are and None where no region applies."""
+    """``infos`` with the operands ``convention``'s autocast region casts cast by operand ``x``'s adapter (on
+    ``stream`` where one is given for a GPU call: where the product will read them), and their names; ``infos``
+    as they are and None where no region applies."""
     if convention is None or convention.autocast is None:
         return infos, None
     targets = autocast_targets(convention.autocast, {name: info.dtype for name, info in infos.items()})
     if targets is None:
         return infos, None
-    cast = adapter_for(x).cast
+    ad = adapter_for(x)
+    device = infos["a"].device
     out = dict(infos)
-    for name, dtype in targets.items():
-        out[name] = detect(name, cast(infos[name].array, dtype))
+    with ad.native_stream_context(stream if device.kind == "cuda" else None, device.index):
+        for name, dtype in targets.items():
+            out[name] = detect(name, ad.cast(infos[name].array, dtype))
     return out, tuple(targets)
 
 

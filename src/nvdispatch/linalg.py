@@ -107,14 +107,27 @@ _READ_NOW = object()
 
 
 def _prepare(
-    a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None, selection=None, convention=_READ_NOW
+    a,
+    b,
+    c,
+    alpha,
+    beta,
+    epilog,
+    epilog_inputs,
+    options,
+    preferences,
+    scales=None,
+    selection=None,
+    convention=_READ_NOW,
+    stream=None,
 ):
     """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos), the
     infos of the operands as the problem's plan takes them (cast, where an autocast region applies).
 
     ``selection``: keep that executor (a stateful object's) unless it declines the problem. ``convention``: the
     precision convention to follow (a stateful object's, from its ``plan()``), by default the framework's now;
-    it is not read where ``options`` give a compute type."""
+    it is not read where ``options`` give a compute type. ``stream``: where the operands an autocast region casts
+    are cast (the call's)."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
@@ -129,7 +142,7 @@ def _prepare(
             convention = None
         elif convention is _READ_NOW:
             convention = precision_convention(a, device)
-        infos, autocast = autocast_operands(infos, convention, a)
+        infos, autocast = autocast_operands(infos, convention, a, stream)
         problem = build_problem(
             framework, device, infos, spec, opts, alpha, beta, tuple(inputs), convention, autocast
         )
@@ -337,7 +350,7 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     """The full path of a call: detect, validate, select, plan (and keep the plan under the call key when
     every call with that key validates and selects the same way), execute, wrap."""
     problem, sel, strategy, infos = _prepare(
-        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales
+        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales, stream=stream
     )
     plan = acquire_plan(sel.executor, "matmul", problem, strategy)  # pinned until run() returns
     try:
@@ -360,7 +373,12 @@ def _autocast_plan(plan, problem, like):
     region cast (by ``like``'s adapter) where one did."""
     if not problem.autocast:
         return plan
-    return AutocastPlan(plan, problem.autocast, problem.result_dtype, adapter_for(like).cast)
+    ad = adapter_for(like)
+    on_stream = None
+    if problem.device.kind == "cuda":
+        index = problem.device.index
+        on_stream = lambda stream: ad.native_stream_context(stream, index)
+    return AutocastPlan(plan, problem.autocast, problem.result_dtype, ad.cast, on_stream)
 
 
 def _compiled_front():
@@ -714,7 +732,7 @@ class Matmul:
             held = self._hold.plan
             operands = self._operands()
             if isinstance(held, AutocastPlan):  # the plans below take the operands as the region casts them
-                operands = held.cast_operands(operands)
+                operands = held.cast_operands(operands, stream)
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
             try:
                 for strategy in strategies_of(ex, "matmul", problem):

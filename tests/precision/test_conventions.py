@@ -706,3 +706,58 @@ def test_numpy_and_raw_cuda_arrays_have_no_convention():
     assert adapter_named("numpy").precision_key is None
     assert adapter_named("numpy").precision_convention(CPU) is None
     assert adapter_named("cuda_array_interface").precision_convention(CUDA) is None
+
+
+# -- the plan a call key leads to in a region ------------------------------------------------------------------------------
+class _Plan:
+    strategy = "native"
+    steps = ("the product",)
+    needs_release = True
+
+    def __init__(self, log):
+        self.log = log
+        self.problem = types.SimpleNamespace(epilog=spec_of("RELU_BIAS"))
+        self.released = False
+
+    def execute(self, operands, stream=None):
+        self.log.append(("execute", tuple(sorted(operands.items())), stream))
+        return "out"
+
+    def direct(self, a, b, bias):
+        self.log.append(("direct", a, b, bias))
+        return "out"
+
+    def release(self):
+        self.released = True
+
+
+def test_an_autocast_plan_casts_on_the_calls_stream_and_holds_its_plan_until_released():
+    log = []
+    inner = _Plan(log)
+
+    @contextlib.contextmanager
+    def on_stream(stream):
+        log.append(("enter", stream))
+        yield
+        log.append(("exit", stream))
+
+    wrapper = AutocastPlan(inner, ("a", "bias"), "bfloat16", lambda x, dtype: f"{x}:{dtype}", on_stream)
+    assert wrapper.steps == ("autocast: a, bias cast to bfloat16 first", "the product")
+    assert wrapper.execute({"a": "A", "b": "B", "bias": "V", "alpha": 1}, "S") == "out"
+    assert log == [
+        ("enter", "S"),
+        ("exit", "S"),
+        ("execute", (("a", "A:bfloat16"), ("alpha", 1), ("b", "B"), ("bias", "V:bfloat16")), "S"),
+    ]
+    log.clear()
+    wrapper.direct("A", "B", "V")  # the route's direct call: a, b, then the epilog's input
+    assert log == [("direct", "A:bfloat16", "B", "V:bfloat16")]
+    wrapper.execute({"a": "A"})  # the current stream: no context
+    assert log[-1][0] == "execute" and not any(e[0] == "enter" for e in log)
+    # the wrapper holds its plan: retired from the cache meanwhile, it is released only with the wrapper
+    key = ("precision-test", id(inner))
+    plan_cache.put(key, inner)
+    plan_cache.clear()
+    assert not inner.released
+    wrapper.release()
+    assert inner.released
