@@ -3,9 +3,9 @@
 Inside an autocast region (see :mod:`nvdispatch._precision`) a call's problem is that of its operands cast
 (float32 tensors become bfloat16 ones, say), and so is its plan. The call's key holds the operands as the caller
 gave them and the region, so it leads here: an :class:`AutocastPlan` casts the same operands of every call with
-that key and runs the cast problem's plan. A stateful ``Matmul`` planned in a region holds one too. It holds that
-plan (a :class:`~nvdispatch._plan_cache.PlanHold`) while it lives, so the plan's eviction from its own key cannot
-release it under a call.
+that key and runs the cast problem's plan. A stateful ``Matmul`` planned in a region holds one too. It keeps a
+hold on that plan (a :class:`~nvdispatch._plan_cache.PlanHold`) until it is released itself, so the plan's
+eviction from its own key cannot release it under a call.
 """
 
 from __future__ import annotations
@@ -14,20 +14,20 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._plan_cache import plan_cache
-
 __all__ = ["AutocastPlan"]
 
 
 class AutocastPlan:
     """``plan`` run on operands of which those named ``names`` are cast to ``dtype`` by ``cast(x, dtype)`` first
     (the Plan protocol: ``execute``, ``direct`` where ``plan`` has one, ``steps``, ``strategy``, ``release``).
+    ``hold``: the caller's hold on ``plan`` (``plan_cache.hold(plan)``), closed when this one is released.
     ``on_stream(stream)``: a context making a ``stream=`` argument current, so that the casts are queued (and
     their results allocated) where the plan then runs; None where streams do not apply (the CPU)."""
 
     def __init__(
         self,
         plan: Any,
+        hold: Any,
         names: Iterable[str],
         dtype: str,
         cast: Callable[[Any, str], Any],
@@ -42,7 +42,7 @@ class AutocastPlan:
         self._dtype = dtype
         self._cast = cast
         self._on_stream = on_stream
-        self._hold = plan_cache.hold(plan)
+        self._hold = hold
         direct = getattr(plan, "direct", None)
         if direct is None:
             self.direct = None

@@ -378,7 +378,7 @@ def _autocast_plan(plan, problem, like):
     if problem.device.kind == "cuda":
         index = problem.device.index
         on_stream = lambda stream: ad.native_stream_context(stream, index)
-    return AutocastPlan(plan, problem.autocast, problem.result_dtype, ad.cast, on_stream)
+    return AutocastPlan(plan, plan_cache.hold(plan), problem.autocast, problem.result_dtype, ad.cast, on_stream)
 
 
 def _compiled_front():

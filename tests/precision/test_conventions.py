@@ -741,7 +741,8 @@ def test_an_autocast_plan_casts_on_the_calls_stream_and_holds_its_plan_until_rel
         yield
         log.append(("exit", stream))
 
-    wrapper = AutocastPlan(inner, ("a", "bias"), "bfloat16", lambda x, dtype: f"{x}:{dtype}", on_stream)
+    cast = lambda x, dtype: f"{x}:{dtype}"
+    wrapper = AutocastPlan(inner, plan_cache.hold(inner), ("a", "bias"), "bfloat16", cast, on_stream)
     assert wrapper.steps == ("autocast: a, bias cast to bfloat16 first", "the product")
     assert wrapper.execute({"a": "A", "b": "B", "bias": "V", "alpha": 1}, "S") == "out"
     assert log == [
