@@ -1,14 +1,18 @@
-"""What every benchmark script shares: a progress bar, an output folder that exists, a plot that never crashes a
-finished run, a measure of the load other processes put on the machine meanwhile. The extras are optional (``pip
-install 'nvdispatch[bench]'``): without tqdm the loops run without a bar, without matplotlib the JSON is written
-and the plot is skipped with a message."""
+"""What every benchmark script shares: its command line (``--help``, ``--out DIR``), one line and exit status 2
+where the hardware or a package it needs is missing, a progress bar, an output folder that exists, a plot that
+never crashes a finished run, a measure of the load other processes put on the machine meanwhile. The extras are
+optional (``pip install 'nvdispatch[bench]'``): without tqdm the loops run without a bar, without matplotlib the
+JSON is written and the plot is skipped with a message."""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 try:
     from tqdm import tqdm
@@ -17,6 +21,52 @@ except ImportError:
 
 _HINT = "pip install 'nvdispatch[bench]'"
 _told: set[str] = set()
+
+#: where the scripts write their JSON and PNG unless ``--out`` says otherwise
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+#: exit status of a benchmark that cannot run on this machine (a GPU or a package it needs is missing)
+CANNOT_RUN = 2
+
+
+def parser(doc: str, *, out: bool = True) -> argparse.ArgumentParser:
+    """The script's argument parser: ``doc`` (its module docstring) as the help text and, with ``out``, the
+    ``--out DIR`` option (default ``benchmarks/results``)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if out:
+        ap.add_argument(
+            "--out", metavar="DIR", default=RESULTS, help="folder for the JSON and the plot (default: %(default)s)"
+        )
+    return ap
+
+
+def cannot_run(reason: str) -> NoReturn:
+    """Say in one line what this machine lacks for the script, and exit with status ``CANNOT_RUN``."""
+    print(f"{os.path.basename(sys.argv[0])}: cannot run here: {reason}", file=sys.stderr, flush=True)
+    sys.exit(CANNOT_RUN)
+
+
+def require(module: str, install: str) -> Any:
+    """``module`` imported, or ``cannot_run`` naming ``install`` (what provides it)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        cannot_run(f"needs {module} ({install})")
+
+
+def require_cuda_torch() -> Any:
+    """Torch with a CUDA GPU it can use, or ``cannot_run`` saying which is missing."""
+    torch = require("torch", "pip install 'nvdispatch[torch]' with a CUDA build of Torch")
+    if not torch.cuda.is_available():
+        cannot_run(f"needs an NVIDIA GPU and a CUDA build of Torch (torch {torch.__version__} finds no CUDA device)")
+    return torch
+
+
+def require_numba_gpu() -> Any:
+    """``numba.cuda`` on a real GPU (not the simulator), or ``cannot_run`` saying which is missing."""
+    cuda = require("numba.cuda", "pip install 'nvdispatch[numba]'")
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not cuda.is_available():
+        cannot_run("needs an NVIDIA GPU for Numba's CUDA target (none found, or the CUDA simulator is on)")
+    return cuda
 
 
 def _tell_once(what: str, message: str) -> None:

@@ -9,20 +9,21 @@ split-K variants) and the same stateless call again (it picks the recorded choic
 Torch's best call. GPU times by CUDA events around back-to-back launches behind a GPU busy-wait, median of
 rounds, all in one process.
 
-Run on the GPU machine:  python benchmarks/autotune_bench.py OUT_DIR [--budget SECONDS] [--shapes MxNxK,...]
+Run on the GPU machine:  python benchmarks/autotune_bench.py [--out DIR] [--budget SECONDS] [--shapes MxNxK,...]
 [--dtypes bfloat16,...] (cells are skipped once the budget is spent; the JSON says which ran; --shapes and
---dtypes keep part of the grid).
+--dtypes keep part of the grid). Draw the PNG of a written JSON again (anywhere):  --plot JSON
+Needs an NVIDIA GPU and ``pip install 'nvdispatch[torch,cuda,bench]'`` (a CUDA build of Torch).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 import time
 
 import gpu_matmul_bench as gmb
-from _bench import cuda_event_seconds, output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, parser, progress, require_cuda_torch, save_plot
 
 SHAPES = [
     (16384, 4096, 512),
@@ -192,13 +193,30 @@ def _draw(data: dict, plt) -> None:
     fig.tight_layout()
 
 
+def _shapes(text: str) -> list[tuple[int, int, int]]:
+    """argparse type of --shapes: MxNxK,MxNxK,..."""
+    try:
+        shapes = [tuple(int(d) for d in s.split("x")) for s in text.split(",") if s]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"expected MxNxK[,MxNxK...] of positive integers, got {text!r}")
+    return shapes
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--budget", type=float, default=1e9, metavar="SECONDS", help="cells after this are skipped")
+    ap.add_argument("--shapes", type=_shapes, default=SHAPES, metavar="MxNxK,...", help="part of the grid's shapes")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), metavar="DTYPE,...", help="part of the grid's dtypes")
+    ap.add_argument("--plot", metavar="JSON", help="only draw the PNG of a written JSON (runs anywhere)")
+    args = ap.parse_args(argv)
+    if args.plot:
+        plot(args.plot)
+        return
+    require_cuda_torch()
+    run(args.out, args.budget, args.shapes, args.dtypes.split(","))
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "--plot":
-        plot(sys.argv[2])
-    else:
-
-        def arg(name, default):
-            return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-        shapes = [tuple(int(d) for d in s.split("x")) for s in arg("--shapes", "").split(",") if s] or SHAPES
-        run(sys.argv[1], float(arg("--budget", 1e9)), shapes, arg("--dtypes", ",".join(DTYPES)).split(","))
+    main()

@@ -27,17 +27,20 @@ for ``--gpu``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
 import time
 
-import dask
-import dask.array as da
 import numpy as np
-from _bench import output_dir, progress, save_plot
+from _bench import RESULTS, cannot_run, output_dir, parser, progress, require, save_plot
+
+try:  # main() says what is missing
+    import dask
+    import dask.array as da
+except ImportError:
+    dask = da = None
 
 import nvdispatch
 import nvdispatch.fft as F
@@ -282,14 +285,23 @@ def gpu_cases(quick: bool, scheduler: str):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, out=False)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--out", metavar="DIR", default=RESULTS, help="folder for the JSON and the plot")
     ap.add_argument("--quick", action="store_true", help="small shapes: checks the script runs")
     ap.add_argument("--only", choices=("matmul", "fft"), help="time one of the two cases")
     ap.add_argument("--gpu", action="store_true", help="CuPy chunks on one GPU against the single-array call")
     ap.add_argument("--scheduler", default="sync", choices=("sync", "cuda-cluster"), help="for --gpu")
     args = ap.parse_args()
+    if dask is None:
+        cannot_run("needs dask (pip install 'nvdispatch[dask]')")
+    if args.gpu:
+        if require("cupy", "pip install 'nvdispatch[cupy]'").cuda.runtime.getDeviceCount() < 1:
+            cannot_run("--gpu needs an NVIDIA GPU (none found)")
+        if args.scheduler == "cuda-cluster":
+            require("dask_cuda", "pip install dask-cuda")
+    else:
+        require("distributed", "pip install 'nvdispatch[dask]'")
     out = output_dir(args.out)
     load_start = os.getloadavg()
     client = cluster = None

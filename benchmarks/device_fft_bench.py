@@ -5,14 +5,14 @@ Batched fp32 c2c load -> FFT -> store kernels (in place) for n = 64 ... 4096, an
 timed with CUDA events, after a warm-up (see time_it); all peers run in this one process. A peer that is
 not installed or fails is recorded with the reason and skipped.
 
-Usage: python benchmarks/device_fft_bench.py --out DIR [--budget SECONDS] [--suggested-only] [--jobs N]
-Writes DIR/device_fft_bench.json and DIR/device_fft_bench.png. ``--jobs N`` compiles the kernels in N
+Usage: python benchmarks/device_fft_bench.py [--out DIR] [--budget SECONDS] [--suggested-only] [--jobs N]
+Writes DIR/device_fft_bench.json and DIR/device_fft_bench.png. Needs an NVIDIA GPU and ``pip install
+'nvdispatch[numba]'``; nvmath-python and CuPy are timed when installed. ``--jobs N`` compiles the kernels in N
 processes at once (Numba compilation dominates the run time) and then times them one process at a time.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -20,13 +20,16 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-from _bench import progress
+from _bench import RESULTS, parser, progress, require_numba_gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from numba import cuda  # noqa: E402
+try:  # main() says what is missing; the compile workers import this module too
+    from numba import cuda
 
-import nvdispatch.device as device  # noqa: E402
+    import nvdispatch.device as device
+except ImportError:
+    cuda = device = None
 
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096]
 ELEMENTS = 1 << 24  # complex elements per batch (128 MiB in place)
@@ -406,17 +409,16 @@ def plot(results, path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default="benchmarks")
-    parser.add_argument(
-        "--budget", type=float, default=300.0, help="seconds before remaining work is skipped"
-    )
-    parser.add_argument("--skip-gemm", action="store_true")
-    parser.add_argument("--suggested-only", action="store_true", help="time only the suggested configuration")
-    parser.add_argument(
+    ap = parser(__doc__, out=False)
+    ap.add_argument("--out", metavar="DIR", default=RESULTS, help="folder for the JSON and the plot")
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds before remaining work is skipped")
+    ap.add_argument("--skip-gemm", action="store_true")
+    ap.add_argument("--suggested-only", action="store_true", help="time only the suggested configuration")
+    ap.add_argument(
         "--jobs", type=int, default=1, help="processes compiling kernels at once (timing stays one at a time)"
     )
-    args = parser.parse_args()
+    args = ap.parse_args()
+    require_numba_gpu()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.budget

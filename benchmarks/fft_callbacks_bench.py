@@ -20,15 +20,15 @@ Needs a GPU, torch, cupy, numba-cuda; nvmath-python is timed when installed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
 import numpy as np
-import torch
-from _bench import cuda_event_seconds, output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, parser, progress, require, require_cuda_torch, save_plot
+
+torch = None  # main() imports it, or says it is missing
 
 
 def timeit(fn, reps=7, inner=20):
@@ -37,13 +37,14 @@ def timeit(fn, reps=7, inner=20):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--batch", type=int, default=65536)
     ap.add_argument("--n", type=int, default=1024)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
+    global torch
+    torch = require_cuda_torch()
+    cupy = require("cupy", "pip install 'nvdispatch[cupy]'")
     out = output_dir(args.out)
-    import cupy
 
     import nvdispatch
     import nvdispatch.fft as F

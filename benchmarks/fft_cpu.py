@@ -9,15 +9,18 @@ Needs SciPy (``pip install 'nvdispatch[scipy]'``), and ``nvdispatch[bench]`` for
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import time
 
 import numpy as np
-import scipy.fft
-from _bench import output_dir, progress, save_plot
+from _bench import cannot_run, output_dir, parser, progress, save_plot
+
+try:  # main() says what is missing
+    import scipy.fft
+except ImportError:
+    scipy = None
 
 import nvdispatch.fft as F
 
@@ -75,11 +78,12 @@ def cases(quick: bool = False):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--quick", action="store_true", help="tiny shapes: checks the script runs")
     args = ap.parse_args()
+    if scipy is None:
+        cannot_run("needs SciPy (pip install 'nvdispatch[scipy]')")
     out = output_dir(args.out)
     results = []
     for label, fns in cases(args.quick):

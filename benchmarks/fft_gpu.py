@@ -9,13 +9,13 @@ Needs a GPU, ``pip install 'nvdispatch[torch,cupy,bench]'``; nvmath-python is ti
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
-import torch
-from _bench import cuda_event_seconds, output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, parser, progress, require, require_cuda_torch, save_plot
+
+torch = None  # main() imports it, or says it is missing
 
 CASES = [  # (label, kind, batch, n)
     ("c2c c64 4096x1024", "c2c", 4096, 1024),
@@ -35,11 +35,12 @@ def timeit(fn, reps=9, inner=50):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap = parser(__doc__)
     args = ap.parse_args()
+    global torch
+    torch = require_cuda_torch()
+    cupy = require("cupy", "pip install 'nvdispatch[cupy]'")
     out = output_dir(args.out)
-    import cupy
 
     import nvdispatch
     import nvdispatch.fft as F

@@ -4,12 +4,12 @@ e4m3 x e4m3, in cuBLASLt's default FP8 accumulation and in its fast accumulation
 
 Two runs:
 
-``python benchmarks/fp8_bench.py OUT_DIR``
+``python benchmarks/fp8_bench.py [--out DIR]``
     the overview: nvdispatch FP8 (b column-major, b C-ordered, autotuned) against bf16 nvdispatch,
     ``torch._scaled_mm`` followed by Torch's bias/ReLU (bias fused by ``_scaled_mm`` + an in-place ReLU, and
     fully separate) and nvmath-python's FP8 ``Matmul``; each in both accumulation modes, like with like.
     Writes ``fp8_bench.json`` and ``.png``.
-``python benchmarks/fp8_bench.py OUT_DIR --vs-scaled-mm``
+``python benchmarks/fp8_bench.py [--out DIR] --vs-scaled-mm``
     exactly the comparison of issue #30 item 5: a stateless ``nvdispatch.matmul`` FP8 RELU_BIAS -> bf16 call
     against ``torch.relu_(torch._scaled_mm(..., bias=, use_fast_accum=...))``, both accumulation modes, every
     shape. The peers are timed in turns within each round (so clocks, power and temperature drift alike for
@@ -23,7 +23,8 @@ Two runs:
     and ``.png``.
 
 GPU times: CUDA events around back-to-back launches queued behind a GPU busy-wait (the host's overhead hidden).
-``--plot JSON`` redraws a figure from its JSON.
+``--plot JSON`` redraws a figure from its JSON (anywhere). Needs an NVIDIA GPU of compute capability 8.9+ and
+``pip install 'nvdispatch[torch,cuda,bench]'``; nvmath-python is timed when installed.
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 
-from _bench import output_dir, progress, save_plot
+from _bench import cannot_run, output_dir, parser, progress, require_cuda_torch, save_plot
 from gpu_matmul_bench import gpu_time
 
 SHAPES = [(16384, 4096, 512), (8192, 8192, 8192), (4096, 4096, 4096)]
@@ -419,30 +419,30 @@ def _shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out_dir", nargs="?", help="folder for the JSON and PNG")
-    parser.add_argument("--plot", metavar="JSON", help="redraw the figure of a results file, then exit")
-    parser.add_argument("--vs-scaled-mm", action="store_true", help="the issue's comparison (see above)")
-    parser.add_argument("--shapes", type=_shapes, default=SHAPES, help="MxNxK,... (default: %(default)s)")
-    parser.add_argument("--modes", default="default,fast", help="accumulation modes (default: %(default)s)")
-    parser.add_argument("--scales", default="host,device", help="scale forms of our call (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=15, help="rounds of samples in turns (default: %(default)s)")
-    parser.add_argument("--sample-ms", type=float, default=20.0, help="GPU time per sample (default: %(default)s)")
-    parser.add_argument("--regime", choices=("burst", "sustained"), default="burst", help="see above")
-    parser.add_argument("--heat-ms", type=float, default=300.0, help="sustained regime: heating per sample")
-    parser.add_argument("--no-autotune", action="store_true", help="skip the autotuned plan")
-    parser.add_argument("--no-profile", action="store_true", help="skip recording the kernels")
-    args = parser.parse_args(argv)
+    ap = parser(__doc__)
+    ap.add_argument("--plot", metavar="JSON", help="redraw the figure of a results file, then exit")
+    ap.add_argument("--vs-scaled-mm", action="store_true", help="the issue's comparison (see above)")
+    ap.add_argument("--shapes", type=_shapes, default=SHAPES, help="MxNxK,... (default: %(default)s)")
+    ap.add_argument("--modes", default="default,fast", help="accumulation modes (default: %(default)s)")
+    ap.add_argument("--scales", default="host,device", help="scale forms of our call (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=15, help="rounds of samples in turns (default: %(default)s)")
+    ap.add_argument("--sample-ms", type=float, default=20.0, help="GPU time per sample (default: %(default)s)")
+    ap.add_argument("--regime", choices=("burst", "sustained"), default="burst", help="see above")
+    ap.add_argument("--heat-ms", type=float, default=300.0, help="sustained regime: heating per sample")
+    ap.add_argument("--no-autotune", action="store_true", help="skip the autotuned plan")
+    ap.add_argument("--no-profile", action="store_true", help="skip recording the kernels")
+    args = ap.parse_args(argv)
     if args.plot:
         plot(args.plot)
         return
-    if not args.out_dir:
-        parser.error("OUT_DIR is required (or --plot JSON)")
+    torch = require_cuda_torch()
+    if torch.cuda.get_device_capability() < (8, 9):
+        cannot_run(f"needs a GPU of compute capability 8.9+ for FP8, {torch.cuda.get_device_name()} is not")
     if not args.vs_scaled_mm:
-        run(args.out_dir, args.shapes)
+        run(args.out, args.shapes)
         return
     compare(
-        args.out_dir,
+        args.out,
         shapes=args.shapes,
         modes=tuple(args.modes.split(",")),
         scales=tuple(args.scales.split(",")),
@@ -456,4 +456,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -2,7 +2,8 @@
 
 Times each piece of the stateless RELU_BIAS call on its own (stream look-up, result allocation, pointer
 reads, the bare ``cublasLtMatmul`` ctypes call with every argument prepared) next to ``torch.matmul``, and
-writes a cProfile listing of the whole call.  Usage:  python benchmarks/gpu_host_profile.py OUT_DIR
+writes a cProfile listing of the whole call.  Usage:  python benchmarks/gpu_host_profile.py [--out DIR]
+Needs an NVIDIA GPU and ``pip install 'nvdispatch[torch,cuda]'``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import ctypes
 import io
 import json
 import pstats
-import sys
 
-from _bench import cuda_event_seconds, output_dir
+from _bench import cuda_event_seconds, output_dir, parser, require_cuda_torch
 from gpu_matmul_bench import host_times
 
 
@@ -42,9 +42,10 @@ def kernels_per_call(fn, torch, n: int = 10) -> list:
     return [f"{e.key} x{e.count / n:g}" for e in prof.key_averages()]
 
 
-def main(out_dir: str) -> None:
-    out_dir = output_dir(out_dir)
-    import torch
+def main(argv: list[str] | None = None) -> None:
+    args = parser(__doc__).parse_args(argv)
+    torch = require_cuda_torch()
+    out_dir = output_dir(args.out)
 
     import nvdispatch
     from nvdispatch._cuda import cublaslt as lt
@@ -148,4 +149,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -4,19 +4,20 @@
 
 Kernel times use CUDA events around ``REPS`` back-to-back launches queued while the GPU is held busy by
 ``torch.cuda._sleep`` (so the host's Python overhead is hidden and the events measure the GPU), median of
-``ROUNDS``. Run on the GPU machine:  python benchmarks/gpu_matmul_bench.py OUT_DIR
-then ``python benchmarks/gpu_matmul_bench.py --plot OUT_DIR/gpu_matmul_bench.json`` draws the PNG.
-Needs a GPU, ``pip install 'nvdispatch[torch,bench]'``; CuPy and nvmath-python are timed when installed.
+``ROUNDS``. Run on the GPU machine:  python benchmarks/gpu_matmul_bench.py [--out DIR] [--host-only]
+(``--host-only``: only the host overhead of cached calls, into DIR/gpu_matmul_host.json); ``--plot JSON`` draws
+the PNG of a written JSON again (anywhere).
+Needs an NVIDIA GPU, ``pip install 'nvdispatch[torch,cuda,bench]'``; CuPy and nvmath-python are timed when
+installed.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 
-from _bench import cuda_event_seconds, output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, parser, progress, require_cuda_torch, save_plot
 
 SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 8192, 1024), (1024, 512, 2048)]
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -257,15 +258,23 @@ def _draw(data: dict, plt) -> None:
     fig.tight_layout()
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "--plot":
-        plot(sys.argv[2])
-    elif sys.argv[1] == "--host-only":
-        import torch
-
+def main(argv: list[str] | None = None) -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--host-only", action="store_true", help="only the host overhead of cached calls")
+    ap.add_argument("--plot", metavar="JSON", help="only draw the PNG of a written JSON (runs anywhere)")
+    args = ap.parse_args(argv)
+    if args.plot:
+        plot(args.plot)
+        return
+    torch = require_cuda_torch()
+    if args.host_only:
         import nvdispatch
 
-        with open(f"{output_dir(sys.argv[2])}/gpu_matmul_host.json", "w") as fh:
+        with open(f"{output_dir(args.out)}/gpu_matmul_host.json", "w") as fh:
             json.dump(host_overhead(torch, nvdispatch), fh, indent=1)
     else:
-        run(sys.argv[1])
+        run(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -6,19 +6,19 @@ RELU_BIAS call (cuBLASLt), a stateless FP8 RELU_BIAS call with device scales (co
 ``torch.matmul`` and ``cupy.matmul`` for ratios. Per round and case: 20 warm calls, then 200 timed back to back
 (synchronised outside the timing); medians over rounds.
 
-Run on the GPU machine:  python benchmarks/lt_launch_bench.py OUT_DIR [--rounds N]
-Plot a written JSON again (anywhere):  python benchmarks/lt_launch_bench.py OUT_DIR --replot JSON
+Run on the GPU machine:  python benchmarks/lt_launch_bench.py [--out DIR] [--rounds N]
+Plot a written JSON again (anywhere):  python benchmarks/lt_launch_bench.py [--out DIR] --replot JSON
+Needs an NVIDIA GPU, ``pip install 'nvdispatch[torch,cuda]'`` and the compiled extension (a C compiler at install).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import time
 
-from _bench import output_dir, progress, save_plot
+from _bench import cannot_run, output_dir, parser, progress, require_cuda_torch, save_plot
 
 LAUNCHERS = ("ctypes", "direct")
 
@@ -43,8 +43,7 @@ def plot(out: dict, path: str) -> bool:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", help="folder for lt_launch_bench.json")
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--replot", metavar="JSON", help="only plot this written JSON again")
     args = ap.parse_args()
@@ -52,8 +51,7 @@ def main() -> None:
         with open(args.replot) as f:
             plot(json.load(f), os.path.join(output_dir(args.out), "lt_launch_bench.png"))
         return
-    import torch
-
+    torch = require_cuda_torch()
     import nvdispatch
     from nvdispatch._cuda import cublaslt as lt
 
@@ -82,7 +80,7 @@ def main() -> None:
         cases["stateless FP8 RELU_BIAS, device scales"] = lambda: nvdispatch.matmul(a8, b8, **kw)
     launchers = {"ctypes": lt.lib().cublasLtMatmul, "direct": lt.matmul_call()}
     if launchers["direct"] is launchers["ctypes"]:
-        raise SystemExit("nvdispatch._hotpath is not built here: nothing to compare")
+        cannot_run("nvdispatch._hotpath is not built here (no C compiler at install): nothing to compare")
     samples: dict[str, list[float]] = {}
 
     def timed(name, fn):

@@ -7,10 +7,12 @@ Needs: the base install (``pip install -e .``); the Torch part runs when ``nvdis
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 import nvdispatch
-from nvdispatch.executors.base import Executor
+from nvdispatch.executors import Executor
 
 
 class LoggingExecutor(Executor):
@@ -34,6 +36,7 @@ class LoggingExecutor(Executor):
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     a = np.arange(12.0).reshape(3, 4)
     b = np.ones((4, 2))
     print(nvdispatch.explain(a, b, epilog="RELU"))

@@ -9,6 +9,8 @@ backend part needs ``pip install 'nvdispatch[scipy]'``, the GPU part ``nvdispatc
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 import nvdispatch
@@ -64,4 +66,5 @@ def main():
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -10,20 +10,21 @@ Without them it says what is missing and exits with status 0 (nothing to run her
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
 
 import nvdispatch
 from nvdispatch import Epilog
+from nvdispatch.executors import builtin
 
 
 def main() -> int:
-    from nvdispatch._cuda import runtime
-
-    why = runtime.unavailable()
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    why = builtin("cuda").unavailable()  # None where our cuBLASLt executor can run
     if why:
-        print(f"skipped: {why}")
+        print(f"skipped: needs an NVIDIA GPU and the [cuda] extra: {why}")
         return 0
     try:
         import cupy as xp

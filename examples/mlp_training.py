@@ -8,6 +8,8 @@ Needs: the base install (``pip install -e .``); the Torch run needs ``pip instal
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 import nvdispatch
@@ -43,7 +45,10 @@ def train(xp_array, steps: int = 60, lr: float = 0.05) -> list[float]:
 
 
 if __name__ == "__main__":
-    losses = train(lambda v: v)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=60, help="training steps (default: %(default)s)")
+    args = ap.parse_args()
+    losses = train(lambda v: v, steps=args.steps)
     print(f"numpy: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     assert losses[-1] < 0.5 * losses[0], "training did not converge"
     try:
@@ -52,6 +57,6 @@ if __name__ == "__main__":
         torch = None
         print("Torch run skipped: it needs pip install 'nvdispatch[torch]'")
     if torch is not None:
-        t_losses = train(torch.from_numpy)
+        t_losses = train(torch.from_numpy, steps=args.steps)
         print(f"torch: loss {t_losses[0]:.4f} -> {t_losses[-1]:.4f}")
         assert np.allclose(losses, t_losses, rtol=1e-9), "NumPy and Torch executors disagree"

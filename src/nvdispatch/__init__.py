@@ -47,9 +47,10 @@ __all__ = [
     "reset_backends",
     "errors",
     "fft",
-    "device",
     "CudaArray",
 ]
+# ``nvdispatch.device`` (kernels for Numba) is public too but not in ``__all__``: it needs the [numba] extra, and
+# ``from nvdispatch import *`` must work on a base install.
 
 
 def __getattr__(name):

@@ -332,9 +332,12 @@ def coerce_operands(selection: Selection, operands: dict[str, Any], names) -> di
     return {k: (conv(v) if k in names and v is not None else v) for k, v in operands.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Explanation:
-    """What a call would do: the executor and strategy chosen, the plan's steps, and who declined."""
+    """What a call would do: the executor and strategy chosen, the plan's steps, and who declined.
+
+    ``str()`` and ``repr()`` (what the REPL shows) are the same readable report; the fields hold the details.
+    """
 
     operation: str
     executor: str
@@ -358,3 +361,5 @@ class Explanation:
             lines.append(f"  declined by {name}: {why}")
         lines.append(f"  plan cached: {self.cached}")
         return "\n".join(lines)
+
+    __repr__ = __str__

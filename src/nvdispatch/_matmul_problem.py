@@ -136,7 +136,7 @@ class MatmulOptions:
         FP8 matmuls: the result dtype (``float8_e4m3fn``, ``float8_e5m2``, ``bfloat16``, ``float16``,
         ``float32``); see :mod:`nvdispatch._fp8`.
     result_amax : bool
-        FP8 matmuls with an FP8 result: also return ``aux["result_amax"]``, max(|result|) before the d scale.
+        FP8 matmuls with an FP8 result: also return ``aux["result_amax"]``, ``max(abs(result))`` before the d scale.
     operand_types : dict, optional
         FP8 matmuls of CuPy/raw CUDA operands: ``{"a": "float8_e4m3fn", ...}`` for ``uint8`` arrays holding FP8.
     fast_accumulation : bool

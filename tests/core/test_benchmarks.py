@@ -65,7 +65,7 @@ def test_save_plot_reports_a_failing_plot(tmp_path, capsys):
 
 def test_the_cublaslt_launch_benchmark_replots_its_committed_results(tmp_path):
     # the GPU script's measurements need an H200; its plot and argument handling run anywhere
-    done = _run("lt_launch_bench.py", [str(tmp_path / "out"), "--replot", str(BENCH / "results" / "lt_launch_bench.json")],
-                "", tmp_path)
+    done = _run("lt_launch_bench.py",
+                ["--out", str(tmp_path / "out"), "--replot", str(BENCH / "results" / "lt_launch_bench.json")], "", tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "lt_launch_bench.png").exists()

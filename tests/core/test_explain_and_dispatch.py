@@ -89,7 +89,7 @@ def test_main_module_reports_and_runs(capsys):
 
 
 def test_main_module_copes_with_missing_packages():
-    from nvdispatch.__main__ import _version
+    from nvdispatch._demo import _version
 
     assert _version("no_such_package_anywhere.bindings") is None
     assert _version("no_such_package_anywhere") is None

@@ -1,4 +1,5 @@
-"""``python -m nvdispatch``: --version, a validated --shape with help, install hints for missing extras."""
+"""``python -m nvdispatch``: --version, a validated --shape with help, install hints for missing extras, warm
+medians that say they are not a benchmark."""
 
 from __future__ import annotations
 
@@ -33,9 +34,35 @@ def test_small_shape_runs(capsys):
 
 
 def test_missing_framework_names_its_extra(monkeypatch, capsys):
-    import nvdispatch.__main__ as demo
+    import nvdispatch._demo as demo
 
     monkeypatch.setattr(demo, "_version", lambda mod: None if mod == "torch" else "1.0")
     monkeypatch.setattr(demo, "_gpus", lambda: [])
     main(["--shape", "2", "2", "2"])
     assert "torch          not installed (pip install 'nvdispatch[torch]')" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["4", "0", "x"])
+def test_fewer_than_five_repeats_is_a_usage_error(bad, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--repeats", bad])
+    assert stop.value.code == 2
+    assert "--repeats" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [[], ["demo"]], ids=["default", "demo-command"])
+def test_demo_reports_warm_medians_and_says_it_is_no_benchmark(command, capsys):
+    assert main([*command, "--shape", "4", "3", "2", "--repeats", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "median of 5 warm calls" in out and "not a benchmark" in out
+    assert "[numpy on cpu] ok" in out and "warm median" in out
+    # explained after the timed calls: each path's plan is in the cache by then
+    assert "plan cached: False" not in out and "plan cached: True" in out
+
+
+def test_warm_median_times_only_the_calls_after_warmup():
+    from nvdispatch._demo import warm_median_seconds
+
+    calls = []
+    seconds, last = warm_median_seconds(lambda: calls.append(None) or len(calls), repeats=5, warmup=2)
+    assert len(calls) == 7 and last == 7 and seconds >= 0

@@ -1,7 +1,8 @@
 """Every ```python block of README.md runs as written, each in a fresh interpreter, as a user copying it would.
 
-A block whose first line says "needs a GPU" skips without one; a block that stops on a missing optional
-package (an extra that is not installed) skips, naming the package.
+A block whose first line says "needs a GPU" must still exit cleanly without one (it says what it needs and
+stops); a block that stops on a missing optional package (an extra that is not installed) skips, naming the
+package.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from conftest import HAS_GPU
 
 ROOT = pathlib.Path(__file__).parents[2]
 BLOCKS = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
-OPTIONAL = ("torch", "cupy", "numba", "scipy", "matplotlib", "tqdm", "cuda", "dask", "distributed", "dask_cuda")
+OPTIONAL = ("torch", "cupy", "numba", "scipy", "matplotlib", "tqdm", "cuda", "dask", "distributed", "dask_cuda", "jax")
 
 
 def _line_of(block: str) -> int:
@@ -32,8 +33,7 @@ def test_readme_has_python_blocks():
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{_line_of(b)}" for b in BLOCKS])
 def test_readme_block_runs(block, tmp_path):
-    if "needs a GPU" in block.splitlines()[0] and not HAS_GPU:
-        pytest.skip("the block needs an NVIDIA GPU (none found)")
+    needs_gpu = "needs a GPU" in block.splitlines()[0] and not HAS_GPU
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(
         [sys.executable, "-c", block], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
@@ -42,3 +42,6 @@ def test_readme_block_runs(block, tmp_path):
     if done.returncode and missing and missing.group(1).split(".")[0] in OPTIONAL:
         pytest.skip(f"the block needs {missing.group(1)}, which is not installed")
     assert done.returncode == 0, f"README block at line {_line_of(block)} failed:\n{done.stdout}\n{done.stderr}"
+    if needs_gpu:  # without a GPU the block says so and stops, without a traceback
+        assert "skipped: needs" in done.stdout and not done.stderr.strip(), done.stdout + done.stderr
+        pytest.skip(f"the block needs an NVIDIA GPU: {done.stdout.strip()}")

@@ -12,6 +12,7 @@ class Dim3(NamedTuple):
 
     Examples
     --------
+    >>> from nvdispatch.device import Dim3
     >>> Dim3(64, 2, 1)
     Dim3(x=64, y=2, z=1)
     >>> Dim3(64, 2).count

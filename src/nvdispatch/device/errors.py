@@ -29,7 +29,7 @@ class DeviceConfigurationError(InvalidArgumentError):
 
     Examples
     --------
-    >>> from nvdispatch.device import fft
+    >>> from nvdispatch.device import DeviceConfigurationError, fft
     >>> try:
     ...     fft(fft_type="c2c", size=128, precision="float32", direction="forward", elements_per_thread=3)
     ... except DeviceConfigurationError as error:
@@ -59,6 +59,7 @@ class DeviceLaunchError(InvalidArgumentError):
 
     Examples
     --------
+    >>> from nvdispatch.device import DeviceLaunchError
     >>> error = DeviceLaunchError("tid=[0, 0, 0] ctaid=[0, 0, 0]: block_dim: expected x == 64, got blockDim.x = 32")
     >>> error.argument, error.expected, error.got
     ('block_dim', 'x == 64', 'blockDim.x = 32')

@@ -64,6 +64,7 @@ class FFT(KernelObject):
     Examples
     --------
     >>> import numpy as np
+    >>> from nvdispatch.device import FFT
     >>> f = FFT(size=128, precision=np.float32, fft_type="c2c", execution="Block",
     ...         direction="forward", elements_per_thread=2, ffts_per_block=1)
     >>> f.block_dim, f.stride, f.storage_size
@@ -213,6 +214,7 @@ class FFT(KernelObject):
 
         Examples
         --------
+        >>> from nvdispatch.device import FFT
         >>> FFT(size=16, precision="float32", fft_type="c2c", execution="Block", direction="forward"
         ...     ).valid("elements_per_thread")
         [2, 4, 8, 16]
@@ -248,7 +250,7 @@ def fft(
     Examples
     --------
     >>> import numpy as np
-    >>> from numba import cuda
+    >>> from nvdispatch.device import fft
     >>> FFT_fwd = fft(fft_type="c2c", size=128, precision=np.float32, direction="forward",
     ...               ffts_per_block=1, elements_per_thread=2, execution="Block", compiler="numba")
     >>> FFT_fwd.shared_memory_size, FFT_fwd.files
@@ -286,6 +288,7 @@ def valid(*knobs: str, size: int, fft_type: str = "c2c", execution: str = "Block
 
     Examples
     --------
+    >>> from nvdispatch.device import valid
     >>> valid("elements_per_thread", size=64)
     [2, 4, 8, 16, 32]
     >>> valid("elements_per_thread", "ffts_per_block", size=4, execution="Block")[:3]

@@ -255,7 +255,7 @@ def _suggest_ept(size: int, options: list[int], precision: type[np.floating]) ->
     """The measured choice where there is one, else the fewest butterfly groups per thread plus exchanges,
     summed over the passes (ties go to larger counts).
 
-    Measured on an H200 (benchmarks/device_fft_bench.json): uniform-radix plans mostly win (512: 8x8x8 beats
+    Measured on an H200 (benchmarks/results/device_fft_bench.json): uniform-radix plans mostly win (512: 8x8x8 beats
     16x16x2), and 32 elements per thread loses everywhere (register pressure), so at most 16 is suggested.
     """
     measured = _MEASURED_EPT_FP32.get(size) if precision == np.float32 else None

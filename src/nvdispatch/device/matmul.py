@@ -57,6 +57,7 @@ class Matmul(KernelObject):
     Examples
     --------
     >>> import numpy as np
+    >>> from nvdispatch.device import Matmul
     >>> MM = Matmul(size=(32, 16, 8), precision=np.float32, block_size=64)
     >>> MM.a_dim, MM.c_dim, MM.block_dim
     ((32, 8), (32, 16), Dim3(x=64, y=1, z=1))
@@ -190,6 +191,7 @@ def matmul(
     Examples
     --------
     >>> import numpy as np
+    >>> from nvdispatch.device import matmul
     >>> MM = matmul(size=(16, 16, 16), precision=np.float64, data_type="complex", block_size=64,
     ...             compiler="numba")
     >>> MM.value_type, MM.shared_memory_size
