@@ -6,8 +6,9 @@ Modes, on each shape (``M x N x K``; RELU_BIAS, a bias along N):
 
 ``tf32``
     float32 Torch tensors with ``torch.backends.cuda.matmul.allow_tf32 = True``: nvdispatch (stateless, stateful,
-    autotuned, and with ``b`` given as ``W.T`` the way an ``nn.Linear`` weight comes) against Torch's best of
-    ``torch._addmm_activation``, ``relu(addmm)`` and ``F.linear`` + ``relu_``; ``torch.matmul`` alone as the floor.
+    and with ``b`` given as ``W.T`` the way an ``nn.Linear`` weight comes; then again after ``Matmul.autotune()``)
+    against Torch's best of ``torch._addmm_activation``, ``relu(addmm)`` and ``F.linear`` + ``relu_``;
+    ``torch.matmul`` alone as the floor.
 ``autocast``
     the same float32 tensors inside ``torch.autocast("cuda", dtype=torch.bfloat16)``: the same peers, each result's
     dtype recorded (Torch's best is taken among the calls returning bfloat16, as a model in the region gets);
@@ -24,9 +25,9 @@ cuBLASLt compute type of the plan) and the largest error relative to the largest
 which shows every peer at the same precision (TF32's ~1e-3, bfloat16's ~1e-2). Goal: nvdispatch at most
 :data:`GOAL` times the best peer.
 
-``python benchmarks/precision_bench.py OUT_DIR`` writes ``precision_bench.json`` and ``.png``;
-``--plot JSON`` redraws a figure. Needs an NVIDIA GPU and Torch with CUDA (exits with status 2 otherwise); JAX with
-CUDA is timed where installed.
+``python benchmarks/precision_bench.py [--out DIR]`` writes ``precision_bench.json`` and ``.png`` (default folder
+``benchmarks/results``); ``--plot JSON`` redraws a figure. Needs an NVIDIA GPU and Torch with CUDA (says so and
+exits with status 2 otherwise); JAX with CUDA is timed where installed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import statistics
 import sys
 import time
 
-from _bench import cuda_event_seconds, output_dir, progress, save_plot
+from _bench import cuda_event_seconds, output_dir, parser, progress, require_cuda_torch, save_plot
 
 SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 1024, 8192), (2048, 11008, 4096), (1024, 1024, 1024)]
 MODES = ("tf32", "autocast", "jax")
@@ -47,11 +48,6 @@ GOAL = 1.0
 SAMPLE_SECONDS = 0.015
 #: rows of the result whose error is measured against float64
 ERROR_ROWS = 64
-
-
-def _no_gpu(reason: str) -> None:
-    print(f"precision_bench.py: needs an NVIDIA GPU with Torch's CUDA build ({reason})", file=sys.stderr)
-    sys.exit(2)
 
 
 def _calls_per_sample(fn, torch) -> int:
@@ -108,6 +104,9 @@ def _rel_error(got, ref) -> float:
 
 
 def _torch_cells(shapes, modes, rounds: int, autotune: bool) -> list[dict]:
+    """Per shape and mode, two phases timed in turns against Torch's calls: nvdispatch with the plans cuBLASLt's
+    heuristic chose (stateless, ``b`` as ``W.T``, ``Matmul.execute``), then, after ``Matmul.autotune()`` (which
+    retunes the cached plan those calls share), stateless and stateful calls again."""
     import torch
 
     import nvdispatch
@@ -124,32 +123,22 @@ def _torch_cells(shapes, modes, rounds: int, autotune: bool) -> list[dict]:
         kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
         cell = {"mode": mode, "m": m, "n": n, "k": k, "flop": 2 * m * n * k}
         ref = torch.relu(a[:ERROR_ROWS].double() @ b.double() + bias.double()).cpu().numpy()
+        want = "bfloat16" if mode == "autocast" else "float32"
         torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-        region = torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "autocast")
         try:
-            with region:
-                peers = {
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "autocast"):
+                mm = nvdispatch.Matmul(a, b).plan(**kw)
+                ours = {
                     "nvdispatch.matmul": lambda: nvdispatch.matmul(a, b, **kw),
                     "nvdispatch.matmul (b = W.T)": lambda: nvdispatch.matmul(a, w_t, **kw),
+                    "nvdispatch Matmul.execute": mm.execute,
                 }
-                mm = nvdispatch.Matmul(a, b).plan(**kw)
-                peers["nvdispatch Matmul.execute"] = mm.execute
-                if autotune:
-                    tuned = nvdispatch.Matmul(a, b).plan(**kw)
-                    try:
-                        cell["autotune_seconds"] = tuned.autotune(iterations=5)
-                        peers["nvdispatch Matmul.execute (autotuned)"] = tuned.execute
-                        peers["nvdispatch.matmul after autotune"] = lambda: nvdispatch.matmul(a, b, **kw)
-                        plan = getattr(tuned._plan, "plan", tuned._plan)  # the cast problem's, in a region
-                        cell["tuning"] = repr(plan.tuning()) if hasattr(plan, "tuning") else None
-                    except Exception as exc:  # noqa: BLE001 - recorded, the rest still measured
-                        cell["autotune_error"] = repr(exc)
                 if mode == "autocast":
                     a16, b16, bias16 = a.bfloat16(), b.bfloat16(), bias.bfloat16()
-                    peers["nvdispatch.matmul on bf16 operands (no casts)"] = lambda: nvdispatch.matmul(
+                    ours["nvdispatch.matmul on bf16 operands (no casts)"] = lambda: nvdispatch.matmul(
                         a16, b16, epilog="RELU_BIAS", epilog_inputs={"bias": bias16}
                     )
-                torch_peers = {
+                theirs = {
                     "torch._addmm_activation": lambda: torch._addmm_activation(bias, a, b),
                     "torch.relu(torch.addmm)": lambda: torch.relu(torch.addmm(bias, a, b)),
                     "F.linear + relu_": lambda: torch.relu_(F.linear(a, w_t.t(), bias)),
@@ -157,24 +146,38 @@ def _torch_cells(shapes, modes, rounds: int, autotune: bool) -> list[dict]:
                 floor = {"torch.matmul alone (no epilog)": lambda: torch.matmul(a, b)}
                 cell["explain"] = str(nvdispatch.explain(a, b, **kw))
                 cell["dtype"], cell["rel_error"], errors = {}, {}, {}
-                for name, fn in {**peers, **torch_peers, **floor}.items():
+                for name, fn in {**ours, **theirs, **floor}.items():
                     try:
                         out = fn()
                         cell["dtype"][name] = str(out.dtype).removeprefix("torch.")
-                        if name in peers or name in torch_peers:
+                        if name not in floor:
                             cell["rel_error"][name] = _rel_error(out[:ERROR_ROWS].double().cpu().numpy(), ref)
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:  # noqa: BLE001 - recorded, the others still measured
                         errors[name] = repr(exc)
-                want = "bfloat16" if mode == "autocast" else "float32"
-                # Torch's best among its calls that return what the mode asks (a call Torch does not autocast is
-                # a float32 one: not what a model in the region gets)
-                theirs = [nm for nm in torch_peers if nm not in errors and cell["dtype"].get(nm) == want]
-                ours = [nm for nm in peers if nm not in errors]
-                timed = {nm: fn for nm, fn in {**peers, **torch_peers, **floor}.items() if nm not in errors}
-                samples = _in_turns(timed, torch, rounds)
-                cell.update(_summary(samples, ours, theirs))
+                # Torch's best among its calls returning what the mode asks (a call Torch does not autocast gives
+                # float32: not what a model in the region gets)
+                best_of = [nm for nm in theirs if nm not in errors and cell["dtype"].get(nm) == want]
+                ours = {nm: fn for nm, fn in ours.items() if nm not in errors}
+                timed = {nm: fn for nm, fn in {**theirs, **floor}.items() if nm not in errors}
+                cell.update(_summary(_in_turns({**ours, **timed}, torch, rounds), list(ours), best_of))
+                if autotune:
+                    tuned = nvdispatch.Matmul(a, b).plan(**kw)
+                    try:
+                        cell["autotune_seconds"] = tuned.autotune(iterations=5)
+                        plan = getattr(tuned._plan, "plan", tuned._plan)  # in a region: the cast problem's
+                        cell["tuning"] = repr(plan.tuning()) if hasattr(plan, "tuning") else None
+                        after = {
+                            "nvdispatch.matmul (autotuned)": lambda: nvdispatch.matmul(a, b, **kw),
+                            "nvdispatch Matmul.execute (autotuned)": tuned.execute,
+                        }
+                        phase = _summary(_in_turns({**after, **timed}, torch, rounds), list(after), best_of)
+                        cell["autotuned"] = phase
+                        cell.setdefault("ratio", {}).update(phase.get("ratio", {}))
+                    except Exception as exc:  # noqa: BLE001 - recorded, the heuristic's figures stand
+                        cell["autotune_error"] = repr(exc)
+                    tuned.free()
                 cell["errors"] = errors
-                cell["tflops"] = {nm: cell["flop"] / s / 1e12 for nm, s in cell["seconds"].items()}
+                cell["tflops"] = {nm: cell["flop"] / t / 1e12 for nm, t in cell["seconds"].items()}
                 mm.free()
         finally:
             torch.backends.cuda.matmul.allow_tf32 = saved_tf32
@@ -245,12 +248,7 @@ def _jax_cells(shapes, rounds: int) -> list[dict]:
 
 
 def run(out_dir: str, shapes=SHAPES, modes=MODES, rounds: int = 7, autotune: bool = True) -> dict:
-    try:
-        import torch
-    except ImportError:
-        _no_gpu("Torch is not installed")
-    if not torch.cuda.is_available():
-        _no_gpu("torch.cuda.is_available() is False")
+    torch = require_cuda_torch()
     import nvdispatch
 
     out_dir = output_dir(out_dir)
@@ -325,23 +323,20 @@ def _modes(text: str) -> tuple[str, ...]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out_dir", nargs="?", help="folder for the JSON and PNG")
-    parser.add_argument("--plot", metavar="JSON", help="redraw the figure of a results file, then exit")
+    ap = parser(__doc__)
+    ap.add_argument("--plot", metavar="JSON", help="redraw the figure of a results file, then exit")
     shapes = ",".join("x".join(map(str, s)) for s in SHAPES)
-    parser.add_argument("--shapes", type=_shapes, default=SHAPES, help=f"MxNxK,... (default: {shapes})")
-    parser.add_argument("--modes", type=_modes, default=MODES, help=f"among {','.join(MODES)} (default: all)")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds of samples in turns (default: %(default)s)")
-    parser.add_argument("--no-autotune", action="store_true", help="skip the autotuned plans")
-    args = parser.parse_args(argv)
+    ap.add_argument("--shapes", type=_shapes, default=SHAPES, help=f"MxNxK,... (default: {shapes})")
+    ap.add_argument("--modes", type=_modes, default=MODES, help=f"among {','.join(MODES)} (default: all)")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of samples in turns (default: %(default)s)")
+    ap.add_argument("--no-autotune", action="store_true", help="skip the autotuned plans")
+    args = ap.parse_args(argv)
     if args.plot:
         plot(args.plot)
         return
-    if not args.out_dir:
-        parser.error("OUT_DIR is required (or --plot JSON)")
     if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    run(args.out_dir, args.shapes, args.modes, args.rounds, not args.no_autotune)
+        ap.error("--rounds must be at least 1")
+    run(args.out, args.shapes, args.modes, args.rounds, not args.no_autotune)
 
 
 if __name__ == "__main__":

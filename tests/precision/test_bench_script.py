@@ -1,5 +1,5 @@
-"""benchmarks/precision_bench.py runs where it cannot measure: --help, one line and status 2 without a GPU, and its
-plot of a results file."""
+"""benchmarks/precision_bench.py where it cannot measure: its arguments checked and its plot of a results file
+(--help and the one line with status 2 without a GPU: tests/release/test_scripts.py, as for every script)."""
 
 from __future__ import annotations
 
@@ -28,18 +28,11 @@ def test_help_describes_the_modes(tmp_path):
     assert done.returncode == 0 and "--modes" in done.stdout and "autocast" in done.stdout
 
 
-def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path):
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is here: the script would measure")
-    done = _run(str(tmp_path / "out"), cwd=tmp_path)
-    assert done.returncode == 2
-    assert len(done.stderr.strip().splitlines()) == 1 and "needs an NVIDIA GPU" in done.stderr
-
-
 def test_bad_arguments_are_refused(tmp_path):
-    assert _run(str(tmp_path), "--modes", "tf64", cwd=tmp_path).returncode == 2
-    assert _run(str(tmp_path), "--shapes", "1x2", cwd=tmp_path).returncode == 2
+    for args in (["--modes", "tf64"], ["--shapes", "1x2"], ["--rounds", "0"]):
+        done = _run("--out", str(tmp_path / "out"), *args, cwd=tmp_path)
+        assert done.returncode == 2 and "error:" in done.stderr, args
+    assert not (tmp_path / "out").exists()
 
 
 def test_plot_redraws_a_results_file(tmp_path):
