@@ -33,7 +33,15 @@ from ._fft_callbacks import DataLayout, select_and_run
 from ._fft_problem import FFTProblem, build_fft_problem
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
-__all__ = ["ConvolveProblem", "OP", "run", "explain", "VectorisedConvolvePlan", "VectorisedConvolveOp"]
+__all__ = [
+    "ConvolveProblem",
+    "OP",
+    "build_convolve_problem",
+    "run",
+    "explain",
+    "VectorisedConvolvePlan",
+    "VectorisedConvolveOp",
+]
 
 OP = "fft_convolve"
 _log = logging.getLogger("nvdispatch")
@@ -83,7 +91,17 @@ def prepare(x, h, n, axis):
     """Validate; return ``(problem, operands)``."""
     infos = {"x": detect("x", x), "h": detect("h", h)}  # both required: None is an error
     framework, device = placement(infos)
-    xi, hi = infos["x"], infos["h"]
+    problem = build_convolve_problem(infos["x"], infos["h"], framework, device, n, axis)
+
+    def operand(name, value):
+        i = infos[name]
+        return i.array if i.framework == "dlpack" and i.device.kind == "cpu" else value
+
+    return problem, {"x": operand("x", x), "h": operand("h", h)}
+
+
+def build_convolve_problem(xi: OperandInfo, hi: OperandInfo, framework: str, device, n, axis) -> ConvolveProblem:
+    """The :class:`ConvolveProblem` of signals ``xi`` and filter ``hi`` (operand descriptions), validated."""
     real = xi.dtype in ("float32", "float64")
     forward = build_fft_problem("rfft" if real else "fft", xi, framework, device, n=n, axis=axis)
     spectrum = OperandInfo(None, framework, device, forward.result_dtype, forward.out_shape, None)
@@ -104,12 +122,7 @@ def prepare(x, h, n, axis):
             f"shape {tuple(hi.shape)}",
         )
     layout = DataLayout(hi.framework, hi.device, hi.dtype, tuple(hi.shape), hi.strides)
-
-    def operand(name, value):
-        i = infos[name]
-        return i.array if i.framework == "dlpack" and i.device.kind == "cpu" else value
-
-    return ConvolveProblem(forward, inverse, layout), {"x": operand("x", x), "h": operand("h", h)}
+    return ConvolveProblem(forward, inverse, layout)
 
 
 def run(x, h, n=None, axis=-1, stream=None):

@@ -58,6 +58,7 @@ from ._matmul_problem import (
 )
 from ._plan_cache import plan_cache
 from ._precision import AUTOCAST_DTYPES
+from ._traced import traced_handler
 from ._typing import Array, Scalar, Stream
 from .errors import (
     EpilogInputError,
@@ -348,7 +349,15 @@ def _route(
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):
     """The full path of a call: detect, validate, select, plan (and keep the plan under the call key when
-    every call with that key validates and selects the same way), execute, wrap."""
+    every call with that key validates and selects the same way), execute, wrap. A call on traced arrays
+    (inside ``jax.jit``...) is handed to the integration that stages it (``nvdispatch._traced``)."""
+    inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
+    staged = traced_handler("matmul", (a, b, c, *inputs))
+    if staged is not None:
+        return staged(
+            a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
+            preferences=preferences, stream=stream, quantization_scales=scales,
+        )
     problem, sel, strategy, infos = _prepare(
         a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales, stream=stream
     )

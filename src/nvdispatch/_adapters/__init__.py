@@ -25,7 +25,7 @@ from .cai import CaiAdapter
 from .cupy import CupyAdapter
 from .dask import DaskAdapter
 from .dlpack import DlpackAdapter
-from .jax import JaxAdapter
+from .jax import JaxAdapter, JaxTracerAdapter
 from .numpy import NumpyAdapter
 from .torch import TorchAdapter
 
@@ -166,6 +166,6 @@ def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
 
 for _ad in (DlpackAdapter(), CaiAdapter()):
     register_adapter(_ad, protocol=True)
-for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter(), JaxAdapter()):
+for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter(), JaxAdapter(), JaxTracerAdapter()):
     register_adapter(_ad)
 del _ad

@@ -27,6 +27,9 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
 ``coerce(x)``, ``to_numpy(x)``, ``export(x)``
     converting a foreign array into this framework, this framework's array to NumPy (host copy), and
     this framework's array into something other frameworks can import (DLPack/CAI);
+``traced_framework``
+    set on adapters of placeholders of a program being traced (JAX tracers): calls on them are staged by
+    that framework's integration instead of run (see :mod:`nvdispatch._traced`);
 ``wrap(result, like)``
     for frameworks that run on another framework's executors (``wraps = True``; ``info`` then describes
     the operand as that framework's array, ``OperandInfo.array`` being what executors receive): their
@@ -102,6 +105,9 @@ class Adapter:
     default_executors: Mapping[str, tuple[str, ...]] = {}
     #: whether executors' results must go through :meth:`wrap` before the caller gets them
     wraps: bool = False
+    #: for placeholders of a program being traced (JAX tracers): the framework whose integration stages
+    #: calls on them (``nvdispatch._traced``); None for arrays holding memory
+    traced_framework: str | None = None
 
     # -- detection ---------------------------------------------------------------------------------------
     def claims(self, cls: type) -> bool:

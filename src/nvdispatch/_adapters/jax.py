@@ -6,6 +6,10 @@ DLPack producer does (so the problem's framework is ``"dlpack"``). What JAX adds
 result is imported with ``jax.numpy.from_dlpack`` (zero-copy where JAX accepts the buffer's alignment, a
 copy otherwise) and placed on the operand's device, so ``nvdispatch.matmul(ja, jb) - 1.0`` is JAX
 arithmetic.
+
+Inside ``jax.jit``, ``jax.grad`` and ``jax.vmap`` the operands are tracers (:class:`JaxTracerAdapter`): they
+hold no memory, and the call is staged into the traced program by ``nvdispatch.integrations.jax_matmul`` /
+``jax_fft`` instead of run.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from .._precision import PrecisionConvention
 from .base import Adapter, Device, OperandInfo
 from .dlpack import DlpackAdapter
 
-__all__ = ["JaxAdapter", "default_matmul_precision", "float32_compute_type"]
+__all__ = ["JaxAdapter", "JaxTracerAdapter", "default_matmul_precision", "float32_compute_type"]
 
 _TF32, _FP32 = "COMPUTE_32F_FAST_TF32", "COMPUTE_32F"
 #: what XLA on an NVIDIA GPU computes a float32 (and complex64) product with, by the name of JAX's precision
@@ -118,3 +122,29 @@ class JaxAdapter(Adapter):
         out = jax.numpy.from_dlpack(result)
         device = next(iter(like.devices()), None) if hasattr(like, "devices") else None
         return out if device is None or device in out.devices() else jax.device_put(out, device)
+
+
+class JaxTracerAdapter(Adapter):
+    """JAX tracers (``jax.core.Tracer``: inside ``jax.jit``, ``jax.grad``, ``jax.vmap``): placeholders of a
+    program being traced. The public functions hand calls on them to the JAX integration
+    (``traced_framework``); anything that would run them now (a stateful ``Matmul``/``FFT``, ``explain``) is
+    told, by :meth:`info`, that they hold no values yet."""
+
+    name = "jax_tracer"
+    wraps = True
+    traced_framework = "jax"
+
+    def claims(self, cls: type) -> bool:
+        jax = sys.modules.get("jax")
+        return jax is not None and issubclass(cls, jax.core.Tracer)
+
+    def info(self, name: str, x: Any) -> OperandInfo:
+        from ..errors import UnsupportedOperandError, describe
+
+        raise UnsupportedOperandError(
+            name,
+            "a concrete array",
+            f"a JAX tracer ({describe(x)}) inside jax.jit/grad/vmap",
+            "only the functions nvdispatch.matmul and nvdispatch.fft.* are staged into traced programs; "
+            "stateful objects, explain() and backend executors need concrete arrays",
+        )

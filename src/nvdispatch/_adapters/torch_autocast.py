@@ -17,7 +17,7 @@ from typing import Any
 
 from .._precision import autocast_targets
 
-__all__ = ["autocast_dtype", "register_autocast"]
+__all__ = ["autocast_dtype", "cast_for_region", "register_autocast"]
 
 #: the device types whose autocast regions nvdispatch follows
 DEVICE_TYPES = ("cpu", "cuda")
@@ -32,22 +32,44 @@ def autocast_dtype(device_type: str) -> str | None:
     return str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
 
 
-def _cast_arguments(args: tuple, names: Sequence[str | None], device_type: str) -> tuple:
-    """``args`` with the tensors the active region on ``device_type`` casts (by the rule, ``names`` naming the
-    positions: ``"a"``, ``"b"``, ``"c"``, ``"bias"``, ... or None for arguments the rule never casts) cast."""
+def cast_for_region(tensors: dict[str, Any], device_type: str) -> dict[str, Any]:
+    """``tensors`` (a matmul's, by operand name: ``"a"``, ``"b"``, ``"c"``, ``"bias"``, ``"relu_aux"``,
+    ``"gelu_aux"``; None values allowed) with those the region active on ``device_type`` casts cast, by
+    nvdispatch's rule (autograd records the casts, as Torch's own autocast's); as they are outside a region.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nvdispatch._adapters.torch_autocast import cast_for_region
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     cast = cast_for_region({"a": torch.ones(2, 3), "b": torch.ones(3, 2), "c": None}, "cpu")
+    >>> cast["a"].dtype, cast["c"]
+    (torch.bfloat16, None)
+    """
     torch = sys.modules["torch"]
     dtype = autocast_dtype(device_type)
+    if dtype is None:
+        return tensors
     dtypes = {
         name: str(x.dtype).removeprefix("torch.")
-        for name, x in zip(names, args)
-        if name is not None and isinstance(x, torch.Tensor) and x.device.type == device_type
+        for name, x in tensors.items()
+        if isinstance(x, torch.Tensor) and x.device.type == device_type
     }
     targets = autocast_targets(dtype, dtypes)
     if not targets:
-        return args
+        return tensors
     to = getattr(torch, dtype)
-    named = (*names, *(None,) * (len(args) - len(names)))
-    return tuple(x.to(to) if name in targets else x for name, x in zip(named, args))
+    return {name: (x.to(to) if name in targets else x) for name, x in tensors.items()}
+
+
+def _cast_arguments(args: tuple, names: Sequence[str | None], device_type: str) -> tuple:
+    """``args`` with the tensors :func:`cast_for_region` casts cast (``names`` naming the leading positions, None
+    for arguments the rule never casts)."""
+    named = {name: x for name, x in zip(names, args) if name is not None}
+    cast = cast_for_region(named, device_type)
+    if cast is named:
+        return args
+    return tuple(cast[name] if name is not None else x for name, x in zip((*names, *(None,) * len(args)), args))
 
 
 def register_autocast(lib: Any, op: Any, names: Sequence[str | None]) -> None:

@@ -146,6 +146,38 @@ class LtMatmulPlan(LtPlanBase):
                 keep.append(arr)  # cuBLASLt reads host scalars during the call: alive until it returns
         return buf[1]
 
+    def execute_into(self, pointers, outputs, sp: int, alpha=1, beta=None) -> None:
+        """Queue the matmul on raw stream ``sp`` over device memory the caller owns (an XLA custom call's buffers):
+        ``pointers`` maps ``a``, ``b`` (and ``c`` and each epilog input) to addresses holding them as the problem's
+        strides describe; ``outputs`` maps ``"out"`` and each auxiliary output to a buffer laid out as
+        :func:`~.lt_setup.output_layouts` says. Nothing is allocated but the workspace; the launch is
+        :meth:`execute`'s. Only for a native plan whose operands need no conversion (same dtypes, layouts cuBLASLt
+        reads in place): :class:`~nvdispatch.errors.PlanStateError` otherwise."""
+        p, s = self.problem, self.setup
+        if self.strategy != "native" or self._needs_xp or not self._direct_operands or s.c_mode == "copy":
+            from ..errors import PlanStateError
+
+            raise PlanStateError(
+                "plan", "a native plan reading its operands in place", f"one needing copies ({self.steps[0]})"
+            )
+        ptr_d = outputs["out"]
+        ptr_c, beta_value = ptr_d, 0
+        if p.c is not None:
+            ptr_c, beta_value = pointers["c"], (1 if beta is None else beta)
+        bias_ptr = outputs[s.bgrad] if s.bgrad else pointers.get("bias")
+        aux_ptr = None
+        if s.aux_out:
+            aux_ptr = outputs[p.epilog.outputs[0]]
+        elif s.aux_in:
+            aux_ptr = pointers["relu_aux" if "relu_aux" in self._inputs else "gelu_aux"]
+        attributes = () if bias_ptr is None else ((lt.DESC_BIAS_POINTER, bias_ptr),)
+        if aux_ptr is not None:
+            attributes += ((lt.DESC_EPILOGUE_AUX_POINTER, aux_ptr),)
+        keep: list = []
+        alpha_ptr, beta_ptr = self._scalar(alpha, keep), self._scalar(beta_value, keep)
+        self.launch(pointers["a"], pointers["b"], ptr_c, ptr_d, alpha_ptr, beta_ptr, sp, attributes, "")
+        del keep
+
     def _execute(self, operands, sp: int):
         p, s = self.problem, self.setup
         a, b = operands["a"], operands["b"]

@@ -13,7 +13,7 @@ from . import lt_layout as L
 from .arrays import c_strides
 from .cublaslt import CUDA_DTYPE
 
-__all__ = ["LT_DTYPES", "lt_types", "Operand", "LtSetup", "setup", "orientations"]
+__all__ = ["LT_DTYPES", "lt_types", "Operand", "LtSetup", "setup", "orientations", "output_layouts"]
 
 _REAL_FLOAT = {"float16", "bfloat16", "float32", "float64"}
 LT_DTYPES = _REAL_FLOAT | {"complex64", "complex128"}
@@ -219,6 +219,23 @@ def setup(p: MatmulProblem, orientation: str, bias_cast: bool = False, epilogue:
     elif spec.epilog.name == "BGRADB":
         s.bgrad, s.bgrad_len = "bgradb", n
     return s
+
+
+def output_layouts(p: MatmulProblem, s: LtSetup) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{name: (shape, dtype)}``: the C-ordered device buffers a plan of ``p`` in setup ``s`` writes, for callers
+    that own them (``LtMatmulPlan.execute_into``): the result ``"out"`` (its ``(..., n, m)`` transpose in the
+    ``"col"`` orientation), ``relu_aux`` as cuBLASLt's bits ``(..., n_lt, ld / 8)``, ``gelu_aux`` as the
+    ``(..., n_lt, ld)`` padded buffer, bias gradients as ``(..., len)`` (one per batch matrix)."""
+    batch, dt = tuple(p.batch_shape), p.result_dtype
+    out = (*batch, p.m, p.n) if s.orientation == "row" else (*batch, p.n, p.m)
+    layouts = {"out": (out, dt)}
+    if s.aux_out == "relu":
+        layouts["relu_aux"] = ((*batch, s.n_lt, s.aux_ld // 8), "uint8")
+    elif s.aux_out == "gelu":
+        layouts["gelu_aux"] = ((*batch, s.n_lt, s.aux_ld), dt)
+    if s.bgrad:
+        layouts[s.bgrad] = ((*batch, s.bgrad_len), dt)
+    return layouts
 
 
 def _bits_orientation(sig, st, p) -> str:

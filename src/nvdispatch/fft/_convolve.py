@@ -4,6 +4,7 @@ route: :mod:`nvdispatch._fft_convolve`)."""
 from __future__ import annotations
 
 from .. import _fft_convolve
+from .._traced import traced_handler
 from .._typing import Array, Stream
 
 __all__ = ["convolve"]
@@ -28,6 +29,9 @@ def convolve(x: Array, h: Array, /, *, n: int | None = None, axis: int = -1, str
     >>> bool(np.allclose(y[:, 2], x[:, :3].mean(axis=1), atol=1e-5))
     True
     """
+    staged = traced_handler("fft_convolve", (x, h))  # traced arrays (inside jax.jit...): staged, not run
+    if staged is not None:
+        return staged(x, h, n=n, axis=axis, stream=stream)
     return _fft_convolve.run(x, h, n=n, axis=axis, stream=stream)
 
 

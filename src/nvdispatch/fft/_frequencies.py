@@ -12,6 +12,7 @@ from .._adapters import adapter_for, adapter_named, adapters
 from .._detect import detect
 from .._dispatch import Explanation
 from .._fft_problem import normalize_axis
+from .._traced import traced_handler
 from .._typing import Array, Axes
 from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
 
@@ -34,6 +35,9 @@ def _framework_of_device(device):
 
 
 def _freq(n, d, dtype, device, real: bool, name: str):
+    staged = traced_handler("fft_freq", (d,))  # a sample spacing traced by jax.jit...
+    if staged is not None:
+        return staged(n, d=d, dtype=dtype, device=device, real=real)
     n_ = _as_pos_int(n, "n")
     if isinstance(d, bool) or not isinstance(d, (int, float, np.floating, np.integer)):
         raise InvalidArgumentError("d", "a real number", repr(d))
@@ -100,6 +104,9 @@ def _dask_freq(n, d, dtype, device, real: bool, chunks):
 
 
 def _shift(x, axes, inverse: bool):
+    staged = traced_handler("fft_shift", (x,))
+    if staged is not None:
+        return staged(x, axes=axes, inverse=inverse)
     info = detect("x", x)
     ndim = len(info.shape)
     if axes is None:

@@ -30,8 +30,9 @@ from .._execute import run
 from .._fft_conventions import as_operand, check_out, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from .._fft_problem import FUNCS, build_fft_problem
 from .._plan_cache import plan_cache
+from .._traced import traced_framework, traced_handler
 from .._typing import Array, Axes, Norm, Shape, Stream
-from ..errors import UnsupportedDtypeError, UnsupportedOperandError
+from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 
 __all__ = ["call_transform", "explain_fft"]
 
@@ -119,6 +120,9 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = None
     if plan is None:
+        staged = traced_handler("fft", (x,))  # a traced array (inside jax.jit...): staged, not run
+        if staged is not None:
+            return staged(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
         problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
         plan = acquire_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
         try:
@@ -174,8 +178,12 @@ def call_transform(
 ):
     """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
     if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: their own route
+        if traced_framework(a) is not None:
+            _refuse_traced(callbacks, out)
         result = _fft_callbacks.run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks=callbacks)
         return result if out is None else write_out(result, out)
+    if out is not None and traced_framework(a) is not None:
+        _refuse_traced(_NO_CALLBACKS, out)
     if out is None and s is None and (axes is None or a.__class__ is not np.ndarray or _distinct_axes(axes, a.ndim)):
         try:
             return _run(func, a, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
@@ -203,3 +211,20 @@ def call_transform(
     if final is not None:
         result = result.astype(final)
     return result if out is None else write_out(result, out)
+
+
+def _refuse_traced(callbacks, out) -> None:
+    """What a traced program (``jax.jit``...) cannot stage: a prolog/epilog (Python code run on whole arrays
+    or compiled for the GPU) and ``out=`` (JAX arrays are immutable)."""
+    if out is not None:
+        raise InvalidArgumentError(
+            "out", "None inside jax.jit/grad/vmap (JAX arrays are immutable)", describe(out), "use the result"
+        )
+    for name, value in zip(("prolog", "epilog", "prolog_data", "epilog_data"), callbacks):
+        if value is not None:
+            raise InvalidArgumentError(
+                name,
+                "None inside jax.jit/grad/vmap (a Python element callback cannot be staged into a traced program)",
+                describe(value),
+                "apply the function to the input or result with jax.numpy instead; XLA fuses it",
+            )

@@ -1,0 +1,396 @@
+# ruff: noqa: B023 - the closures are run at once, inside the loop that made them
+"""JAX benchmark: nvdispatch inside ``jax.jit`` against XLA's own fused GEMMs, on the GPU.
+
+1. ``mlp``: one training step of a 4-layer MLP (bfloat16, batch 8192, widths 1024 and 4096, ReLU and GELU;
+   mean-squared loss, ``jax.value_and_grad``, an SGD update, everything in one ``jax.jit``). XLA's model is
+   ``act(jnp.dot(h, w) + b)`` (XLA rewrites the bias and activation into cuBLASLt epilogues); nvdispatch's is
+   ``nvdispatch.matmul(h, w, epilog="RELU_BIAS"/"GELU_BIAS", epilog_inputs={"bias": b})``, differentiated
+   through its custom VJP (backward products with the ``BGRADB`` epilog). Goal: nvdispatch <= 1.0x XLA.
+2. ``fp32``: float32 products at JAX's default matmul precision (plain and ``RELU_BIAS``), nvdispatch vs
+   ``jnp``, on issue 29's five shapes (m x n x k): the staged call follows ``jax_default_matmul_precision``.
+3. ``overhead``: a chain of small bfloat16 ``RELU_BIAS`` layers in one program (host-bound): the host cost of
+   a staged call against XLA's own GEMM thunk, per call.
+
+Timing: each measurement queues ``--inner`` calls of a jitted function and waits for the last
+(``block_until_ready``: the GPU's work included); the median over ``--repeats`` rounds, the variants taken in
+turns within a round. One process; ratios are from the same run. Writes ``jax_mlp_bench.json`` (written again
+after each part, so a failure keeps what was measured; a failing cell records its error) and
+``jax_mlp_bench.png`` into ``--out DIR``. Exits with status 2 and one line where JAX (or a GPU it sees) is
+missing (``--allow-cpu`` runs it on the CPU at small sizes, to check the script itself).
+
+    python benchmarks/jax_mlp_bench.py --out OUT_DIR
+    python benchmarks/jax_mlp_bench.py --replot OUT_DIR/jax_mlp_bench.json --out OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+from _bench import cannot_run, output_dir, parser, progress, require, save_plot
+
+FP32_SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 1024, 8192), (2048, 11008, 4096), (1024, 1024, 1024)]
+GOAL = {"mlp": 1.0, "fp32": 1.0}
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = parser(__doc__)
+    p.add_argument("--widths", type=int, nargs="+", default=[1024, 4096], help="MLP widths")
+    p.add_argument("--batch", type=int, default=8192, help="MLP batch size")
+    p.add_argument("--layers", type=int, default=4, help="MLP layers")
+    p.add_argument("--activations", nargs="+", default=["relu", "gelu"], choices=["relu", "gelu"])
+    p.add_argument("--repeats", type=int, default=15, help="rounds per measurement (median)")
+    p.add_argument("--inner", type=int, default=10, help="calls queued per round")
+    p.add_argument("--parts", nargs="+", default=["mlp", "fp32", "overhead"], choices=["mlp", "fp32", "overhead"])
+    p.add_argument("--no-autotune", dest="autotune", action="store_false",
+                   help="skip timing nvdispatch again after autotuning its plans (XLA autotunes its own GEMMs)")
+    p.add_argument("--allow-cpu", action="store_true", help="run on the CPU at small sizes (checks the script)")
+    p.add_argument("--replot", metavar="JSON", help="only draw the PNG of a results file")
+    return p.parse_args(argv)
+
+
+# -- timing -----------------------------------------------------------------------------------------------------
+def time_in_turns(variants: dict, repeats: int, inner: int) -> dict[str, float]:
+    """Median seconds per call of each ``variants[name]() -> value``: ``inner`` calls queued, then waited for."""
+    import jax
+
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # the order turns each round
+            fn = variants[name]
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                out = fn()
+            jax.block_until_ready(out)
+            samples[name].append((time.perf_counter() - t0) / inner)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+# -- the MLP -------------------------------------------------------------------------------------------------------
+def _layers(activation: str):
+    """(XLA's layer, nvdispatch's layer): ``act(h @ w + b)``, the last layer without activation."""
+    import jax
+    import jax.numpy as jnp
+
+    import nvdispatch
+
+    act = jax.nn.relu if activation == "relu" else (lambda z: jax.nn.gelu(z, approximate=True))
+    fused = "RELU_BIAS" if activation == "relu" else "GELU_BIAS"
+
+    def xla(h, w, b, last):
+        z = jnp.dot(h, w) + b
+        return z if last else act(z)
+
+    def ours(h, w, b, last):
+        return nvdispatch.matmul(h, w, epilog="BIAS" if last else fused, epilog_inputs={"bias": b})
+
+    return xla, ours
+
+
+def _train_step(layer, lr: float = 1e-3):
+    import jax
+    import jax.numpy as jnp
+
+    def loss(params, x, y):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = layer(h, w, b, i == len(params) - 1)
+        return jnp.mean((h.astype(jnp.float32) - y.astype(jnp.float32)) ** 2)
+
+    def step(params, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        new = jax.tree_util.tree_map(lambda p, g: (p - lr * g).astype(p.dtype), params, grads)
+        return new, value
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def bench_mlp(args, device, results: dict) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    cells = [(w, act) for w in args.widths for act in args.activations]
+    for width, activation in progress(cells, "mlp"):
+        cell = {"width": width, "activation": activation, "batch": args.batch, "layers": args.layers}
+        try:
+            rng = np.random.default_rng(0)
+            with jax.default_device(device):
+                def params():
+                    return [
+                        (jnp.asarray(rng.standard_normal((width, width)) / np.sqrt(width), jnp.bfloat16),
+                         jnp.asarray(rng.standard_normal(width) * 0.1, jnp.bfloat16))
+                        for _ in range(args.layers)
+                    ]
+
+                x = jnp.asarray(rng.standard_normal((args.batch, width)), jnp.bfloat16)
+                y = jnp.asarray(rng.standard_normal((args.batch, width)), jnp.bfloat16)
+                start = params()
+                xla_layer, our_layer = _layers(activation)
+                steps = {"xla": _train_step(xla_layer), "nvdispatch": _train_step(our_layer)}
+                state = {name: jax.tree_util.tree_map(jnp.copy, start) for name in steps}
+                losses = {name: [] for name in steps}
+                for name, step in steps.items():  # compile, and the first losses from the same parameters
+                    for _ in range(3):
+                        state[name], value = step(state[name], x, y)
+                        losses[name].append(float(value))
+                cell["losses"] = losses
+                cell["loss_rel_diff"] = max(
+                    abs(a - b) / max(abs(a), 1e-12) for a, b in zip(losses["xla"], losses["nvdispatch"])
+                )
+
+                def runner(name):
+                    def run():
+                        state[name], value = steps[name](state[name], x, y)
+                        return value
+
+                    return run
+
+                times = time_in_turns({name: runner(name) for name in steps}, args.repeats, args.inner)
+                cell.update({f"{name}_ms": t * 1e3 for name, t in times.items()})
+                cell["ratio"] = times["nvdispatch"] / times["xla"]
+                cell["goal"] = GOAL["mlp"]
+                if args.autotune and device.platform != "cpu":  # XLA autotunes its GEMMs when it compiles
+                    try:
+                        cell["plans_autotuned"] = autotune_staged(runner("nvdispatch"))
+                        tuned = time_in_turns({name: runner(name) for name in steps}, args.repeats, args.inner)
+                        cell["xla_ms_again"] = tuned["xla"] * 1e3
+                        cell["nvdispatch_tuned_ms"] = tuned["nvdispatch"] * 1e3
+                        cell["ratio_tuned"] = tuned["nvdispatch"] / tuned["xla"]
+                    except Exception as exc:  # noqa: BLE001 - the untuned figures stand
+                        cell["autotune_error"] = f"{type(exc).__name__}: {exc}"
+                        cell["autotune_traceback"] = traceback.format_exc()[-4000:]
+        except Exception as exc:  # noqa: BLE001 - one failing cell must not lose the others
+            cell["error"] = f"{type(exc).__name__}: {exc}"
+            cell["traceback"] = traceback.format_exc()[-4000:]
+        results["mlp"].append(cell)
+        print(_line("mlp", cell), flush=True)
+
+
+def strided_tensor(sig, device):
+    """A random Torch tensor of an operand signature's (``ArraySig``) dtype, shape and element strides."""
+    import torch
+
+    span = 1 + sum((d - 1) * st for d, st in zip(sig.shape, sig.strides) if d > 0)
+    dtype = getattr(torch, sig.dtype)
+    if dtype.is_floating_point:
+        base = torch.randn(span, device=device).to(dtype)
+    else:
+        base = torch.zeros(span, dtype=dtype, device=device)
+    return torch.as_strided(base, sig.shape, sig.strides)
+
+
+def autotune_staged(run_once) -> int:
+    """Autotune, as ``Matmul.autotune()`` does for an eager call, every cuBLASLt plan one run of a staged program
+    launches (found by watching ``LtMatmulPlan.execute_into`` for one run); the program's next runs launch the
+    tuned algorithms. Operands: random Torch tensors of each plan's shapes, strides and dtypes. Returns how many
+    plans were tuned."""
+    import jax
+    import torch
+
+    from nvdispatch._cuda.lt_matmul import LtMatmulPlan
+
+    seen: dict[int, object] = {}
+    original = LtMatmulPlan.execute_into
+
+    def watched(self, *args, **kwargs):
+        seen[id(self)] = self
+        return original(self, *args, **kwargs)
+
+    LtMatmulPlan.execute_into = watched
+    try:
+        jax.block_until_ready(run_once())
+    finally:
+        LtMatmulPlan.execute_into = original
+
+    for plan in seen.values():
+        p = plan.problem
+        device = torch.device("cuda", plan.device_index)
+        sigs = [("a", p.a), ("b", p.b), *([("c", p.c)] if p.c is not None else []), *p.inputs]
+        plan.autotune({name: strided_tensor(sig, device) for name, sig in sigs}, iterations=5)
+    torch.cuda.synchronize()
+    return len(seen)
+
+
+# -- float32 at JAX's default precision -------------------------------------------------------------------------
+def bench_fp32(args, device, results: dict) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import nvdispatch
+
+    shapes = FP32_SHAPES if not args.allow_cpu else [(256, 128, 64)]
+    variants = {
+        "plain": (lambda a, b, bias: a @ b, lambda a, b, bias: nvdispatch.matmul(a, b)),
+        "RELU_BIAS": (
+            lambda a, b, bias: jax.nn.relu(a @ b + bias),
+            lambda a, b, bias: nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}),
+        ),
+    }
+    cells = [(shape, kind) for shape in shapes for kind in variants]
+    for (m, n, k), kind in progress(cells, "fp32"):
+        cell = {"m": m, "n": n, "k": k, "op": kind, "precision": str(jax.config.jax_default_matmul_precision)}
+        try:
+            rng = np.random.default_rng(1)
+            with jax.default_device(device):
+                a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+                b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
+                bias = jnp.asarray(rng.standard_normal(n), jnp.float32)
+                ref, ours = (jax.jit(f) for f in variants[kind])
+                got = {"jnp": np.asarray(ref(a, b, bias))[:64], "nvdispatch": np.asarray(ours(a, b, bias))[:64]}
+                want = np.asarray(a, np.float64)[:64] @ np.asarray(b, np.float64)  # the first 64 rows, float64
+                if kind != "plain":
+                    want = np.maximum(want + np.asarray(bias, np.float64), 0)
+                scale = float(np.abs(want).max())
+                cell.update({f"{name}_rel_err": float(np.abs(v - want).max()) / scale for name, v in got.items()})
+                times = time_in_turns({"jnp": lambda: ref(a, b, bias), "nvdispatch": lambda: ours(a, b, bias)},
+                                      args.repeats, args.inner)
+            cell.update({f"{name}_us": t * 1e6 for name, t in times.items()})
+            cell["ratio"] = times["nvdispatch"] / times["jnp"]
+            cell["goal"] = GOAL["fp32"]
+        except Exception as exc:  # noqa: BLE001
+            cell["error"] = f"{type(exc).__name__}: {exc}"
+            cell["traceback"] = traceback.format_exc()[-4000:]
+        results["fp32"].append(cell)
+        print(_line("fp32", cell), flush=True)
+
+
+# -- host cost of a staged call ---------------------------------------------------------------------------------------
+def bench_overhead(args, device, results: dict) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import nvdispatch
+
+    size, chain = (128, 64) if not args.allow_cpu else (16, 8)
+    cell = {"size": size, "calls_per_program": chain}
+    try:
+        rng = np.random.default_rng(2)
+        with jax.default_device(device):
+            w = jnp.asarray(rng.standard_normal((size, size)) / np.sqrt(size), jnp.bfloat16)
+            bias = jnp.zeros(size, jnp.bfloat16)
+            x = jnp.asarray(rng.standard_normal((size, size)), jnp.bfloat16)
+
+            def chained(layer):
+                def f(h):
+                    for _ in range(chain):
+                        h = layer(h)
+                    return h
+
+                return jax.jit(f)
+
+            xla = chained(lambda h: jax.nn.relu(jnp.dot(h, w) + bias))
+            ours = chained(lambda h: nvdispatch.matmul(h, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias}))
+            jax.block_until_ready((xla(x), ours(x)))
+            times = time_in_turns({"xla": lambda: xla(x), "nvdispatch": lambda: ours(x)}, args.repeats, args.inner)
+        cell.update({f"{name}_us_per_call": t * 1e6 / chain for name, t in times.items()})
+        cell["extra_us_per_call"] = cell["nvdispatch_us_per_call"] - cell["xla_us_per_call"]
+    except Exception as exc:  # noqa: BLE001
+        cell["error"] = f"{type(exc).__name__}: {exc}"
+        cell["traceback"] = traceback.format_exc()[-4000:]
+    results["overhead"].append(cell)
+    print(_line("overhead", cell), flush=True)
+
+
+# -- output --------------------------------------------------------------------------------------------------------
+def _line(part: str, cell: dict) -> str:
+    if "error" in cell:
+        return f"{part}: {({k: v for k, v in cell.items() if k not in ('error', 'traceback')})} ERROR {cell['error']}"
+    if part == "mlp":
+        tuned = (f"; autotuned ({cell['plans_autotuned']} plans): {cell['nvdispatch_tuned_ms']:.3f} ms, ratio "
+                 f"{cell['ratio_tuned']:.3f}" if "ratio_tuned" in cell else "")
+        return (f"mlp width {cell['width']} {cell['activation']}: XLA {cell['xla_ms']:.3f} ms, nvdispatch "
+                f"{cell['nvdispatch_ms']:.3f} ms, ratio {cell['ratio']:.3f} (goal <= {cell['goal']}){tuned}; losses "
+                f"agree to {cell['loss_rel_diff']:.1e}")
+    if part == "fp32":
+        return (f"fp32 {cell['op']} {cell['m']}x{cell['n']}x{cell['k']}: jnp {cell['jnp_us']:.1f} us, nvdispatch "
+                f"{cell['nvdispatch_us']:.1f} us, ratio {cell['ratio']:.3f}; rel. error jnp "
+                f"{cell['jnp_rel_err']:.1e}, nvdispatch {cell['nvdispatch_rel_err']:.1e}")
+    return (f"overhead ({cell['calls_per_program']} {cell['size']}^3 RELU_BIAS per program): XLA "
+            f"{cell['xla_us_per_call']:.2f} us/call, nvdispatch {cell['nvdispatch_us_per_call']:.2f} us/call")
+
+
+def plot(results: dict, path: str) -> bool:
+    def draw(plt):
+        rows = [(f"MLP w{c['width']} {c['activation']}", c["ratio"]) for c in results.get("mlp", []) if "ratio" in c]
+        rows += [
+            (f"MLP w{c['width']} {c['activation']} (autotuned)", c["ratio_tuned"])
+            for c in results.get("mlp", [])
+            if "ratio_tuned" in c
+        ]
+        rows += [
+            (f"fp32 {c['op']} {c['m']}x{c['n']}x{c['k']}", c["ratio"]) for c in results.get("fp32", []) if "ratio" in c
+        ]
+        fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(rows), 2) + 1.5))
+        labels = [r[0] for r in rows]
+        values = [r[1] for r in rows]
+        ax.barh(range(len(rows)), values, color=["tab:green" if v <= 1.0 else "tab:red" for v in values])
+        ax.set_yticks(range(len(rows)), labels)
+        ax.axvline(1.0, color="k", lw=1, ls="--")
+        ax.set_xlabel("time ratio, nvdispatch inside jax.jit / XLA (jnp); lower is better")
+        ax.set_title(f"JAX on {results.get('device', '?')}")
+        ax.invert_yaxis()
+        fig.tight_layout()
+
+    return save_plot(draw, path)
+
+
+def _device(allow_cpu: bool):
+    """JAX's first GPU; without one (or without JAX) one line and exit 2; the CPU with ``--allow-cpu``."""
+    jax = require("jax", "pip install 'jax[cuda13]' on a machine with an NVIDIA GPU")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if gpus:
+        return gpus[0]
+    if allow_cpu:
+        return jax.devices("cpu")[0]
+    cannot_run(f"needs an NVIDIA GPU that JAX sees (jax {jax.__version__} finds none)")
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.replot:
+        with open(args.replot) as fh:
+            plot(json.load(fh), os.path.join(output_dir(args.out), "jax_mlp_bench.png"))
+        return 0
+    device = _device(args.allow_cpu)
+    out = output_dir(args.out)
+    path = os.path.join(out, "jax_mlp_bench.json")
+    if args.allow_cpu and device.platform == "cpu":
+        args.widths, args.batch = [min(w, 64) for w in args.widths], 128
+        args.repeats, args.inner = min(args.repeats, 3), min(args.inner, 2)
+    import jax
+
+    import nvdispatch
+
+    results = {
+        "device": getattr(device, "device_kind", str(device)),
+        "jax": jax.__version__,
+        "nvdispatch": nvdispatch.__version__,
+        "args": vars(args),
+        "mlp": [],
+        "fp32": [],
+        "overhead": [],
+    }
+    parts = {"mlp": bench_mlp, "fp32": bench_fp32, "overhead": bench_overhead}
+    for name in args.parts:
+        parts[name](args, device, results)
+        with open(path, "w") as fh:
+            json.dump(results, fh, indent=1)
+    print(f"wrote {path}")
+    plot(results, os.path.join(out, "jax_mlp_bench.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Integrations with compiled and transformed programs, above the public front.
+
+JAX: ``nvdispatch.matmul`` and the ``nvdispatch.fft`` functions work inside ``jax.jit``, under ``jax.grad``
+and ``jax.vmap``. The public functions find traced operands (``nvdispatch._traced``) and hand the call to the
+handlers installed here, which stage it into the traced program (:mod:`.jax_matmul`, :mod:`.jax_fft`). Nothing
+here imports JAX: a handler's module is imported the first time a tracer reaches it (JAX is loaded by then).
+"""
+
+from __future__ import annotations
+
+from .._traced import register_traced
+
+__all__ = ["install_jax"]
+
+
+def _jax_matmul(*args, **kwargs):
+    from .jax_matmul import traced_matmul
+
+    return traced_matmul(*args, **kwargs)
+
+
+def _jax_fft(*args, **kwargs):
+    from .jax_fft import traced_fft
+
+    return traced_fft(*args, **kwargs)
+
+
+def _jax_convolve(*args, **kwargs):
+    from .jax_fft import traced_convolve
+
+    return traced_convolve(*args, **kwargs)
+
+
+def _jax_shift(*args, **kwargs):
+    from .jax_fft import traced_shift
+
+    return traced_shift(*args, **kwargs)
+
+
+def _jax_freq(*args, **kwargs):
+    from .jax_fft import traced_freq
+
+    return traced_freq(*args, **kwargs)
+
+
+def install_jax() -> None:
+    """Install the JAX handlers (done when nvdispatch is imported)."""
+    for operation, handler in (
+        ("matmul", _jax_matmul),
+        ("fft", _jax_fft),
+        ("fft_convolve", _jax_convolve),
+        ("fft_shift", _jax_shift),
+        ("fft_freq", _jax_freq),
+    ):
+        register_traced("jax", operation, handler)
+
+
+install_jax()

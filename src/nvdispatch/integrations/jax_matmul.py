@@ -1,0 +1,304 @@
+"""``nvdispatch.matmul`` inside ``jax.jit``, under ``jax.grad`` and ``jax.vmap``.
+
+A call whose operands include JAX tracers reaches :func:`traced_matmul` (installed by
+``nvdispatch.integrations``). It validates the call with the problem builder of the eager route, applied to the
+operands' abstract values (what fails eagerly fails here, at trace time, with the same typed error), brings the
+operands to one canonical form (PEP 465 promotion, every operand of the result's rank: reshapes XLA makes for
+free) and stages one :func:`~.jax_matmul_kernel.matmul_kernel` — nvdispatch's executors on XLA's buffers —
+inside a ``jax.custom_vjp`` whose backward pass is built on nvdispatch's epilogs:
+
+* ``RELU*`` keep their result for the backward pass (``y > 0`` is the mask: the result is kept anyway, as the
+  next layer's input, where a mask would be one more buffer); ``GELU*`` run as ``GELU_AUX*``, which keep the
+  pre-activation; its gradient is one elementwise XLA fusion;
+* the weight and bias gradients of a linear layer are one product with the ``BGRADB`` epilog (``BGRADA`` for
+  a bias along M): the bias gradient comes out of the GEMM instead of a reduction over the batch;
+* the backward products read transposed operands in place (no transposed copy) and are staged calls
+  themselves, so they are differentiable again; ``DRELU*``/``DGELU*``, ``BGRADA``/``BGRADB``, ``c``,
+  ``alpha`` and ``beta`` have their gradients too.
+
+Differences from an eager call: ``relu_aux`` is a boolean mask of the result's shape on every platform (eager
+GPU calls return cuBLASLt's bit mask), and ``DRELU`` takes that mask. What cannot be staged raises at trace
+time, naming the argument: ``stream`` (XLA's stream is used), FP8 operands, scales and options, traced
+``alpha``/``beta``. Forward-mode differentiation (``jax.jvp``) is not defined (a ``custom_vjp``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._backends import get_state
+from .._detect import CPU
+from .._dispatch import log
+from .._epilog import INPUTS, OUTPUTS, gelu_tanh_grad, spec_of
+from .._fp8 import FP8_DTYPES
+from .._matmul_problem import MatmulProblem, as_options, as_preferences, scalar_value
+from ..errors import EpilogInputError, InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
+from .jax_matmul_kernel import MatmulCall, matmul_kernel
+from .jax_matmul_shapes import abstract_problem, output_avals
+
+__all__ = ["traced_matmul"]
+
+#: operands of the canonical call, in the order the staged function takes them
+_OPERANDS = ("a", "b", "c", "bias", "relu_aux", "gelu_aux")
+_WIDE = ("float64", "complex128", "int64", "uint64")
+
+
+def traced_matmul(
+    a,
+    b,
+    c=None,
+    *,
+    alpha=1,
+    beta=None,
+    epilog=None,
+    epilog_inputs: Mapping[str, Any] | None = None,
+    options=None,
+    preferences=None,
+    stream=None,
+    quantization_scales=None,
+):
+    """Stage ``nvdispatch.matmul(...)`` into the JAX program being traced; returns what ``matmul`` returns,
+    as JAX values."""
+    if stream is not None:
+        raise InvalidArgumentError(
+            "stream", "None inside jax.jit/grad/vmap (the call runs on XLA's stream)", describe(stream)
+        )
+    if quantization_scales is not None:
+        raise InvalidArgumentError(
+            "quantization_scales",
+            "None inside jax.jit/grad/vmap (FP8 matmuls run eagerly only)",
+            describe(quantization_scales),
+        )
+    spec = spec_of(epilog)
+    inputs = _check_inputs(epilog_inputs)
+    opts, prefs = as_options(options), as_preferences(preferences)
+    for field in ("result_type", "operand_types"):
+        if getattr(opts, field) is not None:
+            raise InvalidArgumentError(
+                f"options.{field}", "None inside jax.jit/grad/vmap (an FP8 option)", repr(getattr(opts, field))
+            )
+    for field in ("result_amax", "fast_accumulation"):
+        if getattr(opts, field):
+            raise InvalidArgumentError(f"options.{field}", "False inside jax.jit/grad/vmap (an FP8 option)", "True")
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if isinstance(value, jax.core.Tracer):
+            raise InvalidArgumentError(
+                name, "a Python or NumPy number inside jax.jit/grad/vmap", describe(value), "scale the result instead"
+            )
+    arrays = {"a": _as_jax("a", a), "b": _as_jax("b", b)}
+    if c is not None:
+        arrays["c"] = _as_jax("c", c)
+    for name, value in inputs.items():
+        arrays[name] = _as_jax(f"epilog_inputs[{name!r}]", value)
+    for name in ("a", "b"):
+        if str(arrays[name].dtype) in FP8_DTYPES:
+            raise UnsupportedDtypeError(
+                name, "a non-FP8 dtype inside jax.jit/grad/vmap (FP8 matmuls run eagerly only)", str(arrays[name].dtype)
+            )
+    problem = abstract_problem("jax", CPU, arrays, spec, opts, alpha, beta)
+    _check_traceable(problem, arrays)
+    call = MatmulCall(
+        epilog=spec.epilog.name,
+        alpha=scalar_value(alpha),
+        beta=None if beta is None else scalar_value(beta),
+        options=opts,
+        preferences=prefs,
+        state=get_state(),
+    )
+    log.debug("matmul: staged into a traced JAX program (%s, result %s%s)", spec.epilog.name,
+              problem.result_dtype, list(problem.result_shape))
+    canonical = _canonical(problem, arrays)
+    outputs = _staged(call, *(canonical.get(name) for name in _OPERANDS))
+    avals = output_avals(problem)
+    y = outputs[0].reshape(problem.result_shape)
+    if not spec.outputs:
+        return y
+    return y, {name: out.reshape(avals[name].shape) for name, out in zip(spec.outputs, outputs[1:])}
+
+
+# -- validation ----------------------------------------------------------------------------------------------
+def _check_inputs(epilog_inputs) -> dict[str, Any]:
+    if epilog_inputs is None:
+        return {}
+    if not isinstance(epilog_inputs, dict):
+        raise EpilogInputError("epilog_inputs", "a dict of named arrays", describe(epilog_inputs))
+    for key, value in epilog_inputs.items():
+        if key not in INPUTS:
+            raise EpilogInputError("epilog_inputs", f"keys among {', '.join(map(repr, INPUTS))}", f"key {key!r}")
+        if value is None:
+            raise EpilogInputError(f"epilog_inputs[{key!r}]", "an array", "None")
+    return dict(epilog_inputs)
+
+
+def _as_jax(name: str, x):
+    """``x`` as a JAX value: tracers and JAX arrays as they are, NumPy arrays (constants of the program) converted."""
+    if isinstance(x, (jax.core.Tracer, jax.Array)):
+        return x
+    if isinstance(x, (np.ndarray, np.generic)):
+        return jnp.asarray(x)
+    raise UnsupportedOperandError(name, "a JAX array, a tracer or a NumPy array inside jax.jit/grad/vmap", describe(x))
+
+
+def _check_traceable(problem: MatmulProblem, arrays: dict[str, Any]) -> None:
+    if "relu_aux" in arrays and str(arrays["relu_aux"].dtype) != "bool":
+        raise EpilogInputError(
+            "epilog_inputs['relu_aux']",
+            "the boolean mask RELU_AUX returns inside jax.jit/grad/vmap",
+            f"dtype {arrays['relu_aux'].dtype}",
+        )
+    if problem.result_dtype in _WIDE and not jax.config.jax_enable_x64:
+        raise UnsupportedDtypeError(
+            "b",
+            f"operands whose {problem.result_dtype} result JAX can hold (enable jax_enable_x64)",
+            f"{arrays['a'].dtype} and {arrays['b'].dtype}",
+        )
+
+
+# -- the canonical call ---------------------------------------------------------------------------------------
+def _canonical(problem: MatmulProblem, arrays: dict[str, Any]) -> dict[str, Any]:
+    """The operands as the kernel takes them: ``a``, ``b`` promoted (PEP 465), ``c`` broadcast to the promoted
+    result, the bias as ``(..., 1, n)`` or ``(..., m, 1)``, the mask/pre-activation as the promoted result; each
+    with the promoted result's rank (leading size-1 axes added, so that the axis :func:`jax.vmap` adds in front
+    of every operand lines up)."""
+    rank = len(problem.promoted_shape)
+
+    def lift(x):
+        return x.reshape((1,) * (rank - x.ndim) + tuple(x.shape))
+
+    out = {
+        "a": lift(arrays["a"].reshape(1, -1) if problem.a_vector else arrays["a"]),
+        "b": lift(arrays["b"].reshape(-1, 1) if problem.b_vector else arrays["b"]),
+    }
+    if "c" in arrays:
+        out["c"] = jnp.broadcast_to(arrays["c"], problem.result_shape).reshape(problem.promoted_shape)
+    for name in ("bias", "relu_aux", "gelu_aux"):
+        if name in arrays:
+            out[name] = lift(INPUTS[name].prepare(arrays[name], problem))
+    return out
+
+
+# -- the staged call and its gradient ---------------------------------------------------------------------------
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _staged(call: MatmulCall, a, b, c, bias, relu_aux, gelu_aux):
+    """``call`` on canonical operands (None where absent): ``(result, *auxiliary outputs)``."""
+    operands = dict(zip(_OPERANDS, (a, b, c, bias, relu_aux, gelu_aux)))
+    return matmul_kernel(call, {k: v for k, v in operands.items() if v is not None})
+
+
+def _forward(call: MatmulCall, a, b, c, bias, relu_aux, gelu_aux):
+    """The forward pass keeping what the backward needs: the result, and for ``GELU*`` the pre-activation
+    (``GELU``/``GELU_BIAS`` run as ``GELU_AUX``/``GELU_AUX_BIAS`` to get it from the same GEMM)."""
+    spec = spec_of(call.epilog)
+    pre = None
+    if spec.activation == "gelu" and not spec.backward:
+        if "gelu_aux" in spec.outputs:
+            outputs = _staged(call, a, b, c, bias, relu_aux, gelu_aux)
+            pre = outputs[1 + spec.outputs.index("gelu_aux")]
+        else:
+            keeping = dataclasses.replace(call, epilog=spec.epilog.name.replace("GELU", "GELU_AUX"))
+            y, pre = _staged(keeping, a, b, c, bias, relu_aux, gelu_aux)
+            outputs = (y,)
+    else:
+        outputs = _staged(call, a, b, c, bias, relu_aux, gelu_aux)
+    return outputs, (a, b, c, bias, relu_aux, gelu_aux, outputs[0], pre)
+
+
+def _backward(call: MatmulCall, residuals, cotangents):
+    a, b, c, bias, relu_aux, gelu_aux, y, pre = residuals
+    spec = spec_of(call.epilog)
+    dt = y.dtype
+    g = cotangents[0]
+    aux_ct = dict(zip(spec.outputs, cotangents[1:]))
+    bgrad = next((name for name in spec.outputs if OUTPUTS[name].kind == "bias_gradient"), None)
+    if bgrad is not None:  # the result also feeds its own sum
+        summed = aux_ct[bgrad]
+        g = g + (jnp.expand_dims(summed, -2) if call.options.bgrad_axis == "n" else summed).astype(dt)
+    zero = jnp.zeros((), dt)
+    d_gelu_aux = None
+    # dz: the cotangent of z, the value the epilog's activation (or its derivative) is applied to
+    if spec.backward and spec.activation == "relu":
+        dz = jnp.where(relu_aux, g, zero)
+    elif spec.backward:  # DGELU: y = z * gelu'(gelu_aux)
+        dz = (g * _gelu_first(gelu_aux)).astype(dt)
+        z = _staged(dataclasses.replace(call, epilog="DEFAULT"), a, b, c, None, None, None)[0]
+        d_gelu_aux = (g * z * _gelu_second(gelu_aux)).astype(gelu_aux.dtype)
+    elif spec.activation == "relu":
+        dz = jnp.where(y > 0, g, zero)
+    elif spec.activation == "gelu":
+        dz = (g * _gelu_first(pre)).astype(dt)
+        if "gelu_aux" in aux_ct:
+            dz = dz + aux_ct["gelu_aux"].astype(dt)
+    else:
+        dz = g
+    da, db, dbias = _product_grads(call, a, b, bias, dz)
+    if "bgrada" in aux_ct:
+        da = da + jnp.broadcast_to(jnp.expand_dims(aux_ct["bgrada"], -1), da.shape).astype(da.dtype)
+    if "bgradb" in aux_ct:
+        db = db + jnp.broadcast_to(jnp.expand_dims(aux_ct["bgradb"], -2), db.shape).astype(db.dtype)
+    dc = None if c is None else (dz * (1 if call.beta is None else call.beta)).astype(c.dtype)
+    return da, db, dc, dbias, None, d_gelu_aux
+
+
+_staged.defvjp(_forward, _backward)
+
+
+def _gelu_first(x):
+    """The derivative of GELU's tanh approximation, computed in float32 at least (XLA fuses it)."""
+    return gelu_tanh_grad(x.astype(jnp.promote_types(x.dtype, jnp.float32)), jnp)
+
+
+def _gelu_second(x):
+    """The second derivative of GELU's tanh approximation, elementwise (JAX differentiates the first)."""
+    first = jax.grad(lambda v: gelu_tanh_grad(v, jnp))
+    flat = x.reshape(-1).astype(jnp.promote_types(x.dtype, jnp.float32))
+    return jax.vmap(first)(flat).reshape(x.shape)
+
+
+def _mm(call: MatmulCall, x, tx: bool, y, ty: bool, epilog: str):
+    """``alpha op(x) @ op(y)`` staged, ``op`` swapping the last two axes where asked (read in place), with
+    ``epilog`` (``DEFAULT``, or a bias-gradient epilog for the backward pass)."""
+    product = dataclasses.replace(call, epilog=epilog, beta=None, transpose_a=tx, transpose_b=ty)
+    return _staged(product, x, y, None, None, None, None)
+
+
+def _product_grads(call: MatmulCall, a, b, bias, dz):
+    """Gradients of ``a``, ``b`` and the bias from ``dz``, the cotangent of ``alpha op(a) @ op(b) (+ bias)``:
+    ``op(a)`` gets ``alpha dz op(b)^T``, ``op(b)`` gets ``alpha op(a)^T dz`` (each computed directly in the
+    stored orientation of its operand); the bias gradient, a sum of ``dz`` over M (over N for a bias along M),
+    comes out of one of these products as its ``BGRADB``/``BGRADA`` epilog."""
+    ta, tb = call.transpose_a, call.transpose_b
+    along_n = bias is not None and bias.shape[-2] == 1 and bias.shape[-1] == dz.shape[-1]
+    along_m = bias is not None and not along_n
+    # b's gradient: op(a)^T dz, or its transpose dz^T op(a) where b is stored transposed
+    if not tb:
+        got = _mm(call, a, not ta, dz, False, "BGRADB" if along_n else "DEFAULT")
+    else:
+        got = _mm(call, dz, True, a, ta, "BGRADA" if along_n else "DEFAULT")
+    db = got[0]
+    dbias = None
+    if along_n:
+        dbias = got[1].reshape((*dz.shape[:-2], 1, dz.shape[-1]))
+    # a's gradient: dz op(b)^T, or its transpose op(b) dz^T where a is stored transposed
+    if not ta:
+        got = _mm(call, dz, False, b, not tb, "BGRADA" if along_m else "DEFAULT")
+    else:
+        got = _mm(call, b, tb, dz, True, "BGRADB" if along_m else "DEFAULT")
+    da = got[0]
+    if along_m:
+        dbias = got[1].reshape((*dz.shape[:-2], dz.shape[-2], 1))
+    da = _sum_to(da, a.shape).astype(a.dtype)
+    db = _sum_to(db, b.shape).astype(b.dtype)
+    return da, db, None if dbias is None else _sum_to(dbias, bias.shape).astype(bias.dtype)
+
+
+def _sum_to(x, shape):
+    """``x`` summed over the axes along which ``shape`` (of the same rank) is broadcast (1 against more)."""
+    axes = tuple(i for i, (have, want) in enumerate(zip(x.shape, shape)) if want == 1 and have != 1)
+    return jnp.sum(x, axis=axes, keepdims=True) if axes else x
