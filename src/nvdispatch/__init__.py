@@ -23,9 +23,8 @@ from ._explain import explain
 from ._fp8 import MatmulQuantizationScales
 from ._matmul_problem import ComputeType, MatmulOptions, MatmulPlanPreferences
 from ._plan_cache import plan_cache
+from ._version import __version__ as __version__
 from .linalg import Matmul, matmul
-
-__version__ = "0.1.0"
 
 __all__ = [
     "matmul",

@@ -19,8 +19,14 @@ a lock. Both snapshots carry a small integer ``key``, equal for equal states, wh
 its plan-cache keys.
 
 Context objects hold no state of their own: one ``set_backend`` object may be entered from several
-threads and tasks at once, and re-entered. Leaving a ``with`` block runs no Python code (see
-:class:`_ExitHook`), so a ``KeyboardInterrupt`` arriving at any point cannot leave the context active.
+threads and tasks at once, and re-entered. Leaving a ``with`` block, or a ``contextlib.ExitStack`` that
+entered the context, runs no Python code of nvdispatch's (see :class:`_ExitHook`), so a ``KeyboardInterrupt``
+arriving at any point of nvdispatch's entry or exit cannot leave the context active. ``ExitStack`` itself
+(Python code in ``contextlib``) has two windows of its own: between calling ``__enter__`` and registering
+the exit (``enter_context``), and between taking an exit off its stack and calling it (``__exit__``); an
+interrupt landing there leaves the context active, as it would any context manager's (``reset_backends()``
+ends them). tests/soak/exit_interrupts.py injects interrupts at every point a Ctrl-C can land and counts
+where contexts were left active.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import executors as _executors
-from .errors import InvalidArgumentError, UnknownBackendError, describe
+from .errors import InvalidArgumentError, UnknownBackendError, describe, expect_bool
 
 __all__ = [
     "set_backend",
@@ -174,20 +180,32 @@ _pending = threading.local()  # (context object, _Exit) between the __exit__ loo
 
 
 class _ExitHook:
-    """The ``__exit__`` of backend contexts, as a descriptor. A ``with`` statement looks ``__exit__``
-    up before it calls ``__enter__``: the lookup returns the bound C method of a fresh :class:`_Exit`,
-    which ``__enter__`` (next, on this thread) arms with the token of the state it sets."""
+    """The ``__exit__`` of backend contexts, as a descriptor. A ``with`` statement looks ``__exit__`` up on
+    the instance, and ``contextlib.ExitStack.enter_context`` on the class (``type(cm).__exit__``), both
+    before they call ``__enter__``: the lookup returns a fresh exit, which ``__enter__`` (next, on this
+    thread) arms with the token of the state it sets, so that leaving runs no Python code.
+
+    * on the instance: the bound C method ``__exit__`` of an :class:`_Exit`;
+    * on the class: a ``functools.partial`` of :func:`_class_exit` (called with the context object and the
+      exception), which ``__enter__`` re-targets (``partial.__setstate__``) at an armed :class:`_Exit`'s
+      ``__exit__``: still a C call, whatever arguments it is given.
+
+    An exit looked up but never armed (no ``__enter__`` followed it on this thread: an exit called by hand,
+    ``ExitStack.push`` of an entered context) runs :func:`_manual_exit` in Python."""
 
     def __get__(self, obj, cls=None):
         if obj is None:
-            return _class_exit
+            exit_ = functools.partial(_class_exit)
+            _pending.slot = (cls, exit_)
+            return exit_
         hook = _Exit(obj)
         _pending.slot = (obj, hook)
         return hook.__exit__
 
 
 def _class_exit(self, *exc):
-    """``type(cm).__exit__(cm, ...)`` (as ``contextlib.ExitStack`` calls it)."""
+    """``type(cm).__exit__(cm, ...)`` called without a matching entry (by hand, or pushed on an ExitStack
+    after entering)."""
     return _manual_exit(self)
 
 
@@ -218,13 +236,15 @@ class _StateContext:
     def __enter__(self: _Context) -> _Context:
         slot = getattr(_pending, "slot", None)
         _pending.slot = None
-        hook = slot[1] if slot is not None and slot[0] is self else None
+        hook = slot[1] if slot is not None and (slot[0] is self or slot[0] is type(self)) else None
         old = _state.get()
         new = self._new_state(old)
+        closer = hook if isinstance(hook, _Exit) else _Exit(self)
         try:
             token = _state.set(new)
-            if hook is not None:
-                hook.close = functools.partial(_state.reset, token)
+            closer.close = functools.partial(_state.reset, token)
+            if hook is not None and hook is not closer:  # the class-level exit: aim it at the armed C exit
+                hook.__setstate__((closer.__exit__, (), None, None))
             return self
         except BaseException:  # interrupted after the set: the block is not entered, undo it
             _state.set(old)
@@ -255,7 +275,8 @@ class set_backend(_StateContext):
     """
 
     def __init__(self, backend: Any, coerce: bool = False, only: bool = False) -> None:
-        self._candidate = Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
+        coerce, only = expect_bool("coerce", coerce), expect_bool("only", only)
+        self._candidate = Candidate(resolve_backend(backend), coerce, only or coerce)
 
     def _new_state(self, current: BackendState) -> BackendState:
         return BackendState(current.local + (self._candidate,), current.skipped, parent=current, entered_by=self)
@@ -329,8 +350,9 @@ def set_global_backend(backend: Any, coerce: bool = False, only: bool = False, t
     'numpy'
     >>> nvdispatch.set_global_backend(None)  # back to the built-in defaults
     """
-    cand = None if backend is None else Candidate(resolve_backend(backend), bool(coerce), bool(only or coerce))
-    _set_global(candidate=cand, try_last=bool(try_last))
+    coerce, only, try_last = expect_bool("coerce", coerce), expect_bool("only", only), expect_bool("try_last", try_last)
+    cand = None if backend is None else Candidate(resolve_backend(backend), coerce, only or coerce)
+    _set_global(candidate=cand, try_last=try_last)
 
 
 def register_backend(backend: Any) -> None:

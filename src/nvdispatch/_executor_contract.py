@@ -145,9 +145,9 @@ class CheckedPlan:
     @property
     def workspace_bytes(self) -> int:
         """The user plan's workspace bytes (the plan cache bounds them)."""
-        from ._plan_cache import _plan_bytes
+        from ._plan_cache import workspace_bytes_of
 
-        return _plan_bytes(self.plan)
+        return workspace_bytes_of(self.plan)
 
     def release(self) -> None:
         release = getattr(self.plan, "release", None)

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import numbers
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -18,9 +21,11 @@ from ._precision import PrecisionConvention
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
+    OutOfMemoryError,
     ShapeMismatchError,
     UnsupportedDtypeError,
     describe,
+    expect_bool,
 )
 
 __all__ = [
@@ -32,7 +37,11 @@ __all__ = [
     "build_problem",
     "as_options",
     "as_preferences",
+    "dict_form_key",
+    "count",
     "check_scalar",
+    "scalar_key",
+    "scalar_always_valid",
     "scalar_value",
     "MATMUL_DTYPES",
 ]
@@ -163,29 +172,60 @@ class MatmulOptions:
 
     def __post_init__(self):
         if self.compute_type is not None:
-            ct = self.compute_type
-            try:
-                ct = ComputeType[ct] if isinstance(ct, str) else ComputeType(ct)
-            except (KeyError, ValueError, TypeError):
-                raise InvalidArgumentError(
-                    "options.compute_type", f"a ComputeType ({', '.join(c.name for c in ComputeType)})", repr(ct)
-                ) from None
-            object.__setattr__(self, "compute_type", ct)
-        if self.bgrad_axis not in ("n", "m"):
-            raise InvalidArgumentError("options.bgrad_axis", "'n' or 'm'", repr(self.bgrad_axis))
+            object.__setattr__(self, "compute_type", _compute_type(self.compute_type))
+        if not isinstance(self.bgrad_axis, str) or self.bgrad_axis not in ("n", "m"):
+            raise InvalidArgumentError("options.bgrad_axis", "'n' or 'm'", describe(self.bgrad_axis))
         if self.scale_type is not None:
-            name = _dtype_name(self.scale_type)
+            name = _scale_dtype_name(self.scale_type)
             if name not in _FLOATING | _COMPLEX | {"int32"}:
-                raise InvalidArgumentError("options.scale_type", "a float, complex or int32 dtype", repr(name))
+                raise InvalidArgumentError(
+                    "options.scale_type", "a float, complex or int32 dtype", describe(self.scale_type)
+                )
             object.__setattr__(self, "scale_type", name)
         from ._fp8 import check_operand_types, check_result_type
 
         object.__setattr__(self, "result_type", check_result_type(self.result_type))
         object.__setattr__(self, "operand_types", check_operand_types(self.operand_types))
-        if not isinstance(self.result_amax, bool):
-            raise InvalidArgumentError("options.result_amax", "True or False", repr(self.result_amax))
-        if not isinstance(self.fast_accumulation, bool):
-            raise InvalidArgumentError("options.fast_accumulation", "True or False", repr(self.fast_accumulation))
+        object.__setattr__(self, "result_amax", expect_bool("options.result_amax", self.result_amax))
+        object.__setattr__(self, "fast_accumulation", expect_bool("options.fast_accumulation", self.fast_accumulation))
+
+
+def count(argument: str, value: Any, least: int, allow_none: bool = False) -> int | None:
+    """``value`` as an int ``>= least`` (Python's or NumPy's integers; not a bool, not a float), or
+    :class:`InvalidArgumentError` naming ``argument``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) and value >= least:
+        return int(value)
+    expected = f"{'None or ' if allow_none else ''}an int >= {least}"
+    raise InvalidArgumentError(argument, expected, describe(value))
+
+
+def _compute_type(value: Any) -> ComputeType:
+    """A :class:`ComputeType` from one, its name or its integer value (not a bool, not a float)."""
+    try:
+        if isinstance(value, str):
+            return ComputeType[value]
+        if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+            return ComputeType(int(value))
+    except (KeyError, ValueError):
+        pass
+    raise InvalidArgumentError(
+        "options.compute_type", f"a ComputeType ({', '.join(c.name for c in ComputeType)})", describe(value)
+    )
+
+
+def _scale_dtype_name(value: Any) -> str | None:
+    """The dtype name ``value`` (a name such as ``"float32"`` or ``"f4"``, a NumPy dtype or type, a Torch
+    dtype) stands for; None for a number (which NumPy would take as a dtype: ``np.dtype(1.0)``)."""
+    if isinstance(value, (bool, np.bool_, numbers.Number)):
+        return None
+    if isinstance(value, str) and value != "bfloat16":
+        try:
+            return np.dtype(value).name
+        except TypeError:
+            return value
+    return _dtype_name(value)
 
 
 @dataclass(frozen=True)
@@ -223,13 +263,11 @@ class MatmulPlanPreferences:
     def __post_init__(self):
         from ._epilog import STRATEGIES
 
-        if self.strategy is not None and self.strategy not in STRATEGIES:
-            raise InvalidArgumentError("preferences.strategy", f"one of {STRATEGIES}", repr(self.strategy))
-        if not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1:
-            raise InvalidArgumentError("preferences.limit", "an int >= 1", repr(self.limit))
-        ws = self.max_workspace_bytes
-        if ws is not None and (not isinstance(ws, int) or isinstance(ws, bool) or ws < 0):
-            raise InvalidArgumentError("preferences.max_workspace_bytes", "None or an int >= 0", repr(ws))
+        if self.strategy is not None and (not isinstance(self.strategy, str) or self.strategy not in STRATEGIES):
+            raise InvalidArgumentError("preferences.strategy", f"one of {STRATEGIES}", describe(self.strategy))
+        object.__setattr__(self, "limit", count("preferences.limit", self.limit, 1))
+        ws = count("preferences.max_workspace_bytes", self.max_workspace_bytes, 0, allow_none=True)
+        object.__setattr__(self, "max_workspace_bytes", ws)
 
     def for_plan(self) -> MatmulPlanPreferences | None:
         """What of these preferences shapes a plan (``limit``, ``max_workspace_bytes``; the strategy is chosen
@@ -247,13 +285,21 @@ def _as_dataclass(cls, value, argument):
         return cls()
     if isinstance(value, cls):
         return value
-    if isinstance(value, dict):
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(value) - names)
+    if isinstance(value, Mapping):
+        names = [f.name for f in fields(cls)]
+        unknown = [key for key in value if key not in names]
         if unknown:
-            raise InvalidArgumentError(argument, f"keys among {sorted(names)}", f"unknown key(s) {unknown}")
+            shown = ", ".join(repr(key) for key in unknown)
+            raise InvalidArgumentError(argument, f"keys among {names}", f"unknown key(s) {shown}")
         return cls(**value)
     raise InvalidArgumentError(argument, f"a {cls.__name__} or a dict", describe(value))
+
+
+def dict_form_key(value: dict) -> tuple:
+    """A call key's part for the dict form of ``options``/``preferences``: its items, each value with its
+    class, so values that compare equal but validate apart (``0`` and ``False``, ``70`` and ``70.0``) never
+    share a key. ``TypeError`` for an unhashable value (such a call takes the full path)."""
+    return (dict, frozenset((key, v.__class__, v) for key, v in value.items()))
 
 
 def compute_type_note(problem: MatmulProblem, how: str) -> tuple[str, ...]:
@@ -399,17 +445,57 @@ def promote_dtypes(x: str, y: str, argument: str = "b") -> str:
 
 
 def check_scalar(name: str, value: Any, result_dtype: str) -> None:
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
+    """Raise :class:`InvalidArgumentError` naming ``name`` unless ``value`` (a Python, NumPy or 0-d array
+    scalar) can scale a ``result_dtype`` result: real for a real result; for an integer result, an integer
+    within its range; for a floating result, a number a float can hold (not an int beyond ~1.8e308)."""
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         value = value.item()
     if not isinstance(value, numbers.Number) or isinstance(value, bool):
         raise InvalidArgumentError(name, "a real or complex scalar", describe(value))
-    if isinstance(value, complex) or (isinstance(value, np.complexfloating)):
-        if result_dtype not in _COMPLEX and complex(value).imag != 0:
+    if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+        if result_dtype not in _COMPLEX and value.imag != 0:
             raise InvalidArgumentError(name, f"a real scalar for a {result_dtype} result", repr(value))
-    if result_dtype not in _FLOATING | _COMPLEX and float(np.real(value)) != int(np.real(value)):
+        value = value.real
+    if result_dtype in _FLOATING | _COMPLEX:
+        try:
+            float(value)
+        except OverflowError:
+            raise InvalidArgumentError(
+                name, f"a number a float can hold, for a {result_dtype} result", f"an int of {value.bit_length()} bits"
+            ) from None
+        return
+    if isinstance(value, float) and not value.is_integer():
         raise InvalidArgumentError(name, f"an integral scalar for an integer ({result_dtype}) result", repr(value))
+    info = np.iinfo(result_dtype)
+    if not info.min <= value <= info.max:
+        raise InvalidArgumentError(
+            name, f"an integer from {info.min} to {info.max} (the range of the {result_dtype} result)", repr(value)
+        )
+
+
+def scalar_key(value: Any) -> Any:
+    """What a call key holds of a scalar (``alpha``, ``beta``): its class, for whose values
+    :func:`scalar_always_valid` answers; a Python int other than 1 with its value, since an int of any size
+    is one class and whether it fits the result is its value's."""
+    cls = value.__class__
+    return cls if cls is not int or value == 1 else (int, value)
+
+
+def scalar_always_valid(value: Any, result_dtype: str) -> bool:
+    """Whether every scalar with ``value``'s :func:`scalar_key` is valid for a ``result_dtype`` result (so a
+    call key holding it may skip :func:`check_scalar`); ``value`` itself was checked."""
+    cls = value.__class__
+    integer_result = result_dtype not in _FLOATING | _COMPLEX
+    if cls is complex or issubclass(cls, np.complexfloating):
+        return result_dtype in _COMPLEX
+    if cls is int:
+        return True  # keyed by its value (1 fits every result)
+    if issubclass(cls, np.integer):  # every value of the class must fit
+        if not integer_result:
+            return True
+        have, want = np.iinfo(cls), np.iinfo(result_dtype)
+        return want.min <= have.min and have.max <= want.max
+    return not integer_result
 
 
 def scalar_value(value: Any):
@@ -419,13 +505,59 @@ def scalar_value(value: Any):
     return value
 
 
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy's broadcasting of ``shapes`` (``ValueError`` where they do not broadcast), for shapes of any size:
+    ``np.broadcast_shapes`` refuses those whose element count a NumPy array could not hold."""
+    ndim = max((len(shape) for shape in shapes), default=0)
+    out = []
+    for axis in range(-ndim, 0):
+        sizes = {shape[axis] for shape in shapes if len(shape) >= -axis} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {shapes} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 def _broadcast(shapes: list[tuple[int, ...]], names: list[str]) -> tuple[int, ...]:
     try:
-        return tuple(np.broadcast_shapes(*shapes))
+        return broadcast_shapes(*shapes)
     except ValueError:
         raise ShapeMismatchError(
             names[-1], f"batch dimensions broadcastable with {names[0]}'s {shapes[0]}", str(shapes[-1])
         ) from None
+
+
+#: bytes per element of the dtypes NumPy does not know
+_ITEMSIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
+    itemsize = _ITEMSIZES.get(dtype) or np.dtype(dtype).itemsize
+    return math.prod(shape) * itemsize
+
+
+def _check_addressable(infos: dict[str, OperandInfo], result_shape: tuple[int, ...], result_dtype: str) -> None:
+    """Operands and a result whose bytes no address space holds (broadcast or expanded views claiming 2**62
+    rows, say): :class:`ShapeMismatchError` naming the operand, :class:`OutOfMemoryError` for the result. Chunked
+    (Dask) operands are left to their blocks."""
+    if any(info.chunks is not None for info in infos.values()):
+        return
+    for name, info in infos.items():
+        nbytes = _nbytes(info.shape, info.dtype)
+        if nbytes > sys.maxsize:
+            raise ShapeMismatchError(
+                name,
+                f"an array of at most {sys.maxsize} bytes (its shape's element count times its item size)",
+                f"shape {info.shape} of {info.dtype}: {nbytes} bytes",
+            )
+    nbytes = _nbytes(result_shape, result_dtype)
+    if nbytes > sys.maxsize:
+        shapes = " and ".join(f"{name} of shape {infos[name].shape}" for name in ("a", "b"))
+        raise OutOfMemoryError(
+            "memory",
+            f"a result that fits in memory (at most {sys.maxsize} bytes)",
+            f"a {result_shape} {result_dtype} result of {nbytes} bytes, from {shapes}",
+        )
 
 
 def _check_dtype(name: str, dtype: str) -> None:
@@ -466,6 +598,7 @@ def build_problem(
         raise ShapeMismatchError("b", f"{k} rows to match a's last dimension (a is {a.shape})", f"shape {b.shape}")
     batch = _broadcast([pa[:-2], pb[:-2]], ["a", "b"])
     result_shape = (*batch, *(() if a_vec else (m,)), *(() if b_vec else (n,)))
+    _check_addressable(infos, result_shape, result_dtype)
 
     c_sig = None
     if "c" in infos:
@@ -474,7 +607,7 @@ def build_problem(
         if promote_dtypes(result_dtype, c.dtype, "c") != result_dtype:
             raise UnsupportedDtypeError("c", f"a dtype that does not widen the result ({result_dtype})", c.dtype)
         try:
-            ok = np.broadcast_shapes(c.shape, result_shape) == tuple(result_shape)
+            ok = broadcast_shapes(c.shape, result_shape) == tuple(result_shape)
         except ValueError:
             ok = False
         if not ok:

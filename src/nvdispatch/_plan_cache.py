@@ -13,14 +13,13 @@ whose release frees nothing says so (``needs_release = False``, the CPU plans): 
 spares the per-call hot path its bookkeeping; stateful holds are still counted.
 
 Bounds. The cache holds at most ``maxsize`` plans and ``max_bytes`` bytes of plan workspaces (a plan
-reports its bytes as ``workspace_bytes``; plans without one count 0). Workspaces a plan allocates after it
-was cached (per-stream cuBLASLt workspaces, on first use) count from the next insertion on.
+reports its bytes as ``workspace_bytes``; plans without one count 0). A plan's bytes are read once, when it
+is cached; a plan that allocates more later (per-stream cuBLASLt workspaces, on first use) says so with
+:meth:`PlanCache.resized`, and the bound holds from then on.
 
-Tunings. Autotuned choices can be saved to a JSON file and loaded in another process, so a service starts
-tuned: a plan exposing ``tuning()`` (JSON-serialisable) is saved under its key; after :meth:`load`, an
-executor planning the same key receives that tuning. Files are versioned; entries are validated one by
-one on load, and a tuning that still fails when a plan is built is dropped with a warning (the plan is
-then built untuned), so a damaged file never breaks calls.
+Tunings. The cache hands each plan it makes the tuned choice known for its key (autotuned here, or loaded
+from a file by :meth:`PlanCache.load`), and saves those of its plans with :meth:`PlanCache.save`; what a
+tuning is, how it is keyed, checked and written is :mod:`nvdispatch._tunings`'.
 
 Small memoised answers that are not plans (which cuBLASLt epilogues fuse natively, say) live here too
 (:meth:`PlanCache.memo`), bounded by ``maxsize`` and dropped by :meth:`clear`.
@@ -28,28 +27,21 @@ Small memoised answers that are not plans (which cuBLASLt epilogues fuse nativel
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
-import tempfile
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-__all__ = ["PlanCache", "PlanHold", "TuningsWarning", "plan_cache", "TUNINGS_FORMAT"]
+from ._tunings import Tunings
+from .errors import InvalidArgumentError
 
-#: the ``"format"`` field of files written by :meth:`PlanCache.save`
-TUNINGS_FORMAT = "nvdispatch-tunings/2"
-_OLD_FORMATS = ("nvdispatch-tunings/1",)  # readable, but without the version stamp
+__all__ = ["PlanCache", "PlanHold", "plan_cache", "workspace_bytes_of", "DEFAULT_MAX_BYTES"]
+
 #: default bound on the workspace bytes the cache holds
 DEFAULT_MAX_BYTES = 1 << 30
-
-
-class TuningsWarning(UserWarning):
-    """A tunings file, or one of its entries, that could not be (fully) applied."""
 
 
 class _Entry:
@@ -64,7 +56,7 @@ class _Entry:
         self.users: list[None] = []
         self.retired = False  # no longer cached: released when the last user lets go
         self.released = False
-        self.nbytes = _plan_bytes(plan)
+        self.nbytes = 0  # counted while cached: set by PlanCache._insert
         # release frees nothing: a call may run it unpinned, even after it was retired and released
         self.pinless = getattr(plan, "needs_release", True) is False
         # bumped whenever the entry loses keys (retired, or keys forgotten): handles taken before go stale
@@ -128,7 +120,9 @@ class PlanCache:
         self._keys: dict[Hashable, _Entry] = {}  # every key -> its entry
         self._lru: OrderedDict[_Entry, _Entry] = OrderedDict()  # entries (hashed by identity), least recent first
         self._users: dict[int, _Entry] = {}  # id(plan) -> entry, for every plan cached or in use
-        self._tunings: dict[str, Any] = {}
+        self._nbytes = 0  # the sum of the cached entries' nbytes (recounted where `_recount` says so)
+        self._recount = False  # set while _nbytes is being changed: an interrupt in between leaves it set
+        self._tuned = Tunings()
         self._memos: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.RLock()
         self._maxsize = self._check_size(maxsize)
@@ -139,16 +133,12 @@ class PlanCache:
 
     @staticmethod
     def _check_size(maxsize: int) -> int:
-        from .errors import InvalidArgumentError
-
         if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 0:
             raise InvalidArgumentError("maxsize", "an int >= 0", repr(maxsize))
         return maxsize
 
     @staticmethod
     def _check_bytes(max_bytes) -> int | float:
-        from .errors import InvalidArgumentError
-
         if max_bytes == math.inf:
             return math.inf
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
@@ -182,14 +172,6 @@ class PlanCache:
             released = self._trim()
         _release(released)
 
-    def set_size_limit(self, maxsize: int) -> None:
-        """Bound the cache to ``maxsize`` plans (0 disables caching)."""
-        self.maxsize = maxsize
-
-    def set_memory_limit(self, max_bytes: int | float) -> None:
-        """Bound the workspace bytes of cached plans to ``max_bytes`` (``math.inf``: no bound)."""
-        self.max_bytes = max_bytes
-
     def __len__(self) -> int:
         with self._lock:
             return len(self._lru)
@@ -206,7 +188,26 @@ class PlanCache:
             return self._bytes()
 
     def _bytes(self) -> int:
-        return sum(e.nbytes for e in list(self._lru.values()))
+        if self._recount:
+            self._nbytes = sum(e.nbytes for e in self._lru)
+            self._recount = False
+        return self._nbytes
+
+    def resized(self, plan: Any) -> None:
+        """Count ``plan``'s workspace bytes again: a cached plan that allocated more (or gave some back) since
+        it was cached calls this, and the byte bound holds from now on (least recently used plans retired).
+        A plan not cached is ignored."""
+        with self._lock:
+            entry = self._users.get(id(plan))
+            if entry is None or entry.plan is not plan or entry.retired:
+                return
+            nbytes = workspace_bytes_of(plan)
+            self._recount = True
+            self._nbytes += nbytes - entry.nbytes
+            entry.nbytes = nbytes
+            self._recount = False
+            released = self._trim()
+        _release(released)
 
     # -- lookup -----------------------------------------------------------------------------------------
     def get(self, key: Hashable) -> Any | None:
@@ -287,8 +288,7 @@ class PlanCache:
                     entry.users.append(None)
                 return entry.plan
             self.misses += 1
-            tuning = self._tunings.get(_key_text(key))
-        plan = _build(factory, tuning, key, self)
+        plan = self._tuned.build(key, factory)
         with self._lock:
             entry = self._keys.get(key)
             if entry is not None:  # another thread planned it meanwhile: use theirs, drop ours
@@ -334,28 +334,27 @@ class PlanCache:
         entry = self._users.get(id(plan))
         if entry is None or entry.released:
             entry = self._users[id(plan)] = _Entry(plan)
-        else:
-            entry.nbytes = _plan_bytes(plan)
         if self._maxsize == 0:
             entry.retired = True  # caching disabled: released when its users let go
             return entry
+        if entry not in self._lru:  # newly cached (not another key of a cached plan): its bytes count from now
+            nbytes = workspace_bytes_of(plan)
+            self._recount = True
+            self._lru[entry] = entry
+            entry.nbytes = nbytes
+            self._nbytes += nbytes
+            self._recount = False
         entry.retired = False
         entry.keys.append(key)
         self._keys[key] = entry
-        self._lru[entry] = entry
         self._lru.move_to_end(entry)
         return entry
 
     def _trim(self) -> list[Any]:
         """Retire least-recently-used entries beyond the bounds; returns the plans to release now."""
-        for e in list(self._lru.values()):  # refresh bytes: workspaces may have grown since insertion
-            e.nbytes = _plan_bytes(e.plan)
-        total = self._bytes()
-        while self._lru and (len(self._lru) > self._maxsize or total > self._max_bytes):
-            entry = next(iter(self._lru.values()))
-            total -= entry.nbytes
+        while self._lru and (len(self._lru) > self._maxsize or self._bytes() > self._max_bytes):
             self.evictions += 1
-            self._retire(entry)  # idempotent, and it leaves the LRU last: an interrupt here heals next time
+            self._retire(next(iter(self._lru.values())))
         return self._collect_unused()
 
     def _collect_unused(self) -> list[Any]:
@@ -380,7 +379,10 @@ class PlanCache:
             if self._keys.get(k) is entry:
                 del self._keys[k]
         entry.keys.clear()
-        self._lru.pop(entry, None)
+        self._recount = True
+        if self._lru.pop(entry, None) is not None:
+            self._nbytes -= entry.nbytes
+        self._recount = False
         return not entry.users
 
     def forget_keys_but(self, plan: Any, keep: Hashable) -> None:
@@ -500,9 +502,14 @@ class PlanCache:
                 "max_bytes": self._max_bytes,
                 "evictions": self.evictions,
                 "in_use": sum(1 for e in list(self._users.values()) if e.retired and not e.released),
-                "tunings": len(self._tunings),
+                "tunings": len(self._tuned),
                 "memos": len(self._memos),
             }
+
+    def plans(self) -> list[Any]:
+        """The plans cached now, least recently used first (each once, whatever its keys)."""
+        with self._lock:
+            return [e.plan for e in self._lru]
 
     def show_info(self, file=None) -> None:
         """Print the statistics and one line per cached plan (most recent last).
@@ -538,187 +545,77 @@ class PlanCache:
             self.hits = self.misses = self.evictions = 0
         _release(released)
 
-    # -- tuned choices ---------------------------------------------------------------------------------
-    def record_tuning(self, key: Hashable, tuning: Any) -> None:
-        """Remember an autotuned choice for ``key`` (saved by :meth:`save`)."""
-        with self._lock:
-            self._tunings[_key_text(key)] = tuning
+    # -- tuned choices (nvdispatch._tunings) ------------------------------------------------------------
+    def record_tuning(self, key: Hashable, tuning: Any, kind: str | None = None) -> None:
+        """Remember an autotuned choice (of ``kind``: the ``tuning_kind`` of the class that applies it) for
+        ``key``; later plans for ``key`` start with it, and :meth:`save` writes it."""
+        self._tuned.record(key, tuning, kind)
 
     def tuning_for(self, key: Hashable) -> Any | None:
         """The tuned choice known for ``key``, or None."""
-        return self._tunings.get(_key_text(key)) if self._tunings else None
+        return self._tuned.get(key)
 
     def has_tunings(self) -> bool:
         """Whether any tuned choice is known (loaded or recorded)."""
-        return bool(self._tunings)
+        return bool(self._tuned)
 
     def tunings(self) -> dict[str, Any]:
-        """A copy of the tuned choices known, by key text."""
-        with self._lock:
-            return dict(self._tunings)
+        """A copy of the tuned choices known, by the canonical text of their keys (see :mod:`nvdispatch._tunings`)."""
+        return self._tuned.by_text()
 
     def clear_tunings(self) -> None:
-        """Forget every tuned choice (loaded or recorded); plans built later start untuned."""
-        with self._lock:
-            self._tunings.clear()
+        """Forget every tuned choice (loaded or recorded); plans made later start untuned."""
+        self._tuned.clear()
 
     def save(self, path: str | os.PathLike) -> int:
-        """Write the tuned choices of cached plans (and loaded ones) to ``path`` as JSON; returns the count.
+        """Write the tuned choices known (recorded, loaded, and those of the cached plans) to ``path`` as JSON;
+        returns how many.
 
         The file is written beside ``path`` under a temporary name and renamed over it when complete, so an
-        error part-way leaves the previous file as it was.
-        """
-        with self._lock:
-            tunings = dict(self._tunings)
-            plans = [(k, e.plan) for k, e in self._keys.items()]
-        for key, plan in plans:
-            get = getattr(plan, "tuning", None)
-            tuned = get() if callable(get) else None
-            if tuned is not None:
-                tunings[_key_text(key)] = tuned
-        data = {"format": TUNINGS_FORMAT, "nvdispatch": _version(), "tunings": tunings}
-        path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".nvdispatch-tunings-", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        return len(tunings)
-
-    def load(self, path: str | os.PathLike) -> int:
-        """Read tuned choices written by :meth:`save`; later plans with the same keys start tuned.
-
-        Returns how many entries were applied. Each entry is checked on its own: a malformed one is skipped
-        with a :class:`TuningsWarning` naming it. A file saved by another nvdispatch version loads with a
-        warning (its keys may describe plans differently, so its entries may never match).
+        error part-way leaves the previous file as it was; it keeps the previous file's permissions (a new
+        file gets the umask's).
 
         Raises
         ------
         TuningsFileError
-            ``path`` is not a tunings file of a format this version reads (nothing is applied).
+            ``path`` is a directory.
+
+        Examples
+        --------
+        >>> import os, tempfile, numpy as np, nvdispatch
+        >>> a = np.ones((64, 8))
+        >>> with nvdispatch.Matmul(a, a.T) as mm:
+        ...     timings = mm.plan(epilog="RELU").autotune(iterations=1)
+        >>> path = os.path.join(tempfile.mkdtemp(), "tunings.json")
+        >>> nvdispatch.plan_cache.save(path) >= 1
+        True
+        >>> nvdispatch.plan_cache.load(path) >= 1
+        True
         """
-        from .errors import TuningsFileError
-
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise TuningsFileError("path", "a JSON file written by plan_cache.save()", f"{path} ({exc})") from exc
-        if not isinstance(data, dict) or not isinstance(data.get("format"), str):
-            raise TuningsFileError("path", "a file written by plan_cache.save()", f"{path} (no 'format' field)")
-        fmt = data["format"]
-        if fmt != TUNINGS_FORMAT and fmt not in _OLD_FORMATS:
-            raise TuningsFileError(
-                "path",
-                f"a tunings file of format {TUNINGS_FORMAT!r}",
-                f"{path} of format {fmt!r}",
-                "it was written by another nvdispatch version; tune again and save with this one",
-            )
-        if not isinstance(data.get("tunings"), dict):
-            raise TuningsFileError("path", "a tunings file with a 'tunings' object", f"{path} without one")
-        saved_by = data.get("nvdispatch")
-        if saved_by != _version():
-            warnings.warn(
-                f"plan_cache.load({os.fspath(path)!r}): saved by nvdispatch {saved_by or 'of an unknown version'}, "
-                f"this is {_version()}: plan keys may differ between versions, so entries may not apply",
-                TuningsWarning,
-                stacklevel=2,
-            )
-        accepted = {}
-        for key, value in data["tunings"].items():
-            why = _invalid_tuning(key, value)
-            if why:
-                warnings.warn(
-                    f"plan_cache.load({os.fspath(path)!r}): entry {key!r} skipped: {why}", TuningsWarning, stacklevel=2
-                )
-            else:
-                accepted[key] = value
         with self._lock:
-            self._tunings.update(accepted)
-        return len(accepted)
+            plans = [(k, e.plan) for k, e in self._keys.items()]
+        return self._tuned.save(path, plans)
 
-    def _drop_tuning(self, key: Hashable) -> None:
-        with self._lock:
-            self._tunings.pop(_key_text(key), None)
+    def load(self, path: str | os.PathLike) -> int:
+        """Read tuned choices written by :meth:`save`; later plans with the same keys start tuned.
 
+        Returns how many entries were applied. Each entry is checked on its own (by the class that applies
+        its kind): a bad one is skipped with a :class:`~nvdispatch.errors.TuningsWarning` naming it. A file
+        saved by another nvdispatch version loads with a warning (its keys may describe plans differently, so
+        its entries may never match); one of a format before ``nvdispatch-tunings/3`` applies nothing, with a
+        warning saying why.
 
-def _build(factory: Callable[[Any], Any], tuning: Any, key: Hashable, cache: PlanCache) -> Any:
-    """``factory(tuning)``; a tuning the executor cannot apply is dropped with a warning, then untuned."""
-    if tuning is None:
-        return factory(None)
-    try:
-        return factory(tuning)
-    except (KeyboardInterrupt, SystemExit, MemoryError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - a stale or damaged tuning must not break calls
-        warnings.warn(
-            f"plan cache: the tuning loaded for {_key_text(key)} could not be applied ({exc!r}); dropped, "
-            "planning untuned",
-            TuningsWarning,
-            stacklevel=3,
-        )
-        cache._drop_tuning(key)
-        return factory(None)
+        Raises
+        ------
+        TuningsFileError
+            ``path`` is missing, a directory, unreadable, or not a tunings file of a format this version
+            recognises (nothing is applied; the underlying error is ``__cause__``).
+        """
+        return self._tuned.load(path)
 
 
-def _invalid_tuning(key: Any, value: Any) -> str:
-    """Why a loaded tunings entry cannot be used ('' when it can)."""
-    if not isinstance(key, str) or not key:
-        return "its key is not the text of a plan-cache key"
-    if not isinstance(value, dict):
-        return f"expected a JSON object, got {type(value).__name__}"
-    if key.startswith("('choice',"):  # a strategy choice: {"strategy": str, "plan": object or null}
-        if not isinstance(value.get("strategy"), str):
-            return "a strategy choice needs a string 'strategy'"
-        plan = value.get("plan")
-        if plan is not None:
-            return _invalid_plan_tuning(plan)
-        return ""
-    return _invalid_plan_tuning(value)
-
-
-#: known plan-tuning fields and their checks (other fields may hold any JSON value)
-_FIELD_CHECKS = {
-    "threads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-    "block_bytes": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-    "algo": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-    "ws": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-    "data": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
-    "strategy": lambda v: isinstance(v, str),
-}
-
-
-def _invalid_plan_tuning(value: Any) -> str:
-    if not isinstance(value, dict):
-        return f"a plan tuning must be a JSON object, got {type(value).__name__}"
-    for field, v in value.items():
-        check = _FIELD_CHECKS.get(field)
-        if check is not None and not check(v):
-            return f"field {field!r} has an invalid value {v!r}"
-    return ""
-
-
-def _key_text(key: Hashable) -> str:
-    return repr(key)
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
-
-
-def _plan_bytes(plan: Any) -> int:
-    """The workspace bytes a plan reports (``workspace_bytes``, an int or a method returning one)."""
+def workspace_bytes_of(plan: Any) -> int:
+    """The workspace bytes a plan reports (``workspace_bytes``, an int or a method returning one; else 0)."""
     value = getattr(plan, "workspace_bytes", 0)
     try:
         value = value() if callable(value) else value

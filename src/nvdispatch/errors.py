@@ -11,6 +11,7 @@ crosses process boundaries in Dask and multiprocessing workers).
     ├── InvalidArgumentError (ValueError)
     │   ├── ShapeMismatchError
     │   ├── EpilogInputError
+    │   ├── TuningsFileError
     │   └── DeviceConfigurationError            (nvdispatch.device)
     │       └── UnsupportedConfigurationError
     ├── UnsupportedDtypeError (TypeError)
@@ -19,12 +20,17 @@ crosses process boundaries in Dask and multiprocessing workers).
     ├── BackendError (RuntimeError)
     │   ├── UnknownBackendError (ValueError)
     │   ├── NoExecutorError
-    │   └── ExecutorUnavailableError
+    │   ├── ExecutorUnavailableError
+    │   └── ExecutorContractError
     ├── PlanStateError (RuntimeError)
-    └── CudaLibraryError (RuntimeError)         a CUDA library call returned an error status
-        ├── CudaRuntimeError
-        ├── CublasLtError
-        └── CufftError
+    ├── CudaLibraryError (RuntimeError)         a CUDA library call returned an error status
+    │   ├── CudaRuntimeError
+    │   ├── CublasLtError
+    │   └── CufftError
+    ├── CallbackError (TypeError)
+    └── OutOfMemoryError (MemoryError)
+
+    TuningsWarning (UserWarning)                a tunings file entry skipped, or a tuning dropped
 """
 
 from __future__ import annotations
@@ -50,7 +56,9 @@ __all__ = [
     "CallbackError",
     "OutOfMemoryError",
     "TuningsFileError",
+    "TuningsWarning",
     "describe",
+    "expect_bool",
 ]
 
 
@@ -63,7 +71,23 @@ def describe(value: object) -> str:
         return f"{name} of shape {tuple(shape)} and dtype {dtype}"
     if isinstance(value, (str, int, float, complex, bool)) or value is None:
         return f"{type(value).__name__} {value!r}"
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        if len(value) > 8:
+            return f"{type(value).__name__} of {len(value)} items"
+        text = repr(value)
+        return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
     return name
+
+
+def expect_bool(argument: str, value: object) -> bool:
+    """``value`` as a bool if it is one (Python's or NumPy's), else :class:`InvalidArgumentError` naming
+    ``argument``: an option is validated by type, so ``"no"`` is not False (nor ``0``, nor ``None``)."""
+    if isinstance(value, bool):
+        return value
+    cls = type(value)
+    if cls.__module__ == "numpy" and cls.__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise InvalidArgumentError(argument, "True or False", describe(value))
 
 
 class NvdispatchError(Exception):
@@ -224,4 +248,11 @@ class OutOfMemoryError(NvdispatchError, MemoryError):
 
 
 class TuningsFileError(InvalidArgumentError):
-    """A tunings file ``plan_cache.load()`` cannot read (not JSON, another format, no ``"tunings"``)."""
+    """A tunings file ``plan_cache.load()`` cannot read (missing, a directory, unreadable, not JSON, nested
+    too deeply, another format, no ``"tunings"``), or a ``plan_cache.save()`` path that is a directory. The
+    underlying error, if any, is ``__cause__``."""
+
+
+class TuningsWarning(UserWarning):
+    """A tunings file entry that was skipped (its key, kind or value is not valid here), a file from
+    another nvdispatch version or format, or a loaded tuning that could not be applied to its plan."""

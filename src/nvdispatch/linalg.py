@@ -54,11 +54,15 @@ from ._matmul_problem import (
     as_preferences,
     build_problem,
     check_scalar,
+    dict_form_key,
+    scalar_always_valid,
+    scalar_key,
     scalar_value,
 )
 from ._plan_cache import plan_cache
 from ._precision import AUTOCAST_DTYPES
 from ._traced import traced_handler
+from ._tunings import STRATEGY_CHOICE
 from ._typing import Array, Scalar, Stream
 from .errors import (
     EpilogInputError,
@@ -284,7 +288,7 @@ def _route(
                     cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, None, precision
                 )
             else:
-                form = (classes, epilog, alpha.__class__, _state.get().key, _backends._global.key, precision)
+                form = (classes, epilog, scalar_key(alpha), _state.get().key, _backends._global.key, precision)
         elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
             bias = epilog_inputs["bias"]
             if b.__class__ is cls is bias.__class__:
@@ -299,7 +303,9 @@ def _route(
                 )
                 bias = None
             else:
-                form = (classes, epilog, "bias", alpha.__class__, _state.get().key, _backends._global.key, precision)
+                form = (
+                    classes, epilog, "bias", scalar_key(alpha), _state.get().key, _backends._global.key, precision
+                )
         else:
             key = _call_key(
                 cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, None, precision
@@ -363,8 +369,8 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     )
     plan = acquire_plan(sel.executor, "matmul", problem, strategy)  # pinned until run() returns
     try:
-        scalars_ok = _scalar_class_always_valid(alpha, problem.result_dtype) and (
-            beta is None or _scalar_class_always_valid(beta, problem.result_dtype)
+        scalars_ok = scalar_always_valid(alpha, problem.result_dtype) and (
+            beta is None or scalar_always_valid(beta, problem.result_dtype)
         )
         if not sel.coerce and scalars_ok and _scales_always_valid(problem):
             store(key, _autocast_plan(plan, problem, a))
@@ -444,17 +450,17 @@ def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, pr
     elif beta is not None and beta.__class__ not in _SCALARS:
         return None
     else:
-        c_sig = (_operand_signature(cls, sig, c), beta.__class__)
+        c_sig = (_operand_signature(cls, sig, c), scalar_key(beta))
     if epilog_inputs is None:
         inputs = None
     elif epilog_inputs.__class__ is dict:
         inputs = tuple((name, _operand_signature(cls, sig, value)) for name, value in epilog_inputs.items())
     else:
         return None
-    if options.__class__ is dict:  # the documented dict form: its items (unhashable values take the full path)
-        options = (dict, frozenset(options.items()))
+    if options.__class__ is dict:  # the documented dict form (unhashable values take the full path)
+        options = dict_form_key(options)
     if preferences.__class__ is dict:
-        preferences = (dict, frozenset(preferences.items()))
+        preferences = dict_form_key(preferences)
     b_sig = sig(b) if b.__class__ is cls else _operand_signature(cls, sig, b)
     if b_sig is None or (c_sig is not None and c_sig[0] is None) or (inputs and any(s is None for _, s in inputs)):
         return None
@@ -465,7 +471,7 @@ def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, pr
         b_sig,
         epilog,
         inputs,
-        alpha.__class__,
+        scalar_key(alpha),
         c_sig,
         options,
         preferences,
@@ -527,15 +533,6 @@ def _operand_signature(cls, sig, x):
         return sig(x)
     own = signature_function(other)
     return None if own is None else (other, own(x))
-
-
-def _scalar_class_always_valid(alpha, result_dtype: str) -> bool:
-    """Whether every scalar of this (Python or NumPy) class is valid for the result dtype (the key holds the
-    class)."""
-    cls = alpha.__class__
-    if cls is complex or issubclass(cls, np.complexfloating):
-        return result_dtype.startswith("complex")
-    return cls is int or issubclass(cls, np.integer) or result_dtype.startswith(("float", "bfloat", "complex"))
 
 
 def explain_matmul(
@@ -756,7 +753,9 @@ class Matmul:
             self._strategy = chosen
             get = getattr(plans[chosen], "tuning", None)
             plan_cache.record_tuning(
-                choice_key(ex, "matmul", problem), {"strategy": chosen, "plan": get() if callable(get) else None}
+                choice_key(ex, "matmul", problem),
+                {"strategy": chosen, "plan": get() if callable(get) else None},
+                STRATEGY_CHOICE,
             )
             for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
                 if strategy != chosen:

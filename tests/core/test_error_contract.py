@@ -51,6 +51,32 @@ def test_real_host_out_of_memory_is_typed(framework):
         nvdispatch.fft.fft(x)
 
 
+@pytest.mark.parametrize("framework", [NUMPY, TORCH], ids=lambda f: f[1])
+def test_operands_and_results_beyond_the_address_space_are_typed_before_anything_runs(framework):
+    """Views claiming more bytes than any address space (broadcast / expanded rows): the result is an
+    OutOfMemoryError (a MemoryError) naming the operands, an operand a ShapeMismatchError naming it; not
+    NumPy's "array is too big" nor Torch's "Storage size calculation overflowed" (#27.7)."""
+    conv, name = framework
+    rows = np.broadcast_to(np.int8(1), (2**62, 1))
+    if name == "torch":
+        rows = torch.ones(1, 1, dtype=torch.int8).expand(2**62, 1)
+    b = conv(np.ones((1, 4), np.int8))
+    for call in (
+        lambda: nvdispatch.matmul(rows, b),
+        lambda: nvdispatch.explain(rows, b),
+        lambda: nvdispatch.Matmul(rows, b),
+        lambda: nvdispatch.matmul(rows, b, epilog="RELU"),
+    ):
+        with pytest.raises(errors.OutOfMemoryError, match=r"a of shape \(4611686018427387904, 1\) and b") as info:
+            call()
+        assert isinstance(info.value, MemoryError) and info.value.argument == "memory"
+    if name == "torch":
+        wide = torch.ones(1, 1).expand(2**62, 1)  # 2**64 bytes of float32: no Torch storage can describe it
+        with pytest.raises(errors.ShapeMismatchError, match="a: expected an array of at most") as info:
+            nvdispatch.matmul(wide, torch.ones(1, 1))
+        assert info.value.argument == "a"
+
+
 class _FakeCupyOOM(MemoryError):
     pass
 

@@ -16,7 +16,7 @@ def _examples():
     out = []
     for name in errors.__all__:
         cls = getattr(errors, name)
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)) or issubclass(cls, Warning):
             continue
         if issubclass(cls, errors.CudaLibraryError):
             out.append(cls("cublasLtMatmul", 15, hint="try another layout"))
@@ -90,3 +90,8 @@ def test_a_non_array_is_refused_with_a_typed_error():
 
     with pytest.raises(errors.UnsupportedOperandError, match="device array"):
         view(object(), "cuda_array_interface")
+
+
+def test_the_tunings_warning_is_a_user_warning_not_an_error():
+    assert issubclass(errors.TuningsWarning, UserWarning)
+    assert not issubclass(errors.TuningsWarning, errors.NvdispatchError)

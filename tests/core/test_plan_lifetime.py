@@ -179,14 +179,45 @@ def test_workspace_bytes_are_bounded():
         cache.max_bytes = -1
 
 
-def test_workspaces_that_grow_after_insertion_count_at_the_next_insertion():
+def test_workspaces_that_grow_after_insertion_count_once_the_plan_says_so():
     released = []
     cache = PlanCache(maxsize=100, max_bytes=150)
     grower = P(released, "grower", nbytes=0)
     cache.put("g", grower)
-    grower.workspace_bytes = 100  # allocated at first use
     cache.put("h", P(released, "h", nbytes=100))
-    assert released == ["grower"] and cache.nbytes == 100
+    grower.workspace_bytes = 100  # allocated at first use...
+    assert cache.nbytes == 100  # ...counted once the plan reports it
+    cache.resized(grower)
+    assert released == ["grower"] and cache.nbytes == 100  # the least recently used plan went
+    cache.resized(grower)  # no longer cached: ignored
+    assert cache.nbytes == 100
+
+
+class _CountsReads:
+    """A plan that counts how often its workspace bytes are read."""
+
+    def __init__(self, nbytes):
+        self.reads, self._nbytes = 0, nbytes
+
+    @property
+    def workspace_bytes(self):
+        self.reads += 1
+        return self._nbytes
+
+    def release(self):
+        pass
+
+
+def test_a_plans_bytes_are_read_once_when_cached_not_on_every_insertion():
+    cache = PlanCache(maxsize=8, max_bytes=10_000)
+    plans = [_CountsReads(100) for _ in range(20)]
+    for i, plan in enumerate(plans):
+        cache.put(i, plan)
+        cache.put(("alias", i), plan)  # another key of a cached plan: not read again
+    assert [p.reads for p in plans] == [1] * 20
+    assert cache.nbytes == cache.stats()["bytes"] == 800
+    cache.clear()
+    assert cache.nbytes == 0
 
 
 def test_stats_show_info_and_tunings_are_visible(tmp_path):

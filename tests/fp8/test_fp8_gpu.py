@@ -201,7 +201,10 @@ def test_fp8_autotune_persists_across_processes(tmp_path):
     path = tmp_path / "tunings.json"
     assert nvdispatch.plan_cache.save(path) >= 1
     saved = json.loads(path.read_text())["tunings"]
-    assert any("cublaslt-algo" in key and tuned["env"]["gpu"] in key for key in saved)
+    assert any(
+        row["kind"] == "cublaslt-algo" and row["key"][0] == "cublaslt-algo" and tuned["env"]["gpu"] in row["key"][1]
+        for row in saved
+    )
     script = textwrap.dedent(
         f"""
         import torch, nvdispatch

@@ -416,3 +416,43 @@ def test_autotune_candidates_take_the_related_forms_answers_its_descriptor_accep
     core = Fp8Descriptors(p, fp8_layout(p), 1 << 20)
     labels = {label: int(r.algo.data[0]) for label, r in lt_autotune.candidates(core, 77, limit=2)}
     assert labels == {"heuristic #0": 60, "heuristic #1": 61, "heuristic #0 of the bias form with device scales": 40}
+
+
+def test_a_workspace_that_grows_is_counted_by_the_plan_cache_at_once(fake_lt, monkeypatch):
+    import weakref
+
+    from nvdispatch._cuda import memory
+    from nvdispatch._plan_cache import PlanCache
+
+    class Scratch:
+        def __init__(self, nbytes, framework, device_index, stream):
+            self.ptr, self.nbytes = next(_ids), nbytes
+
+        def release(self):
+            pass
+
+    class Plan:  # a cuBLASLt plan as the cache sees it: its launch's workspace bytes
+        def __init__(self):
+            self.launch = LtLaunch(FakeCore(), 77, 0, result(workspace=1024), a_first=True)
+            self.launch.owner = weakref.ref(self)
+
+        @property
+        def workspace_bytes(self):
+            return self.launch.workspace_bytes
+
+        def release(self):
+            self.launch.release()
+
+    import nvdispatch._plan_cache as plan_cache_module
+
+    cache = PlanCache(maxsize=8, max_bytes=2500)
+    monkeypatch.setattr(plan_cache_module, "plan_cache", cache)
+    monkeypatch.setattr(memory, "scratch", Scratch)
+    first, second = Plan(), Plan()
+    cache.put("first", first)
+    cache.put("second", second)
+    assert cache.nbytes == 2048  # what each algorithm needs, counted when cached
+    second.launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")
+    assert cache.nbytes == 2048  # the first stream's workspace is what was counted
+    second.launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 6, allocator="torch")  # a second stream: 1024 more
+    assert not cache.contains("first") and cache.nbytes == 2048  # over the bound: the least recent plan went

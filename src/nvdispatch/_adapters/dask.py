@@ -68,8 +68,16 @@ class DaskAdapter(Adapter):
         if ad is None or ad is self:
             raise UnsupportedOperandError(
                 name,
-                "a Dask array of NumPy, CuPy or Torch chunks (or other arrays nvdispatch recognises)",
+                "a Dask array of NumPy or CuPy chunks (or other arrays nvdispatch recognises)",
                 f"chunks of type {type(meta).__module__}.{type(meta).__qualname__}",
+            )
+        if type(x.dtype).__module__.split(".")[0] != "numpy":  # Dask keeps a NumPy dtype per array
+            raise UnsupportedOperandError(
+                name,
+                "a Dask array whose dtype is a NumPy dtype (chunks of NumPy, CuPy, ...)",
+                f"chunks of type {type(meta).__module__}.{type(meta).__qualname__} with dtype {x.dtype}",
+                "Dask does not support these chunks (it cannot concatenate or describe them); compute the blocks, "
+                "or convert them to NumPy chunks (x.map_blocks(lambda t: t.numpy()))",
             )
         chunk = ad.info(name, meta)
         # unknown sizes (allowed above only where the block executor alone knows them) are written -1

@@ -36,6 +36,8 @@ import statistics
 import types
 from collections.abc import Callable
 
+from .._tunings import a_number, a_string, an_int, an_object, check_object, ints, require_valid
+
 __all__ = [
     "environment",
     "fingerprint",
@@ -45,8 +47,13 @@ __all__ = [
     "autotune",
     "saved_choice",
     "record",
+    "validate_choice",
     "CANDIDATES",
+    "TUNING_KIND",
 ]
+
+#: the kind of the tunings :func:`record` makes (see nvdispatch._tunings)
+TUNING_KIND = "cublaslt-algo"
 
 #: candidates the heuristic is asked for when autotuning
 CANDIDATES = 8
@@ -432,6 +439,24 @@ def autotune(plan, launch: Callable[[object], None], stream: int, iterations: in
     return [(label, t) for (label, _), t in zip(cands, seconds)]
 
 
+_ENV = an_object(
+    {"gpu": a_string(), "cc": a_string(), "driver": an_int(0), "cublaslt": an_int(0)},
+    required=("gpu", "cc", "driver", "cublaslt"),
+)
+_CHOICE = {
+    "env": _ENV,
+    "data": ints(8, 0, (1 << 64) - 1),  # cublasLtMatmulAlgo_t: uint64_t data[8]
+    "ws": an_int(0),
+    "label": a_string(),
+    "seconds": a_number(optional=True),
+}
+
+
+def validate_choice(value) -> str | None:
+    """Why ``value`` is no record of :func:`record` (``env``, ``data``, ``ws``; ``label``, ``seconds``), or None."""
+    return check_object(value, _CHOICE, required=("env", "data", "ws"))
+
+
 def record(plan, result, label: str = "", seconds: float | None = None) -> dict:
     """Record ``result`` as ``plan``'s tuned algorithm (for later plans and ``plan_cache.save``)."""
     from .._plan_cache import plan_cache
@@ -444,7 +469,7 @@ def record(plan, result, label: str = "", seconds: float | None = None) -> dict:
         "seconds": seconds,
     }
     plan.tuned = choice
-    plan_cache.record_tuning(tuning_key(plan), choice)
+    plan_cache.record_tuning(tuning_key(plan), choice, TUNING_KIND)
     return choice
 
 
@@ -457,6 +482,8 @@ def saved_choice(plan, tuning=None):
     from .._plan_cache import plan_cache
     from . import cublaslt as lt
 
+    if tuning is not None:
+        require_valid(plan, tuning)
     env = environment(plan.device_index)
     choice = plan_cache.tuning_for(tuning_key(plan))
     if not _usable(choice, env) and _usable(tuning, env):

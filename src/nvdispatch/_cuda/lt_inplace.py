@@ -43,6 +43,7 @@ class InplacePlan:
     format (so both strategies of one executor speak the same format) and a boolean mask is accepted too."""
 
     strategy = "inplace"
+    tuning_kind = lt_autotune.TUNING_KIND  # its tuning is its GEMM's
 
     def __init__(self, p: MatmulProblem, why: str, via: str = "lt"):
         self.problem = p

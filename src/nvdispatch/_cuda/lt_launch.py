@@ -53,6 +53,9 @@ class LtLaunch:
         self.workspaces: dict[int, object] = {}
         self._lock = threading.Lock()
         self._pointers: tuple = ()  # the (attribute, pointer) pairs the descriptor holds
+        #: the plan this launch is part of (a weak reference, set by it): told to the plan cache when a
+        #: workspace grows, so the cache's byte bound counts it
+        self.owner = None
 
     def __call__(
         self,
@@ -121,6 +124,11 @@ class LtLaunch:
             if ws is not None:
                 ws.release()
             ws = self.workspaces[stream] = scratch(nbytes, allocator, self.device_index, stream)
+            plan = self.owner() if self.owner is not None else None
+            if plan is not None:
+                from .._plan_cache import plan_cache
+
+                plan_cache.resized(plan)
         return ws.ptr
 
     @property

@@ -6,6 +6,8 @@ Plan protocol asks of both: ``execute`` on a stream, ``tuning``/``autotune``/``t
 
 from __future__ import annotations
 
+import weakref
+
 from .._matmul_problem import MatmulProblem
 from . import cublaslt as lt
 from . import lt_autotune
@@ -20,6 +22,9 @@ __all__ = ["LtPlanBase"]
 class LtPlanBase:
     """The shared part of the cuBLASLt plans. A subclass calls :meth:`_start` first, sets its descriptors up,
     calls :meth:`_plan_launch`, and implements ``_execute(operands, stream_pointer)``."""
+
+    tuning_kind = lt_autotune.TUNING_KIND
+    validate_tuning = staticmethod(lt_autotune.validate_choice)
 
     def _start(self, p: MatmulProblem, strategy: str) -> None:
         """The problem's placement: device, framework, its helper namespace (None: neither CuPy nor Torch is
@@ -45,6 +50,7 @@ class LtPlanBase:
         self.launch = LtLaunch(
             core, self.handle, self.device_index, algos[0], a_first=a_first, kind=kind, min_alignment=min_alignment
         )
+        self.launch.owner = weakref.ref(self)
         saved = lt_autotune.saved_choice(self, tuning)
         if saved is not None:
             self.launch.algo = saved

@@ -6,12 +6,23 @@ Which executors serve a framework by default is the framework adapter's ``defaul
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 
+from .._tunings import register_kind
 from .base import Executor, ModularExecutor, Plan
 
-__all__ = ["Executor", "ModularExecutor", "Plan", "BUILTIN", "builtin", "default_names", "register_executor"]
+__all__ = [
+    "Executor",
+    "ModularExecutor",
+    "Plan",
+    "BUILTIN",
+    "TUNING_KINDS",
+    "builtin",
+    "default_names",
+    "register_executor",
+]
 
 #: name → "module:Class" of each built-in executor (imported on first use)
 BUILTIN: dict[str, str] = {
@@ -21,6 +32,23 @@ BUILTIN: dict[str, str] = {
     "cuda": "nvdispatch.executors.cuda:CudaExecutor",
     "dask": "nvdispatch.executors.dask:DaskExecutor",
 }
+
+#: tuning kind → "module:Class" of the plan class that makes tunings of that kind and checks them (its
+#: ``validate_tuning``; imported when a tunings file holds the kind: see nvdispatch._tunings)
+TUNING_KINDS: dict[str, str] = {
+    "numpy-blocks": "nvdispatch.executors.numpy_matmul:NumpyMatmulPlan",
+    "numpy-panels": "nvdispatch.executors.numpy_matmul_panels:PanelPlan",
+    "cublaslt-algo": "nvdispatch._cuda.lt_plan_base:LtPlanBase",
+}
+
+
+def _tuning_owner(target: str):
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+for _kind, _target in TUNING_KINDS.items():
+    register_kind(_kind, functools.partial(_tuning_owner, _target))
 
 _instances: dict[str, Executor] = {}
 _lock = threading.Lock()

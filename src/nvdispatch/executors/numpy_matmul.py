@@ -20,6 +20,7 @@ import numpy as np
 from .._epilog import INPUTS, OUTPUTS, STEPS, apply_steps, declined_mask_format, finish_outputs, output_of_kind
 from .._epilog_numpy import NumpyEpilogOps, accumulator_dtype
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
+from .._tunings import an_int, check_object, require_valid
 from . import numpy_matmul_calibration as calibration
 from . import numpy_matmul_engines as engines
 from .cpu_threads import CPUS, pool
@@ -124,8 +125,16 @@ class NumpyMatmulPlan:
     """A planned CPU matmul. ``execute`` returns the result, or ``(result, aux)`` for epilogs with outputs."""
 
     needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+    tuning_kind = "numpy-blocks"
+
+    @staticmethod
+    def validate_tuning(value) -> str | None:
+        """Why ``value`` is no tuning of this plan (``{"block_bytes": int >= 0, "threads": 1 to 4 a core}``)."""
+        return check_object(value, {"block_bytes": an_int(0, 1 << 62), "threads": an_int(1, 4 * _CPUS)})
 
     def __init__(self, problem: MatmulProblem, strategy: str, tuning=None):
+        if tuning is not None:
+            require_valid(self, tuning)
         self.problem = problem
         self.strategy = strategy
         self.dtype = np.dtype(problem.result_dtype)

@@ -21,6 +21,7 @@ import itertools
 import numpy as np
 
 from .._matmul_problem import MatmulProblem
+from .._tunings import an_int, check_object, require_valid
 from . import blas_threads, cpu_caches
 from .cpu_threads import CPUS, pool
 from .numpy_matmul_calibration import fastest_seconds
@@ -55,7 +56,16 @@ def default_threads() -> int:
 class PanelPlan(EnginePlan):
     """``EnginePlan`` with engine ``panels``; ``tuning`` may give ``panel_bytes`` and ``threads``."""
 
+    tuning_kind = "numpy-panels"
+
+    @staticmethod
+    def validate_tuning(value) -> str | None:
+        """Why ``value`` is no tuning of this plan (``{"panel_bytes": int >= 0, "threads": 1 to 4 a core}``)."""
+        return check_object(value, {"panel_bytes": an_int(0, 1 << 62), "threads": an_int(1, 4 * _CPUS)})
+
     def __init__(self, problem: MatmulProblem, tuning=None):
+        if tuning is not None:
+            require_valid(self, tuning)
         tuning = tuning or {}
         itemsize = np.dtype(problem.result_dtype).itemsize
         self.row_bytes = max(1, problem.n * itemsize)
