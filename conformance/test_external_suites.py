@@ -35,10 +35,7 @@ SUITES = {
 XFAIL: dict[str, dict[str, str]] = {
     "numpy-fft": {},
     "scipy-fft": {},
-    "numpy-matmul": {
-        "TestMatmul::test_result_types": "drop-in gap (issue 28, item 7): 1-D @ 1-D returns a 0-d array where "
-        "NumPy returns a scalar of the dtype",
-    },
+    "numpy-matmul": {},
 }
 #: test ids deselected, each justified in README.md
 DESELECTED: dict[str, tuple[str, ...]] = {"numpy-fft": (), "scipy-fft": (), "numpy-matmul": ()}

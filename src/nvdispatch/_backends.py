@@ -54,6 +54,8 @@ __all__ = [
     "resolve_backend",
     "candidates",
     "Candidate",
+    "Registry",
+    "registry",
 ]
 
 
@@ -123,17 +125,42 @@ class _Global:
 _global = _Global()
 
 
+class Registry:
+    """The backend state as the call route reads it, in one object (the compiled front reads it too).
+
+    ``current_state()`` is this thread/task's :class:`BackendState` (``ContextVar.get``: a C call) and
+    ``global_key`` the key of the process-wide part, replaced whenever the global or registered backends
+    change: a call key holds ``(current_state().key, global_key)``. :meth:`order` is the one place the
+    resolution order of the chosen backends is implemented.
+    """
+
+    __slots__ = ("current_state", "global_key")
+
+    def __init__(self) -> None:
+        self.current_state = _state.get
+        self.global_key = _global.key
+
+    def order(self) -> tuple[Candidate, ...]:
+        """The backends chosen in this thread/task, in the order a call tries them: the active ``set_backend``
+        blocks innermost first, then the global backend (unless ``try_last``), the registered backends, and
+        the global backend when it goes last. Skipped backends and the default executors are not listed."""
+        glob = _global
+        first = () if glob.candidate is None or glob.try_last else (glob.candidate,)
+        last = () if glob.candidate is None or not glob.try_last else (glob.candidate,)
+        registered = tuple(Candidate(r, False, False) for r in glob.registered)
+        return (*reversed(_state.get().local), *first, *registered, *last)
+
+
+registry = Registry()
+
+
 def _set_global(**changes) -> None:
     global _global
     with _lock:
         fields = {"candidate": _global.candidate, "try_last": _global.try_last, "registered": _global.registered}
         fields.update(changes)
         _global = _Global(**fields, key=_global.key + 1)
-
-
-def state_keys() -> tuple[int, int]:
-    """``(context key, global key)``: equal whenever the backend resolution is the same."""
-    return _state.get().key, _global.key
+        registry.global_key = _global.key
 
 
 def _is_executor(obj: Any) -> bool:
@@ -457,9 +484,10 @@ def any_coercing() -> bool:
 
 
 def candidates(framework: str, device_kind: str) -> list[Candidate]:
-    """The executors to try, in order, for operands of ``framework`` on a ``device_kind`` device."""
-    state, glob_state = _state.get(), _global
-    skipped = state.skipped
+    """The executors to try, in order, for operands of ``framework`` on a ``device_kind`` device: the chosen
+    backends (:meth:`Registry.order`) up to the first with ``only``, then the framework's default executors;
+    skipped ones left out, each listed once."""
+    skipped = _state.get().skipped
     out: list[Candidate] = []
 
     def add(c: Candidate) -> bool:
@@ -470,16 +498,9 @@ def candidates(framework: str, device_kind: str) -> list[Candidate]:
             out.append(c)
         return c.only
 
-    for c in reversed(state.local):
+    for c in registry.order():
         if add(c):
             return out
-    glob, regs, try_last = glob_state.candidate, glob_state.registered, glob_state.try_last
-    if glob is not None and not try_last and add(glob):
-        return out
-    for r in regs:
-        add(Candidate(r, False, False))
-    if glob is not None and try_last and add(glob):
-        return out
     for name in _executors.default_names(framework, device_kind):
         inst = _executors.builtin(name)
         if inst is not None:

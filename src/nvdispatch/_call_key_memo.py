@@ -1,21 +1,19 @@
 """What repeated calls' keys led to, remembered behind a guard, for arrays whose signatures are costly to read.
 
-A call key (see :mod:`nvdispatch._dispatch`) holds each operand's adapter signature. For most frameworks that
-is one native attribute read; a Torch tensor's takes six (dtype, size, stride, device, autograd), ~0.6 us per
-tensor, more than the rest of a cached call, and hashing the key again costs ~0.2 us more. An adapter that can
-build a *guard* — one native check that arrays still have the dtype, shape, strides, device and autograd state
-they had — lets the route skip both: per *form* of call (everything of the key but the signatures: operation,
-epilog, scalar classes, backend state...), the memo keeps, for the last few repeated calls, the plan cache's
-*handle* on the plan their key led to (:meth:`~nvdispatch._plan_cache.PlanCache.handle`), each behind its
-guard. A call whose guard passes acquires its plan by that handle. A handle goes stale when the cache drops the
-key it was taken for (eviction, ``clear``, ``Matmul.autotune`` choosing another plan): the call then builds its
-key, looks it up as any call does and remembers the new handle. So eviction, clearing, pinning and autotune's
-choices work as for any key. A stale handle still references its (released) plan object until the form's
-newer calls push it out.
+A call key (see :mod:`nvdispatch._call_key`) holds each operand's adapter signature. For most frameworks that
+is one native attribute read; a Torch tensor's takes six (dtype, size, stride, device, autograd), which with
+hashing the key again costs more than the rest of a cached call. An adapter that can build a *guard* — one
+native check that arrays still have the dtype, shape, strides, device and autograd state they had — lets the
+route skip both: per *form* of call (everything of the key but the signatures: operation, epilog, scalar
+classes, backend state...), the memo keeps, for the last few repeated calls, the plan cache's *handle* on the
+plan their key led to (:meth:`~nvdispatch._plan_cache.PlanCache.handle`), each behind its guard. A call whose
+guard passes acquires its plan by that handle. A handle goes stale when the cache drops the key it was taken
+for (eviction, ``clear``, ``Matmul.autotune`` choosing another plan): the call then builds its key, looks it up
+as any call does and remembers the new handle. So eviction, clearing, pinning and autotune's choices work as for
+any key. A stale handle still references its (released) plan object until the form's newer calls push it out.
 
-One memo per array class (the route keeps them in ``nvdispatch._adapters.call_key_memo_by_class``, dropped
-when adapters change). The route reads :attr:`CallKeyMemo.handles` without a lock; every update replaces a
-form's tuple whole.
+One memo per array class (``nvdispatch._call_key.ClassKeys.memo``, dropped when adapters change). The route
+reads :attr:`CallKeyMemo.handles` without a lock; every update replaces a form's tuple whole.
 """
 
 from __future__ import annotations

@@ -72,19 +72,20 @@ def _executor_status(name: str) -> str:
     return "available" if why is None else f"unavailable: {why}"
 
 
-def _operands(framework: str, device: str, m: int, k: int, n: int):
+def _operands(library: str, device: str, m: int, k: int, n: int):
+    """The demo's operands, made with ``library`` (the demo shows each installed library in turn)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m, k), dtype=np.float32)
     w = rng.standard_normal((k, n), dtype=np.float32)
     bias = rng.standard_normal(n, dtype=np.float32)
     want = np.maximum(x @ w + bias, 0)
-    if framework == "numpy":
+    if library == "numpy":
         return (x, w, bias), want
-    if framework == "torch":
+    if library == "torch":
         import torch
 
         return tuple(torch.from_numpy(v).to(device) for v in (x, w, bias)), want
-    if framework == "dask":  # NumPy chunks, 2 x 2 blocks; the small bias is broadcast as it is
+    if library == "dask":  # NumPy chunks, 2 x 2 blocks; the small bias is broadcast as it is
         import dask.array as da
 
         return (da.from_array(x, chunks=(-(-m // 2), -(-k // 2))), da.from_array(w, chunks=(-(-k // 2), -(-n // 2))),
@@ -94,16 +95,16 @@ def _operands(framework: str, device: str, m: int, k: int, n: int):
     return tuple(cupy.asarray(v) for v in (x, w, bias)), want
 
 
-def _finisher(framework: str, device: str) -> Callable[[Any], Any]:
-    """What completes a call's work, so that a timing covers it: Dask computes its graph (synchronous
-    scheduler), GPU work is waited for."""
-    if framework == "dask":
+def _finisher(library: str, device: str) -> Callable[[Any], Any]:
+    """What completes a call's work with ``library``'s arrays, so that a timing covers it: Dask computes its
+    graph (synchronous scheduler), GPU work is waited for."""
+    if library == "dask":
         return lambda r: r.compute(scheduler="sync")
-    if framework == "torch" and device == "cuda":
+    if library == "torch" and device == "cuda":
         import torch
 
         return lambda r: (torch.cuda.synchronize(), r)[1]
-    if framework == "cupy":
+    if library == "cupy":
         import cupy
 
         return lambda r: (cupy.cuda.get_current_stream().synchronize(), r)[1]

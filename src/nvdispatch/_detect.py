@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._adapters import CPU, Device, OperandInfo, adapter_for
+from ._adapters import CPU, Device, OperandInfo, adapter_for, framework_names
 from .errors import MixedOperandsError, UnsupportedOperandError, describe
 
 __all__ = ["Device", "OperandInfo", "detect", "common_placement", "CPU"]
@@ -30,9 +30,7 @@ def detect(name: str, x: Any) -> OperandInfo:
         if isinstance(x, (list, tuple, int, float, complex))
         else ""
     )
-    raise UnsupportedOperandError(
-        name, "an array (NumPy, CuPy, Torch, __cuda_array_interface__ or DLPack)", describe(x), hint
-    )
+    raise UnsupportedOperandError(name, f"an array of a registered framework ({framework_names()})", describe(x), hint)
 
 
 def common_placement(infos: dict[str, OperandInfo]) -> tuple[str, Device]:

@@ -2,7 +2,7 @@
 
 The built-in executors (``nvdispatch.executors.*``) are trusted and called directly. Every other executor —
 one a user registers or passes to ``set_backend`` — goes through the functions below, which the route
-(:mod:`nvdispatch._dispatch`) calls in place of the executor's own methods:
+(:mod:`nvdispatch._route`) calls in place of the executor's own methods:
 
 * :func:`decline` / :func:`strategies` check what the executor answers (a reason string or None; a non-empty
   sequence of strategy names) and turn a call the executor's signature cannot take into a typed error;
@@ -11,7 +11,8 @@ one a user registers or passes to ``set_backend`` — goes through the functions
   with outputs a ``(result, aux)`` pair with exactly the epilog's aux keys);
 * a matmul epilog the executor does not declare in ``fused_epilogs`` is not its business: it sees the
   problem without the epilog (:func:`problem_for`) and the core applies the epilog's steps to the result,
-  with the framework's own array operations (NumPy, Torch, CuPy).
+  with the array operations of the result's memory kind (NumPy's on host memory, Torch's on Torch tensors,
+  CuPy's on CuPy arrays).
 
 Every breach raises :class:`~nvdispatch.errors.ExecutorContractError` naming the executor and the method.
 The protocol itself is documented in :mod:`nvdispatch.executors.base`.
@@ -24,12 +25,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._epilog import OUTPUTS, apply_steps, finish_outputs, prepare_inputs, spec_of
+from ._memory import CUPY_ARRAY, HOST, TORCH_TENSOR
 from .errors import ExecutorContractError, describe
 
 __all__ = ["trusted", "problem_for", "decline", "strategies", "plan", "CheckedPlan"]
-
-#: epilogs a user executor may leave to the core: their steps run on the result in these frameworks
-_CORE_EPILOG_FRAMEWORKS = ("numpy", "torch", "cupy")
 
 
 def trusted(executor: Any) -> bool:
@@ -63,12 +62,12 @@ def decline(executor: Any, op: str, problem: Any, coerce: bool) -> str | None:
     if (
         op == "matmul"
         and problem.epilog.steps
-        and problem.framework not in _CORE_EPILOG_FRAMEWORKS
+        and not problem.memory & _EPILOG_OPS.keys()
         and not _fuses(executor, problem.epilog.epilog.name)
     ):
         return (
             f"does not fuse {problem.epilog.epilog.name} (not in its fused_epilogs), and nvdispatch applies "
-            f"epilogs itself only to {', '.join(_CORE_EPILOG_FRAMEWORKS)} results"
+            f"epilogs itself only to results in {', '.join(sorted(_EPILOG_OPS))} memory"
         )
     try:
         reason = executor.decline(op, problem_for(executor, op, problem), coerce=coerce)
@@ -227,13 +226,13 @@ def _cupy_ops() -> Any:
     return CUPY_INPLACE  # in place on the executor's fresh result
 
 
-#: framework -> its epilog step vocabulary (out of place where one exists), for the epilogs the core applies
-_EPILOG_OPS = {"numpy": _numpy_ops, "torch": _torch_ops, "cupy": _cupy_ops}
-assert set(_EPILOG_OPS) == set(_CORE_EPILOG_FRAMEWORKS)
+#: memory kind -> its epilog step vocabulary (out of place where one exists), for the epilogs the core applies
+_EPILOG_OPS = {HOST: _numpy_ops, TORCH_TENSOR: _torch_ops, CUPY_ARRAY: _cupy_ops}
 
 
 def _ops_for(result: Any) -> Any:
-    """The epilog step vocabulary of ``result``'s framework."""
+    """The epilog step vocabulary of ``result``'s memory kind."""
     from ._detect import detect
 
-    return _EPILOG_OPS[detect("result", result).framework]()
+    memory = detect("result", result).memory
+    return next(ops for kind, ops in _EPILOG_OPS.items() if kind in memory)()

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, overload
 
-from ._dispatch import Explanation
+from ._route import Explanation
 
 __all__ = ["explain"]
 

@@ -45,25 +45,13 @@ new function each time, hence a new plan and, on the GPU, a new compilation).
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ._detect import detect
-from ._dispatch import (
-    Explanation,
-    acquire_plan,
-    choose_strategy,
-    coerce_operands,
-    detect_all,
-    explain_selected,
-    placement,
-    select,
-)
-from ._execute import run as run_plan
 from ._fft_problem import FFTProblem, build_fft_problem
-from ._plan_cache import plan_cache
+from ._route import Explanation, coerce_operands, detect_all, explain_selected, placement, select
 from .errors import CallbackError, InvalidArgumentError, MixedOperandsError, describe
 
 __all__ = [
@@ -71,7 +59,6 @@ __all__ = [
     "Callback",
     "CallbackFFTProblem",
     "OP",
-    "run",
     "explain",
     "prepare",
     "attach",
@@ -81,7 +68,6 @@ __all__ = [
 
 #: the operation name executors implement (``executors/<executor>_fft_callbacks.py``)
 OP = "fft_callbacks"
-_log = logging.getLogger("nvdispatch")
 
 
 @dataclass(frozen=True)
@@ -147,6 +133,14 @@ class CallbackFFTProblem:
     @property
     def device(self):
         return self.fft.device
+
+    @property
+    def memory(self) -> frozenset[str]:
+        return self.fft.memory
+
+    @property
+    def autograd(self) -> bool:
+        return self.fft.autograd
 
     @property
     def in_shape(self) -> tuple[int, ...]:
@@ -221,31 +215,26 @@ def attach(problem: FFTProblem, prolog=None, epilog=None, prolog_data=None, epil
             for i in (infos[f"{prefix}[{k}]"] for k in range(count))
         )
 
-    def operand(name):
-        i = infos[name]
-        return i.array if i.framework == "dlpack" and i.device.kind == "cpu" else named[name]
-
     cb_problem = CallbackFFTProblem(
         problem,
         None if prolog is None else Callback("prolog", prolog, layouts("prolog_data", len(pdata))),
         None if epilog is None else Callback("epilog", epilog, layouts("epilog_data", len(edata))),
     )
-    data = {
-        "prolog_data": tuple(operand(f"prolog_data[{i}]") for i in range(len(pdata))),
-        "epilog_data": tuple(operand(f"epilog_data[{i}]") for i in range(len(edata))),
+    data = {  # the views executors take (their adapters' OperandInfo.array)
+        "prolog_data": tuple(infos[f"prolog_data[{i}]"].array for i in range(len(pdata))),
+        "epilog_data": tuple(infos[f"epilog_data[{i}]"].array for i in range(len(edata))),
     }
     return cb_problem, data
 
 
 def prepare(func: str, x, n, axis, s, axes, norm, prolog, epilog, prolog_data, epilog_data):
-    """Validate a callback call; return ``(problem, operands)`` (operands: x and the two data tuples)."""
+    """Validate a callback call; return ``(problem, operands)`` (operands: x's view and the two data tuples)."""
     infos = {"x": detect("x", x)}
     framework, device = placement(infos)
     info = infos["x"]
     fft_problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
     problem, data = attach(fft_problem, prolog, epilog, prolog_data, epilog_data)
-    operand = info.array if framework == "dlpack" and device.kind == "cpu" else x
-    return problem, {"x": operand, **data}
+    return problem, {"x": info.array, **data}
 
 
 def coerce_all(sel, operands: dict) -> dict:
@@ -259,29 +248,7 @@ def coerce_all(sel, operands: dict) -> dict:
     return out
 
 
-# -- the route ---------------------------------------------------------------------------------------------
-def run(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, *, callbacks):
-    """``nvdispatch.fft.<func>`` with ``callbacks = (prolog, epilog, prolog_data, epilog_data)``:
-    detect -> select (op ``fft_callbacks``) -> plan (cached) -> execute."""
-    problem, operands = prepare(func, x, n, axis, s, axes, norm, *callbacks)
-    return select_and_run(OP, problem, operands, stream, coerce_all, f"fft {func} with callbacks")
-
-
-def select_and_run(op: str, problem, operands: dict, stream, coerce, label: str):
-    """select -> plan (cached) -> ``coerce(selection, operands)`` -> execute: the route's last steps for an
-    op without a call-key fast path (``fft_callbacks``, ``fft_convolve``); ``label`` names the call in the log."""
-    sel = select(op, problem)
-    strategy = choose_strategy(sel.executor, op, problem)
-    plan = acquire_plan(sel.executor, op, problem, strategy)  # pinned until run_plan() returns
-    _log.debug("%s: executor %s, strategy %s, plan %s", label, sel.executor.name, strategy, plan)
-    try:
-        operands = coerce(sel, operands)
-    except BaseException:
-        plan_cache.let_go(plan)
-        raise
-    return run_plan(plan, operands, stream)
-
-
+# -- explain ---------------------------------------------------------------------------------------------
 def explain(func, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, *, callbacks) -> Explanation:
     """What a callback FFT would do (executor, strategy, fused or not), without running it."""
     problem, _ = prepare(func, x, n, axis, s, axes, norm, *callbacks)

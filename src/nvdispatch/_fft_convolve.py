@@ -4,9 +4,9 @@ The problem (:class:`ConvolveProblem`) is the forward transform of ``x`` (``fft`
 ``rfft`` for real ``x``), the filter's layout, and the inverse transform; executors implement the op
 ``fft_convolve`` (``executors/<executor>_fft_convolve.py``):
 
-* ``"cuda"``: one generated kernel per call for lengths the device engine has (load -> block FFT ->
-  multiply by ``h`` in registers -> inverse block FFT -> store: one read and one write of the signal), see
-  :mod:`nvdispatch.device.fft_callback_kernel`;
+* ``"cuda"``: the fastest of its strategies, timed on the first call of a large problem (one generated
+  kernel for lengths up to 4096, the four-step kernels for longer signals, cuFFT with one multiply kernel or
+  an LTO callback), see :mod:`nvdispatch.executors.cuda_fft_convolve`;
 * NumPy, Torch, CuPy: the executor's forward FFT, one multiply, its inverse FFT.
 
 The result is the same for every ``norm`` pair of the array API (the two factors multiply to ``1/n``), so
@@ -16,21 +16,21 @@ there is no ``norm`` argument.
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass
 
-import numpy as np
-
 from ._detect import OperandInfo, detect
-from ._dispatch import (
+from ._fft_callbacks import DataLayout
+from ._fft_problem import FFTProblem, build_fft_problem
+from ._route import (
     Explanation,
+    check_stream,
     coerce_operands,
     explain_selected,
     placement,
+    run_uncached,
     select,
 )
-from ._fft_callbacks import DataLayout, select_and_run
-from ._fft_problem import FFTProblem, build_fft_problem
+from ._shapes import broadcast_shapes
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
 ]
 
 OP = "fft_convolve"
-_log = logging.getLogger("nvdispatch")
 
 
 @dataclass(frozen=True)
@@ -62,6 +61,10 @@ class ConvolveProblem:
     @property
     def device(self):
         return self.forward.device
+
+    @property
+    def memory(self) -> frozenset[str]:
+        return self.forward.memory
 
     @property
     def spectrum_shape(self) -> tuple[int, ...]:
@@ -92,26 +95,21 @@ def prepare(x, h, n, axis):
     infos = {"x": detect("x", x), "h": detect("h", h)}  # both required: None is an error
     framework, device = placement(infos)
     problem = build_convolve_problem(infos["x"], infos["h"], framework, device, n, axis)
-
-    def operand(name, value):
-        i = infos[name]
-        return i.array if i.framework == "dlpack" and i.device.kind == "cpu" else value
-
-    return problem, {"x": operand("x", x), "h": operand("h", h)}
+    return problem, {"x": infos["x"].array, "h": infos["h"].array}  # the views executors take
 
 
 def build_convolve_problem(xi: OperandInfo, hi: OperandInfo, framework: str, device, n, axis) -> ConvolveProblem:
     """The :class:`ConvolveProblem` of signals ``xi`` and filter ``hi`` (operand descriptions), validated."""
     real = xi.dtype in ("float32", "float64")
     forward = build_fft_problem("rfft" if real else "fft", xi, framework, device, n=n, axis=axis)
-    spectrum = OperandInfo(None, framework, device, forward.result_dtype, forward.out_shape, None)
+    spectrum = OperandInfo(None, framework, device, forward.result_dtype, forward.out_shape, None, memory=xi.memory)
     length = forward.lengths[0]
     inverse = build_fft_problem("irfft" if real else "ifft", spectrum, framework, device, n=length, axis=axis)
     if hi.dtype not in ("float32", "float64", "complex64", "complex128"):
         raise UnsupportedDtypeError("h", "a floating filter (real or complex)", hi.dtype)
     spec_shape = forward.out_shape
     try:
-        ok = np.broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
+        ok = broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
     except ValueError:
         ok = False
     if not ok:
@@ -127,7 +125,8 @@ def build_convolve_problem(xi: OperandInfo, hi: OperandInfo, framework: str, dev
 
 def run(x, h, n=None, axis=-1, stream=None):
     problem, operands = prepare(x, h, n, axis)
-    return select_and_run(OP, problem, operands, stream, _coerce, "fft convolve")
+    check_stream(stream, x)
+    return run_uncached(OP, problem, operands, stream, _coerce, x)
 
 
 def _coerce(sel, operands: dict) -> dict:
@@ -136,6 +135,7 @@ def _coerce(sel, operands: dict) -> dict:
 
 def explain(x, h, n=None, axis=-1, stream=None) -> Explanation:
     problem, _ = prepare(x, h, n, axis)
+    check_stream(stream, x)
     return explain_selected("convolve", OP, problem, select(OP, problem))
 
 

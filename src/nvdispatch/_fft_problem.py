@@ -26,7 +26,7 @@ gives ``complex64``/``float32`` out.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._detect import Device
@@ -77,6 +77,8 @@ class FFTProblem:
     ndim_api: bool  # called through an n-D function (s/axes) rather than a 1-D one (n/axis)
     autograd: bool = False  # autograd records this call (a Torch tensor requiring grad)
     chunks: Any = None  # a chunked (Dask) operand's layout, else None
+    #: the memory kinds the operand's view is (``OperandInfo.memory``): what executors accept it by
+    memory: frozenset[str] = field(default=frozenset(), repr=False)
 
     @property
     def real_dtype(self) -> str:
@@ -301,4 +303,5 @@ def build_fft_problem(func: str, info, framework: str, device: Device, n=None, a
         nd,
         getattr(info, "autograd", False),
         getattr(info, "chunks", None),
+        info.memory,
     )

@@ -1,16 +1,24 @@
 /* The first step of nvdispatch.matmul's route, compiled: a repeated call served from the plan cache.
  *
- * nvdispatch.linalg._route is the route, in Python; this is its hit for the forms of call it keys inline (a
- * plain product, a bias epilog; alpha 1, no c, options or scales), the part a repeated call takes: the
- * call's form (operand classes, epilog, alpha's class, backend state), then for a class with a guard (Torch)
- * the plan handles remembered for that form (nvdispatch._call_key_memo) behind their guards and the plan
- * cache's acquire_handle, for one without (NumPy, CuPy) the call key (form and signatures) and acquire; then
- * the plan's direct call (or execute) and let_go. A form also holds the reading of the framework's precision
- * settings (the adapter's precision_key: TF32, autocast...), so a changed setting makes another form. Every object it reads and every rule it applies are the
- * route's own, handed over by linalg when it builds the front; any call it does not serve this way (another
- * form, no handle whose guard passes, a stale handle, a miss, an argument it cannot hash) goes to _route,
- * which serves it as it serves every call. So there is one route: this is its hit, compiled, where the Python
- * route's own bytecode costs more than Torch's fused op on a small matrix.
+ * nvdispatch.linalg._route is the route, in Python; this is its hit for the short forms of call key that
+ * nvdispatch._call_key builds (a plain product, a bias epilog; alpha 1, no c, options or scales) for array
+ * classes whose arrays executors take as they are (ClassKeys.plain: no view, no wrap). The part a repeated call
+ * takes: the call's form (operand classes, epilog, alpha's class, backend state, the reading of the framework's
+ * precision settings), then for a class with a guard
+ * (Torch) the plan handles remembered for that form (nvdispatch._call_key_memo) behind their guards and the plan
+ * cache's acquire_handle, for one without (NumPy, CuPy) the call key (form and signatures) and acquire; then the
+ * plan's direct call (or execute) and let_go, as the run step (nvdispatch._execute.run) does. Any call it does
+ * not serve this way (another form or class, no handle whose guard passes, a stale handle, a miss, an argument
+ * it cannot hash) goes to the Python route, which serves it as it serves every call. So there is one route:
+ * this is its hit, compiled, where the Python route's own bytecode costs more than Torch's fused op on a small
+ * matrix.
+ *
+ * make_matmul_front receives ONE object (linalg._FrontParts) and reads its documented attributes once:
+ * route, classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory,
+ * operands. Per call it reads the attributes of the objects they hold that the Python route reads too:
+ * ClassKeys' fields plain, signature, memo, precision (a named tuple: by position), CallKeyMemo.handles, the
+ * backend registry's current_state() and global_key (and the state's key), a handle entry's pinless, a plan's
+ * direct.
  *
  * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct).
  *
@@ -22,21 +30,21 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* the objects of the route the front reads, in this order (make_matmul_front's arguments) */
+/* the attributes of the parts object the front reads, in this order (its self tuple) */
+static const char *const PART_NAMES[] = {
+    "route",   "classes",  "backends", "acquire", "acquire_handle", "let_go", "log_levels", "log_hit",
+    "raise_if_out_of_memory", "operands",
+};
 enum {
     ROUTE,          /* linalg._route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream,
                        quantization_scales, memo_checked) */
-    SIGNATURES,     /* class -> signature function (None: the class takes the full path) */
-    MEMOS,          /* class -> CallKeyMemo or None */
-    PRECISION_KEYS, /* class -> its adapter's precision_key function, or None */
-    STATE_GET,      /* the backend-state ContextVar's get */
-    BACKENDS,       /* nvdispatch._backends (its _global is rebound when global state changes) */
+    CLASSES,        /* class -> ClassKeys (a dict) */
+    BACKENDS,       /* the backend registry: current_state(), global_key */
     ACQUIRE,        /* plan_cache.acquire */
     ACQUIRE_HANDLE, /* plan_cache.acquire_handle */
     LET_GO,         /* plan_cache.let_go */
     LOG_LEVELS,     /* the nvdispatch logger's level cache (a dict) */
-    DEBUG_ENABLED,  /* _dispatch.debug_enabled */
-    LOG_HIT,        /* _dispatch.log_hit */
+    LOG_HIT,        /* _route.log_hit */
     RAISE_IF_OOM,   /* _execute.raise_if_out_of_memory */
     OPERANDS,       /* linalg._operands */
     N_PARTS
@@ -44,7 +52,8 @@ enum {
 
 #define N_ARGS 11 /* a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales */
 
-static PyObject *s_bias, *s_handles, *s_pinless, *s_direct, *s_execute, *s_key, *s_global, *s_matmul, *i_debug;
+static PyObject *s_bias, *s_handles, *s_pinless, *s_direct, *s_execute, *s_key, *s_global_key, *s_current_state,
+    *s_matmul, *i_debug;
 
 /* the whole call through the Python route; memo_checked: the form's handles were tried already */
 static PyObject *
@@ -72,10 +81,21 @@ attr(PyObject *obj, PyObject *name)
     return obj == NULL ? NULL : PyObject_GetAttr(obj, name);
 }
 
+/* the fields of nvdispatch._call_key.ClassKeys (a named tuple) the front reads, by position */
+enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO, KEYS_PRECISION = 6 };
+
+/* ClassKeys field `field` of class cls (borrowed); NULL with no error set when the class has no entry yet */
+static PyObject *
+class_field(PyObject *classes, PyObject *cls, Py_ssize_t field)
+{
+    PyObject *entry = PyDict_GetItemWithError(classes, cls);
+    return entry == NULL || !PyTuple_Check(entry) ? NULL : PyTuple_GetItem(entry, field);
+}
+
 /* the classes part of a form: cls when every array is of it, else the tuple of their classes when each has
  * the same signature function (a Torch Parameter beside tensors); NULL (no error) otherwise */
 static PyObject *
-classes_of(PyObject *signatures, PyObject *sig, PyObject *a, PyObject *b, PyObject *bias)
+classes_of(PyObject *classes, PyObject *sig, PyObject *a, PyObject *b, PyObject *bias)
 {
     PyObject *cls = (PyObject *)Py_TYPE(a);
     PyObject *bc = (PyObject *)Py_TYPE(b);
@@ -88,38 +108,35 @@ classes_of(PyObject *signatures, PyObject *sig, PyObject *a, PyObject *b, PyObje
     for (int i = 0; i < (bias == NULL ? 1 : 2); i++) {
         if (others[i] == cls)
             continue;
-        PyObject *s = PyDict_GetItemWithError(signatures, others[i]);
+        PyObject *s = class_field(classes, others[i], KEYS_SIGNATURE);
         if (s != sig)
             return NULL; /* an error, if any, stays set for the caller */
     }
     return bias == NULL ? PyTuple_Pack(2, cls, bc) : PyTuple_Pack(3, cls, bc, biasc);
 }
 
-/* the reading of the precision settings of class cls's framework (None where it has none), a new reference */
+/* the form a hit is remembered under (nvdispatch._call_key.short_form builds the same tuples) */
 static PyObject *
-precision_of(PyObject *parts, PyObject *cls)
+form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
 {
-    PyObject *read = PyDict_GetItemWithError(PyTuple_GetItem(parts, PRECISION_KEYS), cls);
-    if (read == NULL && PyErr_Occurred())
+    /* the reading of the framework's precision settings (ClassKeys.precision: None where it has none) */
+    PyObject *read = PyTuple_GetItem(entry, KEYS_PRECISION);
+    if (read == NULL)
         return NULL;
-    if (read == NULL || read == Py_None)
-        Py_RETURN_NONE;
-    return PyObject_CallNoArgs(read);
-}
-
-/* the form a hit is remembered under (linalg._route builds the same tuples) */
-static PyObject *
-form_of(PyObject *parts, PyObject *cls, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
-{
-    PyObject *precision = precision_of(parts, cls);
-    if (precision == NULL)
-        return NULL;
-    PyObject *state = PyObject_CallNoArgs(PyTuple_GetItem(parts, STATE_GET));
+    PyObject *precision;
+    if (read == Py_None) {
+        precision = Py_NewRef(Py_None);
+    }
+    else {
+        precision = PyObject_CallNoArgs(read);
+        if (precision == NULL)
+            return NULL;
+    }
+    PyObject *backends = PyTuple_GetItem(parts, BACKENDS);
+    PyObject *state = PyObject_CallMethodObjArgs(backends, s_current_state, NULL);
     PyObject *skey = attr(state, s_key);
     Py_XDECREF(state);
-    PyObject *global = attr(PyTuple_GetItem(parts, BACKENDS), s_global);
-    PyObject *gkey = attr(global, s_key);
-    Py_XDECREF(global);
+    PyObject *gkey = skey == NULL ? NULL : PyObject_GetAttr(backends, s_global_key);
     PyObject *form = NULL;
     if (skey != NULL && gkey != NULL) {
         PyObject *acls = (PyObject *)Py_TYPE(alpha);
@@ -304,19 +321,25 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
             return to_route(parts, args, 0);
         }
     }
-    PyObject *cls = (PyObject *)Py_TYPE(a);
-    PyObject *sig = PyDict_GetItemWithError(PyTuple_GetItem(parts, SIGNATURES), cls);
-    PyObject *memo = sig == NULL || sig == Py_None ? NULL : PyDict_GetItemWithError(PyTuple_GetItem(parts, MEMOS), cls);
-    if (memo == NULL) { /* a class the route has not met yet, or one whose calls take the full path */
+    /* the class's ClassKeys: served here when its arrays go to plans as they are (plain) and have a signature */
+    PyObject *classes = PyTuple_GetItem(parts, CLASSES);
+    PyObject *entry = PyDict_GetItemWithError(classes, (PyObject *)Py_TYPE(a));
+    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GetItem(entry, KEYS_PLAIN) != Py_True ||
+        PyTuple_GetItem(entry, KEYS_SIGNATURE) == Py_None) {
+        /* a class the route has not met yet, or one the route serves itself */
         PyErr_Clear();
         return to_route(parts, args, 0);
     }
-    Py_XINCREF(bias); /* ours for the call: the dict is the caller's */
+    PyObject *sig = PyTuple_GetItem(entry, KEYS_SIGNATURE);
+    PyObject *memo = PyTuple_GetItem(entry, KEYS_MEMO);
+    Py_INCREF(sig); /* ours for the call (another thread may replace the class's entry) */
     Py_INCREF(memo);
-    Py_INCREF(sig);
-    PyObject *classes = classes_of(PyTuple_GetItem(parts, SIGNATURES), sig, a, b, bias);
-    PyObject *form = classes == NULL ? NULL : form_of(parts, cls, classes, epilog, alpha, bias != NULL);
-    Py_XDECREF(classes);
+    Py_XINCREF(bias); /* ours for the call: the dict is the caller's */
+    PyObject *which = classes_of(classes, sig, a, b, bias);
+    Py_INCREF(entry);
+    PyObject *form = which == NULL ? NULL : form_of(parts, entry, which, epilog, alpha, bias != NULL);
+    Py_DECREF(entry);
+    Py_XDECREF(which);
     int pinned = 1, tried = 0;
     PyObject *plan = NULL;
     if (form != NULL) /* the memo's handles, behind their guards; else the call key */
@@ -344,15 +367,10 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     PyObject *levels = PyTuple_GetItem(parts, LOG_LEVELS);
     PyObject *level = PyDict_GetItemWithError(levels, i_debug);
     int debug = 0;
-    if (level != Py_False && !PyErr_Occurred()) {
-        PyObject *on = PyObject_CallNoArgs(PyTuple_GetItem(parts, DEBUG_ENABLED));
-        debug = on == NULL ? -1 : PyObject_IsTrue(on);
-        Py_XDECREF(on);
-        if (debug > 0) {
-            PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, LOG_HIT), s_matmul, plan, NULL);
-            debug = r == NULL ? -1 : 0;
-            Py_XDECREF(r);
-        }
+    if (level != Py_False && !PyErr_Occurred()) { /* log_hit checks the level itself */
+        PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, LOG_HIT), s_matmul, plan, NULL);
+        debug = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
     }
     if (debug >= 0 && !PyErr_Occurred()) {
         result = run_plan(parts, plan, args, bias);
@@ -369,27 +387,39 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef front_def = {"matmul_front", (PyCFunction)(void (*)(void))front, METH_FASTCALL,
                                 "nvdispatch.matmul's route with its hit compiled (see _hotpath.c)."};
 
+/* make_matmul_front(parts): the front, reading the documented attributes of parts (PART_NAMES) once */
 static PyObject *
-make_matmul_front(PyObject *module, PyObject *args)
+make_matmul_front(PyObject *module, PyObject *parts)
 {
-    if (PyTuple_Size(args) != N_PARTS) {
-        PyErr_Format(PyExc_TypeError, "make_matmul_front takes %d arguments", N_PARTS);
+    PyObject *self = PyTuple_New(N_PARTS);
+    if (self == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < N_PARTS; i++) {
+        PyObject *value = PyObject_GetAttrString(parts, PART_NAMES[i]);
+        if (value == NULL) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        PyTuple_SetItem(self, i, value);
+    }
+    if (!PyDict_Check(PyTuple_GetItem(self, CLASSES)) || !PyDict_Check(PyTuple_GetItem(self, LOG_LEVELS))) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_TypeError, "make_matmul_front: parts.classes and parts.log_levels must be dicts");
         return NULL;
     }
-    if (!PyDict_Check(PyTuple_GetItem(args, SIGNATURES)) || !PyDict_Check(PyTuple_GetItem(args, MEMOS)) ||
-        !PyDict_Check(PyTuple_GetItem(args, PRECISION_KEYS)) || !PyDict_Check(PyTuple_GetItem(args, LOG_LEVELS))) {
-        PyErr_SetString(PyExc_TypeError, "signatures, memos, precision keys and log levels must be dicts");
-        return NULL;
-    }
-    return PyCFunction_NewEx(&front_def, args, NULL); /* args: the route's parts, the front's self */
+    PyObject *front_fn = PyCFunction_NewEx(&front_def, self, NULL); /* self: the parts, the front's self */
+    Py_DECREF(self);
+    return front_fn;
 }
 
-int nvd_add_lt(PyObject *module); /* _hotpath_lt.c: the cuBLASLt launches */
+int nvd_add_lt(PyObject *module);    /* _hotpath_lt.c: the cuBLASLt launches */
+int nvd_add_cache(PyObject *module); /* _hotpath_cache.c: the plan cache's per-call steps */
 
 static PyMethodDef methods[] = {
-    {"make_matmul_front", make_matmul_front, METH_VARARGS,
-     "make_matmul_front(route, signatures, memos, precision_keys, state_get, backends, acquire, acquire_handle, "
-     "let_go, log_levels, debug_enabled, log_hit, raise_if_out_of_memory, operands) -> front"},
+    {"make_matmul_front", make_matmul_front, METH_O,
+     "make_matmul_front(parts) -> front: matmul's route with its hit compiled; parts has the attributes route, "
+     "classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory, operands "
+     "(nvdispatch.linalg._FrontParts)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -407,16 +437,17 @@ PyInit__hotpath(void)
     s_direct = PyUnicode_InternFromString("direct");
     s_execute = PyUnicode_InternFromString("execute");
     s_key = PyUnicode_InternFromString("key");
-    s_global = PyUnicode_InternFromString("_global");
+    s_global_key = PyUnicode_InternFromString("global_key");
+    s_current_state = PyUnicode_InternFromString("current_state");
     s_matmul = PyUnicode_InternFromString("matmul");
     i_debug = PyLong_FromLong(10); /* logging.DEBUG */
-    if (!s_bias || !s_handles || !s_pinless || !s_direct || !s_execute || !s_key || !s_global || !s_matmul ||
-        !i_debug)
+    if (!s_bias || !s_handles || !s_pinless || !s_direct || !s_execute || !s_key || !s_global_key ||
+        !s_current_state || !s_matmul || !i_debug)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (nvd_add_lt(module) < 0) {
+    if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -17,7 +17,9 @@ import numpy as np
 
 from ._detect import Device, OperandInfo
 from ._epilog import EpilogSpec, Shapes, validate_inputs
+from ._memory import common_memory
 from ._precision import PrecisionConvention
+from ._shapes import broadcast_shapes
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -376,6 +378,8 @@ class MatmulProblem:
     quantization: Any = None
     #: plan-shaping preferences (autotune ``limit``, ``max_workspace_bytes``); None: the defaults
     preferences: MatmulPlanPreferences | None = None
+    #: the memory kinds every operand's view is (``OperandInfo.memory``): what executors accept them by
+    memory: frozenset[str] = field(default=frozenset(), repr=False)
     #: the framework convention that chose the compute type (``options.compute_type``, set where it asks for
     #: another than the dtype's own) or the result dtype (an autocast region), as ``explain()`` gives it; None:
     #: the caller's ``compute_type``, or no convention (see :mod:`nvdispatch._precision`)
@@ -417,9 +421,11 @@ class MatmulProblem:
         return dict(self.inputs)
 
     def squeeze(self, x):
-        """Drop the axes PEP 465 added for 1-D operands from a promoted ``(..., m, n)`` array (any framework)."""
+        """Drop the axes PEP 465 added for 1-D operands from a promoted ``(..., m, n)`` array (any framework). A
+        1-D @ 1-D product is ``x[0, 0]``, as the framework indexes it: a NumPy scalar (as ``numpy.matmul`` gives),
+        a 0-d Torch/CuPy array."""
         if self.a_vector and self.b_vector:
-            return x[..., 0, 0]
+            return x[0, 0]
         if self.a_vector:
             return x[..., 0, :]
         if self.b_vector:
@@ -503,19 +509,6 @@ def scalar_value(value: Any):
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
         return value.item()
     return value
-
-
-def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """NumPy's broadcasting of ``shapes`` (``ValueError`` where they do not broadcast), for shapes of any size:
-    ``np.broadcast_shapes`` refuses those whose element count a NumPy array could not hold."""
-    ndim = max((len(shape) for shape in shapes), default=0)
-    out = []
-    for axis in range(-ndim, 0):
-        sizes = {shape[axis] for shape in shapes if len(shape) >= -axis} - {1}
-        if len(sizes) > 1:
-            raise ValueError(f"shapes {shapes} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
 
 
 def _broadcast(shapes: list[tuple[int, ...]], names: list[str]) -> tuple[int, ...]:
@@ -685,4 +678,5 @@ def build_problem(
         autograd=any(info.autograd for info in infos.values()),
         precision=precision or None,
         autocast=autocast if precision else None,
+        memory=common_memory(infos.values(), framework),
     )

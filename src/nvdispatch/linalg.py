@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 import time
 from collections.abc import Mapping
@@ -11,41 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _backends
+from ._adapters import adapter_for, call_key_classes
 from ._autocast_plan import AutocastPlan
-from ._backends import _state
+from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
 from ._detect import detect
-from ._dispatch import (
-    Explanation,
-    _log_levels,
-    acquire_plan,
-    adapter_for,
-    autocast_operands,
-    choice_key,
-    choose_strategy,
-    coerce_operands,
-    debug_enabled,
-    detect_all,
-    explain_selected,
-    keep_or_select,
-    log_hit,
-    placement,
-    plan_key,
-    precision_convention,
-    refuse_recorded_call,
-    signature_function,
-    signature_of,
-    store,
-    strategies_of,
-    wrap_result,
-)
-from ._dispatch import call_key_memo_by_class as _memos
-from ._dispatch import precision_key_by_class as _precision_keys
-from ._dispatch import signature_by_class as _signatures
 from ._epilog import INPUTS, Epilog, spec_of
-from ._execute import raise_if_out_of_memory, run
-from ._fp8 import _SCALE_NAMES, MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
+from ._execute import raise_if_out_of_memory, run, run_direct
+from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -54,14 +26,30 @@ from ._matmul_problem import (
     as_preferences,
     build_problem,
     check_scalar,
-    dict_form_key,
     scalar_always_valid,
-    scalar_key,
     scalar_value,
 )
 from ._plan_cache import plan_cache
-from ._precision import AUTOCAST_DTYPES
-from ._traced import traced_handler
+from ._precision import AUTOCAST_DTYPES, PrecisionConvention, autocast_targets
+from ._route import (
+    Explanation,
+    acquire_plan,
+    check_stream,
+    choice_key,
+    choose_strategy,
+    coerce_operands,
+    debug_enabled,
+    detect_all,
+    explain_selected,
+    keep_or_select,
+    log_hit,
+    log_levels,
+    placement,
+    plan_key,
+    refuse_recorded_call,
+    strategies_of,
+)
+from ._traced import announce, traced_handler
 from ._tunings import STRATEGY_CHOICE
 from ._typing import Array, Scalar, Stream
 from .errors import (
@@ -79,7 +67,7 @@ from .executors.blas_threads import let_workers_sleep
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
 _acquire_handle = plan_cache.acquire_handle  # the same, by a handle the call-key memo kept
 _handle = plan_cache.handle
-_let_go = plan_cache.let_go  # and its last
+_classes = call_key_classes  # class -> ClassKeys (_call_key), read first on the hot path
 
 __all__ = ["matmul", "Matmul", "explain_matmul", "Epilog", "ComputeType", "MatmulOptions", "MatmulPlanPreferences"]
 
@@ -107,6 +95,52 @@ def _check_required(a, b) -> None:
             raise UnsupportedOperandError(name, "an array", "None")
 
 
+def _as_array(name: str, x: Any) -> Any:
+    """``x`` itself when an adapter knows it (or None), else ``numpy.asarray(x)``: array-likes (lists, tuples,
+    objects with ``__array__``) are taken the NumPy way, as ``numpy.matmul`` takes them."""
+    if x is None or x.__class__ is np.ndarray or adapter_for(x) is not None:
+        return x
+    expected = "an array or a numeric array-like (a list or tuple of numbers)"
+    if isinstance(x, (str, bytes)):
+        raise UnsupportedOperandError(name, expected, describe(x))
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # noqa: BLE001 - whatever NumPy says, the operand is no array
+        raise UnsupportedOperandError(name, expected, describe(x)) from exc
+    if arr.dtype.kind not in "biufc":
+        raise UnsupportedOperandError(name, expected, describe(x))
+    return arr
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """A validated, selected matmul: its problem, executor selection, strategy and operand infos."""
+
+    problem: Any
+    selection: Any
+    strategy: str
+    #: the operands as given (an autocast region's casts are the plan's: ``problem.autocast`` names them)
+    infos: dict[str, Any]
+    #: the precision convention the problem followed (None: none, or the caller's ``compute_type``)
+    convention: PrecisionConvention | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bound:
+    """What every execute of a ``Matmul``'s plan on its current operands passes: the operands (views, as
+    executors take them), the arguments of the plan's direct call where the route would take it (as
+    :func:`matmul` does), whether an operand requires grad (a plan made without autograd must not run a call
+    autograd records: its executor may drop the graph, or its direct call have no derivative) and the arrays,
+    and how the result goes back (``(adapter, like)``, or None)."""
+
+    plan: Any
+    operands: dict[str, Any]
+    direct: tuple | None
+    grads: bool
+    arrays: dict[str, Any]
+    wrap: tuple[Any, Any] | None
+
+
 #: ``_prepare``'s ``convention`` default: the operands' framework's precision convention, read now
 _READ_NOW = object()
 
@@ -123,39 +157,92 @@ def _prepare(
     preferences,
     scales=None,
     selection=None,
+    infos=None,
     convention=_READ_NOW,
     stream=None,
-):
-    """Validate a call, choose its executor and strategy: (problem, selection, strategy, operand infos), the
-    infos of the operands as the problem's plan takes them (cast, where an autocast region applies).
-
-    ``selection``: keep that executor (a stateful object's) unless it declines the problem. ``convention``: the
-    precision convention to follow (a stateful object's, from its ``plan()``), by default the framework's now;
-    it is not read where ``options`` give a compute type. ``stream``: where the operands an autocast region casts
-    are cast (the call's)."""
+) -> _Prepared:
+    """Validate a call, choose its executor and strategy. ``infos``: a, b, c detected already (a ``Matmul``'s);
+    ``selection``: keep that executor (a stateful object's) unless it declines the problem; ``convention``: the
+    precision convention to follow (a ``Matmul``'s re-plan keeps its ``plan()``'s), by default the framework's
+    now (see :mod:`nvdispatch._precision`), never read where ``options`` give a compute type; ``stream``: where
+    an autocast region's casts are made (the call's)."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
     prefs = as_preferences(preferences)
-    _check_required(a, b)
-    infos = detect_all({"a": a, "b": b, "c": c, **inputs})
+    if infos is None:
+        _check_required(a, b)
+        infos = detect_all({"a": a, "b": b, "c": c, **inputs})
+    else:
+        infos = {**{k: v for k, v in infos.items() if k in ("a", "b", "c")}, **detect_all(inputs)}
     framework, device = placement(infos)
     if wants_fp8(infos, opts, scales):
+        convention = None
         problem = build_fp8_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs), scales)
     else:
         if opts.compute_type is not None:
             convention = None
         elif convention is _READ_NOW:
-            convention = precision_convention(a, device)
-        infos, autocast = autocast_operands(infos, convention, a, stream)
+            ad = adapter_for(a)
+            convention = None if ad is None else ad.precision_convention(device)
+        cast, autocast = _autocast_operands(infos, convention, a, stream)
         problem = build_problem(
-            framework, device, infos, spec, opts, alpha, beta, tuple(inputs), convention, autocast
+            framework, device, cast, spec, opts, alpha, beta, tuple(inputs), convention, autocast
         )
     plan_prefs = prefs.for_plan()
     if plan_prefs is not None:  # limit / max_workspace_bytes shape the plan: part of its key
         problem = dataclasses.replace(problem, preferences=plan_prefs)
     sel = keep_or_select(selection, "matmul", problem)
-    return problem, sel, choose_strategy(sel.executor, "matmul", problem, prefs.strategy), infos
+    strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy)
+    return _Prepared(problem, sel, strategy, infos, convention)
+
+
+def _autocast_operands(infos, convention, like, stream):
+    """``(infos, names)``: ``infos`` with the operands ``convention``'s autocast region casts cast by ``like``'s
+    adapter (on ``stream`` for a GPU call, where the product reads them) and their names; ``(infos, None)`` where
+    no region applies."""
+    if convention is None or convention.autocast is None:
+        return infos, None
+    targets = autocast_targets(convention.autocast, {name: info.dtype for name, info in infos.items()})
+    if targets is None:
+        return infos, None
+    ad = adapter_for(like)
+    device = infos["a"].device
+    out = dict(infos)
+    with ad.native_stream_context(stream if device.kind == "cuda" else None, device.index):
+        for name, dtype in targets.items():
+            out[name] = detect(name, ad.cast(infos[name].array, dtype))
+    return out, tuple(targets)
+
+
+def _acquire_autocast_plan(executor, problem, strategy, like, call_key):
+    """The plan a call in an autocast region runs (pinned for the caller): an :class:`AutocastPlan` casting the
+    operands ``problem.autocast`` names, by ``like``'s adapter, then running the cast problem's plan; cached
+    beside that plan (and under ``call_key``, where given), holding it as long as it lives itself."""
+    ad = adapter_for(like)
+    device = problem.device
+
+    def make(_tuning):
+        inner = acquire_plan(executor, "matmul", problem, strategy)
+        try:
+            on_stream = None
+            if device.kind == "cuda":
+                on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
+            return AutocastPlan(
+                inner, plan_cache.hold(inner), problem.autocast, problem.result_dtype, ad.cast, on_stream
+            )
+        finally:
+            plan_cache.let_go(inner)
+
+    return plan_cache.acquire_or_create(_autocast_key(executor, problem, strategy, like), make, alias=call_key)
+
+
+def _autocast_key(executor, problem, strategy, like):
+    """The plan-cache key of the :class:`AutocastPlan` of (problem, executor, strategy) for ``like``'s framework;
+    None where the problem's operands are not cast."""
+    if problem.autocast is None:
+        return None
+    return ("autocast", plan_key(executor, "matmul", problem, strategy), adapter_for(like).name)
 
 
 def _operands(a, b, c, alpha, beta, epilog_inputs, scales=None) -> dict[str, Any]:
@@ -185,12 +272,16 @@ def matmul(
 ) -> Array:  # (result, aux) for an epilog with outputs
     """Compute ``epilog(alpha * a @ b + beta * c)`` with whichever executor owns the operands.
 
+    The stateless form of :class:`Matmul`: ``Matmul(a, b, c, ...).plan(epilog, ...).execute()``, whose plan
+    stays in the plan cache under the call's key, so a repeated call runs it at once.
+
     Parameters
     ----------
     a, b : array
-        NumPy, CuPy or Torch arrays, or any ``__cuda_array_interface__`` / DLPack object, all of one
-        framework and device. PEP 465 semantics: 1-D operands are promoted (and the added dimension
-        removed from the result); leading batch dimensions broadcast.
+        Arrays of one registered framework and device (NumPy, CuPy, Torch, JAX, array-api-strict, Dask, any
+        ``__cuda_array_interface__`` / DLPack object), or array-likes NumPy takes (lists, tuples). PEP 465
+        semantics: 1-D operands are promoted (and the added dimension removed from the result); leading
+        batch dimensions broadcast.
     c : array, optional
         Added as ``beta * c``; must broadcast to the result.
     alpha, beta : scalar
@@ -207,7 +298,8 @@ def matmul(
         ``strategy`` forces an epilog fusion strategy.
     stream : optional
         GPU stream (Torch/CuPy stream, ``__cuda_stream__`` object or raw pointer); default: the
-        operands' framework's current stream. Ignored on the CPU.
+        operands' framework's current stream. On the CPU only None (or the framework's own CPU stream, such as
+        ``torch.cpu.Stream``); anything else is an :class:`~nvdispatch.errors.InvalidArgumentError`.
     quantization_scales : dict or MatmulQuantizationScales, optional
         FP8 operands (``float8_e4m3fn``/``float8_e5m2``): per-tensor scales ``{"a", "b", "c", "d"}``, Python
         numbers or one-element float32 device arrays; the result is
@@ -218,8 +310,9 @@ def matmul(
     Returns
     -------
     array or (array, dict)
-        The result in the operands' framework and device; with epilogs that have auxiliary outputs
-        (``*_AUX``, ``*_BGRAD``, ``BGRADA``, ``BGRADB``) or ``result_amax`` a tuple ``(result, aux)``.
+        The result in the operands' framework and on their device (a 1-D @ 1-D NumPy product: a NumPy
+        scalar, as ``numpy.matmul`` gives); with epilogs that have auxiliary outputs (``*_AUX``, ``*_BGRAD``,
+        ``BGRADA``, ``BGRADB``) or ``result_amax`` a tuple ``(result, aux)``.
 
     Examples
     --------
@@ -232,101 +325,42 @@ def matmul(
     return _front(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales)
 
 
+announce("matmul", matmul)
+
+
 def _route(
     a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales, memo_checked=False
 ):
-    """The route of a ``matmul`` call: its call key, the plan cache (the call-key memo first, for a repeated
-    call of the forms it holds), else the full path (:func:`_plan_and_run`). ``memo_checked``: the compiled
-    front (``_front``) tried the form's remembered handles already and none served the call."""
-    # The call key (see _dispatch), built inline for the common call: a function call costs as much.
-    cls = a.__class__
-    sig = _signatures.get(cls, signature_of)
-    if sig is signature_of:
-        sig = signature_of(cls)
-    form = learn = bias = plan = key = None
+    """The route of a ``matmul`` call: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the
+    call-key memo first, for a repeated call of a short form), then the run step on the cached plan; else the
+    stateful object's path (:func:`_plan_and_run`). ``memo_checked``: the compiled front (``_front``) tried
+    the form's remembered handles already and none served the call."""
+    entry = _classes.get(a.__class__)
+    if entry is None:
+        entry = class_keys(a.__class__)
+    plain, sig, memo, _, _, _, _ = entry
+    plan = key = learn = form = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
-        # the framework's precision settings (TF32, autocast...: nvdispatch._precision), part of every key
-        precision = _precision_keys.get(cls)
-        if precision is not None:
-            precision = precision()
-        if sig is None or alpha.__class__ not in _SCALARS:
-            pass
-        elif (
-            c is not None
-            or beta is not None
-            or options is not None
-            or preferences is not None
-            or quantization_scales is not None
-        ):
-            key = _call_key(
-                cls,
-                sig,
-                a,
-                b,
-                c,
-                alpha,
-                beta,
-                epilog,
-                epilog_inputs,
-                options,
-                preferences,
-                quantization_scales,
-                precision,
-            )
-        elif epilog_inputs is None:
-            # the shortest keys, (form, signatures...), for the commonest calls: a plain product and a linear
-            # layer (a bias alone); _call_key's keys have another shape, so no two kinds of call share a key
-            if b.__class__ is cls:
-                classes = cls
-            elif _signatures.get(b.__class__) is sig:
-                classes = (cls, b.__class__)
-            else:
-                classes = _classes_sharing(sig, a, b)
-            if classes is None:
-                key = _call_key(
-                    cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, None, precision
+        if sig is not None:
+            if c is None and beta is None and options is None and preferences is None and quantization_scales is None:
+                form, arrays, key = short_form(entry, a, b, alpha, epilog, epilog_inputs)
+            if form is None:
+                key = long_key(
+                    entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
                 )
-            else:
-                form = (classes, epilog, scalar_key(alpha), _state.get().key, _backends._global.key, precision)
-        elif epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
-            bias = epilog_inputs["bias"]
-            if b.__class__ is cls is bias.__class__:
-                classes = cls
-            elif _signatures.get(b.__class__) is sig is _signatures.get(bias.__class__):
-                classes = (cls, b.__class__, bias.__class__)  # a Parameter beside tensors, say
-            else:
-                classes = _classes_sharing(sig, a, b, bias)
-            if classes is None:
-                key = _call_key(
-                    cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, None, precision
-                )
-                bias = None
-            else:
-                form = (
-                    classes, epilog, "bias", scalar_key(alpha), _state.get().key, _backends._global.key, precision
-                )
-        else:
-            key = _call_key(
-                cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, None, precision
-            )
-        if form is not None:
-            # where the class has a guard, a repeated call's plan handle is remembered behind it (_call_key_memo)
-            memo = _memos.get(cls)
-            if memo is not None:
-                for check, entry, epoch in () if memo_checked else memo.handles.get(form, ()):
-                    if check(a, b) if bias is None else check(a, b, bias):
-                        plan = _acquire_handle(entry, epoch)
+            if form is not None and memo is not None:
+                # where the class has a guard, a repeated call's plan handle is remembered behind it
+                for check, handle, epoch in () if memo_checked else memo.handles.get(form, ()):
+                    if check(*arrays):
+                        plan = _acquire_handle(handle, epoch)
                         break
                 if plan is None:
-                    learn = memo
+                    key, learn = short_key(form, entry, arrays), memo
                 else:
-                    pinned = not entry.pinless  # the cache does not pin it: letting go would do nothing
-            if plan is None:
-                key = (form, sig(a), sig(b)) if bias is None else (form, sig(a), sig(b), sig(bias))
+                    pinned = not handle.pinless  # the cache does not pin it: letting go would do nothing
+            if plan is None and key is not None:
                 plan = _acquire(key)  # pinned until this call returns (if it needs release)
-        elif key is not None:
-            plan = _acquire(key)
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = None
     if plan is None:
@@ -334,180 +368,122 @@ def _route(
             key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales
         )
     if learn is not None:  # a repeated call, found by its signatures
-        learn.remember(form, (a, b) if bias is None else (a, b, bias), _handle(key))
+        learn.remember(form, arrays, _handle(key))
+    if form is not None and plain and stream is None and alpha == 1 and log_levels.get(10) is False:
+        # the commonest hit, a short form: its arrays (a, b[, bias]) to the plan's direct call, as _run_cached would
+        if getattr(plan, "direct", None) is not None:
+            return run_direct(plan, arrays, pinned)
+    return _run_cached(plan, pinned, entry, a, b, c, alpha, beta, epilog_inputs, stream, quantization_scales)
+
+
+def _run_cached(plan, pinned, entry, a, b, c, alpha, beta, epilog_inputs, stream, scales):
+    """The run step of a call whose plan its key found (pinned unless the cache does not pin it): on the
+    arrays' views, by the plan's direct call where every per-call value but the arrays is at its default, the
+    result through the adapter's ``wrap`` (:func:`nvdispatch._execute.run`)."""
     try:
-        if _log_levels.get(10) is not False and debug_enabled():
+        if stream is not None:
+            check_stream(stream, a)
+        if log_levels.get(10) is not False and debug_enabled():
             log_hit("matmul", plan)
-        if stream is None and alpha == 1 and c is None and quantization_scales is None:
+        direct = None
+        if stream is None and alpha == 1 and c is None and scales is None:
             direct = getattr(plan, "direct", None)
-            if direct is not None:
-                if epilog_inputs is None:
-                    return direct(a, b)
-                return direct(a, b, bias) if form is not None else direct(a, b, *epilog_inputs.values())
-        return plan.execute(_operands(a, b, c, alpha, beta, epilog_inputs, quantization_scales), stream)
-    except Exception as exc:
-        raise_if_out_of_memory(exc)
-        raise
-    finally:
+        wrap = None
+        if not entry.plain:  # an adapter with views or a way back: executors take views, callers get their type
+            wrap = (entry.adapter, a) if entry.wraps else None
+            a, b, c, epilog_inputs = _views(entry, a, b, c, epilog_inputs)
+    except BaseException:
         if pinned:
-            _let_go(plan)
+            plan_cache.let_go(plan)
+        raise
+    if direct is not None:
+        args = (a, b) if not epilog_inputs else (a, b, *epilog_inputs.values())
+        return run(plan, None, None, args, wrap, pinned)
+    return run(plan, _operands(a, b, c, alpha, beta, epilog_inputs, scales), stream, None, wrap, pinned)
+
+
+def _views(entry, a, b, c, epilog_inputs):
+    """The views of a cached call's arrays that executors take (``ClassKeys.view`` of each array's class)."""
+
+    def view(x):
+        own = entry if x.__class__ is a.__class__ else class_keys(x.__class__)
+        return x if own.view is None else own.view(x)
+
+    inputs = {} if epilog_inputs is None else {k: view(v) for k, v in epilog_inputs.items()}
+    return view(a), view(b), None if c is None else view(c), inputs
 
 
 def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales):
-    """The full path of a call: detect, validate, select, plan (and keep the plan under the call key when
-    every call with that key validates and selects the same way), execute, wrap. A call on traced arrays
-    (inside ``jax.jit``...) is handed to the integration that stages it (``nvdispatch._traced``)."""
+    """A call whose plan is not cached under its key: the stateful object's path. ``Matmul`` plans it (keeping
+    the plan under ``key`` too where every call with that key validates and selects the same way), executes
+    once and lets go. A call on traced arrays (inside ``jax.jit``...) is handed to the integration that stages
+    it, and a call a framework must see itself (a Torch call autograd records...) to its integration
+    (``nvdispatch._traced``)."""
     inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
-    staged = traced_handler("matmul", (a, b, c, *inputs))
-    if staged is not None:
-        return staged(
+    handler = traced_handler("matmul", (a, b, c, *inputs))
+    if handler is not None:
+        result = handler(
             a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
             preferences=preferences, stream=stream, quantization_scales=scales,
-        )
-    problem, sel, strategy, infos = _prepare(
-        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales, stream=stream
-    )
-    plan = acquire_plan(sel.executor, "matmul", problem, strategy)  # pinned until run() returns
+        )  # fmt: skip
+        if result is not NotImplemented:
+            return result
+    mm = Matmul._for_call(a, b, c, alpha, beta, options, stream, scales)
     try:
-        scalars_ok = scalar_always_valid(alpha, problem.result_dtype) and (
-            beta is None or scalar_always_valid(beta, problem.result_dtype)
-        )
-        if not sel.coerce and scalars_ok and _scales_always_valid(problem):
-            store(key, _autocast_plan(plan, problem, a))
-        operands = _operands(a, b, c, alpha, beta, epilog_inputs, scales)
-        operands.update((name, info.array) for name, info in infos.items())  # as executors take them
-        operands = coerce_operands(sel, operands, _OPERAND_NAMES)
-    except BaseException:
-        plan_cache.let_go(plan)
-        raise
-    return wrap_result(run(plan, operands, stream), a)
-
-
-def _autocast_plan(plan, problem, like):
-    """What a call with ``problem`` runs: ``plan``, behind an :class:`AutocastPlan` casting the operands an autocast
-    region cast (by ``like``'s adapter) where one did."""
-    if not problem.autocast:
-        return plan
-    ad = adapter_for(like)
-    on_stream = None
-    if problem.device.kind == "cuda":
-        index = problem.device.index
-        on_stream = lambda stream: ad.native_stream_context(stream, index)
-    return AutocastPlan(plan, plan_cache.hold(plan), problem.autocast, problem.result_dtype, ad.cast, on_stream)
+        mm._plan_with(epilog, epilog_inputs, preferences, None, call_key=key)
+        return mm.execute(stream=stream)
+    finally:
+        mm.free()
 
 
 def _compiled_front():
-    """:func:`_route` behind its hit compiled (``_hotpath.c``: a repeated call of the forms the route keys
-    inline, served by the call-key memo or the call key), where the extension is built and
-    ``NVDISPATCH_PURE_PYTHON`` is not set; else :func:`_route` itself. The compiled hit reads the route's own
-    objects (handed over here) and leaves every other call to the route."""
+    """:func:`_route` behind its hit compiled (``_hotpath.c``: a repeated call of the short forms, served by the
+    call-key memo or the call key, for classes whose arrays executors take as they are), where the extension is
+    built and ``NVDISPATCH_PURE_PYTHON`` is not set; else :func:`_route` itself. The compiled hit reads one
+    object, :data:`_FRONT_PARTS`, and leaves every other call to the route."""
     compiled = hotpath()
     if compiled is None:  # the route is the same, in Python
         return _route
-    return compiled.make_matmul_front(
-        _route,
-        _signatures,
-        _memos,
-        _precision_keys,
-        _state.get,
-        _backends,
-        _acquire,
-        _acquire_handle,
-        _let_go,
-        _log_levels,
-        debug_enabled,
-        log_hit,
-        raise_if_out_of_memory,
-        _operands,
-    )
+    return compiled.make_matmul_front(_FRONT_PARTS)
 
 
+class _FrontParts:
+    """What the compiled front reads (these attributes, once, when it is made; see ``_hotpath.c``).
+
+    ``route``
+        :func:`_route`, which serves every call the front does not (with ``memo_checked``);
+    ``classes``
+        class -> :class:`~nvdispatch._call_key.ClassKeys` (its ``plain``, ``signature``, ``memo``): the call-key
+        module's table, filled by the route;
+    ``backends``
+        the backend registry (``current_state()``, ``global_key``): the backend part of a form;
+    ``acquire``, ``acquire_handle``, ``let_go``
+        the plan cache's lookups and release;
+    ``log_levels``, ``log_hit``
+        the nvdispatch logger's level cache (a dict) and the hit's DEBUG record;
+    ``raise_if_out_of_memory``, ``operands``
+        the run step's error mapping and :func:`_operands` (for a plan without a direct call).
+    """
+
+    def __init__(self):
+        from ._backends import registry
+
+        self.route = _route
+        self.classes = _classes
+        self.backends = registry
+        self.acquire = _acquire
+        self.acquire_handle = _acquire_handle
+        self.let_go = plan_cache.let_go
+        self.log_levels = log_levels
+        self.log_hit = log_hit
+        self.raise_if_out_of_memory = raise_if_out_of_memory
+        self.operands = _operands
+
+
+_FRONT_PARTS = _FrontParts()
 _front = _compiled_front()
 
 
-def _concrete_subclasses(cls: type) -> set[type]:
-    subs = set(cls.__subclasses__())
-    return {c for c in subs if not c.__subclasses__()} | {d for c in subs for d in _concrete_subclasses(c)}
-
-
-#: scalar classes a call key may hold (it holds the class, not the value): Python's and NumPy's numbers
-_SCALARS = frozenset({int, float, complex} | {c for c in _concrete_subclasses(np.number) if c is not np.timedelta64})
-
-
-def _call_key(cls, sig, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales, precision):
-    """The call key of a matmul with ``c``/``beta``, epilog inputs, operands of more than one class or FP8
-    scales (``matmul`` builds the plainest ones): the operands' adapter signatures, the scalars' classes, the
-    epilog, options, preferences, scales, backend state and the framework's precision settings (``precision``);
-    None when the call does not qualify (it takes the full path)."""
-    if scales is not None:
-        scales = _scales_key(cls, sig, scales)
-        if scales is None:
-            return None
-    if c is None:
-        if beta is not None:
-            return None
-        c_sig = None
-    elif beta is not None and beta.__class__ not in _SCALARS:
-        return None
-    else:
-        c_sig = (_operand_signature(cls, sig, c), scalar_key(beta))
-    if epilog_inputs is None:
-        inputs = None
-    elif epilog_inputs.__class__ is dict:
-        inputs = tuple((name, _operand_signature(cls, sig, value)) for name, value in epilog_inputs.items())
-    else:
-        return None
-    if options.__class__ is dict:  # the documented dict form (unhashable values take the full path)
-        options = dict_form_key(options)
-    if preferences.__class__ is dict:
-        preferences = dict_form_key(preferences)
-    b_sig = sig(b) if b.__class__ is cls else _operand_signature(cls, sig, b)
-    if b_sig is None or (c_sig is not None and c_sig[0] is None) or (inputs and any(s is None for _, s in inputs)):
-        return None
-    return (
-        "matmul",
-        cls,
-        sig(a),
-        b_sig,
-        epilog,
-        inputs,
-        scalar_key(alpha),
-        c_sig,
-        options,
-        preferences,
-        scales,
-        _state.get().key,
-        _backends._global.key,
-        precision,
-    )
-
-
-def _scales_key(cls, sig, scales):
-    """FP8 scales' part of a call key: each given scale's name with a Python number's class (its value checked
-    here as planning checks it: finite, non-zero) or an array's signature; None where the call must take the
-    full path (an unknown form or name, a bad value: the full path reports it)."""
-    if scales.__class__ is dict:
-        items = scales.items()
-    elif scales.__class__ is MatmulQuantizationScales:
-        items = ((name, getattr(scales, name)) for name in _SCALE_NAMES)
-    else:
-        return None
-    parts = []
-    for name, value in items:
-        if name not in _SCALE_NAMES:
-            return None
-        if value is None:
-            continue
-        if value.__class__ is float or value.__class__ is int:
-            if value == 0 or not math.isfinite(value):
-                return None
-            parts.append((name, value.__class__))
-        else:
-            signature = _operand_signature(cls, sig, value)
-            if signature is None:
-                return None
-            parts.append((name, signature))
-    return tuple(sorted(parts))
 
 
 def _scales_always_valid(problem) -> bool:
@@ -515,24 +491,6 @@ def _scales_always_valid(problem) -> bool:
     host memory (planning checks their values, which their signatures do not hold)."""
     fp8 = problem.quantization
     return fp8 is None or problem.device.kind != "cpu" or all(kind == "host" for _, kind in fp8.scales)
-
-
-def _classes_sharing(sig, *arrays):
-    """The classes of operands of more than one class whose signatures all come from ``sig`` (a Torch
-    ``Parameter`` beside plain tensors), for the form of their call key; None when they do not share it."""
-    classes = tuple(x.__class__ for x in arrays)
-    return classes if all(signature_function(cls) is sig for cls in classes) else None
-
-
-def _operand_signature(cls, sig, x):
-    """``x``'s part of a call key whose first operand is of class ``cls`` (signature function ``sig``): its
-    signature; for an operand of another class (a Torch ``Parameter`` beside plain tensors), that class and its
-    own signature. None when its class has none (the call then takes the full path)."""
-    other = x.__class__
-    if other is cls:
-        return sig(x)
-    own = signature_function(other)
-    return None if own is None else (other, own(x))
 
 
 def explain_matmul(
@@ -549,11 +507,28 @@ def explain_matmul(
     stream: Stream = None,
     quantization_scales: MatmulQuantizationScales | Mapping[str, Any] | None = None,
 ) -> Explanation:
-    """What ``matmul`` would do with these arguments, without running it."""
-    problem, sel, strategy, _ = _prepare(
-        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
-    )
-    return explain_selected("matmul", "matmul", problem, sel, strategy)
+    """What ``matmul`` would do with these arguments, without running it.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> nvdispatch.linalg.explain_matmul(np.ones((4, 3)), np.ones((3, 2)), epilog="RELU").executor
+    'numpy'
+    """
+    a, b, c = _as_array("a", a), _as_array("b", b), _as_array("c", c)
+    epilog_inputs = _as_inputs(epilog_inputs)
+    prep = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales)
+    check_stream(stream, a)
+    return explain_selected("matmul", "matmul", prep.problem, prep.selection, prep.strategy)
+
+
+def _as_inputs(epilog_inputs):
+    """Epilog inputs with array-likes taken the NumPy way (a dict of arrays is returned as it is)."""
+    if epilog_inputs.__class__ is not dict or all(
+        v is None or v.__class__ is np.ndarray or adapter_for(v) is not None for v in epilog_inputs.values()
+    ):
+        return epilog_inputs
+    return {k: _as_array(f"epilog_inputs[{k!r}]", v) for k, v in epilog_inputs.items()}
 
 
 class Matmul:
@@ -604,7 +579,8 @@ class Matmul:
         stream: Stream = None,
         quantization_scales: MatmulQuantizationScales | Mapping[str, Any] | None = None,
     ) -> None:
-        self._options = as_options(options)
+        a, b, c = _as_array("a", a), _as_array("b", b), _as_array("c", c)
+        self._setup(a, b, c, alpha, beta, as_options(options), stream, quantization_scales)
         # validate shapes and dtypes now, so mistakes surface at construction
         _check_required(a, b)
         infos = detect_all({"a": a, "b": b, "c": c})
@@ -614,25 +590,39 @@ class Matmul:
             problem = build_fp8_problem(framework, device, infos, spec, self._options, alpha, beta, (), scales)
         else:
             problem = build_problem(framework, device, infos, spec_of(None), self._options, alpha, beta)
-        self._scales = quantization_scales
-        self._lock = threading.RLock()
+        check_stream(stream, a)
         self._infos = infos
         # alpha/beta are float32 scalars of FP8 matmuls
         self._result_dtype = problem.result_dtype if problem.quantization is None else "float32"
+
+    def _setup(self, a, b, c, alpha, beta, options, stream, scales) -> None:
+        self._options = options
+        self._scales = scales
+        self._lock = threading.RLock()
+        self._infos: dict[str, Any] | None = None  # a, b, c (and once planned, the epilog inputs) detected
+        self._result_dtype = None
         self._a, self._b, self._c = a, b, c
         self._alpha, self._beta = alpha, beta
         self._stream = stream
         self._epilog = None
-        #: the precision convention plan() followed (re-plans keep it); None: none, or not planned yet
+        self._inputs: dict[str, Any] = {}
+        #: the precision convention plan() followed (its re-plans keep it); None: none, or not planned yet
         self._convention = None
         self._outside_autocast = None  # runs execute's plan outside autocast regions (see _plan_with)
-        self._inputs: dict[str, Any] = {}
         self._problem = None
         self._selection = None
         self._hold = None  # our hold on the plan (PlanHold)
-        self._bound = None  # (plan, operands, direct-call arguments, requires grad) for execute; None after a change
+        self._bound: _Bound | None = None  # what execute passes the plan; None after a change
         self._strategy = None
         self._freed = False
+
+    @classmethod
+    def _for_call(cls, a, b, c, alpha, beta, options, stream, scales) -> Matmul:
+        """The object a stateless call plans and executes with: nothing is validated before :meth:`plan`,
+        which validates the whole call (in the order the stateless call always has)."""
+        self = cls.__new__(cls)
+        self._setup(_as_array("a", a), _as_array("b", b), _as_array("c", c), alpha, beta, options, stream, scales)
+        return self
 
     # -- helpers --------------------------------------------------------------------------------------
     @property
@@ -649,8 +639,20 @@ class Matmul:
         if self._hold is None:
             raise PlanStateError("self", f"a planned Matmul to {what}", "one not planned yet", "call plan() first")
 
+    def _views(self) -> tuple[Any, Any, Any, dict[str, Any]]:
+        """The views of the operands executors take (their adapters' ``OperandInfo.array``)."""
+        infos = self._infos
+        c = infos.get("c")
+        return (
+            infos["a"].array,
+            infos["b"].array,
+            None if c is None else c.array,
+            {name: infos[name].array for name in self._inputs},
+        )
+
     def _operands(self):
-        ops = _operands(self._a, self._b, self._c, self._alpha, self._beta, self._inputs, self._scales)
+        a, b, c, inputs = self._views()
+        ops = _operands(a, b, c, self._alpha, self._beta, inputs, self._scales)
         return coerce_operands(self._selection, ops, _OPERAND_NAMES)
 
     def _adopt(self, plan) -> None:
@@ -681,18 +683,16 @@ class Matmul:
     ) -> Matmul:
         """Choose the executor and strategy and prepare the plan (kept in the shared plan cache)."""
         with self._lock:
-            self._check_alive("plan")
-            convention = self._convention
-            if self._options.compute_type is None:  # the framework's precision settings now
-                convention = precision_convention(self._a, placement(self._infos)[1])
-            self._plan_with(epilog, epilog_inputs, preferences, None, convention)
-            self._convention = convention
-            return self
+            check_stream(stream, self._a)
+            return self._plan_with(epilog, epilog_inputs, preferences, None)
 
-    def _plan_with(self, epilog, epilog_inputs, preferences, selection, convention):
+    def _plan_with(self, epilog, epilog_inputs, preferences, selection, call_key=None, convention=_READ_NOW):
+        """Plan (and hold) the call; ``call_key``: a stateless call's key, to keep the plan under too where every
+        call with that key validates and selects the same way; ``convention``: the precision convention to follow
+        (a re-plan keeps ``plan()``'s), by default the framework's now."""
         self._check_alive("plan")
-        inputs = dict(_check_epilog_inputs(epilog_inputs))
-        problem, sel, strategy, infos = _prepare(
+        inputs = dict(_check_epilog_inputs(_as_inputs(epilog_inputs)))
+        prep = _prepare(
             self._a,
             self._b,
             self._c,
@@ -704,21 +704,35 @@ class Matmul:
             preferences,
             self._scales,
             selection,
+            self._infos,
             convention,
+            self._stream,
         )
-        plan = acquire_plan(sel.executor, "matmul", problem, strategy)
+        problem, sel = prep.problem, prep.selection
+        if call_key is not None and not (
+            not sel.coerce
+            and scalar_always_valid(self._alpha, problem.result_dtype)
+            and (self._beta is None or scalar_always_valid(self._beta, problem.result_dtype))
+            and _scales_always_valid(problem)
+        ):
+            call_key = None
+        if problem.autocast is None:
+            plan = acquire_plan(sel.executor, "matmul", problem, prep.strategy, call_key)
+        else:
+            plan = _acquire_autocast_plan(sel.executor, problem, prep.strategy, self._a, call_key)
         try:
-            self._adopt(_autocast_plan(plan, problem, self._a))
+            self._adopt(plan)
         finally:
             plan_cache.let_go(plan)
-        if problem.autocast:  # the operands as given, not as cast (reset_operands compares new ones with them)
-            given = {"a": self._a, "b": self._b, "c": self._c, **inputs}
-            infos = {**infos, **detect_all({name: given[name] for name in problem.autocast})}
         # the plan's precision is plan()'s: an autocast region around execute() must not recast its products
         eligible = {problem.a.dtype, problem.b.dtype} <= AUTOCAST_DTYPES
-        self._outside_autocast = adapter_for(self._a).outside_autocast(problem.device) if eligible else None
-        self._problem, self._selection, self._strategy = problem, sel, strategy
-        self._epilog, self._inputs, self._infos = epilog, inputs, infos
+        ad = adapter_for(self._a)
+        self._outside_autocast = ad.outside_autocast(problem.device) if eligible and ad is not None else None
+        self._convention = prep.convention
+        self._problem, self._selection, self._strategy = problem, sel, prep.strategy
+        self._epilog, self._inputs, self._infos = epilog, inputs, prep.infos
+        self._result_dtype = problem.result_dtype if problem.quantization is None else "float32"
+        self._bound = None
         return self
 
     def autotune(self, iterations: int = 3, *, stream: Stream = None) -> dict[str, float]:
@@ -731,71 +745,104 @@ class Matmul:
         as they were."""
         with self._lock:
             self._check_planned("autotune")
+            check_stream(stream, self._a)
             if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
                 raise InvalidArgumentError("iterations", "an int >= 1", repr(iterations))
             stream = stream if stream is not None else self._stream
             ex, problem = self._selection.executor, self._problem
-            held = self._hold.plan
             operands = self._operands()
+            held = self._hold.plan
             if isinstance(held, AutocastPlan):  # the plans below take the operands as the region casts them
                 operands = held.cast_operands(operands, stream)
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
+            proposals: dict[str, Any] = {}  # strategy -> its plan's proposed tuning, committed at the end
+            hold = None
             try:
                 for strategy in strategies_of(ex, "matmul", problem):
                     plans[strategy] = acquire_plan(ex, "matmul", problem, strategy)
-                    _tune_plan(plans[strategy], problem, operands, iterations, stream)
-                timings = _time_in_turns(plans, problem, operands, iterations, stream)
+                    proposal = _tune_plan(plans[strategy], problem, operands, iterations, stream)
+                    if proposal is not None:
+                        proposals[strategy] = proposal
+                trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
+                timings = _time_in_turns(trials, problem, operands, iterations, stream)
                 chosen = min(timings, key=timings.get)
-                self._adopt(_autocast_plan(plans[chosen], problem, self._a))
+                get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
+                record = {"strategy": chosen, "plan": get() if callable(get) else None}
+                key = choice_key(ex, "matmul", problem)
+                if problem.autocast is None:
+                    hold = plan_cache.hold(plans[chosen])
+                else:
+                    auto = _acquire_autocast_plan(ex, problem, chosen, self._a, None)
+                    hold = plan_cache.hold(auto)
+                    plan_cache.let_go(auto)
+            except BaseException:
+                if hold is not None:
+                    hold.close()
+                raise
             finally:
                 for plan in plans.values():
                     plan_cache.let_go(plan)
-            self._strategy = chosen
-            get = getattr(plans[chosen], "tuning", None)
-            plan_cache.record_tuning(
-                choice_key(ex, "matmul", problem),
-                {"strategy": chosen, "plan": get() if callable(get) else None},
-                STRATEGY_CHOICE,
-            )
-            for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
-                if strategy != chosen:
-                    plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+            # the commit: every change at the end, recording the choice last; interrupted before that, it is
+            # all undone (after it, the autotune is done: only the interrupt goes on)
+            old, old_strategy = self._hold, self._strategy
+            try:
+                _commit(proposals.values())
+                for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
+                    if strategy != chosen:
+                        plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+                        auto_key = _autocast_key(ex, problem, strategy, self._a)
+                        auto = None if auto_key is None else plan_cache.get(auto_key)
+                        if auto is not None:
+                            plan_cache.forget_keys_but(auto, auto_key)
+                self._hold, self._strategy = hold, chosen
+                plan_cache.record_tuning(key, record, STRATEGY_CHOICE)
+            except BaseException:
+                if plan_cache.tuning_for(key) is not record:
+                    self._hold, self._strategy = old, old_strategy
+                    _undo(proposals.values())
+                    hold.close()
+                raise
+            old.close()
             return timings
 
     def execute(self, *, stream: Stream = None) -> Array:  # (result, aux) for an epilog with outputs
-        """Run the planned matmul on the current operands; returns as :func:`matmul` does."""
+        """Run the planned matmul on the current operands; returns as :func:`matmul` does (the operands'
+        framework, on their device)."""
         with self._lock:
             self._check_planned("execute")
             plan = self._hold.plan
             plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
             try:
                 bound = self._bound
-                if bound is None or bound[0] is not plan:
+                if bound is None or bound.plan is not plan:
                     bound = self._bound = self._bind(plan)
-                if bound[3]:  # an operand requires grad
-                    refuse_recorded_call(self._problem)
+                if bound.grads:  # an operand requires grad
+                    refuse_recorded_call(self._problem, bound.arrays)
+                if stream is not None:
+                    check_stream(stream, self._a)
             except BaseException:
                 plan_cache.let_go(plan)
                 raise
             stream = stream if stream is not None else self._stream
             outside = self._outside_autocast
         if outside is None:
-            return run(plan, bound[1], stream, bound[2] if stream is None else None)
-        return outside(run, plan, bound[1], stream, bound[2] if stream is None else None)
+            return run(plan, bound.operands, stream, bound.direct if stream is None else None, bound.wrap)
+        return outside(run, plan, bound.operands, stream, bound.direct if stream is None else None, bound.wrap)
 
-    def _bind(self, plan) -> tuple[Any, dict[str, Any], tuple | None, bool]:
-        """What every execute of ``plan`` on the current operands passes: the operands, and the arguments of
-        the plan's direct call where the route would take it (as :func:`matmul` does); and whether an operand
-        requires grad (a plan made without autograd must not run a call autograd records: its executor may
-        drop the graph, or its direct call have no derivative)."""
+    def _bind(self, plan) -> _Bound:
+        """What every execute of ``plan`` on the current operands passes (see :class:`_Bound`)."""
         operands = self._operands()
+        a, b, _, inputs = self._views()
         direct = getattr(plan, "direct", None)
         args = None
         if direct is not None and not self._selection.coerce and self._c is None and self._scales is None:
-            if self._alpha.__class__ in _SCALARS and self._alpha == 1:
-                args = (self._a, self._b, *self._inputs.values())
-        grads = any(getattr(x, "requires_grad", False) is True for x in operands.values())
-        return plan, operands, args, grads
+            if self._alpha.__class__ in SCALARS and self._alpha == 1:
+                args = (a, b, *inputs.values())
+        arrays = {"a": self._a, "b": self._b, "c": self._c, **self._inputs}
+        grads = any(getattr(x, "requires_grad", False) is True for x in arrays.values())
+        ad = adapter_for(self._a)
+        wrap = (ad, self._a) if ad is not None and ad.wraps and not self._selection.coerce else None
+        return _Bound(plan, operands, args, grads, arrays, wrap)
 
     def reset_operands(
         self,
@@ -815,6 +862,8 @@ class Matmul:
         the object was planned with (see the class notes). The checks are those of construction; nothing is
         changed when one fails.
         """
+        a, b, c = _as_array("a", a), _as_array("b", b), _as_array("c", c)
+        epilog_inputs = _as_inputs(epilog_inputs)
         with self._lock:
             self._check_alive("reset operands")
             if quantization_scales is not None:
@@ -871,7 +920,11 @@ class Matmul:
             if self._hold is not None and restride:
                 try:
                     self._plan_with(
-                        self._epilog, self._inputs, {"strategy": self._strategy}, self._selection, self._convention
+                        self._epilog,
+                        self._inputs,
+                        {"strategy": self._strategy},
+                        self._selection,
+                        convention=self._convention,
                     )
                 except BaseException:
                     self._a, self._b, self._c, self._alpha, self._beta, self._inputs, self._infos, self._scales = saved
@@ -912,13 +965,35 @@ def _device_sync(problem):
     return lambda: runtime.check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
-def _tune_plan(plan, problem, operands, iterations: int, stream) -> None:
-    """Tune ``plan``'s own knobs, if it has any (its ``autotune``)."""
-    tune = getattr(plan, "autotune", None)
-    if callable(tune):
-        if problem.device.kind == "cpu":
-            let_workers_sleep()
-        tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+def _tune_plan(plan, problem, operands, iterations: int, stream):
+    """Tune ``plan``'s own knobs, if it has any: a plan that proposes (``propose_tuning``) returns a proposal
+    the caller commits at the end (its ``plan`` a tuned private copy to time meanwhile); one that only has
+    ``autotune`` applies its choice itself (None returned)."""
+    propose = getattr(plan, "propose_tuning", None)
+    tune = propose if callable(propose) else getattr(plan, "autotune", None)
+    if not callable(tune):
+        return None
+    if problem.device.kind == "cpu":
+        let_workers_sleep()
+    got = tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+    return got if callable(propose) else None
+
+
+def _commit(proposals) -> None:
+    """Commit every proposal, or (interrupted or failing part-way) none: those made are undone."""
+    done = []
+    try:
+        for proposal in proposals:
+            done.append(proposal)  # (first: undoing one not yet committed changes nothing)
+            proposal.commit()
+    except BaseException:
+        _undo(done)
+        raise
+
+
+def _undo(proposals) -> None:
+    for proposal in reversed(list(proposals)):
+        proposal.undo()
 
 
 def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:

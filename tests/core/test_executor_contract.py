@@ -175,8 +175,8 @@ def test_decline_must_return_a_reason_or_none():
 
 
 def test_built_in_executors_are_not_wrapped():
-    from nvdispatch._dispatch import get_plan, select
     from nvdispatch._executor_contract import CheckedPlan, trusted
+    from nvdispatch._route import get_plan, select
 
     e = nvdispatch.explain(A, B)
     assert e.executor == "numpy" and trusted(nvdispatch.executors.builtin("numpy"))

@@ -68,7 +68,8 @@ def test_results_come_back_in_the_callers_framework():
         torch.ones(2, 3, dtype=torch.float64), torch.ones(3, 2, dtype=torch.float64), epilog="RELU_AUX"
     )
     assert isinstance(out[0], torch.Tensor) and isinstance(out[1]["relu_aux"], torch.Tensor)
-    assert isinstance(nvdispatch.matmul(np.ones(3), np.ones(3)), np.ndarray)
+    assert isinstance(nvdispatch.matmul(np.ones((2, 3)), np.ones(3)), np.ndarray)
+    assert type(nvdispatch.matmul(np.ones(3), np.ones(3))) is type(np.matmul(np.ones(3), np.ones(3)))  # a scalar
 
 
 def test_zero_size_and_integer_and_half_results():

@@ -125,3 +125,65 @@ def test_jax_gpu_arrays_come_back_as_jax_arrays_on_their_device():
     spectrum = nvdispatch.fft.fft(a.astype(jnp.complex64), axis=1)
     assert _is_jax(spectrum) and spectrum.devices() == {gpus[0]}
     np.testing.assert_allclose(np.asarray(spectrum), np.fft.fft(A.astype(np.float64), axis=1), rtol=1e-3, atol=1e-3)
+
+
+# -- every entry point, cached calls included (issue #26.1; #28.7) --------------------------------------------------
+def test_cached_calls_and_the_stateful_matmul_return_jax_arrays():
+    a, b, bias = jnp.asarray(A), jnp.asarray(B), jnp.asarray(BIAS)
+    want = np.maximum(A.astype(np.float64) @ B + BIAS, 0)
+    for _ in range(3):  # planned, then served by the call key
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        assert _is_jax(got) and got.devices() == a.devices()
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    with nvdispatch.Matmul(a, b) as mm:
+        mm.plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        for _ in range(2):
+            got = mm.execute()
+            assert _is_jax(got)
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+        mm.reset_operands(a=jnp.asarray(-A))
+        np.testing.assert_allclose(
+            np.asarray(mm.execute()), np.maximum(-A.astype(np.float64) @ B + BIAS, 0), rtol=1e-5, atol=1e-5
+        )
+
+
+def test_the_stateful_fft_shifts_convolve_and_callbacks_return_jax_arrays():
+    x = jnp.asarray(A.astype(np.complex64))
+    with nvdispatch.fft.FFT(x, axes=(1,)) as f:
+        y = f.plan().execute()
+    assert _is_jax(y)
+    np.testing.assert_allclose(np.asarray(y), np.fft.fft(A.astype(np.float64), axis=1), rtol=1e-4, atol=1e-4)
+    shifted = nvdispatch.fft.fftshift(jnp.asarray(A), axes=1)
+    assert _is_jax(shifted)
+    np.testing.assert_array_equal(np.asarray(shifted), np.fft.fftshift(A, axes=1))
+    h = np.fft.rfft(np.r_[1.0, 1.0, np.zeros(2)] / 2).astype(np.complex64)
+    for _ in range(2):
+        conv = nvdispatch.fft.convolve(jnp.asarray(A), jnp.asarray(h))
+        assert _is_jax(conv)
+        np.testing.assert_allclose(np.asarray(conv), np.fft.irfft(np.fft.rfft(A) * h, n=4), rtol=1e-4, atol=1e-5)
+    for _ in range(2):
+        got = nvdispatch.fft.fft(x, epilog=lambda v, i: v * (i % 4 < 2))
+        assert _is_jax(got)
+        np.testing.assert_allclose(np.asarray(got), np.fft.fft(A) * (np.arange(4) < 2), rtol=1e-4, atol=1e-4)
+
+
+def test_jax_bfloat16_on_the_cpu_is_a_typed_error_naming_the_operand():
+    from nvdispatch.errors import UnsupportedDtypeError
+
+    a = jnp.asarray(A, dtype=jnp.bfloat16)
+    with pytest.raises(UnsupportedDtypeError, match="bfloat16") as info:
+        nvdispatch.matmul(a, a.T)
+    assert info.value.argument == "a"
+    with pytest.raises(UnsupportedDtypeError, match="bfloat16"):
+        nvdispatch.fft.rfft(a)
+
+
+def test_mixed_operand_errors_name_jax_not_dlpack():
+    with pytest.raises(MixedOperandsError) as info:
+        nvdispatch.matmul(jnp.asarray(A), B)
+    assert "jax" in str(info.value) and "dlpack" not in str(info.value)
+
+
+def test_a_stream_is_refused_for_jax_cpu_arrays():
+    with pytest.raises(InvalidArgumentError, match="stream"):
+        nvdispatch.matmul(jnp.asarray(A), jnp.asarray(B), stream=3.5)

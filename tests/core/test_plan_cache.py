@@ -94,7 +94,7 @@ def test_save_and_load_tuned_choices(tmp_path):
     assert plan_cache.save(path) >= 1
     fresh = PlanCache()
     assert fresh.load(path) >= 1
-    from nvdispatch._dispatch import choice_key
+    from nvdispatch._route import choice_key
 
     key = choice_key(mm._selection.executor, "matmul", mm._problem)
     assert fresh.tuning_for(key)["strategy"] == mm.strategy

@@ -363,3 +363,57 @@ def test_an_exception_in_the_block_propagates():
         with nvdispatch.set_backend("numpy"):
             raise ZeroDivisionError
     assert _defaults_only()
+
+
+# -- #26.1: one path --------------------------------------------------------------------------------------------
+def test_a_stateless_matmul_is_the_stateful_objects_path_with_its_plan_under_the_call_key(monkeypatch):
+    planned, puts = [], []
+    plan_with = linalg.Matmul._plan_with
+
+    def spy(self, *args, **kwargs):
+        planned.append(kwargs.get("call_key"))
+        return plan_with(self, *args, **kwargs)
+
+    monkeypatch.setattr(linalg.Matmul, "_plan_with", spy)
+    monkeypatch.setattr(nvdispatch.plan_cache, "put", lambda *a: puts.append(a))
+    bias = np.arange(4.0)
+    for _ in range(3):
+        got = nvdispatch.matmul(A, B, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        np.testing.assert_allclose(got, np.maximum(A @ B + bias, 0))
+    assert len(planned) == 1 and planned[0] is not None  # planned once, by Matmul, with the call's key
+    assert puts == []  # the plan and its call key entered the cache in one step
+    stats = nvdispatch.plan_cache.stats()
+    assert stats["size"] == 1 and stats["keys"] == 2  # one plan, under its problem key and the call key
+
+
+def test_a_stateless_transform_is_the_stateful_fft_path(monkeypatch):
+    from nvdispatch.fft._stateful import FFT
+
+    made = []
+    for_call = FFT._for_call.__func__
+
+    def spy(cls, *args, **kwargs):
+        made.append(args[0])
+        return for_call(cls, *args, **kwargs)
+
+    monkeypatch.setattr(FFT, "_for_call", classmethod(spy))
+    x = np.arange(8.0)
+    for _ in range(3):
+        np.testing.assert_allclose(nvdispatch.fft.rfft(x, n=6), np.fft.rfft(x, n=6))
+    assert made == ["rfft"]  # once; then the call key finds the plan
+    assert nvdispatch.plan_cache.stats()["size"] == 1
+
+
+def test_the_dask_executor_carries_the_backend_order_the_registry_implements():
+    from nvdispatch._backends import registry
+    from nvdispatch.executors.dask_tasks import carry_state
+
+    rec, other = Recorder(), Recorder()
+    other.name = "other"
+    nvdispatch.register_backend(rec)
+    nvdispatch.set_global_backend(other, try_last=True)
+    with nvdispatch.set_backend("numpy"):
+        order = [c.executor for c in registry.order()]
+        assert [getattr(e, "name", e) for e in order] == ["numpy", "recorder", "other"]
+        carried = carry_state()
+    assert [ref for ref, _, _ in carried.chosen] == [other, rec, "numpy"]  # outermost first: the order reversed

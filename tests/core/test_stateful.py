@@ -93,12 +93,12 @@ def test_stateless_calls_take_the_strategy_autotune_chose_from_their_next_call(l
     mm.autotune()
     assert mm.strategy == chosen
 
-    def spy(plan, *args, **kwargs):
-        ran.append(plan.strategy)
-        return original(plan, *args, **kwargs)
+    def spy(executor, op, problem, strategy, *args, **kwargs):
+        ran.append(strategy)
+        return original(executor, op, problem, strategy, *args, **kwargs)
 
-    original = linalg.run
-    monkeypatch.setattr(linalg, "run", spy)  # the full path runs through it; the call-key path runs the plan
+    original = linalg.acquire_plan
+    monkeypatch.setattr(linalg, "acquire_plan", spy)  # the full path plans through it; the call key finds the plan
     for _ in range(3):
         got = nvdispatch.matmul(a, b, **kw)
         np.testing.assert_allclose(

@@ -15,8 +15,8 @@ import pytest
 
 import nvdispatch
 from nvdispatch import errors, plan_cache
-from nvdispatch._dispatch import choice_key, plan_key
 from nvdispatch._plan_cache import PlanCache
+from nvdispatch._route import choice_key, plan_key
 from nvdispatch._tunings import STRATEGY_CHOICE, TUNINGS_FORMAT, key_json, key_text
 from nvdispatch.errors import TuningsWarning
 from nvdispatch.executors import TUNING_KINDS, builtin
@@ -113,7 +113,7 @@ def test_a_tuning_that_passes_its_file_check_but_not_its_plan_is_dropped_and_the
     assert plan_cache.load(_write(tmp_path / "t.json", rows)) == 1
     ex, problem = builtin("numpy"), _PROBLEM
     with pytest.warns(TuningsWarning, match="could not be applied.*tuning.*threads"):
-        plan = nvdispatch._dispatch.get_plan(ex, "matmul", problem, "inplace")
+        plan = nvdispatch._route.get_plan(ex, "matmul", problem, "inplace")
     assert getattr(plan, "threads", 1) <= CPUS  # planned untuned
     assert plan_cache.stats()["tunings"] == 0  # dropped
     np.testing.assert_allclose(nvdispatch.matmul(A, B, **KW), _want())
@@ -143,7 +143,7 @@ def test_a_loaded_strategy_choice_and_plan_tuning_apply(tmp_path):
         warnings.simplefilter("error")
         assert plan_cache.load(_write(tmp_path / "t.json", rows)) == 2
     assert nvdispatch.explain(A, B, **KW).strategy == "inplace"
-    plan = nvdispatch._dispatch.get_plan(builtin("numpy"), "matmul", _PROBLEM, "inplace")
+    plan = nvdispatch._route.get_plan(builtin("numpy"), "matmul", _PROBLEM, "inplace")
     assert plan.threads == 1 and plan.block_rows == A.shape[0]  # block_bytes 0: the whole result at once
     np.testing.assert_allclose(nvdispatch.matmul(A, B, **KW), _want())
 

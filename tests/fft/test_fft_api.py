@@ -102,7 +102,7 @@ def test_mixed_devices_in_stateful_reset():
     with pytest.raises(ShapeMismatchError):
         f.reset_operand(torch.from_numpy(x))
     with pytest.raises(MixedOperandsError):
-        from nvdispatch._dispatch import detect_all, placement
+        from nvdispatch._route import detect_all, placement
 
         placement(detect_all({"x": x, "y": torch.from_numpy(x)}))
 

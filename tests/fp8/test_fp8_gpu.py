@@ -209,7 +209,7 @@ def test_fp8_autotune_persists_across_processes(tmp_path):
         f"""
         import torch, nvdispatch
         from nvdispatch.linalg import _prepare
-        from nvdispatch._dispatch import get_plan
+        from nvdispatch._route import get_plan
         nvdispatch.plan_cache.load({str(path)!r})
         g = torch.Generator().manual_seed(0)
         a = torch.zeros(1024, 512, device="cuda").to(torch.float8_e4m3fn)
@@ -217,7 +217,8 @@ def test_fp8_autotune_persists_across_processes(tmp_path):
         bias = torch.zeros(768, device="cuda", dtype=torch.bfloat16)
         kw = dict(epilog="RELU_BIAS", epilog_inputs={{"bias": bias}}, options={{"result_type": "bfloat16"}})
         nvdispatch.matmul(a, b, **kw)  # a stateless call
-        p, sel, strategy, _ = _prepare(a, b, None, 1, None, kw["epilog"], kw["epilog_inputs"], kw["options"], None)
+        prep = _prepare(a, b, None, 1, None, kw["epilog"], kw["epilog_inputs"], kw["options"], None)
+        p, sel, strategy = prep.problem, prep.selection, prep.strategy
         t = get_plan(sel.executor, "matmul", p, strategy).tuning()
         print(t["data"] if t else None)
         """

@@ -7,10 +7,10 @@ import pytest
 
 from nvdispatch._cuda import lt_autotune
 from nvdispatch._cuda.lt_fp8_layout import fp8_layout
-from nvdispatch._dispatch import detect_all, placement
 from nvdispatch._epilog import spec_of
 from nvdispatch._fp8 import build_fp8_problem
 from nvdispatch._matmul_problem import as_options
+from nvdispatch._route import detect_all, placement
 
 torch = pytest.importorskip("torch")
 F8 = torch.float8_e4m3fn

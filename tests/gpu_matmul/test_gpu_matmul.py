@@ -347,7 +347,7 @@ def test_host_bound_torch_bias_epilogs(epilog, compiled, monkeypatch):
     """Small fused bias epilogs of Torch tensors: our cuBLASLt plan where its direct call is compiled (less host
     time than Torch's _addmm_activation), Torch's fused entry where it is not."""
     torch = pytest.importorskip("torch")
-    from nvdispatch._adapters import call_key_memo_by_class
+    from nvdispatch._adapters import call_key_classes
     from nvdispatch._compiled import hotpath
     from nvdispatch.executors import cuda_matmul
 
@@ -356,7 +356,7 @@ def test_host_bound_torch_bias_epilogs(epilog, compiled, monkeypatch):
     if not compiled:
         monkeypatch.setattr(cuda_matmul, "hotpath", lambda: None)
     nvdispatch.plan_cache.clear()
-    call_key_memo_by_class.clear()
+    call_key_classes.clear()
     a = torch.randn(16, 16, device="cuda")
     b = torch.randn(16, 16, device="cuda")
     bias = torch.randn(16, device="cuda")
@@ -376,7 +376,7 @@ def test_host_bound_torch_bias_epilogs(epilog, compiled, monkeypatch):
         assert ex.executor == "cuda" and ex.strategy == "native", str(ex)
         torch.testing.assert_close(nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs={"bias": bias}), want)
     nvdispatch.plan_cache.clear()  # later tests plan these forms afresh, as the default selection picks them
-    call_key_memo_by_class.clear()
+    call_key_classes.clear()
 
 
 def test_cai_object_result_kind_and_alpha_beta_c():

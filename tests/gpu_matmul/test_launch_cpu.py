@@ -242,9 +242,9 @@ def test_threads_never_launch_with_each_others_pointers(fake_lt):
 
 # -- the plans on it -------------------------------------------------------------------------------------
 def _problem(a, b, epilog=None, inputs=None, options=None):
-    from nvdispatch._dispatch import detect_all, placement
     from nvdispatch._epilog import spec_of
     from nvdispatch._matmul_problem import as_options, build_problem
+    from nvdispatch._route import detect_all, placement
 
     inputs = inputs or {}
     infos = detect_all({"a": a, "b": b, "c": None, **inputs})
@@ -327,10 +327,10 @@ def test_the_fp8_plan_computes_its_operand_order_once_and_launches_through_the_s
     fake_lt, monkeypatch, bias_shape, orientation, b_layout
 ):
     from nvdispatch._cuda.lt_fp8 import Fp8LtPlan
-    from nvdispatch._dispatch import detect_all, placement
     from nvdispatch._epilog import spec_of
     from nvdispatch._fp8 import build_fp8_problem
     from nvdispatch._matmul_problem import as_options
+    from nvdispatch._route import detect_all, placement
 
     monkeypatch.setattr(lt_plan_base, "Xp", CpuTorchOps)
     f8 = torch.float8_e4m3fn
@@ -361,10 +361,10 @@ def test_the_fp8_plan_computes_its_operand_order_once_and_launches_through_the_s
 
 # -- FP8: the related form autotune times too -------------------------------------------------------------
 def _fp8_problem(epilog, bias_shape=None, scales=None, fast=False):
-    from nvdispatch._dispatch import detect_all, placement
     from nvdispatch._epilog import spec_of
     from nvdispatch._fp8 import build_fp8_problem
     from nvdispatch._matmul_problem import as_options
+    from nvdispatch._route import detect_all, placement
 
     f8 = torch.float8_e4m3fn
     a, b = torch.zeros(32, 64, dtype=f8), torch.zeros(48, 64, dtype=f8).t()

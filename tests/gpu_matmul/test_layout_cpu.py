@@ -67,9 +67,9 @@ def test_aux_leading_dimensions():
 
 
 def _problem(a, b, epilog=None, inputs=None, c=None, options=None):
-    from nvdispatch._dispatch import detect_all, placement
     from nvdispatch._epilog import spec_of
     from nvdispatch._matmul_problem import as_options, build_problem
+    from nvdispatch._route import detect_all, placement
 
     inputs = inputs or {}
     infos = detect_all({"a": a, "b": b, "c": c, **inputs})
@@ -186,10 +186,14 @@ def test_which_products_the_cuda_executor_leaves_to_torch_and_cupy(monkeypatch):
     a = np.ones((16, 16), np.float32)
     bias = np.ones(16, np.float32)
 
+    from nvdispatch._memory import CUDA, CUPY_ARRAY, TORCH_TENSOR
+
+    memory = {"torch": frozenset({TORCH_TENSOR, CUDA}), "cupy": frozenset({CUPY_ARRAY, CUDA})}
+
     def on_gpu(framework, **call):
         args = {"epilog": None, "epilog_inputs": None, "options": None} | call
-        problem = _prepare(a, a, None, 1, None, args["epilog"], args["epilog_inputs"], args["options"], None)[0]
-        return dataclasses.replace(problem, framework=framework, device=Device("cuda", 0))
+        problem = _prepare(a, a, None, 1, None, args["epilog"], args["epilog_inputs"], args["options"], None).problem
+        return dataclasses.replace(problem, framework=framework, device=Device("cuda", 0), memory=memory[framework])
 
     relu_bias = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
     tf32 = {"options": {"compute_type": "COMPUTE_32F_FAST_TF32"}}

@@ -17,7 +17,7 @@ import pytest
 
 import nvdispatch
 from nvdispatch import ComputeType, Epilog, linalg, plan_cache
-from nvdispatch._adapters import CPU, Device, adapter_named, call_key_memo_by_class, signature_by_class
+from nvdispatch._adapters import CPU, Device, adapter_named, call_key_classes
 from nvdispatch._adapters.cupy import CupyAdapter
 from nvdispatch._adapters.jax import JaxAdapter, float32_compute_type
 from nvdispatch._adapters.torch import TorchAdapter
@@ -45,8 +45,7 @@ def front(request, monkeypatch):
         monkeypatch.setattr(linalg, "_front", linalg._route)
     nvdispatch.reset_backends()
     plan_cache.clear()
-    signature_by_class.clear()
-    call_key_memo_by_class.clear()
+    call_key_classes.clear()
     yield request.param
     plan_cache.clear()
 
@@ -304,7 +303,7 @@ def test_an_autocast_region_entered_between_two_calls_changes_the_plan_and_the_d
 
     assert _misses_of(call) == 1 and call().dtype == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert _misses_of(call) == 1
+        assert _misses_of(call) == 2  # the cast problem's plan, and the region's (it casts, then runs that one)
         for _ in range(3):  # repeated calls in the region: the cached call casts too
             assert _misses_of(lambda: call().dtype == torch.bfloat16 or pytest.fail("not bfloat16")) == 0
         with torch.autocast("cpu", dtype=torch.float16):
@@ -510,50 +509,44 @@ def test_under_torch_compile_a_region_is_followed_as_eagerly():
     torch._dynamo.reset()
 
 
-_LIB = None
+def _operator_call(a, b, bias):
+    from nvdispatch.integrations import torch_ops
 
-
-def _toy_operator():
-    """A ``torch.library`` operator calling nvdispatch (as the Torch integration's do), with nvdispatch's autocast
-    kernel: its fake kernel and its real one see the tensors the rule cast."""
-    global _LIB
-    if _LIB is None:
-        from nvdispatch._adapters.torch_autocast import register_autocast
-
-        _LIB = torch.library.Library("nvdispatch_precision_test", "DEF")
-        _LIB.define("relu_bias(Tensor a, Tensor b, Tensor bias) -> Tensor")
-
-        def real(a, b, bias):
-            assert not torch.is_autocast_enabled("cpu")  # the autocast kernel ran it with autocast off
-            return nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
-
-        def fake(a, b, bias):
-            dtype = torch.promote_types(a.dtype, b.dtype)
-            return a.new_empty((a.shape[0], b.shape[1]), dtype=dtype)
-
-        _LIB.impl("relu_bias", real, "CompositeExplicitAutograd")
-        torch.library.register_fake("nvdispatch_precision_test::relu_bias", fake, lib=_LIB)
-        op = torch.ops.nvdispatch_precision_test.relu_bias.default
-        register_autocast(_LIB, op, ("a", "b", "bias"))
-    return torch.ops.nvdispatch_precision_test.relu_bias.default
+    return torch_ops.matmul_op(a, b, None, bias, *[None] * 6, 1, None, "RELU_BIAS", "", "", "")[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
-def test_an_operator_with_the_autocast_kernel_follows_the_region_eager_and_compiled_fullgraph(dtype):
-    op = _toy_operator()
+def test_the_matmul_operator_follows_the_region_eager_and_compiled_fullgraph(dtype):
     a, b, bias = _operands()
     with torch.autocast("cpu", dtype=dtype):
-        eager = op(a, b, bias)
-        compiled = torch.compile(lambda x, w, v: op(x, w, v), backend="aot_eager", fullgraph=True)(a, b, bias)
+        eager = _operator_call(a, b, bias)
+        compiled = torch.compile(_operator_call, backend="aot_eager", fullgraph=True)(a, b, bias)
         want = torch.relu(F.linear(a, b.T, bias))
     assert eager.dtype == compiled.dtype == want.dtype == dtype
     torch.testing.assert_close(eager, want, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(compiled, want, rtol=2e-2, atol=2e-2)
     a64, b64, bias64 = _operands(dtype=torch.float64)
     with torch.autocast("cpu", dtype=dtype):
-        assert op(a64, b64, bias64).dtype == torch.float64  # the rule leaves float64 products alone
-    assert op(a, b, bias).dtype == torch.float32  # outside a region
+        assert _operator_call(a64, b64, bias64).dtype == torch.float64  # the rule leaves float64 products alone
+    assert _operator_call(a, b, bias).dtype == torch.float32  # outside a region
     torch._dynamo.reset()
+
+
+def test_a_recorded_call_in_a_region_computes_in_its_dtype_and_its_gradients_reach_the_float32_leaves():
+    a, b, bias = (x.requires_grad_() for x in _operands())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        want = torch.relu(F.linear(a, b.T, bias))
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    got.float().sum().backward()
+    grads = [x.grad.clone() for x in (a, b, bias)]
+    for x in (a, b, bias):
+        x.grad = None
+    want.float().sum().backward()
+    for g, x in zip(grads, (a, b, bias)):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, x.grad, rtol=3e-2, atol=3e-2)
 
 
 # -- JAX -------------------------------------------------------------------------------------------------------------

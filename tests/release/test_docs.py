@@ -17,7 +17,15 @@ pytest.importorskip("myst_parser", reason="the [docs] extra (in [test]) installs
 pytest.importorskip("furo", reason="the [docs] extra (in [test]) installs furo")
 
 ROOT = pathlib.Path(__file__).parents[2]
-PUBLIC = ["nvdispatch", "nvdispatch.fft", "nvdispatch.errors", "nvdispatch.executors", "nvdispatch.device"]
+PUBLIC = [
+    "nvdispatch",
+    "nvdispatch.fft",
+    "nvdispatch.errors",
+    "nvdispatch.executors",
+    "nvdispatch.adapters",
+    "nvdispatch.device",
+    "nvdispatch.integrations.torch_mlp",
+]
 
 
 def _sphinx(builder: str, out: pathlib.Path, doctrees: pathlib.Path) -> subprocess.CompletedProcess:

@@ -5,14 +5,15 @@ classes in ``sys.modules`` (a framework that is not imported cannot have made th
 ever imported just to ask). The answer is cached per class. Protocol adapters (``__cuda_array_interface__``,
 DLPack) come last and may also look at the instance.
 
-Adding a framework is one adapter file (a subclass of :class:`~nvdispatch._adapters.base.Adapter`) and
-one call::
+Adding a framework is one adapter file (a subclass of :class:`~nvdispatch._adapters.base.Adapter`, see its
+module for the interface and the memory kinds) and one registration: a line in the list at the end of this
+module for a built-in one, or for any other::
 
     from nvdispatch._adapters import register_adapter
     register_adapter(MyAdapter())
 
 Its ``default_executors`` say which executors run its arrays by default (``register_executor`` adds a
-new one by name).
+new one by name); they accept its arrays by the memory kinds of the views its ``info`` hands out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from .array_api_strict import ArrayApiStrictAdapter
 from .base import CPU, Adapter, Device, OperandInfo, c_strides
 from .cai import CaiAdapter
 from .cupy import CupyAdapter
@@ -42,6 +44,8 @@ __all__ = [
     "adapter_named",
     "adapter_for_result_kind",
     "adapters",
+    "framework_names",
+    "call_key_classes",
 ]
 
 _lock = threading.Lock()
@@ -52,15 +56,9 @@ _protocols: tuple[Adapter, ...] = ()
 _by_name: dict[str, Adapter] = {}
 #: class -> its adapter; None: no framework adapter claims the class (protocols are asked per instance)
 _by_class: dict[type, Adapter | None] = {}
-#: class -> its adapter's signature function, None when calls with it take the full route (filled by the
-#: call route, cleared here when adapters change)
-signature_by_class: dict[type, Any] = {}
-#: class -> the call-key memo of its adapter's guard (nvdispatch._call_key_memo), None when it has none
-#: (filled with signature_by_class, cleared with it: remembered keys hold the old adapter's signatures)
-call_key_memo_by_class: dict[type, Any] = {}
-#: class -> its adapter's precision_key function (None: no convention), filled and cleared with
-#: signature_by_class: call keys hold what it reads
-precision_key_by_class: dict[type, Any] = {}
+#: class -> its call-key entry (``nvdispatch._call_key.ClassKeys``: signature, guard memo, view, wrap), filled by
+#: the call-key module, cleared here when adapters change (entries hold the old adapter's functions)
+call_key_classes: dict[type, Any] = {}
 _by_result_kind: dict[str, Adapter] = {}
 
 
@@ -70,6 +68,28 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
     ``protocol=True`` registers it among the protocol adapters (``__cuda_array_interface__``, DLPack),
     which are asked only when no framework adapter claims an array. An adapter with the name of a
     registered one replaces it. Returns ``adapter``.
+
+    Examples
+    --------
+    >>> import numpy as np, nvdispatch
+    >>> from nvdispatch.adapters import CPU, HOST, Adapter, OperandInfo, register_adapter, unregister_adapter
+    >>> class Boxed:  # a toy framework: a NumPy array in a box
+    ...     def __init__(self, values):
+    ...         self.values = np.asarray(values)
+    >>> class BoxedAdapter(Adapter):
+    ...     name, wraps, default_executors = "boxed", True, {"cpu": ("numpy",)}
+    ...     def claims(self, cls):
+    ...         return issubclass(cls, Boxed)
+    ...     def info(self, name, x):
+    ...         v = x.values
+    ...         strides = tuple(s // v.itemsize for s in v.strides)
+    ...         return OperandInfo(v, self.name, CPU, v.dtype.name, v.shape, strides, memory=frozenset({HOST}))
+    ...     def wrap(self, result, like):
+    ...         return Boxed(result)
+    >>> _ = register_adapter(BoxedAdapter())
+    >>> nvdispatch.matmul(Boxed(np.eye(2)), Boxed([[1.0, 2.0], [3.0, 4.0]])).values.tolist()
+    [[1.0, 2.0], [3.0, 4.0]]
+    >>> unregister_adapter("boxed")
     """
     global _frameworks, _protocols
     if not isinstance(getattr(adapter, "name", None), str) or not callable(getattr(adapter, "claims", None)):
@@ -85,24 +105,28 @@ def register_adapter(adapter: Adapter, *, protocol: bool = False) -> Adapter:
             _frameworks = (adapter, *_frameworks)
         _by_name[adapter.name] = adapter
         _by_class.clear()
-        signature_by_class.clear()
-        call_key_memo_by_class.clear()
-        precision_key_by_class.clear()
+        call_key_classes.clear()
         _by_result_kind.clear()
     return adapter
 
 
 def unregister_adapter(name: str) -> None:
-    """Forget the adapter called ``name`` (no-op when none is registered)."""
+    """Forget the adapter called ``name`` (no-op when none is registered).
+
+    Examples
+    --------
+    >>> from nvdispatch.adapters import adapter_named, unregister_adapter
+    >>> unregister_adapter("no such framework")  # nothing registered under that name: nothing to do
+    >>> adapter_named("no such framework") is None
+    True
+    """
     global _frameworks, _protocols
     with _lock:
         _frameworks = tuple(a for a in _frameworks if a.name != name)
         _protocols = tuple(a for a in _protocols if a.name != name)
         _by_name.pop(name, None)
         _by_class.clear()
-        signature_by_class.clear()
-        call_key_memo_by_class.clear()
-        precision_key_by_class.clear()
+        call_key_classes.clear()
         _by_result_kind.clear()
 
 
@@ -154,8 +178,14 @@ def adapter_named(name: str) -> Adapter | None:
 
 
 def adapters() -> tuple[Adapter, ...]:
-    """Every registered adapter, in the order they are asked."""
+    """Every registered adapter, in the order they are asked (frameworks, the latest registered first, then
+    protocols)."""
     return (*_frameworks, *_protocols)
+
+
+def framework_names() -> str:
+    """The registered frameworks and protocols, for messages: ``"numpy, torch, ..."``."""
+    return ", ".join(ad.name for ad in adapters())
 
 
 def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
@@ -166,6 +196,14 @@ def default_executors(framework: str, device_kind: str) -> tuple[str, ...]:
 
 for _ad in (DlpackAdapter(), CaiAdapter()):
     register_adapter(_ad, protocol=True)
-for _ad in (NumpyAdapter(), TorchAdapter(), CupyAdapter(), DaskAdapter(), JaxAdapter(), JaxTracerAdapter()):
+for _ad in (
+    NumpyAdapter(),
+    TorchAdapter(),
+    CupyAdapter(),
+    DaskAdapter(),
+    JaxAdapter(),
+    JaxTracerAdapter(),
+    ArrayApiStrictAdapter(),
+):
     register_adapter(_ad)
 del _ad

@@ -1,15 +1,28 @@
-"""What nvdispatch needs to know of an array framework: the :class:`Adapter` protocol, and the
-:class:`Device` / :class:`OperandInfo` descriptions adapters produce.
+"""What nvdispatch needs to know of an array framework: the :class:`Adapter` protocol, the memory kinds
+executors accept, and the :class:`Device` / :class:`OperandInfo` descriptions adapters produce.
+
+Executors never see a framework: an adapter hands each operand to them as a *view* of its memory
+(``OperandInfo.array``) and says which *memory kinds* that view is (``OperandInfo.memory``: ``"host"``,
+``"cuda"``, a framework's own, see :mod:`nvdispatch._memory`); an executor declares the kinds it accepts. An
+executor returns its result as the kind it received; the route then hands it to the operand's adapter
+(:meth:`Adapter.wrap`), which returns it as the caller's type on the caller's device.
 
 An adapter answers, for arrays of one framework (or one protocol such as ``__cuda_array_interface__``):
 
 ``claims(cls)`` / ``claims_instance(x)``
     detection (by class, looked up once per class; protocol adapters may also look at the instance);
 ``info(name, x)``
-    the full description (:class:`OperandInfo`: framework, device with its index, dtype, shape, strides);
-``signature(x)``
+    the full description (:class:`OperandInfo`: the view, its memory kinds, framework, device with its
+    index, dtype, shape, strides);
+``signature(x)`` (optional)
     a cheap hashable summary of what a plan depends on (dtype, shape, strides, device...), for the
-    plan-cache key of repeated calls;
+    plan-cache key of repeated calls; without one, every call takes the full path;
+``view(x)`` (optional)
+    the view :meth:`info` hands out, without describing it (for repeated calls); None: ``x`` itself;
+``wrap(result, like)`` (optional, with ``wraps = True``)
+    an executor's result (of the view's kind) as the caller's type, on the device of ``like``;
+``check_stream(stream, x)``
+    refuse a ``stream=`` that is not a stream of this framework for ``x``'s device;
 ``precision_key()``, ``precision_convention(device)`` (optional)
     the framework's matmul precision settings (TF32, autocast, default matmul precision): a cheap hashable
     reading that call keys hold, and what they ask of a product on ``device``
@@ -27,16 +40,16 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
 ``coerce(x)``, ``to_numpy(x)``, ``export(x)``
     converting a foreign array into this framework, this framework's array to NumPy (host copy), and
     this framework's array into something other frameworks can import (DLPack/CAI);
+``native_device(device)``, ``from_host_values(values, dtype, device)``
+    devices named by the caller (``fftfreq(device=)``);
+``roll(x, shifts, axes)``, ``copy_into(dst, src)``, ``unwritable(x)``
+    the array operations ``fftshift`` and in-place results need (adapters without them go through the view).
 ``traced_framework``
     set on adapters of placeholders of a program being traced (JAX tracers): calls on them are staged by
-    that framework's integration instead of run (see :mod:`nvdispatch._traced`);
-``wrap(result, like)``
-    for frameworks that run on another framework's executors (``wraps = True``; ``info`` then describes
-    the operand as that framework's array, ``OperandInfo.array`` being what executors receive): their
-    result presented as the caller's type. Frameworks whose executors take and return their own arrays
-    leave ``wraps`` False, and the route never calls it.
+    that framework's integration instead of run (see :mod:`nvdispatch._traced`).
 
-Only adapters branch on a framework; everything else asks them (see ``nvdispatch._adapters``).
+Only adapters branch on a framework; everything else asks them (see ``nvdispatch._adapters``; CONTRIBUTING.md's
+"Adding a framework" says which methods are required).
 """
 
 from __future__ import annotations
@@ -68,7 +81,9 @@ CPU = Device("cpu")
 
 @dataclass(frozen=True)
 class OperandInfo:
-    """What dispatch needs to know of one operand. ``strides`` are in elements (None where unknown)."""
+    """What dispatch needs to know of one operand. ``array`` is the view of its memory executors receive
+    (``x`` itself for most frameworks), ``memory`` the kinds of memory that view is (see the module
+    docstring); ``strides`` are in elements (None where unknown)."""
 
     array: Any
     framework: str
@@ -80,6 +95,8 @@ class OperandInfo:
     autograd: bool = False
     #: how a chunked (Dask) array is cut (an ``_adapters.dask.DaskLayout``); None for plain arrays
     chunks: Any = None
+    #: the memory kinds ``array`` is, as executors accept them (``HOST``, ``CUDA``, a framework's own)
+    memory: frozenset[str] = frozenset()
 
     @property
     def ndim(self) -> int:
@@ -103,7 +120,8 @@ class Adapter:
     name: str = "adapter"
     #: device kind -> built-in (or registered) executor names tried by default for this framework, in order
     default_executors: Mapping[str, tuple[str, ...]] = {}
-    #: whether executors' results must go through :meth:`wrap` before the caller gets them
+    #: whether executors' results must go through :meth:`wrap` before the caller gets them (the views it hands
+    #: out are not the caller's type)
     wraps: bool = False
     #: for placeholders of a program being traced (JAX tracers): the framework whose integration stages
     #: calls on them (``nvdispatch._traced``); None for arrays holding memory
@@ -125,12 +143,15 @@ class Adapter:
 
     #: ``signature(x)``: what a plan depends on of ``x`` (dtype, shape, strides, device, autograd...), as
     #: a cheap hashable value; None (the default): calls with these arrays take the full route every time
-    #: (needed where executors receive ``OperandInfo.array`` rather than ``x`` itself)
     signature: Callable[[Any], Hashable] | None = None
 
     def signature_for(self, cls: type) -> Callable[[Any], Hashable] | None:
         """The signature function for arrays of class ``cls`` (a subclass may need the full route)."""
         return self.signature
+
+    #: ``view(x)``: the view of ``x``'s memory that :meth:`info` hands out (``OperandInfo.array``), for repeated
+    #: calls, which skip :meth:`info`; None (the default): the view is ``x`` itself
+    view: Callable[[Any], Any] | None = None
 
     #: ``guard(*arrays)``: a function ``check(*arrays) -> bool``, true exactly when arrays have the same
     #: signatures as ``arrays`` had (cheaper than reading them), or None where it cannot make one; None (the
@@ -189,6 +210,22 @@ class Adapter:
         ordered on it); a no-op for frameworks without streams."""
         return contextlib.nullcontext()
 
+    def check_stream(self, stream: Any, x: Any) -> None:
+        """Raise :class:`~nvdispatch.errors.InvalidArgumentError` naming ``stream`` unless ``stream`` (not None) is
+        a stream this framework's array ``x`` can run on: on a CUDA device a stream object or handle (see
+        ``nvdispatch._cuda.streams``); on the CPU none, unless the framework has CPU streams of its own (an
+        adapter then accepts them)."""
+        from ..errors import InvalidArgumentError, describe
+
+        device = self.device(x)
+        if device.kind != "cuda":
+            raise InvalidArgumentError(
+                "stream", f"None: {self.name} arrays on {device} run on no stream", describe(stream)
+            )
+        from .._cuda.streams import stream_pointer
+
+        stream_pointer(stream, self.name, device.index)
+
     def native_stream_context(self, stream: Any, device_index: int | None):
         """Like :meth:`stream_context` for a ``stream=`` argument as the user passed it (this framework's
         stream object, a ``__cuda_stream__`` object, a raw int), or None (nothing to do)."""
@@ -220,6 +257,10 @@ class Adapter:
     def copy_into(self, dst: Any, src: Any) -> None:
         """Write ``src`` into ``dst`` (an array of this framework)."""
         dst[...] = src
+
+    def unwritable(self, x: Any) -> str:
+        """Why ``x`` may not be written in place (read-only, immutable...), or ``""`` when it may."""
+        return ""
 
     # -- devices named by the caller (fftfreq's ``device=``) ----------------------------------------------
     #: order among adapters for a device given as a string ("cpu", "cuda:1"): lowest first
@@ -296,7 +337,9 @@ class Adapter:
         return x
 
     def wrap(self, result: Any, like: Any) -> Any:
-        """Present an executor's ``result`` as the type of the caller's operand ``like``."""
+        """Present an executor's ``result`` (of the kind of the views this adapter hands out: a NumPy array for
+        host views) as the type of the caller's operand ``like``, on ``like``'s device. Called only where
+        :attr:`wraps` is true."""
         return result
 
     def __repr__(self) -> str:

@@ -11,9 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from .._memory import CUDA
 from .base import Adapter, Device, OperandInfo, c_strides
 
 __all__ = ["CaiAdapter", "pointer_device"]
+
+_MEMORY = frozenset({CUDA})
 
 
 def pointer_device(ptr: int) -> int | None:
@@ -50,7 +53,11 @@ class CaiAdapter(Adapter):
         strides = cai.get("strides")
         strides = c_strides(shape) if strides is None else tuple(s // dtype.itemsize for s in strides)
         device = Device("cuda", pointer_device(int(cai["data"][0] or 0)))
-        return OperandInfo(x, self.name, device, dtype.name, shape, strides)
+        return OperandInfo(x, self.name, device, dtype.name, shape, strides, memory=_MEMORY)
+
+    def unwritable(self, x) -> str:
+        read_only = x.__cuda_array_interface__.get("data", (0, False))[1]
+        return "a read-only __cuda_array_interface__ array" if read_only else ""
 
     def signature(self, x):
         cai = x.__cuda_array_interface__

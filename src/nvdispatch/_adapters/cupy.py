@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from .._memory import CUDA, CUPY_ARRAY
 from .._precision import PrecisionConvention
 from .base import Adapter, Device, OperandInfo
 
@@ -42,6 +43,8 @@ def _tf32_env() -> bool:
     except ValueError:
         return False
 
+_MEMORY = frozenset({CUPY_ARRAY, CUDA})
+
 
 class CupyAdapter(Adapter):
     name = "cupy"
@@ -54,7 +57,8 @@ class CupyAdapter(Adapter):
     def info(self, name: str, x: Any) -> OperandInfo:
         itemsize = x.itemsize or 1
         strides = tuple(s // itemsize for s in x.strides)
-        return OperandInfo(x, self.name, Device("cuda", int(x.device.id)), x.dtype.name, tuple(x.shape), strides)
+        device = Device("cuda", int(x.device.id))
+        return OperandInfo(x, self.name, device, x.dtype.name, tuple(x.shape), strides, memory=_MEMORY)
 
     #: (dtype, shape, strides, device ordinal), read in C
     signature = operator.attrgetter("dtype", "shape", "strides", "device.id")

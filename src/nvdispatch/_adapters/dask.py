@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .._memory import DASK_ARRAY
 from ..errors import MixedOperandsError, UnsupportedOperandError, describe
 from .base import Adapter, OperandInfo
 
 __all__ = ["DaskAdapter", "DaskLayout", "broadcast_limit"]
 
 DASK = "dask"
+_MEMORY = frozenset({DASK_ARRAY})
 #: operands whose chunk sizes may be unknown along the last axis: cuBLASLt's bit-mask ReLU aux, whose width
 #: per block only the block executor knows (the Dask executor returns it so and takes it back block by block)
 _UNKNOWN_LAST_AXIS_OK = {"relu_aux", "epilog_inputs['relu_aux']"}
@@ -31,14 +33,12 @@ _UNKNOWN_LAST_AXIS_OK = {"relu_aux", "epilog_inputs['relu_aux']"}
 
 @dataclass(frozen=True)
 class DaskLayout:
-    """How a Dask array is cut: its chunk type's framework and its chunk sizes per axis (-1: unknown)."""
+    """How a Dask array is cut: its chunk type's framework and its chunk sizes per axis (-1: unknown); ``meta``
+    is Dask's zero-size array of the chunk type."""
 
     chunk_framework: str
     chunks: tuple[tuple[int, ...], ...]
-
-    @property
-    def numblocks(self) -> tuple[int, ...]:
-        return tuple(len(c) for c in self.chunks)
+    meta: Any = field(default=None, compare=False, repr=False)
 
 
 class DaskAdapter(Adapter):
@@ -83,8 +83,8 @@ class DaskAdapter(Adapter):
         # unknown sizes (allowed above only where the block executor alone knows them) are written -1
         known = tuple(tuple(-1 if math.isnan(s) else int(s) for s in sizes) for sizes in chunks)
         shape = tuple(sum(sizes) if -1 not in sizes else -1 for sizes in known)
-        layout = DaskLayout(chunk.framework, known)
-        return OperandInfo(x, DASK, chunk.device, str(x.dtype), shape, None, chunks=layout)
+        layout = DaskLayout(chunk.framework, known, meta)
+        return OperandInfo(x, DASK, chunk.device, str(x.dtype), shape, None, chunks=layout, memory=_MEMORY)
 
     def signature(self, x: Any):
         return (x.dtype, x.chunks, type(x._meta))

@@ -1,5 +1,6 @@
-"""Objects that only speak DLPack (``__dlpack__`` / ``__dlpack_device__``): JAX arrays, and any producer
-no other adapter claims. CPU ones run through their zero-copy NumPy view."""
+"""Objects that only speak DLPack (``__dlpack__`` / ``__dlpack_device__``): any producer no other adapter
+claims. On the CPU they are handed to executors as their zero-copy NumPy view (host memory), on a GPU as
+themselves (CUDA memory, read through DLPack)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,43 @@ from typing import Any
 
 import numpy as np
 
-from .base import Adapter, Device, OperandInfo
+from .._memory import CUDA, HOST
+from .base import CPU, Adapter, Device, OperandInfo
 
-__all__ = ["DlpackAdapter"]
+__all__ = ["DlpackAdapter", "host_view", "host_signature", "DLPACK_CPU"]
 
 # DLPack device-type codes (dlpack.h, DLDeviceType)
-_DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
+DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
+_ON_CUDA = (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED, _DLPACK_CUDA_HOST)
+_HOST = frozenset({HOST})
+_CUDA = frozenset({CUDA})
+
+
+def host_view(name: str, x: Any, framework: str) -> np.ndarray:
+    """The zero-copy NumPy view of host DLPack producer ``x``; a typed error naming ``name`` for a dtype NumPy
+    cannot view (bfloat16, say)."""
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError) as exc:
+        from ..errors import UnsupportedDtypeError
+
+        dtype = str(getattr(x, "dtype", "unknown"))
+        raise UnsupportedDtypeError(
+            name,
+            f"a dtype NumPy can view ({framework} arrays on the CPU run on NumPy's executor)",
+            dtype,
+            f"convert it first (DLPack said: {exc})",
+        ) from exc
+
+
+def host_signature(x: Any) -> tuple:
+    """``(dtype, shape, strides)`` of host producer ``x``'s NumPy view; TypeError where NumPy cannot view it
+    (the call then takes the full path, which reports it)."""
+    try:
+        v = np.from_dlpack(x)
+    except (BufferError, RuntimeError) as exc:
+        raise TypeError(str(exc)) from exc
+    return (v.dtype, v.shape, v.strides)
 
 
 class DlpackAdapter(Adapter):
@@ -43,22 +75,31 @@ class DlpackAdapter(Adapter):
         from ..errors import UnsupportedOperandError
 
         dev_type, dev_id = self._device_of(name, x)
-        if dev_type == _DLPACK_CPU:
-            view = np.from_dlpack(x)  # zero-copy
+        if dev_type == DLPACK_CPU:
+            view = host_view(name, x, self.name)
             itemsize = view.itemsize or 1
             strides = tuple(s // itemsize for s in view.strides)
-            return OperandInfo(view, self.name, Device("cpu"), view.dtype.name, view.shape, strides)
-        if dev_type in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED, _DLPACK_CUDA_HOST):
+            return OperandInfo(view, self.name, CPU, view.dtype.name, view.shape, strides, memory=_HOST)
+        if dev_type in _ON_CUDA:
             shape = tuple(getattr(x, "shape", ()))
             dtype = getattr(x, "dtype", None)
-            return OperandInfo(x, self.name, Device("cuda", int(dev_id)), str(dtype), shape, None)
+            return OperandInfo(x, self.name, Device("cuda", int(dev_id)), str(dtype), shape, None, memory=_CUDA)
         raise UnsupportedOperandError(
             name, "an array on the CPU or a CUDA device", f"DLPack device type {dev_type}"
         )
 
+    def view(self, x: Any) -> Any:
+        return np.from_dlpack(x) if x.__dlpack_device__()[0] == DLPACK_CPU else x
+
+    def signature(self, x: Any):
+        dev = x.__dlpack_device__()
+        if dev[0] != DLPACK_CPU:  # device memory whose strides DLPack alone tells: every call takes the full path
+            raise TypeError("no call key for a CUDA DLPack producer")
+        return dev, host_signature(x)
+
     def device(self, x) -> Device:
         dev_type, dev_id = self._device_of("x", x)
-        return Device("cpu") if dev_type == _DLPACK_CPU else Device("cuda", int(dev_id))
+        return CPU if dev_type == DLPACK_CPU else Device("cuda", int(dev_id))
 
     def data_ptr(self, x) -> int:
         from .._cuda.arrays import view
@@ -68,9 +109,6 @@ class DlpackAdapter(Adapter):
     def to_numpy(self, x):
         return np.from_dlpack(x)
 
-    def unwrap(self, x: Any) -> Any:
-        return self.info("x", x).array
-
     def wrap(self, result: Any, like: Any) -> Any:
         import array_api_compat
 
@@ -78,6 +116,8 @@ class DlpackAdapter(Adapter):
             xp = array_api_compat.array_namespace(like)
         except TypeError:  # no namespace known for the caller's type
             return result
+        if isinstance(result, np.generic):
+            result = np.asarray(result)
         if xp is array_api_compat.array_namespace(result):
             return result
         try:

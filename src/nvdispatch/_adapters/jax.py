@@ -1,11 +1,9 @@
-"""JAX arrays (``jax.Array``), CPU and GPU: run as the DLPack objects they are, results back as ``jax.Array``.
+"""JAX arrays (``jax.Array``), CPU and GPU: handed to executors through DLPack, results back as ``jax.Array``.
 
-JAX arrays are immutable and JAX has no executor of its own here: a CPU array runs on the NumPy executor
-through its zero-copy NumPy view, a GPU one on the raw ``"cuda"`` executor through DLPack, exactly as any
-DLPack producer does (so the problem's framework is ``"dlpack"``). What JAX adds is the way back: the
-result is imported with ``jax.numpy.from_dlpack`` (zero-copy where JAX accepts the buffer's alignment, a
-copy otherwise) and placed on the operand's device, so ``nvdispatch.matmul(ja, jb) - 1.0`` is JAX
-arithmetic.
+JAX has no executor of its own here: a CPU array is host memory (its zero-copy NumPy view runs on the NumPy
+executor), a GPU one CUDA memory (the raw ``"cuda"`` executor reads it through DLPack). What JAX adds is the
+way back: the result is imported as a JAX array on the operand's device, so ``nvdispatch.matmul(ja, jb) - 1.0``
+is JAX arithmetic. JAX arrays are immutable: ``out=`` cannot receive a result.
 
 Inside ``jax.jit``, ``jax.grad`` and ``jax.vmap`` the operands are tracers (:class:`JaxTracerAdapter`): they
 hold no memory, and the call is staged into the traced program by ``nvdispatch.integrations.jax_matmul`` /
@@ -15,11 +13,15 @@ hold no memory, and the call is staged into the traced program by ``nvdispatch.i
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
+from .._memory import HOST
 from .._precision import PrecisionConvention
-from .base import Adapter, Device, OperandInfo
-from .dlpack import DlpackAdapter
+from .base import CPU, Adapter, Device, OperandInfo
+from .dlpack import DLPACK_CPU, DlpackAdapter
 
 __all__ = ["JaxAdapter", "JaxTracerAdapter", "default_matmul_precision", "float32_compute_type"]
 
@@ -72,6 +74,8 @@ def float32_compute_type(setting) -> tuple[str, str]:
         name = _PRECISION_NAMES.get(name.lower(), name)
     return _XLA_GPU_FLOAT32.get(name, _FP32), str(name)
 
+_HOST = frozenset({HOST})
+
 
 class JaxAdapter(Adapter):
     name = "jax"
@@ -84,7 +88,28 @@ class JaxAdapter(Adapter):
         return jax is not None and issubclass(cls, jax.Array)
 
     def info(self, name: str, x: Any) -> OperandInfo:
-        return self._dlpack.info(name, x)
+        if x.__dlpack_device__()[0] != DLPACK_CPU:
+            return replace(self._dlpack.info(name, x), framework=self.name)
+        view = np.asarray(x)  # zero-copy (read-only); cheaper than NumPy's DLPack import
+        if view.dtype.isbuiltin != 1:  # bfloat16 and the other ml_dtypes: NumPy cannot compute on them
+            from ..errors import UnsupportedDtypeError
+
+            raise UnsupportedDtypeError(
+                name,
+                "a dtype NumPy computes with (JAX arrays on the CPU run on NumPy's executor)",
+                view.dtype.name,
+                "cast it first (x.astype(jax.numpy.float32)), or run it on a GPU",
+            )
+        strides = tuple(s // (view.itemsize or 1) for s in view.strides)
+        return OperandInfo(view, self.name, CPU, view.dtype.name, view.shape, strides, memory=_HOST)
+
+    def view(self, x: Any) -> Any:
+        return np.asarray(x) if x.__dlpack_device__()[0] == DLPACK_CPU else x
+
+    @staticmethod
+    def signature(x):
+        # JAX arrays are dense and row-major: dtype, shape and device say everything a plan depends on
+        return (x.dtype, x.shape, x.device)
 
     def device(self, x) -> Device:
         return self._dlpack.device(x)
@@ -109,19 +134,20 @@ class JaxAdapter(Adapter):
         return int(x.unsafe_buffer_pointer())
 
     def to_numpy(self, x):
-        import numpy as np
-
         return np.asarray(x)
 
-    def unwrap(self, x: Any) -> Any:
-        return self.info("x", x).array
+    def unwritable(self, x) -> str:
+        return "a JAX array (JAX arrays are immutable)"
 
     def wrap(self, result: Any, like: Any) -> Any:
         import jax
 
-        out = jax.numpy.from_dlpack(result)
-        device = next(iter(like.devices()), None) if hasattr(like, "devices") else None
-        return out if device is None or device in out.devices() else jax.device_put(out, device)
+        if isinstance(result, (np.ndarray, np.generic)):
+            out = jax.numpy.asarray(result)  # a copy into JAX's memory (JAX's DLPack import costs more)
+        else:
+            out = jax.numpy.from_dlpack(result)  # device memory: zero-copy where JAX accepts the alignment
+        device = like.device
+        return out if out.device == device else jax.device_put(out, device)
 
 
 class JaxTracerAdapter(Adapter):

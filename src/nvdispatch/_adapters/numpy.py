@@ -7,9 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from .._memory import HOST
 from .base import CPU, Adapter, OperandInfo
 
 __all__ = ["NumpyAdapter"]
+
+_HOST = frozenset({HOST})
 
 
 class NumpyAdapter(Adapter):
@@ -19,9 +22,12 @@ class NumpyAdapter(Adapter):
     def claims(self, cls: type) -> bool:
         return issubclass(cls, (np.ndarray, np.generic))
 
-    def info(self, name: str, x: Any, framework: str = "numpy") -> OperandInfo:
+    def info(self, name: str, x: Any) -> OperandInfo:
+        if isinstance(x, np.generic):  # a NumPy scalar: executors take its 0-d array
+            x = np.asarray(x)
         itemsize = x.itemsize or 1
-        return OperandInfo(x, framework, CPU, x.dtype.name, x.shape, tuple(s // itemsize for s in x.strides))
+        strides = tuple(s // itemsize for s in x.strides)
+        return OperandInfo(x, self.name, CPU, x.dtype.name, x.shape, strides, memory=_HOST)
 
     #: (dtype, shape, strides), read in C: no Python frame on the per-call path
     signature = operator.attrgetter("dtype", "shape", "strides")
@@ -46,6 +52,9 @@ class NumpyAdapter(Adapter):
 
     def roll(self, x, shifts, axes):
         return np.roll(x, shifts, axes) if axes else x.copy()
+
+    def unwritable(self, x) -> str:
+        return "" if x.flags.writeable else "a read-only NumPy array"
 
     device_string_rank = 0
 

@@ -7,11 +7,16 @@ import functools
 import sys
 from typing import Any
 
+from .._memory import CUDA, TORCH_TENSOR
 from .._precision import PrecisionConvention
 from .base import CPU, Adapter, Device, OperandInfo
 from .torch_autocast import autocast_dtype
 
 __all__ = ["TorchAdapter", "tf32_allowed"]
+
+
+_ON_CPU = frozenset({TORCH_TENSOR})
+_ON_CUDA = frozenset({TORCH_TENSOR, CUDA})
 
 
 def _grad_enabled() -> bool:
@@ -69,7 +74,8 @@ class TorchAdapter(Adapter):
         device = CPU if dev.type == "cpu" else Device(dev.type, dev.index if dev.index is not None else 0)
         dtype = str(x.dtype).removeprefix("torch.")
         autograd = bool(x.requires_grad) and _grad_enabled()
-        return OperandInfo(x, self.name, device, dtype, tuple(x.shape), tuple(x.stride()), autograd)
+        memory = _ON_CPU if device is CPU else _ON_CUDA
+        return OperandInfo(x, self.name, device, dtype, tuple(x.shape), tuple(x.stride()), autograd, memory=memory)
 
     @staticmethod
     def signature(x):
@@ -164,6 +170,11 @@ class TorchAdapter(Adapter):
             return int(stream.cuda_stream)
         return None
 
+    def check_stream(self, stream: Any, x: Any) -> None:
+        if x.device.type == "cpu" and isinstance(stream, sys.modules["torch"].cpu.Stream):
+            return  # Torch's own CPU streams: its CPU operations run in order anyway
+        super().check_stream(stream, x)
+
     def stream_context(self, stream: int, device_index: int | None):
         import torch
 
@@ -253,6 +264,11 @@ class TorchAdapter(Adapter):
 
     def copy_into(self, dst, src) -> None:
         dst.copy_(src)
+
+    def unwritable(self, x) -> str:
+        if x.requires_grad and x.is_leaf:
+            return "a leaf Torch tensor that requires grad (autograd forbids writing it in place)"
+        return ""
 
     # -- results ---------------------------------------------------------------------------------------------
     result_kinds = ("torch",)

@@ -23,29 +23,32 @@ call that is also the plan-cache key (with the executor's ``name`` and the strat
 ``fused_epilogs`` : ``"all"`` or a set of epilog names (default: none)
     The matmul epilogs its plans apply themselves. For any other epilog the core asks the executor about
     the same matmul *without* the epilog (``problem.epilog`` is ``DEFAULT``, no epilog inputs) and applies
-    the epilog's steps to its result itself, with the framework's array operations (NumPy, Torch or CuPy
-    results; for other frameworks such a call is declined). An executor that lists an epilog must return
+    the epilog's steps to its result itself, with the array operations of its memory kind (NumPy's, Torch's or
+    CuPy's; for other kinds such a call is declined). An executor that lists an epilog must return
     exactly what the built-ins return for it.
 
-**What a problem carries.** Matmul (``nvdispatch._matmul_problem.MatmulProblem``): ``framework``,
-``device`` (``kind``, ``index``), ``a``/``b``/``c`` (``ArraySig``: ``dtype``, ``shape``, ``strides``; ``c``
-None when absent), ``result_dtype``, ``result_shape``, ``m``, ``n``, ``k``, ``batch_shape``,
+**What a problem carries.** Matmul (``nvdispatch._matmul_problem.MatmulProblem``): ``framework`` (the
+caller's, for messages), ``memory`` (the memory kinds every operand is handed over as: ``"host"``,
+``"cuda"``, ``"torch.Tensor"``..., see :mod:`nvdispatch._memory`), ``device`` (``kind``, ``index``),
+``a``/``b``/``c`` (``ArraySig``: ``dtype``, ``shape``, ``strides``; ``c`` None when absent), ``result_dtype``,
+``result_shape``, ``m``, ``n``, ``k``, ``batch_shape``,
 ``promoted_shape``, ``a_vector``/``b_vector`` (1-D operands promoted as in PEP 465), ``epilog`` (its table
 row: ``epilog.epilog`` the ``Epilog``, ``inputs``, ``outputs``, ``steps``), ``inputs`` (the epilog inputs'
 signatures), ``bias_axis``, ``options`` (``MatmulOptions``), ``autograd``. FFT
 (``nvdispatch._fft_problem.FFTProblem``): ``framework``, ``device``, ``func`` (``"fft"``, ``"rfftn"``...),
 ``kind`` (``"c2c"``/``"r2c"``/``"c2r"``), ``direction``, ``dtype``, ``result_dtype``, ``shape``, ``axes``,
-``lengths``, ``norm``, ``out_shape``.
+``lengths``, ``norm``, ``out_shape``, ``memory``.
 
 **What ``execute`` receives.** ``operands``, a mapping: for matmul ``"a"``, ``"b"``, ``"alpha"``, ``"beta"``
 (None when not given), ``"c"`` when given, and each epilog input by name (``"bias"``, ``"relu_aux"``,
-``"gelu_aux"``) the executor fuses; for fft ``"x"``. ``stream``: the caller's stream (None: the current
-one; CPU executors ignore it).
+``"gelu_aux"``) the executor fuses; for fft ``"x"``. Arrays come as the views their adapters hand out
+(``OperandInfo.array``: a NumPy array for host memory, the framework's own array for its own kind).
+``stream``: the caller's stream (None: the current one; CPU executors ignore it).
 
-**What ``execute`` returns.** An array of the operands' framework (under ``coerce``: the executor's own),
+**What ``execute`` returns.** An array of the memory kind it received (under ``coerce``: the executor's own),
 of ``problem.result_shape`` (fft: ``problem.out_shape``) and ``problem.result_dtype``; for an epilog with
 outputs, ``(result, aux)`` with ``aux`` a dict holding exactly the epilog's output names. Inputs are never
-modified.
+modified. The route hands the result to the operands' adapter, which returns it as the caller's type.
 
 **Checked at the boundary.** For executors other than nvdispatch's own, the core checks every answer
 (:mod:`nvdispatch._executor_contract`): a ``decline`` that cannot take ``coerce`` or returns something other
@@ -124,11 +127,11 @@ class Executor(ABC):
 class ModularExecutor(Executor):
     """An executor whose operations live in sibling modules ``executors/<name>_<op>.py``.
 
-    Subclasses say which frameworks and device kinds they own; each operation module decides the rest.
+    Subclasses say which memory kinds and device kinds they take; each operation module decides the rest.
     """
 
-    #: frameworks whose arrays this executor runs natively
-    frameworks: frozenset[str] = frozenset()
+    #: the memory kinds of operand views it runs on (``nvdispatch._memory``: ``HOST``, ``CUDA``...)
+    memory: frozenset[str] = frozenset()
     #: device kinds ("cpu", "cuda") it runs on
     device_kinds: frozenset[str] = frozenset()
     fused_epilogs = "all"
@@ -160,8 +163,12 @@ class ModularExecutor(Executor):
         if mod is None:
             return f"{self.name} does not implement {op}"
         if not coerce:
-            if problem.framework not in self.frameworks:
-                return f"{self.name} does not take {problem.framework} arrays"
+            if not self.memory & problem.memory:
+                kinds = ", ".join(sorted(problem.memory)) or "none"
+                return (
+                    f"{self.name} takes {' or '.join(sorted(self.memory))} memory; these {problem.framework} "
+                    f"arrays are handed over as {kinds}"
+                )
             if problem.device.kind not in self.device_kinds:
                 return f"{self.name} does not run on {problem.device}"
         return mod.decline(problem)

@@ -1,11 +1,11 @@
 """The raw cuda-python executor (``"cuda"``): NVIDIA libraries called directly.
 
 Libraries are located with cuda-pathfinder and called through ctypes (cuBLASLt for matmul, cuFFT for
-fft); streams, events and memory go through cuda-bindings (see :mod:`nvdispatch._cuda`). It serves Torch
-CUDA tensors, CuPy arrays and any object exposing ``__cuda_array_interface__`` (Numba device arrays
-included) or DLPack on a CUDA device, and returns results as the caller's type: a Torch tensor, a CuPy
-array, a Numba device array, or for other objects an :class:`nvdispatch._cuda.arrays.CudaArray` exposing
-``__cuda_array_interface__``.
+fft); streams, events and memory go through cuda-bindings (see :mod:`nvdispatch._cuda`). It takes CUDA
+memory (``"cuda"`` views: Torch CUDA tensors, CuPy arrays, any object exposing ``__cuda_array_interface__``
+(Numba device arrays included) or DLPack on a CUDA device), and creates results of the kind the operand's
+adapter names: a Torch tensor, a CuPy array, a Numba device array, or for other objects an
+:class:`nvdispatch._cuda.arrays.CudaArray` exposing ``__cuda_array_interface__``.
 
 Execution is asynchronous on the caller's stream: ``stream=`` (a Torch/CuPy stream, a
 ``__cuda_stream__`` object or a raw ``cudaStream_t`` int) or by default the operands' framework's current
@@ -20,12 +20,13 @@ for the default (bias along N) orientation; DRELU also takes a boolean mask of t
 from __future__ import annotations
 
 from .._adapters import adapter_for, adapter_named
+from .._memory import CUDA
 from .base import ModularExecutor
 
 
 class CudaExecutor(ModularExecutor):
     name = "cuda"
-    frameworks = frozenset({"torch", "cupy", "cuda_array_interface", "dlpack"})
+    memory = frozenset({CUDA})
     device_kinds = frozenset({"cuda"})
 
     def unavailable(self) -> str | None:

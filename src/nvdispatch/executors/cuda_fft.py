@@ -21,6 +21,7 @@ import itertools
 import math
 
 from .._fft_problem import FFTProblem
+from .._memory import CUPY_ARRAY, TORCH_TENSOR
 
 _SINGLE = {"complex64": True, "complex128": False}
 #: how many outer-batch launches we accept for layouts cuFFT cannot batch in one call
@@ -218,7 +219,7 @@ class CudaFFTPlan:
 
         exe, direction, shape, scale = self.cufft.execute, self.direction, p.out_shape, self.scale
         idx = self.device_index
-        if p.framework == "torch":
+        if TORCH_TENSOR in p.memory:
             import torch
 
             tdt, tdev = getattr(torch, p.result_dtype), torch.device("cuda", idx)
@@ -235,7 +236,7 @@ class CudaFFTPlan:
                 return out
 
             return run_torch
-        if p.framework == "cupy":
+        if CUPY_ARRAY in p.memory:
             import cupy
 
             dt, current = p.result_dtype, cupy.cuda.get_current_stream

@@ -27,29 +27,14 @@ import numpy as np
 
 from .._fft_callbacks import Callback, CallbackFFTProblem
 from ..errors import CallbackError
-from .cuda_fft import CudaFFTPlan, _cstrides, layout
-
-
-def _c_contiguous(p) -> bool:
-    return p.strides is None or tuple(p.strides) == _cstrides(p.shape) or math.prod(p.shape) <= 1
-
-
-def _numba_reason() -> str | None:
-    try:
-        import numba.cuda  # noqa: F401
-    except ImportError:
-        return "numba-cuda is not installed (pip install 'nvdispatch[numba]')"
-    from ..device.simulator_compat import simulator_active
-
-    if simulator_active():
-        return "Numba's CUDA simulator is active"
-    return None
+from .cuda_fft import CudaFFTPlan, layout
+from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device
 
 
 def fused_reason(problem: CallbackFFTProblem) -> str | None:
     """Why the generated-kernel strategy does not apply, or None."""
     p = problem.fft
-    why = _numba_reason()
+    why = numba_reason()
     if why:
         return why
     from ..device.fft_callback_kernel import covers
@@ -60,7 +45,7 @@ def fused_reason(problem: CallbackFFTProblem) -> str | None:
         return "the device engine runs 1-D transforms along the last axis"
     if not covers(p.lengths[0]):
         return f"n={p.lengths[0]} is not a device-engine length (2**a 3**b 5**c 7**d, 2..4096)"
-    if not _c_contiguous(p):
+    if not c_contiguous(p):
         return "x is not C-contiguous"
     if p.compute_dtype not in ("complex64", "complex128"):
         return f"{p.compute_dtype} transforms"
@@ -80,7 +65,7 @@ def lto_reason(problem: CallbackFFTProblem) -> str | None:
         return lay
     if lay["loops"]:
         return "the batch needs several cuFFT launches"
-    if not _c_contiguous(p):
+    if not c_contiguous(p):
         return "x is not C-contiguous (cuFFT's callback offset would not be the logical index)"
     for cb in (problem.prolog, problem.epilog):
         if cb is not None and any(not d.c_contiguous or not d.shape for d in cb.data):
@@ -159,51 +144,6 @@ def check_callback(cb: Callback | None, value_dtype: str) -> None:
         )
 
 
-def _numba_view(a, framework: str, shape=None):
-    """A Numba device array over ``a`` (no copy, no stream synchronisation); ``shape`` reshapes a
-    C-contiguous array."""
-    from numba import cuda
-
-    from .._cuda import arrays
-
-    v = arrays.view(a, framework)
-    dt = np.dtype(v.dtype)
-    if shape is None:
-        desc_shape, strides = tuple(v.shape), tuple(s * dt.itemsize for s in v.strides)
-    else:
-        desc_shape, strides = tuple(shape), None
-    desc = {"shape": desc_shape, "strides": strides, "typestr": dt.str, "data": (v.ptr, False), "version": 3}
-    return cuda.from_cuda_array_interface(desc, owner=a, sync=False)
-
-
-def on_device(index: int, several: bool):
-    """A context making GPU ``index`` Numba's current device where the machine has several (a null context
-    otherwise: Numba launches on its current device)."""
-    import contextlib
-
-    if not several:
-        return contextlib.nullcontext()
-    from numba import cuda
-
-    return cuda.gpus[index]
-
-
-class _Streams:
-    """Numba stream objects for raw ``cudaStream_t`` handles (made once per handle)."""
-
-    def __init__(self):
-        self._streams: dict[int, object] = {}
-
-    def __call__(self, ptr: int):
-        s = self._streams.get(ptr)
-        if s is None:
-            from numba import cuda
-
-            s = cuda.external_stream(ptr) if ptr else cuda.default_stream()
-            self._streams[ptr] = s
-        return s
-
-
 # -- device-fused -------------------------------------------------------------------------------------------
 class FusedCallbackPlan:
     """One generated kernel: load -> prolog -> block FFT -> norm -> epilog -> store."""
@@ -255,7 +195,7 @@ class FusedCallbackPlan:
                 "callbacks that compile into the generated FFT kernel",
                 f"{type(exc).__name__}: {' '.join(str(exc).strip().splitlines()[:6])}",
             ) from exc
-        self._streams = _Streams()
+        self._streams = NumbaStreams()
         F = self.kernel.first
         steps = [
             f"one generated Numba kernel per call: load x ({p.dtype}, rows of {m_in}"
@@ -283,10 +223,10 @@ class FusedCallbackPlan:
         if self.rows == 0:
             return out
         with on_device(self.device_index, self._several):
-            xv = _numba_view(x, fw, (self.rows, p.shape[-1]))
-            ov = _numba_view(out, kind, (self.rows, spec.n_out))
-            pdata = tuple(_numba_view(d, fw) for d in operands.get("prolog_data", ()))
-            edata = tuple(_numba_view(d, fw) for d in operands.get("epilog_data", ()))
+            xv = numba_view(x, fw, (self.rows, p.shape[-1]))
+            ov = numba_view(out, kind, (self.rows, spec.n_out))
+            pdata = tuple(numba_view(d, fw) for d in operands.get("prolog_data", ()))
+            edata = tuple(numba_view(d, fw) for d in operands.get("epilog_data", ()))
             self.kernel.launch(xv, ov, None, pdata, edata, self._streams(s))
         return out
 
@@ -337,17 +277,22 @@ class LtoCallbackPlan(CudaFFTPlan):
             self._fast = self._fast_path()
         self.steps = (*steps, problem.describe())
 
-    def execute(self, operands, stream=None):
-        pdata, edata = operands.get("prolog_data", ()), operands.get("epilog_data", ())
-        if pdata or edata:
-            from .._cuda import arrays, streams
+    def bind_data(self, operands, stream: int) -> None:
+        """Point the callbacks at ``operands``' ``prolog_data``/``epilog_data`` arrays (in ``stream``'s order)."""
+        from .._cuda import arrays
 
-            fw = self.problem.framework
-            s = streams.stream_pointer(stream, fw, self.device_index)
-            if pdata:
-                self._pinfo.bind(tuple(arrays.view(d, fw).ptr for d in pdata), s)
-            if edata:
-                self._einfo.bind(tuple(arrays.view(d, fw).ptr for d in edata), s)
+        fw = self.problem.framework
+        pdata, edata = operands.get("prolog_data", ()), operands.get("epilog_data", ())
+        if pdata:
+            self._pinfo.bind(tuple(arrays.view(d, fw).ptr for d in pdata), stream)
+        if edata:
+            self._einfo.bind(tuple(arrays.view(d, fw).ptr for d in edata), stream)
+
+    def execute(self, operands, stream=None):
+        if operands.get("prolog_data") or operands.get("epilog_data"):
+            from .._cuda import streams
+
+            self.bind_data(operands, streams.stream_pointer(stream, self.problem.framework, self.device_index))
         return super().execute({"x": operands["x"]}, stream)
 
     def release(self) -> None:

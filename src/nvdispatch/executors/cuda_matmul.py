@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from .._compiled import hotpath
 from .._matmul_problem import MatmulProblem
+from .._memory import CUPY_ARRAY, TORCH_TENSOR
 
-#: frameworks whose own matmul runs plain products: the same cuBLAS kernels, with less host time per call than a
-#: cuBLASLt call from here
-PLAIN_TO_FRAMEWORK = {"torch", "cupy"}
+#: memory kinds whose framework's own matmul runs plain products: the same cuBLAS kernels, with less host time per
+#: call than a cuBLASLt call from here
+PLAIN_TO_FRAMEWORK = frozenset({TORCH_TENSOR, CUPY_ARRAY})
 #: Torch problems up to this m*n*k whose epilog Torch fuses into cuBLASLt itself are left to Torch where the
 #: extension is not built (host-bound: 256^3 multiply-adds take a few microseconds on a current GPU, less than a
 #: launch's host cost)
@@ -63,18 +64,18 @@ def decline(problem: MatmulProblem) -> str | None:
         if getattr(problem, name).dtype not in lt_setup.LT_DTYPES:
             return f"{name} is {getattr(problem, name).dtype}; cuBLASLt needs floating operands"
     if _zero_size(problem):
-        if problem.framework in ("torch", "cupy"):
+        if problem.memory & PLAIN_TO_FRAMEWORK:
             return "zero-size matmul: left to the framework"
         if xp.namespace_for(problem.framework) is None:
             return "a zero-size matmul is run with CuPy or Torch ops, and neither is installed"
         return None
     plain = not problem.epilog.steps and problem.c is None
-    if problem.framework == "cupy":  # cupy.matmul has no compute-type choice: a product asking for one stays here
+    if CUPY_ARRAY in problem.memory:  # cupy.matmul has no compute-type choice: a product asking for one stays here
         from .cupy_matmul import plain_product
 
         plain = plain_product(problem)
-    small_fused = problem.framework == "torch" and _torch_fuses_small(problem) and hotpath() is None
-    if problem.framework in PLAIN_TO_FRAMEWORK and (plain or small_fused) and not _requested():
+    small_fused = TORCH_TENSOR in problem.memory and _torch_fuses_small(problem) and hotpath() is None
+    if problem.memory & PLAIN_TO_FRAMEWORK and (plain or small_fused) and not _requested():
         if plain:
             return f"plain matmul: {problem.framework}'s own matmul runs the same kernels with less host overhead"
         return (
@@ -82,8 +83,6 @@ def decline(problem: MatmulProblem) -> str | None:
             "cuBLASLt epilogue with less host overhead than our direct call in Python (the compiled extension, "
             "nvdispatch._hotpath, is not built)"
         )
-    if problem.framework == "dlpack" and problem.a.strides is None:
-        pass  # strides are read at execution time; C-contiguous is assumed when planning
     if xp.namespace_for(problem.framework) is None:
         orientation, _, why_not = lt_descriptors.probe(problem)
         if orientation is None:

@@ -8,12 +8,13 @@ plus in-place CuPy ops. Results stay CuPy arrays on the operands' device.
 from __future__ import annotations
 
 from .._adapters import adapter_named
+from .._memory import CUPY_ARRAY
 from .base import ModularExecutor
 
 
 class CupyExecutor(ModularExecutor):
     name = "cupy"
-    frameworks = frozenset({"cupy"})
+    memory = frozenset({CUPY_ARRAY})
     device_kinds = frozenset({"cuda"})
 
     def unavailable(self) -> str | None:

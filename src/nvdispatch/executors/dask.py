@@ -24,12 +24,13 @@ Examples
 
 from __future__ import annotations
 
+from .._memory import DASK_ARRAY
 from .base import ModularExecutor
 
 
 class DaskExecutor(ModularExecutor):
     name = "dask"
-    frameworks = frozenset({"dask"})
+    memory = frozenset({DASK_ARRAY})
     device_kinds = frozenset({"cpu", "cuda"})
 
     def unavailable(self) -> str | None:

@@ -54,6 +54,7 @@ class DaskFFTPlan:
     def __init__(self, p: FFTProblem):
         self.problem = p
         self.chunk_framework = p.chunks.chunk_framework if p.chunks is not None else "numpy"
+        self.chunk_meta = p.chunks.meta if p.chunks is not None else None
         chunks = p.chunks.chunks if p.chunks is not None else tuple((s,) for s in p.shape)
         self.stages = self._stages(list(chunks))
         self._steps = self._describe()
@@ -177,7 +178,7 @@ class DaskFFTPlan:
         p = self.problem
         st = self.stages[0]
         chunks = st.target if st.target is not None else (p.chunks.chunks if p.chunks else [(s,) for s in p.shape])
-        block = G.empty_block(self.chunk_framework, tuple(c[0] for c in chunks), p.dtype)
+        block = G.empty_block(self.chunk_meta, tuple(c[0] for c in chunks), p.dtype)
         with T.applied(state):
             return getattr(fft, st.func).__nvdispatch_explain__(block, **st.kwargs)
 

@@ -6,7 +6,6 @@ NumPy way (right-aligned; an axis of size 1 meets every block of the result's ax
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import math
 from collections.abc import Sequence
@@ -114,10 +113,6 @@ def new_array(name: str, dsk: dict, dependencies: list, chunks: Chunks, meta: An
     return da.Array(graph, name, chunks, meta=meta)
 
 
-def _module(framework: str):
-    return importlib.import_module({"numpy": "numpy", "cupy": "cupy", "torch": "torch"}.get(framework, framework))
-
-
 def meta_of(like: Any, ndim: int, dtype: str):
     """A zero-size array of ``like``'s type with ``ndim`` axes and dtype ``dtype`` (Dask's ``meta``)."""
     import array_api_compat
@@ -130,10 +125,15 @@ def _dtype(xp, name: str):
     return getattr(xp, name)
 
 
-def empty_block(framework: str, shape: tuple[int, ...], dtype: str):
-    """An uninitialised block of the chunk framework (for explaining block calls without data)."""
-    mod = _module(framework)
-    return mod.empty(shape, dtype=getattr(mod, dtype))
+def empty_block(meta: Any, shape: tuple[int, ...], dtype: str):
+    """An uninitialised block like ``meta`` (a chunk type's zero-size array; None: NumPy's), for explaining
+    block calls without data."""
+    import array_api_compat
+    import numpy as np
+
+    like = np.empty(0) if meta is None else meta
+    xp = array_api_compat.array_namespace(like)
+    return xp.empty(shape, dtype=_dtype(xp, dtype), device=array_api_compat.device(like))
 
 
 def tree_sum(dsk: dict, prefix: str, index: tuple, keys: list, split_every: int, fn) -> Any:

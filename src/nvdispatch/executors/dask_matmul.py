@@ -84,11 +84,9 @@ def _chunks(sig: ArraySig | None):
     return tuple((s,) for s in sig.shape)  # a plain operand: wrapped as one block
 
 
-def _chunk_framework(p: MatmulProblem) -> str:
-    for sig in (p.a, p.b, p.c, *(s for _, s in p.inputs)):
-        if sig is not None and sig.chunks is not None:
-            return sig.chunks.chunk_framework
-    return "numpy"
+def _chunk_layout(p: MatmulProblem):
+    """The chunk layout of the problem's first Dask operand; None when none is (plain operands under coerce)."""
+    return next((s.chunks for s in (p.a, p.b, p.c, *(s for _, s in p.inputs)) if s is not None and s.chunks), None)
 
 
 def block_lines(explain_block) -> list[str]:
@@ -108,7 +106,9 @@ class DaskMatmulPlan:
 
     def __init__(self, p: MatmulProblem):
         self.problem = p
-        self.chunk_framework = _chunk_framework(p)
+        layout = _chunk_layout(p)
+        self.chunk_framework = "numpy" if layout is None else layout.chunk_framework
+        self.chunk_meta = None if layout is None else layout.meta
         self.notes: list[str] = []
         ca, cb = _chunks(p.a), _chunks(p.b)
         self.pa_shape = (1, *p.a.shape) if p.a_vector else tuple(p.a.shape)
@@ -263,11 +263,11 @@ class DaskMatmulPlan:
         shapes["a"] = (*shapes["a"][:-1], k)
         shapes["b"] = (*shapes["b"][:-2], k, shapes["b"][-1])
         sigs = {"a": p.a, "b": p.b, "c": p.c, **dict(p.inputs)}
-        blocks = {n: G.empty_block(self.chunk_framework, s, sigs[n].dtype) for n, s in shapes.items()}
+        blocks = {n: G.empty_block(self.chunk_meta, s, sigs[n].dtype) for n, s in shapes.items()}
         c = blocks.pop("c", None)
         tree = len(self.k_chunks) > 1 and not concat
         if c is None and tree:
-            c = G.empty_block(self.chunk_framework, tuple(x[0] for x in self.out_chunks), p.result_dtype)
+            c = G.empty_block(self.chunk_meta, tuple(x[0] for x in self.out_chunks), p.result_dtype)
         a, b = blocks.pop("a"), blocks.pop("b")
         with T.applied(state):
             return explain(

@@ -61,19 +61,12 @@ def carry_state() -> CarriedState:
     process's global and registered backends (in the order the registry tries them), so a worker resolves
     block calls as the caller would have, whatever its own global state.
     """
-    from .. import _backends as registry
+    from .._backends import get_state, registry
 
-    state = registry.get_state()
-    chosen = [(c.executor, c.coerce, c.only) for c in state.local]  # outermost first
-    g = registry._global  # the process-wide part (no public getter): folded in below the contexts
-    outer = []
-    if g.candidate is not None and not g.try_last:
-        outer.append((g.candidate.executor, g.candidate.coerce, g.candidate.only))
-    outer += [(r, False, False) for r in g.registered]
-    if g.candidate is not None and g.try_last:
-        outer.append((g.candidate.executor, g.candidate.coerce, g.candidate.only))
-    # contexts are tried innermost first: the global/registered ones go outermost, reversed
-    chosen = list(reversed(outer)) + chosen
+    # the order a call tries them in (contexts innermost first, then the global and registered backends),
+    # reversed: a carried state lists its contexts outermost first, so the process-wide ones go outermost
+    chosen = [(c.executor, c.coerce, c.only) for c in reversed(registry.order())]
+    state = get_state()
     kept = tuple((_ref(e), co, on) for e, co, on in chosen if getattr(e, "name", None) != _SELF)
     skipped = tuple(_ref(e) for e in state.skipped if getattr(e, "name", None) != _SELF)
     users = [r for r, _, _ in kept if not isinstance(r, str)] + [r for r in skipped if not isinstance(r, str)]

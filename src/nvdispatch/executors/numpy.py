@@ -1,14 +1,16 @@
-"""The NumPy executor: NumPy arrays (and CPU DLPack objects) on the CPU."""
+"""The NumPy executor: host memory (NumPy arrays, and the NumPy views adapters hand out of other frameworks'
+host arrays) on the CPU."""
 
 from __future__ import annotations
 
 from .._adapters import adapter_named
+from .._memory import HOST
 from .base import ModularExecutor
 
 
 class NumpyExecutor(ModularExecutor):
     name = "numpy"
-    frameworks = frozenset({"numpy", "dlpack"})
+    memory = frozenset({HOST})
     device_kinds = frozenset({"cpu"})
 
     def coerce_operand(self, array):

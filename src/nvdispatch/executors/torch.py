@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 
 from .._adapters import adapter_named
+from .._memory import TORCH_TENSOR
 from .base import ModularExecutor
 
 
 class TorchExecutor(ModularExecutor):
     name = "torch"
-    frameworks = frozenset({"torch"})
+    memory = frozenset({TORCH_TENSOR})
     device_kinds = frozenset({"cpu", "cuda"})
 
     def unavailable(self) -> str | None:

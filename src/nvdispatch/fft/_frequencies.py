@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .._adapters import adapter_for, adapter_named, adapters
+from .._adapters import adapter_for, adapter_named, adapters, framework_names
 from .._detect import detect
-from .._dispatch import Explanation
 from .._fft_problem import normalize_axis
+from .._route import Explanation
 from .._traced import traced_handler
 from .._typing import Array, Axes
 from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
@@ -30,7 +30,9 @@ def _framework_of_device(device):
         if native is not None:
             return ad, native
     raise InvalidArgumentError(
-        "device", "None, 'cpu', 'cuda[:N]', a torch.device or a cupy.cuda.Device", describe(device)
+        "device",
+        f"None, 'cpu', 'cuda[:N]' or a device object of a registered framework ({framework_names()})",
+        describe(device),
     )
 
 
@@ -117,15 +119,22 @@ def _shift(x, axes, inverse: bool):
             raise InvalidArgumentError("axes", "an int, a sequence of ints, or None", repr(axes))
         axes_t = tuple(normalize_axis(a, ndim, "axes") for a in seq)
     shifts = tuple(-(info.shape[a] // 2) if inverse else info.shape[a] // 2 for a in axes_t)
-    return _roll(info, shifts, axes_t)
+    return _roll(x, info, shifts, axes_t)
 
 
-def _roll(info, shifts, axes):
-    """``info.array`` rolled by ``shifts`` along ``axes`` (a copy when no axes), through its adapter; device
-    arrays known only by a protocol through the helper namespace that can view them (CuPy, else Torch)."""
-    arr = info.array  # (a CPU DLPack object's NumPy view)
-    ad = adapter_for(arr)
-    if not ad.can_roll:
+def _roll(x, info, shifts, axes):
+    """``x`` rolled by ``shifts`` along ``axes`` (a copy when no axes), as the caller's type: by its adapter where
+    it rolls its own arrays, else on the view executors take (``info.array``: a host view by NumPy, a device array
+    known only by a protocol through the helper namespace that can view it, CuPy, else Torch), the result
+    handed back through the adapter."""
+    ad = adapter_for(x)
+    if ad.can_roll:
+        return ad.roll(x, shifts, axes)
+    view = info.array
+    vad = adapter_for(view)
+    if vad is not None and vad is not ad and vad.can_roll:
+        out = vad.roll(view, shifts, axes)
+    else:
         from .._cuda.xp import namespace_for
 
         helper = namespace_for(info.framework)
@@ -133,15 +142,18 @@ def _roll(info, shifts, axes):
             raise UnsupportedOperandError(
                 "x", "an array CuPy or Torch can view (to shift it)", f"a {info.framework} array", ""
             )
-        ad = adapter_named(helper)
-        arr = ad.view_device_array(arr)
-    return ad.roll(arr, shifts, axes)
+        vad = adapter_named(helper)
+        out = vad.roll(vad.view_device_array(view), shifts, axes)
+        if not ad.wraps:  # a protocol's device array: the result as the kind of result its adapter makes
+            return ad.as_result(ad.result_kind(x), out, helper)
+    return ad.wrap(out, x) if ad.wraps else out
 
 
 def fftshift(x: Array, /, *, axes: int | Axes = None) -> Array:
     """Move the zero-frequency term to the centre along ``axes`` (all axes when None).
 
-    ``__cuda_array_interface__``/DLPack device arrays come back as CuPy arrays.
+    The result is of the caller's type, on its device (``__cuda_array_interface__`` arrays are shifted by CuPy
+    or Torch and come back as nvdispatch's ``CudaArray``, or Numba device arrays for Numba callers).
 
     Examples
     --------

@@ -6,33 +6,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _backends, _fft_callbacks
-from .._backends import _state
+from .._adapters import call_key_classes as _classes
+from .._call_key import class_keys, fft_form, int_seq
 from .._detect import detect
-from .._dispatch import (
-    Explanation,
-    _log_levels,
-    acquire_plan,
-    choose_strategy,
-    coerce_operands,
-    debug_enabled,
-    explain_selected,
-    log_hit,
-    placement,
-    select,
-    signature_of,
-    store,
-    wrap_result,
-)
-from .._dispatch import call_key_memo_by_class as _memos
-from .._dispatch import signature_by_class as _signatures
 from .._execute import run
 from .._fft_conventions import as_operand, check_out, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from .._fft_problem import FUNCS, build_fft_problem
 from .._plan_cache import plan_cache
+from .._route import (
+    Explanation,
+    check_stream,
+    debug_enabled,
+    explain_selected,
+    log_hit,
+    log_levels,
+    placement,
+    select,
+)
 from .._traced import traced_framework, traced_handler
 from .._typing import Array, Axes, Norm, Shape, Stream
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
+from ._stateful import run_stateless
 
 __all__ = ["call_transform", "explain_fft"]
 
@@ -44,30 +38,8 @@ _handle = plan_cache.handle
 def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     infos = {"x": detect("x", x)}  # x is required: None is an error, not an absent operand
     framework, device = placement(infos)
-    info = infos["x"]
-    problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
-    # the operand as executors take it (e.g. a CPU DLPack object's zero-copy NumPy view)
-    return problem, select("fft", problem), info.array
-
-
-def _call_form(func: str, x, n, axis, s, axes, norm):
-    """``(form, sig, memo)``: the form of a transform's call key (see ``_dispatch``; the key is
-    ``(form, sig(x))``), None when the call does not qualify; and the call-key memo of the array's class (see
-    ``_call_key_memo``), None when it has none."""
-    cls = x.__class__
-    sig = _signatures.get(cls, signature_of)
-    if sig is signature_of:
-        sig = signature_of(cls)
-    if sig is None:
-        return None, None, None
-    if s is not None:
-        s = _int_seq(s)
-    if axes is not None:
-        axes = _int_seq(axes)
-    if s is False or axes is False:
-        return None, None, None
-    form = ("fft", func, cls, n, axis, s, axes, norm, _state.get().key, _backends._global.key)
-    return form, sig, _memos.get(cls)
+    problem = build_fft_problem(func, infos["x"], framework, device, n, axis, s, axes, norm)
+    return problem, select("fft", problem)
 
 
 _NO_CALLBACKS = (None, None, None, None)  # (prolog, epilog, prolog_data, epilog_data) of a plain transform
@@ -85,7 +57,7 @@ def _distinct_axes(axes, ndim: int) -> bool:
             return False
     if known is not None:
         return known
-    seq = _int_seq(axes)
+    seq = int_seq(axes)
     if not seq or seq.__class__ is int:
         return False
     answer = all(-ndim <= ax < ndim for ax in seq) and len({ax % ndim for ax in seq}) == len(seq)
@@ -94,50 +66,50 @@ def _distinct_axes(axes, ndim: int) -> bool:
     return answer
 
 
-def _int_seq(v):
-    """``v`` as a key part: None, an int, or a tuple of ints; False when it is anything else (arrays of
-    axes, ...): such calls are validated in full every time instead of growing the cache."""
-    if v is None or v.__class__ is int:
-        return v
-    if v.__class__ in (tuple, list) and all(e.__class__ is int for e in v):
-        return tuple(v)
-    return False
-
-
-def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
-    key = plan = learn = None
+def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, callbacks=None):
+    """One transform: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the call-key memo first),
+    then the run step on the cached plan; else the stateful object's path (``FFT``), whose plan is kept under
+    the key. ``callbacks``: a prolog/epilog call, which has no key (its plans are cached by problem)."""
+    entry = _classes.get(x.__class__)
+    if entry is None:
+        entry = class_keys(x.__class__)
+    _, sig, memo, view, wraps, adapter = entry
+    plan = key = learn = form = None
     try:
-        form, sig, memo = _call_form(func, x, n, axis, s, axes, norm)
-        if memo is not None:  # a repeated call's plan handle, remembered behind the class's guard
-            for check, entry, epoch in memo.handles.get(form, ()):
-                if check(x):
-                    plan = _acquire_handle(entry, epoch)
-                    break
-        if plan is None and form is not None:
-            key = (form, sig(x))
-            plan = _acquire(key)  # pinned until run() returns
-            learn = memo
+        if sig is not None and callbacks is None:
+            form = fft_form(func, x, n, axis, s, axes, norm)
+            if form is not None:
+                if memo is not None:  # a repeated call's handle, behind the class's guard
+                    for check, handle, epoch in memo.handles.get(form, ()):
+                        if check(x):
+                            plan = _acquire_handle(handle, epoch)
+                            break
+                if plan is None:
+                    key, learn = (form, sig(x)), memo
+                    plan = _acquire(key)  # pinned until run() returns
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = None
     if plan is None:
-        staged = traced_handler("fft", (x,))  # a traced array (inside jax.jit...): staged, not run
-        if staged is not None:
-            return staged(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
-        problem, sel, operand = _prepare(func, x, n, axis, s, axes, norm)
-        plan = acquire_plan(sel.executor, "fft", problem, choose_strategy(sel.executor, "fft", problem))
-        try:
-            if not sel.coerce:
-                store(key, plan)
-            operands = coerce_operands(sel, {"x": operand}, ("x",))
-        except BaseException:
-            plan_cache.let_go(plan)
-            raise
-        return wrap_result(run(plan, operands, stream), x)
+        # a traced array (inside jax.jit...) is staged, not run; a Torch call autograd records goes through the
+        # Torch operators (nvdispatch._traced)
+        handler = traced_handler("fft", (x,)) if callbacks is None else None
+        if handler is not None:
+            result = handler(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
+            if result is not NotImplemented:
+                return result
+        return run_stateless(func, x, n, axis, s, axes, norm, callbacks, key, stream)
     if learn is not None:  # a repeated call, found by its signature
         learn.remember(form, (x,), _handle(key))
-    if _log_levels.get(10) is not False and debug_enabled():
-        log_hit("fft", plan)
-    return run(plan, {"x": x}, stream)
+    try:
+        if stream is not None:
+            check_stream(stream, x)
+        if log_levels.get(10) is not False and debug_enabled():
+            log_hit("fft", plan)
+        operand = x if view is None else view(x)
+    except BaseException:
+        plan_cache.let_go(plan)
+        raise
+    return run(plan, {"x": operand}, stream, None, (adapter, x) if wraps else None)
 
 
 def explain_fft(
@@ -159,7 +131,8 @@ def explain_fft(
     >>> nvdispatch.fft.explain_fft("rfft", np.ones(64)).problem.out_shape
     (33,)
     """
-    problem, sel, _ = _prepare(func, x, n, axis, s, axes, norm)
+    problem, sel = _prepare(func, x, n, axis, s, axes, norm)
+    check_stream(stream, x)
     return explain_selected(func, "fft", problem, sel)
 
 
@@ -177,10 +150,10 @@ def call_transform(
     callbacks=None,
 ):
     """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
-    if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: their own route
+    if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: planned by problem, no call key
         if traced_framework(a) is not None:
             _refuse_traced(callbacks, out)
-        result = _fft_callbacks.run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks=callbacks)
+        result = _run(func, as_operand(a), n, axis, s, axes, norm, stream, callbacks)
         return result if out is None else write_out(result, out)
     if out is not None and traced_framework(a) is not None:
         _refuse_traced(_NO_CALLBACKS, out)

@@ -9,9 +9,9 @@ import logging
 import array_api_compat
 import numpy as np
 
-from .._dispatch import detect_all
 from .._fft_conventions import as_operand
 from .._fft_problem import check_norm
+from .._route import detect_all
 from ..errors import InvalidArgumentError, NvdispatchError, describe
 from ._route import call_transform
 

@@ -11,21 +11,22 @@ import numpy as np
 from .. import _fft_callbacks
 from .._adapters import adapter_for
 from .._detect import detect
-from .._dispatch import (
+from .._execute import run
+from .._fft_problem import FUNCS, NORMS, FFTProblem, build_fft_problem, resolve_axes
+from .._plan_cache import plan_cache
+from .._route import (
     acquire_plan,
+    check_stream,
     choose_strategy,
     coerce_operands,
     keep_or_select,
     placement,
     refuse_recorded_call,
 )
-from .._execute import run
-from .._fft_problem import NORMS, FFTProblem, build_fft_problem, resolve_axes
-from .._plan_cache import plan_cache
 from .._typing import Array, Axes, CallbackData, ElementCallback, Stream
 from ..errors import InvalidArgumentError, PlanStateError, ShapeMismatchError, UnsupportedDtypeError, describe
 
-__all__ = ["FFT", "FFTOptions"]
+__all__ = ["FFT", "FFTOptions", "run_stateless"]
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,16 @@ class FFT:
     def __init__(
         self, x: Array, *, axes: Axes = None, options: FFTOptions | dict[str, Any] | None = None, stream: Stream = None
     ) -> None:
-        self._options = _as_fft_options(options)
+        self._setup(x, _as_fft_options(options), stream, _as_axes(axes))
+        self._info = detect("x", x)
+        self._fft_type = self._infer_type(self._info.dtype)
+        # validate now so mistakes surface at construction
+        self._build(x)
+        self._check_target(x, self._info)
+        check_stream(stream, x)
+
+    def _setup(self, x, options: FFTOptions, stream, axes) -> None:
+        self._options = options
         self._stream = stream
         self._freed = False
         self._callbacks: dict[str, Any] = {}  # prolog/epilog/prolog_data/epilog_data given to plan()
@@ -178,13 +188,25 @@ class FFT:
         self._holds: dict[str, Any] = {}  # direction -> PlanHold
         self._problems: dict[str, FFTProblem] = {}
         self._selections: dict[str, Any] = {}
-        self._axes = _as_axes(axes)
+        self._axes = axes
         self._x = x
+        self._info = None
+        self._call = None  # a stateless transform's (func, n, axis, s, axes, norm): its one problem
+
+    @classmethod
+    def _for_call(cls, func: str, x, n, axis, s, axes, norm, callbacks=None) -> FFT:
+        """The object a stateless transform (``nvdispatch.fft.<func>``) plans and executes with: the one
+        direction of ``func``, its problem built from the call's own arguments (``n``/``s`` included)."""
+        self = cls.__new__(cls)
+        self._setup(x, FFTOptions(), None, None)
+        self._call = (func, n, axis, s, axes, norm)
+        self._fft_type = {"c2c": "C2C", "r2c": "R2C", "c2r": "C2R"}[FUNCS[func][0]]
         self._info = detect("x", x)
-        self._fft_type = self._infer_type(self._info.dtype)
-        # validate now so mistakes surface at construction
-        self._build(x)
-        self._check_target(self._info)
+        if callbacks is not None:
+            prolog, epilog, prolog_data, epilog_data = callbacks
+            self._callbacks = {"prolog": prolog, "epilog": epilog, "prolog_data": prolog_data,
+                               "epilog_data": epilog_data}
+        return self
 
     # -- helpers --------------------------------------------------------------------------------------------
     def _infer_type(self, dtype: str) -> str:
@@ -209,10 +231,15 @@ class FFT:
             "C2R": {"inverse": "irfftn"},
         }[self._fft_type]
 
-    def _build(self, x) -> dict[str, tuple[FFTProblem, Any, Any]]:
+    def _build(self, x) -> dict[str, FFTProblem]:
+        """direction -> the problem of this object's transform in that direction, for operand ``x``."""
         infos = {"x": detect("x", x)}
         framework, device = placement(infos)
         info = infos["x"]
+        if self._call is not None:
+            func, n, axis, s, axes, norm = self._call
+            problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
+            return {problem.direction: problem}
         axes = self._axes if self._axes is not None else tuple(range(len(info.shape)))
         s = None
         if self._fft_type == "C2R":
@@ -226,10 +253,10 @@ class FFT:
             out[direction] = problem
         return out
 
-    def _check_target(self, info) -> None:
+    def _check_target(self, x, info) -> None:
         """An in-place transform needs an operand it may write: not read-only, no overlapping elements."""
         if self._options.inplace:
-            why = _unwritable(info)
+            why = _unwritable(x, info)
             if why:
                 raise InvalidArgumentError(
                     "x", "a writable array whose elements do not overlap (options.inplace=True)", why,
@@ -270,11 +297,13 @@ class FFT:
         with self._lock:
             return self._plan_with(callbacks, {})
 
-    def _plan_with(self, callbacks: dict[str, Any], selections: dict[str, Any]):
+    def _plan_with(self, callbacks: dict[str, Any], selections: dict[str, Any], call_key=None):
+        """Plan (and hold) each direction; ``call_key``: a stateless transform's key, to keep its plan under too
+        (unless a coercing backend runs it: other calls with that key may not)."""
         self._check_alive("plan")
         if self._x is None:
             raise PlanStateError("x", "an operand to plan for", "None", "call reset_operand(x) first")
-        self._check_target(self._info)
+        self._check_target(self._x, self._info)
         with_callbacks = any(v is not None for v in callbacks.values())
         holds, problems, chosen, cb_data = {}, {}, {}, {}
         try:
@@ -285,7 +314,8 @@ class FFT:
                     problem, cb_data = _fft_callbacks.attach(problem, **callbacks)
                 sel = keep_or_select(selections.get(direction), op, problem)
                 strategy = choose_strategy(sel.executor, op, problem)
-                plan = acquire_plan(sel.executor, op, problem, strategy)
+                key = None if sel.coerce or with_callbacks else call_key
+                plan = acquire_plan(sel.executor, op, problem, strategy, key)
                 try:
                     holds[direction] = plan_cache.hold(plan)
                 finally:
@@ -322,7 +352,8 @@ class FFT:
                     "direction", f"one of {allowed} for a {self._fft_type} FFT", repr(direction)
                 )
             if getattr(self._x, "requires_grad", False) is True:
-                refuse_recorded_call(self._problems[d])
+                refuse_recorded_call(self._problems[d], {"x": self._x})
+            check_stream(stream, self._x)
             stream = stream if stream is not None else self._stream
             sel, x, cb_data = self._selections[d], self._x, self._cb_data
             operand = self._info.array  # as executors take it (a CPU DLPack object's NumPy view)
@@ -339,7 +370,9 @@ class FFT:
             operands["out"] = operand
             run(plan, operands, stream)
             return x
-        result = run(plan, operands, stream)
+        ad = adapter_for(x)
+        wrap = (ad, x) if ad is not None and ad.wraps and not sel.coerce and not self._options.inplace else None
+        result = run(plan, operands, stream, None, wrap)
         if self._options.inplace:
             _copy_into(operand, result)
             return x
@@ -364,7 +397,7 @@ class FFT:
                 raise UnsupportedDtypeError("x", f"dtype {old.dtype} (as planned)", info.dtype)
             if tuple(info.shape) != tuple(old.shape):
                 raise ShapeMismatchError("x", f"shape {tuple(old.shape)} (as planned)", str(tuple(info.shape)))
-            self._check_target(info)
+            self._check_target(x, info)
             saved = (self._x, self._info)
             self._x, self._info = x, info
             if self._holds and info.strides != old.strides:
@@ -399,16 +432,26 @@ class FFT:
         return f"<nvdispatch.fft.FFT {self._fft_type} {state} executor={self.executor}>"
 
 
-def _unwritable(info) -> str:
-    """Why an in-place transform may not write into this operand ('' when it may)."""
-    x = info.array
-    if isinstance(x, np.ndarray) and not x.flags.writeable:
-        return "a read-only NumPy array"
-    if info.framework == "torch" and x.requires_grad and x.is_leaf:
-        return "a leaf Torch tensor that requires grad (autograd forbids writing it in place)"
-    cai = getattr(x, "__cuda_array_interface__", None) if info.framework == "cuda_array_interface" else None
-    if cai is not None and cai.get("data", (0, False))[1]:
-        return "a read-only __cuda_array_interface__ array"
+def run_stateless(func: str, x, n, axis, s, axes, norm, callbacks, call_key, stream):
+    """A stateless transform (``nvdispatch.fft.<func>``) whose plan its call key did not find: an :class:`FFT` of
+    the call's one direction plans it (keeping the plan under ``call_key`` too, where given), executes once
+    and lets go. ``callbacks``: ``(prolog, epilog, prolog_data, epilog_data)`` or None."""
+    f = FFT._for_call(func, x, n, axis, s, axes, norm, callbacks)
+    try:
+        f._plan_with(f._callbacks, {}, call_key=call_key)
+        return f.execute(direction=FUNCS[func][1], stream=stream)
+    finally:
+        f.free()
+
+
+def _unwritable(x, info) -> str:
+    """Why an in-place transform may not write into operand ``x`` ('' when it may): its adapter's answer (and
+    that of the view executors write into), then overlapping elements."""
+    for arr in (x, info.array):
+        ad = adapter_for(arr)
+        why = "" if ad is None else ad.unwritable(arr)
+        if why:
+            return why
     if info.strides is not None:
         dims = sorted((abs(st), n) for n, st in zip(info.shape, info.strides) if n > 1)
         span = 0  # elements spanned by the faster dimensions

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import _fft_callbacks
-from .._dispatch import Explanation
+from .._route import Explanation
 from .._typing import Array, ArrayLike, Axes, CallbackData, ElementCallback, Norm, Shape, Stream
 from ._route import call_transform, explain_fft
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from .._backends import candidates, set_state
-from .._dispatch import acquire_plan, log, plan_key
 from .._plan_cache import plan_cache
+from .._route import acquire_plan, log, plan_key
 from ..errors import NoExecutorError
 from ..executors import builtin
 

@@ -33,9 +33,10 @@ import numpy as np
 from .._adapters import c_strides
 from .._backends import get_state
 from .._detect import CPU, OperandInfo
-from .._dispatch import log
 from .._fft_convolve import build_convolve_problem
 from .._fft_problem import FFTProblem, build_fft_problem
+from .._memory import plain_memory
+from .._route import log
 from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
 from .jax_fft_kernel import FFTCall, fft_kernel
 
@@ -71,7 +72,7 @@ def _as_jax(name: str, x):
 
 def _abstract(x) -> OperandInfo:
     shape = tuple(int(d) for d in x.shape)
-    return OperandInfo(None, "jax", CPU, str(x.dtype), shape, c_strides(shape))
+    return OperandInfo(None, "jax", CPU, str(x.dtype), shape, c_strides(shape), memory=plain_memory(CPU))
 
 
 def _transform(p: FFTProblem, x):

@@ -24,6 +24,7 @@ from .._adapters import c_strides
 from .._backends import BackendState
 from .._detect import CPU, Device, OperandInfo
 from .._fft_problem import FFTProblem, build_fft_problem
+from .._memory import plain_memory
 from .jax_buffers import PlanFinder, device_index, stage
 
 __all__ = ["FFTCall", "fft_kernel"]
@@ -70,7 +71,7 @@ class FFTCall:
     def problem(self, shape, dtype: str, framework: str = "jax", device: Device = CPU) -> FFTProblem:
         """The problem of this transform on a C-ordered input of ``shape`` and ``dtype``."""
         shape = tuple(int(d) for d in shape)
-        info = OperandInfo(None, framework, device, dtype, shape, c_strides(shape))
+        info = OperandInfo(None, framework, device, dtype, shape, c_strides(shape), memory=plain_memory(device))
         return build_fft_problem(
             self.func, info, framework, device, s=self.lengths, axes=self.axes(len(shape)), norm=self.norm
         )

@@ -35,10 +35,10 @@ import numpy as np
 
 from .._backends import get_state
 from .._detect import CPU
-from .._dispatch import log
 from .._epilog import INPUTS, OUTPUTS, gelu_tanh_grad, spec_of
 from .._fp8 import FP8_DTYPES
 from .._matmul_problem import MatmulProblem, as_options, as_preferences, scalar_value
+from .._route import log
 from ..errors import EpilogInputError, InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from .jax_matmul_kernel import MatmulCall, matmul_kernel
 from .jax_matmul_shapes import abstract_problem, output_avals

@@ -18,6 +18,7 @@ from .._adapters import c_strides
 from .._detect import Device, OperandInfo
 from .._epilog import GELU_C, GELU_K, INPUTS, OUTPUTS, EpilogSpec, apply_steps, gelu_tanh_grad
 from .._matmul_problem import MatmulOptions, MatmulProblem, build_problem
+from .._memory import plain_memory
 
 __all__ = ["abstract_problem", "output_avals", "transposed", "JaxEpilogOps", "apply_epilog", "product_on_values"]
 
@@ -50,7 +51,8 @@ def abstract_problem(
             shape, strides = transposed(shape, strides)
         if views and name in views:
             shape, strides = views[name]
-        infos[name] = OperandInfo(None, framework, device, jnp.dtype(x.dtype).name, shape, strides)
+        dtype = jnp.dtype(x.dtype).name
+        infos[name] = OperandInfo(None, framework, device, dtype, shape, strides, memory=plain_memory(device))
     names = tuple(n for n in arrays if n in INPUTS)
     return build_problem(framework, device, infos, spec, options, alpha, beta, names)
 

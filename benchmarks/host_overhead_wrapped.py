@@ -1,0 +1,175 @@
+"""Host time of repeated calls on frameworks whose results come back through their adapter (JAX CPU arrays,
+array-api-strict arrays, a bare DLPack producer): nvdispatch against the same framework's own call, same operands.
+
+Cases (each a repeated call, timed per call): a 16x16 float32 matmul and RELU_BIAS on JAX CPU arrays (against
+``jnp.matmul`` / ``jax.nn.relu(a @ b + bias)``), the same matmul on array-api-strict arrays (against
+``xp.matmul``), a 64-point complex64 fft on JAX (against ``jnp.fft.fft``), and a 16x16 matmul of a DLPack-only
+producer (against ``np.matmul`` on its NumPy view). Contenders are interleaved round by round; each sample is the
+calling thread's CPU time over ``--number`` calls; we report medians and the ratio to the peer.
+
+    python benchmarks/host_overhead_wrapped.py [--rounds 21] [--number 300] [--out benchmarks/results] [--quick]
+    python benchmarks/host_overhead_wrapped.py --compare SRC_A SRC_B   # two source trees, alternately
+
+Writes ``host_overhead_wrapped.json`` (and a PNG with matplotlib). Needs jax and array-api-strict (``pip install
+'nvdispatch[test]'``); exits with status 2 saying so when they are missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+from _bench import output_dir, progress, save_plot
+
+
+class _Producer:
+    """A DLPack producer no framework adapter claims (the generic DLPack adapter's)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, **kw):
+        return self.arr.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+def _cases(nvd):
+    import array_api_strict as xp
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((16, 16), dtype=np.float32) for _ in range(2))
+    bias = rng.standard_normal(16, dtype=np.float32)
+    x = (rng.standard_normal(64) + 1j * rng.standard_normal(64)).astype(np.complex64)
+    ja, jb, jbias, jx = jnp.asarray(a), jnp.asarray(b), jnp.asarray(bias), jnp.asarray(x)
+    sa, sb = xp.asarray(a), xp.asarray(b)
+    pa, pb = _Producer(a), _Producer(b)
+    relu = {"epilog": nvd.Epilog.RELU_BIAS, "epilog_inputs": {"bias": jbias}}
+    cases = {
+        "jax 16x16 matmul": (lambda: nvd.matmul(ja, jb), lambda: jnp.matmul(ja, jb).block_until_ready()),
+        "jax 16x16 RELU_BIAS": (
+            lambda: nvd.matmul(ja, jb, **relu),
+            lambda: jax.nn.relu(ja @ jb + jbias).block_until_ready(),
+        ),
+        "jax fft 64 complex64": (lambda: nvd.fft.fft(jx), lambda: jnp.fft.fft(jx).block_until_ready()),
+        "array_api_strict 16x16 matmul": (lambda: nvd.matmul(sa, sb), lambda: xp.matmul(sa, sb)),
+        "dlpack producer 16x16 matmul": (lambda: nvd.matmul(pa, pb), lambda: np.matmul(np.from_dlpack(pa), pb.arr)),
+    }
+    checks = [
+        (nvd.matmul(ja, jb), a @ b),
+        (nvd.matmul(ja, jb, **relu), np.maximum(a @ b + bias, 0)),
+        (nvd.fft.fft(jx), np.fft.fft(x)),
+        (np.from_dlpack(nvd.matmul(sa, sb)), a @ b),
+        (nvd.matmul(pa, pb), a @ b),
+    ]
+    for got, want in checks:
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    return cases
+
+
+def measure(rounds: int, number: int) -> dict:
+    import nvdispatch
+
+    cases = _cases(nvdispatch)
+    samples = {name: ([], []) for name in cases}
+    for ours, peer in cases.values():  # warm-up: plans cached, JAX's computations compiled
+        for _ in range(20):
+            ours()
+            peer()
+    for _ in progress(range(rounds), "host overhead (wrapping frameworks)"):
+        for name, (ours, peer) in cases.items():
+            for fn, out in ((ours, samples[name][0]), (peer, samples[name][1])):
+                t0 = time.thread_time()
+                for _ in range(number):
+                    fn()
+                out.append((time.thread_time() - t0) / number)
+    result = {}
+    for name, (ours, peer) in samples.items():
+        o, p = statistics.median(ours), statistics.median(peer)
+        result[name] = {"nvdispatch_us": o * 1e6, "peer_us": p * 1e6, "ratio": o / p}
+    return {"nvdispatch": os.path.dirname(os.path.dirname(nvdispatch.__file__)), "cases": result}
+
+
+def compare(sources: list[str], repeats: int, rounds: int, number: int) -> dict:
+    """Run :func:`measure` under each source tree in alternating child processes, ``repeats`` times."""
+    runs = {src: [] for src in sources}
+    order = [src for _ in range(repeats) for src in sources]
+    for src in progress(order, "compare", total=len(order)):
+        env = dict(os.environ, PYTHONPATH=src)
+        cmd = [sys.executable, __file__, "--child", "--rounds", str(rounds), "--number", str(number)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        runs[src].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    keys = ("nvdispatch_us", "peer_us", "ratio")
+
+    def medians(results, name):
+        return {k: statistics.median(r["cases"][name][k] for r in results) for k in keys}
+
+    return {src: {name: medians(results, name) for name in results[0]["cases"]} for src, results in runs.items()}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--number", type=int, default=300, help="calls per timed sample")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    ap.add_argument("--quick", action="store_true", help="a smoke test: few rounds and calls")
+    ap.add_argument("--compare", nargs="+", metavar="SRC", help="nvdispatch source trees to compare")
+    ap.add_argument("--repeats", type=int, default=3, help="child runs per source tree with --compare")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    try:
+        import array_api_strict  # noqa: F401
+        import jax  # noqa: F401
+    except ImportError as exc:
+        print(f"needs jax and array-api-strict ({exc.name} is missing): pip install 'nvdispatch[test]'")
+        sys.exit(2)
+    if args.quick:
+        args.rounds, args.number, args.repeats = 3, 20, 1
+    if args.child:
+        print(json.dumps(measure(args.rounds, args.number)))
+        return
+    meta = {"machine": platform.processor() or platform.machine(), "python": platform.python_version()}
+    meta.update(rounds=args.rounds, number=args.number, numpy=np.__version__)
+    if args.compare:
+        results = {"compare": compare(args.compare, args.repeats, args.rounds, args.number), "repeats": args.repeats}
+    else:
+        results = measure(args.rounds, args.number)
+    out = output_dir(args.out)
+    path = os.path.join(out, "host_overhead_wrapped.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({**meta, **results}, fh, indent=1)
+    table = results["compare"] if args.compare else {results["nvdispatch"]: results["cases"]}
+    for src, cases in table.items():
+        print(f"nvdispatch from {src}")
+        for name, r in cases.items():
+            print(f"  {name:32s} {r['nvdispatch_us']:8.2f} us  peer {r['peer_us']:7.2f} us  ratio {r['ratio']:.3f}")
+    print(f"wrote {path}")
+
+    def draw(plt):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        names = list(next(iter(table.values())))
+        width = 0.8 / len(table)
+        for i, (src, cases) in enumerate(table.items()):
+            xs = [j + i * width for j in range(len(names))]
+            ax.bar(xs, [cases[n]["nvdispatch_us"] for n in names], width, label=src)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))], names, rotation=15, fontsize=7)
+        ax.set_ylabel("us per call (nvdispatch)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+
+    save_plot(draw, os.path.join(out, "host_overhead_wrapped.png"))
+
+
+if __name__ == "__main__":
+    main()
