@@ -304,7 +304,15 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
     cached = plan_cache.contains(plan_key(sel.executor, op, problem, strategy))
     plan = get_plan(sel.executor, op, problem, strategy)
     return Explanation(
-        name, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
+        name,
+        sel.executor.name,
+        strategy,
+        tuple(plan.steps),
+        tuple(sel.declined),
+        strategies,
+        cached,
+        problem,
+        getattr(problem, "precision_note", None),
     )
 
 
@@ -323,9 +331,14 @@ class Explanation:
     strategies: tuple[str, ...]
     cached: bool
     problem: Any = None
+    #: the compute type and what chose it (the caller, a framework's precision convention, the dtype), where the
+    #: problem says (a matmul's ``precision_note``)
+    precision: str | None = None
 
     def __str__(self) -> str:
         lines = [f"{self.operation} on executor {self.executor!r}, strategy {self.strategy!r}"]
+        if self.precision is not None:
+            lines.append(f"  precision: {self.precision}")
         lines += [f"  step: {s}" for s in self.steps]
         if len(self.strategies) > 1:
             lines.append(f"  other strategies: {', '.join(s for s in self.strategies if s != self.strategy)}")
