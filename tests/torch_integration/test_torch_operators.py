@@ -81,14 +81,14 @@ def test_operators_are_functional_and_documented():
         assert not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
-def test_autocast_rules_follow_torchs_own_when_registered():
-    # in a process of its own: the rules are not registered by default (see torch_autocast), and stay once they are
+def test_autocast_rules_follow_torchs_own():
+    # in a process of its own: the FFT rules are not registered by default (see torch_autocast), and stay once they are
     code = textwrap.dedent(
         """
         import torch
-        from nvdispatch.integrations import torch_autocast, torch_ops
+        from nvdispatch.integrations import torch_ops
 
-        torch_autocast.register(("cpu",))
+        torch_ops.register_fft_autocast(("cpu",))
         a, b, bias = torch.randn(8, 4), torch.randn(4, 6), torch.randn(6)
 
         def f(a, b, bias):
