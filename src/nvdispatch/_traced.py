@@ -9,7 +9,8 @@ nothing here imports a framework or the integrations. Two kinds of call leave th
 * calls a framework must see itself (a Torch call that autograd records, or one made while Torch traces a program
   on fake tensors): a handler registered with ``all_arrays=True`` is offered every call of its operation on its
   framework's arrays that reaches the route's miss path, and returns ``NotImplemented`` for those it leaves to the
-  route.
+  route. Given the call's key, it may keep a plan under it, so that the call's repeats run that plan from the
+  route's hit (see :func:`traced_handler`).
 
 The public front asks :func:`traced_handler` where a call's operands are looked at (the route's miss path: traced
 operands never have a call key, and a call the route's caches serve needs no integration), calls the handler found
@@ -23,8 +24,9 @@ Torch operators, in its place). Marking costs nothing when no compiler traces.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ._adapters import adapter_for
@@ -69,11 +71,16 @@ def traced_framework(x: Any) -> str | None:
     return None if ad is None else ad.traced_framework
 
 
-def traced_handler(operation: str, operands: Iterable[Any]) -> Callable[..., Any] | None:
+def traced_handler(operation: str, operands: Iterable[Any], call_key: Hashable = None) -> Callable[..., Any] | None:
     """The handler of ``operation`` for ``operands`` (None entries skipped): the staging handler where one of them is
     a traced array, else the handler offered every call on the arrays of the first operand's framework that has
     one, else None (the call runs). :class:`~nvdispatch.errors.UnsupportedOperandError` when a traced array's
-    framework has no handler for the operation."""
+    framework has no handler for the operation.
+
+    ``call_key``: the call's key in the plan cache, where the route gave it one; an offered handler is returned
+    with it bound (its keyword ``call_key``): a handler taking the call may keep a plan under that key (the Plan
+    protocol's ``direct``/``execute``, run by the route's hit on the call's repeats, which then reach neither the
+    route's miss path nor the handler)."""
     operands = [x for x in operands if x is not None]
     adapters = [adapter_for(x) for x in operands]
     for x, ad in zip(operands, adapters):
@@ -92,7 +99,7 @@ def traced_handler(operation: str, operands: Iterable[Any]) -> Callable[..., Any
         for ad in adapters:
             handler = None if ad is None else _offered.get((ad.name, operation))
             if handler is not None:
-                return handler
+                return handler if call_key is None else functools.partial(handler, call_key=call_key)
     return None
 
 

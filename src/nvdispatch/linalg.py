@@ -418,9 +418,10 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     the plan under ``key`` too where every call with that key validates and selects the same way), executes
     once and lets go. A call on traced arrays (inside ``jax.jit``...) is handed to the integration that stages
     it, and a call a framework must see itself (a Torch call autograd records...) to its integration
-    (``nvdispatch._traced``)."""
+    (``nvdispatch._traced``), with its key: the integration may keep a plan under it that serves the call's
+    repeats from the route's hit."""
     inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
-    handler = traced_handler("matmul", (a, b, c, *inputs))
+    handler = traced_handler("matmul", (a, b, c, *inputs), key)
     if handler is not None:
         result = handler(
             a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
@@ -432,6 +433,28 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     try:
         mm._plan_with(epilog, epilog_inputs, preferences, None, call_key=key)
         return mm.execute(stream=stream)
+    finally:
+        mm.free()
+
+
+def hold_call_plan(a: Array, b: Array, epilog: Epilog | str | None = None, epilog_inputs=None) -> Any:
+    """A hold (:class:`~nvdispatch._plan_cache.PlanHold`: ``plan``, ``close()``) on the plan that
+    ``matmul(a, b, epilog=epilog, epilog_inputs=epilog_inputs)`` runs now (backend state, precision settings and
+    the operands' autograd state as they are), planned and cached as that call would be. For integrations that run
+    a call's plan themselves (the Torch operators' autograd Function on a recorded call's repeats).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> hold = hold_call_plan(np.ones((2, 3)), np.ones((3, 4)))
+    >>> hold.plan.execute({"a": np.ones((2, 3)), "b": np.ones((3, 4)), "alpha": 1, "beta": None}, None)[0, 0]
+    np.float64(3.0)
+    >>> hold.close()
+    """
+    mm = Matmul._for_call(a, b, None, 1, None, None, None, None)
+    try:
+        mm._plan_with(epilog, epilog_inputs, None, None)
+        return plan_cache.hold(mm._plan)
     finally:
         mm.free()
 

@@ -39,7 +39,7 @@ from .._epilog import GELU_C, GELU_K
 from .._fft_problem import FUNCS
 from .torch_arguments import decode
 
-__all__ = ["register"]
+__all__ = ["register", "matmul_context", "matmul_grads"]
 
 _DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
@@ -108,20 +108,26 @@ def _gelu_second(x):
     return s * du + 0.5 * x * s * (6 * GELU_K * GELU_C * x - 2 * t * du * du)
 
 
+def matmul_context(ctx, problem, specs, a, b, c, bias, alpha, beta) -> None:
+    """Set what :func:`matmul_grads` reads of a matmul call on ``ctx`` (an autograd context, or any object):
+    ``problem`` and the output ``specs`` (from the layout), the operands' shapes and dtypes, the scalars."""
+    ctx.problem, ctx.names = problem, tuple(s.name for s in specs)
+    ctx.alpha, ctx.beta = alpha, (1 if beta is None else beta)
+    ctx.shapes = {"c": None if c is None else tuple(c.shape), "bias": None if bias is None else tuple(bias.shape)}
+    ctx.dtypes = {
+        "a": a.dtype,
+        "b": b.dtype,
+        "c": None if c is None else c.dtype,
+        "bias": None if bias is None else bias.dtype,
+    }
+
+
 def _matmul_setup(layout):
     def setup_context(ctx, inputs, output):
         a, b, c, bias, relu_aux, gelu_aux, sa, sb, sc, sd, alpha, beta, epilog, options, preferences, hs = inputs
         named = {k: v for k, v in (("bias", bias), ("relu_aux", relu_aux), ("gelu_aux", gelu_aux)) if v is not None}
         p, specs = layout(a, b, c, named, alpha, beta, epilog, decode(options), decode(preferences), None)
-        ctx.problem, ctx.names = p, tuple(s.name for s in specs)
-        ctx.alpha, ctx.beta = alpha, (1 if beta is None else beta)
-        ctx.shapes = {"c": None if c is None else tuple(c.shape), "bias": None if bias is None else tuple(bias.shape)}
-        ctx.dtypes = {
-            "a": a.dtype,
-            "b": b.dtype,
-            "c": None if c is None else c.dtype,
-            "bias": None if bias is None else bias.dtype,
-        }
+        matmul_context(ctx, p, specs, a, b, c, bias, alpha, beta)
         pre = output[ctx.names.index("gelu_aux")] if "gelu_aux" in ctx.names else None
         ctx.save_for_backward(a, b, c, output[0], pre, relu_aux, gelu_aux)
 
@@ -129,10 +135,20 @@ def _matmul_setup(layout):
 
 
 def _matmul_backward(ctx, grads):
+    a, b, c, bias, gelu_in = matmul_grads(ctx, ctx.saved_tensors, grads, ctx.needs_input_grad[:6])
+    return (a, b, c, bias, None, gelu_in, *([None] * 10))
+
+
+def matmul_grads(ctx, saved, grads, needs):
+    """The gradients ``(a, b, c, bias, gelu_aux)`` (None where not needed) of a matmul operator call: ``ctx``
+    holds the call's ``problem``, output ``names``, ``alpha``, ``beta``, ``shapes`` and ``dtypes`` (see
+    :func:`matmul_context`), ``saved`` its tensors ``(a, b, c, result, pre-activation, relu_aux input, gelu_aux
+    input)``, ``grads`` those of its outputs, ``needs`` whether each of ``a, b, c, bias, relu_aux, gelu_aux``
+    needs one."""
     p = ctx.problem
-    a, b, c, y, pre, relu_in, gelu_in = ctx.saved_tensors
+    a, b, c, y, pre, relu_in, gelu_in = saved
     name = p.epilog.epilog.name
-    need = dict(zip(("a", "b", "c", "bias", "relu_aux", "gelu_aux"), ctx.needs_input_grad[:6]))
+    need = dict(zip(("a", "b", "c", "bias", "relu_aux", "gelu_aux"), needs))
     named = dict(zip(ctx.names, grads))
     gy = named["result"]
     gy = torch.zeros_like(y) if gy is None else gy
@@ -199,7 +215,7 @@ def _matmul_backward(ctx, grads):
         extra = named["bgradb"].unsqueeze(-2)
         grad["b"] = grad["b"] + (extra.reshape(-1) if p.b_vector else extra)
     out = [None if grad[k] is None else grad[k].to(ctx.dtypes[k]) for k in ("a", "b", "c", "bias")]
-    return (*out, None, gelu_in_grad, *([None] * 10))
+    return (*out, gelu_in_grad)
 
 
 # -- fft ----------------------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ operators) is imported the first time a call needs it.
   eager call keeps the route as it is: its cached path is never touched, so its host cost is unchanged. Calls with
   ``stream=`` keep the route too (autograd then records the Torch executor's ops, as before the operators
   existed), and so do calls under a coercing backend (``set_backend(..., coerce=True)``: the caller asked another
-  framework).
+  framework). A recorded matmul's repeats reach the operator's formula from the route's hit (the plan the
+  integration keeps under the call's key, :mod:`.torch_recorded`), not through this handler.
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ def _taken(operands: list, stream) -> bool:
 
 
 def _take_matmul(
-    a, b, c=None, *, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales
-):
+    a, b, c=None, *, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales,
+    call_key=None,
+):  # fmt: skip
     operands = [x for x in (a, b, c) if x is not None]
     if isinstance(epilog_inputs, dict):
         operands += [v for v in epilog_inputs.values() if v is not None]
@@ -77,7 +79,7 @@ def _take_matmul(
     if not _taken(operands, stream):
         return NotImplemented
     return _torch_ops().call_matmul(
-        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales
+        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales, call_key
     )
 
 

@@ -31,7 +31,8 @@ from torch import Tensor
 from .. import fft as fft_module
 from .. import linalg
 from .._epilog import EPILOGS
-from . import torch_autocast, torch_autograd
+from .._plan_cache import plan_cache
+from . import torch_autocast, torch_autograd, torch_recorded
 from . import torch_layouts as layouts
 from .torch_arguments import SCALE_NAMES, decode, encode, epilog_inputs, epilog_name
 from .torch_errors import describe, refuse
@@ -294,8 +295,10 @@ def _split_scales(scales) -> tuple[list, str]:
     return [tensors.get(k) for k in SCALE_NAMES], encode(numbers, "quantization_scales") if numbers else ""
 
 
-def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scales):
-    """``nvdispatch.matmul`` through ``nvdispatch::matmul``: the public function's result (with its aux dict)."""
+def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scales, call_key=None):
+    """``nvdispatch.matmul`` through ``nvdispatch::matmul``: the public function's result (with its aux dict).
+    ``call_key``: the call's key in the plan cache (None: it has none); a call autograd records keeps a
+    :class:`~.torch_recorded.RecordedMatmulPlan` under it where it can, which serves its repeats."""
     name = epilog_name(epilog)
     bias, relu_aux, gelu_aux = epilog_inputs(inputs)
     scale_tensors, host_scales = _split_scales(scales)
@@ -310,6 +313,10 @@ def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scal
             "run it under torch.no_grad(), or detach the operands that require grad",
         )
     op_epilog = _KEEP_PRE_ACTIVATION.get(name, name) if recorded else name
+    if recorded and call_key is not None and not torch.compiler.is_compiling():
+        named = _named(bias, relu_aux, gelu_aux)
+        if torch_recorded.keeps(a, alpha, c, beta, named, options, preferences, scales):
+            return _run_recorded(call_key, a, b, named, op_epilog, name)
     outs = _call(
         "matmul",
         a,
@@ -334,6 +341,24 @@ def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scal
     if not names:
         return outs[0]
     return outs[0], dict(zip(names, outs[1:]))
+
+
+def _run_recorded(call_key, a, b, named: dict, op_epilog: str, name: str):
+    """A recorded call by the :class:`~.torch_recorded.RecordedMatmulPlan` kept under its key (see
+    :func:`call_matmul`); through the operator where another plan is cached there."""
+    input_name, x = next(iter(named.items()), (None, None))
+    layout = matmul_layout(a, b, None, named, 1, None, op_epilog, None, None, None)
+    plan = torch_recorded.acquire(call_key, a, b, input_name, x, op_epilog, name, layout)
+    try:
+        if isinstance(plan, torch_recorded.RecordedMatmulPlan):
+            return plan.direct(a, b) if x is None else plan.direct(a, b, x)
+    finally:
+        plan_cache.let_go(plan)
+    outs = _call("matmul", a, b, None, *(named.get(k) for k in _INPUT_NAMES), *([None] * 4), 1, None, op_epilog,
+                 "", "", "")  # fmt: skip
+    if op_epilog != name or len(outs) == 1:
+        return outs[0]
+    return outs[0], dict(zip(_OUTPUT_NAMES[name], outs[1:]))
 
 
 def _int_or_none(value: Any, argument: str):
