@@ -169,7 +169,6 @@ RecordedMatmul = type(
 )
 
 
-
 def _native_apply():
     """``apply`` of :data:`RecordedMatmul` without ``Function.apply``'s Python steps where functorch transforms are
     not active (binding arguments to ``forward``'s signature where ``setup_context`` is defined, which it is not
@@ -209,4 +208,3 @@ def acquire(call_key: Hashable, a, b, input_name: str | None, x, epilog: str, pu
             raise
 
     return plan_cache.acquire_or_create(call_key, make)
-
