@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import nvdispatch
-from nvdispatch import linalg, plan_cache
+from nvdispatch import plan_cache
 from tests.matmul.matmul_reference import gelu, gelu_grad
 
 torch = pytest.importorskip("torch")
@@ -22,20 +22,6 @@ def _t(*shape, seed=0, grad=True, cls=None):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*shape, generator=g, dtype=torch.float64)
     return torch.nn.Parameter(x) if cls == "param" else x.requires_grad_(grad)
-
-
-@pytest.fixture
-def misses(monkeypatch):
-    """How many calls reached the route's miss path."""
-    count = [0]
-    original = linalg._plan_and_run
-
-    def counting(*args):
-        count[0] += 1
-        return original(*args)
-
-    monkeypatch.setattr(linalg, "_plan_and_run", counting)
-    return count
 
 
 def _forward_reference(epilog, a, b, bias, w):
@@ -59,7 +45,7 @@ def _forward_reference(epilog, a, b, bias, w):
 @pytest.mark.parametrize("batched", [False, True])
 @pytest.mark.parametrize("epilog", ["DEFAULT", "RELU", "GELU", "BIAS", "RELU_BIAS", "GELU_BIAS", "RELU_AUX_BIAS",
                                     "GELU_AUX"])  # fmt: skip
-def test_repeated_recorded_calls_take_the_hit_with_the_operators_formula(epilog, batched, params, misses):
+def test_repeated_recorded_calls_take_the_hit_with_the_operators_formula(epilog, batched, params, full_paths):
     plan_cache.clear()
     cls = "param" if params == "parameters" else None
     a = _t(*((2, M, K) if batched else (M, K)), grad=False)
@@ -83,12 +69,12 @@ def test_repeated_recorded_calls_take_the_hit_with_the_operators_formula(epilog,
         if bias is not None:
             np.testing.assert_allclose(bias.grad.numpy(), want["bias"], rtol=1e-10, atol=1e-10, err_msg="bias")
         if i == 0:
-            first = misses[0]  # the first call's (and its backward GEMMs' first calls)
-    assert misses[0] == first
+            first = full_paths[0]  # the first call's (and its backward GEMMs' first calls)
+    assert full_paths[0] == first
 
 
 @pytest.mark.parametrize("epilog", ["DRELU", "DGELU"])
-def test_repeated_backward_epilogs_match_the_operators_full_path(epilog, misses):
+def test_repeated_backward_epilogs_match_the_operators_full_path(epilog, full_paths):
     plan_cache.clear()
     a, b = _t(M, K), _t(K, N, seed=1)
     name = "relu_aux" if epilog == "DRELU" else "gelu_aux"
@@ -110,11 +96,11 @@ def test_repeated_backward_epilogs_match_the_operators_full_path(epilog, misses)
             if g is not None:
                 torch.testing.assert_close(g, h, rtol=1e-12, atol=1e-12)
         if i == 0:
-            first = misses[0]
-    assert misses[0] == first
+            first = full_paths[0]
+    assert full_paths[0] == first
 
 
-def test_grad_mode_and_autograd_state_choose_the_plan(misses):
+def test_grad_mode_and_autograd_state_choose_the_plan(full_paths):
     plan_cache.clear()
     a, b = _t(M, K, grad=False), _t(K, N, seed=1)
     for i in range(3):
@@ -123,13 +109,13 @@ def test_grad_mode_and_autograd_state_choose_the_plan(misses):
             assert nvdispatch.matmul(a, b, epilog="RELU").grad_fn is None
         assert nvdispatch.matmul(a, b.detach(), epilog="RELU").grad_fn is None
         if i == 0:
-            first = misses[0]
-    assert first == 2 and misses[0] == first  # the recorded call, the call unrecorded (both states' the same)
+            first = full_paths[0]
+    assert first == 2 and full_paths[0] == first  # the recorded call, the call unrecorded (both states' the same)
     want = np.maximum(a.detach().numpy() @ b.detach().numpy(), 0)
     np.testing.assert_allclose(nvdispatch.matmul(a, b, epilog="RELU").detach().numpy(), want, rtol=1e-12)
 
 
-def test_a_cleared_cache_and_a_stream_argument_still_record(misses):
+def test_a_cleared_cache_and_a_stream_argument_still_record(full_paths):
     plan_cache.clear()
     a, b, bias = _t(M, K, grad=False), _t(K, N, seed=1), _t(N, seed=2)
     inputs = {"bias": bias}
@@ -145,5 +131,5 @@ def test_a_cleared_cache_and_a_stream_argument_still_record(misses):
         np.testing.assert_allclose(b.grad.numpy(), a.detach().numpy().T @ gt, rtol=1e-12)
         np.testing.assert_allclose(bias.grad.numpy(), gt.sum(0), rtol=1e-12)
         if i == 0:
-            first = misses[0]
-    assert misses[0] == first
+            first = full_paths[0]
+    assert full_paths[0] == first
