@@ -188,8 +188,11 @@ cache_let_go(PyObject *self, PyObject *plan)
     if (pinless == 0) {
         PyObject *users = PyObject_GetAttr(entry, s_users);
         Py_ssize_t n = users == NULL || !PyList_Check(users) ? -1 : PyList_Size(users);
-        if (n > 0) {
-            done = PyList_SetSlice(users, n - 1, n, NULL); /* users.pop(): nothing runs in between */
+        Py_ssize_t i = n - 1; /* users.remove(None), from the end: a call's pin (holds count by tokens) */
+        while (i >= 0 && PyList_GetItem(users, i) != Py_None)
+            i--;
+        if (n > 0 && i >= 0) {
+            done = PyList_SetSlice(users, i, i + 1, NULL); /* nothing runs in between */
             int retired = done < 0 ? -1 : flag(entry, s_retired);
             if (retired > 0) /* the last user of a retired plan releases it: the Python method's step */
 {

@@ -85,18 +85,20 @@ class PlanHold:
     released
     """
 
-    __slots__ = ("plan", "_cache", "__weakref__")
+    __slots__ = ("plan", "_cache", "_token", "__weakref__")
 
     def __init__(self, cache: PlanCache, plan: Any):
-        cache._count_user(plan)
-        self.plan = plan
-        self._cache = cache
+        # the hold counts itself by a token of its own, so that letting go can be retried (by close() again or
+        # __del__) after an interrupt at any point without taking another user's count
+        self.plan, self._cache, self._token = plan, cache, object()
+        cache._count_user(plan, self._token)
 
     def close(self) -> None:
-        """Let go of the plan (idempotent)."""
-        cache, self._cache = self._cache, None
+        """Let go of the plan (idempotent; safe to call again after an interrupt)."""
+        cache = self._cache
         if cache is not None:
-            cache._uncount_user(self.plan)
+            cache._uncount_user(self.plan, self._token)
+            self._cache = None
 
     def __del__(self):
         try:
@@ -429,18 +431,19 @@ class PlanCache:
         if getattr(plan, "needs_release", True) is not False:
             self._count_user(plan)
 
-    def _count_user(self, plan: Any) -> None:
+    def _count_user(self, plan: Any, token: Any = None) -> None:
+        """Count a user of ``plan``: a call's pin (``None``) or a hold (its own ``token``)."""
         entry = self._users.get(id(plan))
         if entry is not None and entry.plan is plan and entry.users and not entry.released:
             # the caller's own use keeps the entry alive, and list.append is atomic: no lock needed
-            entry.users.append(None)
+            entry.users.append(token)
             return
         with self._lock:
             entry = self._users.get(id(plan))
             if entry is None or entry.released:  # a plan never cached (caching disabled, say)
                 entry = self._users[id(plan)] = _Entry(plan)
                 entry.retired = True
-            entry.users.append(None)
+            entry.users.append(token)
 
     def let_go(self, plan: Any) -> None:
         """End one use of ``plan`` begun by :meth:`acquire`/:meth:`acquire_or_create`/:meth:`pin`; a
@@ -449,16 +452,22 @@ class PlanCache:
         if entry is not None and entry.plan is plan and not entry.pinless:
             self._unpin(entry)
 
-    def _uncount_user(self, plan: Any) -> None:
-        """End a hold's use of ``plan`` (holds are counted for every plan, pinless ones included)."""
+    def _uncount_user(self, plan: Any, token: Any) -> None:
+        """End a hold's use of ``plan`` (holds are counted for every plan, pinless ones included): its ``token``
+        leaves the users (once: a repeat finds it gone) and a retired plan without users is released."""
         entry = self._users.get(id(plan))
         if entry is not None and entry.plan is plan:
-            self._unpin(entry)
+            try:
+                entry.users.remove(token)
+            except ValueError:  # a repeat after an interrupt: only the release may be left to do
+                pass
+            if entry.retired:
+                self._release_if_unused(entry)
 
     def _unpin(self, entry: _Entry) -> None:
         try:
-            entry.users.pop()
-        except IndexError:  # unbalanced let_go: nothing to undo
+            entry.users.remove(None)  # a call's pin; holds' tokens stay
+        except ValueError:  # unbalanced let_go: nothing to undo
             return
         if entry.retired:
             self._release_if_unused(entry)
