@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from .array_api_strict import ArrayApiStrictAdapter
-from .base import CPU, Adapter, Device, OperandInfo, c_strides
+from .base import CPU, Adapter, Device, OperandInfo
 from .cai import CaiAdapter
 from .cupy import CupyAdapter
 from .dask import DaskAdapter
@@ -36,7 +36,6 @@ __all__ = [
     "Device",
     "OperandInfo",
     "CPU",
-    "c_strides",
     "register_adapter",
     "unregister_adapter",
     "adapter_for",

@@ -54,7 +54,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Adapter", "Device", "OperandInfo", "CPU", "c_strides"]
+__all__ = ["Adapter", "Device", "OperandInfo", "CPU"]
 
 
 @dataclass(frozen=True)
@@ -93,15 +93,6 @@ class OperandInfo:
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-
-def c_strides(shape) -> tuple[int, ...]:
-    """Element strides of a C-contiguous array of ``shape``."""
-    out, step = [], 1
-    for extent in reversed(shape):
-        out.append(step)
-        step *= max(int(extent), 1)
-    return tuple(reversed(out))
 
 
 class Adapter:

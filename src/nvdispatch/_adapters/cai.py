@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from .._memory import CUDA
-from .base import Adapter, Device, OperandInfo, c_strides
+from .._strides import c_strides
+from .base import Adapter, Device, OperandInfo
 
 __all__ = ["CaiAdapter", "pointer_device"]
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .._adapters.base import c_strides
+from .._strides import c_strides
 from . import runtime
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "storage_shape",
     "as_kind",
     "make_view",
-    "c_strides",
 ]
 
 

@@ -10,9 +10,10 @@ import numpy as np
 
 from .._epilog import Epilog
 from .._matmul_problem import MatmulProblem, scalar_value
+from .._strides import c_strides
 from . import cublaslt as lt
 from . import lt_direct
-from .arrays import c_strides, empty, make_view, pointer_getter, result_from_operand, result_kind
+from .arrays import empty, make_view, pointer_getter, result_from_operand, result_kind
 from .lt_aux import aux_input_pointer, aux_output, bias_gradient_output
 from .lt_descriptors import LtDescriptors, max_workspace, probe
 from .lt_plan_base import LtPlanBase

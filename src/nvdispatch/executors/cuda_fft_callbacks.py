@@ -26,12 +26,13 @@ import math
 import numpy as np
 
 from .._fft_callbacks import Callback, CallbackFFTProblem
+from .._strides import c_strides
 from ..errors import CallbackError
-from .cuda_fft import CudaFFTPlan, _cstrides, layout
+from .cuda_fft import CudaFFTPlan, layout
 
 
 def _c_contiguous(p) -> bool:
-    return p.strides is None or tuple(p.strides) == _cstrides(p.shape) or math.prod(p.shape) <= 1
+    return p.strides is None or tuple(p.strides) == c_strides(p.shape) or math.prod(p.shape) <= 1
 
 
 def _numba_reason() -> str | None:

@@ -20,11 +20,11 @@ import dataclasses
 import jax
 import numpy as np
 
-from .._adapters import c_strides
 from .._backends import BackendState
 from .._detect import CPU, Device, OperandInfo
 from .._fft_problem import FFTProblem, build_fft_problem
 from .._memory import plain_memory
+from .._strides import c_strides
 from .jax_buffers import PlanFinder, device_index, stage
 
 __all__ = ["FFTCall", "fft_kernel"]

@@ -131,7 +131,7 @@ _View = tuple
 
 def _view(rule: _View, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(shape, element strides) of the view ``rule`` makes of a C-ordered buffer of ``shape``."""
-    from .._adapters import c_strides
+    from .._strides import c_strides
 
     strides = c_strides(shape)
     for step in rule:
