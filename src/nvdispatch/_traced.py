@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._adapters import adapter_for
+from ._adapter_registry import adapter_for
 from .errors import UnsupportedOperandError, describe
 
 __all__ = ["register_traced", "unregister_traced", "traced_handler", "traced_framework"]

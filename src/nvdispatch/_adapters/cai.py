@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._adapter_registry import adapter_for
 from .._memory import CUDA
 from .._strides import c_strides
 from .base import Adapter, Device, OperandInfo
@@ -128,7 +129,6 @@ class CaiAdapter(Adapter):
             return x
         from .._cuda import runtime
         from .._cuda.arrays import CudaArray
-        from . import adapter_for
 
         ad = adapter_for(x)
         host = np.ascontiguousarray(ad.to_numpy(x) if ad is not None else np.asarray(x))

@@ -7,6 +7,7 @@ import operator
 import sys
 from typing import Any
 
+from .._adapter_registry import adapter_for
 from .._memory import CUDA, CUPY_ARRAY
 from .base import Adapter, Device, OperandInfo
 
@@ -174,7 +175,6 @@ class CupyAdapter(Adapter):
             return x
         if hasattr(x, "__cuda_array_interface__"):
             return cupy.asarray(x)
-        from . import adapter_for
 
         ad = adapter_for(x)
         if ad is None:

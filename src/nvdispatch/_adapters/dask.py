@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._adapter_registry import adapter_for
 from .._memory import DASK_ARRAY
 from ..errors import MixedOperandsError, UnsupportedOperandError, describe
 from .base import Adapter, OperandInfo
@@ -62,7 +63,6 @@ class DaskAdapter(Adapter):
                         "call x.compute_chunk_sizes() first (boolean indexing and similar leave sizes unknown)",
                     )
         meta = getattr(x, "_meta", None)
-        from . import adapter_for
 
         ad = adapter_for(meta) if meta is not None else None
         if ad is None or ad is self:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._adapter_registry import adapter_for
 from .._memory import HOST
 from .base import CPU, Adapter, OperandInfo
 
@@ -73,7 +74,6 @@ class NumpyAdapter(Adapter):
         """Any operand as a NumPy array (device memory is copied to the host)."""
         if isinstance(x, np.ndarray):
             return x
-        from . import adapter_for
 
         ad = adapter_for(x)
         return ad.to_numpy(x) if ad is not None else np.asarray(x)

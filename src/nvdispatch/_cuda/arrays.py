@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from .._adapter_registry import adapter_for_result_kind, adapter_named
 from .._strides import c_strides
+from ..errors import UnsupportedOperandError, describe
 from . import runtime
 
 __all__ = [
@@ -55,8 +57,6 @@ class DeviceView:
 
 def view(x: Any, framework: str) -> DeviceView:
     """Pointer, dtype, shape and strides of device array ``x`` owned by ``framework``."""
-    from .._adapters import adapter_named
-
     ad = adapter_named(framework)
     v = None if ad is None else ad.device_view(x)  # a framework's own arrays (Torch, CuPy)
     if v is not None:
@@ -70,8 +70,6 @@ def view(x: Any, framework: str) -> DeviceView:
         return DeviceView(int(cai["data"][0] or 0), dt.name, shape, strides, x)
     if hasattr(x, "__dlpack__"):
         return _dlpack_view(x)
-    from ..errors import UnsupportedOperandError, describe
-
     raise UnsupportedOperandError("operand", "a device array (CUDA array interface or DLPack)", describe(x))
 
 
@@ -248,8 +246,6 @@ def _span(shape, strides) -> int:
 
 def pointer_getter(framework: str):
     """A function giving the device pointer of ``framework``'s arrays (read once per plan, called per call)."""
-    from .._adapters import adapter_named
-
     ad = adapter_named(framework)
     if ad is not None:
         return ad.data_ptr
@@ -258,9 +254,7 @@ def pointer_getter(framework: str):
 
 def result_kind(x: Any, framework: str) -> str:
     """How to create results for a caller whose operand is ``x``: "torch", "cupy", "numba" or "cai" (the
-    result kinds adapters declare, see :func:`nvdispatch._adapters.adapter_for_result_kind`)."""
-    from .._adapters import adapter_named
-
+    result kinds adapters declare, see :func:`nvdispatch._adapter_registry.adapter_for_result_kind`)."""
     ad = adapter_named(framework)
     return "cai" if ad is None else ad.result_kind(x)
 
@@ -276,8 +270,6 @@ def storage_shape(shape: tuple, order: str) -> tuple:
 def result_from_operand(framework: str, shape, dtype: str, order: str = "C"):
     """How ``framework``'s operands make a result like themselves: ``(kind, args, kwargs, transposed)`` for
     ``operand.new_empty(*args, **kwargs)`` (see ``Adapter.result_from_operand``), or None: use :func:`empty`."""
-    from .._adapters import adapter_named
-
     ad = adapter_named(framework)
     return None if ad is None else ad.result_from_operand(shape, dtype, order)
 
@@ -288,8 +280,6 @@ def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: s
     ``order="F"`` makes the last two axes column-major (each matrix of a batch stored by columns).
     Returns ``(array, ptr)``; the memory belongs to ``stream``'s pool where the framework has one.
     """
-    from .._adapters import adapter_for_result_kind
-
     return adapter_for_result_kind(kind).empty_result(kind, shape, dtype, device_index, stream, order)
 
 
@@ -297,14 +287,10 @@ def as_kind(kind: str, arr: Any, framework_of_arr: str):
     """Present ``arr`` (a Torch tensor or CuPy array made by a helper) as the caller's ``kind``, zero-copy."""
     if kind == framework_of_arr:
         return arr
-    from .._adapters import adapter_for_result_kind
-
     return adapter_for_result_kind(kind).as_result(kind, arr, framework_of_arr)
 
 
 def make_view(kind: str, base: Any, shape, strides_elems, offset_elems: int = 0):
     """A view of ``base`` (an array of ``kind``) with the given shape and element strides."""
-    from .._adapters import adapter_for_result_kind
-
     shape, strides_elems = tuple(shape), tuple(strides_elems)
     return adapter_for_result_kind(kind).result_view(kind, base, shape, strides_elems, offset_elems)

@@ -10,6 +10,7 @@ import functools
 import importlib
 import threading
 
+from .._adapters import default_executors
 from .._tunings import register_kind
 from .base import Executor, ModularExecutor, Plan
 
@@ -93,6 +94,4 @@ def register_executor(name: str, target: str) -> None:
 
 def default_names(framework: str, device_kind: str) -> tuple[str, ...]:
     """The executors tried by default for ``framework``'s arrays on a ``device_kind`` device."""
-    from .._adapters import default_executors
-
     return default_executors(framework, device_kind)
