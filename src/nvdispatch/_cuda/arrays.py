@@ -31,6 +31,9 @@ from .._adapter_registry import adapter_for_result_kind, adapter_named
 from .._strides import c_strides
 from ..errors import UnsupportedOperandError, describe
 from . import runtime
+from .cuda_array_namespace import CudaArrayNamespace, namespace
+from .dlpack_abi import KDL_CUDA, DLTensor
+from .dlpack_export import capsule
 
 __all__ = [
     "DeviceView",
@@ -73,27 +76,7 @@ def view(x: Any, framework: str) -> DeviceView:
     raise UnsupportedOperandError("operand", "a device array (CUDA array interface or DLPack)", describe(x))
 
 
-# -- DLPack (read-only import: pointer, shape, strides; dlpack_export builds its capsules on these structs) ---
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
+# -- DLPack (read-only import: pointer, shape, strides) ----------------------------------------------------------
 _DL_CODES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64"}
 _DL_CODES.update({(1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64"})
 _DL_CODES.update({(2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16"})
@@ -175,15 +158,11 @@ class CudaArray:
         }
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from .dlpack_export import KDL_CUDA
-
         return (KDL_CUDA, runtime.pointer_device(self.ptr) if self.ptr else runtime.current_device())
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of this memory (keeps it alive), so any framework's ``from_dlpack`` imports it.
         Work queued on the allocation's stream is finished first when the consumer names another stream."""
-        from .dlpack_export import capsule
-
         if copy:
             raise BufferError("CudaArray exports its memory without copying (copy=True is not supported)")
         if stream is not None and stream != -1 and stream != self._stream and self.ptr:
@@ -191,11 +170,9 @@ class CudaArray:
         kind, index = self.__dlpack_device__()
         return capsule(self.ptr, self.shape, self.strides_elems, self.dtype, kind, index, self)
 
-    def __array_namespace__(self, *, api_version: str | None = None):
+    def __array_namespace__(self, *, api_version: str | None = None) -> CudaArrayNamespace:
         """The array API namespace working on this memory (see :mod:`nvdispatch._cuda.cuda_array_namespace`)."""
-        from .cuda_array_namespace import namespace
-
-        return namespace(api_version)
+        return namespace(CudaArray, api_version)
 
     @property
     def ndim(self) -> int:

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import DLDataType, DLDevice, DLTensor  # the DLPack 0.x structs, shared with the import side
+from .dlpack_abi import DLDataType, DLDevice, DLTensor
 
-__all__ = ["capsule", "KDL_CPU", "KDL_CUDA"]
+__all__ = ["capsule", "live_exports"]
 
-KDL_CPU, KDL_CUDA = 1, 2
 #: NumPy kind -> DLDataTypeCode (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6)
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 
