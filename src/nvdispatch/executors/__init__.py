@@ -1,5 +1,8 @@
 """The built-in executors: their names and where they live (imported on first use).
 
+These are the executors below the route. The Dask executor (``executors/dask*.py``) sits above the public front,
+whose functions its tasks call on each block; the package registers it by name (``nvdispatch/__init__.py``).
+
 Which executors serve a framework by default is the framework adapter's ``default_executors``
 (:mod:`nvdispatch._adapters`); a new executor module is made known by name with :func:`register_executor`.
 """
@@ -25,13 +28,12 @@ __all__ = [
     "register_executor",
 ]
 
-#: name → "module:Class" of each built-in executor (imported on first use)
+#: name → "module:Class" of each built-in executor (imported on first use; the package adds "dask")
 BUILTIN: dict[str, str] = {
     "numpy": "nvdispatch.executors.numpy:NumpyExecutor",
     "torch": "nvdispatch.executors.torch:TorchExecutor",
     "cupy": "nvdispatch.executors.cupy:CupyExecutor",
     "cuda": "nvdispatch.executors.cuda:CudaExecutor",
-    "dask": "nvdispatch.executors.dask:DaskExecutor",
 }
 
 #: tuning kind → "module:Class" of the plan class that makes tunings of that kind and checks them (its
