@@ -16,6 +16,7 @@ import numpy as np
 
 from ._detect import Device, OperandInfo
 from ._epilog import EpilogSpec, Shapes, validate_inputs
+from ._fp8_types import check_operand_types, check_result_type
 from ._memory import common_memory
 from .errors import (
     EpilogInputError,
@@ -172,8 +173,6 @@ class MatmulOptions:
                     "options.scale_type", "a float, complex or int32 dtype", describe(self.scale_type)
                 )
             object.__setattr__(self, "scale_type", name)
-        from ._fp8 import check_operand_types, check_result_type
-
         object.__setattr__(self, "result_type", check_result_type(self.result_type))
         object.__setattr__(self, "operand_types", check_operand_types(self.operand_types))
         object.__setattr__(self, "result_amax", expect_bool("options.result_amax", self.result_amax))

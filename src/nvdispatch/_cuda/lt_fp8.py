@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fp8 import Fp8Spec, is_fp8
+from .._fp8 import Fp8Spec
+from .._fp8_types import is_fp8
 from .._matmul_problem import MatmulProblem, scalar_value
 from . import cublaslt as lt
 from . import lt_autotune
