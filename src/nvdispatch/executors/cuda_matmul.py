@@ -22,6 +22,7 @@ from __future__ import annotations
 from .._compiled import hotpath
 from .._matmul_problem import MatmulProblem
 from .._memory import CUPY_ARRAY, TORCH_TENSOR
+from .torch_addmm import can_fuse
 
 #: memory kinds whose framework's own matmul runs plain products: the same cuBLAS kernels, with less host time per
 #: call than a cuBLASLt call from here
@@ -91,8 +92,6 @@ def decline(problem: MatmulProblem) -> str | None:
 
 
 def _torch_fuses_small(problem: MatmulProblem) -> bool:
-    from .torch_matmul import can_fuse
-
     return problem.m * problem.n * problem.k <= HOST_BOUND_MNK and can_fuse(problem)
 
 
