@@ -12,7 +12,16 @@ from .errors import DeviceConfigurationError, UnsupportedConfigurationError
 from .precision import normalize_precision
 from .shared_layout import Padding, exchange_paddings, plane_length
 
-__all__ = ["FFTConfig", "FFT_TYPES", "DIRECTIONS", "EXECUTIONS", "MAX_SIZE", "MAX_THREAD_SIZE", "valid_sizes"]
+__all__ = [
+    "FFTConfig",
+    "FFT_TYPES",
+    "DIRECTIONS",
+    "EXECUTIONS",
+    "MAX_SIZE",
+    "MAX_THREAD_SIZE",
+    "valid_sizes",
+    "is_smooth",
+]
 
 FFT_TYPES = ("c2c", "r2c", "c2r")
 DIRECTIONS = ("forward", "inverse")
@@ -40,10 +49,11 @@ def valid_sizes(execution: str = "Block") -> list[int]:
     [2, 3, 4, 5, 6, 7, 8, 9]
     """
     limit = MAX_THREAD_SIZE if execution == "Thread" else MAX_SIZE
-    return [n for n in range(2, limit + 1) if _is_smooth(n)]
+    return [n for n in range(2, limit + 1) if is_smooth(n)]
 
 
-def _is_smooth(n: int) -> bool:
+def is_smooth(n: int) -> bool:
+    """Whether ``n`` has no prime factor above 7 (the sizes the device FFT builds)."""
     for p in _PRIMES:
         while n % p == 0:
             n //= p
