@@ -31,11 +31,13 @@ from ..errors import CallbackError
 from .cuda_fft import CudaFFTPlan, layout
 
 
-def _c_contiguous(p) -> bool:
+def c_contiguous(p) -> bool:
+    """Whether problem ``p``'s operand is C-contiguous (or has at most one element)."""
     return p.strides is None or tuple(p.strides) == c_strides(p.shape) or math.prod(p.shape) <= 1
 
 
-def _numba_reason() -> str | None:
+def numba_reason() -> str | None:
+    """Why Numba cannot compile the device-fused kernels here, or None."""
     try:
         import numba.cuda  # noqa: F401
     except ImportError:
@@ -50,7 +52,7 @@ def _numba_reason() -> str | None:
 def fused_reason(problem: CallbackFFTProblem) -> str | None:
     """Why the generated-kernel strategy does not apply, or None."""
     p = problem.fft
-    why = _numba_reason()
+    why = numba_reason()
     if why:
         return why
     from ..device.fft_callback_kernel import covers
@@ -61,7 +63,7 @@ def fused_reason(problem: CallbackFFTProblem) -> str | None:
         return "the device engine runs 1-D transforms along the last axis"
     if not covers(p.lengths[0]):
         return f"n={p.lengths[0]} is not a device-engine length (2**a 3**b 5**c 7**d, 2..4096)"
-    if not _c_contiguous(p):
+    if not c_contiguous(p):
         return "x is not C-contiguous"
     if p.compute_dtype not in ("complex64", "complex128"):
         return f"{p.compute_dtype} transforms"
@@ -81,7 +83,7 @@ def lto_reason(problem: CallbackFFTProblem) -> str | None:
         return lay
     if lay["loops"]:
         return "the batch needs several cuFFT launches"
-    if not _c_contiguous(p):
+    if not c_contiguous(p):
         return "x is not C-contiguous (cuFFT's callback offset would not be the logical index)"
     for cb in (problem.prolog, problem.epilog):
         if cb is not None and any(not d.c_contiguous or not d.shape for d in cb.data):
@@ -160,7 +162,7 @@ def check_callback(cb: Callback | None, value_dtype: str) -> None:
         )
 
 
-def _numba_view(a, framework: str, shape=None):
+def numba_view(a, framework: str, shape=None):
     """A Numba device array over ``a`` (no copy, no stream synchronisation); ``shape`` reshapes a
     C-contiguous array."""
     from numba import cuda
@@ -189,7 +191,7 @@ def on_device(index: int, several: bool):
     return cuda.gpus[index]
 
 
-class _Streams:
+class NumbaStreams:
     """Numba stream objects for raw ``cudaStream_t`` handles (made once per handle)."""
 
     def __init__(self):
@@ -256,7 +258,7 @@ class FusedCallbackPlan:
                 "callbacks that compile into the generated FFT kernel",
                 f"{type(exc).__name__}: {' '.join(str(exc).strip().splitlines()[:6])}",
             ) from exc
-        self._streams = _Streams()
+        self._streams = NumbaStreams()
         F = self.kernel.first
         steps = [
             f"one generated Numba kernel per call: load x ({p.dtype}, rows of {m_in}"
@@ -284,10 +286,10 @@ class FusedCallbackPlan:
         if self.rows == 0:
             return out
         with on_device(self.device_index, self._several):
-            xv = _numba_view(x, fw, (self.rows, p.shape[-1]))
-            ov = _numba_view(out, kind, (self.rows, spec.n_out))
-            pdata = tuple(_numba_view(d, fw) for d in operands.get("prolog_data", ()))
-            edata = tuple(_numba_view(d, fw) for d in operands.get("epilog_data", ()))
+            xv = numba_view(x, fw, (self.rows, p.shape[-1]))
+            ov = numba_view(out, kind, (self.rows, spec.n_out))
+            pdata = tuple(numba_view(d, fw) for d in operands.get("prolog_data", ()))
+            edata = tuple(numba_view(d, fw) for d in operands.get("epilog_data", ()))
             self.kernel.launch(xv, ov, None, pdata, edata, self._streams(s))
         return out
 

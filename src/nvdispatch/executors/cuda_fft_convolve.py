@@ -25,12 +25,12 @@ from ..errors import CallbackError
 from .cuda_fft import CudaFFTPlan, layout
 from .cuda_fft_callbacks import (
     LtoCallbackPlan,
-    _c_contiguous,
-    _numba_reason,
-    _numba_view,
-    _Streams,
+    NumbaStreams,
+    c_contiguous,
     decline_by,
     lto_reason,
+    numba_reason,
+    numba_view,
     on_device,
     strategies_by,
 )
@@ -47,7 +47,7 @@ def times_filter_flat(v, i, h):
 
 
 def fused_reason(problem: ConvolveProblem) -> str | None:
-    why = _numba_reason()
+    why = numba_reason()
     if why:
         return why
     from ..device.fft_callback_kernel import covers
@@ -57,7 +57,7 @@ def fused_reason(problem: ConvolveProblem) -> str | None:
         return "the device engine transforms along the last axis"
     if not covers(p.lengths[0]):
         return f"n={p.lengths[0]} is not a device-engine length (2**a 3**b 5**c 7**d, 2..4096)"
-    if not _c_contiguous(p):
+    if not c_contiguous(p):
         return "x is not C-contiguous"
     if problem.filter_rows is None or not problem.filter.c_contiguous:
         return "h must be C-contiguous, one row for all signals or the spectrum's shape"
@@ -137,7 +137,7 @@ class FusedConvolvePlan:
                 self.kernel.compile(argtypes)
         except Exception as exc:  # noqa: BLE001
             raise CallbackError("h", "a filter the generated convolution kernel compiles for", str(exc)) from exc
-        self._streams = _Streams()
+        self._streams = NumbaStreams()
         F = self.kernel.first
         self.steps = (
             f"one generated Numba kernel per call: load x -> block {p.kind} FFT n={n} -> multiply by h "
@@ -161,9 +161,9 @@ class FusedConvolvePlan:
         if self.rows == 0:
             return out
         with on_device(self.device_index, self._several):
-            xv = _numba_view(x, fw, (self.rows, p.shape[-1]))
-            ov = _numba_view(out, kind, (self.rows, self.spec.n_out))
-            hv = _numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
+            xv = numba_view(x, fw, (self.rows, p.shape[-1]))
+            ov = numba_view(out, kind, (self.rows, self.spec.n_out))
+            hv = numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
             self.kernel.launch(xv, ov, hv, (), (), self._streams(s))
         return out
 
