@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import EpilogInputError, InvalidArgumentError
+
 __all__ = [
     "Epilog",
     "EpilogSpec",
@@ -221,8 +223,6 @@ def _argument(name: str) -> str:
 
 
 def _validate_bias(info, sh: Shapes) -> str:
-    from .errors import EpilogInputError
-
     axis = _bias_axis(tuple(info.shape), sh)
     if not (info.dtype == sh.result_dtype or (sh.result_dtype in ("float16", "bfloat16") and info.dtype == "float32")):
         raise EpilogInputError(_argument("bias"), f"dtype {sh.result_dtype} (the result's)", info.dtype)
@@ -231,8 +231,6 @@ def _validate_bias(info, sh: Shapes) -> str:
 
 def _bias_axis(shape: tuple[int, ...], sh: Shapes) -> str:
     """``"n"`` or ``"m"``: which axis of the result a bias of ``shape`` lies along."""
-    from .errors import EpilogInputError
-
     arg, batch, m, n = _argument("bias"), sh.batch, sh.m, sh.n
     if len(shape) == 1:
         if shape[0] == n:
@@ -256,8 +254,6 @@ def _bias_axis(shape: tuple[int, ...], sh: Shapes) -> str:
 
 
 def _validate_gelu_aux(info, sh: Shapes) -> None:
-    from .errors import EpilogInputError
-
     if info.dtype != sh.result_dtype:
         raise EpilogInputError(_argument("gelu_aux"), f"dtype {sh.result_dtype} (as GELU_AUX returned it)", info.dtype)
     if tuple(info.shape) != tuple(sh.result_shape):
@@ -267,8 +263,6 @@ def _validate_gelu_aux(info, sh: Shapes) -> None:
 def _validate_relu_aux(info, sh: Shapes) -> None:
     """A boolean mask of the result's shape (CPU executors) or cuBLASLt's uint8 bit mask, in either orientation
     (its layout is checked by the cuda executor; see ``_cuda/lt_setup.py``)."""
-    from .errors import EpilogInputError
-
     arg = _argument("relu_aux")
     if info.dtype == "bool":
         if tuple(info.shape) != tuple(sh.result_shape):
@@ -406,8 +400,6 @@ _BY_NAME: dict[str, EpilogSpec] = {row.epilog.name: row for row in _rows}
 
 def spec_of(epilog) -> EpilogSpec:
     """The table row for ``epilog`` (an :class:`Epilog`, its name, or ``None`` for DEFAULT)."""
-    from .errors import InvalidArgumentError
-
     if epilog is None:
         return EPILOGS[Epilog.DEFAULT]
     if isinstance(epilog, str):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ._detect import Device, OperandInfo
-from ._epilog import EpilogSpec, Shapes, validate_inputs
+from ._epilog import STRATEGIES, EpilogSpec, Shapes, validate_inputs
 from ._fp8_types import check_operand_types, check_result_type
 from ._memory import common_memory
 from .errors import (
@@ -250,8 +250,6 @@ class MatmulPlanPreferences:
     max_workspace_bytes: int | None = None
 
     def __post_init__(self):
-        from ._epilog import STRATEGIES
-
         if self.strategy is not None and (not isinstance(self.strategy, str) or self.strategy not in STRATEGIES):
             raise InvalidArgumentError("preferences.strategy", f"one of {STRATEGIES}", describe(self.strategy))
         object.__setattr__(self, "limit", count("preferences.limit", self.limit, 1))

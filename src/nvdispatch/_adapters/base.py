@@ -54,6 +54,9 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._cuda.streams import stream_pointer
+from ..errors import InvalidArgumentError, describe
+
 __all__ = ["Adapter", "Device", "OperandInfo", "CPU"]
 
 
@@ -177,14 +180,11 @@ class Adapter:
         a stream this framework's array ``x`` can run on: on a CUDA device a stream object or handle (see
         ``nvdispatch._cuda.streams``); on the CPU none, unless the framework has CPU streams of its own (an
         adapter then accepts them)."""
-        from ..errors import InvalidArgumentError, describe
-
         device = self.device(x)
         if device.kind != "cuda":
             raise InvalidArgumentError(
                 "stream", f"None: {self.name} arrays on {device} run on no stream", describe(stream)
             )
-        from .._cuda.streams import stream_pointer
 
         stream_pointer(stream, self.name, device.index)
 
@@ -193,7 +193,6 @@ class Adapter:
         stream object, a ``__cuda_stream__`` object, a raw int), or None (nothing to do)."""
         if stream is None:
             return contextlib.nullcontext()
-        from .._cuda.streams import stream_pointer
 
         return self.stream_context(stream_pointer(stream, self.name, device_index), device_index)
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from .._adapter_registry import adapter_for
 from .._memory import HOST
+from ..errors import UnsupportedDtypeError
 from .base import CPU, Adapter, OperandInfo
 
 __all__ = ["NumpyAdapter"]
@@ -63,8 +64,6 @@ class NumpyAdapter(Adapter):
         return "cpu" if isinstance(device, str) and device == "cpu" else None
 
     def from_host_values(self, values, dtype, device):
-        from ..errors import UnsupportedDtypeError
-
         dt = np.dtype("float64" if dtype is None else dtype)
         if dt.kind != "f":
             raise UnsupportedDtypeError("dtype", "a real floating dtype", str(dtype))

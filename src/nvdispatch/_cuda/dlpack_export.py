@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import UnsupportedDtypeError
 from .dlpack_abi import DLDataType, DLDevice, DLTensor
 
 __all__ = ["capsule", "live_exports"]
@@ -66,8 +67,6 @@ def capsule(ptr: int, shape, strides_elems, dtype, device_type: int, device_id: 
     (``device_type``, ``device_id``), keeping ``owner`` alive until the consumer releases it."""
     dt = np.dtype(dtype)
     if dt.kind not in _CODES:
-        from ..errors import UnsupportedDtypeError
-
         raise UnsupportedDtypeError("array", "a numeric or boolean dtype DLPack can describe", str(dt))
     ndim = len(shape)
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)

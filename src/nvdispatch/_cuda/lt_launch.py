@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from .._plan_cache import plan_cache
 from . import cublaslt as lt
 
 __all__ = ["alignment", "LtLaunch"]
@@ -126,8 +127,6 @@ class LtLaunch:
             ws = self.workspaces[stream] = scratch(nbytes, allocator, self.device_index, stream)
             plan = self.owner() if self.owner is not None else None
             if plan is not None:
-                from .._plan_cache import plan_cache
-
                 plan_cache.resized(plan)
         return ws.ptr
 

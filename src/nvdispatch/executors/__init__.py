@@ -15,6 +15,7 @@ import threading
 
 from .._adapters import default_executors
 from .._tunings import register_kind
+from ..errors import InvalidArgumentError
 from .base import Executor, ModularExecutor, Plan
 
 __all__ = [
@@ -86,8 +87,6 @@ def register_executor(name: str, target: str) -> None:
     executor module becomes one of those names (and selectable with ``set_backend(name)``).
     """
     if not isinstance(target, str) or ":" not in target:
-        from ..errors import InvalidArgumentError
-
         raise InvalidArgumentError("target", "'package.module:Class'", repr(target))
     with _lock:
         BUILTIN[name] = target

@@ -23,6 +23,7 @@ import math
 from .._fft_problem import FFTProblem
 from .._memory import CUPY_ARRAY, TORCH_TENSOR
 from .._strides import c_strides
+from ..errors import ExecutorUnavailableError, PlanStateError
 
 _SINGLE = {"complex64": True, "complex128": False}
 #: how many outer-batch launches we accept for layouts cuFFT cannot batch in one call
@@ -258,8 +259,6 @@ class CudaFFTPlan:
         v = arrays.view(x, fw)
         in_ptr = v.ptr
         if p.strides is None and tuple(v.strides) != c_strides(v.shape):
-            from ..errors import PlanStateError
-
             raise PlanStateError(
                 "x", f"the C-contiguous strides the plan was made for {c_strides(v.shape)}", str(v.strides)
             )
@@ -310,8 +309,6 @@ def _scale(out, fw, kind, factor, stream, device_index):
 
     name = kind if kind in ("torch", "cupy") else xpmod.namespace_for(fw)
     if name is None:
-        from ..errors import ExecutorUnavailableError
-
         raise ExecutorUnavailableError("norm", "torch or cupy to scale the result on the GPU", "neither installed")
     from .._cuda.streams import current_stream
 

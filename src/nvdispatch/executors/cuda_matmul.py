@@ -19,9 +19,11 @@ for this executor with ``set_backend("cuda")`` or ``set_global_backend("cuda")``
 
 from __future__ import annotations
 
+from .._backends import is_requested
 from .._compiled import hotpath
 from .._matmul_problem import MatmulProblem
 from .._memory import CUPY_ARRAY, TORCH_TENSOR
+from . import builtin
 from .torch_addmm import can_fuse
 
 #: memory kinds whose framework's own matmul runs plain products: the same cuBLAS kernels, with less host time per
@@ -41,9 +43,6 @@ def _lt():
 
 def _requested() -> bool:
     """Whether the user asked for this executor (then it runs plain matmuls too)."""
-    from .._backends import is_requested
-    from . import builtin
-
     return is_requested(builtin("cuda"))
 
 
