@@ -23,8 +23,8 @@ import time
 
 __all__ = ["controllable", "single_threaded", "let_workers_sleep", "SETTLE_SECONDS"]
 
-#: OpenBLAS's worker threads busy-wait (yielding) about 0.1 s after each threaded call before they sleep (its
-#: THREAD_TIMEOUT; measured 120 ms on a 2-core box, where they took half the CPU of the call that followed)
+#: OpenBLAS's worker threads busy-wait (yielding) for its THREAD_TIMEOUT, about 0.1 s, after each threaded call
+#: before they sleep, taking CPU from the call that follows (docs/notes/cpu-matmul.md)
 SETTLE_SECONDS = 0.15
 
 #: (setter, getter) symbol pairs of OpenBLAS builds: the scipy-openblas wheels NumPy ships (64-bit and 32-bit

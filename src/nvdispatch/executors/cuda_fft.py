@@ -204,8 +204,8 @@ class CudaFFTPlan:
         self._fast = self._fast_path()
 
     def _fast_path(self):
-        """A lean execute for the common call (Torch/CuPy operand, current stream, one launch): the
-        per-call host cost matters for transforms that take ~20 us on the GPU."""
+        """A lean execute for the common call (Torch/CuPy operand, current stream, one launch): a small transform's
+        GPU time is of the order of a launch's host cost, so the per-call host cost matters."""
         p = self.problem
         if p.kind == "c2r" or len(self.loop_offsets) != 1 or p.strides is None:
             return None

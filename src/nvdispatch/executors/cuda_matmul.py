@@ -30,8 +30,8 @@ from .torch_addmm import can_fuse
 #: call than a cuBLASLt call from here
 PLAIN_TO_FRAMEWORK = frozenset({TORCH_TENSOR, CUPY_ARRAY})
 #: Torch problems up to this m*n*k whose epilog Torch fuses into cuBLASLt itself are left to Torch where the
-#: extension is not built (host-bound: 256^3 multiply-adds take a few microseconds on a current GPU, less than a
-#: launch's host cost)
+#: extension is not built (host-bound: their GPU time is below a launch's host cost; see
+#: ``benchmarks/gpu_matmul_bench.py --host-only``)
 HOST_BOUND_MNK = 256**3
 
 

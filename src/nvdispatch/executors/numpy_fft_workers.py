@@ -1,16 +1,15 @@
 """How many threads SciPy's pocketfft runs a CPU transform on: measured once per process and shape, never assumed.
 
-pocketfft splits a batched or n-D transform over ``workers`` threads. Threads pay off only once the work
-outweighs waking and joining them: on one 2-core box a 16x16 ``fft2`` took 11.6 us on one thread and 31.5 us on
-both, a 512x512 one 2.4 ms against 1.3 ms; where the crossover lies depends on the machine and its load. So the
-first plan of a transform shape times it both ways on a zero array of that shape, interleaved round by round (the
-fastest round of each counts: load only ever adds time), and keeps the faster; later plans of the shape reuse
-the answer.
+pocketfft splits a batched or n-D transform over ``workers`` threads. Threads pay off only once the work outweighs
+waking and joining them, and where the crossover lies depends on the machine and its load (``docs/notes/fft.md`` has one
+machine's figures). So the first plan of a transform shape times it both ways on a zero array of that shape, interleaved
+round by round (the fastest round of each counts: load only ever adds time), and keeps the faster; later plans of the
+shape reuse the answer.
 
-A shape with more than :data:`MAX_ELEMENTS` elements is timed on a copy with fewer batch rows (the dimensions
-not transformed), which keeps every transformed length; where the transformed axes alone hold more than that,
-the transform runs on every core untimed: waking the threads (tens of microseconds) is then well under 1% of a
-run. A single 1-D transform, which pocketfft cannot split, runs on one thread.
+A shape with more than :data:`MAX_ELEMENTS` elements is timed on a copy with fewer batch rows (the dimensions not
+transformed), which keeps every transformed length; where the transformed axes alone hold more than that, the transform
+runs on every core untimed: waking the threads is then a small part of a run. A single 1-D transform, which pocketfft
+cannot split, runs on one thread.
 
 :func:`measurements` shows the timings, :func:`clear` forgets them (tests, or after changing thread counts).
 """

@@ -113,8 +113,8 @@ def _native(x):
 
 def _product_of(p: MatmulProblem):
     """The cheapest NumPy call giving ``np.matmul``'s exact result for ``p``'s operands: ``ndarray.dot`` for two
-    real or integer matrices — the same BLAS call (or the same exact loop) without the ufunc machinery,
-    ~0.4 us less per call, bitwise equal in every layout (tests/matmul/test_numpy_direct.py) — else np.matmul
+    real or integer matrices — the same BLAS call (or the same exact loop) without the ufunc machinery (less
+    host time per call), bitwise equal in every layout (tests/matmul/test_numpy_direct.py) — else np.matmul
     (batches broadcast only there; complex outer products, k = 1, round differently through dot)."""
     two_d = not p.batch_shape and len(p.a.shape) == 2 and len(p.b.shape) == 2
     real = all(np.dtype(sig.dtype).kind in "biuf" for sig in (p.a, p.b))

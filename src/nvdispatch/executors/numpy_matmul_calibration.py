@@ -1,10 +1,11 @@
 """Which CPU engine (so strategy) runs a matmul by default: measured once per process and problem class, never assumed.
 
 The fastest way to fuse an epilog on the CPU depends on the machine (the BLAS build and the core type it
-picks, cache sizes, whether Torch is installed): on one 2-core box the blocked in-place pass matches
-``np.matmul``, on another Torch's ``_addmm_activation`` does and the blocked pass costs 1.4x. So the first
+picks, cache sizes, whether Torch is installed): on one machine the blocked in-place pass matches
+``np.matmul``, on another Torch's ``_addmm_activation`` does and the blocked pass is slower
+(``docs/notes/cpu-matmul.md``). So the first
 call of a *problem class* times every candidate engine briefly on synthetic operands shaped like the call
-(the call's own shape up to ``FULL_BUDGET_MACS``, a few tens of ms a run: only the real size shows what the
+(the call's own shape up to ``FULL_BUDGET_MACS``: only the real size shows what the
 epilog's passes over a result that large cost; beyond it, rows capped so one run stays near ``BUDGET_MACS``,
 but kept enough for the result to outgrow the cores' private caches, within ``CACHE_BUDGET_MACS``), interleaved
 round by round (each candidate's fastest round counts: load on the machine only adds time), and orders the
@@ -52,9 +53,9 @@ __all__ = [
 BUDGET_MACS = 1 << 26
 #: ... or up to this many where more rows are needed for the result to outgrow the private caches
 CACHE_BUDGET_MACS = 8 * BUDGET_MACS
-#: a call up to this many multiply-adds is calibrated at its own size (~25 ms a run on a 2-core box): a copy
-#: with a quarter of the rows ranked Torch's whole-result epilog first on a box where, at full size, it ran
-#: 1.3x slower than the row panels (its result stayed in cache; the real one did not)
+#: a call up to this many multiply-adds is calibrated at its own size: a copy with fewer rows can rank Torch's
+#: whole-result epilog first where, at full size, the row panels win (the copy's result stays in cache, the real
+#: one does not; docs/notes/cpu-matmul.md)
 FULL_BUDGET_MACS = 1 << 31
 #: seconds of repeated calls per candidate per round, and rounds (interleaved, so load hits all alike; the
 #: fastest round of each counts, since a busy machine only ever adds time)
