@@ -1,12 +1,25 @@
-"""Shared test set-up for tests/ and conformance/: GPU detection without importing any framework, and the
-`gpu` marker's skip."""
+"""Shared test set-up for tests/ and conformance/: GPU detection without importing any framework, the
+`gpu` marker's skip, and a private CPU calibration cache for the session."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import tempfile
 
 import pytest
+
+# The CPU calibration persists in the user's cache directory: the suite (and every process it starts) keeps its
+# own in a temporary directory instead, so that it neither reads a calibration that makes its runs differ from
+# machine to machine nor writes into the real cache. Set before nvdispatch is imported.
+_CACHE_DIR = tempfile.mkdtemp(prefix="nvdispatch-test-cache-")
+os.environ["NVDISPATCH_CACHE_DIR"] = _CACHE_DIR
+
+
+def pytest_unconfigure(config):
+    os.environ["NVDISPATCH_CACHE_DIR"] = ""  # (what processes write at exit goes nowhere from here on)
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 def _cuda_device_count() -> int:

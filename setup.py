@@ -9,7 +9,7 @@ setup(
     ext_modules=[
         Extension(
             "nvdispatch._hotpath",
-            ["src/nvdispatch/_hotpath.c", "src/nvdispatch/_hotpath_lt.c"],
+            ["src/nvdispatch/_hotpath.c", "src/nvdispatch/_hotpath_lt.c", "src/nvdispatch/_hotpath_cache.c"],
             py_limited_api=True,
             define_macros=[("Py_LIMITED_API", "0x030A0000")],
             optional=True,

@@ -1,5 +1,12 @@
 """CPU matmul benchmarks: fused RELU_BIAS against NumPy and Torch, and the dispatch overhead of a tiny call.
 
+The fused comparison (issue #30 item 6): ``nvdispatch.matmul(a, b, epilog=RELU_BIAS)`` in float32, 8192x1024x256
+by default, against ``np.matmul`` alone (the product without any epilog: the floor) and Torch's own fused CPU op
+``torch._addmm_activation``; beside them every engine the NumPy executor has, each called as the route's hot
+path calls it (the default order's first engine among them), the naive NumPy and Torch expressions and an
+autotuned ``Matmul``. The route call runs as calibrated for this machine: the class is calibrated in this
+process first (``--keep`` keeps the result in the user's cache too), and the JSON records the ranking.
+
 All contenders run in one process, interleaved round by round, and we report medians and ratios from the
 same run (the machine is noisy; ratios are what carry over), twice: interleaved call by call (each call finds
 the previous contender's BLAS threads still spinning, as in a program mixing them), and *settled* (each timed
@@ -9,7 +16,7 @@ on (up to 3x ``--rounds``, or 3 minutes) until ``--rounds`` of them were left al
 ``--max-foreign`` cores of others' load), and the medians are over those when there are enough of them; the
 JSON says which. Writes JSON and a PNG.
 
-    python benchmarks/cpu_matmul_bench.py [--rounds 31] [--out benchmarks/results] [--quick]
+    python benchmarks/cpu_matmul_bench.py [--rounds 31] [--out benchmarks/results] [--quick] [--keep]
 
 Needs ``pip install 'nvdispatch[bench]'`` for the plot and progress bars (the JSON is written without them);
 Torch, when installed, is timed too.
@@ -21,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import time
 import timeit
@@ -39,20 +47,28 @@ from nvdispatch.executors import numpy_matmul, numpy_matmul_calibration
 from nvdispatch.executors.numpy_matmul_engines import STRATEGY_OF
 from nvdispatch.executors.numpy_matmul_panels import PanelPlan
 
+NVD = "nvdispatch.matmul RELU_BIAS"
+NP = "np.matmul alone"
+TORCH_FUSED = "torch._addmm_activation"
+
 
 def _timed_rounds(contenders: dict, rounds: int, settle: float, patience: float, max_foreign: float, what: str):
-    """Median seconds per contender over rounds (interleaved: one call of each per round). The machine may be
+    """Median seconds per contender over rounds (interleaved: one call of each per round, in an order shuffled
+    each round). The machine may be
     shared: each round waits briefly for a quiet moment, rounds go on (up to 3x, or ``patience`` seconds) until
     ``rounds`` of them saw at most ``max_foreign`` cores of others' load, and those count when there are enough.
     ``settle`` > 0: each timed call follows a pause of that long and one untimed call of the same contender,
     so that no contender finds another's threads still busy (OpenBLAS's spin ~0.1 s after each call)."""
     samples = {name: [] for name in contenders}
+    shuffle = random.Random(0)
     loads, quiet = [], []  # per round: cores other processes used meanwhile; the rounds they left alone
     give_up = time.perf_counter() + patience
     for i in progress(range(3 * rounds), f"{what} (up to 3x the rounds, for quiet ones)"):
         wait_for_quiet(2.0)
+        order = list(contenders.items())
+        shuffle.shuffle(order)  # each round in another order: what ran before a contender (busy threads) varies
         with ForeignLoad() as load:
-            for name, fn in contenders.items():
+            for name, fn in order:
                 if settle:
                     time.sleep(settle)
                     fn()
@@ -72,6 +88,10 @@ def _timed_rounds(contenders: dict, rounds: int, settle: float, patience: float,
     }
 
 
+def _ratios(seconds: dict, base: str) -> dict:
+    return {name: t / seconds[base] for name, t in seconds.items()}
+
+
 def fused_relu_bias(
     rounds: int,
     m: int = 8192,
@@ -80,6 +100,7 @@ def fused_relu_bias(
     patience: float = 180.0,
     max_foreign: float = 0.15,
     settle: float = 0.15,
+    keep: bool = False,
 ) -> dict:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
@@ -87,31 +108,32 @@ def fused_relu_bias(
     bias = rng.standard_normal(n, dtype=np.float32)
     kwargs = {"epilog": Epilog.RELU_BIAS, "epilog_inputs": {"bias": bias}}
     numpy_matmul_calibration.clear()
+    nvdispatch.plan_cache.clear()
+    problem = nvdispatch.explain(a, b, **kwargs).problem
+    default_order = numpy_matmul.engine_order(problem)
     t0 = time.perf_counter()
-    default = nvdispatch.explain(a, b, **kwargs)  # the first call of this class calibrates it
+    ranking = numpy_matmul.calibrate(problem, persist=keep)  # the explicit calibration step, for this class
     calibration_seconds = time.perf_counter() - t0
+    nvdispatch.plan_cache.clear()
+    default = nvdispatch.explain(a, b, **kwargs)
     mm = nvdispatch.Matmul(a, b)
     mm.plan(**kwargs)
     tuned = mm.autotune(iterations=5)
-    contenders = {
-        "np.matmul alone": lambda: np.matmul(a, b),
-        "numpy naive maximum(a@b+bias, 0)": lambda: np.maximum(a @ b + bias, 0),
-        "nvdispatch.matmul RELU_BIAS": lambda: nvdispatch.matmul(a, b, **kwargs),
-        "nvdispatch.Matmul (autotuned)": mm.execute,
-    }
-    strategies = {}
-    for strategy in default.strategies:  # every strategy the NumPy executor offers here, through the route
-        forced = nvdispatch.explain(a, b, **kwargs, preferences={"strategy": strategy})
-        engine = next((s.split("engine '")[1].split("'")[0] for s in forced.steps if "engine '" in s), "numpy")
-        name = f"strategy {strategy} (engine {engine})"
-        strategies[name] = {"strategy": strategy, "engine": engine, "steps": list(forced.steps)}
-        prefs = {"strategy": strategy}
-        contenders[name] = lambda prefs=prefs: nvdispatch.matmul(a, b, **kwargs, preferences=prefs)
-    engines, problem = {}, default.problem
+    contenders = {NP: lambda: np.matmul(a, b), NVD: lambda: nvdispatch.matmul(a, b, **kwargs)}
+    try:
+        import torch
+
+        ta, tb, tbias = (torch.from_numpy(v) for v in (a, b, bias))
+        contenders[TORCH_FUSED] = lambda: torch._addmm_activation(tbias, ta, tb)
+        contenders["torch relu(addmm)"] = lambda: torch.relu(torch.addmm(tbias, ta, tb))
+    except ImportError:
+        pass
+    contenders["numpy naive maximum(a@b+bias, 0)"] = lambda: np.maximum(a @ b + bias, 0)
+    contenders["nvdispatch.Matmul (autotuned)"] = mm.execute
+    engines = {}
     ops = {"a": a, "b": b, "bias": bias, "alpha": 1, "beta": None}
-    order = numpy_matmul.engine_order(problem)  # calibrated (above), fastest first
-    for engine in order:  # each engine's plan on its own, called as the route's hot path calls it
-        plan = numpy_matmul._engine_plan(problem, engine)
+    for engine in ranking.order:  # each engine's plan on its own, called as the route's hot path calls it
+        plan = numpy_matmul.engine_plan(problem, engine)
         name = f"engine {engine} (strategy {STRATEGY_OF[engine]})"
         engines[name] = {"engine": engine, "steps": list(plan.steps), "tuning": plan.tuning()}
         direct = plan.direct
@@ -120,14 +142,6 @@ def fused_relu_bias(
     panel_timings = panels.autotune(ops, iterations=5)
     engines["engine panels (autotuned)"] = {"engine": "panels", "steps": list(panels.steps), "tuning": panels.tuning()}
     contenders["engine panels (autotuned)"] = lambda: panels.direct(a, b, bias)
-    try:
-        import torch
-
-        ta, tb, tbias = (torch.from_numpy(v) for v in (a, b, bias))
-        contenders["torch relu(addmm)"] = lambda: torch.relu(torch.addmm(tbias, ta, tb))
-        contenders["torch _addmm_activation"] = lambda: torch._addmm_activation(tbias, ta, tb)
-    except ImportError:
-        pass
     want = np.maximum(a @ b + bias, 0)
     assert np.allclose(nvdispatch.matmul(a, b, **kwargs), want, rtol=1e-4, atol=1e-4)
     for fn in contenders.values():  # warm-up
@@ -135,32 +149,36 @@ def fused_relu_bias(
     mixed = _timed_rounds(contenders, rounds, 0.0, patience, max_foreign, "fused RELU_BIAS, interleaved")
     settled = _timed_rounds(contenders, max(3, rounds // 2), settle, patience, max_foreign, "fused RELU_BIAS, settled")
     med = mixed["median_seconds"]
-    base = med["np.matmul alone"]
+    base = med[NP]
     return {
         "shape": {"m": m, "n": n, "k": k, "dtype": "float32"},
         "median_seconds": med,
         "ratio_to_np_matmul": {name: t / base for name, t in med.items()},
-        "nvdispatch_vs_naive_numpy": med["nvdispatch.matmul RELU_BIAS"] / med["numpy naive maximum(a@b+bias, 0)"],
-        "nvdispatch_vs_torch_relu_addmm": (
-            med["nvdispatch.matmul RELU_BIAS"] / med["torch relu(addmm)"] if "torch relu(addmm)" in med else None
+        "ratio_to_torch_addmm_activation": (
+            {name: t / med[TORCH_FUSED] for name, t in med.items()} if TORCH_FUSED in med else None
         ),
+        "goals": {
+            "nvdispatch / np.matmul (goal <= 1.1)": med[NVD] / base,
+            "nvdispatch / torch._addmm_activation (goal <= 1.0)": med[NVD] / med[TORCH_FUSED]
+            if TORCH_FUSED in med
+            else None,
+        },
         "rounds": {k: v for k, v in mixed.items() if k != "median_seconds"},
         "settled": {
             "what": f"each timed call after a {settle} s pause and one untimed call: a loop of that call alone",
-            "ratio_to_np_matmul": {
-                name: t / settled["median_seconds"]["np.matmul alone"] for name, t in settled["median_seconds"].items()
-            },
+            "ratio_to_np_matmul": _ratios(settled["median_seconds"], NP),
             **settled,
         },
-        "strategies": strategies,
         "engines": engines,
         "calibration": {
             "picked": default.strategy,
-            "picked_engine": order[0],
-            "engine_order": list(order),
-            "order": list(default.strategies),
+            "picked_engine": ranking.order[0],
+            "engine_order": list(ranking.order),
+            "default_order": list(default_order),
+            "source": ranking.source,
+            "strategies": list(default.strategies),
             "seconds": calibration_seconds,
-            "classes": numpy_matmul_calibration.calibrations(),
+            "measured_seconds_per_call": ranking.seconds,
         },
         "autotune_choice": {
             "strategy": mm.strategy,
@@ -172,6 +190,7 @@ def fused_relu_bias(
             "timings": {f"panel_bytes={k[0]} threads={k[1]}": v for k, v in panel_timings.items()},
         },
         "plan": str(nvdispatch.explain(a, b, **kwargs)),
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -208,12 +227,12 @@ def plot(results: dict, plt) -> None:
     ratios = results["fused_relu_bias"]["ratio_to_np_matmul"]
     names = list(ratios)
     cal = results["fused_relu_bias"]["calibration"]
-    picked, engine = cal["picked"], cal["picked_engine"]
+    engine = cal["picked_engine"]
 
     def color(name: str) -> str:
-        if f"strategy {picked} (engine {engine})" in name or name.startswith(f"engine {engine} "):
+        if name == NVD or name.startswith(f"engine {engine} "):
             return "#76b900"
-        return "#b0d080" if "strategy" in name or "nvdispatch" in name or "engine" in name else "#888"
+        return "#b0d080" if "nvdispatch" in name or "engine" in name else "#888"
 
     colors = [color(n) for n in names]
     settled = results["fused_relu_bias"]["settled"]["ratio_to_np_matmul"]
@@ -227,9 +246,12 @@ def plot(results: dict, plt) -> None:
     ax1.invert_yaxis()
     ax1.axvline(1.0, color="k", lw=0.8)
     goal = ax1.axvline(1.1, color="r", lw=0.8, ls="--", label="goal 1.1x")
+    torch_fused = results["fused_relu_bias"]["median_seconds"].get(TORCH_FUSED)
+    if torch_fused:
+        ax1.axvline(ratios[TORCH_FUSED], color="#ee4c2c", lw=0.8, ls=":", label="torch._addmm_activation")
     ax1.set_xlabel("time / np.matmul alone (lower is better; settled: a loop of that call alone)")
     s = results["fused_relu_bias"]["shape"]
-    ax1.set_title(f"RELU_BIAS fp32 {s['m']}x{s['n']}x{s['k']}, CPU (dark green: calibration's pick, {engine})")
+    ax1.set_title(f"RELU_BIAS fp32 {s['m']}x{s['n']}x{s['k']}, CPU (dark green: the route, calibrated: {engine})")
     ax1.legend(handles=[*handles, goal])
     o = results["dispatch_overhead"]["median_seconds_per_call"]
     ax2.bar(
@@ -250,9 +272,13 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     parser.add_argument("--max-foreign", type=float, default=0.15, help="others' load (cores) a kept round may see")
     parser.add_argument("--quick", action="store_true", help="tiny shapes and few calls: checks the script runs")
+    parser.add_argument("--keep", action="store_true", help="keep the calibration made here in the user's cache")
+    parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), help="default: 8192 1024 256")
     args = parser.parse_args()
     out = output_dir(args.out)
     fused = {"m": 64, "n": 32, "k": 16} if args.quick else {}
+    if args.shape:
+        fused = dict(zip("mnk", args.shape))
     results = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__},
         "fused_relu_bias": fused_relu_bias(
@@ -261,6 +287,7 @@ def main() -> None:
             patience=0 if args.quick else 180.0,
             max_foreign=args.max_foreign,
             settle=0.0 if args.quick else 0.15,
+            keep=args.keep,
         ),
         "dispatch_overhead": dispatch_overhead(max(5, args.rounds // 3), number=100 if args.quick else 20000),
     }
@@ -269,8 +296,8 @@ def main() -> None:
     save_plot(lambda plt: plot(results, plt), os.path.join(out, "cpu_matmul.png"))
     f = results["fused_relu_bias"]
     print(json.dumps({k: round(v, 3) for k, v in f["ratio_to_np_matmul"].items()}, indent=1))
-    print(f"vs naive numpy {f['nvdispatch_vs_naive_numpy']:.3f}")
-    print(f"vs torch relu(addmm) {f['nvdispatch_vs_torch_relu_addmm']}")
+    for goal, ratio in f["goals"].items():
+        print(f"{goal}: {ratio:.3f}" if ratio is not None else f"{goal}: (no Torch)")
     o = results["dispatch_overhead"]
     print(f"8x8: nvdispatch {o['nvdispatch_us_per_call']:.2f} us/call, {o['ratio_to_np_matmul']:.2f}x np.matmul")
     print(f"8x8 RELU_BIAS: {o['relu_bias_ratio_to_np_matmul']:.2f}x np.matmul (strategy {o['relu_bias_strategy']})")

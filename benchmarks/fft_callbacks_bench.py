@@ -8,8 +8,9 @@ calls on one stream (median of repeats), each result checked against a float64 r
 
 Variants (same input, same filter ``h`` of shape ``(n,)``):
 
-* ``nvdispatch convolve``: ``nvdispatch.fft.convolve(x, h)``, one generated kernel (FFT, multiply in
-  registers, inverse FFT);
+* ``nvdispatch convolve``: ``nvdispatch.fft.convolve(x, h)``, the strategy its timed choice keeps (at
+  1024 points the one generated kernel: FFT, multiply in registers, inverse FFT; ``explain`` in the JSON says
+  which; ``convolve_bench.py`` compares every size);
 * ``nvdispatch fft(epilog) + ifft``: ``ifft(fft(x, epilog=v*h[i%n]))`` (fused epilog, then the inverse);
 * ``cupy``: ``cp.fft.ifft(cp.fft.fft(x) * h)``; ``torch``: the same with ``torch.fft``;
 * ``nvmath LTO epilog``: stateful ``nvmath.fft.FFT`` forward with the multiply (and 1/n) as an LTO epilog,

@@ -4,7 +4,8 @@ Cases (each a repeated call whose plan is cached, timed per call): an 8×8 float
 RELU_BIAS (against ``np.matmul`` and ``np.maximum(a @ b + bias, 0)`` / ``np.matmul`` alone), a 16×16
 float32 Torch CPU matmul, plain and RELU_BIAS (against ``torch.matmul`` and ``torch._addmm_activation`` /
 ``torch.matmul``), the same RELU_BIAS with ``nn.Parameter`` weight and bias under autograd (against
-``torch.relu(torch.addmm(...))``) and a 64-point complex64 fft (against ``np.fft.fft``).
+``torch.relu(torch.addmm(...))``) and a 64-point complex64 fft of a NumPy array and of a Torch CPU tensor
+(against ``np.fft.fft`` / ``torch.fft.fft``).
 Contenders are interleaved round by round; each sample is the calling thread's CPU time
 (``time.thread_time``) over ``--number`` calls, so time the shared machine gives to other processes is not
 counted. We report the median per-call time and its ratio to the peer.
@@ -78,6 +79,9 @@ def _cases(nvd):
             lambda: torch.relu(torch.addmm(pbias, ta, pw)),
         )
         checks.append((nvd.matmul(ta, pw, **prelu).detach().numpy(), torch.relu(ta @ tb + tbias).numpy()))
+        tx64 = torch.from_numpy(x64)
+        cases["torch cpu fft 64 complex64"] = (lambda: nvd.fft.fft(tx64), lambda: torch.fft.fft(tx64))
+        checks.append((nvd.fft.fft(tx64).numpy(), np.fft.fft(x64)))
         checks.append((nvd.matmul(ta, tb).numpy(), (ta @ tb).numpy()))
         checks.append((nvd.matmul(ta, tb, **trelu).numpy(), torch.relu(ta @ tb + tbias).numpy()))
     except ImportError:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from . import errors, integrations  # noqa: F401 - integrations installs the handlers of traced programs
+from . import errors, integrations  # noqa: F401 - integrations installs the JAX and Torch ones (imports neither)
 from ._backends import (
     get_state,
     register_backend,

@@ -12,7 +12,7 @@ import sys
 
 import nvdispatch
 
-from . import _demo
+from . import _calibrate_command, _demo
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="the demo (the default)", description=_demo.__doc__.splitlines()[0])
     _demo.add_arguments(demo)
     demo.set_defaults(run=_demo.run)
+    calibrate = commands.add_parser(
+        "calibrate", help=_calibrate_command.HELP, description=_calibrate_command.DESCRIPTION
+    )
+    _calibrate_command.add_arguments(calibrate)
+    calibrate.set_defaults(run=_calibrate_command.run)
     return parser
 
 

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from ._shapes import broadcast_shapes
 from .errors import EpilogInputError, InvalidArgumentError
 
 __all__ = [
@@ -242,7 +243,7 @@ def _bias_axis(shape: tuple[int, ...], sh: Shapes) -> str:
             arg, f"shape ({n},), (..., 1, {n}) or (..., {m}, 1) with batch dims broadcastable to {batch}", str(shape)
         )
     try:
-        if np.broadcast_shapes(shape[:-2], batch) != tuple(batch):
+        if broadcast_shapes(shape[:-2], batch) != tuple(batch):
             raise ValueError
     except ValueError:
         raise EpilogInputError(arg, f"batch dimensions broadcastable to {batch}", str(shape)) from None

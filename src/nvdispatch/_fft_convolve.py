@@ -4,9 +4,9 @@ The problem (:class:`ConvolveProblem`) is the forward transform of ``x`` (``fft`
 ``rfft`` for real ``x``), the filter's layout, and the inverse transform; executors implement the op
 ``fft_convolve`` (``executors/<executor>_fft_convolve.py``):
 
-* ``"cuda"``: one generated kernel per call for lengths the device engine has (load -> block FFT ->
-  multiply by ``h`` in registers -> inverse block FFT -> store: one read and one write of the signal), see
-  :mod:`nvdispatch.device.fft_callback_kernel`;
+* ``"cuda"``: the fastest of its strategies, timed on the first call of a large problem (one generated
+  kernel for lengths up to 4096, the four-step kernels for longer signals, cuFFT with one multiply kernel or
+  an LTO callback), see :mod:`nvdispatch.executors.cuda_fft_convolve`;
 * NumPy, Torch, CuPy: the executor's forward FFT, one multiply, its inverse FFT.
 
 The result is the same for every ``norm`` pair of the array API (the two factors multiply to ``1/n``), so
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-
-import numpy as np
 
 from ._detect import OperandInfo, detect
 from ._fft_callbacks import DataLayout
@@ -32,6 +30,7 @@ from ._route import (
     run_uncached,
     select,
 )
+from ._shapes import broadcast_shapes
 from .errors import ShapeMismatchError, UnsupportedDtypeError
 
 __all__ = [
@@ -110,7 +109,7 @@ def build_convolve_problem(xi: OperandInfo, hi: OperandInfo, framework: str, dev
         raise UnsupportedDtypeError("h", "a floating filter (real or complex)", hi.dtype)
     spec_shape = forward.out_shape
     try:
-        ok = np.broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
+        ok = broadcast_shapes(tuple(hi.shape), spec_shape) == spec_shape
     except ValueError:
         ok = False
     if not ok:

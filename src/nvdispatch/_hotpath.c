@@ -394,7 +394,8 @@ make_matmul_front(PyObject *module, PyObject *parts)
     return front_fn;
 }
 
-int nvd_add_lt(PyObject *module); /* _hotpath_lt.c: the cuBLASLt launches */
+int nvd_add_lt(PyObject *module);    /* _hotpath_lt.c: the cuBLASLt launches */
+int nvd_add_cache(PyObject *module); /* _hotpath_cache.c: the plan cache's per-call steps */
 
 static PyMethodDef methods[] = {
     {"make_matmul_front", make_matmul_front, METH_O,
@@ -428,7 +429,7 @@ PyInit__hotpath(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (nvd_add_lt(module) < 0) {
+    if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -18,6 +18,7 @@ from ._detect import Device, OperandInfo
 from ._epilog import STRATEGIES, EpilogSpec, Shapes, validate_inputs
 from ._fp8_types import check_operand_types, check_result_type
 from ._memory import common_memory
+from ._shapes import broadcast_shapes
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -467,19 +468,6 @@ def scalar_value(value: Any):
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
         return value.item()
     return value
-
-
-def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """NumPy's broadcasting of ``shapes`` (``ValueError`` where they do not broadcast), for shapes of any size:
-    ``np.broadcast_shapes`` refuses those whose element count a NumPy array could not hold."""
-    ndim = max((len(shape) for shape in shapes), default=0)
-    out = []
-    for axis in range(-ndim, 0):
-        sizes = {shape[axis] for shape in shapes if len(shape) >= -axis} - {1}
-        if len(sizes) > 1:
-            raise ValueError(f"shapes {shapes} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
 
 
 def _broadcast(shapes: list[tuple[int, ...]], names: list[str]) -> tuple[int, ...]:

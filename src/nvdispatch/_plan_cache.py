@@ -21,6 +21,11 @@ Tunings. The cache hands each plan it makes the tuned choice known for its key (
 from a file by :meth:`PlanCache.load`), and saves those of its plans with :meth:`PlanCache.save`; what a
 tuning is, how it is keyed, checked and written is :mod:`nvdispatch._tunings`'.
 
+Compiled. Where the extension is built, an instance's per-call steps (:meth:`PlanCache.acquire`,
+:meth:`PlanCache.acquire_handle`, :meth:`PlanCache.pin`, :meth:`PlanCache.let_go`) are their compiled forms
+(``_hotpath_cache.c``: the same steps on the same objects, without a Python frame per cached call); the methods
+here define them and run where it is not built (or ``NVDISPATCH_PURE_PYTHON`` is set).
+
 Small memoised answers that are not plans (which cuBLASLt epilogues fuse natively, say) live here too
 (:meth:`PlanCache.memo`), bounded by ``maxsize`` and dropped by :meth:`clear`.
 """
@@ -35,6 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from ._compiled import hotpath
 from ._tunings import Tunings
 from .errors import InvalidArgumentError
 
@@ -130,6 +136,9 @@ class PlanCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
+        compiled = hotpath()
+        if compiled is not None:  # the per-call steps without Python frames (the same steps: _hotpath_cache.c)
+            self.acquire, self.acquire_handle, self.pin, self.let_go = compiled.make_cache_calls(self)
 
     @staticmethod
     def _check_size(maxsize: int) -> int:

@@ -48,7 +48,7 @@ from ._route import (
     refuse_recorded_call,
     strategies_of,
 )
-from ._traced import traced_handler
+from ._traced import announce, traced_handler
 from ._tunings import STRATEGY_CHOICE
 from ._typing import Array, Scalar, Stream
 from .errors import (
@@ -243,6 +243,9 @@ def matmul(
     return _front(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales)
 
 
+announce("matmul", matmul)
+
+
 def _route(
     a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, quantization_scales, memo_checked=False
 ):
@@ -332,14 +335,17 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     """A call whose plan is not cached under its key: the stateful object's path. ``Matmul`` plans it (keeping
     the plan under ``key`` too where every call with that key validates and selects the same way), executes
     once and lets go. A call on traced arrays (inside ``jax.jit``...) is handed to the integration that stages
-    it (``nvdispatch._traced``)."""
+    it, and a call a framework must see itself (a Torch call autograd records...) to its integration
+    (``nvdispatch._traced``)."""
     inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
-    staged = traced_handler("matmul", (a, b, c, *inputs))
-    if staged is not None:
-        return staged(
+    handler = traced_handler("matmul", (a, b, c, *inputs))
+    if handler is not None:
+        result = handler(
             a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
             preferences=preferences, stream=stream, quantization_scales=scales,
-        )
+        )  # fmt: skip
+        if result is not NotImplemented:
+            return result
     mm = Matmul._for_call(a, b, c, alpha, beta, options, stream, scales)
     try:
         mm._plan_with(epilog, epilog_inputs, preferences, None, call_key=key)
@@ -648,26 +654,45 @@ class Matmul:
             ex, problem = self._selection.executor, self._problem
             operands = self._operands()
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
+            proposals: dict[str, Any] = {}  # strategy -> its plan's proposed tuning, committed at the end
+            hold = None
             try:
                 for strategy in strategies_of(ex, "matmul", problem):
                     plans[strategy] = acquire_plan(ex, "matmul", problem, strategy)
-                    _tune_plan(plans[strategy], problem, operands, iterations, stream)
-                timings = _time_in_turns(plans, problem, operands, iterations, stream)
+                    proposal = _tune_plan(plans[strategy], problem, operands, iterations, stream)
+                    if proposal is not None:
+                        proposals[strategy] = proposal
+                trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
+                timings = _time_in_turns(trials, problem, operands, iterations, stream)
                 chosen = min(timings, key=timings.get)
-                self._adopt(plans[chosen])
+                get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
+                record = {"strategy": chosen, "plan": get() if callable(get) else None}
+                key = choice_key(ex, "matmul", problem)
+                hold = plan_cache.hold(plans[chosen])
+            except BaseException:
+                if hold is not None:
+                    hold.close()
+                raise
             finally:
                 for plan in plans.values():
                     plan_cache.let_go(plan)
-            self._strategy = chosen
-            get = getattr(plans[chosen], "tuning", None)
-            plan_cache.record_tuning(
-                choice_key(ex, "matmul", problem),
-                {"strategy": chosen, "plan": get() if callable(get) else None},
-                STRATEGY_CHOICE,
-            )
-            for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
-                if strategy != chosen:
-                    plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+            # the commit: every change at the end, recording the choice last; interrupted before that, it is
+            # all undone (after it, the autotune is done: only the interrupt goes on)
+            old, old_strategy = self._hold, self._strategy
+            try:
+                _commit(proposals.values())
+                for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
+                    if strategy != chosen:
+                        plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+                self._hold, self._strategy = hold, chosen
+                plan_cache.record_tuning(key, record, STRATEGY_CHOICE)
+            except BaseException:
+                if plan_cache.tuning_for(key) is not record:
+                    self._hold, self._strategy = old, old_strategy
+                    _undo(proposals.values())
+                    hold.close()
+                raise
+            old.close()
             return timings
 
     def execute(self, *, stream: Stream = None) -> Array:  # (result, aux) for an epilog with outputs
@@ -821,13 +846,35 @@ def _device_sync(problem):
     return lambda: runtime.check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
-def _tune_plan(plan, problem, operands, iterations: int, stream) -> None:
-    """Tune ``plan``'s own knobs, if it has any (its ``autotune``)."""
-    tune = getattr(plan, "autotune", None)
-    if callable(tune):
-        if problem.device.kind == "cpu":
-            let_workers_sleep()
-        tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+def _tune_plan(plan, problem, operands, iterations: int, stream):
+    """Tune ``plan``'s own knobs, if it has any: a plan that proposes (``propose_tuning``) returns a proposal
+    the caller commits at the end (its ``plan`` a tuned private copy to time meanwhile); one that only has
+    ``autotune`` applies its choice itself (None returned)."""
+    propose = getattr(plan, "propose_tuning", None)
+    tune = propose if callable(propose) else getattr(plan, "autotune", None)
+    if not callable(tune):
+        return None
+    if problem.device.kind == "cpu":
+        let_workers_sleep()
+    got = tune(operands, iterations, stream) if _takes_stream(tune) else tune(operands, iterations)
+    return got if callable(propose) else None
+
+
+def _commit(proposals) -> None:
+    """Commit every proposal, or (interrupted or failing part-way) none: those made are undone."""
+    done = []
+    try:
+        for proposal in proposals:
+            done.append(proposal)  # (first: undoing one not yet committed changes nothing)
+            proposal.commit()
+    except BaseException:
+        _undo(done)
+        raise
+
+
+def _undo(proposals) -> None:
+    for proposal in reversed(list(proposals)):
+        proposal.undo()
 
 
 def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:

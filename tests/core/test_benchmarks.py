@@ -33,6 +33,7 @@ def _run(script: str, args: list[str], without: str, cwd) -> subprocess.Complete
         ("cpu_matmul_bench.py", ["--quick", "--rounds", "2"], "cpu_matmul.json"),
         ("fft_cpu.py", ["--quick", "--repeats", "2"], "fft_cpu.json"),
         ("host_overhead_cpu.py", ["--quick"], "host_overhead_cpu.json"),
+        ("fft_shape_cost_bench.py", ["--quick"], "fft_shape_cost.json"),
     ],
 )
 @pytest.mark.parametrize("without", ["", "matplotlib,tqdm"], ids=["bench-extra", "base-install"])

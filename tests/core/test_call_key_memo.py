@@ -208,7 +208,7 @@ def test_a_repeated_matmul_finds_its_signature_keys_plan_behind_the_guard():
     for _ in range(3):
         got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
         np.testing.assert_allclose(got.numpy(), _relu_bias(a, b, bias), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
     sig = call_key_classes[torch.Tensor].signature
     handles = _handles(torch.Tensor)
     keys = [key for key in nvdispatch.plan_cache._keys if key[0][0] is torch.Tensor]  # the signature path's
@@ -231,7 +231,9 @@ def test_parameters_beside_tensors_are_remembered_behind_the_guard_in_each_grad_
                 got = nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
             assert (got.grad_fn is not None) is grad
             np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-5, atol=1e-6)
-    assert len(_handles((torch.Tensor, torch.nn.Parameter, torch.nn.Parameter), "RELU_BIAS")) == 2  # a grad mode each
+    # calls autograd records go through the nvdispatch::matmul operator, whose kernel makes the call autograd does
+    # not record: both grad modes share that call's remembered handle
+    assert len(_handles((torch.Tensor, torch.nn.Parameter, torch.nn.Parameter), "RELU_BIAS")) == 1
     hits = nvdispatch.plan_cache.hits
     nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
     assert nvdispatch.plan_cache.hits == hits + 1

@@ -66,7 +66,7 @@ def test_repeated_calls_of_every_form_the_memo_holds_give_numpy_results():
     a, b, bias = _operands()
     pw, pbias = torch.nn.Parameter(b.clone()), torch.nn.Parameter(bias.clone())
     for _ in range(3):
-        np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
         for epilog in ("RELU_BIAS", nvdispatch.Epilog.RELU_BIAS, "BIAS"):
             got = nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs={"bias": bias})
             want = a.numpy() @ b.numpy() + bias.numpy()
@@ -76,7 +76,7 @@ def test_repeated_calls_of_every_form_the_memo_holds_give_numpy_results():
         assert got.grad_fn is not None
         np.testing.assert_allclose(got.detach().numpy(), _relu_bias(a, pw, pbias), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(nvdispatch.matmul(a, b.t().contiguous().t()).numpy(), a.numpy() @ b.numpy(),
-                                   rtol=1e-5)
+                                   rtol=1e-5, atol=1e-5)
     hits = nvdispatch.plan_cache.hits
     nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
     assert nvdispatch.plan_cache.hits == hits + 1
@@ -155,7 +155,7 @@ def test_an_error_in_a_guard_is_the_calls_unless_the_route_handles_it(raised):
 
     memo.handles[form] = tuple((failing, e, ep) for _, e, ep in memo.handles[form])
     if raised is TypeError:
-        np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(nvdispatch.matmul(a, b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
         return
     with pytest.raises(raised, match="from the guard"):
         nvdispatch.matmul(a, b)
@@ -279,7 +279,7 @@ def test_numpy_calls_are_served_by_their_call_key_and_hold_no_new_references():
             y, z = b.astype(x.dtype), bias.astype(x.dtype)
             got = nvdispatch.matmul(x, y, epilog="RELU_BIAS", epilog_inputs={"bias": z})
             np.testing.assert_allclose(got, np.maximum(x @ y + z, 0), rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(nvdispatch.matmul(x, y), x @ y, rtol=1e-5)
+            np.testing.assert_allclose(nvdispatch.matmul(x, y), x @ y, rtol=1e-5, atol=1e-5)
     hits = nvdispatch.plan_cache.hits
     nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs=inputs)
     assert nvdispatch.plan_cache.hits == hits + 1

@@ -17,9 +17,21 @@ from poisoning import VIOLATIONS, PoisoningExecutor
 
 import nvdispatch
 from nvdispatch import errors, plan_cache
+from nvdispatch._compiled import hotpath
 from nvdispatch._plan_cache import PlanCache
 
 torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def steps(request, monkeypatch):
+    """The per-call steps of the caches a test makes: compiled (where the extension is built) or the Python
+    methods (what an install without it runs)."""
+    if request.param == "compiled" and hotpath() is None:
+        pytest.skip("the extension is not built here")
+    if request.param == "python":
+        monkeypatch.setattr(nvdispatch._plan_cache, "hotpath", lambda: None)
+    return request.param
 
 
 @pytest.fixture(autouse=True)

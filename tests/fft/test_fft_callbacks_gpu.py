@@ -135,9 +135,9 @@ def test_gpu_convolve(n, real, per_row):
     m = n // 2 + 1 if real else n
     h = _c((64, m) if per_row else (m,))
     e = nvdispatch.explain(nfft.convolve, _cuda(x), _cuda(h))
-    assert e.executor in ("cuda", "torch"), str(e)
-    if n <= 4096:
-        assert e.strategy == "device-fused", str(e)
+    assert e.executor == "cuda", str(e)
+    if n <= 4096:  # a small problem: the model's first, one kernel
+        assert e.strategy == "timed" and e.steps[0].startswith("chose device-fused"), str(e)
     got = nfft.convolve(_cuda(x), _cuda(h))
     if real:
         want = np.fft.irfft(np.fft.rfft(x.astype(np.float64)) * h, n)

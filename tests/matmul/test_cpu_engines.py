@@ -13,7 +13,7 @@ from matmul_reference import assert_close, expected
 
 import nvdispatch
 from nvdispatch import Epilog
-from nvdispatch.executors import numpy_matmul_calibration
+from nvdispatch.executors import numpy_matmul, numpy_matmul_calibration
 from nvdispatch.executors.numpy_matmul_engines import STRATEGY_OF, available
 
 try:  # the Torch engine is a candidate in processes that use Torch
@@ -104,30 +104,39 @@ def test_nan_through_relu_is_the_same_on_every_strategy():
         np.testing.assert_array_equal(r, first, err_msg=s)
 
 
-def test_calibration_orders_each_class_once_and_can_be_cleared(monkeypatch):
+def test_planning_never_measures_and_calibrating_orders_the_class_once(monkeypatch):
     numpy_matmul_calibration.clear()
     calls = []
-    real = numpy_matmul_calibration._calibrate
+    real = numpy_matmul_calibration._measure
 
     def spy(problem, candidates, make_plan):
         calls.append(candidates)
         return real(problem, candidates, make_plan)
 
-    monkeypatch.setattr(numpy_matmul_calibration, "_calibrate", spy)
+    monkeypatch.setattr(numpy_matmul_calibration, "_measure", spy)
     a, b = _ints((16, 8), "float32", 14), _ints((8, 12), "float32", 15)
     kw = {"epilog": Epilog.RELU_BIAS, "epilog_inputs": {"bias": _ints((12,), "float32", 16)}}
     first = nvdispatch.explain(a, b, **kw)
+    assert not calls  # a query: an unmeasured class runs on the default order
+    assert "the default order" in first.steps[-1] and first.strategy == "inplace"
+    ranked = numpy_matmul.calibrate(first.problem)
+    assert len(calls) == 1 and ranked.source == "fresh"
+    nvdispatch.plan_cache.clear()
     a2 = _ints((17, 8), "float32", 17)  # same class (size bucket, layout, epilog)
-    assert nvdispatch.explain(a2, b, **kw).strategy == first.strategy
+    second = nvdispatch.explain(a2, b, **kw)
     assert len(calls) == 1
-    assert first.strategy == first.strategies[0] != "plain"
+    assert STRATEGY_OF[ranked.order[0]] == second.strategy == second.strategies[0] != "plain"
+    assert "calibrated by this process" in second.steps[-1]
     info = numpy_matmul_calibration.calibrations()
     (entry,) = info.values()
-    assert entry["calibrated"] and STRATEGY_OF[entry["order"][0]] == first.strategy
+    assert entry["source"] == "fresh" and entry["order"] == ranked.order
     assert set(entry["seconds"]) == set(calls[0]) and all(t > 0 for t in entry["seconds"].values())
     numpy_matmul_calibration.clear()
-    nvdispatch.explain(a, b, **kw)
-    assert len(calls) == 2
+    nvdispatch.plan_cache.clear()
+    third = nvdispatch.explain(a, b, **kw)  # the ranking kept (in the session's cache directory)
+    assert len(calls) == 1 and "calibrated on this machine" in third.steps[-1]
+    assert third.strategy == second.strategy
+    nvdispatch.plan_cache.clear()
 
 
 def test_large_problems_calibrate_on_a_shrunk_copy():
@@ -140,7 +149,7 @@ def test_large_problems_calibrate_on_a_shrunk_copy():
     a = ArraySig("float32", (1 << 20, 1024), (1024, 1))
     b = ArraySig("float32", (1024, 256), (256, 1))
     big = dataclasses.replace(p, m=1 << 20, k=1024, n=256, a=a, b=b, result_shape=(1 << 20, 256))
-    rep = numpy_matmul_calibration._representative(big)
+    rep = numpy_matmul_calibration.representative(big)
     assert rep.k == 1024 and rep.n == 256 and rep.m * rep.n * rep.k <= numpy_matmul_calibration.CACHE_BUDGET_MACS
     assert numpy_matmul_calibration.problem_class(big) != numpy_matmul_calibration.problem_class(p)
 

@@ -159,6 +159,8 @@ def test_calibration_can_choose_panels(monkeypatch):
     try:
         a, b, bias = _ints((70, 9), "float32", 23), _ints((9, 11), "float32", 24), _ints((11,), "float32", 25)
         kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
+        numpy_matmul.calibrate(nvdispatch.explain(a, b, **kw).problem, persist=False)
+        nvdispatch.plan_cache.clear()
         info = nvdispatch.explain(a, b, **kw)
         assert info.strategy == "inplace"
         assert any("engine 'panels'" in s for s in info.steps)
@@ -170,3 +172,16 @@ def test_calibration_can_choose_panels(monkeypatch):
     finally:
         numpy_matmul_calibration.clear()
         nvdispatch.plan_cache.clear()
+
+
+def test_panels_are_dealt_in_runs_and_a_finished_thread_helps_the_longest():
+    from nvdispatch.executors.numpy_matmul_panels import _Shares
+
+    shares = _Shares(10, 3)  # runs 0-3, 4-7, 8-9
+    assert [shares.take(2), shares.take(2)] == [8, 9]
+    assert shares.take(2) == 3  # its own run done: from the back of the longest left (0-3)
+    assert [shares.take(0), shares.take(1)] == [0, 4]
+    taken = [shares.take(t) for t in (0, 0, 1, 1, 1, 2)]
+    assert taken[-1] is None
+    assert sorted([8, 9, 3, 0, 4, *[i for i in taken if i is not None]]) == list(range(10))
+    assert _Shares(3, 8).take(7) in (0, 1, 2)  # more threads than panels: each still finds one

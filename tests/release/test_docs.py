@@ -24,6 +24,7 @@ PUBLIC = [
     "nvdispatch.executors",
     "nvdispatch.adapters",
     "nvdispatch.device",
+    "nvdispatch.integrations.torch_mlp",
 ]
 
 

@@ -19,10 +19,11 @@ BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 #: benchmarks that need an NVIDIA GPU (the others run on the CPU)
 GPU_BENCHMARKS = {
-    "autotune_bench.py", "device_fft_bench.py", "fft_callbacks_bench.py", "fft_gpu.py", "fp8_bench.py",
-    "gpu_host_profile.py", "gpu_matmul_bench.py", "jax_mlp_bench.py", "lt_launch_bench.py",
+    "autotune_bench.py", "compiled_mlp_bench.py", "convolve_bench.py", "device_fft_bench.py", "fft_callbacks_bench.py",
+    "fft_gpu.py", "fp8_bench.py", "gpu_host_profile.py", "gpu_matmul_bench.py", "jax_mlp_bench.py", "lt_launch_bench.py",
 }  # fmt: skip
-CPU_BENCHMARKS = {"cpu_matmul_bench.py", "dask_bench.py", "fft_cpu.py", "host_overhead_cpu.py", "host_overhead_wrapped.py"}
+CPU_BENCHMARKS = {"cpu_matmul_bench.py", "dask_bench.py", "fft_cpu.py", "host_overhead_cpu.py", "host_overhead_wrapped.py",
+                  "first_call_bench.py", "fft_shape_cost_bench.py", "scipy_signal_bench.py"}  # fmt: skip
 # runs a script as `python SCRIPT` would (its folder first on sys.path), with the listed top-level modules made
 # unimportable, as in a base install
 _WITHOUT = (

@@ -18,13 +18,6 @@ SOAK = Path(__file__).with_name("interrupts.py")
 #: phase -> seconds of interrupts (half swept points, half timers)
 PHASES = {"calls": 4.0, "contexts": 2.0, "autotune": 4.0, "epilog_pool": 4.0}
 
-#: phases whose fixes are another item's: (item, why it fails without it)
-PENDING = {
-    "autotune": "#27.2: each plan's own autotune commits to the shared plan before the loop over strategies ends",
-    "epilog_pool": "#27.3: an interrupt inside concurrent.futures' locks of the shared epilog pool hangs later calls",
-}
-
-
 def _phase(name: str) -> dict:
     env = dict(os.environ)
     src = Path(__file__).resolve().parents[2] / "src"
@@ -46,10 +39,7 @@ def _phase(name: str) -> dict:
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(reason=PENDING[name], strict=False)) if name in PENDING else name
-        for name in PHASES
-    ],
+    list(PHASES),
 )
 def test_interrupted_runs_leave_nothing_behind(name):
     pytest.importorskip("torch")

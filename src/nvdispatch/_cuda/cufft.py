@@ -13,7 +13,7 @@ import functools
 from ..errors import CufftError, PlanStateError
 from .libs import library_unavailable, load_library
 
-__all__ = ["unavailable", "library", "check", "CufftPlan", "TYPES", "FORWARD", "INVERSE"]
+__all__ = ["unavailable", "version", "library", "check", "CufftPlan", "TYPES", "FORWARD", "INVERSE"]
 
 FORWARD, INVERSE = -1, 1
 #: (kind, single precision?) -> cufftType
@@ -29,6 +29,17 @@ _EXEC = {0x29: "cufftExecC2C", 0x69: "cufftExecZ2Z", 0x2A: "cufftExecR2C", 0x6A:
 _EXEC.update({0x2C: "cufftExecC2R", 0x6C: "cufftExecZ2D"})
 def unavailable() -> str | None:
     return library_unavailable("cufft")
+
+
+@functools.lru_cache(maxsize=1)
+def version() -> int:
+    """``cufftGetVersion`` (0 where the library does not say)."""
+    value = ctypes.c_int(0)
+    try:
+        library().cufftGetVersion(ctypes.byref(value))
+    except AttributeError:
+        return 0
+    return int(value.value)
 
 
 @functools.lru_cache(maxsize=1)

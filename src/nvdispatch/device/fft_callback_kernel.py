@@ -11,8 +11,10 @@ Operands, as the kernel sees them (2-D, one transform per row; ``rows`` = ``x.sh
 * ``x``: ``(rows, m_in)``. ``m_in`` may differ from the transform's input length: missing elements are
   zeros (padding), extra ones are not read (trimming).
 * ``out``: ``(rows, n_out)``.
-* ``h`` (convolution only): ``(1, n_mid)`` or ``(rows, n_mid)``, the filter multiplied into the spectrum
-  between the two FFTs (``n_mid`` = ``n`` for c2c, ``n // 2 + 1`` for real signals).
+* ``h`` (convolution only): ``(k, n_mid)``, the filter multiplied into the spectrum between the two FFTs
+  (``n_mid`` = ``n`` for c2c, ``n // 2 + 1`` for real signals): row ``row % k`` for transform ``row`` (one
+  row for all: ``k = 1``; the four-step convolution's ``k`` rows of a permuted filter), or with
+  ``filter_per_row`` row ``row`` (``k = rows``).
 * then the prolog's data arrays, then the epilog's, passed through to the callbacks unchanged.
 
 ``index`` is ``row * n_in + k`` for the prolog and ``row * n_out + k`` for the epilog: the flat C-order
@@ -23,6 +25,7 @@ receives the output multiplied by ``scale`` (the norm). Kernels are compiled laz
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from .fft import FFT
+from .fft_config import MAX_SIZE, is_smooth
 from .simulator_compat import simulator_active
 
-__all__ = ["KernelSpec", "CallbackKernel", "build_callback_kernel", "device_function", "covers"]
+__all__ = ["KernelSpec", "CallbackKernel", "build_callback_kernel", "convolution_kernel", "device_function", "covers"]
 
 KERNEL_NAME = "fft_callback_kernel"
 
@@ -73,8 +77,6 @@ class KernelSpec:
 
 def covers(size: int) -> bool:
     """Whether the device engine has a Block FFT of this length (2**a 3**b 5**c 7**d, 2..4096)."""
-    from .fft_config import MAX_SIZE, is_smooth
-
     return 2 <= size <= MAX_SIZE and is_smooth(size)
 
 
@@ -173,7 +175,7 @@ def generate_source(spec: KernelSpec, first: FFT, second: FFT | None) -> str:
         slots = ept // 2 + 1 if kind == "r2c" else ept
         w("if active:")
         w.depth += 1
-        w(f"hrow = {'row' if spec.filter_per_row else '0'}")
+        w(f"hrow = {'row' if spec.filter_per_row else 'row % h.shape[0]'}")  # h's rows repeat along the batch
         for i in range(min(slots, ept)):
             lo, hi = i * stride, i * stride + stride - 1
             used = _range_test(lo, hi, n_mid, "k")
@@ -270,3 +272,10 @@ class CallbackKernel:
 def build_callback_kernel(spec: KernelSpec, prolog=None, epilog=None) -> CallbackKernel:
     """The kernel for ``spec`` with these callbacks (plain Python functions, or Numba device functions)."""
     return CallbackKernel(spec, prolog, epilog)
+
+
+@functools.lru_cache(maxsize=64)
+def convolution_kernel(spec: KernelSpec) -> CallbackKernel:
+    """The callback-free kernel of ``spec`` (a convolution's), made once per process: plans of any batch
+    share it, and Numba compiles it once per argument types."""
+    return CallbackKernel(spec)

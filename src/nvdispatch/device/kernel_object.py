@@ -20,7 +20,7 @@ import numpy as np
 from .errors import DeviceLaunchError
 from .simulator_compat import simulator_active
 
-__all__ = ["KernelObject", "compile_device_source"]
+__all__ = ["KernelObject", "compile_device_source", "sincospi_function"]
 
 
 def compile_device_source(source: str, constants: dict[str, Any], name: str) -> Callable[..., Any]:
@@ -45,8 +45,12 @@ def compile_device_source(source: str, constants: dict[str, Any], name: str) -> 
 
 
 def _sincospi(constants: dict[str, Any]) -> Callable[[Any], tuple[Any, Any]]:
-    """``x -> (sin(pi x), cos(pi x))`` in the generated code's precision: libdevice on a GPU."""
-    real = constants.get("REAL", np.float32)
+    return sincospi_function(constants.get("REAL", np.float32))
+
+
+def sincospi_function(real: type[np.floating]) -> Callable[[Any], tuple[Any, Any]]:
+    """``x -> (sin(pi x), cos(pi x))`` in precision ``real`` for generated kernels: libdevice on a GPU, ``math``
+    under the simulator."""
     if simulator_active():
         return lambda x: (real(math.sin(math.pi * x)), real(math.cos(math.pi * x)))
     from numba.cuda import libdevice

@@ -43,6 +43,7 @@ TUNING_KINDS: dict[str, str] = {
     "numpy-blocks": "nvdispatch.executors.numpy_matmul:NumpyMatmulPlan",
     "numpy-panels": "nvdispatch.executors.numpy_matmul_panels:PanelPlan",
     "cublaslt-algo": "nvdispatch._cuda.lt_plan_base:LtPlanBase",
+    "timed-choice": "nvdispatch.executors.timed_choice:TimedChoicePlan",
 }
 
 

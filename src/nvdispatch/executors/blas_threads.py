@@ -3,23 +3,26 @@
 The row-panel engine (``numpy_matmul_panels``) multiplies panels of rows on all cores at once, one thread
 each; a BLAS that also spreads each call over every core would run cores x cores threads and lose. NumPy
 offers no per-call thread count, so this module finds the OpenBLAS that NumPy loaded and sets its thread
-count to 1 while at least one such run is under way, then back to what it was (a count of users, under a
-lock, so overlapping runs from several threads restore it once, at the end).
+count to 1 while at least one such run is under way, then back to what it was.
 
 This is process state: a BLAS call made by another thread *during* such a run also runs on one thread
 (correct, possibly slower), and a thread count set by someone else during a run is undone at its end.
 Where no OpenBLAS is found (MKL, Accelerate, a platform without ``/proc``), :func:`controllable` is False and
 the engine runs its panels one after another with the BLAS's own threads.
+
+Interrupts: a run is held by a token only it references (weakly held here), so a run that an interrupt stops
+before it could say it ended stops holding when its frame goes; the thread count it left at 1 is restored
+when the next run ends. No lock is ever taken outside a ``with`` block of a C lock.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import os
 import threading
 import time
+import weakref
 
 __all__ = ["controllable", "single_threaded", "let_workers_sleep", "SETTLE_SECONDS"]
 
@@ -36,8 +39,12 @@ _SYMBOLS = (
     ("openblas_set_num_threads", "openblas_get_num_threads"),
 )
 _lock = threading.Lock()
-_users = 0
-_saved: int | None = None
+_holders: weakref.WeakSet = weakref.WeakSet()  # one token per run under way, alive while its run is
+_saved: int | None = None  # the thread count nvdispatch replaced by 1, while it is replaced
+
+
+class _Token:
+    __slots__ = ("__weakref__",)
 
 
 @functools.cache
@@ -76,28 +83,46 @@ def controllable() -> bool:
     return _numpy_openblas() is not None
 
 
-@contextlib.contextmanager
-def single_threaded():
-    """NumPy's BLAS on one thread for the duration (nested and concurrent uses are fine)."""
-    global _users, _saved
-    blas = _numpy_openblas()
-    if blas is None:
-        yield
-        return
+class single_threaded:
+    """``with single_threaded():`` NumPy's BLAS on one thread for the duration (nested and concurrent uses
+    are fine)."""
+
+    __slots__ = ("_token",)
+
+    def __init__(self) -> None:
+        self._token = None
+
+    def __enter__(self) -> single_threaded:
+        blas = _numpy_openblas()
+        if blas is not None:
+            token = self._token = _Token()
+            # on one line: no line event (where a trace function may raise) between taking and leaving the lock
+            with _lock: _hold(token, blas)  # noqa: E701 # fmt: skip
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            with _lock: _let_go(token)  # noqa: E701 # fmt: skip
+
+
+def _hold(token: _Token, blas) -> None:
+    global _saved
     setter, getter = blas
-    with _lock:
-        if _users == 0:
-            _saved = getter()
-            if _saved != 1:
-                setter(1)
-        _users += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _users -= 1
-            if _users == 0 and _saved != 1:
-                setter(_saved)
+    if _saved is None:
+        current = getter()
+        if current != 1:
+            _saved = current
+            setter(1)
+    _holders.add(token)
+
+
+def _let_go(token: _Token) -> None:
+    global _saved
+    _holders.discard(token)
+    if not _holders and _saved is not None:
+        _numpy_openblas()[0](_saved)
+        _saved = None
 
 
 def let_workers_sleep() -> None:

@@ -26,27 +26,9 @@ import math
 import numpy as np
 
 from .._fft_callbacks import Callback, CallbackFFTProblem
-from .._strides import c_strides
 from ..errors import CallbackError
 from .cuda_fft import CudaFFTPlan, layout
-
-
-def c_contiguous(p) -> bool:
-    """Whether problem ``p``'s operand is C-contiguous (or has at most one element)."""
-    return p.strides is None or tuple(p.strides) == c_strides(p.shape) or math.prod(p.shape) <= 1
-
-
-def numba_reason() -> str | None:
-    """Why Numba cannot compile the device-fused kernels here, or None."""
-    try:
-        import numba.cuda  # noqa: F401
-    except ImportError:
-        return "numba-cuda is not installed (pip install 'nvdispatch[numba]')"
-    from ..device.simulator_compat import simulator_active
-
-    if simulator_active():
-        return "Numba's CUDA simulator is active"
-    return None
+from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device
 
 
 def fused_reason(problem: CallbackFFTProblem) -> str | None:
@@ -160,51 +142,6 @@ def check_callback(cb: Callback | None, value_dtype: str) -> None:
             f"{cb.name} to return a {'complex or real' if complex_ok else 'real'} scalar ({value_dtype})",
             f"{resty} (Numba's inferred return type for ({described}))",
         )
-
-
-def numba_view(a, framework: str, shape=None):
-    """A Numba device array over ``a`` (no copy, no stream synchronisation); ``shape`` reshapes a
-    C-contiguous array."""
-    from numba import cuda
-
-    from .._cuda import arrays
-
-    v = arrays.view(a, framework)
-    dt = np.dtype(v.dtype)
-    if shape is None:
-        desc_shape, strides = tuple(v.shape), tuple(s * dt.itemsize for s in v.strides)
-    else:
-        desc_shape, strides = tuple(shape), None
-    desc = {"shape": desc_shape, "strides": strides, "typestr": dt.str, "data": (v.ptr, False), "version": 3}
-    return cuda.from_cuda_array_interface(desc, owner=a, sync=False)
-
-
-def on_device(index: int, several: bool):
-    """A context making GPU ``index`` Numba's current device where the machine has several (a null context
-    otherwise: Numba launches on its current device)."""
-    import contextlib
-
-    if not several:
-        return contextlib.nullcontext()
-    from numba import cuda
-
-    return cuda.gpus[index]
-
-
-class NumbaStreams:
-    """Numba stream objects for raw ``cudaStream_t`` handles (made once per handle)."""
-
-    def __init__(self):
-        self._streams: dict[int, object] = {}
-
-    def __call__(self, ptr: int):
-        s = self._streams.get(ptr)
-        if s is None:
-            from numba import cuda
-
-            s = cuda.external_stream(ptr) if ptr else cuda.default_stream()
-            self._streams[ptr] = s
-        return s
 
 
 # -- device-fused -------------------------------------------------------------------------------------------
@@ -340,17 +277,22 @@ class LtoCallbackPlan(CudaFFTPlan):
             self._fast = self._fast_path()
         self.steps = (*steps, problem.describe())
 
-    def execute(self, operands, stream=None):
-        pdata, edata = operands.get("prolog_data", ()), operands.get("epilog_data", ())
-        if pdata or edata:
-            from .._cuda import arrays, streams
+    def bind_data(self, operands, stream: int) -> None:
+        """Point the callbacks at ``operands``' ``prolog_data``/``epilog_data`` arrays (in ``stream``'s order)."""
+        from .._cuda import arrays
 
-            fw = self.problem.framework
-            s = streams.stream_pointer(stream, fw, self.device_index)
-            if pdata:
-                self._pinfo.bind(tuple(arrays.view(d, fw).ptr for d in pdata), s)
-            if edata:
-                self._einfo.bind(tuple(arrays.view(d, fw).ptr for d in edata), s)
+        fw = self.problem.framework
+        pdata, edata = operands.get("prolog_data", ()), operands.get("epilog_data", ())
+        if pdata:
+            self._pinfo.bind(tuple(arrays.view(d, fw).ptr for d in pdata), stream)
+        if edata:
+            self._einfo.bind(tuple(arrays.view(d, fw).ptr for d in edata), stream)
+
+    def execute(self, operands, stream=None):
+        if operands.get("prolog_data") or operands.get("epilog_data"):
+            from .._cuda import streams
+
+            self.bind_data(operands, streams.stream_pointer(stream, self.problem.framework, self.device_index))
         return super().execute({"x": operands["x"]}, stream)
 
     def release(self) -> None:

@@ -1,39 +1,80 @@
 """``nvdispatch.fft.convolve`` on the raw ``"cuda"`` executor.
 
+Strategies (``explain()`` names the one that runs, and why):
+
+``timed``
+    The route's choice whenever two or more of the strategies below apply: a
+    :class:`~nvdispatch.executors.timed_choice.TimedChoicePlan` over them, in the order of the cost model
+    (:mod:`.cuda_fft_convolve_model`: the memory each moves, weighted by how fast). The first call of a
+    problem times the candidates the model does not rule out (``unfused`` always among them, so no fused
+    strategy can lose to the three-kernel form), on that call's operands and stream, and keeps the fastest.
+    The choice is recorded for ``plan_cache.save`` and, loaded on a machine with the same GPU, driver and
+    cuFFT, taken without timing. Problems under :data:`TIMING_MIN_BYTES` take the model's first. Planning a
+    timed choice compiles every candidate's kernels (seconds each, once per process and kernel); with a
+    recorded choice only the chosen one is planned.
 ``device-fused``
     One generated kernel per call (:mod:`nvdispatch.device.fft_callback_kernel`): load -> block FFT ->
     multiply by ``h`` in registers -> inverse block FFT -> scale -> store. The signal is read once and
-    written once. Taken along the last axis of a C-contiguous ``x``, for lengths the device engine has
+    written once. Along the last axis of a C-contiguous ``x``, for lengths the device engine has
     (2**a 3**b 5**c 7**d up to 4096), with a C-contiguous filter that is one row for all signals (shape
-    ``(m,)``, ``(1, ..., m)``) or one row per signal (the spectrum's shape).
+    ``(m,)``, ``(1, ..., m)``) or one row per signal (the spectrum's shape). The timed choice also tries the
+    kernel with other block-FFT knobs.
+``four-step``
+    Long signals (``n > 1024``, ``n = n1 * n2``): three kernels, the multiply folded into the middle one, 6
+    traversals of memory whatever cuFFT would need (:mod:`.cuda_fft_convolve_four_step`).
+``unfused``
+    cuFFT forward, one multiply kernel (``h / n``), cuFFT inverse: ``4P + 2`` traversals for cuFFT's ``P``
+    passes, one fewer pass than CuPy's and Torch's ``ifft(fft(x) * h)`` (:mod:`.cuda_fft_convolve_unfused`).
 ``cufft-lto``
-    Larger sizes: cuFFT's forward transform with the multiply linked in as an LTO store callback, then
-    cuFFT's inverse (two passes over the signal instead of the three of fft, multiply, ifft).
+    cuFFT's forward transform with the multiply (and ``1/n``) linked in as an LTO store callback, then
+    cuFFT's inverse: ``4P`` traversals.
+``cufft-lto-load``
+    cuFFT's forward transform, then cuFFT's inverse with the multiply (and ``1/n``) linked in as an LTO load
+    callback: ``4P`` traversals, the callback on the other transform.
 
 Otherwise the executor declines and the Torch/CuPy executors run fft, multiply, ifft.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import logging
 import math
 
 import numpy as np
 
 from .._fft_callbacks import Callback, CallbackFFTProblem, DataLayout
 from .._fft_convolve import ConvolveProblem
+from .._version import __version__
 from ..errors import CallbackError
+from . import cuda_fft_convolve_model as model
 from .cuda_fft import CudaFFTPlan, layout
-from .cuda_fft_callbacks import (
-    LtoCallbackPlan,
-    NumbaStreams,
-    c_contiguous,
-    decline_by,
-    lto_reason,
-    numba_reason,
-    numba_view,
-    on_device,
-    strategies_by,
-)
+from .cuda_fft_callbacks import LtoCallbackPlan, decline_by, lto_reason, strategies_by
+from .cuda_fft_convolve_four_step import FourStepConvolvePlan, four_step_reason
+from .cuda_fft_convolve_unfused import UnfusedConvolvePlan, unfused_reason
+from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device
+from .timed_choice import Candidate, TimedChoicePlan
+
+_log = logging.getLogger("nvdispatch")
+
+__all__ = [
+    "TIMING_MIN_BYTES",
+    "decline",
+    "strategies",
+    "plan",
+    "candidates",
+    "FusedConvolvePlan",
+    "LtoConvolvePlan",
+    "LtoLoadConvolvePlan",
+]
+
+#: problems moving less than this (one read of x, one write of the result) take the model's choice untimed
+TIMING_MIN_BYTES = 32 << 20
+#: candidates the model puts beyond this many times its best estimate are not timed (``unfused`` always is)
+TIMED_WITHIN = 2.0
+#: at most this many candidates are planned and timed
+MOST_CANDIDATES = 5
 
 
 def times_filter_row(v, i, h):
@@ -73,10 +114,62 @@ def _lto_problem(problem: ConvolveProblem) -> CallbackFFTProblem | str:
     shape = (f.shape[-1],) if rows == "one" else (size,)
     flat = DataLayout(f.framework, f.device, f.dtype, shape, (1,))
     fn = times_filter_row if rows == "one" else times_filter_flat
-    return CallbackFFTProblem(problem.forward, None, Callback("epilog", fn, (flat,)))
+    scaled = dataclasses.replace(problem.forward, norm="forward")  # 1/n in the store callback
+    return CallbackFFTProblem(scaled, None, Callback("epilog", fn, (flat,)))
+
+
+def _flat_filter(problem: ConvolveProblem) -> DataLayout:
+    f = problem.filter
+    shape = (f.shape[-1],) if problem.filter_rows == "one" else (math.prod(f.shape),)
+    return DataLayout(f.framework, f.device, f.dtype, shape, (1,))
+
+
+@functools.lru_cache(maxsize=64)
+def _scaled_loader(per_signal: bool, scale):
+    """The load callback of ``cufft-lto-load``: the spectrum times the filter times ``scale`` (``1/n``, a
+    constant of the working precision); one function per ``(per_signal, scale)``, so plans share it."""
+    if per_signal:
+
+        def times_filter_flat_scaled(v, i, h):
+            return v * h[i] * scale
+
+        return times_filter_flat_scaled
+
+    def times_filter_row_scaled(v, i, h):
+        return v * h[i % h.shape[0]] * scale
+
+    return times_filter_row_scaled
+
+
+def _lto_load_problem(problem: ConvolveProblem) -> CallbackFFTProblem | str:
+    f, inv = problem.filter, problem.inverse
+    if problem.forward.axes[0] != len(problem.forward.shape) - 1 or problem.filter_rows is None:
+        return "h must be C-contiguous, one row for all signals or the spectrum's shape, along the last axis"
+    if not f.c_contiguous:
+        return "h must be C-contiguous, one row for all signals or the spectrum's shape, along the last axis"
+    scale = np.dtype(inv.real_dtype).type(1.0 / inv.lengths[0])
+    fn = _scaled_loader(problem.filter_rows == "each", scale)
+    return CallbackFFTProblem(inv, Callback("prolog", fn, (_flat_filter(problem),)), None)
+
+
+def lto_load_reason(problem: ConvolveProblem) -> str | None:
+    if problem.forward.empty:
+        return "an empty batch"
+    cb = _lto_load_problem(problem)
+    if isinstance(cb, str):
+        return cb
+    why = lto_reason(cb)
+    if why:
+        return why
+    fwd = layout(problem.forward)
+    if isinstance(fwd, str):
+        return fwd
+    return "the batch needs several cuFFT launches" if fwd["loops"] else None
 
 
 def lto_convolve_reason(problem: ConvolveProblem) -> str | None:
+    if problem.forward.empty:
+        return "an empty batch"
     cb = _lto_problem(problem)
     if isinstance(cb, str):
         return cb
@@ -87,32 +180,167 @@ def lto_convolve_reason(problem: ConvolveProblem) -> str | None:
     return inv if isinstance(inv, str) else None
 
 
-_REASONS = (("device-fused", fused_reason), ("cufft-lto", lto_convolve_reason))
+_REASONS = (
+    ("device-fused", fused_reason),
+    ("four-step", four_step_reason),
+    ("unfused", unfused_reason),
+    ("cufft-lto", lto_convolve_reason),
+    ("cufft-lto-load", lto_load_reason),
+)
 
 
 def decline(problem: ConvolveProblem) -> str | None:
     return decline_by(problem, problem.forward.autograd, _REASONS)
 
 
+def _estimate(problem: ConvolveProblem, strategy: str) -> model.Estimate:
+    if strategy != "four-step":
+        return model.estimate(problem, strategy)
+    from ..device.fft_four_step import column_spec, split
+
+    f = problem.forward
+    n1, n2 = split(f.lengths[0])
+    by_thread = column_spec(n1, n2, f.real_dtype).threads_per_column == 1
+    return model.estimate(problem, strategy, column_by_thread=by_thread, middle_length=n2)
+
+
+def _ordered(problem: ConvolveProblem) -> list[tuple[str, model.Estimate]]:
+    """The strategies that apply, cheapest first by the model (ties: the order of ``_REASONS``)."""
+    rated = [(name, _estimate(problem, name)) for name in strategies_by(problem, _REASONS)]
+    return sorted(rated, key=lambda item: item[1].floors)
+
+
 def strategies(problem: ConvolveProblem) -> tuple[str, ...]:
-    return strategies_by(problem, _REASONS)
+    names = tuple(name for name, _ in _ordered(problem))
+    return ("timed", *names) if len(names) > 1 else names
+
+
+def _fused_alternative(problem: ConvolveProblem) -> int | None:
+    """Elements per thread of a second device-fused kernel worth timing (lengths from 512), or None."""
+    from ..device.fft_config import FFTConfig, valid_elements_per_thread
+
+    p = problem.forward
+    n = p.lengths[0]
+    if n < 512:
+        return None
+    suggested = FFTConfig.build(
+        fft_type=p.kind,
+        size=n,
+        precision=np.dtype(p.real_dtype).type,
+        direction="forward",
+        execution="Block",
+        elements_per_thread="suggested",
+        ffts_per_block="suggested",
+    ).elements_per_thread
+    options = valid_elements_per_thread(n, p.kind)
+    return next((e for e in (8, 16) if e != suggested and e in options), None)
+
+
+def candidates(problem: ConvolveProblem) -> list[Candidate]:
+    """What the timed choice plans and times, cheapest first by the model: the strategies within
+    :data:`TIMED_WITHIN` of the model's best (and ``unfused``), at most :data:`MOST_CANDIDATES`."""
+    rated = _ordered(problem)
+    best = rated[0][1].floors
+    chosen: list[Candidate] = []
+    for name, est in rated:
+        if name != "unfused" and est.floors > TIMED_WITHIN * best:
+            continue
+        chosen.append(Candidate(name, functools.partial(_make, problem, name), est.floors, est.detail))
+        if name == "device-fused":
+            alt = _fused_alternative(problem)
+            if alt is not None:
+                make = functools.partial(FusedConvolvePlan, problem, "device-fused", alt)
+                chosen.append(Candidate(f"device-fused ept={alt}", make, est.floors, est.detail))
+    if len(chosen) > MOST_CANDIDATES:
+        keep = [c for c in chosen if c.label != "unfused"][: MOST_CANDIDATES - 1]
+        chosen = [c for c in chosen if c in keep or c.label == "unfused"]
+    return chosen
+
+
+@functools.lru_cache(maxsize=16)
+def environment(device_index: int) -> dict:
+    """What a timed choice depends on besides the problem: the GPU, the driver, cuFFT, nvdispatch."""
+    from .._cuda import cufft, runtime
+
+    rt = runtime.cudart()
+    prop = runtime.check(rt.cudaGetDeviceProperties(device_index), "cudaGetDeviceProperties")
+    name = prop.name.decode(errors="replace") if isinstance(prop.name, bytes) else str(prop.name)
+    return {
+        "gpu": name.split("\x00", 1)[0].strip(),
+        "cc": f"{prop.major}.{prop.minor}",
+        "driver": int(runtime.check(rt.cudaDriverGetVersion(), "cudaDriverGetVersion")),
+        "cufft": cufft.version(),
+        "nvdispatch": __version__,
+    }
+
+
+def _clock_for(problem: ConvolveProblem, device_index: int):
+    def clock_for(operands, stream):
+        from .._cuda import stream_clock, streams
+
+        s = streams.stream_pointer(stream, problem.framework, device_index)
+        try:
+            return stream_clock.clock_for(s)
+        except Exception as exc:  # noqa: BLE001 - no timing here: the model's first runs, the call goes on
+            _log.warning("convolve: cannot time the candidates on stream %#x (%s); the model's first runs", s, exc)
+            return None
+
+    return clock_for
+
+
+def _timed_plan(problem: ConvolveProblem, tuning) -> TimedChoicePlan:
+    from .._cuda import runtime
+
+    dev = problem.device.index if problem.device.index is not None else runtime.current_device()
+    env = environment(dev)
+    sizes = model.sizes_of(problem)
+    cands = candidates(problem)
+    time_it = sizes.floor_bytes >= TIMING_MIN_BYTES and len(cands) > 1
+    if len(cands) == 1:
+        why = "the model rules out the others"
+    else:
+        why = f"{sizes.floor_bytes / 2**20:.1f} MiB moved, under the {TIMING_MIN_BYTES >> 20} MiB worth timing"
+    key = ("timed-choice", "fft_convolve", tuple(sorted(env.items())), problem)
+    return TimedChoicePlan(
+        problem,
+        "timed",
+        cands,
+        environment=env,
+        clock_for=_clock_for(problem, dev),
+        tuning_key=key,
+        tuning=tuning,
+        time_it=time_it,
+        why_not_timed=why,
+    )
+
+
+def _make(problem: ConvolveProblem, strategy: str):
+    if strategy == "device-fused":
+        return FusedConvolvePlan(problem, strategy)
+    if strategy == "four-step":
+        return FourStepConvolvePlan(problem, strategy)
+    if strategy == "unfused":
+        return UnfusedConvolvePlan(problem, strategy)
+    if strategy == "cufft-lto-load":
+        return LtoLoadConvolvePlan(problem, strategy)
+    return LtoConvolvePlan(problem, strategy)
 
 
 def plan(problem: ConvolveProblem, strategy: str, tuning=None):
-    if strategy == "device-fused":
-        return FusedConvolvePlan(problem, strategy)
-    return LtoConvolvePlan(problem, strategy)
+    if strategy == "timed":
+        return _timed_plan(problem, tuning)
+    return _make(problem, strategy)
 
 
 class FusedConvolvePlan:
     """One kernel: load -> FFT -> * h -> inverse FFT -> store."""
 
-    def __init__(self, problem: ConvolveProblem, strategy: str):
+    def __init__(self, problem: ConvolveProblem, strategy: str, elements_per_thread: int | str = "suggested"):
         from numba.cuda import types
         from numba.np.numpy_support import from_dtype
 
         from .._cuda import runtime
-        from ..device.fft_callback_kernel import KernelSpec, build_callback_kernel
+        from ..device.fft_callback_kernel import KernelSpec, convolution_kernel
 
         self.problem, self.strategy = problem, strategy
         p = problem.forward
@@ -122,10 +350,18 @@ class FusedConvolvePlan:
         self.n_mid = p.out_shape[-1]
         self.per_row = problem.filter_rows == "each"
         spec = KernelSpec(
-            p.kind, n, p.real_dtype, "forward", p.shape[-1], scale=1.0 / n, convolve=True, filter_per_row=self.per_row
+            p.kind,
+            n,
+            p.real_dtype,
+            "forward",
+            p.shape[-1],
+            scale=1.0 / n,
+            convolve=True,
+            filter_per_row=self.per_row,
+            elements_per_thread=elements_per_thread,
         )
         self.spec = spec
-        self.kernel = build_callback_kernel(spec)
+        self.kernel = convolution_kernel(spec)
         argtypes = [
             types.Array(from_dtype(np.dtype(p.dtype)), 2, "C"),
             types.Array(from_dtype(np.dtype(problem.inverse.result_dtype)), 2, "C"),
@@ -172,17 +408,93 @@ class FusedConvolvePlan:
 
 
 class LtoConvolvePlan:
-    """cuFFT forward with ``* h`` as LTO store callback, then cuFFT inverse."""
+    """cuFFT forward with ``* h / n`` as LTO store callback into a scratch spectrum, then cuFFT inverse
+    (unnormalised) into the result; the inverse may overwrite the spectrum, which this plan owns."""
 
     def __init__(self, problem: ConvolveProblem, strategy: str):
         self.problem, self.strategy = problem, strategy
         self.forward = LtoCallbackPlan(_lto_problem(problem), "cufft-lto")
-        self.inverse = CudaFFTPlan(problem.inverse, "cufft")
-        self.steps = (*self.forward.steps[:-1], *self.inverse.steps[:-1], problem.describe())
+        try:
+            self.inverse = CudaFFTPlan(problem.inverse, "cufft")
+        except BaseException:
+            self.forward.release()
+            raise
+        f = problem.forward
+        self.spectrum_bytes = math.prod(f.out_shape) * np.dtype(f.compute_dtype).itemsize
+        self.steps = (
+            *self.forward.steps[:-1],
+            self.inverse.steps[0],
+            "cufftExec of the inverse on the caller's stream, unnormalised (it may overwrite the spectrum)",
+            problem.describe(),
+        )
 
     def execute(self, operands, stream=None):
-        y = self.forward.execute({"x": operands["x"], "epilog_data": (operands["h"],)}, stream)
-        return self.inverse.execute({"x": y}, stream)
+        from .._cuda import arrays, cufft, memory, runtime, streams
+
+        f, inv = self.problem.forward, self.problem.inverse
+        fw, dev = f.framework, self.forward.device_index
+        x = operands["x"]
+        runtime.bind_context(dev)
+        s = streams.stream_pointer(stream, fw, dev)
+        self.forward.bind_data({"epilog_data": (operands["h"],)}, s)
+        spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
+        self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
+        out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, dev, s)
+        self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
+        spectrum.release()  # stream-ordered: reused only after the inverse
+        return out
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.forward.workspace_bytes + self.inverse.workspace_bytes
+
+    def release(self) -> None:
+        self.forward.release()
+        self.inverse.release()
+
+
+class LtoLoadConvolvePlan:
+    """cuFFT forward into a scratch spectrum, then cuFFT inverse with ``* h / n`` as LTO load callback into the
+    result (the inverse may overwrite the spectrum, which this plan owns)."""
+
+    def __init__(self, problem: ConvolveProblem, strategy: str):
+        self.problem, self.strategy = problem, strategy
+        self.forward = CudaFFTPlan(problem.forward, "cufft")
+        try:
+            self.inverse = LtoCallbackPlan(_lto_load_problem(problem), "cufft-lto")
+        except BaseException:
+            self.forward.release()
+            raise
+        f = problem.forward
+        self.spectrum_bytes = math.prod(f.out_shape) * np.dtype(f.compute_dtype).itemsize
+        self.steps = (
+            self.forward.steps[0],
+            "cufftExec of the forward transform on the caller's stream into a scratch spectrum",
+            *[s for s in self.inverse.steps[:-1] if not s.startswith(("scale by", "copy the input", "cufftExec"))],
+            "cufftExec of the inverse on the caller's stream (it may overwrite the spectrum)",
+            f"the load callback multiplies by h / {f.lengths[0]}: the inverse runs unnormalised",
+            problem.describe(),
+        )
+
+    def execute(self, operands, stream=None):
+        from .._cuda import arrays, cufft, memory, runtime, streams
+
+        f, inv = self.problem.forward, self.problem.inverse
+        fw, dev = f.framework, self.forward.device_index
+        x = operands["x"]
+        runtime.bind_context(dev)
+        s = streams.stream_pointer(stream, fw, dev)
+        spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
+        self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
+        self.inverse.bind_data({"prolog_data": (operands["h"],)}, s)
+        out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, dev, s)
+        self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
+        spectrum.release()  # stream-ordered: reused only after the inverse
+        return out
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.forward.workspace_bytes + self.inverse.workspace_bytes
 
     def release(self) -> None:
         self.forward.release()

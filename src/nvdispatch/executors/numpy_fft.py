@@ -1,9 +1,12 @@
 """FFT on the CPU for NumPy arrays: ``scipy.fft`` when SciPy is installed, else ``numpy.fft``.
 
 ``scipy.fft`` keeps single precision and runs batched/n-D transforms over ``workers`` threads: on one thread
-or on all cores the process may use, whichever was measured faster for the transform's shape
-(:mod:`.numpy_fft_workers`). ``numpy.fft`` (the fallback) computed in double precision before NumPy 2.0, so its
-result is cast back to the problem's dtype. The input is never written to.
+or on all cores the process may use, as predicted for the transform's work by this machine's calibrated
+threshold (:mod:`.numpy_fft_workers`). Everything a call's checks would settle is settled when the plan is
+made, so a repeated call of an aligned array of the planned dtype goes straight to pocketfft's compiled
+transform (the one ``scipy.fft`` itself ends in, with the same arguments); other arrays take ``scipy.fft``'s
+own function. ``numpy.fft`` (the fallback) computed in double precision before NumPy 2.0, so its result is
+cast back to the problem's dtype. The input is never written to.
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ try:  # pragma: no cover - exercised through whichever is installed
     from scipy.fft import _pocketfft as _scipy_fft
 except ImportError:  # pragma: no cover - no SciPy (or a SciPy without it): numpy.fft
     _scipy_fft = None
+try:  # pragma: no cover - the compiled transforms under it (SciPy >= 1.4); without them, the functions above
+    from scipy.fft._pocketfft import pypocketfft as _pocketfft
+except ImportError:  # pragma: no cover
+    _pocketfft = None
+
+#: scipy.fft's norm -> pocketfft's normalisation code of a forward transform (a backward one takes 2 - code)
+_NORM_CODES = {"backward": 0, "ortho": 1, "forward": 2}
+_COMPLEX_OF = {"float32": "complex64", "float64": "complex128"}
+_REAL_OF = {"complex64": "float32", "complex128": "float64"}
 
 
 def decline(problem: FFTProblem) -> str | None:
@@ -48,19 +60,30 @@ class NumpyFFTPlan:
         else:
             self.kwargs = {"n": p.lengths[0], "axis": p.axes[0], "norm": p.norm}
         if strategy == "scipy":
-            workers = self.kwargs["workers"] = numpy_fft_workers.workers_for(p, self.fn, self.kwargs)
-            if workers == 1:
-                how = "scipy.fft (pocketfft on one thread: measured faster for this shape, or one 1-D transform)"
-            else:
-                how = "scipy.fft (pocketfft on all cores: measured faster for this shape)"
+            self.kwargs["workers"], self._how = numpy_fft_workers.workers_for(p)
         else:
-            how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
+            self._how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
+        self._transform = _compiled(p, self.kwargs.get("workers", 1)) if strategy == "scipy" else None
+        self._in_dtype = np.dtype(p.dtype)
+        #: the Plan protocol's direct call: ``direct(x)``
+        self.direct = self._direct if self._transform is not None else self._general
+
+    @property
+    def steps(self) -> tuple[str, ...]:
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
-        module = "scipy.fft" if strategy == "scipy" else "numpy.fft"
-        self.steps = (f"{module}.{p.func}(x, {args}) via {how}", p.describe())
+        module = "scipy.fft" if self.strategy == "scipy" else "numpy.fft"
+        return (f"{module}.{self.problem.func}(x, {args}) via {self._how}", self.problem.describe())
 
     def execute(self, operands, stream=None):
-        x = operands["x"]
+        return self.direct(operands["x"])
+
+    def _direct(self, x):
+        """pocketfft's compiled transform for an aligned ndarray of the planned dtype, else :meth:`_general`."""
+        if x.__class__ is np.ndarray and x.dtype is self._in_dtype and x.flags.aligned:
+            return self._transform(x)
+        return self._general(x)
+
+    def _general(self, x):
         if x.dtype.kind not in "fc":  # DLPack views of exotic dtypes never reach here; be safe anyway
             x = x.astype(self.problem.compute_dtype)
         out = self.fn(x, **self.kwargs)
@@ -70,3 +93,24 @@ class NumpyFFTPlan:
 
     def release(self) -> None:
         pass
+
+
+def _compiled(p: FFTProblem, workers: int):
+    """``transform(x)``: pocketfft's compiled c2c/r2c/c2r called as ``scipy.fft.<func>`` calls it for ``p``,
+    where nothing is left to check per call (no padding or trimming, the input and result dtypes scipy.fft
+    would keep); None otherwise."""
+    if _pocketfft is None or p.needs_resize or p.empty or p.norm not in _NORM_CODES:
+        return None
+    forward = p.direction == "forward"
+    code = _NORM_CODES[p.norm] if forward else 2 - _NORM_CODES[p.norm]
+    axes = tuple(a % len(p.shape) for a in p.axes)
+    if p.kind == "c2c" and p.dtype in _REAL_OF and p.result_dtype == p.dtype:
+        c2c = _pocketfft.c2c
+        return lambda x: c2c(x, axes, forward, code, None, workers)
+    if p.kind == "r2c" and p.dtype in _COMPLEX_OF and p.result_dtype == _COMPLEX_OF[p.dtype]:
+        r2c = _pocketfft.r2c
+        return lambda x: r2c(x, axes, forward, code, None, workers)
+    if p.kind == "c2r" and p.dtype in _REAL_OF and p.result_dtype == _REAL_OF[p.dtype]:
+        c2r, last = _pocketfft.c2r, p.lengths[-1]
+        return lambda x: c2r(x, axes, last, forward, code, None, workers)
+    return None

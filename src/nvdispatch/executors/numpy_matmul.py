@@ -12,6 +12,7 @@ calibration's call (``numpy_matmul_calibration``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
 
@@ -23,6 +24,8 @@ from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 from .._tunings import an_int, check_object, require_valid
 from . import numpy_matmul_calibration as calibration
 from . import numpy_matmul_engines as engines
+from .cpu_autotune import TuningProposal, propose
+from .cpu_calibration_store import store
 from .cpu_threads import CPUS, pool
 from .numpy_matmul_panels import PanelPlan
 
@@ -35,7 +38,7 @@ _CPUS = CPUS
 
 
 def _pool():
-    return pool("epilog", _CPUS)
+    return pool("cpu", _CPUS - 1)
 
 
 def decline(problem: MatmulProblem) -> str | None:
@@ -51,23 +54,61 @@ def decline(problem: MatmulProblem) -> str | None:
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
     """``plain`` alone for a bare product; else the strategies of the engines this machine has for the
     epilog (``native``: BLAS gemm with beta=1, ``framework_fused``: Torch's addmm family, ``inplace``: the
-    row-panel engine or this module's pass, see ``numpy_matmul_engines``), fastest first as calibrated here
-    for the problem's class (``numpy_matmul_calibration``), then ``plain``."""
+    row-panel engine or this module's pass, see ``numpy_matmul_engines``), fastest first as ranked for the
+    problem's class (:func:`engine_choice`), then ``plain``."""
     if not problem.epilog.steps and problem.c is None:
         return ("plain",)
-    ranked = dict.fromkeys(engines.STRATEGY_OF[e] for e in engine_order(problem))
+    ranked = dict.fromkeys(engines.STRATEGY_OF[e] for e in engine_choice(problem).order)
     return (*ranked, "plain")
 
 
+@dataclasses.dataclass(frozen=True)
+class EngineChoice:
+    """The engines that can run a problem, fastest first (``ufunc`` stands for this module's ``inplace``
+    pass: the whole-result ufuncs for one block, the blocked pass beyond), and the class ranking it follows."""
+
+    order: tuple[str, ...]
+    ranking: calibration.Ranking
+
+
+_choices: dict[MatmulProblem, tuple[tuple, EngineChoice]] = {}
+_MAX_CHOICES = 1024
+
+
+def engine_choice(problem: MatmulProblem) -> EngineChoice:
+    """:class:`EngineChoice` for ``problem``, worked out once per problem (``strategies`` and ``plan`` both
+    ask) and again only when a calibration changed the rankings. A query: never measures."""
+    stamp = (calibration.generation(), store().path)
+    got = _choices.get(problem)
+    if got is not None and got[0] == stamp:
+        return got[1]
+    ranked = calibration.ranking(problem, candidates(problem))
+    choice = EngineChoice(ranked.order, ranked)
+    if len(_choices) >= _MAX_CHOICES:
+        _choices.clear()
+    _choices[problem] = (stamp, choice)
+    return choice
+
+
 def engine_order(problem: MatmulProblem) -> tuple[str, ...]:
-    """The engines that can run ``problem``, fastest first as calibrated for its class (``ufunc`` stands for
-    this module's ``inplace`` pass: the whole-result ufuncs for one block, the blocked pass beyond)."""
+    """The engines that can run ``problem``, fastest first (see :func:`engine_choice`)."""
+    return engine_choice(problem).order
+
+
+def candidates(problem: MatmulProblem) -> tuple[str, ...]:
+    """The engines that can run ``problem`` (``ufunc`` always, last)."""
     usable = engines.applicable(problem)
-    candidates = tuple(e for e in engines.ENGINES if e in usable and e != "ufunc") + ("ufunc",)
-    return calibration.ordered(problem, candidates, _engine_plan)
+    return tuple(e for e in engines.ENGINES if e in usable and e != "ufunc") + ("ufunc",)
 
 
-def _engine_plan(problem: MatmulProblem, engine: str):
+def calibrate(problem: MatmulProblem, persist: bool = True) -> calibration.Ranking:
+    """Measure the engines for ``problem``'s class now, and keep the ranking (``persist``): the explicit
+    calibration step (``nvdispatch.calibration.calibrate`` runs it over a standard set and the pending classes)."""
+    return calibration.calibrate(problem, candidates(problem), engine_plan, persist)
+
+
+def engine_plan(problem: MatmulProblem, engine: str):
+    """A plan of ``problem`` run by ``engine`` (as the calibration times each)."""
     if engine == "panels":
         return PanelPlan(problem)
     if engine == "ufunc":
@@ -77,20 +118,24 @@ def _engine_plan(problem: MatmulProblem, engine: str):
 
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
     if strategy in ("native", "framework_fused"):
-        return engines.plan(problem, "blas" if strategy == "native" else "torch")
-    if strategy == "inplace" and _inplace_engine(problem, tuning) == "panels":
-        return PanelPlan(problem, tuning)
-    return _inplace_pass(problem, strategy, tuning)
+        made = engines.plan(problem, "blas" if strategy == "native" else "torch")
+    elif strategy == "inplace" and _inplace_engine(problem, tuning) == "panels":
+        made = PanelPlan(problem, tuning)
+    else:
+        made = _inplace_pass(problem, strategy, tuning)
+    if strategy != "plain" and problem.m * problem.n * problem.k:
+        ranked = engine_choice(problem).ranking
+        if ranked.source != "only":
+            made.notes = (ranked.describe(),)  # (the plans' steps end with their notes)
+    return made
 
 
 def _inplace_engine(problem: MatmulProblem, tuning) -> str:
     """``panels`` or ``ufunc`` (this module's pass) for strategy ``inplace``: as a loaded tuning says, else
-    whichever the calibration ranked first."""
+    whichever the ranking puts first."""
     if tuning:
         return "panels" if "panel_bytes" in tuning else "ufunc"
-    if "panels" not in engines.applicable(problem):
-        return "ufunc"
-    return next(e for e in engine_order(problem) if e in ("panels", "ufunc"))
+    return next(e for e in engine_choice(problem).order if e in ("panels", "ufunc"))
 
 
 def _inplace_pass(problem: MatmulProblem, strategy: str, tuning):
@@ -113,8 +158,8 @@ def _native(x):
 
 def _product_of(p: MatmulProblem):
     """The cheapest NumPy call giving ``np.matmul``'s exact result for ``p``'s operands: ``ndarray.dot`` for two
-    real or integer matrices — the same BLAS call (or the same exact loop) without the ufunc machinery (less
-    host time per call), bitwise equal in every layout (tests/matmul/test_numpy_direct.py) — else np.matmul
+    real or integer matrices — the same BLAS call (or the same exact loop) without the ufunc machinery's cost
+    per call, bitwise equal in every layout (tests/matmul/test_numpy_direct.py) — else np.matmul
     (batches broadcast only there; complex outer products, k = 1, round differently through dot)."""
     two_d = not p.batch_shape and len(p.a.shape) == 2 and len(p.b.shape) == 2
     real = all(np.dtype(sig.dtype).kind in "biuf" for sig in (p.a, p.b))
@@ -125,6 +170,7 @@ class NumpyMatmulPlan:
     """A planned CPU matmul. ``execute`` returns the result, or ``(result, aux)`` for epilogs with outputs."""
 
     needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+    notes: tuple[str, ...] = ()  # lines ``explain()`` shows after the steps (the engine ranking followed)
     tuning_kind = "numpy-blocks"
 
     @staticmethod
@@ -140,29 +186,44 @@ class NumpyMatmulPlan:
         self.dtype = np.dtype(problem.result_dtype)
         itemsize = self.dtype.itemsize
         tuning = tuning or {}
-        self.block_rows = self._rows_for(int(tuning.get("block_bytes", DEFAULT_BLOCK_BYTES)), problem.n * itemsize)
+        block_rows = self._rows_for(int(tuning.get("block_bytes", DEFAULT_BLOCK_BYTES)), problem.n * itemsize)
         big = math.prod(problem.promoted_shape) * itemsize >= _THREADED_BYTES
-        self.threads = int(tuning.get("threads", _CPUS if big else 1))
+        #: the knobs, in one attribute (autotune's commit replaces it at once): (block_rows, threads)
+        self._setting = (block_rows, int(tuning.get("threads", _CPUS if big else 1)))
         self.elementwise = [s for s in problem.epilog.steps if not STEPS[s].on_operands]
         self.operand_steps = len(self.elementwise) < len(problem.epilog.steps)
         self._prepare = tuple((name, INPUTS[name].prepare) for name, _ in problem.inputs)
         self.ops = NumpyEpilogOps(inplace=strategy == "inplace", dtype=self.dtype)
         spec = problem.epilog
-        self.steps = self._describe(spec)
         #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul (a 1-D @ 1-D product
         #: a NumPy scalar, as numpy.matmul gives it)
         plain = not spec.steps and not spec.outputs and problem.c is None
         vector = problem.a_vector or problem.b_vector
         self.direct = (np.matmul if vector else _product_of(problem)) if plain else None
 
+    @property
+    def block_rows(self) -> int:
+        return self._setting[0]
+
+    @property
+    def threads(self) -> int:
+        return self._setting[1]
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        return (*self._describe_with(self.problem.epilog, *self._setting), *self.notes)
+
+    def with_setting(self, setting: tuple[int, int]) -> NumpyMatmulPlan:
+        """A private copy of this plan with knobs ``(block_rows, threads)``."""
+        trial = copy.copy(self)
+        trial._setting = tuple(setting)
+        return trial
+
     def _rows_for(self, block_bytes: int, row_bytes: int) -> int:
         p = self.problem
         if block_bytes == 0 or p.m == 0:
             return max(p.m, 1)
         return max(1, min(p.m, block_bytes // max(row_bytes, 1)))
-
-    def _describe(self, spec) -> tuple[str, ...]:
-        return self._describe_with(spec, self.block_rows, self.threads)
 
     def _describe_with(self, spec, block_rows: int, threads: int) -> tuple[str, ...]:
         p = self.problem
@@ -312,7 +373,7 @@ class NumpyMatmulPlan:
         per = -(-len(blocks) // workers)
         chunks = [blocks[i : i + per] for i in range(0, len(blocks), per)]
         parts = []
-        for got in _pool().map(run, chunks):
+        for got in _pool().run(run, chunks):
             parts.extend(got)
         return parts
 
@@ -337,26 +398,24 @@ class NumpyMatmulPlan:
         return result, finish_outputs(p, aux)
 
     # -- autotuning -----------------------------------------------------------------------------------
-    def autotune(self, operands, iterations: int = 3):
-        """Time block sizes × thread counts (the first ``preferences.limit`` of them) on the real operands and keep
-        the fastest; returns the timings.
-
-        Trials run on a private copy of the plan: this (shared, cached) plan changes only once, to the best
-        setting, so an interrupted autotune leaves it as it was and ``explain()`` always describes it."""
+    def propose_tuning(self, operands, iterations: int = 3) -> TuningProposal | None:
+        """Time block sizes x thread counts (the first ``preferences.limit`` of them) on the real operands, on
+        private copies of this plan, and propose the fastest (``cpu_autotune``); None for strategy ``plain``
+        (no knobs)."""
         if self.strategy != "inplace":
-            return {}
-        timings = {}
+            return None
         row_bytes = self.problem.n * self.dtype.itemsize
-        best = None
-        trial = copy.copy(self)
         configs = itertools.product(_BLOCK_CHOICES, sorted({1, _CPUS}))
-        for block_bytes, threads in itertools.islice(configs, self.problem.plan_preferences.limit):
-            trial.block_rows, trial.threads = self._rows_for(block_bytes, row_bytes), threads
-            t = calibration.fastest_seconds(lambda: trial.execute(operands), iterations)
-            timings[(block_bytes, threads)] = t
-            if best is None or t < best[1]:
-                best = ((trial.block_rows, threads), t)
-        block_rows, threads = best[0]
-        steps = self._describe_with(self.problem.epilog, block_rows, threads)
-        self.block_rows, self.threads, self.steps = block_rows, threads, steps
-        return timings
+        settings = [
+            ((block_bytes, threads), (self._rows_for(block_bytes, row_bytes), threads))
+            for block_bytes, threads in itertools.islice(configs, self.problem.plan_preferences.limit)
+        ]
+        return propose(self, settings, operands, iterations)
+
+    def autotune(self, operands, iterations: int = 3):
+        """:meth:`propose_tuning` and commit the proposal to this plan at once; returns the timings."""
+        proposal = self.propose_tuning(operands, iterations)
+        if proposal is None:
+            return {}
+        proposal.commit()
+        return proposal.timings

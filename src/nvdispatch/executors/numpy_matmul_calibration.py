@@ -1,29 +1,33 @@
-"""Which CPU engine (so strategy) runs a matmul by default: measured once per process and problem class, never assumed.
+"""Which CPU engine (so strategy) runs a matmul by default: the engines ranked per problem class, as measured on
+this machine by an explicit calibration step, kept on disk; a safe default order until the class is measured.
 
 The fastest way to fuse an epilog on the CPU depends on the machine (the BLAS build and the core type it
-picks, cache sizes, whether Torch is installed): on one machine the blocked in-place pass matches
-``np.matmul``, on another Torch's ``_addmm_activation`` does and the blocked pass is slower
-(``docs/notes/cpu-matmul.md``). So the first
-call of a *problem class* times every candidate engine briefly on synthetic operands shaped like the call
-(the call's own shape up to ``FULL_BUDGET_MACS``: only the real size shows what the
-epilog's passes over a result that large cost; beyond it, rows capped so one run stays near ``BUDGET_MACS``,
-but kept enough for the result to outgrow the cores' private caches, within ``CACHE_BUDGET_MACS``), interleaved
-round by round (each candidate's fastest round counts: load on the machine only adds time), and orders the
-engines fastest first; later calls of the class reuse the order. Where an engine runs its own threads (the
-row panels), each candidate is timed in a block of its own after a short pause instead
-(``blas_threads.let_workers_sleep``): interleaved, it would find the previous engine's BLAS threads still
-spinning, which a loop of calls of one class never does. ``Matmul.autotune()`` refines a single problem on
-its real operands (that choice, kept in the plan cache, wins over the class order).
+picks, cache sizes, whether Torch is installed), so it is measured, never assumed. Measuring a class times
+every candidate engine briefly on synthetic operands shaped like the call (the call's own shape up to
+``FULL_BUDGET_MACS``: only the real size shows what the epilog's passes over a result that large cost; beyond
+it, rows capped so one run stays near ``BUDGET_MACS``, but kept enough for the result to outgrow the cores'
+private caches, within ``CACHE_BUDGET_MACS``), interleaved round by round (each candidate's fastest round
+counts: load on the machine only adds time). Where an engine runs its own threads (the row panels), each
+candidate is timed in a block of its own after a short pause instead (``blas_threads.let_workers_sleep``):
+interleaved, it would find the previous engine's BLAS threads still spinning, which a loop of calls of one
+class never does.
 
-A problem class: result dtype, epilog steps, operands' layout kinds, ``c``/bias placement, batching, and
-the size bucket ``log2(m*n*k) // 3`` (calls within 8x of each other in work share a class).
+**When.** :func:`ranking` is a query: it never measures. It answers from this process's rankings, else from
+the store (``cpu_calibration_store``: a ranking measured before on this machine, with this software), else
+with :func:`default_order` and notes the class as *pending*: ``python -m nvdispatch calibrate`` (or
+:func:`nvdispatch.calibration.calibrate`) measures the pending classes of earlier processes along with a standard set,
+and keeps the results. :func:`calibrate` measures one class, now. ``Matmul.autotune()`` refines a single
+problem on its real operands (that choice, kept in the plan cache, wins over the class ranking).
 
-The measured orders live in this module for the process (thread-safe); :func:`calibrations` shows them,
-:func:`clear` forgets them (tests, or after changing thread counts).
+A problem class: result dtype, epilog steps, operands' layout kinds, ``c``/bias placement, batching, and the
+size bucket ``log2(m*n*k) // 3`` (calls within 8x of each other in work share a class). A ranking covers every
+engine installed when it was measured; a process offering fewer (Torch's engine is a candidate only once the
+process imported Torch) takes the ranking's order of those it has.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import math
@@ -35,13 +39,20 @@ import numpy as np
 
 from .._matmul_problem import ArraySig, MatmulProblem
 from . import blas_threads, cpu_caches
+from .cpu_calibration_store import store
 from .cpu_threads import CPUS
 
 __all__ = [
-    "ordered",
+    "Ranking",
+    "ranking",
+    "generation",
+    "calibrate",
+    "default_order",
+    "pending",
     "calibrations",
     "clear",
     "problem_class",
+    "representative",
     "fastest_seconds",
     "seconds_per_call",
     "BUDGET_MACS",
@@ -53,9 +64,8 @@ __all__ = [
 BUDGET_MACS = 1 << 26
 #: ... or up to this many where more rows are needed for the result to outgrow the private caches
 CACHE_BUDGET_MACS = 8 * BUDGET_MACS
-#: a call up to this many multiply-adds is calibrated at its own size: a copy with fewer rows can rank Torch's
-#: whole-result epilog first where, at full size, the row panels win (the copy's result stays in cache, the real
-#: one does not; docs/notes/cpu-matmul.md)
+#: a call up to this many multiply-adds is calibrated at its own size (a copy with fewer rows can keep its
+#: result in cache where the real one cannot, and rank a whole-result epilog first wrongly)
 FULL_BUDGET_MACS = 1 << 31
 #: seconds of repeated calls per candidate per round, and rounds (interleaved, so load hits all alike; the
 #: fastest round of each counts, since a busy machine only ever adds time)
@@ -66,10 +76,41 @@ _ROUNDS = 5
 _BLOCK_ROUNDS = 9
 _MIN_BLOCK_ROUNDS = 4
 _BLOCK_SECONDS = 0.2
+#: the engines in the order taken where a class is not measured: the whole-result product and in-place
+#: epilog first (the BLAS's own threading, one extra pass over the result: never far from a bare product)
+DEFAULT_PREFERENCE = ("ufunc", "blas", "panels", "torch")
+_SECTION, _PENDING = "matmul", "matmul_pending"
 _CPUS = CPUS
 _log = logging.getLogger("nvdispatch")
 _lock = threading.Lock()
-_orders: dict[tuple, dict] = {}
+_rankings: dict[tuple, Ranking] = {}  # (store path, class, candidates) -> ranking, this process
+_pending: dict[str, dict] = {}  # class name -> recipe, noted by this process and not yet written
+_flush_registered = False
+_generation = 0  # changes whenever a ranking may have changed (calibrate, clear)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranking:
+    """Engines fastest first for a problem class, and where that order came from: ``"persisted"`` (measured
+    before, kept in the store), ``"fresh"`` (measured by this process), ``"default"`` (not measured yet, or
+    cannot be: see ``why``), ``"only"`` (one candidate: nothing to rank)."""
+
+    order: tuple[str, ...]
+    source: str
+    where: str | None = None  # the store's file
+    seconds: dict | None = None
+    why: str = ""
+
+    def describe(self) -> str:
+        """One line for ``explain()``: the order and its origin."""
+        order = " > ".join(self.order)
+        kept = f" (kept in {self.where})" if self.where else " (not kept: NVDISPATCH_CACHE_DIR is empty)"
+        if self.source == "persisted":
+            return f"engine order {order}: calibrated on this machine{kept}"
+        if self.source == "fresh":
+            return f"engine order {order}: calibrated by this process{kept}"
+        why = self.why or "this problem class is not calibrated on this machine yet: python -m nvdispatch calibrate"
+        return f"engine order {order}: the default order ({why})"
 
 
 def problem_class(problem: MatmulProblem) -> tuple:
@@ -88,31 +129,151 @@ def problem_class(problem: MatmulProblem) -> tuple:
     )
 
 
-def ordered(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> tuple[str, ...]:
-    """``candidates`` fastest first for ``problem``'s class (calibrating the class on its first call)."""
+def default_order(candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """``candidates`` in the order :data:`DEFAULT_PREFERENCE` gives them (others last, as they came)."""
+    rank = {e: i for i, e in enumerate(DEFAULT_PREFERENCE)}
+    return tuple(sorted(candidates, key=lambda e: (rank.get(e, len(rank)), candidates.index(e))))
+
+
+def ranking(problem: MatmulProblem, candidates: tuple[str, ...]) -> Ranking:
+    """``candidates`` fastest first for ``problem``'s class, and where the order came from. Never measures:
+    an unmeasured class gets :func:`default_order` (and is noted for the next ``calibrate``)."""
     if len(candidates) < 2:
-        return candidates
-    key = (problem_class(problem), candidates)
-    got = _orders.get(key)
-    if got is None:
-        with _lock:
-            got = _orders.get(key)
-            if got is None:
-                got = _calibrate(problem, candidates, make_plan)
-                _orders[key] = got
-    return got["order"]
+        return Ranking(tuple(candidates), "only")
+    kept = store()
+    cls = problem_class(problem)
+    memo = (kept.path, cls, candidates)
+    got = _rankings.get(memo)
+    if got is not None:
+        return got
+    name = repr(cls)
+    entry = kept.get(_SECTION, name)
+    order = _order_of(entry, candidates)
+    if order is not None:
+        got = Ranking(order, "persisted", kept.path, entry.get("seconds"))
+    else:
+        why = ""
+        if representative(problem) is None:
+            why = "this problem class cannot be calibrated on a smaller copy"
+        else:
+            _note_pending(name, problem)
+        got = Ranking(default_order(candidates), "default", kept.path, why=why)
+    with _lock:
+        return _rankings.setdefault(memo, got)
+
+
+def generation() -> int:
+    """A number that changes whenever a ranking this process answered may have changed (memos of rankings
+    compare it)."""
+    return _generation
+
+
+def calibrate(
+    problem: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable, persist: bool = True
+) -> Ranking:
+    """Measure ``candidates`` for ``problem``'s class now (``make_plan(problem, engine)`` makes each engine's
+    plan), remember the ranking for this process and (``persist``) keep it in the store."""
+    kept = store()
+    cls = problem_class(problem)
+    rep = representative(problem)
+    if len(candidates) < 2 or rep is None:
+        return ranking(problem, candidates)
+    seconds = _measure(rep, candidates, make_plan)
+    order = tuple(sorted(candidates, key=lambda s: (seconds[s], candidates.index(s))))
+    _log.debug("numpy matmul calibration %s: %s -> %s", cls, seconds, order[0])
+    name = repr(cls)
+    if persist:
+        kept.update(_SECTION, {name: {"order": list(order), "seconds": seconds}}, drop={_PENDING: [name]})
+    global _generation
+    with _lock:
+        _generation += 1
+        _pending.pop(name, None)
+        for memo in [m for m in _rankings if m[1] == cls]:
+            del _rankings[memo]
+        got = _rankings[(kept.path, cls, candidates)] = Ranking(order, "fresh", kept.path if persist else None, seconds)
+    return got
+
+
+def pending() -> dict[str, dict]:
+    """The classes that ran on the default order, in this process or (as kept in the store) in earlier ones:
+    class name -> recipe (see :func:`recipe`)."""
+    got = store().section(_PENDING)
+    with _lock:
+        got.update(_pending)
+    return got
 
 
 def calibrations() -> dict[str, dict]:
-    """Every class calibrated in this process: its timings (seconds per call) and the order chosen."""
+    """Every class ranked in this process: its order, where it came from and (measured ones) the seconds per
+    call of each engine."""
     with _lock:
-        return {repr(k[0]): dict(v) for k, v in _orders.items()}
+        return {
+            repr(memo[1]): {"order": r.order, "source": r.source, "seconds": r.seconds} for memo, r in _rankings.items()
+        }
 
 
 def clear() -> None:
-    """Forget every calibration (the next call of each class measures again)."""
+    """Forget this process's rankings (the next plan of each class asks the store again)."""
+    global _generation
     with _lock:
-        _orders.clear()
+        _generation += 1
+        _rankings.clear()
+        _pending.clear()
+    store().forget()
+
+
+def _order_of(entry, candidates: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The stored ranking's order of ``candidates`` (those it did not measure last), None when it measured
+    none of them or is not a ranking."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("order"), list):
+        return None
+    measured = [e for e in entry["order"] if e in candidates]
+    if not measured:
+        return None
+    return (*dict.fromkeys(measured), *(e for e in candidates if e not in measured))
+
+
+# -- pending classes -----------------------------------------------------------------------------------------
+def recipe(problem: MatmulProblem) -> dict:
+    """What rebuilding ``problem``'s representative takes (operands' dtypes, shapes and layouts, the epilog),
+    and its class name: JSON-able."""
+    rep = representative(problem) or problem
+
+    def sig(s: ArraySig | None):
+        return None if s is None else [s.dtype, list(s.shape), _layout(s)]
+
+    return {
+        "class": repr(problem_class(problem)),
+        "a": sig(rep.a),
+        "b": sig(rep.b),
+        "c": sig(rep.c),
+        "epilog": problem.epilog.epilog.name,
+        "inputs": {name: sig(s) for name, s in rep.inputs},
+    }
+
+
+def _note_pending(name: str, problem: MatmulProblem) -> None:
+    global _flush_registered
+    try:
+        got = recipe(problem)
+    except (AttributeError, TypeError, ValueError):  # (a problem this module cannot describe: nothing noted)
+        return
+    with _lock:
+        _pending[name] = got
+        if not _flush_registered:
+            _flush_registered = True
+            atexit.register(_flush_pending)
+
+
+def _flush_pending() -> None:
+    """Write the classes this process noted as pending (at exit: one write per process)."""
+    with _lock:
+        noted = dict(_pending)
+        _pending.clear()
+    if noted:
+        kept = store()
+        on_disk = kept.section(_SECTION)
+        kept.update(_PENDING, {k: v for k, v in noted.items() if k not in on_disk})
 
 
 # -- measuring -------------------------------------------------------------------------------------------------
@@ -127,7 +288,7 @@ def _layout(sig: ArraySig) -> str:
     return "strided"
 
 
-def _representative(problem: MatmulProblem) -> MatmulProblem | None:
+def representative(problem: MatmulProblem) -> MatmulProblem | None:
     """``problem`` itself when one run fits the budget, else the same call with fewer rows (2-D, bias along n
     or none, no c); None when it cannot be shrunk faithfully (then the class keeps the default order)."""
     p = problem
@@ -200,11 +361,8 @@ def seconds_per_call(fn: Callable, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> dict:
-    rep = _representative(problem)
-    if rep is None:
-        _log.debug("numpy matmul calibration: %s cannot be shrunk; order %s", problem_class(problem), candidates)
-        return {"order": candidates, "seconds": {}, "calibrated": False}
+def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> dict[str, float]:
+    """Seconds per call of each candidate engine on ``rep``-shaped synthetic operands (see the module notes)."""
     ops = _operands(rep)
     calls, reps, runs, own_threads = {}, {}, {}, 1
     for name in candidates:
@@ -229,7 +387,4 @@ def _calibrate(problem: MatmulProblem, candidates: tuple[str, ...], make_plan: C
         for _ in range(_ROUNDS):
             for name in candidates:
                 samples[name].append(seconds_per_call(calls[name], reps[name]))
-    seconds = {name: min(v) for name, v in samples.items()}
-    order = tuple(sorted(candidates, key=lambda s: (seconds[s], candidates.index(s))))
-    _log.debug("numpy matmul calibration %s: %s -> %s", problem_class(problem), seconds, order[0])
-    return {"order": order, "seconds": seconds, "calibrated": True}
+    return {name: min(v) for name, v in samples.items()}

@@ -97,6 +97,7 @@ class EnginePlan:
     """A linear-layer matmul run by one engine. ``execute`` returns the result (no aux outputs)."""
 
     needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+    notes: tuple[str, ...] = ()  # lines ``explain()`` shows after the steps (the engine ranking followed)
 
     def __init__(self, problem: MatmulProblem, engine: str):
         self.problem = problem
@@ -114,7 +115,6 @@ class EnginePlan:
             import torch
 
             self.torch = torch
-        self.steps = self._describe()
         # the Plan protocol's direct call (alpha 1, no c, the caller's arrays): direct(a, b[, bias])
         plain_2d = problem.c is None and not problem.a_vector and not problem.b_vector and len(self.shape) == 2
         self.direct = None
@@ -122,6 +122,10 @@ class EnginePlan:
             self.direct = _ufunc_direct(self.dtype, self.activation) if engine == "ufunc" else self._direct_bias
         elif plain_2d and not problem.inputs:
             self.direct = self._direct_plain
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        return (*self._describe(), *self.notes)
 
     def _describe(self) -> tuple[str, ...]:
         p = self.problem

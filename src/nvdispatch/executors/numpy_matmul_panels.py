@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 
 import numpy as np
 
 from .._matmul_problem import MatmulProblem
 from .._tunings import an_int, check_object, require_valid
 from . import blas_threads, cpu_caches
+from .cpu_autotune import TuningProposal, propose
 from .cpu_threads import CPUS, pool
-from .numpy_matmul_calibration import fastest_seconds
 from .numpy_matmul_engines import EnginePlan
 
 __all__ = ["PanelPlan", "panel_byte_choices"]
@@ -37,7 +38,7 @@ _MIN_ROWS = 16
 
 
 def _pool():
-    return pool("panels", _CPUS - 1)
+    return pool("cpu", _CPUS - 1)
 
 
 def panel_byte_choices() -> tuple[int, ...]:
@@ -51,6 +52,35 @@ def panel_byte_choices() -> tuple[int, ...]:
 def default_threads() -> int:
     """All cores where NumPy's BLAS can be held to one thread per panel, else one (BLAS threads each)."""
     return _CPUS if blas_threads.controllable() else 1
+
+
+class _Shares:
+    """Panels ``0 .. count-1`` dealt to ``threads`` threads: each takes from the front of a contiguous run of
+    its own (its pages of the fresh result are its own to fault in: threads writing neighbouring panels
+    would contend for the same huge pages), and once its run is done, from the back of the longest run left
+    (a thread the machine's other load slows down is helped instead of waited for)."""
+
+    def __init__(self, count: int, threads: int):
+        per = -(-count // threads)
+        self._runs = [[lo, min(lo + per, count)] for lo in range(0, count, per)]
+        self._lock = threading.Lock()
+
+    def take(self, thread: int) -> int | None:
+        """The next panel for ``thread`` (None: all are taken)."""
+        # on one line: no line event (where a trace function may raise) between taking and leaving the lock
+        with self._lock: return self._next(thread)  # noqa: E701 # fmt: skip
+
+    def _next(self, thread: int) -> int | None:
+        if thread < len(self._runs):
+            run = self._runs[thread]
+            if run[0] < run[1]:
+                run[0] += 1
+                return run[0] - 1
+        longest = max(self._runs, key=lambda run: run[1] - run[0])
+        if longest[0] < longest[1]:
+            longest[1] -= 1
+            return longest[1]
+        return None
 
 
 class PanelPlan(EnginePlan):
@@ -69,9 +99,25 @@ class PanelPlan(EnginePlan):
         tuning = tuning or {}
         itemsize = np.dtype(problem.result_dtype).itemsize
         self.row_bytes = max(1, problem.n * itemsize)
-        self.threads = max(1, int(tuning.get("threads", default_threads())))
-        self.panel_rows = self._rows_for(int(tuning.get("panel_bytes", panel_byte_choices()[0])), problem.m)
+        rows = self._rows_for(int(tuning.get("panel_bytes", panel_byte_choices()[0])), problem.m)
+        #: the knobs, in one attribute (autotune's commit replaces it at once): (panel_rows, threads)
+        self._setting = (rows, max(1, int(tuning.get("threads", default_threads()))))
         super().__init__(problem, "panels")
+
+    @property
+    def panel_rows(self) -> int:
+        return self._setting[0]
+
+    @property
+    def threads(self) -> int:
+        return self._setting[1]
+
+    def with_setting(self, setting: tuple[int, int]) -> PanelPlan:
+        """A private copy of this plan with knobs ``(panel_rows, threads)``."""
+        trial = copy.copy(self)
+        trial._setting = tuple(setting)
+        trial.run = trial._panels  # (the copy's bound method, not this plan's)
+        return trial
 
     def _rows_for(self, panel_bytes: int, m: int) -> int:
         if panel_bytes == 0 or m == 0:
@@ -120,47 +166,34 @@ class PanelPlan(EnginePlan):
             if act is not None:
                 self._finish(o, act)
 
-        def share(lo: int, hi: int) -> None:
-            for r0 in range(lo, hi, rows):
-                finish(r0, min(r0 + rows, hi))
-
         if workers <= 1:
-            share(0, m)
+            for r0 in range(0, m, rows):
+                finish(r0, min(r0 + rows, m))
             return out
-        # each thread a contiguous share of the rows: its pages of the fresh result are its own to fault in
-        # (threads writing neighbouring panels would contend for the same huge pages)
-        per = -(-m // workers)
+        shares = _Shares(-(-m // rows), workers)
+
+        def share(thread: int) -> None:
+            while (i := shares.take(thread)) is not None:
+                finish(i * rows, min((i + 1) * rows, m))
+
         with blas_threads.single_threaded():
-            helpers = [_pool().submit(share, lo, min(lo + per, m)) for lo in range(per, m, per)]
-            try:
-                share(0, min(per, m))  # the calling thread takes the first share
-            finally:
-                for done in helpers:
-                    done.result()
+            _pool().run(share, range(workers))
         return out
 
     # -- autotuning ---------------------------------------------------------------------------------------
-    def autotune(self, operands, iterations: int = 3):
-        """Time panel sizes × thread counts (the first ``preferences.limit`` of them) on the real operands and
-        keep the fastest; returns the timings. Each setting on several threads is timed after a short pause
-        (BLAS worker threads left spinning by whatever ran before would take a core from it). Trials run on a
-        private copy: this (shared, cached) plan changes once, to the best setting."""
-        timings = {}
-        best = None
-        trial = copy.copy(self)
-        trial.run = trial._panels  # (the copy's bound method, not this plan's)
+    def propose_tuning(self, operands, iterations: int = 3) -> TuningProposal:
+        """Time panel sizes x thread counts (the first ``preferences.limit`` of them) on the real operands, on
+        private copies of this plan, and propose the fastest (``cpu_autotune``)."""
         threads = sorted({1, default_threads()}, reverse=True)
         configs = itertools.product(panel_byte_choices(), threads)
-        for panel_bytes, workers in itertools.islice(configs, self.problem.plan_preferences.limit):
-            trial.panel_rows, trial.threads = self._rows_for(panel_bytes, self.problem.m), workers
-            if trial.own_threads > 1:  # after BLAS worker threads (of the last trial, or other code) went idle
-                blas_threads.let_workers_sleep()
-            trial.execute(operands)  # warm-up
-            t = fastest_seconds(lambda: trial.execute(operands), iterations)
-            timings[(panel_bytes, workers)] = t
-            if best is None or t < best[1]:
-                best = ((trial.panel_rows, workers), t)
-        trial.panel_rows, trial.threads = best[0]
-        steps = trial._describe()
-        self.panel_rows, self.threads, self.steps = trial.panel_rows, trial.threads, steps
-        return timings
+        settings = [
+            ((panel_bytes, workers), (self._rows_for(panel_bytes, self.problem.m), workers))
+            for panel_bytes, workers in itertools.islice(configs, self.problem.plan_preferences.limit)
+        ]
+        return propose(self, settings, operands, iterations, own_threads=lambda trial: trial.own_threads)
+
+    def autotune(self, operands, iterations: int = 3):
+        """:meth:`propose_tuning` and commit the proposal to this plan at once; returns the timings."""
+        proposal = self.propose_tuning(operands, iterations)
+        proposal.commit()
+        return proposal.timings

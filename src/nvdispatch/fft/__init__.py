@@ -48,6 +48,7 @@ True
 
 from __future__ import annotations
 
+from .._traced import announce
 from ._convolve import convolve
 from ._frequencies import fftfreq, fftshift, ifftshift, rfftfreq
 from ._route import explain_fft
@@ -95,4 +96,6 @@ def _public(obj) -> None:
 
 for _name in __all__:
     _public(globals()[_name])
+for _name in __all__[:14] + ["convolve"]:  # the transforms: framework integrations may mark them for compilers
+    announce(_name, globals()[_name])
 del _name

@@ -15,10 +15,12 @@ def convolve(x: Array, h: Array, /, *, n: int | None = None, axis: int = -1, str
     * h, n)`` for real ``x``), a circular convolution of ``x`` with the filter whose spectrum is ``h``.
 
     ``h`` broadcasts against the spectrum (``n`` values along ``axis``, ``n//2 + 1`` for real ``x``). On the
-    GPU, for lengths up to 4096 along the last axis, the whole convolution is one generated kernel (the
-    multiply between the two FFTs happens in registers); larger sizes use cuFFT with the multiply as an LTO
-    callback; elsewhere it is the executor's FFT, one multiply and its inverse FFT
-    (see :mod:`nvdispatch._fft_convolve`; ``nvdispatch.explain(nvdispatch.fft.convolve, x, h)`` says which).
+    GPU the convolution is one generated kernel for lengths up to 4096 (the multiply between the two FFTs
+    happens in registers), three kernels for longer signals (a four-step FFT with the multiply in its middle
+    pass), or cuFFT with one multiply kernel or an LTO callback; the first call of a large problem times them
+    and keeps the fastest (:mod:`nvdispatch.executors.cuda_fft_convolve`). Elsewhere it is the executor's
+    FFT, one multiply and its inverse FFT. ``nvdispatch.explain(nvdispatch.fft.convolve, x, h)`` says which
+    runs, and why.
 
     Examples
     --------
@@ -29,9 +31,11 @@ def convolve(x: Array, h: Array, /, *, n: int | None = None, axis: int = -1, str
     >>> bool(np.allclose(y[:, 2], x[:, :3].mean(axis=1), atol=1e-5))
     True
     """
-    staged = traced_handler("fft_convolve", (x, h))  # traced arrays (inside jax.jit...): staged, not run
-    if staged is not None:
-        return staged(x, h, n=n, axis=axis, stream=stream)
+    handler = traced_handler("fft_convolve", (x, h))  # traced arrays (inside jax.jit...): staged, not run; a
+    if handler is not None:  # Torch call autograd records: through the Torch operators
+        result = handler(x, h, n=n, axis=axis, stream=stream)
+        if result is not NotImplemented:
+            return result
     return _fft_convolve.run(x, h, n=n, axis=axis, stream=stream)
 
 

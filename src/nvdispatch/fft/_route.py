@@ -90,9 +90,13 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = None
     if plan is None:
-        staged = traced_handler("fft", (x,)) if callbacks is None else None
-        if staged is not None:  # a traced array (inside jax.jit...): staged, not run
-            return staged(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
+        # a traced array (inside jax.jit...) is staged, not run; a Torch call autograd records goes through the
+        # Torch operators (nvdispatch._traced)
+        handler = traced_handler("fft", (x,)) if callbacks is None else None
+        if handler is not None:
+            result = handler(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
+            if result is not NotImplemented:
+                return result
         return run_stateless(func, x, n, axis, s, axes, norm, callbacks, key, stream)
     if learn is not None:  # a repeated call, found by its signature
         learn.remember(form, (x,), _handle(key))

@@ -4,13 +4,19 @@ JAX: ``nvdispatch.matmul`` and the ``nvdispatch.fft`` functions work inside ``ja
 and ``jax.vmap``. The public functions find traced operands (``nvdispatch._traced``) and hand the call to the
 handlers installed here, which stage it into the traced program (:mod:`.jax_matmul`, :mod:`.jax_fft`). Nothing
 here imports JAX: a handler's module is imported the first time a tracer reaches it (JAX is loaded by then).
+
+Torch: ``torch.compile`` (Dynamo) traces the public functions as ``torch.library`` operators in the ``nvdispatch::``
+namespace (:mod:`.torch_ops`), ``torch.export`` records them, and eager calls that autograd records run through them
+(fused backward formulas, :mod:`.torch_autograd`); :mod:`.torch_entry` says which calls and marks the entry points
+for Dynamo. Nothing of Torch is imported here either: the operators are registered the first time Torch needs them.
 """
 
 from __future__ import annotations
 
 from .._traced import register_traced
+from .torch_entry import install_torch
 
-__all__ = ["install_jax"]
+__all__ = ["install_jax", "install_torch"]
 
 
 def _jax_matmul(*args, **kwargs):
@@ -56,3 +62,4 @@ def install_jax() -> None:
 
 
 install_jax()
+install_torch()

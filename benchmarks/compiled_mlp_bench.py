@@ -1,0 +1,356 @@
+# ruff: noqa: B023 - the step closures are timed at once, inside the loop
+"""Compiled MLP training steps: plain Torch against the same model on nvdispatch's fused epilogs (GPU).
+
+A 4-layer MLP (``width -> width`` linear layers, the activation between them, none after the last), bf16, one
+training step = forward, ``loss = out.float().square().mean()``, backward (gradients of every weight and bias; the
+input requires none). Contenders, each in this one process on the same weights and input:
+
+* ``torch eager`` / ``torch compile`` / ``torch reduce-overhead``: ``F.linear`` + ReLU/GELU(tanh), eagerly, through
+  inductor, and through inductor with CUDA graphs (``mode="reduce-overhead"``);
+* ``nvdispatch fused compile`` / ``nvdispatch fused reduce-overhead`` / ``nvdispatch fused eager``:
+  :class:`nvdispatch.integrations.torch_mlp.FusedMLP` (forward ``*_AUX_BIAS``, backward ``DRELU``/``DGELU`` and
+  ``BGRADB`` GEMMs, nothing else);
+* ``nvdispatch ops compile``: the model written with ``nvdispatch.matmul(..., epilog="RELU_BIAS"/"GELU_BIAS")`` per
+  layer (each layer's backward: the activation's derivative, one BGRADB GEMM and one GEMM).
+
+Times: CUDA events around ``--steps`` back-to-back steps, median of ``--repeats``. Goals (issue #31): the best
+nvdispatch compiled step <= 0.8x the best Torch mode at width 1024 and <= 0.97x at 4096; a ``reduce-overhead`` step
+of a small MLP (width 256, batch ``--small-batch``) within 1.02x of the plain Torch model's. Also: eager host time of
+cached 16x16 calls (nvdispatch against Torch's own op, best of five loops), the ratios the CPU benchmark
+(``host_overhead_cpu.py``) reports on the CPU.
+
+    python benchmarks/compiled_mlp_bench.py                                   # the H200 run (a few minutes)
+    python benchmarks/compiled_mlp_bench.py --quick                           # smoke test: small, few steps
+
+Results are written after every configuration (a run cut short keeps what it measured): ``compiled_mlp_bench.json``
+and ``compiled_mlp_bench.png``. Without a CUDA GPU it prints one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+from _bench import output_dir, parser, progress, require_cuda_torch, save_plot
+
+TORCH_MODES = ("torch eager", "torch compile", "torch reduce-overhead")
+NVD_MODES = ("nvdispatch fused compile", "nvdispatch fused reduce-overhead", "nvdispatch fused eager",
+             "nvdispatch ops compile")  # fmt: skip
+GOALS = {1024: 0.8, 4096: 0.97}
+
+
+# -- the models -------------------------------------------------------------------------------------------------------
+def make_models(torch, width: int, layers: int, activation: str, dtype):
+    """(Torch model, FusedMLP, per-layer nvdispatch model) holding the same weights."""
+    import torch.nn.functional as F
+
+    import nvdispatch
+    from nvdispatch.integrations.torch_mlp import FusedMLP
+
+    act = torch.relu if activation == "relu" else (lambda h: F.gelu(h, approximate="tanh"))
+    epilog = "RELU_BIAS" if activation == "relu" else "GELU_BIAS"
+
+    class TorchMLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(
+                [torch.nn.Linear(width, width, device="cuda", dtype=dtype) for _ in range(layers)]
+            )
+
+        def forward(self, x):
+            for i, layer in enumerate(self.layers):
+                x = layer(x)
+                if i < layers - 1:
+                    x = act(x)
+            return x
+
+    class OpsMLP(torch.nn.Module):
+        def __init__(self, weights, biases):
+            super().__init__()
+            self.weights = torch.nn.ParameterList([torch.nn.Parameter(w.detach().clone()) for w in weights])
+            self.biases = torch.nn.ParameterList([torch.nn.Parameter(b.detach().clone()) for b in biases])
+
+        def forward(self, x):
+            for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+                x = nvdispatch.matmul(x, w, epilog=epilog if i < layers - 1 else "BIAS", epilog_inputs={"bias": b})
+            return x
+
+    torch.manual_seed(0)
+    plain = TorchMLP()
+    fused = FusedMLP([width] * (layers + 1), activation=activation, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        for layer, w, b in zip(plain.layers, fused.weights, fused.biases):
+            w.copy_(layer.weight.T)
+            b.copy_(layer.bias)
+    ops = OpsMLP(list(fused.weights), list(fused.biases))
+    return plain, fused, ops
+
+
+def make_step(torch, model, mode: str | None):
+    """One training step of ``model`` (``mode``: None eagerly, else torch.compile's mode)."""
+    fn = model if mode is None else torch.compile(model, mode=None if mode == "default" else mode)
+    params = list(model.parameters())
+    graphs = mode == "reduce-overhead"
+
+    def step(x):
+        for p in params:
+            p.grad = None
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        loss = fn(x).float().square().mean()
+        loss.backward()
+        return loss
+
+    return step
+
+
+def time_step(torch, step, x, steps: int, repeats: int, warmup: int) -> list[float]:
+    """Seconds per step: CUDA events around ``steps`` back-to-back steps, ``repeats`` samples (after ``warmup``)."""
+    for _ in range(warmup):
+        step(x)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            step(x)
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1e-3 / steps)
+    return samples
+
+
+def _weights(model):
+    if hasattr(model, "layers"):
+        return [layer.weight.grad.T.float() for layer in model.layers]
+    return [w.grad.float() for w in model.weights]
+
+
+# -- one configuration ------------------------------------------------------------------------------------------------
+def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
+    dtype = torch.bfloat16
+    plain, fused, ops = make_models(torch, width, layers, activation, dtype)
+    x = torch.randn(batch, width, device="cuda", dtype=dtype)
+    contenders = {
+        "torch eager": (plain, None),
+        "torch compile": (plain, "default"),
+        "torch reduce-overhead": (plain, "reduce-overhead"),
+        "nvdispatch fused compile": (fused, "default"),
+        "nvdispatch fused reduce-overhead": (fused, "reduce-overhead"),
+        "nvdispatch fused eager": (fused, None),
+        "nvdispatch ops compile": (ops, "default"),
+    }
+    out = {"width": width, "activation": activation, "batch": batch, "layers": layers, "contenders": {}}
+    reference = None
+    for name in progress([n for n in contenders if n in modes], f"{activation} width {width}"):
+        model, mode = contenders[name]
+        entry = out["contenders"][name] = {}
+        torch._dynamo.reset()
+        try:
+            t0 = time.perf_counter()
+            step = make_step(torch, model, mode)
+            step(x)  # compiles
+            torch.cuda.synchronize()
+            entry["first_step_seconds"] = time.perf_counter() - t0
+            if name == "torch eager":
+                reference = [g.clone() for g in _weights(model)]
+            elif reference is not None:
+                entry["grad_rel_error_vs_torch_eager"] = max(
+                    float((p - q).abs().max() / p.abs().max().clamp_min(1e-30))
+                    for p, q in zip(reference, _weights(model))
+                )
+            samples = time_step(torch, step, x, args.steps, args.repeats, args.warmup)
+            entry["samples"] = samples
+            entry["seconds"] = statistics.median(samples)
+        except Exception as exc:  # noqa: BLE001 - one contender failing must not end the run
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            entry["traceback"] = traceback.format_exc(limit=8)
+            print(f"  {name}: {entry['error'][:200]}", flush=True)
+    best = {}
+    for group, names in (("torch", TORCH_MODES), ("nvdispatch compiled", NVD_MODES[:2])):
+        times = {n: out["contenders"][n]["seconds"] for n in names if "seconds" in out["contenders"].get(n, {})}
+        if times:
+            winner = min(times, key=times.get)
+            best[group] = {"contender": winner, "seconds": times[winner]}
+    out["best"] = best
+    if len(best) == 2:
+        out["ratio_nvdispatch_to_best_torch"] = best["nvdispatch compiled"]["seconds"] / best["torch"]["seconds"]
+        if width in GOALS:
+            out["goal"] = GOALS[width]
+            out["goal_met"] = out["ratio_nvdispatch_to_best_torch"] <= GOALS[width]
+    return out
+
+
+def run_small(torch, args) -> dict:
+    """A reduce-overhead step of a small MLP (width 256): FusedMLP against the plain Torch model."""
+    out = {"width": 256, "batch": args.small_batch, "layers": args.layers, "contenders": {}}
+    plain, fused, _ = make_models(torch, 256, args.layers, "relu", torch.bfloat16)
+    x = torch.randn(args.small_batch, 256, device="cuda", dtype=torch.bfloat16)
+    pairs = [("torch reduce-overhead", plain), ("nvdispatch fused reduce-overhead", fused)]
+    for name, model in progress(pairs, "small"):
+        entry = out["contenders"][name] = {}
+        torch._dynamo.reset()
+        try:
+            step = make_step(torch, model, "reduce-overhead")
+            samples = time_step(torch, step, x, args.steps * 5, args.repeats, args.warmup + 3)
+            entry["samples"], entry["seconds"] = samples, statistics.median(samples)
+        except Exception as exc:  # noqa: BLE001
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            entry["traceback"] = traceback.format_exc(limit=8)
+    c = out["contenders"]
+    if all("seconds" in c[n] for n in c):
+        out["ratio"] = c["nvdispatch fused reduce-overhead"]["seconds"] / c["torch reduce-overhead"]["seconds"]
+        out["goal"], out["goal_met"] = 1.02, out["ratio"] <= 1.02
+    return out
+
+
+def run_host(torch, number: int) -> dict:
+    """Eager host time per cached 16x16 call on CUDA tensors: best of five loops of ``number`` calls."""
+    import nvdispatch
+
+    a, b = (torch.randn(16, 16, device="cuda") for _ in range(2))
+    bias = torch.randn(16, device="cuda")
+    z = torch.randn(16, 16, device="cuda", dtype=torch.complex64)
+    w, pb = torch.nn.Parameter(b.clone()), torch.nn.Parameter(bias.clone())
+    relu = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
+    precorded = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": pb}}
+    cases = {
+        "matmul": (lambda: nvdispatch.matmul(a, b), lambda: torch.matmul(a, b)),
+        "RELU_BIAS": (lambda: nvdispatch.matmul(a, b, **relu), lambda: torch._addmm_activation(bias, a, b)),
+        "fft2": (lambda: nvdispatch.fft.fft2(z), lambda: torch.fft.fft2(z)),
+        "RELU_BIAS, Parameters, autograd": (
+            lambda: nvdispatch.matmul(a, w, **precorded),
+            lambda: torch.relu(torch.addmm(pb, a, w)),
+        ),
+    }
+    out = {}
+    for name, (ours, peer) in progress(list(cases.items()), "host"):
+        timings = {}
+        for who, fn in (("nvdispatch", ours), ("torch", peer)):
+            for _ in range(200):
+                fn()
+            torch.cuda.synchronize()
+            best = math.inf
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                torch.cuda.synchronize()
+                best = min(best, (time.perf_counter() - t0) / number)
+            timings[who] = best
+        out[name] = {**timings, "ratio": timings["nvdispatch"] / timings["torch"]}
+    return out
+
+
+# -- output ---------------------------------------------------------------------------------------------------------
+def plot(results: dict, path: str) -> None:
+    configs = results["configs"]
+
+    def draw(plt):
+        fig, axes = plt.subplots(1, max(len(configs), 1), figsize=(4.2 * max(len(configs), 1), 4.2), squeeze=False)
+        for ax, cfg in zip(axes[0], configs):
+            names = [n for n in (*TORCH_MODES, *NVD_MODES) if "seconds" in cfg["contenders"].get(n, {})]
+            times = [cfg["contenders"][n]["seconds"] * 1e3 for n in names]
+            colors = ["tab:gray" if n.startswith("torch") else "tab:green" for n in names]
+            ax.barh(range(len(names)), times, color=colors)
+            ax.set_yticks(range(len(names)), names, fontsize=7)
+            ax.invert_yaxis()
+            ratio = cfg.get("ratio_nvdispatch_to_best_torch")
+            title = f"{cfg['activation']} width {cfg['width']}"
+            if ratio:
+                title += f"\nbest nvd / best torch {ratio:.2f}x"
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("ms per training step")
+        fig.suptitle(f"4-layer bf16 MLP training step, batch {results['batch']} ({results['device']})", fontsize=10)
+        fig.tight_layout()
+
+    save_plot(draw, path)
+
+
+def summary(results: dict) -> None:
+    for cfg in results["configs"]:
+        print(f"{cfg['activation']} width {cfg['width']}:")
+        for name, entry in cfg["contenders"].items():
+            error = entry.get("error", "")[:80]
+            shown = f"{entry['seconds'] * 1e3:8.3f} ms" if "seconds" in entry else f"error {error}"
+            print(f"  {name:34s} {shown}")
+        if "ratio_nvdispatch_to_best_torch" in cfg:
+            met = "" if "goal" not in cfg else f" (goal <= {cfg['goal']}: {'met' if cfg['goal_met'] else 'NOT met'})"
+            print(f"  best nvdispatch compiled / best Torch: {cfg['ratio_nvdispatch_to_best_torch']:.3f}{met}")
+    small = results.get("small_mlp")
+    if small and "ratio" in small:
+        print(f"small MLP reduce-overhead step nvdispatch / Torch: {small['ratio']:.3f} (goal <= 1.02)")
+    for name, h in results.get("host", {}).items():
+        print(f"host 16x16 {name}: nvdispatch {h['nvdispatch'] * 1e6:.1f} us, torch {h['torch'] * 1e6:.1f} us, "
+              f"ratio {h['ratio']:.2f}")  # fmt: skip
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--widths", type=int, nargs="+", default=[1024, 4096])
+    ap.add_argument("--activations", nargs="+", default=["relu", "gelu"], choices=["relu", "gelu"])
+    ap.add_argument("--batch", type=int, default=8192)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--small-batch", type=int, default=256, help="batch of the width-256 reduce-overhead step")
+    ap.add_argument("--steps", type=int, default=10, help="steps between two CUDA events")
+    ap.add_argument("--repeats", type=int, default=7, help="samples per contender (the median is reported)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--host-number", type=int, default=2000, help="calls per host-time loop")
+    ap.add_argument("--contenders", nargs="+", default=[*TORCH_MODES, *NVD_MODES], choices=[*TORCH_MODES, *NVD_MODES])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["mlp", "small", "host"], help="parts not to run")
+    ap.add_argument("--quick", action="store_true", help="smoke test: width 256, batch 512, few steps")
+    args = ap.parse_args(argv)
+    torch = require_cuda_torch()  # else one line and exit status 2
+    if args.quick:
+        args.widths, args.batch, args.steps, args.repeats, args.warmup, args.host_number = [256], 512, 2, 3, 1, 100
+    import nvdispatch
+
+    out_dir = output_dir(args.out)
+    path = os.path.join(out_dir, "compiled_mlp_bench.json")
+    results = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "nvdispatch": nvdispatch.__version__,
+        "python": platform.python_version(),
+        "batch": args.batch,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "configs": [],
+        "goals": {"ratio_to_best_torch": GOALS, "small_reduce_overhead": 1.02},
+    }
+
+    def save():
+        with open(path, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+    if "mlp" not in args.skip:
+        for width in args.widths:
+            for activation in args.activations:
+                results["configs"].append(
+                    run_config(torch, width, activation, args.batch, args.layers, args, set(args.contenders))
+                )
+                save()
+    if "small" not in args.skip:
+        results["small_mlp"] = run_small(torch, args)
+        save()
+    if "host" not in args.skip:
+        try:
+            results["host"] = run_host(torch, args.host_number)
+        except Exception as exc:  # noqa: BLE001
+            results["host_error"] = f"{type(exc).__name__}: {exc}"
+        save()
+    print(f"wrote {path}")
+    plot(results, os.path.join(out_dir, "compiled_mlp_bench.png"))
+    summary(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

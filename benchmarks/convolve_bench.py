@@ -1,0 +1,256 @@
+"""``nvdispatch.fft.convolve`` against the unfused peers, CuPy's ``ifft(fft(x) * h)`` and Torch's, on one GPU.
+
+Every cell is a batch of ``batch`` signals of ``n`` points (complex ``x``: c64 or c128; real ``x``: float32 or
+float64 with ``rfft``/``irfft``) filtered by one row ``h``. The three variants run in one process on the same
+operands and stream, timed with CUDA events: bursts of back-to-back calls, ``--rounds`` rounds in rotating
+order, the median per variant. Reported per cell:
+
+* the speed-up of nvdispatch over CuPy and over Torch (their time / nvdispatch's);
+* the strategy nvdispatch ran (the timed choice ``explain()`` shows, with its timings) and the first call's
+  wall time (which includes compiling the candidates' kernels and timing them);
+* the share of the HBM floor: the time one read of ``x`` and one write of the result take at the bandwidth
+  of a device-to-device copy measured in the same run, over nvdispatch's time;
+* the largest error of each variant on a few rows against float64 NumPy.
+
+Cells, in the order they run (``--quick``: the first group only): the issue's table (c64, complex:
+65536x1024, 8192x4096, 1024x16384, 256x65536), then long signals (n = 2^18, 2^20 at batch*n = 2^26 and
+2^24), then c128 and real signals at the table's sizes and 64x2^20. ``--budget`` seconds bounds the run: the
+cells left when it is spent are listed as skipped (kernel compilation dominates a fresh process).
+
+    python benchmarks/convolve_bench.py [--quick] [--budget 230] [--out DIR]
+    # writes DIR/convolve_bench.json after every cell, and DIR/convolve_bench.png
+
+Needs an NVIDIA GPU, Torch with CUDA, CuPy and numba-cuda; exits with status 2 and one line otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+from _bench import cannot_run, output_dir, parser, progress, require, require_cuda_torch, require_numba_gpu, save_plot
+
+TABLE = [(65536, 1024), (8192, 4096), (1024, 16384), (256, 65536)]
+LONG = [(256, 1 << 18), (64, 1 << 20), (64, 1 << 18), (16, 1 << 20)]
+EXTRA_SHAPES = [*TABLE, (64, 1 << 20)]
+EXTRA_DTYPES = ["complex128", "float32", "float64"]
+CHECK_ROWS = 3
+
+
+def cells(quick: bool) -> list[dict]:
+    out = [{"batch": b, "n": n, "dtype": "complex64", "group": "table"} for b, n in TABLE]
+    if quick:
+        return out
+    out += [{"batch": b, "n": n, "dtype": "complex64", "group": "long"} for b, n in LONG]
+    for dtype in EXTRA_DTYPES:
+        out += [{"batch": b, "n": n, "dtype": dtype, "group": dtype} for b, n in EXTRA_SHAPES]
+    return out
+
+
+def copy_bandwidth(torch, nbytes: int = 1 << 30, reps: int = 10) -> float:
+    """Bytes per second a device-to-device copy moves (each byte read once and written once: 2 * nbytes)."""
+    src = torch.empty(nbytes // 8, dtype=torch.float64, device="cuda").fill_(1.0)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) * 1e-3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / statistics.median(samples)
+
+
+def time_rotating(torch, variants: dict, rounds: int, target_s: float = 2e-3) -> dict[str, float]:
+    """Median seconds per call of each variant: per round, a burst of back-to-back calls of each (in an order
+    rotated every round) between two CUDA events on the current stream."""
+    names = list(variants)
+    bursts = {}
+    for name in names:  # warm-up, and a burst length of about target_s
+        variants[name]()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        variants[name]()
+        b.record()
+        b.synchronize()
+        once = max(a.elapsed_time(b) * 1e-3, 1e-6)
+        bursts[name] = max(1, min(20, round(target_s / once)))
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(bursts[name]):
+                variants[name]()
+            b.record()
+            b.synchronize()
+            samples[name].append(a.elapsed_time(b) * 1e-3 / bursts[name])
+    return {name: statistics.median(samples[name]) for name in names}
+
+
+def chosen_strategy(explanation) -> str:
+    head = explanation.steps[0] if explanation.steps else ""
+    m = re.match(r"chose (.+?)(?::| by |,)", head)
+    if explanation.strategy == "timed" and m:
+        return m.group(1)
+    if explanation.strategy == "timed":
+        return "timed (not chosen yet)"
+    return explanation.strategy
+
+
+def run_cell(cell: dict, torch, cupy, F, nvdispatch, bandwidth: float, rounds: int) -> dict:
+    batch, n, dtype = cell["batch"], cell["n"], cell["dtype"]
+    real = dtype.startswith("float")
+    cdtype = {"float32": "complex64", "float64": "complex128"}.get(dtype, dtype)
+    tdt, tcdt = getattr(torch, dtype), getattr(torch, cdtype)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    if real:
+        x = torch.randn(batch, n, device="cuda", dtype=tdt, generator=g)
+    else:
+        rdt = torch.float32 if dtype == "complex64" else torch.float64
+        x = torch.complex(
+            torch.randn(batch, n, device="cuda", dtype=rdt, generator=g),
+            torch.randn(batch, n, device="cuda", dtype=rdt, generator=g),
+        )
+    m = n // 2 + 1 if real else n
+    h = torch.randn(m, device="cuda", dtype=tcdt, generator=g)
+    xc, hc = cupy.asarray(x), cupy.asarray(h)
+    if real:
+        variants = {
+            "nvdispatch": lambda: F.convolve(x, h),
+            "cupy": lambda: cupy.fft.irfft(cupy.fft.rfft(xc, axis=-1) * hc, n, axis=-1),
+            "torch": lambda: torch.fft.irfft(torch.fft.rfft(x) * h, n),
+        }
+    else:
+        variants = {
+            "nvdispatch": lambda: F.convolve(x, h),
+            "cupy": lambda: cupy.fft.ifft(cupy.fft.fft(xc, axis=-1) * hc, axis=-1),
+            "torch": lambda: torch.fft.ifft(torch.fft.fft(x) * h),
+        }
+    t0 = time.perf_counter()
+    first = F.convolve(x, h)
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - t0
+    explanation = nvdispatch.explain(F.convolve, x, h)
+    rows = torch.arange(0, batch, max(1, batch // CHECK_ROWS), device="cuda")[:CHECK_ROWS]
+    xs = x[rows].cpu().numpy().astype(np.float64 if real else np.complex128)
+    hs = h.cpu().numpy().astype(np.complex128)
+    ref = np.fft.irfft(np.fft.rfft(xs) * hs, n) if real else np.fft.ifft(np.fft.fft(xs) * hs)
+    errors = {}
+    for name, fn in variants.items():
+        got = first if name == "nvdispatch" else fn()
+        got = torch.as_tensor(got, device="cuda")[rows].cpu().numpy()
+        errors[name] = float(np.abs(got - ref).max() / np.abs(ref).max())
+    del first
+    seconds = time_rotating(torch, variants, rounds)
+    ours = seconds["nvdispatch"]
+    floor_bytes = x.numel() * x.element_size() * 2  # one read of x, one write of a result of x's dtype
+    result = {
+        **cell,
+        "us": {k: v * 1e6 for k, v in seconds.items()},
+        "speedup_over_cupy": seconds["cupy"] / ours,
+        "speedup_over_torch": seconds["torch"] / ours,
+        "strategy": chosen_strategy(explanation),
+        "hbm_floor_share": floor_bytes / bandwidth / ours,
+        "first_call_s": first_s,
+        "max_rel_error": errors,
+        "explain": str(explanation),
+    }
+    return result
+
+
+def main():
+    ap = parser(__doc__)
+    ap.add_argument("--quick", action="store_true", help="only the issue's table (c64, complex x)")
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds per variant (default: %(default)s)")
+    ap.add_argument(
+        "--budget", type=float, default=None, help="seconds after which the cells left are skipped (default: none)"
+    )
+    args = ap.parse_args()
+    torch = require_cuda_torch()
+    cupy = require("cupy", "pip install 'nvdispatch[cupy]' (a CuPy build for your CUDA)")
+    require_numba_gpu()
+    try:
+        import nvdispatch
+        import nvdispatch.fft as F
+    except ImportError as exc:  # pragma: no cover - an incomplete install
+        cannot_run(f"nvdispatch does not import ({exc})")
+    out = output_dir(args.out)
+    path = os.path.join(out, "convolve_bench.json")
+    start = time.perf_counter()
+    bandwidth = copy_bandwidth(torch)
+    summary = {
+        "device": torch.cuda.get_device_name(),
+        "copy_bandwidth_TBps": bandwidth / 1e12,
+        "timing": f"CUDA events, bursts of back-to-back calls, median of {args.rounds} rounds in rotating order",
+        "hbm_floor": "one read of x and one write of the result at the copy bandwidth, over nvdispatch's time",
+        "quick": args.quick,
+        "cells": [],
+        "skipped": [],
+    }
+    print(f"{summary['device']}: device-to-device copy {bandwidth / 1e12:.2f} TB/s", flush=True)
+    todo = cells(args.quick)
+    for cell in progress(todo, "cells", total=len(todo)):
+        label = f"{cell['batch']}x{cell['n']} {cell['dtype']}"
+        if args.budget is not None and time.perf_counter() - start > args.budget:
+            summary["skipped"].append(label)
+            continue
+        r = None
+        try:
+            r = run_cell(cell, torch, cupy, F, nvdispatch, bandwidth, args.rounds)
+        except Exception as exc:  # noqa: BLE001 - record it, go on with the next cell
+            summary["cells"].append({**cell, "error": f"{type(exc).__name__}: {exc}"})
+            print(f"{label:28s} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        finally:
+            torch.cuda.empty_cache()  # the cell's operands are gone with run_cell's frame
+            cupy.get_default_memory_pool().free_all_blocks()
+        if r is not None:
+            summary["cells"].append(r)
+            print(
+                f"{label:28s} ours {r['us']['nvdispatch']:9.1f} us  x{r['speedup_over_cupy']:.2f} CuPy  "
+                f"x{r['speedup_over_torch']:.2f} Torch  {100 * r['hbm_floor_share']:5.1f}% floor  "
+                f"{r['strategy']:22s} first call {r['first_call_s']:.1f} s  "
+                f"err {max(r['max_rel_error'].values()):.1e}",
+                flush=True,
+            )
+        summary["elapsed_s"] = time.perf_counter() - start
+        with open(path, "w") as fh:
+            json.dump(summary, fh, indent=2)
+    print(f"wrote {path} ({len(summary['cells'])} cells, {len(summary['skipped'])} skipped)")
+    done = [c for c in summary["cells"] if "error" not in c]
+
+    def draw(plt):
+        labels = [f"{c['batch']}x{c['n']}\n{c['dtype']}" for c in done]
+        xs = np.arange(len(done))
+        fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(done)), 4.5))
+        ax.bar(xs - 0.2, [c["speedup_over_cupy"] for c in done], 0.4, label="over CuPy ifft(fft(x)*h)")
+        ax.bar(xs + 0.2, [c["speedup_over_torch"] for c in done], 0.4, label="over Torch")
+        for i, c in enumerate(done):
+            ax.text(i, 0.05, f"{c['strategy']}\n{100 * c['hbm_floor_share']:.0f}% floor", ha="center", fontsize=6)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(1.5, color="C2", lw=0.8, ls="--")
+        ax.set_xticks(xs, labels, fontsize=6)
+        ax.set_ylabel("speed-up of nvdispatch.fft.convolve")
+        ax.set_title(f"FFT convolution, one filter row, {summary['device']}")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+
+    if done:
+        save_plot(draw, os.path.join(out, "convolve_bench.png"))
+
+
+if __name__ == "__main__":
+    main()

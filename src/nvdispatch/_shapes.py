@@ -1,0 +1,27 @@
+"""Shape arithmetic the problem builders share, in plain Python: shapes of any size (``np.broadcast_shapes``
+refuses those whose element count a NumPy array could not hold), and sizes only compared, never converted to
+integers or hashed, so the symbolic sizes of a traced program (a Torch fake tensor's under ``dynamic=True``) stay
+symbolic instead of being fixed to the sizes seen first."""
+
+from __future__ import annotations
+
+__all__ = ["broadcast_shapes"]
+
+
+def broadcast_shapes(*shapes: tuple) -> tuple:
+    """NumPy's broadcast of ``shapes``; ``ValueError`` when they do not broadcast.
+
+    >>> broadcast_shapes((3, 1, 5), (4, 1), ())
+    (3, 4, 5)
+    """
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape, ndim - len(shape)):
+            if size == 1:
+                continue
+            if out[i] == 1:
+                out[i] = size
+            elif out[i] != size:
+                raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+    return tuple(out)

@@ -1,0 +1,98 @@
+"""Small kernels around a frequency-domain filter: multiply a batch of spectra by it, or lay it out for the
+four-step convolution (:mod:`nvdispatch.device.fft_four_step`).
+
+``multiply_by_filter(y, h, per_row, scale)``
+    ``y[r, k] *= h[r or 0, k] * scale`` in place, ``y`` a ``(rows, m)`` complex array, ``h`` ``(1, m)`` (one
+    row for all) or ``(rows, m)``, real or complex. One read and one write of ``y``.
+``permute_filter(h, hp, n1, hermitian)``
+    ``hp[k1, k2] = H[k1 + n1 * k2]``: the filter in the order the four-step transform leaves the spectrum
+    (frequency ``k1 + n1 * k2`` at row ``k1``, column ``k2`` of an ``(n1, n2)`` array). ``H`` is ``h`` itself
+    (``n`` values), or with ``hermitian`` the Hermitian completion of a real signal's half-spectrum filter
+    (``n // 2 + 1`` values): ``H[k] = h[k]`` for ``k <= n // 2``, ``conj(h[n - k])`` above, and the real part
+    of ``h`` at ``k = 0`` and ``k = n / 2``, whose imaginary parts ``irfft`` ignores. Convolving a complex
+    signal ``x1 + i x2`` of two real rows with that ``H`` gives ``irfft(rfft(x1) * h) + i irfft(rfft(x2) * h)``.
+
+Both launch ``launch_*`` helpers below on a Numba stream; under Numba's CUDA simulator they run on NumPy
+arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+__all__ = [
+    "multiply_by_filter",
+    "permute_complex_filter",
+    "permute_real_filter",
+    "permute_kernel",
+    "launch_multiply",
+    "launch_permute",
+]
+
+_THREADS = 256
+_MAX_GRID_Y = 65535
+
+
+@cuda.jit
+def multiply_by_filter(y, h, per_row, scale):
+    c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if c < y.shape[1]:
+        for r in range(cuda.blockIdx.y, y.shape[0], cuda.gridDim.y):
+            hr = r if per_row else 0
+            y[r, c] = y[r, c] * h[hr, c] * scale
+
+
+@cuda.jit
+def permute_complex_filter(h, hp, n1, hermitian):
+    q = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    n2 = hp.shape[1]
+    if q < hp.shape[0] * n2:
+        k1 = q // n2
+        k2 = q - k1 * n2
+        k = k1 + n1 * k2
+        n = hp.shape[0] * n2
+        if not hermitian:
+            hp[k1, k2] = h[k]
+        elif 2 * k > n:
+            hp[k1, k2] = h[n - k].conjugate()
+        elif k == 0 or 2 * k == n:
+            hp[k1, k2] = h[k].real
+        else:
+            hp[k1, k2] = h[k]
+
+
+@cuda.jit
+def permute_real_filter(h, hp, n1, hermitian):
+    q = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    n2 = hp.shape[1]
+    if q < hp.shape[0] * n2:
+        k1 = q // n2
+        k2 = q - k1 * n2
+        k = k1 + n1 * k2
+        n = hp.shape[0] * n2
+        if hermitian and 2 * k > n:
+            hp[k1, k2] = h[n - k]
+        else:
+            hp[k1, k2] = h[k]
+
+
+def launch_multiply(y, h, per_row: bool, scale, stream=0) -> None:
+    """``y *= h * scale`` (see the module docstring); ``scale`` a NumPy scalar of ``y``'s real precision."""
+    rows, m = y.shape
+    if rows == 0 or m == 0:
+        return
+    grid = (-(-m // _THREADS), min(rows, _MAX_GRID_Y))
+    multiply_by_filter[grid, _THREADS, stream](y, h, int(per_row), scale)
+
+
+def permute_kernel(h_dtype) -> object:
+    """The permutation kernel for a filter of ``h_dtype`` (complex or real)."""
+    return permute_complex_filter if np.dtype(h_dtype).kind == "c" else permute_real_filter
+
+
+def launch_permute(h, hp, hermitian: bool, stream=0) -> None:
+    """Fill ``hp`` (``(n1, n2)``) from the 1-D filter ``h`` (see the module docstring)."""
+    n1, n2 = hp.shape
+    total = n1 * n2
+    permute_kernel(h.dtype)[-(-total // _THREADS), _THREADS, stream](h, hp, n1, int(hermitian))

@@ -1,0 +1,528 @@
+"""Convolution of long signals in three passes over memory: the four-step (Bailey) FFT with the multiply by
+the filter folded into its middle pass.
+
+With ``n = n1 * n2``, each signal ``x[i1 * n2 + i2]`` is an ``(n1, n2)`` matrix, and its spectrum is
+
+    ``X[k1 + n1 * k2] = FFT_n2( w^(k1 i2) * FFT_n1(x[:, i2])[k1] )[k2]``,  ``w = exp(-2 pi i / n)``.
+
+The convolution ``ifft(fft(x) * H)`` never needs ``X`` in natural order, only in *some* order the filter is
+permuted to, so it runs as:
+
+1. **column pass** (:class:`ColumnKernel`, forward): for each column ``i2``, FFT of length ``n1`` over
+   ``i1``, times the twiddle ``w^(k1 i2)``; stored as ``B[k1, i2]``, in the signal's own layout. A block
+   loads a tile of adjacent columns through shared memory, so global reads and writes are coalesced.
+2. **middle pass** (:func:`nvdispatch.device.fft_callback_kernel.convolution_kernel`, one transform per row of
+   ``B``): FFT of length ``n2``, times ``Hp[k1, k2] = H[k1 + n1 * k2]`` (:func:`fft_filter.launch_permute`
+   lays the filter out so), inverse FFT, ``1/n2``; in place.
+3. **inverse column pass** (the same :class:`ColumnKernel`, inverse): times ``w^(-k1 i2)``, inverse FFT of
+   length ``n1`` over ``k1``, ``1/n1``; stored as the result.
+
+Each pass reads and writes the signal once: **6 traversals** of memory (3 reads, 3 writes). For comparison
+(one traversal = the signal's bytes read or written once): the one-kernel convolution of lengths the
+device engine holds in a block (``n <= 4096``) makes 2; cuFFT forward, one multiply and cuFFT inverse make
+``2P + 2 + 2P`` where ``P`` is the number of passes cuFFT needs for ``n`` (1 while a transform fits one
+kernel, 2 or 3 beyond), and CuPy's and Torch's ``ifft(fft(x) * h)`` add a normalisation pass (``4P + 4``).
+
+Real signals: two rows are packed into one complex signal ``x[2s] + i x[2s + 1]`` (a zero row pads an odd
+batch) and the half-spectrum filter is completed to a Hermitian one (:mod:`.fft_filter`); the real and
+imaginary parts of the result are then the two rows' convolutions, ``irfft(rfft(x) * h, n)``. The passes
+move half the complex volume, so the count of traversals is the same.
+
+The column kernel is one per ``(n1, precision, tile)``; its direction, the packing of real signals, ``n2``
+and the scale are launch arguments, so forward and inverse passes, real and complex signals, and every
+``n2`` share one compiled kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import DeviceConfigurationError
+from .fft import FFT
+from .fft_callback_kernel import KernelSpec, convolution_kernel, covers
+from .fft_config import DEFAULT_SHARED_MEMORY, MAX_THREADS_PER_BLOCK, FFTConfig
+from .fft_filter import launch_permute, permute_kernel
+from .kernel_object import sincospi_function
+from .simulator_compat import simulator_active
+
+__all__ = [
+    "ROW_LENGTH",
+    "split",
+    "ColumnSpec",
+    "column_spec",
+    "ColumnKernel",
+    "column_kernel",
+    "FourStepConvolution",
+    "TRAVERSALS",
+]
+
+#: The row length (``n2``) preferred: the one-kernel convolution's most efficient block FFTs are about there.
+ROW_LENGTH = 1024
+#: Traversals of the signal's memory (reads + writes) of the three passes.
+TRAVERSALS = 6
+#: Columns a thread transforms alone (in registers, no shared memory), by precision.
+_THREAD_COLUMNS = {"float32": 32, "float64": 16}
+_MAX_TILE_COLUMNS = 16
+_THREADS_PER_TILE = 256
+_THREAD_COLUMN_BLOCK = 128
+KERNEL_NAME = "four_step_column_kernel"
+
+
+def split(n: int) -> tuple[int, int] | None:
+    """``(n1, n2)`` with ``n = n1 * n2``, both lengths the device engine has, ``n2`` (the rows the middle pass
+    convolves) nearest :data:`ROW_LENGTH` from below (above only when ``n1`` would be too long); None when
+    ``n`` has no such split.
+
+    Examples
+    --------
+    >>> split(65536), split(1 << 20), split(3 * 4096)
+    ((64, 1024), (1024, 1024), (12, 1024))
+    >>> split(11 * 4096) is None
+    True
+    """
+    options = [d for d in range(2, min(n // 2, 4096) + 1) if n % d == 0 and covers(d) and covers(n // d)]
+    if not options:
+        return None
+    below = [d for d in options if d <= ROW_LENGTH]
+    n2 = max(below) if below else min(options)
+    return n // n2, n2
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """What the column kernel's source depends on: the column FFT's length, precision and knobs, and how many
+    adjacent columns a block transforms (``columns``, a power of two dividing every ``n2`` it runs with)."""
+
+    n1: int
+    precision: str  # "float32" | "float64"
+    elements_per_thread: int
+    columns: int
+
+    @property
+    def threads_per_column(self) -> int:
+        return self.n1 // self.elements_per_thread
+
+    @property
+    def complex_bytes(self) -> int:
+        return 2 * np.dtype(self.precision).itemsize
+
+    @property
+    def tile_bytes(self) -> int:
+        """Shared memory of the tile of ``columns`` columns (one padding slot a row), 0 without a tile (a thread
+        per column, or one column a block: each thread then reads its elements straight from memory)."""
+        if self.threads_per_column == 1 or self.columns == 1:
+            return 0
+        return self.n1 * (self.columns + 1) * self.complex_bytes
+
+
+def _fft_config(n1: int, precision: str, ept, columns: int) -> FFTConfig:
+    return FFTConfig.build(
+        fft_type="c2c",
+        size=n1,
+        precision=np.dtype(precision).type,
+        direction="forward",
+        execution="Block",
+        elements_per_thread=ept,
+        ffts_per_block=columns,
+    )
+
+
+def column_spec(n1: int, n2: int, precision: str) -> ColumnSpec:
+    """The column kernel's configuration for columns of ``n1`` in rows of ``n2``.
+
+    Short columns are a thread's each (all ``n1`` values in its registers: ``columns`` threads read adjacent
+    addresses); longer ones are Block FFTs of the suggested knobs over a tile of up to 16 columns that fits
+    the 48 KiB of shared memory.
+
+    Examples
+    --------
+    >>> column_spec(16, 1024, "float32")
+    ColumnSpec(n1=16, precision='float32', elements_per_thread=16, columns=128)
+    >>> column_spec(1024, 1024, "float32")
+    ColumnSpec(n1=1024, precision='float32', elements_per_thread=16, columns=4)
+    """
+    power = n2 & -n2  # the largest power of two dividing n2
+    if n1 <= _THREAD_COLUMNS[precision]:
+        try:
+            _fft_config(n1, precision, n1, 1)
+            return ColumnSpec(n1, precision, n1, min(power, _THREAD_COLUMN_BLOCK))
+        except DeviceConfigurationError:
+            pass  # lengths a single thread's radix plan cannot take: Block FFTs below
+    ept = _fft_config(n1, precision, "suggested", 1).elements_per_thread
+    threads = n1 // ept
+    columns = min(power, _MAX_TILE_COLUMNS, max(1, _THREADS_PER_TILE // threads))
+    while columns > 1:
+        spec = ColumnSpec(n1, precision, ept, columns)
+        if spec.tile_bytes <= DEFAULT_SHARED_MEMORY and threads * columns <= MAX_THREADS_PER_BLOCK:
+            try:
+                _fft_config(n1, precision, ept, columns)
+                return spec
+            except DeviceConfigurationError:
+                pass
+        columns //= 2
+    return ColumnSpec(n1, precision, ept, 1)
+
+
+class _Source:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def __call__(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def block(self, header: str):
+        self(header)
+        self.depth += 1
+
+    def end(self) -> None:
+        self.depth -= 1
+
+
+def _twiddle(w: _Source, i: int, k: str, inverse: bool) -> None:
+    """Multiply slot ``i`` (index ``k`` along the column, column ``col``) by ``w^(k col)`` (forward), or
+    conjugate it and multiply by ``w^(k col)`` (inverse: ``conj(v * w^(-k col))``, the conjugation trick)."""
+    w(f"ang = REAL({k} * col) * step")
+    w("sn, cs = SINCOSPI(ang)")
+    w(f"vr = tdf[{2 * i}]")
+    w(f"vi = tdf[{2 * i + 1}]")
+    if inverse:
+        w(f"tdf[{2 * i}] = vr * cs - vi * sn")
+        w(f"tdf[{2 * i + 1}] = -(vr * sn + vi * cs)")
+    else:
+        w(f"tdf[{2 * i}] = vr * cs + vi * sn")
+        w(f"tdf[{2 * i + 1}] = vi * cs - vr * sn")
+
+
+def generate_column_source(spec: ColumnSpec) -> str:
+    """The Python source of the column kernel (globals: see :class:`ColumnKernel`).
+
+    Arguments: ``src_c``/``src_r`` (complex / real source, ``(signals, n)`` / ``(rows_r, n)``), ``dst_c``/
+    ``dst_r`` (likewise), ``n2``, ``tiles`` (``n2 // columns``), ``inverse``, ``real_in`` (two real rows per
+    signal are read), ``real_out`` (two real rows are written), ``rows_r`` (rows of the real array),
+    ``scale`` (inverse only) and ``step`` (``2 / n``). Block ``b`` transforms columns
+    ``(b % tiles) * columns + threadIdx.y`` of signal ``b // tiles``.
+    """
+    e, threads, columns = spec.elements_per_thread, spec.threads_per_column, spec.columns
+    tile = spec.tile_bytes > 0
+    stride = columns + 1  # tile row length: one padding slot
+    w = _Source()
+    w("thread_data = cuda.local.array(STORAGE, VALUE)")
+    w("shared_mem = cuda.shared.array(0, VALUE)")
+    w("tdf = thread_data.view(REAL)")
+    w("t = cuda.threadIdx.x")
+    w("y = cuda.threadIdx.y")
+    w("blk = INDEX(cuda.blockIdx.x)")
+    w("sig = blk // tiles")
+    w(f"col0 = (blk - sig * tiles) * {columns}")
+    w("col = col0 + y")
+    w("a = 2 * sig")
+    w("second = a + 1 < rows_r")
+    if tile:
+        w("smf = shared_mem.view(REAL)")
+        w(f"lin = t + y * {threads}")  # the thread's rank in the block: tile loads run along the columns
+        w(f"r0 = lin // {columns}")
+        w(f"c = lin - r0 * {columns}")
+        w.block("if real_in:")
+        for j in range(e):
+            w(f"g = (r0 + {j * threads}) * n2 + col0 + c")
+            w(f"s = (r0 + {j * threads}) * {stride} + c")
+            w("smf[2 * s] = src_r[a, g]")
+            w("smf[2 * s + 1] = src_r[a + 1, g] if second else RZERO")
+        w.end()
+        w.block("else:")
+        for j in range(e):
+            w(f"shared_mem[(r0 + {j * threads}) * {stride} + c] = src_c[sig, (r0 + {j * threads}) * n2 + col0 + c]")
+        w.end()
+        w("cuda.syncthreads()")
+        for i in range(e):
+            w(f"thread_data[{i}] = shared_mem[(t + {i * threads}) * {stride} + y]")
+    else:
+        w.block("if real_in:")
+        for i in range(e):
+            w(f"g = (t + {i * threads}) * n2 + col")
+            w(f"tdf[{2 * i}] = src_r[a, g]")
+            w(f"tdf[{2 * i + 1}] = src_r[a + 1, g] if second else RZERO")
+        w.end()
+        w.block("else:")
+        for i in range(e):
+            w(f"thread_data[{i}] = src_c[sig, (t + {i * threads}) * n2 + col]")
+        w.end()
+    w.block("if inverse:")
+    for i in range(e):
+        _twiddle(w, i, f"(t + {i * threads})", inverse=True)
+    w.end()
+    if tile:
+        w("cuda.syncthreads()")  # the FFT's exchanges reuse the tile's memory
+    w("FFT(thread_data, shared_mem)")
+    w.block("if inverse:")
+    for i in range(e):
+        w(f"tdf[{2 * i}] = tdf[{2 * i}] * scale")
+        w(f"tdf[{2 * i + 1}] = -tdf[{2 * i + 1}] * scale")
+    w.end()
+    w.block("else:")
+    for i in range(e):
+        _twiddle(w, i, f"(t + {i * threads})", inverse=False)
+    w.end()
+    if tile:
+        w("cuda.syncthreads()")
+        for i in range(e):
+            w(f"shared_mem[(t + {i * threads}) * {stride} + y] = thread_data[{i}]")
+        w("cuda.syncthreads()")
+        w.block("if real_out:")
+        for j in range(e):
+            w(f"g = (r0 + {j * threads}) * n2 + col0 + c")
+            w(f"v = shared_mem[(r0 + {j * threads}) * {stride} + c]")
+            w("dst_r[a, g] = v.real")
+            w.block("if second:")
+            w("dst_r[a + 1, g] = v.imag")
+            w.end()
+        w.end()
+        w.block("else:")
+        for j in range(e):
+            w(f"dst_c[sig, (r0 + {j * threads}) * n2 + col0 + c] = shared_mem[(r0 + {j * threads}) * {stride} + c]")
+        w.end()
+    else:
+        w.block("if real_out:")
+        for i in range(e):
+            w(f"g = (t + {i * threads}) * n2 + col")
+            w(f"dst_r[a, g] = tdf[{2 * i}]")
+            w.block("if second:")
+            w(f"dst_r[a + 1, g] = tdf[{2 * i + 1}]")
+            w.end()
+        w.end()
+        w.block("else:")
+        for i in range(e):
+            w(f"dst_c[sig, (t + {i * threads}) * n2 + col] = thread_data[{i}]")
+        w.end()
+    params = "src_c, src_r, dst_c, dst_r, n2, tiles, inverse, real_in, real_out, rows_r, scale, step"
+    return f"def {KERNEL_NAME}({params}):\n" + "\n".join(w.lines) + "\n"
+
+
+class ColumnKernel:
+    """The column pass of one :class:`ColumnSpec`: ``launch(...)`` runs it forward or inverse."""
+
+    def __init__(self, spec: ColumnSpec):
+        from numba import cuda
+        from numba.np.numpy_support import from_dtype
+
+        real = np.dtype(spec.precision).type
+        cplx = np.dtype(np.result_type(real, np.complex64))
+        self.spec = spec
+        self.fft = FFT(
+            size=spec.n1,
+            precision=real,
+            fft_type="c2c",
+            execution="Block",
+            direction="forward",
+            elements_per_thread=spec.elements_per_thread,
+            ffts_per_block=spec.columns,
+        )
+        self.source = generate_column_source(spec)
+        namespace: dict[str, Any] = {
+            "cuda": cuda,
+            "STORAGE": self.fft.storage_size,
+            "VALUE": from_dtype(cplx),
+            "REAL": real,
+            "RZERO": real(0),
+            "INDEX": np.int64,
+            "SINCOSPI": sincospi_function(real),
+            "FFT": self.fft,
+        }
+        code = compile(self.source, f"<nvdispatch generated {KERNEL_NAME} {self.fft._numba_key}>", "exec")
+        exec(code, namespace)  # noqa: S102 - generated by this module
+        self.python_function = namespace[KERNEL_NAME]
+        self.kernel = cuda.jit(self.python_function)
+        self.block_dim = (spec.threads_per_column, spec.columns)
+        self.shared_memory_size = max(spec.tile_bytes, self.fft.shared_memory_size)
+        self._real, self._complex = real, cplx
+
+    def argtypes(self) -> tuple:
+        from numba.cuda import types
+        from numba.np.numpy_support import from_dtype
+
+        c2 = types.Array(from_dtype(self._complex), 2, "C")
+        r2 = types.Array(from_dtype(np.dtype(self._real)), 2, "C")
+        real = from_dtype(np.dtype(self._real))
+        i64 = types.int64
+        return (c2, r2, c2, r2, i64, i64, i64, i64, i64, i64, real, real)
+
+    def compile(self) -> None:
+        """Compile now (at plan time) for the only argument types the launches use."""
+        if not simulator_active():
+            self.kernel.compile(self.argtypes())
+
+    def launch(
+        self,
+        src_c,
+        src_r,
+        dst_c,
+        dst_r,
+        *,
+        signals: int,
+        n2: int,
+        inverse: bool,
+        real_in: bool,
+        real_out: bool,
+        rows_r: int,
+        scale: float,
+        step: float,
+        stream=0,
+    ) -> None:
+        tiles = n2 // self.spec.columns
+        grid = signals * tiles
+        if grid == 0:
+            return
+        real = self._real
+        self.kernel[grid, self.block_dim, stream, self.shared_memory_size](
+            src_c,
+            src_r,
+            dst_c,
+            dst_r,
+            n2,
+            tiles,
+            int(inverse),
+            int(real_in),
+            int(real_out),
+            rows_r,
+            real(scale),
+            real(step),
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def column_kernel(spec: ColumnSpec) -> ColumnKernel:
+    """The column kernel of ``spec``, made once per process (every convolution with these columns shares it)."""
+    return ColumnKernel(spec)
+
+
+class FourStepConvolution:
+    """The three passes for signals of length ``n`` (``split(n)``) in ``precision``, real or complex.
+
+    :meth:`launch` takes 2-D C-contiguous arrays (Numba device arrays; NumPy arrays under the simulator):
+    ``x`` ``(rows, n)`` (real or complex), ``out`` like ``x``, ``h`` the 1-D filter (``n`` values, or
+    ``n // 2 + 1`` for real signals; real or complex), and the work arrays of :meth:`work_shapes`.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        precision: str,
+        real_signal: bool,
+        *,
+        parts: tuple[int, int] | None = None,
+        column: ColumnSpec | None = None,
+        middle_knobs: tuple[int | str, int | str] = ("suggested", "suggested"),
+    ):
+        """``parts``, ``column`` and ``middle_knobs`` (elements per thread, FFTs per block of the middle pass)
+        override the defaults (:func:`split`, :func:`column_spec`, the engine's suggestion)."""
+        parts = parts or split(n)
+        if parts is None or parts[0] * parts[1] != n:
+            raise DeviceConfigurationError("n", "a length n1 * n2 of two device-engine lengths", n)
+        self.n, self.precision, self.real_signal = n, precision, real_signal
+        self.n1, self.n2 = parts
+        self.column = column_kernel(column or column_spec(self.n1, self.n2, precision))
+        if self.n2 % self.column.spec.columns or self.column.spec.n1 != self.n1:
+            raise DeviceConfigurationError("column", f"a ColumnSpec of n1={self.n1} dividing n2={self.n2}", column)
+        ept, fpb = middle_knobs
+        self.middle = convolution_kernel(
+            KernelSpec(
+                "c2c",
+                self.n2,
+                precision,
+                "forward",
+                self.n2,
+                scale=1.0 / self.n2,
+                convolve=True,
+                elements_per_thread=ept,
+                ffts_per_block=fpb,
+            )
+        )
+        self.complex_dtype = np.dtype(np.result_type(np.dtype(precision), np.complex64))
+
+    def signals(self, rows: int) -> int:
+        """Complex signals the passes transform for ``rows`` rows (two real rows make one)."""
+        return (rows + 1) // 2 if self.real_signal else rows
+
+    def work_shapes(self, rows: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Shapes of the complex work arrays: the intermediate ``(signals, n)`` and the permuted filter."""
+        return (self.signals(rows), self.n), (self.n1, self.n2)
+
+    def compile(self, h_dtype) -> None:
+        """Compile every kernel now for a filter of ``h_dtype``."""
+        if simulator_active():
+            return
+        from numba.cuda import types
+        from numba.np.numpy_support import from_dtype
+
+        c2 = types.Array(from_dtype(self.complex_dtype), 2, "C")
+        self.column.compile()
+        self.middle.compile((c2, c2, c2))
+        h1 = types.Array(from_dtype(np.dtype(h_dtype)), 1, "C")
+        permute_kernel(h_dtype).compile((h1, c2, types.int64, types.int64))
+
+    def launch(self, x, out, h, work, hp, dummy_real, stream=0) -> None:
+        """Queue the convolution of ``x`` with ``h`` into ``out``. ``work``/``hp``: arrays of
+        :meth:`work_shapes` (complex); ``dummy_real``: any ``(1, 1)`` C-contiguous array of the real precision
+        (what the column kernel gets for the real arrays a pass does not use)."""
+        rows = x.shape[0]
+        signals = self.signals(rows)
+        if signals == 0:
+            return
+        n, n2 = self.n, self.n2
+        step = 2.0 / n
+        launch_permute(h, hp, self.real_signal, stream)
+        real = self.real_signal
+        self.column.launch(
+            work if real else x,
+            x if real else dummy_real,
+            work,
+            dummy_real,
+            signals=signals,
+            n2=n2,
+            inverse=False,
+            real_in=real,
+            real_out=False,
+            rows_r=rows,
+            scale=1.0,
+            step=step,
+            stream=stream,
+        )
+        rows_view = work.reshape(signals * self.n1, n2)
+        self.middle.launch(rows_view, rows_view, hp, (), (), stream)
+        self.column.launch(
+            work,
+            dummy_real,
+            work if real else out,
+            out if real else dummy_real,
+            signals=signals,
+            n2=n2,
+            inverse=True,
+            real_in=False,
+            real_out=real,
+            rows_r=rows,
+            scale=1.0 / self.n1,
+            step=step,
+            stream=stream,
+        )
+
+    def describe(self) -> tuple[str, ...]:
+        c, f = self.column.spec, self.column.fft
+        where = "a thread per column" if c.threads_per_column == 1 else "a tile in shared memory"
+        return (
+            f"four-step split n={self.n} = {self.n1} x {self.n2}"
+            + (" (two real rows packed into one complex signal, Hermitian filter)" if self.real_signal else ""),
+            f"permute h into the four-step order (an ({self.n1}, {self.n2}) array)",
+            f"column pass: FFT n1={self.n1} over {c.columns} adjacent columns a block "
+            f"({f.elements_per_thread} elements/thread, {where}), "
+            f"twiddles, coalesced store",
+            f"middle pass: one kernel per row of n2={self.n2}: FFT -> multiply by the permuted h -> inverse FFT -> "
+            f"1/{self.n2}, in place ({self.middle.first.elements_per_thread} elements/thread, "
+            f"{self.middle.ffts_per_block} FFTs/block)",
+            f"inverse column pass: conjugate twiddles, inverse FFT n1={self.n1}, 1/{self.n1}, store the result",
+            f"{TRAVERSALS} traversals of the signal's memory (3 reads, 3 writes)",
+        )

@@ -1,0 +1,122 @@
+"""The ``unfused`` strategy of ``fft.convolve`` on the ``"cuda"`` executor: cuFFT forward, one multiply
+kernel, cuFFT inverse, on the caller's stream.
+
+It is the three-kernel form CuPy's and Torch's ``ifft(fft(x) * h)`` run, less their separate normalisation
+pass: the ``1/n`` is applied by the multiply (``y *= h / n``, in place on the spectrum this plan owns), and
+cuFFT's C2R may overwrite that spectrum (no protective copy). Traffic: ``4P + 2`` traversals of the signal
+(``P``: cuFFT's passes for ``n``). The timed choice keeps it as the candidate every fused strategy must
+beat.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._fft_convolve import ConvolveProblem
+from .cuda_fft import CudaFFTPlan, layout
+from .cuda_numba import NumbaStreams, numba_reason, numba_view, on_device, raw_view
+
+__all__ = ["unfused_reason", "UnfusedConvolvePlan"]
+
+
+def unfused_reason(problem: ConvolveProblem) -> str | None:
+    """Why the unfused strategy does not apply, or None."""
+    why = numba_reason()
+    if why:
+        return why
+    f = problem.forward
+    if f.empty:
+        return "an empty batch"
+    if f.axes[0] != len(f.shape) - 1:
+        return "the multiply kernel filters along the last axis"
+    if problem.filter_rows is None or not problem.filter.c_contiguous:
+        return "h must be C-contiguous, one row for all signals or the spectrum's shape"
+    for p in (f, problem.inverse):
+        lay = layout(p)
+        if isinstance(lay, str):
+            return lay
+        if lay["loops"]:
+            return "the batch needs several cuFFT launches"
+    return None
+
+
+class UnfusedConvolvePlan:
+    """cuFFT forward -> ``y *= h / n`` (one kernel, in place) -> cuFFT inverse."""
+
+    def __init__(self, problem: ConvolveProblem, strategy: str):
+        from ..device.fft_filter import multiply_by_filter
+
+        self.problem, self.strategy = problem, strategy
+        f, inv = problem.forward, problem.inverse
+        self.forward = CudaFFTPlan(f, "cufft")
+        try:
+            self.inverse = CudaFFTPlan(inv, "cufft")
+        except BaseException:
+            self.forward.release()
+            raise
+        self.device_index = self.forward.device_index
+        self.n_mid = f.out_shape[-1]
+        self.rows = math.prod(f.out_shape[:-1])
+        self.per_row = problem.filter_rows == "each"
+        self.scale = np.dtype(f.real_dtype).type(1.0 / f.lengths[0])
+        self.spectrum_bytes = self.rows * self.n_mid * np.dtype(f.compute_dtype).itemsize
+        from .._cuda import runtime
+
+        self._several = runtime.device_count() > 1
+        self._streams = NumbaStreams()
+        self._multiply = multiply_by_filter
+        self._compile()
+        self.steps = (
+            self.forward.steps[0],
+            f"cufftExec on the caller's stream into a scratch spectrum ({f.compute_dtype}{list(f.out_shape)})",
+            f"multiply the spectrum by h / {f.lengths[0]} in place (one kernel; "
+            f"{'one row per signal' if self.per_row else 'one row for all'})",
+            self.inverse.steps[0],
+            "cufftExec of the inverse on the caller's stream (it may overwrite the scratch spectrum)",
+            problem.describe(),
+        )
+
+    def _compile(self) -> None:
+        from numba.cuda import types
+        from numba.np.numpy_support import from_dtype
+
+        f = self.problem.forward
+        argtypes = (
+            types.Array(from_dtype(np.dtype(f.compute_dtype)), 2, "C"),
+            types.Array(from_dtype(np.dtype(self.problem.filter.dtype)), 2, "C"),
+            types.int64,
+            from_dtype(np.dtype(f.real_dtype)),
+        )
+        with on_device(self.device_index, self._several):
+            self._multiply.compile(argtypes)
+
+    def execute(self, operands, stream=None):
+        from .._cuda import arrays, cufft, memory, runtime, streams
+        from ..device.fft_filter import launch_multiply
+
+        f, inv = self.problem.forward, self.problem.inverse
+        fw, dev = f.framework, self.device_index
+        x, h = operands["x"], operands["h"]
+        runtime.bind_context(dev)
+        s = streams.stream_pointer(stream, fw, dev)
+        kind = arrays.result_kind(x, fw)
+        spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
+        self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
+        with on_device(dev, self._several):
+            y = raw_view(spectrum.ptr, (self.rows, self.n_mid), f.compute_dtype, spectrum)
+            hv = numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
+            launch_multiply(y, hv, self.per_row, self.scale, self._streams(s))
+        out, out_ptr = arrays.empty(kind, inv.out_shape, inv.result_dtype, dev, s)
+        self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
+        spectrum.release()  # stream-ordered: reused only after the inverse
+        return out
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.forward.workspace_bytes + self.inverse.workspace_bytes
+
+    def release(self) -> None:
+        self.forward.release()
+        self.inverse.release()

@@ -1,0 +1,162 @@
+"""``fft.convolve`` on a GPU: every strategy of the ``"cuda"`` executor against float64 NumPy (c64 and c128,
+real and complex signals, one filter row or one per signal), and the timed choice the route makes: what
+``explain()`` says, the choice recorded and taken back from a tunings file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch import fft as nfft
+from nvdispatch import plan_cache
+from nvdispatch._fft_convolve import prepare
+from nvdispatch.executors import cuda_fft_convolve as op
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - the gpu marker skips first on GPU-less machines
+    pytest.skip("needs torch with CUDA", allow_module_level=True)
+
+RNG = np.random.default_rng(5)
+
+
+def _signal(rows, n, dtype):
+    if np.dtype(dtype).kind == "f":
+        return RNG.standard_normal((rows, n)).astype(dtype)
+    return (RNG.standard_normal((rows, n)) + 1j * RNG.standard_normal((rows, n))).astype(dtype)
+
+
+def _filter(shape, dtype):
+    return (RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)).astype(dtype)
+
+
+def _complex_of(dtype):
+    return np.result_type(np.dtype(dtype), np.complex64)
+
+
+def _reference(x, h, n):
+    if np.dtype(x.dtype).kind == "f":
+        return np.fft.irfft(np.fft.rfft(x.astype(np.float64)) * h.astype(np.complex128), n)
+    return np.fft.ifft(np.fft.fft(x.astype(np.complex128)) * h.astype(np.complex128))
+
+
+def _check(got, want, dtype):
+    got = got.cpu().numpy() if hasattr(got, "cpu") else np.asarray(got)
+    assert got.shape == want.shape and got.dtype == np.dtype(dtype)
+    tol = 3e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-11
+    assert np.abs(got - want).max() <= tol * np.abs(want).max()
+
+
+def _run_strategy(strategy, x, h):
+    xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
+    problem, operands = prepare(xt, ht, None, -1)
+    assert strategy in op.strategies(problem), op.decline(problem)
+    plan = op.plan(problem, strategy)
+    try:
+        got = plan.execute(operands)
+        torch.cuda.synchronize()
+        return got, plan
+    finally:
+        plan.release()
+
+
+# strategy, rows, n, x dtype, filter rows ("one" | "each"); few distinct kernels (each compiles for seconds)
+CASES = [
+    ("device-fused", 64, 1024, "complex64", "one"),
+    ("device-fused", 17, 64, "float32", "one"),
+    ("four-step", 5, 2048, "complex64", "one"),  # 2 x 1024: a thread per column
+    ("four-step", 3, 65536, "complex64", "one"),  # 64 x 1024: tiles of columns
+    ("four-step", 3, 65536, "float32", "one"),  # two real rows a signal, an odd batch
+    ("four-step", 3, 12288, "float64", "one"),  # 12 x 1024
+    ("four-step", 2, 12288, "complex128", "one"),
+    ("four-step", 2, 1 << 20, "complex64", "one"),  # 1024 x 1024
+    ("four-step", 1, 1 << 20, "float32", "one"),
+    ("unfused", 16, 1000, "complex64", "each"),
+    ("unfused", 9, 4096, "float32", "one"),
+    ("unfused", 4, 65536, "complex128", "one"),
+    ("unfused", 5, 2048, "float64", "each"),
+    ("cufft-lto", 16, 1024, "complex64", "one"),
+    ("cufft-lto", 7, 16384, "float32", "each"),
+    ("cufft-lto-load", 16, 1024, "complex64", "each"),
+    ("cufft-lto-load", 7, 16384, "float32", "one"),
+]
+
+
+@pytest.mark.parametrize("strategy,rows,n,dtype,filter_rows", CASES)
+def test_every_strategy_matches_numpy(strategy, rows, n, dtype, filter_rows):
+    x = _signal(rows, n, dtype)
+    m = n // 2 + 1 if np.dtype(dtype).kind == "f" else n
+    h = _filter((m,) if filter_rows == "one" else (rows, m), _complex_of(dtype))
+    got, plan = _run_strategy(strategy, x, h)
+    assert plan.strategy == strategy
+    _check(got, _reference(x, h, n), dtype)
+
+
+def test_four_step_with_a_real_filter_and_imaginary_dc():
+    n = 16384
+    x = _signal(4, n, "float32")
+    h = RNG.standard_normal(n // 2 + 1).astype(np.float32)
+    got, _ = _run_strategy("four-step", x, h)
+    _check(got, _reference(x, h, n), "float32")
+    hc = _filter(n // 2 + 1, np.complex64)  # irfft ignores Im(h[0]) and Im(h[n/2]): so must the packed rows
+    got, _ = _run_strategy("four-step", x, hc)
+    _check(got, _reference(x, hc, n), "float32")
+
+
+def test_the_route_times_once_records_and_explains():
+    """A problem worth timing (64 MiB moved): the first call times the candidates, explain() names the choice
+    and the timings, the choice is recorded, and a plan made from a saved file takes it without timing."""
+    rows, n = 4096, 1024
+    x = torch.as_tensor(_signal(rows, n, np.complex64), device="cuda")
+    h = torch.as_tensor(_filter(n, np.complex64), device="cuda")
+    before = nvdispatch.explain(nfft.convolve, x, h)
+    assert before.strategy == "timed" and "timed choice among" in before.steps[0], str(before)
+    got = nfft.convolve(x, h)
+    torch.cuda.synchronize()
+    _check(got, _reference(x.cpu().numpy(), h.cpu().numpy(), n), np.complex64)
+    after = nvdispatch.explain(nfft.convolve, x, h)
+    assert after.steps[0].startswith("chose ") and "median us per call" in after.steps[0], str(after)
+    assert "unfused" in after.steps[0], str(after)  # the three-kernel form is always timed
+    print(after)
+
+
+def test_a_saved_choice_is_taken_back_without_timing(tmp_path):
+    rows, n = 256, 65536
+    x = torch.as_tensor(_signal(rows, n, np.complex64), device="cuda")
+    h = torch.as_tensor(_filter(n, np.complex64), device="cuda")
+    nfft.convolve(x, h)
+    chosen = nvdispatch.explain(nfft.convolve, x, h).steps[0]
+    path = tmp_path / "tunings.json"
+    assert plan_cache.save(path) >= 1
+    plan_cache.clear()
+    plan_cache.clear_tunings()
+    plan_cache.load(path)
+    again = nvdispatch.explain(nfft.convolve, x, h)
+    assert "by a timing recorded on this machine" in again.steps[0], str(again)
+    assert chosen.split(":")[0].removeprefix("chose ") in again.steps[0]
+    got = nfft.convolve(x, h)
+    torch.cuda.synchronize()
+    _check(got[:4], _reference(x[:4].cpu().numpy(), h.cpu().numpy(), n), np.complex64)
+
+
+def test_timed_convolution_on_a_side_stream_and_small_problems_untimed():
+    s = torch.cuda.Stream()
+    x = _signal(2048, 4096, np.float32)  # 64 MiB moved: timed, on the side stream
+    h = _filter(2049, np.complex64)
+    xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
+    torch.cuda.synchronize()
+    got = nfft.convolve(xt, ht, stream=s)
+    s.synchronize()
+    _check(got[:8], _reference(x[:8], h, 4096), np.float32)
+    small = nvdispatch.explain(nfft.convolve, xt[:4], ht)
+    assert small.steps[0].startswith("chose ") and "the model's first" in small.steps[0], str(small)
+
+
+def test_cupy_operands():
+    cupy = pytest.importorskip("cupy")
+    x = _signal(8, 65536, np.complex64)
+    h = _filter(65536, np.complex64)
+    got = nfft.convolve(cupy.asarray(x), cupy.asarray(h))
+    assert isinstance(got, cupy.ndarray)
+    _check(cupy.asnumpy(got), _reference(x, h, 65536), np.complex64)

@@ -1,0 +1,240 @@
+"""``torch.compile(fullgraph=True)`` of functions calling ``nvdispatch.matmul`` (every epilog, biases along N and
+M, batched, float32/float16/bfloat16) and every ``nvdispatch.fft`` transform, static and ``dynamic=True``:
+0 graph breaks (``fullgraph``), graphs made of ``nvdispatch::`` operators, results against the independent NumPy
+float64 oracle. Most compiles use the ``aot_eager`` backend (Dynamo, the fake kernels and AOTAutograd, without
+inductor's C++ build, slow on CI's two cores); one model goes through inductor end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch._epilog import EPILOGS
+from tests.matmul.matmul_reference import assert_close, expected, to_numpy
+
+torch = pytest.importorskip("torch")
+
+BACKEND = "aot_eager"
+M, K, N = 5, 4, 6
+
+
+def _r(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def _graphs(fn, *args, dynamic=False):
+    """Compile ``fn`` with ``fullgraph=True`` and a backend that keeps the graphs; return (result, graphs)."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    result = torch.compile(fn, backend=keep, fullgraph=True, dynamic=dynamic)(*args)
+    return result, graphs
+
+
+def _targets(graphs) -> list[str]:
+    return [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+
+
+# -- matmul: every epilog ------------------------------------------------------------------------------------------
+def _epilog_inputs(spec, bias, mask, pre):
+    inputs = {}
+    if "bias" in spec.inputs:
+        inputs["bias"] = bias
+    if "relu_aux" in spec.inputs:
+        inputs["relu_aux"] = mask
+    if "gelu_aux" in spec.inputs:
+        inputs["gelu_aux"] = pre
+    return inputs
+
+
+def every_epilog(a, b, a3, bias_n, bias_m, c, mask, pre):
+    out = {}
+    for spec in EPILOGS.values():
+        name = spec.epilog.name
+        out[name] = nvdispatch.matmul(a, b, epilog=name, epilog_inputs=_epilog_inputs(spec, bias_n, mask, pre))
+        if spec.has_bias:
+            out[name + "/m"] = nvdispatch.matmul(a, b, epilog=spec.epilog, epilog_inputs={"bias": bias_m})
+            out[name + "/batched"] = nvdispatch.matmul(a3, b, epilog=name, epilog_inputs={"bias": bias_n})
+    out["alpha-beta-c"] = nvdispatch.matmul(a, b, c, alpha=2.0, beta=0.5)
+    out["bgrad-m"] = nvdispatch.matmul(
+        a, b, epilog="DRELU_BGRAD", epilog_inputs={"relu_aux": mask}, options={"bgrad_axis": "m"}
+    )
+    return out
+
+
+def _check_every_epilog(out, a, b, a3, bias_n, bias_m, c, mask, pre, dtype):
+    for spec in EPILOGS.values():
+        name = spec.epilog.name
+        calls = [(name, a, _epilog_inputs(spec, bias_n, mask, pre))]
+        if spec.has_bias:
+            calls += [(name + "/m", a, {"bias": bias_m}), (name + "/batched", a3, {"bias": bias_n})]
+        for key, x, inputs in calls:
+            got = out[key]
+            want, want_aux = expected(x, b, None, 1, None, name, inputs)
+            if want_aux:
+                got, aux = got
+                assert sorted(aux) == sorted(want_aux), key
+                for k, v in want_aux.items():
+                    assert_close(aux[k], v, dtype if v.dtype != bool else "bool", f"{key} {k}")
+            assert_close(got, want, dtype, key)
+    assert_close(out["alpha-beta-c"], expected(a, b, c, 2.0, 0.5, None, {})[0], dtype, "alpha-beta-c")
+    got, aux = out["bgrad-m"]
+    want, want_aux = expected(a, b, None, 1, None, "DRELU_BGRAD", {"relu_aux": mask}, bgrad_axis="m")
+    assert_close(got, want, dtype, "bgrad-m")
+    assert_close(aux["drelu_bgrad"], want_aux["drelu_bgrad"], dtype, "bgrad-m drelu_bgrad", scale=4)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_every_epilog_compiles_into_one_graph_of_operators(dtype, dynamic):
+    dt = getattr(torch, dtype)
+    args = (
+        _r(M, K, dtype=dt),
+        _r(K, N, dtype=dt, seed=1),
+        _r(2, M, K, dtype=dt, seed=2),
+        _r(N, dtype=dt, seed=3),
+        _r(M, 1, dtype=dt, seed=4),
+        _r(M, N, dtype=dt, seed=5),
+        _r(M, N, seed=6) > 0,
+        _r(M, N, dtype=dt, seed=7),
+    )
+    out, graphs = _graphs(every_epilog, *args, dynamic=dynamic)
+    assert len(graphs) == 1
+    calls = _targets(graphs).count("nvdispatch.matmul.default")
+    assert calls == sum(3 if s.has_bias else 1 for s in EPILOGS.values()) + 2
+    _check_every_epilog(out, *args, dtype)
+
+
+def test_dynamic_shapes_stay_symbolic_for_batch_and_matrix_sizes():
+    w, bias = _r(K, N), _r(N)
+    compiled = torch.compile(
+        lambda x: nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias}),
+        backend=BACKEND,
+        fullgraph=True,
+        dynamic=True,
+    )
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    for shape in ((3, 7, K), (4, 9, K), (5, 2, K)):
+        x = _r(*shape)
+        want = np.maximum(to_numpy(x).astype(np.float64) @ to_numpy(w) + to_numpy(bias), 0)
+        np.testing.assert_allclose(compiled(x).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1  # one graph for every batch and M
+
+
+# -- fft: every transform --------------------------------------------------------------------------------------------
+def every_transform(x, z, h):
+    F = nvdispatch.fft
+    return {
+        "fft": F.fft(z),
+        "ifft": F.ifft(z, 5, 0, "ortho"),
+        "fftn": F.fftn(z, s=(4, 10), axes=(0, 1)),
+        "ifftn": F.ifftn(z, norm="forward"),
+        "rfft": F.rfft(x, n=12),
+        "irfft": F.irfft(z, n=9),
+        "rfftn": F.rfftn(x),
+        "irfftn": F.irfftn(z, s=(6, 10)),
+        "hfft": F.hfft(z, n=10, norm="ortho"),
+        "ihfft": F.ihfft(x),
+        "fft2": F.fft2(x),
+        "ifft2": F.ifft2(z, s=(3, 5)),
+        "rfft2": F.rfft2(x, norm="ortho"),
+        "irfft2": F.irfft2(z),
+        "convolve": F.convolve(x, h),
+        "int": F.fft(torch.arange(8)),
+    }
+
+
+def numpy_transforms(x, z, h):
+    f = np.fft
+    return {
+        "fft": f.fft(z),
+        "ifft": f.ifft(z, 5, 0, "ortho"),
+        "fftn": f.fftn(z, s=(4, 10), axes=(0, 1)),
+        "ifftn": f.ifftn(z, norm="forward"),
+        "rfft": f.rfft(x, n=12),
+        "irfft": f.irfft(z, n=9),
+        "rfftn": f.rfftn(x),
+        "irfftn": f.irfftn(z, s=(6, 10), axes=(0, 1)),
+        "hfft": f.hfft(z, n=10, norm="ortho"),
+        "ihfft": f.ihfft(x),
+        "fft2": f.fft2(x),
+        "ifft2": f.ifft2(z, s=(3, 5)),
+        "rfft2": f.rfft2(x, norm="ortho"),
+        "irfft2": f.irfft2(z),
+        "convolve": f.irfft(f.rfft(x) * h, x.shape[-1]),
+        "int": f.fft(np.arange(8.0)),
+    }
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_every_transform_compiles_into_one_graph_of_operators(dynamic):
+    x, z, h = _r(6, 8), _r(6, 8, dtype=torch.complex64, seed=1), _r(5, dtype=torch.complex64, seed=2)
+    out, graphs = _graphs(every_transform, x, z, h, dynamic=dynamic)
+    assert len(graphs) == 1
+    targets = _targets(graphs)
+    assert targets.count("nvdispatch.fft.default") == 15 and targets.count("nvdispatch.convolve.default") == 1
+    want = numpy_transforms(to_numpy(x).astype(np.float64), to_numpy(z).astype(np.complex128), to_numpy(h))
+    for key, w in want.items():
+        got = out[key]
+        assert str(got.dtype) == ("torch.complex64" if np.iscomplexobj(w) else "torch.float32"), key
+        np.testing.assert_allclose(got.numpy(), w, rtol=2e-5, atol=2e-5 * max(1, np.abs(w).max()), err_msg=key)
+
+
+def test_out_is_written_inside_a_compiled_function():
+    x = _r(6, 8, dtype=torch.complex64)
+    out = torch.empty(6, 8, dtype=torch.complex64)
+    got = torch.compile(lambda x, out: nvdispatch.fft.fft(x, out=out), backend=BACKEND, fullgraph=True)(x, out)
+    assert got is out
+    np.testing.assert_allclose(out.numpy(), np.fft.fft(x.numpy()), rtol=1e-5, atol=1e-5)
+
+
+# -- inductor, end to end --------------------------------------------------------------------------------------------
+class FusedModel(torch.nn.Module):
+    """Two fused linear layers and a spectral filter, as a user writes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(_r(8, 16, seed=10) * 0.3)
+        self.b1 = torch.nn.Parameter(_r(16, seed=11))
+        self.w2 = torch.nn.Parameter(_r(16, 8, seed=12) * 0.3)
+        self.b2 = torch.nn.Parameter(_r(8, seed=13))
+
+    def forward(self, x):
+        h = nvdispatch.matmul(x, self.w1, epilog="RELU_BIAS", epilog_inputs={"bias": self.b1})
+        y = nvdispatch.matmul(h, self.w2, epilog="GELU_BIAS", epilog_inputs={"bias": self.b2})
+        return nvdispatch.fft.irfft(nvdispatch.fft.rfft(y) * 0.5, n=8)
+
+
+def _reference(model, x):
+    p = {k: v.detach().double() for k, v in model.named_parameters()}
+    x = x.double().requires_grad_()
+    ps = {k: v.requires_grad_() for k, v in p.items()}
+    h = torch.relu(x @ ps["w1"] + ps["b1"])
+    y = torch.nn.functional.gelu(h @ ps["w2"] + ps["b2"], approximate="tanh")
+    out = torch.fft.irfft(torch.fft.rfft(y) * 0.5, n=8)
+    return out, x, ps
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_model_trains_through_inductor(dynamic):
+    model = FusedModel()
+    compiled = torch.compile(model, fullgraph=True, dynamic=dynamic)
+    for batch in (4, 7):
+        x = _r(batch, 8, seed=batch).requires_grad_()
+        out = compiled(x)
+        weight = _r(*out.shape, seed=20)
+        (out * weight).sum().backward()
+        want, xr, ps = _reference(model, x.detach())
+        (want * weight.double()).sum().backward()
+        np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(x.grad.numpy(), xr.grad.numpy(), rtol=1e-4, atol=1e-5)
+        for name, param in model.named_parameters():
+            np.testing.assert_allclose(param.grad.numpy(), ps[name].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+        model.zero_grad()

@@ -1,0 +1,222 @@
+"""How the public functions meet Torch: the operators are registered on first need only; eager calls that need
+no autograd never reach them (and keep their results and dtypes); calls autograd records go through them; the
+backend state is honoured inside compiled graphs; what cannot be compiled is a typed error at trace time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import nvdispatch
+from nvdispatch.errors import CallbackError, InvalidArgumentError, NoExecutorError, UnsupportedDtypeError
+from nvdispatch.executors import builtin
+from nvdispatch.executors.base import Executor
+
+torch = pytest.importorskip("torch")
+
+
+def _r(*shape, dtype=torch.float32, seed=0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).requires_grad_(grad)
+
+
+def test_nothing_of_torch_is_imported_or_registered_before_a_call_needs_it():
+    code = textwrap.dedent(
+        """
+        import sys
+        import nvdispatch, nvdispatch.fft
+        assert "torch" not in sys.modules, "import nvdispatch imported torch"
+        import torch
+        ops = "nvdispatch.integrations.torch_ops"
+        x = torch.ones(4, 3)
+        nvdispatch.matmul(x, torch.ones(3, 2), epilog="RELU")  # eager, nothing recorded: the route alone
+        nvdispatch.fft.rfft(x)
+        assert ops not in sys.modules and not hasattr(torch.ops.nvdispatch, "matmul")
+        y = nvdispatch.matmul(x, torch.ones(3, 2, requires_grad=True), epilog="RELU")  # autograd records it
+        assert ops in sys.modules and hasattr(torch.ops.nvdispatch, "matmul")
+        print(type(y.grad_fn).__name__)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "nvdispatch_matmul" in done.stdout
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """How many eager calls the Torch integration took (ran through the operators)."""
+    from nvdispatch.integrations import torch_ops
+
+    count = [0]
+    for name in ("call_matmul", "call_fft", "call_convolve"):
+        call = getattr(torch_ops, name)
+
+        def counting(*args, _call=call):
+            count[0] += 1
+            return _call(*args)
+
+        monkeypatch.setattr(torch_ops, name, counting)
+    return count
+
+
+CALLS = {
+    "relu-bias": lambda a, b, bias, x: nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}),
+    "gelu-bias": lambda a, b, bias, x: nvdispatch.matmul(a, b, epilog="GELU_BIAS", epilog_inputs={"bias": bias}),
+    "gelu-aux": lambda a, b, bias, x: nvdispatch.matmul(a, b, epilog="GELU_AUX"),
+    "plain": lambda a, b, bias, x: nvdispatch.matmul(a, b),
+    "alpha-c": lambda a, b, bias, x: nvdispatch.matmul(a, b, a @ b, alpha=2, beta=0.5),
+    "rfft": lambda a, b, bias, x: nvdispatch.fft.rfft(x, n=10),
+    "fft2-int": lambda a, b, bias, x: nvdispatch.fft.fft2(x.detach().to(torch.int32)),
+    "ifftn": lambda a, b, bias, x: nvdispatch.fft.ifftn(x, s=(3, 5)),
+    "convolve": lambda a, b, bias, x: nvdispatch.fft.convolve(x, torch.ones(5)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("call", list(CALLS))
+def test_recorded_calls_go_through_the_operators_with_the_same_results_and_dtypes(call, dtype, taken):
+    dt = getattr(torch, dtype)
+    if call in ("rfft", "ifftn", "convolve", "fft2-int") and dtype == "bfloat16":
+        pytest.skip("no bfloat16 transforms")
+    args = [_r(4, 3, dtype=dt), _r(3, 5, dtype=dt, seed=1), _r(5, dtype=dt, seed=2), _r(4, 8, dtype=dt, seed=3)]
+    plain = CALLS[call](*args)
+    assert taken[0] == 0  # nothing recorded: the route alone
+    args = [t.detach().requires_grad_() for t in args]
+    recorded = CALLS[call](*args)
+    if call != "fft2-int":
+        assert taken[0] == 1
+    first = lambda r: r[0] if isinstance(r, tuple) else r  # noqa: E731
+    if call != "fft2-int":
+        assert "nvdispatch" in type(first(recorded).grad_fn).__name__
+    with torch.no_grad():
+        again = CALLS[call](*args)
+    assert taken[0] == (0 if call == "fft2-int" else 1)  # under no_grad: the route alone
+    for got in (recorded, again):
+        assert type(got) is type(plain)
+        assert first(got).dtype == first(plain).dtype and first(got).shape == first(plain).shape
+        torch.testing.assert_close(first(got).detach(), first(plain), rtol=0, atol=0)
+        if isinstance(plain, tuple):
+            assert sorted(got[1]) == sorted(plain[1])
+
+
+def test_a_recorded_call_with_a_stream_is_left_to_the_route(taken):
+    # (on the CPU the route refuses a stream; on a GPU the Torch executor's ops record the call)
+    a, b = _r(4, 3, grad=True), _r(3, 5, seed=1)
+    with pytest.raises(InvalidArgumentError, match="stream"):
+        nvdispatch.matmul(a, b, epilog="RELU", stream=0)
+    assert taken[0] == 0
+
+
+def test_fp8_calls_autograd_records_are_refused_with_a_typed_error():
+    a = _r(16, 32).to(torch.float8_e4m3fn)
+    b = _r(32, 16).to(torch.float8_e4m3fn)
+    bias = _r(16, dtype=torch.bfloat16, grad=True)
+    with pytest.raises(UnsupportedDtypeError, match="no derivative"):
+        nvdispatch.matmul(a, b, epilog="BIAS", epilog_inputs={"bias": bias}, options={"result_type": "bfloat16"})
+
+
+# -- the backend state inside compiled graphs ----------------------------------------------------------------------
+class RecordingTorch(Executor):
+    """The Torch executor under another name, counting the calls its plans run."""
+
+    name = "recording-torch"
+
+    def __init__(self):
+        self.inner, self.runs = builtin("torch"), 0
+
+    def decline(self, op, problem, *, coerce=False):
+        return self.inner.decline(op, problem, coerce=coerce)
+
+    def strategies(self, op, problem):
+        return self.inner.strategies(op, problem)
+
+    def plan(self, op, problem, strategy, tuning=None):
+        inner, ex = self.inner.plan(op, problem, strategy, tuning), self
+
+        class Counted:
+            steps, strategy = inner.steps, inner.strategy
+
+            def execute(self, operands, stream=None):
+                ex.runs += 1
+                return inner.execute(operands, stream)
+
+            def release(self):
+                inner.release()
+
+        return Counted()
+
+
+def test_the_backend_state_current_when_a_compiled_graph_runs_decides_its_executors():
+    recorder = RecordingTorch()
+    w, bias = _r(3, 5, seed=1), _r(5, seed=2)
+    compiled = torch.compile(
+        lambda x: nvdispatch.fft.rfft(nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})),
+        backend="aot_eager",
+        fullgraph=True,
+    )
+    x = _r(4, 3)
+    want = compiled(x)  # traced and run outside any backend block
+    assert recorder.runs == 0
+    with nvdispatch.set_backend(recorder):  # the same graph, no recompilation: its operators run the recorder
+        torch.testing.assert_close(compiled(x), want)
+    assert recorder.runs == 2
+    torch.testing.assert_close(compiled(x), want)
+    assert recorder.runs == 2
+    with nvdispatch.skip_backend("torch"), pytest.raises(NoExecutorError):
+        compiled(x)
+
+
+# -- what cannot be compiled -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_an_fft_callback_is_a_typed_error_at_trace_time_naming_the_argument(fullgraph):
+    # never a silent graph break: with or without fullgraph, the trace stops with the typed error's message
+    x = _r(4, 8)
+    for argument, kwargs in (("prolog", {"prolog": lambda v, i: v}), ("epilog_data", {"epilog_data": x})):
+        expected = f"{CallbackError.__name__}: {argument}: expected no FFT callback inside torch.compile"
+        with pytest.raises(Exception, match=expected):
+            torch.compile(lambda x, kw=kwargs: nvdispatch.fft.fft(x, **kw), backend="aot_eager", fullgraph=fullgraph)(x)
+    with pytest.raises(CallbackError):  # the same call made eagerly through the operators' entry is refused too
+        from nvdispatch.integrations.torch_ops import ENTRIES
+
+        ENTRIES["fft"](x, prolog=lambda v, i: v)
+
+
+def test_a_stream_is_a_typed_error_at_trace_time():
+    a = _r(4, 3)
+    with pytest.raises(Exception, match=f"{InvalidArgumentError.__name__}: stream: expected None inside torch.compile"):
+        torch.compile(lambda a: nvdispatch.matmul(a, a.T, stream=0), backend="aot_eager", fullgraph=True)(a)
+
+
+def test_a_bad_argument_is_a_typed_error_at_trace_time():
+    a = _r(4, 3)
+    with pytest.raises(Exception, match="InvalidArgumentError: epilog: expected an Epilog"):
+        torch.compile(lambda a: nvdispatch.matmul(a, a.T, epilog="NOPE"), backend="aot_eager", fullgraph=True)(a)
+    with pytest.raises(Exception, match="EpilogInputError: epilog_inputs: expected keys among"):
+        torch.compile(
+            lambda a: nvdispatch.matmul(a, a.T, epilog="BIAS", epilog_inputs={"bais": a}),
+            backend="aot_eager",
+            fullgraph=True,
+        )(a)
+    with pytest.raises(Exception, match="epilog_inputs\\['bias'\\]: expected shape"):  # the fake kernel's checks
+        torch.compile(
+            lambda a: nvdispatch.matmul(a, a.T, epilog="BIAS", epilog_inputs={"bias": a}),
+            backend="aot_eager",
+            fullgraph=True,
+        )(a)
+
+
+def test_numpy_operands_inside_a_compiled_function_stay_eager():
+    # Dynamo cannot take a call on NumPy arrays into a Torch graph: it breaks the graph there (and says so under
+    # fullgraph), the call runs eagerly
+    a = np.ones((4, 3), np.float32)
+    with pytest.raises(Exception, match="graph_break"):
+        torch.compile(lambda x: torch.as_tensor(nvdispatch.matmul(a, a.T)) * x, backend="aot_eager", fullgraph=True)(
+            torch.ones(1)
+        )
+    torch._dynamo.reset()
+    got = torch.compile(lambda x: torch.as_tensor(nvdispatch.matmul(a, a.T)) * x, backend="aot_eager")(torch.ones(1))
+    np.testing.assert_allclose(got.numpy(), np.full((4, 4), 3.0))

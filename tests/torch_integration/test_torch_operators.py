@@ -1,0 +1,109 @@
+"""The ``nvdispatch::`` Torch operators: ``torch.library.opcheck`` on every operator (schema, autograd registration,
+fake tensor against the real kernel, AOT dispatch with dynamic shapes), and their fake kernels against their real
+kernels (shapes, dtypes, strides, storage offsets) over every epilog, transform and layout of ``torch_cases``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nvdispatch.integrations import torch_ops  # noqa: E402  (registers the operators)
+
+from .torch_cases import convolve_cases, fft_cases, fp8_cases, matmul_cases  # noqa: E402
+
+OPS = {"matmul": torch_ops.matmul_op, "fft": torch_ops.fft_op, "convolve": torch_ops.convolve_op}
+#: the fake kernel against the real one (CrossRefFakeMode: sizes, strides, storage offset, dtype, aliasing)
+FAKE_ONLY = ("test_schema", "test_faketensor")
+
+
+def _ids(cases):
+    return [name for name, _ in cases]
+
+
+@pytest.mark.parametrize("args", [a for _, a in matmul_cases()], ids=_ids(matmul_cases()))
+def test_matmul_fake_kernel_matches_the_real_one(args):
+    torch.library.opcheck(OPS["matmul"], args, test_utils=FAKE_ONLY)
+
+
+@pytest.mark.parametrize("args", [a for _, a in fp8_cases()], ids=_ids(fp8_cases()))
+def test_fp8_matmul_passes_opcheck(args):
+    # opcheck's schema test compares inputs with allclose, which Torch has no float8 kernel for: the same check
+    # (inputs unchanged, outputs aliasing none of them) is made on the bytes here
+    torch.library.opcheck(OPS["matmul"], args, test_utils=("test_autograd_registration", "test_faketensor",
+                                                           "test_aot_dispatch_dynamic"))  # fmt: skip
+    tensors = [x for x in args if isinstance(x, torch.Tensor)]
+    before = [x.view(torch.uint8).clone() if x.element_size() == 1 else x.clone() for x in tensors]
+    outs = OPS["matmul"](*args)
+    for x, b in zip(tensors, before):
+        assert torch.equal(x.view(torch.uint8) if x.element_size() == 1 else x, b)
+    storages = {x.untyped_storage().data_ptr() for x in tensors}
+    assert not any(o.untyped_storage().data_ptr() in storages for o in outs)
+
+
+@pytest.mark.parametrize("args", [a for _, a in fft_cases()], ids=_ids(fft_cases()))
+def test_fft_fake_kernel_matches_the_real_one(args):
+    torch.library.opcheck(OPS["fft"], args, test_utils=FAKE_ONLY)
+
+
+_FULL = [c for c in matmul_cases(grad=True) if c[0] in (
+    "RELU_BIAS", "GELU_AUX_BIAS-bias-m", "BIAS-batched", "DRELU_BGRAD", "DGELU", "BGRADA", "BGRADB", "RELU_AUX",
+    "alpha-beta-c", "a-vector", "b-vector", "complex64", "float16-f32-bias",
+)]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [a for _, a in _FULL], ids=_ids(_FULL))
+def test_matmul_passes_opcheck(args):
+    torch.library.opcheck(OPS["matmul"], args)
+
+
+_FFT_FULL = [c for c in fft_cases(grad=True) if c[0].endswith(("-n5-axis0-ortho", "-s[5, 10]-axes[0, 2]"))]
+
+
+@pytest.mark.parametrize("args", [a for _, a in _FFT_FULL], ids=_ids(_FFT_FULL))
+def test_fft_passes_opcheck(args):
+    torch.library.opcheck(OPS["fft"], args)
+
+
+@pytest.mark.parametrize("args", [a for _, a in convolve_cases(grad=True)], ids=_ids(convolve_cases()))
+def test_convolve_passes_opcheck(args):
+    torch.library.opcheck(OPS["convolve"], args)
+
+
+def test_operators_are_functional_and_documented():
+    for name, op in OPS.items():
+        schema = op._schema
+        assert str(schema.name) == f"nvdispatch::{name}"
+        assert not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def test_autocast_rules_follow_torchs_own_when_registered():
+    # in a process of its own: the rules are not registered by default (see torch_autocast), and stay once they are
+    code = textwrap.dedent(
+        """
+        import torch
+        from nvdispatch.integrations import torch_autocast, torch_ops
+
+        torch_autocast.register(("cpu",))
+        a, b, bias = torch.randn(8, 4), torch.randn(4, 6), torch.randn(6)
+
+        def f(a, b, bias):
+            return torch_ops.matmul_op(a, b, None, bias, *[None] * 6, 1, None, "RELU_BIAS", "", "", "")[0]
+
+        assert f(a, b, bias).dtype == torch.float32  # outside a region: as given
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            eager = f(a, b, bias)
+            compiled = torch.compile(f, backend="aot_eager", fullgraph=True)(a, b, bias)
+            spectrum = torch_ops.fft_op(a.to(torch.bfloat16), "rfft", None, -1, None, None, "backward")
+            own = torch.relu(torch.addmm(bias, a, b))
+        assert eager.dtype == compiled.dtype == own.dtype == torch.bfloat16, (eager.dtype, compiled.dtype)
+        assert spectrum.dtype == torch.complex64
+        torch.testing.assert_close(eager.float(), own.float(), rtol=2e-2, atol=2e-2)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
