@@ -2,12 +2,15 @@
 
 A call key holds what the plan of a call depends on and nothing that costs much to read: the operation and
 its arguments other than arrays (epilog, options, axes, norm... as given), the scalars' keys (their class; a
-Python int's value too, ``_matmul_problem.scalar_key``), the
-signature of each array (its adapter's ``signature``: dtype, shape, strides, device...) and the backend state
-(``_backends.registry``: ``current_state().key``, ``global_key``). A call whose key is cached runs that plan;
-any other takes the full path (detect, validate, select, plan), which keeps the plan under the key when every
-call with that key validates and selects the same way. A call with an argument that cannot be part of a key
-(an unhashable value, an array whose class has no signature) has no key: it takes the full path every time.
+Python int's value too, ``_matmul_problem.scalar_key``), the signature of each array (its adapter's
+``signature``: dtype, shape, strides, device...), the backend state (``_backends.registry``:
+``current_state().key``, ``global_key``) and, for a matmul, the reading of the framework's precision settings
+(its adapter's ``precision_key``: TF32 switches, autocast regions, JAX's default precision; see
+:mod:`nvdispatch._precision`), so the call after a setting changed finds another plan. A call whose key is
+cached runs that plan; any other takes the full path (detect, validate, select, plan), which keeps the plan under
+the key when every call with that key validates and selects the same way. A call with an argument that cannot be
+part of a key (an unhashable value, an array whose class has no signature) has no key: it takes the full path
+every time.
 
 Per array class, :func:`class_keys` gives the adapter's functions the route needs (:class:`ClassKeys`), looked
 up once per class. The commonest matmuls (a plain product; a bias alone; alpha 1, no ``c``, options or scales)
@@ -50,8 +53,8 @@ _SCALE_NAMES = tuple(f.name for f in fields(MatmulQuantizationScales))
 
 
 class ClassKeys(NamedTuple):
-    """What the route uses of an array class's adapter (the compiled front reads its first three fields, by
-    position).
+    """What the route uses of an array class's adapter (the compiled front reads its first three fields and
+    ``precision``, by position).
 
     ``plain``
         no view and no wrap: a cached call passes the caller's arrays to the plan and returns its result as
@@ -65,7 +68,10 @@ class ClassKeys(NamedTuple):
     ``wraps``
         whether results go back through the adapter's ``wrap``;
     ``adapter``
-        the adapter itself (its ``wrap``, ``check_stream``), or None where no adapter claims the class.
+        the adapter itself (its ``wrap``, ``check_stream``), or None where no adapter claims the class;
+    ``precision``
+        the adapter's ``precision_key`` (a reading of its framework's precision settings, part of every matmul
+        key), or None where the framework has no precision convention.
     """
 
     plain: bool
@@ -74,6 +80,7 @@ class ClassKeys(NamedTuple):
     view: Callable[[Any], Any] | None
     wraps: bool
     adapter: Adapter | None
+    precision: Callable[[], Hashable] | None
 
 
 def _class_keys_of(adapter: Adapter | None, cls: type) -> ClassKeys:
@@ -82,7 +89,8 @@ def _class_keys_of(adapter: Adapter | None, cls: type) -> ClassKeys:
     view = None if adapter is None else adapter.view
     wraps = adapter is not None and adapter.wraps
     memo = None if guard is None else CallKeyMemo(guard)
-    return ClassKeys(view is None and not wraps, sig, memo, view, wraps, adapter)
+    precision = None if sig is None else adapter.precision_key
+    return ClassKeys(view is None and not wraps, sig, memo, view, wraps, adapter, precision)
 
 
 def class_keys(cls: type) -> ClassKeys:
@@ -135,6 +143,8 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
         alpha_key = scalar_key(alpha)  # (the commonest alpha, 1 or a float, is keyed by its class)
     cls = a.__class__
     sig = entry[1]
+    read = entry[6]  # the framework's precision settings (None: it has no convention), read on every call
+    precision = None if read is None else read()
     if epilog_inputs is None:
         if b.__class__ is cls:
             classes = cls
@@ -142,7 +152,7 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
             classes = (cls, b.__class__)
         else:
             return None, None, None
-        form = (classes, epilog, alpha_key, _current_state().key, registry.global_key)
+        form = (classes, epilog, alpha_key, _current_state().key, registry.global_key, precision)
         return form, (a, b), (None if entry[2] is not None else (form, sig(a), sig(b)))
     if epilog_inputs.__class__ is dict and len(epilog_inputs) == 1 and "bias" in epilog_inputs:
         bias = epilog_inputs["bias"]
@@ -152,7 +162,7 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
             classes = (cls, b.__class__, bias.__class__)
         else:
             return None, None, None
-        form = (classes, epilog, "bias", alpha_key, _current_state().key, registry.global_key)
+        form = (classes, epilog, "bias", alpha_key, _current_state().key, registry.global_key, precision)
         return form, (a, b, bias), (None if entry[2] is not None else (form, sig(a), sig(b), sig(bias)))
     return None, None, None
 
@@ -168,8 +178,8 @@ def short_key(form: tuple, entry: ClassKeys, arrays: tuple) -> tuple:
 def long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales):
     """The key of a matmul of another form than the short ones (``c``/``beta``, options, preferences, epilog
     inputs other than a bias alone, operands of more than one class, FP8 scales): the operands' signatures, the
-    scalars' classes, the epilog, options, preferences, scales and backend state; None when the call does not
-    qualify (it takes the full path)."""
+    scalars' classes, the epilog, options, preferences, scales, backend state and precision settings; None when
+    the call does not qualify (it takes the full path)."""
     if alpha.__class__ not in SCALARS:
         return None
     cls = a.__class__
@@ -212,6 +222,7 @@ def long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, prefer
         scales,
         _current_state().key,
         registry.global_key,
+        None if entry.precision is None else entry.precision(),
     )
 
 

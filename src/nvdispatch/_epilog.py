@@ -29,10 +29,12 @@ The same answer on every executor, where libraries differ (each held by a cross-
 * ``alpha`` and ``beta`` scale the product and ``c`` only: the bias is added after them,
   ``F(alpha * a @ b + beta * c + bias)``, which is what cuBLASLt computes (its epilogue adds the bias to the
   scaled result "before applying the final post-processing").
-* NaN propagates through RELU: ``relu(x) = max(x, 0)`` is NaN where ``x`` is NaN, as cuBLASLt's RELU epilogue
-  (``tests/matmul/test_epilog_traps.py`` checks it on a GPU), ``torch.relu``, Torch's ``_addmm_activation`` and NumPy's
-  ``maximum`` all give natively, so no executor spends a pass on it. ``relu_aux`` is ``x > 0`` (False at NaN) on the CPU
-  executors; the cuBLASLt executors return cuBLASLt's own bit there.
+* NaN propagates through RELU: ``relu(x) = max(x, 0)`` is NaN where ``x`` is NaN, as cuBLASLt's RELU
+  epilogue (``tests/matmul/test_epilog_traps.py`` checks it on a GPU), ``torch.relu``, Torch's
+  ``_addmm_activation`` and NumPy's ``maximum`` all give natively, so no executor spends a pass on it.
+  ``relu_aux`` is ``x > 0`` (False at NaN) on the CPU executors; the cuBLASLt executors return cuBLASLt's own
+  bit at NaN and at an exact zero, where it is set (so DRELU passes the gradient at ``x == 0`` on the GPU and
+  not on the CPU: both are subgradients of ReLU).
 * DRELU passes the upstream gradient where the mask is set and gives 0 elsewhere, even where that gradient
   is inf or NaN (as Torch's relu backward; a multiplication by the mask would give NaN there).
 * GELU is the tanh approximation everywhere (Torch's CPU ``_addmm_activation`` computes the erf form, so

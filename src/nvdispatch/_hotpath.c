@@ -3,7 +3,8 @@
  * nvdispatch.linalg._route is the route, in Python; this is its hit for the short forms of call key that
  * nvdispatch._call_key builds (a plain product, a bias epilog; alpha 1, no c, options or scales) for array
  * classes whose arrays executors take as they are (ClassKeys.plain: no view, no wrap). The part a repeated call
- * takes: the call's form (operand classes, epilog, alpha's class, backend state), then for a class with a guard
+ * takes: the call's form (operand classes, epilog, alpha's class, backend state, the reading of the framework's
+ * precision settings), then for a class with a guard
  * (Torch) the plan handles remembered for that form (nvdispatch._call_key_memo) behind their guards and the plan
  * cache's acquire_handle, for one without (NumPy, CuPy) the call key (form and signatures) and acquire; then the
  * plan's direct call (or execute) and let_go, as the run step (nvdispatch._execute.run) does. Any call it does
@@ -15,8 +16,9 @@
  * make_matmul_front receives ONE object (linalg._FrontParts) and reads its documented attributes once:
  * route, classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory,
  * operands. Per call it reads the attributes of the objects they hold that the Python route reads too:
- * ClassKeys' fields plain, signature, memo (a named tuple: by position), CallKeyMemo.handles, the backend registry's current_state() and global_key
- * (and the state's key), a handle entry's pinless, a plan's direct.
+ * ClassKeys' fields plain, signature, memo, precision (a named tuple: by position), CallKeyMemo.handles, the
+ * backend registry's current_state() and global_key (and the state's key), a handle entry's pinless, a plan's
+ * direct.
  *
  * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct).
  *
@@ -80,7 +82,7 @@ attr(PyObject *obj, PyObject *name)
 }
 
 /* the fields of nvdispatch._call_key.ClassKeys (a named tuple) the front reads, by position */
-enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO };
+enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO, KEYS_PRECISION = 6 };
 
 /* ClassKeys field `field` of class cls (borrowed); NULL with no error set when the class has no entry yet */
 static PyObject *
@@ -115,8 +117,21 @@ classes_of(PyObject *classes, PyObject *sig, PyObject *a, PyObject *b, PyObject 
 
 /* the form a hit is remembered under (nvdispatch._call_key.short_form builds the same tuples) */
 static PyObject *
-form_of(PyObject *parts, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
+form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
 {
+    /* the reading of the framework's precision settings (ClassKeys.precision: None where it has none) */
+    PyObject *read = PyTuple_GetItem(entry, KEYS_PRECISION);
+    if (read == NULL)
+        return NULL;
+    PyObject *precision;
+    if (read == Py_None) {
+        precision = Py_NewRef(Py_None);
+    }
+    else {
+        precision = PyObject_CallNoArgs(read);
+        if (precision == NULL)
+            return NULL;
+    }
     PyObject *backends = PyTuple_GetItem(parts, BACKENDS);
     PyObject *state = PyObject_CallMethodObjArgs(backends, s_current_state, NULL);
     PyObject *skey = attr(state, s_key);
@@ -125,11 +140,12 @@ form_of(PyObject *parts, PyObject *classes, PyObject *epilog, PyObject *alpha, i
     PyObject *form = NULL;
     if (skey != NULL && gkey != NULL) {
         PyObject *acls = (PyObject *)Py_TYPE(alpha);
-        form = with_bias ? PyTuple_Pack(6, classes, epilog, s_bias, acls, skey, gkey)
-                         : PyTuple_Pack(5, classes, epilog, acls, skey, gkey);
+        form = with_bias ? PyTuple_Pack(7, classes, epilog, s_bias, acls, skey, gkey, precision)
+                         : PyTuple_Pack(6, classes, epilog, acls, skey, gkey, precision);
     }
     Py_XDECREF(skey);
     Py_XDECREF(gkey);
+    Py_DECREF(precision);
     return form;
 }
 
@@ -320,7 +336,9 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(memo);
     Py_XINCREF(bias); /* ours for the call: the dict is the caller's */
     PyObject *which = classes_of(classes, sig, a, b, bias);
-    PyObject *form = which == NULL ? NULL : form_of(parts, which, epilog, alpha, bias != NULL);
+    Py_INCREF(entry);
+    PyObject *form = which == NULL ? NULL : form_of(parts, entry, which, epilog, alpha, bias != NULL);
+    Py_DECREF(entry);
     Py_XDECREF(which);
     int pinned = 1, tried = 0;
     PyObject *plan = NULL;

@@ -4,6 +4,7 @@ plan-cache key (plus executor and strategy)."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import numbers
@@ -18,6 +19,7 @@ from ._detect import Device, OperandInfo
 from ._epilog import STRATEGIES, EpilogSpec, Shapes, validate_inputs
 from ._fp8_types import check_operand_types, check_result_type
 from ._memory import common_memory
+from ._precision import PrecisionConvention
 from ._shapes import broadcast_shapes
 from .errors import (
     EpilogInputError,
@@ -96,6 +98,15 @@ _COMPUTE_FOR_DTYPE = {
     "complex128": {"COMPUTE_64F", "COMPUTE_64F_PEDANTIC"},
 }
 _INT_COMPUTE = {"COMPUTE_32I", "COMPUTE_32I_PEDANTIC"}
+#: each floating dtype's own compute type (where no compute type is asked for)
+_OWN_COMPUTE = {
+    "float16": "COMPUTE_32F",
+    "bfloat16": "COMPUTE_32F",
+    "float32": "COMPUTE_32F",
+    "complex64": "COMPUTE_32F",
+    "float64": "COMPUTE_64F",
+    "complex128": "COMPUTE_64F",
+}
 
 MATMUL_DTYPES = (
     "int8",
@@ -292,8 +303,9 @@ def dict_form_key(value: dict) -> tuple:
 
 def compute_type_note(problem: MatmulProblem, how: str) -> tuple[str, ...]:
     """The plan step an executor that does not apply ``options.compute_type`` shows in ``explain()``:
-    ``(note,)`` when one was asked for, else ``()``. ``how`` says what it computes with instead."""
-    ct = problem.options.compute_type
+    ``(note,)`` when the caller asked for one, else ``()`` (a compute type a framework's convention chose is that
+    framework's own ops' already). ``how`` says what it computes with instead."""
+    ct = problem.explicit_compute_type
     return () if ct is None else (f"options.compute_type {ct.name} not applied: {how}",)
 
 
@@ -365,6 +377,32 @@ class MatmulProblem:
     preferences: MatmulPlanPreferences | None = None
     #: the memory kinds every operand's view is (``OperandInfo.memory``): what executors accept them by
     memory: frozenset[str] = field(default=frozenset(), repr=False)
+    #: the framework convention that chose the compute type (``options.compute_type``, set where it asks for
+    #: another than the dtype's own) or the result dtype (an autocast region), as ``explain()`` gives it; None:
+    #: the caller's ``compute_type``, or no convention (see :mod:`nvdispatch._precision`)
+    precision: str | None = field(default=None, repr=False)
+    #: the operands cast to the result dtype before the call runs, where an autocast region applies (a tuple of
+    #: names, maybe empty); None: none applies
+    autocast: tuple[str, ...] | None = field(default=None, repr=False)
+
+    @property
+    def explicit_compute_type(self) -> ComputeType | None:
+        """The compute type the caller asked for in ``options`` (None: none, or one a convention chose)."""
+        return self.options.compute_type if self.precision is None else None
+
+    @property
+    def precision_note(self) -> str:
+        """The compute type the call runs with and what chose it, as ``explain()`` says it."""
+        ct = self.options.compute_type
+        name = ct.name if ct is not None else _OWN_COMPUTE.get(self.result_dtype)
+        head = f"compute type {name}" if name is not None else f"{self.result_dtype} arithmetic"
+        if self.autocast is not None:
+            return f"{head}, result {self.result_dtype}: {self.precision}"
+        if self.precision is not None:
+            return f"{head}: {self.precision}"
+        if ct is not None:
+            return f"{head}: options.compute_type"
+        return f"{head}: the {self.result_dtype} default (no precision convention applies)"
 
     @property
     def plan_preferences(self) -> MatmulPlanPreferences:
@@ -526,8 +564,14 @@ def build_problem(
     alpha: Any,
     beta: Any,
     extra_inputs: tuple[str, ...] = (),
+    convention: PrecisionConvention | None = None,
+    autocast: tuple[str, ...] | None = None,
 ) -> MatmulProblem:
-    """Validate a matmul call and describe it. ``infos`` holds a, b, optional c and the epilog inputs."""
+    """Validate a matmul call and describe it. ``infos`` holds a, b, optional c and the epilog inputs.
+
+    ``convention``: the operands' framework's precision convention (read where ``options.compute_type`` is
+    None), which chooses the compute type; ``autocast``: the operands the caller cast for its autocast region
+    (``infos`` describes them cast), None where no region applies."""
     a, b = infos["a"], infos["b"]
     for name in ("a", "b"):
         info = infos[name]
@@ -578,6 +622,15 @@ def build_problem(
                 ct.name,
             )
 
+    precision = None
+    if convention is not None and autocast is not None:
+        cast = f"{', '.join(autocast)} cast to" if autocast else "operands already in"
+        precision = f"{convention.autocast_reason}: {cast} {result_dtype}"
+    elif convention is not None and ct is None:
+        name, precision = convention.for_result(result_dtype)
+        if name is not None and name != _OWN_COMPUTE.get(result_dtype):
+            options = dataclasses.replace(options, compute_type=ComputeType[name])
+
     if spec.real_only and result_dtype in _COMPLEX:
         raise UnsupportedDtypeError(
             "epilog", f"a real dtype for {spec.epilog.name} (activations are not defined on complex)", result_dtype
@@ -620,5 +673,7 @@ def build_problem(
         inputs=inputs,
         options=options,
         autograd=any(info.autograd for info in infos.values()),
+        precision=precision or None,
+        autocast=autocast if precision else None,
         memory=common_memory(infos.values(), framework),
     )

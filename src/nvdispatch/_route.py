@@ -260,11 +260,28 @@ def coerce_operands(selection: Selection, operands: dict[str, Any], names) -> di
     return {k: (conv(v) if k in names and v is not None else v) for k, v in operands.items()}
 
 
+#: (op, problem, backend state) -> (selection, strategy) of the operations without a call key: a repeated
+#: problem skips asking every executor and strategy again (bounded: cleared when full)
+_SELECTED: dict[Hashable, tuple[Selection, str]] = {}
+_SELECTED_MAX = 512
+
+
 def run_uncached(op: str, problem: Any, operands: dict[str, Any], stream: Any, coerce: Callable, like: Any) -> Any:
     """select → plan (cached by problem) → ``coerce(selection, operands)`` → execute → wrap (for the caller whose
-    operand is ``like``): the route of an operation whose calls have no call key (``fft_convolve``)."""
-    sel = select(op, problem)
-    strategy = choose_strategy(sel.executor, op, problem)
+    operand is ``like``): the route of an operation whose calls have no call key (``fft_convolve``). The
+    selection and strategy of a problem are kept per backend state (:data:`_SELECTED`)."""
+    reg = _backends.registry
+    memo_key = (op, problem, reg.current_state().key, reg.global_key)
+    chosen = _SELECTED.get(memo_key)
+    if chosen is None:
+        sel = select(op, problem)
+        chosen = (sel, choose_strategy(sel.executor, op, problem))
+        if len(_SELECTED) >= _SELECTED_MAX:
+            _SELECTED.clear()
+        _SELECTED[memo_key] = chosen
+    else:
+        log.debug("%s: executor %r, strategy %r kept for this problem", op, chosen[0].executor.name, chosen[1])
+    sel, strategy = chosen
     plan = acquire_plan(sel.executor, op, problem, strategy)  # pinned until run() returns
     try:
         operands = coerce(sel, operands)
@@ -287,7 +304,15 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
     cached = plan_cache.contains(plan_key(sel.executor, op, problem, strategy))
     plan = get_plan(sel.executor, op, problem, strategy)
     return Explanation(
-        name, sel.executor.name, strategy, tuple(plan.steps), tuple(sel.declined), strategies, cached, problem
+        name,
+        sel.executor.name,
+        strategy,
+        tuple(plan.steps),
+        tuple(sel.declined),
+        strategies,
+        cached,
+        problem,
+        getattr(problem, "precision_note", None),
     )
 
 
@@ -306,9 +331,14 @@ class Explanation:
     strategies: tuple[str, ...]
     cached: bool
     problem: Any = None
+    #: the compute type and what chose it (the caller, a framework's precision convention, the dtype), where the
+    #: problem says (a matmul's ``precision_note``)
+    precision: str | None = None
 
     def __str__(self) -> str:
         lines = [f"{self.operation} on executor {self.executor!r}, strategy {self.strategy!r}"]
+        if self.precision is not None:
+            lines.append(f"  precision: {self.precision}")
         lines += [f"  step: {s}" for s in self.steps]
         if len(self.strategies) > 1:
             lines.append(f"  other strategies: {', '.join(s for s in self.strategies if s != self.strategy)}")

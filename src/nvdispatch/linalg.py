@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ._adapters import adapter_for, call_key_classes
+from ._autocast_plan import AutocastPlan
 from ._backends import registry
 from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
@@ -30,6 +31,7 @@ from ._matmul_problem import (
     scalar_value,
 )
 from ._plan_cache import plan_cache
+from ._precision import AUTOCAST_DTYPES, PrecisionConvention, autocast_targets
 from ._route import (
     Explanation,
     acquire_plan,
@@ -118,7 +120,10 @@ class _Prepared:
     problem: Any
     selection: Any
     strategy: str
+    #: the operands as given (an autocast region's casts are the plan's: ``problem.autocast`` names them)
     infos: dict[str, Any]
+    #: the precision convention the problem followed (None: none, or the caller's ``compute_type``)
+    convention: PrecisionConvention | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,11 +142,31 @@ class _Bound:
     wrap: tuple[Any, Any] | None
 
 
+#: ``_prepare``'s ``convention`` default: the operands' framework's precision convention, read now
+_READ_NOW = object()
+
+
 def _prepare(
-    a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales=None, selection=None, infos=None
+    a,
+    b,
+    c,
+    alpha,
+    beta,
+    epilog,
+    epilog_inputs,
+    options,
+    preferences,
+    scales=None,
+    selection=None,
+    infos=None,
+    convention=_READ_NOW,
+    stream=None,
 ) -> _Prepared:
     """Validate a call, choose its executor and strategy. ``infos``: a, b, c detected already (a ``Matmul``'s);
-    ``selection``: keep that executor (a stateful object's) unless it declines the problem."""
+    ``selection``: keep that executor (a stateful object's) unless it declines the problem; ``convention``: the
+    precision convention to follow (a ``Matmul``'s re-plan keeps its ``plan()``'s), by default the framework's
+    now (see :mod:`nvdispatch._precision`), never read where ``options`` give a compute type; ``stream``: where
+    an autocast region's casts are made (the call's)."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
@@ -153,14 +178,72 @@ def _prepare(
         infos = {**{k: v for k, v in infos.items() if k in ("a", "b", "c")}, **detect_all(inputs)}
     framework, device = placement(infos)
     if wants_fp8(infos, opts, scales):
+        convention = None
         problem = build_fp8_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs), scales)
     else:
-        problem = build_problem(framework, device, infos, spec, opts, alpha, beta, tuple(inputs))
+        if opts.compute_type is not None:
+            convention = None
+        elif convention is _READ_NOW:
+            ad = adapter_for(a)
+            convention = None if ad is None else ad.precision_convention(device)
+        cast, autocast = _autocast_operands(infos, convention, a, stream)
+        problem = build_problem(
+            framework, device, cast, spec, opts, alpha, beta, tuple(inputs), convention, autocast
+        )
     plan_prefs = prefs.for_plan()
     if plan_prefs is not None:  # limit / max_workspace_bytes shape the plan: part of its key
         problem = dataclasses.replace(problem, preferences=plan_prefs)
     sel = keep_or_select(selection, "matmul", problem)
-    return _Prepared(problem, sel, choose_strategy(sel.executor, "matmul", problem, prefs.strategy), infos)
+    strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy)
+    return _Prepared(problem, sel, strategy, infos, convention)
+
+
+def _autocast_operands(infos, convention, like, stream):
+    """``(infos, names)``: ``infos`` with the operands ``convention``'s autocast region casts cast by ``like``'s
+    adapter (on ``stream`` for a GPU call, where the product reads them) and their names; ``(infos, None)`` where
+    no region applies."""
+    if convention is None or convention.autocast is None:
+        return infos, None
+    targets = autocast_targets(convention.autocast, {name: info.dtype for name, info in infos.items()})
+    if targets is None:
+        return infos, None
+    ad = adapter_for(like)
+    device = infos["a"].device
+    out = dict(infos)
+    with ad.native_stream_context(stream if device.kind == "cuda" else None, device.index):
+        for name, dtype in targets.items():
+            out[name] = detect(name, ad.cast(infos[name].array, dtype))
+    return out, tuple(targets)
+
+
+def _acquire_autocast_plan(executor, problem, strategy, like, call_key):
+    """The plan a call in an autocast region runs (pinned for the caller): an :class:`AutocastPlan` casting the
+    operands ``problem.autocast`` names, by ``like``'s adapter, then running the cast problem's plan; cached
+    beside that plan (and under ``call_key``, where given), holding it as long as it lives itself."""
+    ad = adapter_for(like)
+    device = problem.device
+
+    def make(_tuning):
+        inner = acquire_plan(executor, "matmul", problem, strategy)
+        try:
+            on_stream = None
+            if device.kind == "cuda":
+                on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
+            return AutocastPlan(
+                inner, plan_cache.hold(inner), problem.autocast, problem.result_dtype, ad.cast, on_stream
+            )
+        finally:
+            plan_cache.let_go(inner)
+
+    return plan_cache.acquire_or_create(_autocast_key(executor, problem, strategy, like), make, alias=call_key)
+
+
+def _autocast_key(executor, problem, strategy, like):
+    """The plan-cache key of the :class:`AutocastPlan` of (problem, executor, strategy) for ``like``'s framework;
+    None where the problem's operands are not cast."""
+    if problem.autocast is None:
+        return None
+    return ("autocast", plan_key(executor, "matmul", problem, strategy), adapter_for(like).name)
 
 
 def _operands(a, b, c, alpha, beta, epilog_inputs, scales=None) -> dict[str, Any]:
@@ -256,7 +339,7 @@ def _route(
     entry = _classes.get(a.__class__)
     if entry is None:
         entry = class_keys(a.__class__)
-    plain, sig, memo, _, _, _ = entry
+    plain, sig, memo, _, _, _, _ = entry
     plan = key = learn = form = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
@@ -522,6 +605,9 @@ class Matmul:
         self._stream = stream
         self._epilog = None
         self._inputs: dict[str, Any] = {}
+        #: the precision convention plan() followed (its re-plans keep it); None: none, or not planned yet
+        self._convention = None
+        self._outside_autocast = None  # runs execute's plan outside autocast regions (see _plan_with)
         self._problem = None
         self._selection = None
         self._hold = None  # our hold on the plan (PlanHold)
@@ -599,9 +685,10 @@ class Matmul:
             check_stream(stream, self._a)
             return self._plan_with(epilog, epilog_inputs, preferences, None)
 
-    def _plan_with(self, epilog, epilog_inputs, preferences, selection, call_key=None):
+    def _plan_with(self, epilog, epilog_inputs, preferences, selection, call_key=None, convention=_READ_NOW):
         """Plan (and hold) the call; ``call_key``: a stateless call's key, to keep the plan under too where every
-        call with that key validates and selects the same way."""
+        call with that key validates and selects the same way; ``convention``: the precision convention to follow
+        (a re-plan keeps ``plan()``'s), by default the framework's now."""
         self._check_alive("plan")
         inputs = dict(_check_epilog_inputs(_as_inputs(epilog_inputs)))
         prep = _prepare(
@@ -617,6 +704,8 @@ class Matmul:
             self._scales,
             selection,
             self._infos,
+            convention,
+            self._stream,
         )
         problem, sel = prep.problem, prep.selection
         if call_key is not None and not (
@@ -626,11 +715,19 @@ class Matmul:
             and _scales_always_valid(problem)
         ):
             call_key = None
-        plan = acquire_plan(sel.executor, "matmul", problem, prep.strategy, call_key)
+        if problem.autocast is None:
+            plan = acquire_plan(sel.executor, "matmul", problem, prep.strategy, call_key)
+        else:
+            plan = _acquire_autocast_plan(sel.executor, problem, prep.strategy, self._a, call_key)
         try:
             self._adopt(plan)
         finally:
             plan_cache.let_go(plan)
+        # the plan's precision is plan()'s: an autocast region around execute() must not recast its products
+        eligible = {problem.a.dtype, problem.b.dtype} <= AUTOCAST_DTYPES
+        ad = adapter_for(self._a)
+        self._outside_autocast = ad.outside_autocast(problem.device) if eligible and ad is not None else None
+        self._convention = prep.convention
         self._problem, self._selection, self._strategy = problem, sel, prep.strategy
         self._epilog, self._inputs, self._infos = epilog, inputs, prep.infos
         self._result_dtype = problem.result_dtype if problem.quantization is None else "float32"
@@ -653,6 +750,9 @@ class Matmul:
             stream = stream if stream is not None else self._stream
             ex, problem = self._selection.executor, self._problem
             operands = self._operands()
+            held = self._hold.plan
+            if isinstance(held, AutocastPlan):  # the plans below take the operands as the region casts them
+                operands = held.cast_operands(operands, stream)
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
             proposals: dict[str, Any] = {}  # strategy -> its plan's proposed tuning, committed at the end
             hold = None
@@ -668,7 +768,12 @@ class Matmul:
                 get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
                 record = {"strategy": chosen, "plan": get() if callable(get) else None}
                 key = choice_key(ex, "matmul", problem)
-                hold = plan_cache.hold(plans[chosen])
+                if problem.autocast is None:
+                    hold = plan_cache.hold(plans[chosen])
+                else:
+                    auto = _acquire_autocast_plan(ex, problem, chosen, self._a, None)
+                    hold = plan_cache.hold(auto)
+                    plan_cache.let_go(auto)
             except BaseException:
                 if hold is not None:
                     hold.close()
@@ -684,6 +789,10 @@ class Matmul:
                 for strategy, plan in plans.items():  # stateless calls that ran another plan choose again
                     if strategy != chosen:
                         plan_cache.forget_keys_but(plan, plan_key(ex, "matmul", problem, strategy))
+                        auto_key = _autocast_key(ex, problem, strategy, self._a)
+                        auto = None if auto_key is None else plan_cache.get(auto_key)
+                        if auto is not None:
+                            plan_cache.forget_keys_but(auto, auto_key)
                 self._hold, self._strategy = hold, chosen
                 plan_cache.record_tuning(key, record, STRATEGY_CHOICE)
             except BaseException:
@@ -714,7 +823,10 @@ class Matmul:
                 plan_cache.let_go(plan)
                 raise
             stream = stream if stream is not None else self._stream
-        return run(plan, bound.operands, stream, bound.direct if stream is None else None, bound.wrap)
+            outside = self._outside_autocast
+        if outside is None:
+            return run(plan, bound.operands, stream, bound.direct if stream is None else None, bound.wrap)
+        return outside(run, plan, bound.operands, stream, bound.direct if stream is None else None, bound.wrap)
 
     def _bind(self, plan) -> _Bound:
         """What every execute of ``plan`` on the current operands passes (see :class:`_Bound`)."""
@@ -806,7 +918,13 @@ class Matmul:
                 restride |= self._hold is not None  # a scale that moved between host and device needs another plan
             if self._hold is not None and restride:
                 try:
-                    self._plan_with(self._epilog, self._inputs, {"strategy": self._strategy}, self._selection)
+                    self._plan_with(
+                        self._epilog,
+                        self._inputs,
+                        {"strategy": self._strategy},
+                        self._selection,
+                        convention=self._convention,
+                    )
                 except BaseException:
                     self._a, self._b, self._c, self._alpha, self._beta, self._inputs, self._infos, self._scales = saved
                     raise

@@ -117,7 +117,8 @@ def test_jax_gpu_arrays_come_back_as_jax_arrays_on_their_device():
     a = jax.device_put(jnp.asarray(A), gpus[0])
     b = jax.device_put(jnp.asarray(B), gpus[0])
     bias = jax.device_put(jnp.asarray(BIAS), gpus[0])
-    got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+    with jax.default_matmul_precision("highest"):  # float32 (JAX's default precision is TF32 on the GPU)
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
     assert _is_jax(got) and got.devices() == {gpus[0]}
     np.testing.assert_allclose(
         np.asarray(got - 1.0), np.maximum(A.astype(np.float64) @ B + BIAS, 0) - 1.0, rtol=1e-3, atol=1e-3

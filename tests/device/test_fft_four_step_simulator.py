@@ -157,6 +157,20 @@ def test_multiply_by_filter(per_row, h_real):
     np.testing.assert_allclose(y, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("n", [8, 9])
+def test_multiply_by_filter_of_real_signals_keeps_what_irfft_reads(n):
+    # irfft(rfft(x) * h) ignores the product's imaginary parts at DC and (even n) Nyquist: so must the multiply
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((3, n))
+    h = rng.standard_normal(n // 2 + 1) + 1j * rng.standard_normal(n // 2 + 1)
+    y = np.fft.rfft(x).astype(np.complex64)
+    launch_multiply(y, h.astype(np.complex64).reshape(1, -1), False, np.float32(1.0), real_n=n)
+    assert y[:, 0].imag.max() == 0 and (n % 2 or y[:, n // 2].imag.max() == 0)
+    # a complex inverse of the Hermitian completion of y: exact whatever C2R does with imaginary parts
+    full = np.concatenate([y, np.conj(y[:, 1 : n - n // 2][:, ::-1])], axis=1)
+    np.testing.assert_allclose(np.fft.ifft(full).real, np.fft.irfft(np.fft.rfft(x) * h, n), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("hermitian", [False, True])
 @pytest.mark.parametrize("h_real", [False, True])
 def test_permute_filter(hermitian, h_real):

@@ -77,7 +77,8 @@ CASES = [
     ("unfused", 4, 65536, "complex128", "one"),
     ("unfused", 5, 2048, "float64", "each"),
     ("cufft-lto", 16, 1024, "complex64", "one"),
-    ("cufft-lto", 7, 16384, "float32", "each"),
+    ("cufft-lto", 7, 16384, "complex64", "each"),
+    ("cufft-lto-load", 7, 16384, "float32", "each"),
     ("cufft-lto-load", 16, 1024, "complex64", "each"),
     ("cufft-lto-load", 7, 16384, "float32", "one"),
 ]
@@ -91,6 +92,14 @@ def test_every_strategy_matches_numpy(strategy, rows, n, dtype, filter_rows):
     got, plan = _run_strategy(strategy, x, h)
     assert plan.strategy == strategy
     _check(got, _reference(x, h, n), dtype)
+
+
+def test_real_signals_take_the_load_callback_not_the_store_one():
+    x, h = _signal(7, 16384, "float32"), _filter(8193, np.complex64)
+    problem, _ = prepare(torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda"), None, -1)
+    strategies = op.strategies(problem)
+    assert "cufft-lto" not in strategies and "cufft-lto-load" in strategies, strategies
+    assert "cufft-lto-load" in op.lto_convolve_reason(problem)
 
 
 def test_four_step_with_a_real_filter_and_imaginary_dc():

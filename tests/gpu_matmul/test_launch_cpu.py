@@ -16,7 +16,7 @@ import pytest
 
 from nvdispatch._compiled import hotpath
 from nvdispatch._cuda import cublaslt as lt
-from nvdispatch._cuda import lt_autotune, lt_descriptors, lt_plan_base
+from nvdispatch._cuda import lt_autotune, lt_descriptors, lt_launch, lt_plan_base
 from nvdispatch._cuda.lt_launch import LtLaunch, alignment
 from nvdispatch.errors import CublasLtError
 
@@ -71,6 +71,7 @@ class Recorder:
         self.tags: list[int] = []
         self.status = 0
         self.lock = threading.Lock()
+        self.capturing: set[int] = set()  # the streams a CUDA graph capture is under way on
 
     def __call__(self, *args):
         assert len(args) == 16
@@ -92,6 +93,7 @@ def fake_lt(monkeypatch):
     monkeypatch.setattr(lt, "heuristic", lambda h, desc, a, b, c, d, pref, count: [result(tag=pref.alignment)])
     monkeypatch.setattr(lt, "handle", lambda index: 77)
     monkeypatch.setattr(lt, "matmul_call", lambda: rec)
+    monkeypatch.setattr(lt_launch, "capturing", lambda stream: stream in rec.capturing)
     monkeypatch.setattr(lt_autotune, "saved_choice", lambda plan, tuning=None: None)
     monkeypatch.setattr(lt_descriptors, "device_index", lambda p: 0)
     monkeypatch.setattr(lt_plan_base, "device_index", lambda p: 0)
@@ -213,13 +215,44 @@ def test_a_workspace_per_stream_grown_when_an_algorithm_needs_more_and_released(
     launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")
     launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 6, allocator="torch")
     launch(0x10010, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")  # its algorithm needs 4096
-    assert made == [(1024, "torch", 5), (1024, "torch", 6), (4096, "torch", 5)] and released == [1024]
+    assert made == [(1024, "", 5), (1024, "", 6), (4096, "", 5)] and released == [1024]  # cudaMallocAsync
     ws_args = [(c[13], c[14]) for c in fake_lt.calls]
     assert ws_args[0][1] == ws_args[1][1] == 1024 and ws_args[0][0] == ws_args[1][0] != ws_args[2][0]
     assert ws_args[3][1] == 4096
     assert launch.workspace_bytes == 1024 + 4096
     launch.release()
     assert sorted(released) == [1024, 1024, 4096] and launch.workspace_bytes == 1024
+
+
+def test_a_launch_under_stream_capture_takes_a_workspace_of_its_own_from_the_callers_pool(fake_lt, monkeypatch):
+    # a graph must never read memory the plan may give back (an evicted plan releases its workspaces while the
+    # graph still replays), and a plan must hold nothing from a graph's private pool past the call: under capture
+    # the launch takes its workspace from the caller's allocator (the graph's pool) and gives it back at once
+    from nvdispatch._cuda import memory
+
+    made, released = [], []
+
+    class Scratch:
+        def __init__(self, nbytes, framework, device_index, stream):
+            self.ptr, self.nbytes, self.framework = next(_ids), nbytes, framework
+            made.append((nbytes, framework, stream))
+
+        def release(self):
+            released.append((self.nbytes, self.framework))
+
+    monkeypatch.setattr(memory, "scratch", Scratch)
+    launch = LtLaunch(FakeCore(), 77, 0, result(workspace=1024), a_first=True)
+    launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")  # warm-up: the plan's own
+    fake_lt.capturing.update({5, 7})
+    launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")
+    launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 7, allocator="torch")
+    assert made == [(1024, "", 5), (1024, "torch", 5), (1024, "torch", 7)]
+    assert released == [(1024, "torch"), (1024, "torch")] and list(launch.workspaces) == [5]
+    ws = [c[13] for c in fake_lt.calls]
+    assert ws[0] == launch.workspaces[5].ptr and len(set(ws)) == 3  # the captured launches used their own
+    fake_lt.capturing.clear()
+    launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 5, allocator="torch")
+    assert fake_lt.calls[-1][13] == ws[0] and len(made) == 3
 
 
 def test_threads_never_launch_with_each_others_pointers(fake_lt):

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from matmul_reference import assert_close, expected
+from matmul_reference import assert_close, assert_relu_mask, expected
 
 import nvdispatch
 from nvdispatch import Epilog, plan_cache
@@ -52,8 +52,8 @@ def _check(got, a, b, c, inputs, epilog, alpha=1, beta=None, bgrad_axis="n", dty
         for name in spec_outputs:
             assert isinstance(aux[name], jax.Array)
             assert aux[name].shape == want_aux[name].shape, (name, aux[name].shape, want_aux[name].shape)
-            if aux[name].dtype == bool:
-                np.testing.assert_array_equal(np.asarray(aux[name]), want_aux[name], err_msg=name)
+            if name == "relu_aux":
+                assert_relu_mask(aux[name], a, b, c, alpha, beta, epilog, inputs, bgrad_axis)
             else:
                 assert_close(np.asarray(aux[name].astype(jnp.float64 if dtype == "float64" else jnp.float32)),
                              want_aux[name], dtype, name)

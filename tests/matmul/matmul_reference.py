@@ -140,3 +140,15 @@ def assert_close(got, want, dtype: str, what: str = "result", scale: float = 1.0
         )
     else:  # integers and booleans: exact
         np.testing.assert_array_equal(got, want.astype(got.dtype) if got.dtype != bool else want, err_msg=what)
+
+
+def assert_relu_mask(got, a, b, c, alpha, beta, epilog, inputs, bgrad_axis="n"):
+    """``relu_aux`` as a boolean mask against ``x > 0`` of the float64 pre-activation ``x``, except where ``x`` is
+    exactly zero: cuBLASLt's bit is set there and the CPU executors' mask is not (both subgradients of ReLU at
+    0; ``nvdispatch._epilog`` documents the difference), so either is accepted at those elements only."""
+    name = epilog.name if hasattr(epilog, "name") else str(epilog).upper()
+    linear = "BIAS" if "BIAS" in name else "DEFAULT"
+    pre, _ = expected(a, b, c, alpha, beta, linear, {k: v for k, v in (inputs or {}).items() if k == "bias"}, bgrad_axis)
+    got = np.asarray(got)
+    assert got.shape == pre.shape and got.dtype == bool, (got.shape, got.dtype, pre.shape)
+    np.testing.assert_array_equal(np.where(pre == 0, False, got), pre > 0, err_msg="relu_aux")

@@ -66,6 +66,16 @@ class Report:
         print(json.dumps(self.data), flush=True)
 
 
+def _autotune_done(fn) -> bool:
+    """Whether an interrupted autotune of ``fn.matmul`` had passed its commit point (its choice recorded and
+    adopted by the Matmul, every tuning it recorded its own): then the interrupt only ended a finished call,
+    and what it recorded is the autotune's whole result, not a part left behind."""
+    mm = getattr(fn, "matmul", None)
+    recorded = list(plan_cache.tunings().values())
+    choices = [t for t in recorded if isinstance(t, dict) and "strategy" in t]
+    return mm is not None and len(choices) == 1 and choices[0]["strategy"] == mm._strategy
+
+
 class Watchdog:
     """Ends the process with the report when a guarded block runs longer than ``seconds``."""
 
@@ -350,7 +360,7 @@ def run(phase: str, seconds: float, seed: int, watchdog_seconds: float) -> dict:
             nvdispatch.reset_backends()
         for what in changed_plans(before):
             report.add("plans_changed", f"interrupted at {landed}: {what}")
-        if phase == "autotune" and plan_cache.has_tunings():
+        if phase == "autotune" and plan_cache.has_tunings() and not _autotune_done(fn):
             report.add("tunings_recorded", f"interrupted at {landed}: {sorted(plan_cache.tunings())[:1]}")
         held = [
             f"{type(plan).__name__} ({users[key]} -> {plan_cache.users(plan)} users)"

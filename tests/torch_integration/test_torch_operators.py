@@ -81,14 +81,14 @@ def test_operators_are_functional_and_documented():
         assert not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
-def test_autocast_rules_follow_torchs_own_when_registered():
-    # in a process of its own: the rules are not registered by default (see torch_autocast), and stay once they are
+def test_autocast_rules_follow_torchs_own():
+    # in a process of its own: the FFT rules are not registered by default (see torch_autocast), and stay once they are
     code = textwrap.dedent(
         """
         import torch
-        from nvdispatch.integrations import torch_autocast, torch_ops
+        from nvdispatch.integrations import torch_ops
 
-        torch_autocast.register(("cpu",))
+        torch_ops.register_fft_autocast(("cpu",))
         a, b, bias = torch.randn(8, 4), torch.randn(4, 6), torch.randn(6)
 
         def f(a, b, bias):
@@ -107,3 +107,27 @@ def test_autocast_rules_follow_torchs_own_when_registered():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("n", [6, 8, 13, 128, 130])
+def test_cublaslt_relu_bits_come_out_with_zero_padding_whatever_memory_held(n):
+    # cuBLASLt writes the bits of columns < n only: the rest of its (m, ceil128(n)/8) buffer is what the allocator
+    # handed out, and the operator's outputs must not depend on it (eager and traced calls compare them bitwise)
+    from types import SimpleNamespace
+
+    from nvdispatch._adapters.torch import TorchDeviceOps
+    from nvdispatch._cuda.lt_layout import relu_aux_ld_bits
+    from nvdispatch.integrations import torch_layouts
+
+    m, ld = 5, relu_aux_ld_bits(n)
+    mask = torch.rand(m, n, generator=torch.Generator().manual_seed(n)) > 0.5
+    ops = TorchDeviceOps()
+    clean = ops.pack_mask(mask, ld)
+    garbage = torch.randint(0, 256, clean.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    valid = ops.pack_mask(torch.ones(m, n, dtype=torch.bool), ld)
+    dirty = clean | (garbage & ~valid)
+    assert n % 128 == 0 or not torch.equal(dirty, clean)
+    spec = torch_layouts.OutputSpec("relu_aux", tuple(clean.shape), "uint8", "mask")
+    got = torch_layouts.conform(dirty.clone(), spec, SimpleNamespace(n=n, m=m))
+    assert torch.equal(got, clean)
+    assert torch.equal(ops.unpack_mask(got, n), mask)

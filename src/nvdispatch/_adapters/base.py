@@ -23,6 +23,11 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     an executor's result (of the view's kind) as the caller's type, on the device of ``like``;
 ``check_stream(stream, x)``
     refuse a ``stream=`` that is not a stream of this framework for ``x``'s device;
+``precision_key()``, ``precision_convention(device)`` (optional)
+    the framework's matmul precision settings (TF32, autocast, default matmul precision): a cheap hashable
+    reading that call keys hold, and what they ask of a product on ``device``
+    (:class:`~nvdispatch._precision.PrecisionConvention`); ``cast(x, dtype)`` casts an operand where an
+    autocast region asks for it;
 ``guard(*arrays)`` (optional)
     one native check that arrays still have the signatures these had, where reading several signatures
     costs more than the rest of a cached call (see :mod:`nvdispatch._call_key_memo`);
@@ -52,7 +57,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._precision import PrecisionConvention
 
 from .._cuda.streams import stream_pointer
 from ..errors import InvalidArgumentError, describe
@@ -147,6 +155,27 @@ class Adapter:
     def guard_for(self, cls: type) -> Callable[..., Callable[..., bool] | None] | None:
         """The guard factory for arrays of class ``cls`` (only where :meth:`signature_for` gives one)."""
         return self.guard
+
+    # -- precision conventions ---------------------------------------------------------------------------
+    #: ``precision_key()``: a cheap hashable reading of every framework setting :meth:`precision_convention`
+    #: depends on, read on each call and held by its call key (a changed setting: another key, another plan);
+    #: None (the default): the framework has no precision convention
+    precision_key: Callable[[], Hashable] | None = None
+
+    def precision_convention(self, device: Device) -> PrecisionConvention | None:
+        """What the framework's settings ask of a matmul on ``device`` now, where the caller gives no
+        ``compute_type`` (see :mod:`nvdispatch._precision`); None: nothing (each dtype's own compute type)."""
+        return None
+
+    def outside_autocast(self, device: Device) -> Callable[..., Any] | None:
+        """``run(fn, *args)``: ``fn(*args)`` outside the framework's autocast regions on ``device`` (a stateful
+        object's plan keeps the precision of its ``plan()``); None where the framework has no such regions."""
+        return None
+
+    def cast(self, x: Any, dtype: str) -> Any:
+        """``x`` (an array of this framework) converted to ``dtype``, as the framework's autocast casts operands
+        (autograd records it)."""
+        raise NotImplementedError(f"{self.name} arrays cannot be cast")
 
     # -- placement ---------------------------------------------------------------------------------------
     def device(self, x: Any) -> Device:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import os
 import sys
 from typing import Any
 
@@ -11,10 +12,40 @@ from .._adapter_registry import adapter_for
 from .._cuda.arrays import DeviceView, storage_shape
 from .._cuda.streams import stream_pointer
 from .._memory import CUDA, CUPY_ARRAY
+from .._precision import PrecisionConvention
 from ..errors import UnsupportedDtypeError
 from .base import Adapter, Device, OperandInfo
 
-__all__ = ["CupyAdapter"]
+__all__ = ["CupyAdapter", "float32_compute_type_reader"]
+
+#: CuPy's compute types (``cupy._core._routines_linalg.COMPUTE_TYPE_*``) that change a float32 or complex64
+#: product, and the cuBLAS compute type CuPy then runs it with (any other: COMPUTE_32F)
+_CUPY_PEDANTIC, _CUPY_TF32 = 2, 7
+_FLOAT32_COMPUTE = {_CUPY_PEDANTIC: "COMPUTE_32F_PEDANTIC", _CUPY_TF32: "COMPUTE_32F_FAST_TF32"}
+
+
+def float32_compute_type_reader():
+    """A function giving CuPy's compute type for float32 (and complex64) products, read as CuPy's matmul reads it:
+    ``cupy._core._routines_linalg.get_compute_type``, which takes ``CUPY_TF32`` from the environment at the first
+    product of the dtype and keeps it (``set_compute_type`` changes it). Where that function is missing, the
+    environment itself, on every call."""
+    import numpy as np
+
+    try:
+        from cupy._core import _routines_linalg as linalg
+
+        get = linalg.get_compute_type
+    except (ImportError, AttributeError):
+        return lambda: _CUPY_TF32 if _tf32_env() else 1
+    float32 = np.dtype("float32")
+    return lambda: get(float32)
+
+
+def _tf32_env() -> bool:
+    try:
+        return int(os.getenv("CUPY_TF32", "0")) > 0
+    except ValueError:
+        return False
 
 _MEMORY = frozenset({CUPY_ARRAY, CUDA})
 
@@ -38,6 +69,25 @@ class CupyAdapter(Adapter):
 
     def device(self, x) -> Device:
         return Device("cuda", int(x.device.id))
+
+    # -- precision conventions ---------------------------------------------------------------------------
+    @property
+    def precision_key(self):
+        """CuPy's compute type for float32 products."""
+        key = self.__dict__.get("_precision_key")
+        if key is None:
+            key = self.__dict__["_precision_key"] = float32_compute_type_reader()
+        return key
+
+    def precision_convention(self, device: Device) -> PrecisionConvention:
+        """Float32 and complex64 products as CuPy computes them: TF32 where its compute type says so (``CUPY_TF32=1``
+        in the environment when CuPy first multiplied float32 arrays, or ``set_compute_type``), pedantic float32
+        where it asks for that, else float32."""
+        compute_type = self.precision_key()
+        float32 = _FLOAT32_COMPUTE.get(compute_type)
+        env = os.environ.get("CUPY_TF32")
+        shown = "unset" if env is None else repr(env)
+        return PrecisionConvention(float32, f"CuPy compute type {_cupy_name(compute_type)} (CUPY_TF32 {shown})")
 
     def data_ptr(self, x) -> int:
         return x.data.ptr
@@ -181,6 +231,15 @@ class CupyAdapter(Adapter):
 
     def to_numpy(self, x):
         return x.get()
+
+
+def _cupy_name(compute_type) -> str:
+    try:
+        from cupy._core import _routines_linalg as linalg
+
+        return str(linalg.compute_type_to_str(compute_type))
+    except (ImportError, AttributeError):
+        return str(compute_type)
 
 
 #: dtypes CuPy has no type for, and the unsigned ints of their size that hold their bits

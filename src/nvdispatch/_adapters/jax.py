@@ -19,11 +19,61 @@ from typing import Any
 import numpy as np
 
 from .._memory import HOST
+from .._precision import PrecisionConvention
 from ..errors import UnsupportedDtypeError, UnsupportedOperandError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .dlpack import DLPACK_CPU, DlpackAdapter
 
-__all__ = ["JaxAdapter", "JaxTracerAdapter"]
+__all__ = ["JaxAdapter", "JaxTracerAdapter", "default_matmul_precision", "float32_compute_type"]
+
+_TF32, _FP32 = "COMPUTE_32F_FAST_TF32", "COMPUTE_32F"
+#: what XLA on an NVIDIA GPU computes a float32 (and complex64) product with, by the name of JAX's precision
+#: (``jax.lax.Precision``: DEFAULT and HIGH use TF32 where the GPU has it, HIGHEST float32) or of a
+#: ``jax.lax.DotAlgorithmPreset`` (the algorithm it names; the multi-pass ones computed at least as precisely)
+_XLA_GPU_FLOAT32 = {
+    "DEFAULT": _TF32,
+    "HIGH": _TF32,
+    "HIGHEST": _FP32,
+    "TF32_TF32_F32": _TF32,
+    "TF32_TF32_F32_X3": _FP32,
+    "BF16_BF16_F32": "COMPUTE_32F_FAST_16BF",
+    "BF16_BF16_BF16": "COMPUTE_32F_FAST_16BF",
+    "BF16_BF16_F32_X3": _FP32,
+    "BF16_BF16_F32_X6": _FP32,
+    "BF16_BF16_F32_X9": _FP32,
+    "F16_F16_F32": "COMPUTE_32F_FAST_16F",
+    "F16_F16_F16": "COMPUTE_32F_FAST_16F",
+    "F32_F32_F32": _FP32,
+    "F64_F64_F64": _FP32,
+}
+#: the strings jax_default_matmul_precision takes for a jax.lax.Precision (JAX's own table)
+_PRECISION_NAMES = {
+    "default": "DEFAULT",
+    "fastest": "DEFAULT",
+    "bfloat16": "DEFAULT",
+    "high": "HIGH",
+    "tensorfloat32": "HIGH",
+    "bfloat16_3x": "HIGH",
+    "highest": "HIGHEST",
+    "float32": "HIGHEST",
+}
+
+
+def default_matmul_precision():
+    """JAX's default matmul precision in this thread now: ``jax_default_matmul_precision`` (the config option, or
+    the ``jax.default_matmul_precision(...)`` context around the call); None where unset (DEFAULT)."""
+    return sys.modules["jax"].config.jax_default_matmul_precision
+
+
+def float32_compute_type(setting) -> tuple[str, str]:
+    """``(compute type name, precision name)`` of a float32/complex64 product on an NVIDIA GPU at JAX precision
+    ``setting`` (None, a string JAX takes, a ``jax.lax.Precision`` or ``DotAlgorithmPreset``), as XLA computes
+    it: DEFAULT (unset) and HIGH on TF32 tensor cores, HIGHEST in float32, an algorithm preset as it names. A
+    setting this table does not know (an FP8 preset) computes in float32, at least as precisely as asked."""
+    name = "DEFAULT" if setting is None else getattr(setting, "name", setting)
+    if isinstance(name, str):
+        name = _PRECISION_NAMES.get(name.lower(), name)
+    return _XLA_GPU_FLOAT32.get(name, _FP32), str(name)
 
 _HOST = frozenset({HOST})
 
@@ -63,6 +113,22 @@ class JaxAdapter(Adapter):
 
     def device(self, x) -> Device:
         return self._dlpack.device(x)
+
+    # -- precision conventions ---------------------------------------------------------------------------
+    @property
+    def precision_key(self):
+        """JAX's default matmul precision (its config option or context)."""
+        return default_matmul_precision
+
+    def precision_convention(self, device: Device) -> PrecisionConvention | None:
+        """On NVIDIA GPUs, float32 products at the compute type XLA gives JAX's default matmul precision (TF32 for
+        DEFAULT); on the CPU nothing: XLA computes float32 products in float32 there whatever the precision."""
+        if device.kind != "cuda":
+            return None
+        setting = default_matmul_precision()
+        compute, name = float32_compute_type(setting)
+        shown = "unset (DEFAULT)" if setting is None else repr(setting)
+        return PrecisionConvention(compute, f"JAX default_matmul_precision {shown}: {name} on an NVIDIA GPU")
 
     def data_ptr(self, x) -> int:
         return int(x.unsafe_buffer_pointer())

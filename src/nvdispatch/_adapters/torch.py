@@ -9,10 +9,12 @@ from typing import Any
 
 from .._cuda.arrays import DeviceView, storage_shape
 from .._memory import CUDA, TORCH_TENSOR
+from .._precision import PrecisionConvention
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, describe
 from .base import CPU, Adapter, Device, OperandInfo
+from .torch_autocast import autocast_dtype
 
-__all__ = ["TorchAdapter"]
+__all__ = ["TorchAdapter", "tf32_allowed"]
 
 
 _ON_CPU = frozenset({TORCH_TENSOR})
@@ -21,6 +23,44 @@ _ON_CUDA = frozenset({TORCH_TENSOR, CUDA})
 
 def _grad_enabled() -> bool:
     return sys.modules["torch"].is_grad_enabled()
+
+
+def tf32_allowed() -> bool:
+    """Whether Torch runs float32 products on CUDA on TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``,
+    set by ``torch.set_float32_matmul_precision("high")`` or ``"medium"``, or ``fp32_precision = "tf32"``)."""
+    C = sys.modules["torch"]._C
+    try:
+        return bool(C._get_cublas_allow_tf32())
+    except RuntimeError:  # the legacy and the new switch were set apart; Torch's matmul follows the new one
+        return _fp32_precision(C) == "tf32"
+
+
+def _fp32_precision(C) -> str:
+    """The new API's float32 precision of CUDA matmuls, inherited from its parents where unset ("none")."""
+    for backend, op in (("cuda", "matmul"), ("cuda", "all"), ("generic", "all")):
+        value = C._get_fp32_precision_getter(backend, op)
+        if value != "none":
+            return value
+    return "ieee"
+
+
+def _make_precision_key():
+    """The Torch adapter's ``precision_key``: Torch's C getters bound once (Torch is imported: its tensors exist)."""
+    C = sys.modules["torch"]._C
+    tf32 = C._get_cublas_allow_tf32
+    enabled, dtype = C.is_autocast_enabled, C.get_autocast_dtype
+    any_autocast = getattr(C, "_is_any_autocast_enabled", None) or (lambda: enabled("cuda") or enabled("cpu"))
+
+    def precision_key():
+        try:
+            allowed = tf32()
+        except RuntimeError:
+            allowed = tf32_allowed()
+        if not any_autocast():
+            return allowed
+        return allowed, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
+
+    return precision_key
 
 
 class TorchAdapter(Adapter):
@@ -65,6 +105,43 @@ class TorchAdapter(Adapter):
         grad_enabled = sys.modules["torch"].is_grad_enabled
         mode = grad_enabled()
         return lambda *arrays: grad_enabled() is mode and check(*arrays)
+
+    # -- precision conventions ---------------------------------------------------------------------------
+    @property
+    def precision_key(self):
+        """TF32 allowed, and the autocast regions active (device type, dtype) where any is."""
+        key = self.__dict__.get("_precision_key")
+        if key is None:
+            key = self.__dict__["_precision_key"] = _make_precision_key()
+        return key
+
+    def precision_convention(self, device: Device) -> PrecisionConvention:
+        """On CUDA: float32 products on TF32 tensor cores where Torch allows it (``allow_tf32``); on every device:
+        an active ``torch.autocast`` region's dtype. Torch's own CPU ops keep their own precision settings."""
+        kind = "cpu" if device.kind == "cpu" else device.kind
+        autocast = autocast_dtype(kind)
+        why = f"Torch autocast({kind!r}, {autocast})" if autocast is not None else ""
+        if kind != "cuda":
+            return PrecisionConvention(autocast=autocast, autocast_reason=why)
+        tf32 = tf32_allowed()
+        float32 = "COMPUTE_32F_FAST_TF32" if tf32 else None
+        return PrecisionConvention(float32, f"Torch allow_tf32={tf32}", autocast, why)
+
+    def outside_autocast(self, device: Device):
+        torch = sys.modules["torch"]
+        any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (lambda: True)
+        autocast, kind = torch.autocast, device.kind
+
+        def run(fn, *args):
+            if not any_autocast():
+                return fn(*args)
+            with autocast(kind, enabled=False):
+                return fn(*args)
+
+        return run
+
+    def cast(self, x, dtype: str):
+        return x.to(getattr(sys.modules["torch"], dtype))
 
     def device(self, x) -> Device:
         dev = x.device

@@ -6,8 +6,10 @@ answer, a recorded or an autotuned one), a workspace per stream and which operan
 
 1. runs the plan's algorithm where every pointer is 256-byte aligned, else the heuristic's first answer for
    the pointers' alignment (memoised by the descriptors);
-2. takes the algorithm's workspace on the stream (allocated once per stream, grown when an algorithm needs more,
-   given back in stream order);
+2. takes the algorithm's workspace on the stream: the plan's own for that stream (allocated once per stream with
+   ``cudaMallocAsync``, grown when an algorithm needs more, given back in stream order), or, while the stream is
+   being captured into a CUDA graph, one for this launch alone from the caller's allocator (the graph's memory
+   pool), given back once the launch is queued;
 3. sets the epilogue's pointers (bias, aux, scales, amax) on the descriptor where they changed since the last
    launch, and launches — both under one lock, so threads sharing the plan never launch with each other's
    pointers;
@@ -21,6 +23,8 @@ import threading
 
 from .._plan_cache import plan_cache
 from . import cublaslt as lt
+from . import memory
+from .stream_clock import capturing
 
 __all__ = ["alignment", "LtLaunch"]
 
@@ -73,13 +77,19 @@ class LtLaunch:
         """Queue ``D = alpha op(A) op(B) + beta C`` on ``stream``: ``ptr_a``/``ptr_b`` are our operands ``a``
         and ``b``, ``alpha``/``beta`` host pointers in the scale type, ``pointers`` the descriptor's pointer
         attributes as ``(attribute, pointer)`` pairs, ``allocator`` the framework whose allocator gives the
-        workspace ("" or one without: ``cudaMallocAsync``)."""
+        workspace of a launch under stream capture ("" or one without: ``cudaMallocAsync``)."""
         algo = self.algo
         mixed = ptr_a | ptr_b | ptr_c | ptr_d
         if mixed & 255:
             algo = self.algorithm_for(alignment(mixed))
         ws_size = algo.workspaceSize
-        ws_ptr = self.workspace(stream, ws_size, allocator) if ws_size else 0
+        ws_ptr, own = 0, None
+        if ws_size:
+            if capturing(stream):
+                own = memory.scratch(ws_size, allocator, self.device_index, stream)
+                ws_ptr = own.ptr
+            else:
+                ws_ptr = self.workspace(stream, ws_size)
         first, second = (ptr_a, ptr_b) if self.a_first else (ptr_b, ptr_a)
         core = self.core
         with self._lock:
@@ -105,6 +115,8 @@ class LtLaunch:
                 ws_size,
                 stream,
             )
+        if own is not None:
+            own.release()
         if status:
             lt.check(status, self._what)
 
@@ -115,16 +127,16 @@ class LtLaunch:
             raise lt.CublasLtError(f"no {self._library} algorithm for {align}-byte aligned operands", 15)
         return found[0]
 
-    def workspace(self, stream: int, nbytes: int, allocator: str) -> int:
-        """The pointer of ``stream``'s workspace, at least ``nbytes`` (from ``allocator``'s pool; see
-        :func:`.memory.scratch`)."""
+    def workspace(self, stream: int, nbytes: int) -> int:
+        """The pointer of ``stream``'s workspace, at least ``nbytes``. It comes from ``cudaMallocAsync``, never from
+        a framework's pool: the plan holds it across calls, and a framework may route every allocation into a CUDA
+        graph's private pool (Torch's CUDA-graph trees warm a graph up that way), where memory held past the call
+        is an allocation the graph does not own."""
         ws = self.workspaces.get(stream)
         if ws is None or ws.nbytes < nbytes:
-            from .memory import scratch
-
             if ws is not None:
                 ws.release()
-            ws = self.workspaces[stream] = scratch(nbytes, allocator, self.device_index, stream)
+            ws = self.workspaces[stream] = memory.scratch(nbytes, "", self.device_index, stream)
             plan = self.owner() if self.owner is not None else None
             if plan is not None:
                 plan_cache.resized(plan)

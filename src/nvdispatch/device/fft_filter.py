@@ -1,9 +1,11 @@
 """Small kernels around a frequency-domain filter: multiply a batch of spectra by it, or lay it out for the
 four-step convolution (:mod:`nvdispatch.device.fft_four_step`).
 
-``multiply_by_filter(y, h, per_row, scale)``
+``multiply_by_filter(y, h, per_row, scale, real_n)``
     ``y[r, k] *= h[r or 0, k] * scale`` in place, ``y`` a ``(rows, m)`` complex array, ``h`` ``(1, m)`` (one
-    row for all) or ``(rows, m)``, real or complex. One read and one write of ``y``.
+    row for all) or ``(rows, m)``, real or complex. One read and one write of ``y``. For the half-spectra of
+    real signals of length ``real_n`` the products at ``k = 0`` and ``k = real_n / 2`` keep their real parts
+    (what ``irfft`` reads there).
 ``permute_filter(h, hp, n1, hermitian)``
     ``hp[k1, k2] = H[k1 + n1 * k2]``: the filter in the order the four-step transform leaves the spectrum
     (frequency ``k1 + n1 * k2`` at row ``k1``, column ``k2`` of an ``(n1, n2)`` array). ``H`` is ``h`` itself
@@ -35,12 +37,19 @@ _MAX_GRID_Y = 65535
 
 
 @cuda.jit
-def multiply_by_filter(y, h, per_row, scale):
+def multiply_by_filter(y, h, per_row, scale, real_n):
     c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if c < y.shape[1]:
+        # a real signal's spectrum (real_n > 0): the product's DC and Nyquist bins keep their real parts only,
+        # as irfft reads them; cuFFT's C2R does not ignore imaginary parts there
+        real_only = real_n > 0 and (c == 0 or 2 * c == real_n)
         for r in range(cuda.blockIdx.y, y.shape[0], cuda.gridDim.y):
             hr = r if per_row else 0
-            y[r, c] = y[r, c] * h[hr, c] * scale
+            v = y[r, c] * h[hr, c] * scale
+            if real_only:
+                y[r, c] = v.real
+            else:
+                y[r, c] = v
 
 
 @cuda.jit
@@ -77,13 +86,14 @@ def permute_real_filter(h, hp, n1, hermitian):
             hp[k1, k2] = h[k]
 
 
-def launch_multiply(y, h, per_row: bool, scale, stream=0) -> None:
-    """``y *= h * scale`` (see the module docstring); ``scale`` a NumPy scalar of ``y``'s real precision."""
+def launch_multiply(y, h, per_row: bool, scale, stream=0, real_n: int = 0) -> None:
+    """``y *= h * scale`` (see the module docstring); ``scale`` a NumPy scalar of ``y``'s real precision;
+    ``real_n`` the length of the real signals ``y`` is the half-spectrum of (0: complex signals)."""
     rows, m = y.shape
     if rows == 0 or m == 0:
         return
     grid = (-(-m // _THREADS), min(rows, _MAX_GRID_Y))
-    multiply_by_filter[grid, _THREADS, stream](y, h, int(per_row), scale)
+    multiply_by_filter[grid, _THREADS, stream](y, h, int(per_row), scale, int(real_n))
 
 
 def permute_kernel(h_dtype) -> object:

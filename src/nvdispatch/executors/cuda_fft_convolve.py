@@ -27,7 +27,7 @@ Strategies (``explain()`` names the one that runs, and why):
     passes, one fewer pass than CuPy's and Torch's ``ifft(fft(x) * h)`` (:mod:`.cuda_fft_convolve_unfused`).
 ``cufft-lto``
     cuFFT's forward transform with the multiply (and ``1/n``) linked in as an LTO store callback, then
-    cuFFT's inverse: ``4P`` traversals.
+    cuFFT's inverse: ``4P`` traversals. Complex signals only (real ones take ``cufft-lto-load``).
 ``cufft-lto-load``
     cuFFT's forward transform, then cuFFT's inverse with the multiply (and ``1/n``) linked in as an LTO load
     callback: ``4P`` traversals, the callback on the other transform.
@@ -170,6 +170,10 @@ def lto_load_reason(problem: ConvolveProblem) -> str | None:
 def lto_convolve_reason(problem: ConvolveProblem) -> str | None:
     if problem.forward.empty:
         return "an empty batch"
+    if problem.forward.kind == "r2c":
+        # a store callback on cuFFT's R2C gets the DC and Nyquist bins wrong (tests/fft/test_convolve_gpu.py
+        # checks real signals on a GPU); cufft-lto-load covers them
+        return "real signals take the load-callback form (cufft-lto-load), not a store callback on cuFFT's R2C"
     cb = _lto_problem(problem)
     if isinstance(cb, str):
         return cb

@@ -61,6 +61,7 @@ class UnfusedConvolvePlan:
         self.rows = math.prod(f.out_shape[:-1])
         self.per_row = problem.filter_rows == "each"
         self.scale = np.dtype(f.real_dtype).type(1.0 / f.lengths[0])
+        self.real_n = f.lengths[0] if f.kind == "r2c" else 0
         self.spectrum_bytes = self.rows * self.n_mid * np.dtype(f.compute_dtype).itemsize
         from .._cuda import runtime
 
@@ -88,6 +89,7 @@ class UnfusedConvolvePlan:
             types.Array(from_dtype(np.dtype(self.problem.filter.dtype)), 2, "C"),
             types.int64,
             from_dtype(np.dtype(f.real_dtype)),
+            types.int64,
         )
         with on_device(self.device_index, self._several):
             self._multiply.compile(argtypes)
@@ -107,7 +109,7 @@ class UnfusedConvolvePlan:
         with on_device(dev, self._several):
             y = raw_view(spectrum.ptr, (self.rows, self.n_mid), f.compute_dtype, spectrum)
             hv = numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
-            launch_multiply(y, hv, self.per_row, self.scale, self._streams(s))
+            launch_multiply(y, hv, self.per_row, self.scale, self._streams(s), self.real_n)
         out, out_ptr = arrays.empty(kind, inv.out_shape, inv.result_dtype, dev, s)
         self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
         spectrum.release()  # stream-ordered: reused only after the inverse

@@ -41,9 +41,10 @@ def decline(problem: MatmulProblem) -> str | None:
 
 def plain_product(problem: MatmulProblem) -> bool:
     """Whether ``cupy.matmul`` computes ``problem`` as asked: no epilog, no ``c``, and no compute or scale type
-    (it has no such choice). The cuda executor leaves these to this one."""
-    opts = problem.options
-    return not problem.epilog.steps and problem.c is None and opts.compute_type is None and opts.scale_type is None
+    asked for (it has no such choice; a compute type CuPy's own convention chose it applies itself). The cuda
+    executor leaves these to this one."""
+    explicit = problem.explicit_compute_type
+    return not problem.epilog.steps and problem.c is None and explicit is None and problem.options.scale_type is None
 
 
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .._epilog import apply_steps, declined_mask_format, finish_outputs, prepare_inputs
 from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
+from .._precision import AUTOCAST_DTYPES
 from .cuda_matmul import decline as cuda_decline
 from .torch import stream_context
 from .torch_addmm import can_fuse
@@ -132,11 +133,25 @@ class TorchMatmulPlan:
                 self.direct = lambda a, b, bias: act(addmm(bias, a, b))
             else:
                 self.direct = lambda a, b, bias: fused(bias, a, b)
+        # a compute type the caller chose wins over an autocast region: Torch's ops must not recast the operands
+        self._autocast_off = None
+        if problem.explicit_compute_type is not None and {problem.a.dtype, problem.b.dtype} <= AUTOCAST_DTYPES:
+            self._autocast_off = problem.device.kind
+            self.direct = self.fused_bias = None
+            self.steps += ("outside any autocast region (options.compute_type was given)",)
 
     def release(self) -> None:
         pass
 
     def execute(self, operands, stream=None):
+        if self._autocast_off is not None:
+            import torch
+
+            with torch.autocast(self._autocast_off, enabled=False):
+                return self._execute(operands, stream)
+        return self._execute(operands, stream)
+
+    def _execute(self, operands, stream):
         fused = self.fused_bias
         if fused is not None and stream is None and operands.get("alpha", 1) == 1:
             a, b, bias = operands["a"], operands["b"], operands["bias"]

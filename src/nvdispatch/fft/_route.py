@@ -73,7 +73,7 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     entry = _classes.get(x.__class__)
     if entry is None:
         entry = class_keys(x.__class__)
-    _, sig, memo, view, wraps, adapter = entry
+    _, sig, memo, view, wraps, adapter, _ = entry
     plan = key = learn = form = None
     try:
         if sig is not None and callbacks is None:

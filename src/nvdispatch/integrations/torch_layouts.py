@@ -13,7 +13,8 @@ backend state current when it runs. So every output has one layout, here:
 * C-contiguous (offset 0), with the shape and dtype of the public function's output;
 * ``relu_aux``: on the CPU the boolean mask of the result's shape (the CPU executors' format); on CUDA cuBLASLt's
   bit mask in its row orientation, ``uint8`` of shape ``(..., m, ceil(n / 128) * 16)`` (the cuda executor's format
-  for a bias along N, which DRELU takes on every GPU executor);
+  for a bias along N, which DRELU takes on every GPU executor), its padding bits (columns ``n`` and up) zero:
+  cuBLASLt leaves them as the allocator gave them, and an output must not depend on what memory held before;
 * bias gradients ``(..., n)``, or ``(..., m, 1)`` with ``bgrad_axis="m"``; ``bgrada`` / ``bgradb`` the operand's
   own batch dimensions and ``(m,)`` / ``(n,)``; ``result_amax`` a 0-d float32 tensor.
 
@@ -152,7 +153,20 @@ def conform(t, spec: OutputSpec, p: Any = None, like=None):
     t = dense(t, like)
     if tuple(t.shape) != spec.shape or str(t.dtype)[6:] != spec.dtype:
         t = dense(_reformat(t, spec, p, sys.modules["torch"]))
+    elif spec.kind == "mask" and spec.dtype == "uint8":
+        t = _clear_padding(t, p.n)
     return t
+
+
+def _clear_padding(bits, n: int):
+    """cuBLASLt's row-orientation bits (a new tensor, changed in place) with every bit past column ``n`` zero."""
+    full, rest = divmod(n, 8)
+    if rest:
+        bits[..., full].bitwise_and_((1 << rest) - 1)
+        full += 1
+    if full < bits.shape[-1]:
+        bits[..., full:] = 0
+    return bits
 
 
 def _reformat(t, spec: OutputSpec, p, torch):

@@ -31,13 +31,22 @@ from torch import Tensor
 from .. import fft as fft_module
 from .. import linalg
 from .._epilog import EPILOGS
-from . import torch_autograd
+from . import torch_autocast, torch_autograd
 from . import torch_layouts as layouts
 from .torch_arguments import SCALE_NAMES, decode, encode, epilog_inputs, epilog_name
 from .torch_errors import describe, refuse
 from .torch_reentry import in_kernel
 
-__all__ = ["matmul_op", "fft_op", "convolve_op", "ENTRIES", "call_matmul", "call_fft", "call_convolve"]
+__all__ = [
+    "matmul_op",
+    "fft_op",
+    "convolve_op",
+    "ENTRIES",
+    "call_matmul",
+    "call_fft",
+    "call_convolve",
+    "register_fft_autocast",
+]
 
 _INPUT_NAMES = ("bias", "relu_aux", "gelu_aux")
 #: epilog name -> its aux outputs' names, in the order the operator returns them
@@ -206,6 +215,8 @@ del _name, _kernel, _fake
 matmul_op = torch.ops.nvdispatch.matmul.default
 fft_op = torch.ops.nvdispatch.fft.default
 convolve_op = torch.ops.nvdispatch.convolve.default
+# in an autocast region the matmul operator computes as nvdispatch.matmul does there (one rule, see torch_autocast)
+torch_autocast.install(_LIB, "matmul", matmul_op, torch_autocast.matmul_cast)
 #: the operators' autograd formulas, registered on them, and as autograd Functions for eager calls (the same
 #: formulas without the dispatcher's Python autograd kernel: a recorded eager call costs a fraction as much)
 _functions = torch_autograd.register(
@@ -223,7 +234,24 @@ def _call(name: str, *args):
     dispatcher's Python autograd kernel."""
     if torch.compiler.is_compiling():
         return _OPS[name](*args)
+    if name == "matmul":  # the operator's autocast kernel, which the Function does not pass through
+        device_type = args[0].device.type
+        if device_type in torch_autocast.DEVICE_TYPES and torch.is_autocast_enabled(device_type):
+            return torch_autocast.in_region(device_type, torch_autocast.matmul_cast, _functions[name].apply, args)
     return _functions[name].apply(*args)
+
+
+_fft_autocast: list = []  # the libraries holding the FFT operators' autocast kernels, once installed
+
+
+def register_fft_autocast(device_types=torch_autocast.DEVICE_TYPES) -> None:
+    """Install the FFT operators' autocast kernels (Torch's rule for its FFTs: float16/bfloat16 computed in
+    float32) for ``device_types``, for the rest of the process. Not installed by default: the public FFT
+    functions' eager route does not follow autocast regions, and a compiled graph must compute as they do."""
+    lib = torch.library.Library("nvdispatch", "IMPL")
+    for name, op in (("fft", fft_op), ("convolve", convolve_op)):
+        torch_autocast.install(lib, name, op, torch_autocast.fp32_cast, device_types)
+    _fft_autocast.append(lib)
 
 
 def _number(value: Any, argument: str):
