@@ -24,7 +24,12 @@ from ._fp8 import MatmulQuantizationScales
 from ._matmul_problem import ComputeType, MatmulOptions, MatmulPlanPreferences
 from ._plan_cache import plan_cache
 from ._version import __version__ as __version__
+from .executors import register_executor
 from .linalg import Matmul, matmul
+
+# the Dask executor sits above the public front (its tasks call it on each block): registered here, by name, so
+# nothing below it imports it
+register_executor("dask", "nvdispatch.executors.dask:DaskExecutor")
 
 __all__ = [
     "matmul",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from .calibration import calibrate
+
 HELP = "measure the CPU executor's calibration for this machine and keep it"
 DESCRIPTION = (
     "Measure the CPU executor's calibration for this machine (which engine fuses each class of matmul epilog "
@@ -40,8 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .calibration import calibrate
-
     try:
         from tqdm import tqdm
     except ImportError:  # (the [bench] extra) a line per stage instead of a bar

@@ -30,10 +30,11 @@ The same answer on every executor, where libraries differ (each held by a cross-
   ``F(alpha * a @ b + beta * c + bias)``, which is what cuBLASLt computes (its epilogue adds the bias to the
   scaled result "before applying the final post-processing").
 * NaN propagates through RELU: ``relu(x) = max(x, 0)`` is NaN where ``x`` is NaN, as cuBLASLt's RELU
-  epilogue (measured on an H200), ``torch.relu``, Torch's ``_addmm_activation`` and NumPy's ``maximum`` all
-  give natively, so no executor spends a pass on it. ``relu_aux`` is ``x > 0`` (False at NaN) on the CPU
-  executors; the cuBLASLt executors return cuBLASLt's own bit at NaN and at an exact zero, where it is set
-  (so DRELU passes the gradient at ``x == 0`` on the GPU and not on the CPU: both are subgradients of ReLU).
+  epilogue (``tests/matmul/test_epilog_traps.py`` checks it on a GPU), ``torch.relu``, Torch's
+  ``_addmm_activation`` and NumPy's ``maximum`` all give natively, so no executor spends a pass on it.
+  ``relu_aux`` is ``x > 0`` (False at NaN) on the CPU executors; the cuBLASLt executors return cuBLASLt's own
+  bit at NaN and at an exact zero, where it is set (so DRELU passes the gradient at ``x == 0`` on the GPU and
+  not on the CPU: both are subgradients of ReLU).
 * DRELU passes the upstream gradient where the mask is set and gives 0 elsewhere, even where that gradient
   is inf or NaN (as Torch's relu backward; a multiplication by the mask would give NaN there).
 * GELU is the tanh approximation everywhere (Torch's CPU ``_addmm_activation`` computes the erf form, so
@@ -55,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from ._shapes import broadcast_shapes
+from .errors import EpilogInputError, InvalidArgumentError
 
 __all__ = [
     "Epilog",
@@ -224,8 +226,6 @@ def _argument(name: str) -> str:
 
 
 def _validate_bias(info, sh: Shapes) -> str:
-    from .errors import EpilogInputError
-
     axis = _bias_axis(tuple(info.shape), sh)
     if not (info.dtype == sh.result_dtype or (sh.result_dtype in ("float16", "bfloat16") and info.dtype == "float32")):
         raise EpilogInputError(_argument("bias"), f"dtype {sh.result_dtype} (the result's)", info.dtype)
@@ -234,8 +234,6 @@ def _validate_bias(info, sh: Shapes) -> str:
 
 def _bias_axis(shape: tuple[int, ...], sh: Shapes) -> str:
     """``"n"`` or ``"m"``: which axis of the result a bias of ``shape`` lies along."""
-    from .errors import EpilogInputError
-
     arg, batch, m, n = _argument("bias"), sh.batch, sh.m, sh.n
     if len(shape) == 1:
         if shape[0] == n:
@@ -259,8 +257,6 @@ def _bias_axis(shape: tuple[int, ...], sh: Shapes) -> str:
 
 
 def _validate_gelu_aux(info, sh: Shapes) -> None:
-    from .errors import EpilogInputError
-
     if info.dtype != sh.result_dtype:
         raise EpilogInputError(_argument("gelu_aux"), f"dtype {sh.result_dtype} (as GELU_AUX returned it)", info.dtype)
     if tuple(info.shape) != tuple(sh.result_shape):
@@ -270,8 +266,6 @@ def _validate_gelu_aux(info, sh: Shapes) -> None:
 def _validate_relu_aux(info, sh: Shapes) -> None:
     """A boolean mask of the result's shape (CPU executors) or cuBLASLt's uint8 bit mask, in either orientation
     (its layout is checked by the cuda executor; see ``_cuda/lt_setup.py``)."""
-    from .errors import EpilogInputError
-
     arg = _argument("relu_aux")
     if info.dtype == "bool":
         if tuple(info.shape) != tuple(sh.result_shape):
@@ -409,8 +403,6 @@ _BY_NAME: dict[str, EpilogSpec] = {row.epilog.name: row for row in _rows}
 
 def spec_of(epilog) -> EpilogSpec:
     """The table row for ``epilog`` (an :class:`Epilog`, its name, or ``None`` for DEFAULT)."""
-    from .errors import InvalidArgumentError
-
     if epilog is None:
         return EPILOGS[Epilog.DEFAULT]
     if isinstance(epilog, str):

@@ -24,9 +24,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ._detect import detect
 from ._epilog import OUTPUTS, apply_steps, finish_outputs, prepare_inputs, spec_of
 from ._memory import CUPY_ARRAY, HOST, TORCH_TENSOR
-from .errors import ExecutorContractError, describe
+from ._plan_cache import workspace_bytes_of
+from .errors import ExecutorContractError, NvdispatchError, describe
 
 __all__ = ["trusted", "problem_for", "decline", "strategies", "plan", "CheckedPlan"]
 
@@ -144,8 +146,6 @@ class CheckedPlan:
     @property
     def workspace_bytes(self) -> int:
         """The user plan's workspace bytes (the plan cache bounds them)."""
-        from ._plan_cache import workspace_bytes_of
-
         return workspace_bytes_of(self.plan)
 
     def release(self) -> None:
@@ -180,9 +180,6 @@ class CheckedPlan:
         return result
 
     def _check_array(self, value: Any, what: str, shape: tuple | None, dtype: str | None) -> None:
-        from ._detect import detect
-        from .errors import NvdispatchError
-
         try:
             info = detect(what, value)
         except NvdispatchError:
@@ -232,7 +229,5 @@ _EPILOG_OPS = {HOST: _numpy_ops, TORCH_TENSOR: _torch_ops, CUPY_ARRAY: _cupy_ops
 
 def _ops_for(result: Any) -> Any:
     """The epilog step vocabulary of ``result``'s memory kind."""
-    from ._detect import detect
-
     memory = detect("result", result).memory
     return next(ops for kind, ops in _EPILOG_OPS.items() if kind in memory)()

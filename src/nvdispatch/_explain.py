@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, overload
 
 from ._route import Explanation
+from .linalg import explain_matmul
 
 __all__ = ["explain"]
 
@@ -59,7 +60,6 @@ def explain(*args: Any, **kwargs: Any) -> Explanation:
     """
     if args and callable(args[0]) and hasattr(args[0], "__nvdispatch_explain__"):
         return args[0].__nvdispatch_explain__(*args[1:], **kwargs)
-    from .linalg import explain_matmul
 
     return explain_matmul(*args, **kwargs)
 

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._detect import OperandInfo, detect
+from ._fp8_types import FP8_DTYPES, RESULT_TYPES, is_fp8
+from ._matmul_problem import ArraySig, build_problem
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -47,22 +49,12 @@ from .errors import (
 )
 
 __all__ = [
-    "FP8_DTYPES",
-    "FP8_MAX",
-    "RESULT_TYPES",
     "MatmulQuantizationScales",
     "Fp8Spec",
-    "is_fp8",
-    "check_result_type",
-    "check_operand_types",
     "build_fp8_problem",
     "scale_values",
 ]
 
-#: largest finite value of each FP8 format (results saturate to it)
-FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
-FP8_DTYPES = tuple(FP8_MAX)
-RESULT_TYPES = ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32")
 #: epilogs cuBLASLt fuses into FP8 matmuls (forward ones; backward epilogs take no FP8 operands)
 FP8_EPILOGS = (
     "DEFAULT",
@@ -77,10 +69,6 @@ FP8_EPILOGS = (
     "GELU_AUX_BIAS",
 )
 _SCALE_NAMES = ("a", "b", "c", "d")
-
-
-def is_fp8(dtype: str) -> bool:
-    return dtype in FP8_MAX
 
 
 @dataclass(frozen=True)
@@ -134,36 +122,6 @@ class Fp8Spec:
             f"FP8 {self.a_type} x {self.b_type} -> {self.result_type} (c/bias {self.c_type}/{self.bias_type}; "
             f"scales {scales}{'; amax' if self.amax else ''}{'; fast accumulation' if self.fast_accum else ''})"
         )
-
-
-# -- options ----------------------------------------------------------------------------------------------
-def check_result_type(value) -> str | None:
-    """Normalise ``options.result_type`` (a dtype name, NumPy/Torch dtype) or raise."""
-    if value is None:
-        return None
-    name = str(value).removeprefix("torch.")
-    if not isinstance(value, str):
-        name = getattr(value, "name", name)
-    if name not in RESULT_TYPES:
-        raise InvalidArgumentError("options.result_type", f"one of {RESULT_TYPES}", repr(value))
-    return name
-
-
-def check_operand_types(value) -> tuple[tuple[str, str], ...] | None:
-    """Normalise ``options.operand_types`` ({"a"/"b": FP8 dtype name}) to a hashable tuple, or raise."""
-    if value is None:
-        return None
-    items = value.items() if isinstance(value, dict) else value
-    try:
-        pairs = tuple((str(k), str(v).removeprefix("torch.")) for k, v in items)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError("options.operand_types", "a dict like {'a': 'float8_e4m3fn'}", repr(value)) from None
-    for k, v in pairs:
-        if k not in ("a", "b"):
-            raise InvalidArgumentError("options.operand_types", "keys 'a' and/or 'b'", repr(k))
-        if v not in FP8_DTYPES:
-            raise InvalidArgumentError(f"options.operand_types[{k!r}]", f"one of {FP8_DTYPES}", repr(v))
-    return tuple(sorted(pairs))
 
 
 def wants_fp8(infos: dict[str, OperandInfo], options, scales) -> bool:
@@ -247,8 +205,6 @@ def _companion(result: str, c_dtype: str | None, bias_dtype: str | None) -> tupl
 def build_fp8_problem(framework, device, infos, spec, options, alpha, beta, extra_inputs, scales):
     """Validate an FP8 matmul call and describe it as a :class:`~nvdispatch._matmul_problem.MatmulProblem`
     whose ``quantization`` is an :class:`Fp8Spec` (``result_dtype`` is the result type)."""
-    from ._matmul_problem import ArraySig, build_problem
-
     declared = dict(getattr(options, "operand_types", None) or ())
     types, storage = {}, []
     for name in ("a", "b"):

@@ -11,7 +11,8 @@ the result type (accumulation order differs).
 from __future__ import annotations
 
 from ._epilog_torch import TORCH_PLAIN
-from ._fp8 import FP8_MAX, Fp8Spec, is_fp8
+from ._fp8 import Fp8Spec
+from ._fp8_types import FP8_MAX, is_fp8
 from ._matmul_problem import MatmulProblem, scalar_value
 
 __all__ = ["Fp8ReferencePlan"]

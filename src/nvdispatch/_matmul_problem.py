@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ._detect import Device, OperandInfo
-from ._epilog import EpilogSpec, Shapes, validate_inputs
+from ._epilog import STRATEGIES, EpilogSpec, Shapes, validate_inputs
+from ._fp8_types import check_operand_types, check_result_type
 from ._memory import common_memory
 from ._precision import PrecisionConvention
 from ._shapes import broadcast_shapes
@@ -184,8 +185,6 @@ class MatmulOptions:
                     "options.scale_type", "a float, complex or int32 dtype", describe(self.scale_type)
                 )
             object.__setattr__(self, "scale_type", name)
-        from ._fp8 import check_operand_types, check_result_type
-
         object.__setattr__(self, "result_type", check_result_type(self.result_type))
         object.__setattr__(self, "operand_types", check_operand_types(self.operand_types))
         object.__setattr__(self, "result_amax", expect_bool("options.result_amax", self.result_amax))
@@ -263,8 +262,6 @@ class MatmulPlanPreferences:
     max_workspace_bytes: int | None = None
 
     def __post_init__(self):
-        from ._epilog import STRATEGIES
-
         if self.strategy is not None and (not isinstance(self.strategy, str) or self.strategy not in STRATEGIES):
             raise InvalidArgumentError("preferences.strategy", f"one of {STRATEGIES}", describe(self.strategy))
         object.__setattr__(self, "limit", count("preferences.limit", self.limit, 1))

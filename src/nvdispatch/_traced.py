@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from ._adapters import adapter_for
+from ._adapter_registry import adapter_for
 from .errors import UnsupportedOperandError, describe
 
 __all__ = [

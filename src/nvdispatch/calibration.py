@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ._explain import explain
 from .executors import numpy_fft_workers, numpy_matmul, numpy_matmul_calibration
 from .executors.cpu_calibration_store import store
 from .executors.cpu_threads import CPUS
@@ -140,8 +141,6 @@ def _pending_jobs():
 def _problem(recipe: dict[str, Any]):
     """The NumPy executor's problem of a recipe (``numpy_matmul_calibration.recipe``); None when it cannot be
     rebuilt (a damaged recipe, or a call the NumPy executor does not take)."""
-    from ._explain import explain
-
     try:
         a, b = _array(recipe["a"]), _array(recipe["b"])
         c = _array(recipe["c"]) if recipe.get("c") else None

@@ -12,6 +12,7 @@ import numpy as np
 
 from ._adapters import adapter_for, call_key_classes
 from ._autocast_plan import AutocastPlan
+from ._backends import registry
 from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
 from ._detect import detect
@@ -489,8 +490,6 @@ class _FrontParts:
     """
 
     def __init__(self):
-        from ._backends import registry
-
         self.route = _route
         self.classes = _classes
         self.backends = registry

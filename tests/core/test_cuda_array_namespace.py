@@ -21,7 +21,7 @@ def _fake(host: np.ndarray) -> CudaArray:
 def test_functions_take_cuda_arrays_alone_in_lists_and_by_keyword():
     host_a, host_b = np.arange(6.0).reshape(2, 3), np.ones((2, 3))
     a, b = _fake(host_a), _fake(host_b)
-    xp = ns.CudaArrayNamespace("numpy", np, lambda x: x._base)
+    xp = ns.CudaArrayNamespace("numpy", np, lambda x: x._base, CudaArray)
     np.testing.assert_array_equal(xp.add(a, b), host_a + 1)
     np.testing.assert_array_equal(xp.concatenate([a, b], axis=0), np.concatenate([host_a, host_b]))
     np.testing.assert_array_equal(xp.where(xp.greater(a, 2.0), a, b), np.where(host_a > 2, host_a, 1.0))
@@ -38,7 +38,7 @@ def test_the_type_is_public_and_declares_the_namespace():
 
 def test_unknown_api_version_is_a_typed_error():
     with pytest.raises(errors.InvalidArgumentError, match="api_version"):
-        ns.namespace("1999.01")
+        ns.namespace(CudaArray, "1999.01")
 
 
 @pytest.mark.gpu

@@ -82,7 +82,7 @@ def test_the_gpu_modules_raise_errors_of_the_tree():
     with pytest.raises(errors.CublasLtError, match="CUBLAS_STATUS_INVALID_VALUE"):
         cublaslt.check(7, "cublasLtMatmulDescCreate")
     with pytest.raises(errors.CufftError, match="cufftCreate failed: CUFFT_ALLOC_FAILED"):
-        cufft._check(2, "cufftCreate")
+        cufft.check(2, "cufftCreate")
 
 
 def test_a_non_array_is_refused_with_a_typed_error():

@@ -11,6 +11,7 @@ import pytest
 
 import nvdispatch
 from nvdispatch._cuda import dlpack_export
+from nvdispatch._cuda.dlpack_abi import KDL_CPU
 from nvdispatch.errors import InvalidArgumentError, MixedOperandsError
 
 jax = pytest.importorskip("jax")
@@ -89,10 +90,10 @@ def test_dlpack_export_is_imported_zero_copy_and_released():
         def __dlpack__(self, **kw):
             a = self.arr
             strides = [s // a.itemsize for s in a.strides]
-            return dlpack_export.capsule(a.ctypes.data, a.shape, strides, a.dtype, dlpack_export.KDL_CPU, 0, self)
+            return dlpack_export.capsule(a.ctypes.data, a.shape, strides, a.dtype, KDL_CPU, 0, self)
 
         def __dlpack_device__(self):
-            return (dlpack_export.KDL_CPU, 0)
+            return (KDL_CPU, 0)
 
     before = dlpack_export.live_exports()
     view = base[:, ::2]  # strided (JAX takes compact layouts only)

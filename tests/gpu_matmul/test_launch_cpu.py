@@ -476,10 +476,10 @@ def test_a_workspace_that_grows_is_counted_by_the_plan_cache_at_once(fake_lt, mo
         def release(self):
             self.launch.release()
 
-    import nvdispatch._plan_cache as plan_cache_module
+    from nvdispatch._cuda import lt_launch
 
     cache = PlanCache(maxsize=8, max_bytes=2500)
-    monkeypatch.setattr(plan_cache_module, "plan_cache", cache)
+    monkeypatch.setattr(lt_launch, "plan_cache", cache)  # the shared cache, as the launch module holds it
     monkeypatch.setattr(memory, "scratch", Scratch)
     first, second = Plan(), Plan()
     cache.put("first", first)

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from .._memory import HOST
+from ..errors import UnsupportedDtypeError
 from .base import CPU, Adapter, OperandInfo
 from .dlpack import host_signature, host_view
 
@@ -72,7 +73,5 @@ class ArrayApiStrictAdapter(Adapter):
         xp = _namespace()
         dt = xp.float64 if dtype is None else dtype
         if not xp.isdtype(dt, "real floating"):
-            from ..errors import UnsupportedDtypeError
-
             raise UnsupportedDtypeError("dtype", "a real floating array_api_strict dtype", str(dtype))
         return xp.astype(xp.asarray(values, device=device), dt)

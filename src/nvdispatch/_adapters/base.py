@@ -62,7 +62,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .._precision import PrecisionConvention
 
-__all__ = ["Adapter", "Device", "OperandInfo", "CPU", "c_strides"]
+from .._cuda.streams import stream_pointer
+from ..errors import InvalidArgumentError, describe
+
+__all__ = ["Adapter", "Device", "OperandInfo", "CPU"]
 
 
 @dataclass(frozen=True)
@@ -101,15 +104,6 @@ class OperandInfo:
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-
-def c_strides(shape) -> tuple[int, ...]:
-    """Element strides of a C-contiguous array of ``shape``."""
-    out, step = [], 1
-    for extent in reversed(shape):
-        out.append(step)
-        step *= max(int(extent), 1)
-    return tuple(reversed(out))
 
 
 class Adapter:
@@ -215,14 +209,11 @@ class Adapter:
         a stream this framework's array ``x`` can run on: on a CUDA device a stream object or handle (see
         ``nvdispatch._cuda.streams``); on the CPU none, unless the framework has CPU streams of its own (an
         adapter then accepts them)."""
-        from ..errors import InvalidArgumentError, describe
-
         device = self.device(x)
         if device.kind != "cuda":
             raise InvalidArgumentError(
                 "stream", f"None: {self.name} arrays on {device} run on no stream", describe(stream)
             )
-        from .._cuda.streams import stream_pointer
 
         stream_pointer(stream, self.name, device.index)
 
@@ -231,7 +222,6 @@ class Adapter:
         stream object, a ``__cuda_stream__`` object, a raw int), or None (nothing to do)."""
         if stream is None:
             return contextlib.nullcontext()
-        from .._cuda.streams import stream_pointer
 
         return self.stream_context(stream_pointer(stream, self.name, device_index), device_index)
 

@@ -11,8 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from .._adapter_registry import adapter_for
+from .._cuda import runtime
+from .._cuda.arrays import CudaArray, storage_shape, view
 from .._memory import CUDA
-from .base import Adapter, Device, OperandInfo, c_strides
+from .._strides import c_strides
+from .base import Adapter, Device, OperandInfo
 
 __all__ = ["CaiAdapter", "pointer_device"]
 
@@ -22,8 +26,6 @@ _MEMORY = frozenset({CUDA})
 def pointer_device(ptr: int) -> int | None:
     """The CUDA ordinal owning device pointer ``ptr`` (the current device for a null pointer); None when
     no CUDA runtime is usable here."""
-    from .._cuda import runtime
-
     if runtime.unavailable():
         return None
     if ptr:
@@ -70,8 +72,6 @@ class CaiAdapter(Adapter):
         return int(x.__cuda_array_interface__["data"][0] or 0)
 
     def empty(self, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
-        from .._cuda.arrays import CudaArray, storage_shape
-
         shape = tuple(int(s) for s in shape)
         tshape = storage_shape(shape, order)
         st = c_strides(tshape)
@@ -91,8 +91,6 @@ class CaiAdapter(Adapter):
             return self.empty(shape, dtype, device_index, stream, order)
         from numba import cuda
 
-        from .._cuda.arrays import storage_shape
-
         shape = tuple(int(s) for s in shape)
         tshape = storage_shape(shape, order)
         arr = cuda.device_array(tshape, dtype=np.dtype(dtype))
@@ -107,7 +105,6 @@ class CaiAdapter(Adapter):
             from numba import cuda
 
             return cuda.as_cuda_array(arr)
-        from .._cuda.arrays import CudaArray, view
 
         v = view(arr, framework_of_arr)
         return CudaArray(v.shape, v.dtype, v.strides, ptr=v.ptr, base=arr)
@@ -125,9 +122,6 @@ class CaiAdapter(Adapter):
         """Device arrays pass through; host arrays are copied to the current device as a ``CudaArray``."""
         if hasattr(x, "__cuda_array_interface__"):
             return x
-        from .._cuda import runtime
-        from .._cuda.arrays import CudaArray
-        from . import adapter_for
 
         ad = adapter_for(x)
         host = np.ascontiguousarray(ad.to_numpy(x) if ad is not None else np.asarray(x))
@@ -142,8 +136,6 @@ class CaiAdapter(Adapter):
         return out
 
     def to_numpy(self, x):
-        from .._cuda.arrays import CudaArray
-
         if isinstance(x, CudaArray):
             return x.copy_to_host()
         copy = getattr(x, "copy_to_host", None)  # Numba device arrays

@@ -8,8 +8,12 @@ import os
 import sys
 from typing import Any
 
+from .._adapter_registry import adapter_for
+from .._cuda.arrays import DeviceView, storage_shape
+from .._cuda.streams import stream_pointer
 from .._memory import CUDA, CUPY_ARRAY
 from .._precision import PrecisionConvention
+from ..errors import UnsupportedDtypeError
 from .base import Adapter, Device, OperandInfo
 
 __all__ = ["CupyAdapter", "float32_compute_type_reader"]
@@ -118,15 +122,12 @@ class CupyAdapter(Adapter):
 
         if isinstance(stream, cupy.cuda.Stream):
             return stream
-        from .._cuda.streams import stream_pointer
 
         return cupy.cuda.ExternalStream(stream_pointer(stream, "cupy"))
 
     # -- memory ------------------------------------------------------------------------------------------
     def empty(self, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
         import cupy
-
-        from .._cuda.arrays import storage_shape
 
         shape = tuple(int(s) for s in shape)
         tshape = storage_shape(shape, order)
@@ -162,8 +163,6 @@ class CupyAdapter(Adapter):
         import cupy
         import numpy as np
 
-        from ..errors import UnsupportedDtypeError
-
         dt = np.dtype("float64" if dtype is None else dtype)
         if dt.kind != "f":
             raise UnsupportedDtypeError("dtype", "a real floating dtype", str(dtype))
@@ -185,8 +184,6 @@ class CupyAdapter(Adapter):
         return "cupy"
 
     def device_view(self, x):
-        from .._cuda.arrays import DeviceView
-
         isz = x.itemsize or 1
         return DeviceView(x.data.ptr, x.dtype.name, x.shape, tuple(s // isz for s in x.strides), x)
 
@@ -224,7 +221,6 @@ class CupyAdapter(Adapter):
             return x
         if hasattr(x, "__cuda_array_interface__"):
             return cupy.asarray(x)
-        from . import adapter_for
 
         ad = adapter_for(x)
         if ad is None:

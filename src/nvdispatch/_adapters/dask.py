@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._adapter_registry import adapter_for
 from .._memory import DASK_ARRAY
 from ..errors import MixedOperandsError, UnsupportedOperandError, describe
 from .base import Adapter, OperandInfo
@@ -62,7 +63,6 @@ class DaskAdapter(Adapter):
                         "call x.compute_chunk_sizes() first (boolean indexing and similar leave sizes unknown)",
                     )
         meta = getattr(x, "_meta", None)
-        from . import adapter_for
 
         ad = adapter_for(meta) if meta is not None else None
         if ad is None or ad is self:
@@ -92,9 +92,10 @@ class DaskAdapter(Adapter):
     can_roll = True
 
     def roll(self, x: Any, shifts, axes) -> Any:
-        from ..executors.dask_fft import shift
+        """Lazily, by ``dask.array.roll`` (slices and a concatenation); a copy when no axes."""
+        import dask.array as da
 
-        return shift(x, shifts, axes)
+        return da.roll(x, shifts, axes) if axes else x.copy()
 
     def coerce(self, x: Any) -> Any:
         """A plain array as a single-block Dask array (Dask arrays pass through)."""

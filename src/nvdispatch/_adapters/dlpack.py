@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from .._cuda.arrays import view
 from .._memory import CUDA, HOST
+from ..errors import UnsupportedDtypeError, UnsupportedOperandError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 
 __all__ = ["DlpackAdapter", "host_view", "host_signature", "DLPACK_CPU"]
@@ -26,8 +28,6 @@ def host_view(name: str, x: Any, framework: str) -> np.ndarray:
     try:
         return np.from_dlpack(x)
     except (BufferError, RuntimeError, TypeError) as exc:
-        from ..errors import UnsupportedDtypeError
-
         dtype = str(getattr(x, "dtype", "unknown"))
         raise UnsupportedDtypeError(
             name,
@@ -64,16 +64,12 @@ class DlpackAdapter(Adapter):
         return hasattr(x, "__dlpack_device__")
 
     def _device_of(self, name: str, x) -> tuple[int, int]:
-        from ..errors import UnsupportedOperandError, describe
-
         try:
             return x.__dlpack_device__()
         except Exception as exc:  # noqa: BLE001 - any failure means we cannot use it
             raise UnsupportedOperandError(name, "an array", describe(x), f"__dlpack_device__ failed: {exc}") from exc
 
     def info(self, name: str, x: Any) -> OperandInfo:
-        from ..errors import UnsupportedOperandError
-
         dev_type, dev_id = self._device_of(name, x)
         if dev_type == DLPACK_CPU:
             view = host_view(name, x, self.name)
@@ -102,8 +98,6 @@ class DlpackAdapter(Adapter):
         return CPU if dev_type == DLPACK_CPU else Device("cuda", int(dev_id))
 
     def data_ptr(self, x) -> int:
-        from .._cuda.arrays import view
-
         return view(x, self.name).ptr
 
     def to_numpy(self, x):

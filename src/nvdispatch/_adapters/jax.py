@@ -20,6 +20,7 @@ import numpy as np
 
 from .._memory import HOST
 from .._precision import PrecisionConvention
+from ..errors import UnsupportedDtypeError, UnsupportedOperandError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .dlpack import DLPACK_CPU, DlpackAdapter
 
@@ -92,7 +93,6 @@ class JaxAdapter(Adapter):
             return replace(self._dlpack.info(name, x), framework=self.name)
         view = np.asarray(x)  # zero-copy (read-only); cheaper than NumPy's DLPack import
         if view.dtype.isbuiltin != 1:  # bfloat16 and the other ml_dtypes: NumPy cannot compute on them
-            from ..errors import UnsupportedDtypeError
 
             raise UnsupportedDtypeError(
                 name,
@@ -165,8 +165,6 @@ class JaxTracerAdapter(Adapter):
         return jax is not None and issubclass(cls, jax.core.Tracer)
 
     def info(self, name: str, x: Any) -> OperandInfo:
-        from ..errors import UnsupportedOperandError, describe
-
         raise UnsupportedOperandError(
             name,
             "a concrete array",

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from .._adapter_registry import adapter_for
 from .._memory import HOST
+from ..errors import UnsupportedDtypeError
 from .base import CPU, Adapter, OperandInfo
 
 __all__ = ["NumpyAdapter"]
@@ -62,8 +64,6 @@ class NumpyAdapter(Adapter):
         return "cpu" if isinstance(device, str) and device == "cpu" else None
 
     def from_host_values(self, values, dtype, device):
-        from ..errors import UnsupportedDtypeError
-
         dt = np.dtype("float64" if dtype is None else dtype)
         if dt.kind != "f":
             raise UnsupportedDtypeError("dtype", "a real floating dtype", str(dtype))
@@ -73,7 +73,6 @@ class NumpyAdapter(Adapter):
         """Any operand as a NumPy array (device memory is copied to the host)."""
         if isinstance(x, np.ndarray):
             return x
-        from . import adapter_for
 
         ad = adapter_for(x)
         return ad.to_numpy(x) if ad is not None else np.asarray(x)

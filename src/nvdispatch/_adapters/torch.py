@@ -7,8 +7,10 @@ import functools
 import sys
 from typing import Any
 
+from .._cuda.arrays import DeviceView, storage_shape
 from .._memory import CUDA, TORCH_TENSOR
 from .._precision import PrecisionConvention
+from ..errors import InvalidArgumentError, UnsupportedDtypeError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .torch_autocast import autocast_dtype
 
@@ -199,8 +201,6 @@ class TorchAdapter(Adapter):
         elif hasattr(stream, "ptr"):  # CuPy
             ptr = stream.ptr
         if ptr is None:
-            from ..errors import InvalidArgumentError, describe
-
             raise InvalidArgumentError(
                 "stream",
                 "a torch.cuda.Stream, a CuPy stream, an object with __cuda_stream__, or an int",
@@ -211,8 +211,6 @@ class TorchAdapter(Adapter):
     # -- memory ------------------------------------------------------------------------------------------
     def empty(self, shape, dtype: str, device_index: int, stream: int, order: str = "C"):
         import torch
-
-        from .._cuda.arrays import storage_shape
 
         shape = tuple(int(s) for s in shape)
         tshape = storage_shape(shape, order)
@@ -247,8 +245,6 @@ class TorchAdapter(Adapter):
     def from_host_values(self, values, dtype, device):
         import torch
 
-        from ..errors import UnsupportedDtypeError
-
         dt = torch.float64 if dtype is None else dtype
         if not (isinstance(dt, torch.dtype) and dt.is_floating_point):
             raise UnsupportedDtypeError("dtype", "a real floating torch.dtype", str(dtype))
@@ -277,8 +273,6 @@ class TorchAdapter(Adapter):
         return "torch"
 
     def device_view(self, x):
-        from .._cuda.arrays import DeviceView
-
         return DeviceView(x.data_ptr(), str(x.dtype)[6:], tuple(x.shape), tuple(x.stride()), x)
 
     def result_view(self, kind, base, shape, strides_elems, offset_elems=0):
@@ -286,8 +280,6 @@ class TorchAdapter(Adapter):
 
     def result_from_operand(self, shape, dtype: str, order: str = "C"):
         import torch
-
-        from .._cuda.arrays import storage_shape
 
         shape = tuple(int(d) for d in shape)
         storage = storage_shape(shape, order)

@@ -27,8 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from .._adapters.base import c_strides
+from .._adapter_registry import adapter_for_result_kind, adapter_named
+from .._strides import c_strides
+from ..errors import UnsupportedOperandError, describe
 from . import runtime
+from .cuda_array_namespace import CudaArrayNamespace, namespace
+from .dlpack_abi import KDL_CUDA, DLTensor
+from .dlpack_export import capsule
 
 __all__ = [
     "DeviceView",
@@ -41,7 +46,6 @@ __all__ = [
     "storage_shape",
     "as_kind",
     "make_view",
-    "c_strides",
 ]
 
 
@@ -56,8 +60,6 @@ class DeviceView:
 
 def view(x: Any, framework: str) -> DeviceView:
     """Pointer, dtype, shape and strides of device array ``x`` owned by ``framework``."""
-    from .._adapters import adapter_named
-
     ad = adapter_named(framework)
     v = None if ad is None else ad.device_view(x)  # a framework's own arrays (Torch, CuPy)
     if v is not None:
@@ -71,32 +73,10 @@ def view(x: Any, framework: str) -> DeviceView:
         return DeviceView(int(cai["data"][0] or 0), dt.name, shape, strides, x)
     if hasattr(x, "__dlpack__"):
         return _dlpack_view(x)
-    from ..errors import UnsupportedOperandError, describe
-
     raise UnsupportedOperandError("operand", "a device array (CUDA array interface or DLPack)", describe(x))
 
 
-# -- DLPack (read-only import: pointer, shape, strides; dlpack_export builds its capsules on these structs) ---
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
+# -- DLPack (read-only import: pointer, shape, strides) ----------------------------------------------------------
 _DL_CODES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64"}
 _DL_CODES.update({(1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64"})
 _DL_CODES.update({(2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16"})
@@ -178,15 +158,11 @@ class CudaArray:
         }
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from .dlpack_export import KDL_CUDA
-
         return (KDL_CUDA, runtime.pointer_device(self.ptr) if self.ptr else runtime.current_device())
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of this memory (keeps it alive), so any framework's ``from_dlpack`` imports it.
         Work queued on the allocation's stream is finished first when the consumer names another stream."""
-        from .dlpack_export import capsule
-
         if copy:
             raise BufferError("CudaArray exports its memory without copying (copy=True is not supported)")
         if stream is not None and stream != -1 and stream != self._stream and self.ptr:
@@ -194,11 +170,9 @@ class CudaArray:
         kind, index = self.__dlpack_device__()
         return capsule(self.ptr, self.shape, self.strides_elems, self.dtype, kind, index, self)
 
-    def __array_namespace__(self, *, api_version: str | None = None):
+    def __array_namespace__(self, *, api_version: str | None = None) -> CudaArrayNamespace:
         """The array API namespace working on this memory (see :mod:`nvdispatch._cuda.cuda_array_namespace`)."""
-        from .cuda_array_namespace import namespace
-
-        return namespace(api_version)
+        return namespace(CudaArray, api_version)
 
     @property
     def ndim(self) -> int:
@@ -249,8 +223,6 @@ def _span(shape, strides) -> int:
 
 def pointer_getter(framework: str):
     """A function giving the device pointer of ``framework``'s arrays (read once per plan, called per call)."""
-    from .._adapters import adapter_named
-
     ad = adapter_named(framework)
     if ad is not None:
         return ad.data_ptr
@@ -259,9 +231,7 @@ def pointer_getter(framework: str):
 
 def result_kind(x: Any, framework: str) -> str:
     """How to create results for a caller whose operand is ``x``: "torch", "cupy", "numba" or "cai" (the
-    result kinds adapters declare, see :func:`nvdispatch._adapters.adapter_for_result_kind`)."""
-    from .._adapters import adapter_named
-
+    result kinds adapters declare, see :func:`nvdispatch._adapter_registry.adapter_for_result_kind`)."""
     ad = adapter_named(framework)
     return "cai" if ad is None else ad.result_kind(x)
 
@@ -277,8 +247,6 @@ def storage_shape(shape: tuple, order: str) -> tuple:
 def result_from_operand(framework: str, shape, dtype: str, order: str = "C"):
     """How ``framework``'s operands make a result like themselves: ``(kind, args, kwargs, transposed)`` for
     ``operand.new_empty(*args, **kwargs)`` (see ``Adapter.result_from_operand``), or None: use :func:`empty`."""
-    from .._adapters import adapter_named
-
     ad = adapter_named(framework)
     return None if ad is None else ad.result_from_operand(shape, dtype, order)
 
@@ -289,8 +257,6 @@ def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: s
     ``order="F"`` makes the last two axes column-major (each matrix of a batch stored by columns).
     Returns ``(array, ptr)``; the memory belongs to ``stream``'s pool where the framework has one.
     """
-    from .._adapters import adapter_for_result_kind
-
     return adapter_for_result_kind(kind).empty_result(kind, shape, dtype, device_index, stream, order)
 
 
@@ -298,14 +264,10 @@ def as_kind(kind: str, arr: Any, framework_of_arr: str):
     """Present ``arr`` (a Torch tensor or CuPy array made by a helper) as the caller's ``kind``, zero-copy."""
     if kind == framework_of_arr:
         return arr
-    from .._adapters import adapter_for_result_kind
-
     return adapter_for_result_kind(kind).as_result(kind, arr, framework_of_arr)
 
 
 def make_view(kind: str, base: Any, shape, strides_elems, offset_elems: int = 0):
     """A view of ``base`` (an array of ``kind``) with the given shape and element strides."""
-    from .._adapters import adapter_for_result_kind
-
     shape, strides_elems = tuple(shape), tuple(strides_elems)
     return adapter_for_result_kind(kind).result_view(kind, base, shape, strides_elems, offset_elems)

@@ -13,7 +13,7 @@ import functools
 from ..errors import CufftError, PlanStateError
 from .libs import library_unavailable, load_library
 
-__all__ = ["unavailable", "version", "CufftPlan", "TYPES", "FORWARD", "INVERSE"]
+__all__ = ["unavailable", "version", "library", "check", "CufftPlan", "TYPES", "FORWARD", "INVERSE"]
 
 FORWARD, INVERSE = -1, 1
 #: (kind, single precision?) -> cufftType
@@ -36,14 +36,15 @@ def version() -> int:
     """``cufftGetVersion`` (0 where the library does not say)."""
     value = ctypes.c_int(0)
     try:
-        _lib().cufftGetVersion(ctypes.byref(value))
+        library().cufftGetVersion(ctypes.byref(value))
     except AttributeError:
         return 0
     return int(value.value)
 
 
 @functools.lru_cache(maxsize=1)
-def _lib():
+def library():
+    """The loaded cuFFT library, its functions' argument types declared (loaded once)."""
     lib = load_library("cufft")
     vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong)
     lib.cufftCreate.argtypes = [ctypes.POINTER(ctypes.c_int)]
@@ -70,7 +71,8 @@ def _lib():
     return lib
 
 
-def _check(status: int, what: str) -> None:
+def check(status: int, what: str) -> None:
+    """:class:`CufftError` naming ``what`` unless ``status`` is ``CUFFT_SUCCESS``."""
     if status != 0:
         raise CufftError(what, status)
 
@@ -81,19 +83,19 @@ class CufftPlan:
     def __init__(self, kind, single, n, inembed, istride, idist, onembed, ostride, odist, batch, configure=None):
         """``configure(lib, handle)``, when given, runs between ``cufftCreate`` and the plan's making (where
         cuFFT takes JIT callbacks)."""
-        lib = _lib()
+        lib = library()
         self._lib = lib
         self.type = TYPES[(kind, single)]
         self.kind = kind
         h = ctypes.c_int(0)
-        _check(lib.cufftCreate(ctypes.byref(h)), "cufftCreate")
+        check(lib.cufftCreate(ctypes.byref(h)), "cufftCreate")
         self.handle = h.value
         arr = ctypes.c_longlong * len(n)
         work = ctypes.c_size_t(0)
         try:
             if configure is not None:
                 configure(lib, self.handle)
-            _check(
+            check(
                 lib.cufftMakePlanMany64(
                     self.handle,
                     len(n),
@@ -122,12 +124,12 @@ class CufftPlan:
         if self.handle is None:
             raise PlanStateError("plan", "a live cuFFT plan", "one already destroyed (used after release)")
         if stream != self._stream:
-            _check(self._lib.cufftSetStream(self.handle, stream), "cufftSetStream")
+            check(self._lib.cufftSetStream(self.handle, stream), "cufftSetStream")
             self._stream = stream
         if self.kind == "c2c":
-            _check(self._exec(self.handle, in_ptr, out_ptr, direction), "cufftExec")
+            check(self._exec(self.handle, in_ptr, out_ptr, direction), "cufftExec")
         else:
-            _check(self._exec(self.handle, in_ptr, out_ptr), "cufftExec")
+            check(self._exec(self.handle, in_ptr, out_ptr), "cufftExec")
 
     def destroy(self) -> None:
         if self.handle is not None:

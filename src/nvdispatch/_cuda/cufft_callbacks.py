@@ -39,7 +39,7 @@ def _entry():
     why = cufft.unavailable()
     if why:
         return None, why
-    lib = cufft._lib()
+    lib = cufft.library()
     version = ctypes.c_int(0)
     try:
         lib.cufftGetVersion(ctypes.byref(version))
@@ -213,6 +213,6 @@ def configure_callbacks(load: tuple[bytes, str, int] | None, store: tuple[bytes,
             if status != 0:
                 from . import cufft
 
-                cufft._check(status, "cufftXtSetJITCallback")
+                cufft.check(status, "cufftXtSetJITCallback")
 
     return configure

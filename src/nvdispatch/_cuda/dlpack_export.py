@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import DLDataType, DLDevice, DLTensor  # the DLPack 0.x structs, shared with the import side
+from ..errors import UnsupportedDtypeError
+from .dlpack_abi import DLDataType, DLDevice, DLTensor
 
-__all__ = ["capsule", "KDL_CPU", "KDL_CUDA"]
+__all__ = ["capsule", "live_exports"]
 
-KDL_CPU, KDL_CUDA = 1, 2
 #: NumPy kind -> DLDataTypeCode (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6)
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 
@@ -67,8 +67,6 @@ def capsule(ptr: int, shape, strides_elems, dtype, device_type: int, device_id: 
     (``device_type``, ``device_id``), keeping ``owner`` alive until the consumer releases it."""
     dt = np.dtype(dtype)
     if dt.kind not in _CODES:
-        from ..errors import UnsupportedDtypeError
-
         raise UnsupportedDtypeError("array", "a numeric or boolean dtype DLPack can describe", str(dt))
     ndim = len(shape)
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 import functools
 
+from ..errors import ExecutorUnavailableError
+
 __all__ = ["load_library", "library_unavailable"]
 
 
@@ -35,7 +37,5 @@ def load_library(name: str) -> ctypes.CDLL:
     """The ``ctypes.CDLL`` of NVIDIA library ``name`` (loaded once per process)."""
     lib, why = _load(name)
     if lib is None:
-        from ..errors import ExecutorUnavailableError
-
         raise ExecutorUnavailableError("library", f"lib{name}", why)
     return lib

@@ -36,6 +36,7 @@ import statistics
 import types
 from collections.abc import Callable
 
+from .._plan_cache import plan_cache
 from .._tunings import a_number, a_string, an_int, an_object, check_object, ints, require_valid
 
 __all__ = [
@@ -459,8 +460,6 @@ def validate_choice(value) -> str | None:
 
 def record(plan, result, label: str = "", seconds: float | None = None) -> dict:
     """Record ``result`` as ``plan``'s tuned algorithm (for later plans and ``plan_cache.save``)."""
-    from .._plan_cache import plan_cache
-
     choice = {
         "env": environment(plan.device_index),
         "data": list(_key(result)),
@@ -479,7 +478,6 @@ def saved_choice(plan, tuning=None):
     ``tuning`` is what the plan cache handed the executor for the plan's key (a record of :func:`record`
     saved by an older layout); it is used only when made on this machine.
     """
-    from .._plan_cache import plan_cache
     from . import cublaslt as lt
 
     if tuning is not None:

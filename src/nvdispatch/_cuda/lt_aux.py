@@ -17,7 +17,8 @@ Formats of the auxiliary outputs (cuBLASLt's own; documented for users in ``exec
 from __future__ import annotations
 
 from .._matmul_problem import MatmulProblem
-from .arrays import c_strides, empty, make_view
+from .._strides import c_strides
+from .arrays import empty, make_view
 from .lt_setup import LtSetup
 from .xp import as_xp
 

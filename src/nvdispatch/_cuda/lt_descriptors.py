@@ -6,6 +6,7 @@ which orientation a fused epilogue runs at all (:func:`probe`).
 from __future__ import annotations
 
 from .._matmul_problem import MatmulProblem
+from .._plan_cache import plan_cache
 from . import cublaslt as lt
 from .lt_setup import LT_DTYPES, LtSetup, lt_types, orientations, setup
 
@@ -90,8 +91,6 @@ def probe(p: MatmulProblem) -> tuple[str | None, bool, str]:
     """Whether cuBLASLt fuses ``p`` natively: ``(orientation, bias_cast, why_not)`` (orientation None: no).
 
     Memoised in the shared plan cache (bounded with it, dropped by ``plan_cache.clear()``)."""
-    from .._plan_cache import plan_cache
-
     return plan_cache.memo(("cublaslt-probe", p), lambda: _probe(p))
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fp8 import Fp8Spec, is_fp8
+from .._fp8 import Fp8Spec
+from .._fp8_types import is_fp8
 from .._matmul_problem import MatmulProblem, scalar_value
+from .._plan_cache import plan_cache
 from . import cublaslt as lt
 from . import lt_autotune
 from . import lt_layout as L
@@ -126,8 +128,6 @@ def decline(p: MatmulProblem) -> str | None:
 def probe(p: MatmulProblem) -> tuple[bool, str]:
     """Whether cuBLASLt's heuristic offers an FP8 kernel for ``p``: ``(ok, why_not)`` (memoised in the plan
     cache, like the other cuBLASLt probe)."""
-    from .._plan_cache import plan_cache
-
     return plan_cache.memo(("cublaslt-fp8-probe", p), lambda: _probe(p))
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from .._fp8 import Fp8Spec
 from .._matmul_problem import MatmulProblem
+from .._strides import c_strides
 from . import lt_layout as L
-from .arrays import c_strides
 
 __all__ = ["Fp8Layout", "fp8_layout"]
 

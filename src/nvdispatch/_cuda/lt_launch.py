@@ -21,7 +21,9 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from .._plan_cache import plan_cache
 from . import cublaslt as lt
+from . import memory
 from .stream_clock import capturing
 
 __all__ = ["alignment", "LtLaunch"]
@@ -84,9 +86,7 @@ class LtLaunch:
         ws_ptr, own = 0, None
         if ws_size:
             if capturing(stream):
-                from .memory import scratch
-
-                own = scratch(ws_size, allocator, self.device_index, stream)
+                own = memory.scratch(ws_size, allocator, self.device_index, stream)
                 ws_ptr = own.ptr
             else:
                 ws_ptr = self.workspace(stream, ws_size)
@@ -134,15 +134,11 @@ class LtLaunch:
         is an allocation the graph does not own."""
         ws = self.workspaces.get(stream)
         if ws is None or ws.nbytes < nbytes:
-            from .memory import scratch
-
             if ws is not None:
                 ws.release()
-            ws = self.workspaces[stream] = scratch(nbytes, "", self.device_index, stream)
+            ws = self.workspaces[stream] = memory.scratch(nbytes, "", self.device_index, stream)
             plan = self.owner() if self.owner is not None else None
             if plan is not None:
-                from .._plan_cache import plan_cache
-
                 plan_cache.resized(plan)
         return ws.ptr
 

@@ -10,9 +10,11 @@ import numpy as np
 
 from .._epilog import Epilog
 from .._matmul_problem import MatmulProblem, scalar_value
+from .._strides import c_strides
+from ..errors import ExecutorUnavailableError, PlanStateError
 from . import cublaslt as lt
 from . import lt_direct
-from .arrays import c_strides, empty, make_view, pointer_getter, result_from_operand, result_kind
+from .arrays import empty, make_view, pointer_getter, result_from_operand, result_kind
 from .lt_aux import aux_input_pointer, aux_output, bias_gradient_output
 from .lt_descriptors import LtDescriptors, max_workspace, probe
 from .lt_plan_base import LtPlanBase
@@ -45,8 +47,6 @@ class LtMatmulPlan(LtPlanBase):
             or s.aux_in not in (None, "direct")
         )
         if self._needs_xp and self._xp is None:
-            from ..errors import ExecutorUnavailableError
-
             raise ExecutorUnavailableError(
                 "operands", "CuPy or Torch to copy operands into cuBLASLt's layout", "neither installed"
             )
@@ -155,8 +155,6 @@ class LtMatmulPlan(LtPlanBase):
         reads in place): :class:`~nvdispatch.errors.PlanStateError` otherwise."""
         p, s = self.problem, self.setup
         if self.strategy != "native" or self._needs_xp or not self._direct_operands or s.c_mode == "copy":
-            from ..errors import PlanStateError
-
             raise PlanStateError(
                 "plan", "a native plan reading its operands in place", f"one needing copies ({self.steps[0]})"
             )

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .._matmul_problem import MatmulProblem
+from .._strides import c_strides
 from . import lt_layout as L
-from .arrays import c_strides
 from .cublaslt import CUDA_DTYPE
 
 __all__ = ["LT_DTYPES", "lt_types", "Operand", "LtSetup", "setup", "orientations", "output_layouts"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._adapter_registry import adapter_named
 from . import runtime
 
 __all__ = ["Scratch", "scratch"]
@@ -46,7 +47,6 @@ def scratch(nbytes: int, framework: str, device_index: int, stream: int) -> Scra
     nbytes = int(nbytes)
     if nbytes <= 0:
         return Scratch(0, 0, stream)
-    from .._adapters import adapter_named
 
     ad = adapter_named(framework)
     got = None if ad is None else ad.scratch(nbytes, device_index, stream)

@@ -97,7 +97,8 @@ def bind_context(device_index: int) -> None:
     """Make sure this thread has a CUDA context current before a library that launches through the driver API
     (cuFFT) runs. The runtime binds device ``device_index``'s primary context lazily, on a thread's first
     runtime call; a fresh worker thread whose arrays came from a framework's cached allocator may have made
-    none, and cuFFT then fails with ``CUFFT_EXEC_FAILED``. Checked once per thread and device (~50 ns after)."""
+    none, and cuFFT then fails with ``CUFFT_EXEC_FAILED``. Checked once per thread and device (later calls read
+    a thread-local)."""
     if getattr(_bound, "device", None) == device_index:
         return
     from cuda.bindings import driver

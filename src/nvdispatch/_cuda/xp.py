@@ -12,6 +12,7 @@ import functools
 import importlib.util
 from typing import Any
 
+from .._adapter_registry import adapter_named, adapters
 from .arrays import CudaArray
 
 __all__ = ["namespace_for", "as_xp", "Xp"]
@@ -28,8 +29,6 @@ def _has(mod: str) -> bool:
 def namespace_for(framework: str) -> str | None:
     """Which helper namespace can work on ``framework``'s device arrays: "torch", "cupy" or None (the
     framework's own when its adapter has device helpers, else the first installed one that has)."""
-    from .._adapters import adapter_named, adapters
-
     own = adapter_named(framework)
     if own is not None and own.device_ops_available():
         return framework
@@ -44,8 +43,6 @@ def as_xp(x: Any, framework: str, xp: str):
     ``framework``): ``x`` itself where it is one already."""
     if framework == xp and not isinstance(x, CudaArray):
         return x
-    from .._adapters import adapter_named
-
     return adapter_named(xp).view_device_array(x)
 
 
@@ -54,6 +51,4 @@ def Xp(name: str):  # noqa: N802 - the name callers construct helpers with
     framework adapter's device helpers (``astype``, ``contiguous``, ``copy_into``, ``swap_last``,
     ``empty``/``zeros``/``full``, ``synchronize``, ``data_ptr``, ``pack_mask``/``unpack_mask`` for cuBLASLt's
     RELU bit masks, ``epilog_ops``)."""
-    from .._adapters import adapter_named
-
     return adapter_named(name).device_ops()

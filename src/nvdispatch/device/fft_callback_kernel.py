@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .fft import FFT
+from .fft_config import MAX_SIZE, is_smooth
 from .simulator_compat import simulator_active
 
 __all__ = ["KernelSpec", "CallbackKernel", "build_callback_kernel", "convolution_kernel", "device_function", "covers"]
@@ -76,9 +77,7 @@ class KernelSpec:
 
 def covers(size: int) -> bool:
     """Whether the device engine has a Block FFT of this length (2**a 3**b 5**c 7**d, 2..4096)."""
-    from .fft_config import MAX_SIZE, _is_smooth
-
-    return 2 <= size <= MAX_SIZE and _is_smooth(size)
+    return 2 <= size <= MAX_SIZE and is_smooth(size)
 
 
 def device_function(fn):

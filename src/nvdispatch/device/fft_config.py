@@ -12,7 +12,16 @@ from .errors import DeviceConfigurationError, UnsupportedConfigurationError
 from .precision import normalize_precision
 from .shared_layout import Padding, exchange_paddings, plane_length
 
-__all__ = ["FFTConfig", "FFT_TYPES", "DIRECTIONS", "EXECUTIONS", "MAX_SIZE", "MAX_THREAD_SIZE", "valid_sizes"]
+__all__ = [
+    "FFTConfig",
+    "FFT_TYPES",
+    "DIRECTIONS",
+    "EXECUTIONS",
+    "MAX_SIZE",
+    "MAX_THREAD_SIZE",
+    "valid_sizes",
+    "is_smooth",
+]
 
 FFT_TYPES = ("c2c", "r2c", "c2r")
 DIRECTIONS = ("forward", "inverse")
@@ -40,10 +49,11 @@ def valid_sizes(execution: str = "Block") -> list[int]:
     [2, 3, 4, 5, 6, 7, 8, 9]
     """
     limit = MAX_THREAD_SIZE if execution == "Thread" else MAX_SIZE
-    return [n for n in range(2, limit + 1) if _is_smooth(n)]
+    return [n for n in range(2, limit + 1) if is_smooth(n)]
 
 
-def _is_smooth(n: int) -> bool:
+def is_smooth(n: int) -> bool:
+    """Whether ``n`` has no prime factor above 7 (the sizes the device FFT builds)."""
     for p in _PRIMES:
         while n % p == 0:
             n //= p
@@ -134,10 +144,8 @@ class FFTConfig:
         """2: consecutive exchanges alternate between two shared-memory regions, so an exchange's writes need
         no barrier of their own (the reads of the region they overwrite were fenced by the previous exchange's
         barrier). Used for one FFT per block when it fits the 48 KiB, and for several when the doubled block
-        stays within :data:`TWO_REGION_SHARED_LIMIT`. Measured on an H200 (fp32 c2c, elements per thread,
-        FFTs per block): 2048 (8, 1) 2.70 -> 3.24 TB/s, 1024 (16, 1) 3.28 -> 3.58, 512 (8, 2) 3.75 -> 3.81,
-        but 1024 (16, 2), whose doubled block is 34 KiB, 3.64 -> 2.85 (256 (16, 8), 35 KiB doubled, measured
-        3.74-3.76 either way)."""
+        stays within :data:`TWO_REGION_SHARED_LIMIT` (two regions are faster for one FFT per block and slower
+        for several whose doubled block outgrows that limit: ``docs/notes/device-fft.md``)."""
         if self.exchanges < 2 or self.shared_planes == 1:
             return 1
         doubled = self.ffts_per_block * shared_fft_stride(self.plane, 4, self.threads_per_fft)
@@ -244,10 +252,9 @@ def _shared_fit(size: int, ept: int, precision: type[np.floating]) -> int:
     return DEFAULT_SHARED_MEMORY // per_fft
 
 
-#: Elements per thread measured fastest for fp32 power-of-two sizes on an H200 (benchmarks/device_fft_bench.py
-#: kernels, ~128 threads per block). The cost rule of :func:`_suggest_ept` agrees except at 128 and 2048, where
-#: its 16-element plans (16x8, 16x16x8) measured 3.53 and 2.76 TB/s against 3.77 and 3.24 (double-buffered)
-#: with 8 elements per thread.
+#: Elements per thread fastest for fp32 power-of-two sizes in the GPU benchmark (benchmarks/device_fft_bench.py
+#: kernels, ~128 threads per block; figures in docs/notes/device-fft.md). The cost rule of :func:`_suggest_ept`
+#: agrees except at 128 and 2048, where its 16-element plans (16x8, 16x16x8) are slower than 8 elements per thread.
 _MEASURED_EPT_FP32 = {64: 8, 128: 8, 256: 16, 512: 8, 1024: 16, 2048: 8, 4096: 16}
 
 
@@ -255,8 +262,8 @@ def _suggest_ept(size: int, options: list[int], precision: type[np.floating]) ->
     """The measured choice where there is one, else the fewest butterfly groups per thread plus exchanges,
     summed over the passes (ties go to larger counts).
 
-    Measured on an H200 (benchmarks/results/device_fft_bench.json): uniform-radix plans mostly win (512: 8x8x8 beats
-    16x16x2), and 32 elements per thread loses everywhere (register pressure), so at most 16 is suggested.
+    In the GPU benchmark (``benchmarks/results/device_fft_bench.json``) uniform-radix plans mostly win (512: 8x8x8
+    beats 16x16x2), and 32 elements per thread loses everywhere (register pressure), so at most 16 is suggested.
     """
     measured = _MEASURED_EPT_FP32.get(size) if precision == np.float32 else None
     if measured in options:
@@ -273,5 +280,5 @@ def _suggest_ept(size: int, options: list[int], precision: type[np.floating]) ->
 
 
 def _suggest_fpb(threads_per_fft: int) -> int:
-    """About 128 threads per block measured best for the load -> FFT -> store kernels."""
+    """About 128 threads per block: the best in the GPU benchmark for the load -> FFT -> store kernels."""
     return max(1, 128 // threads_per_fft)

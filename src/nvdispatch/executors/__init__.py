@@ -1,5 +1,8 @@
 """The built-in executors: their names and where they live (imported on first use).
 
+These are the executors below the route. The Dask executor (``executors/dask*.py``) sits above the public front,
+whose functions its tasks call on each block; the package registers it by name (``nvdispatch/__init__.py``).
+
 Which executors serve a framework by default is the framework adapter's ``default_executors``
 (:mod:`nvdispatch._adapters`); a new executor module is made known by name with :func:`register_executor`.
 """
@@ -10,7 +13,9 @@ import functools
 import importlib
 import threading
 
+from .._adapters import default_executors
 from .._tunings import register_kind
+from ..errors import InvalidArgumentError
 from .base import Executor, ModularExecutor, Plan
 
 __all__ = [
@@ -24,13 +29,12 @@ __all__ = [
     "register_executor",
 ]
 
-#: name → "module:Class" of each built-in executor (imported on first use)
+#: name → "module:Class" of each built-in executor (imported on first use; the package adds "dask")
 BUILTIN: dict[str, str] = {
     "numpy": "nvdispatch.executors.numpy:NumpyExecutor",
     "torch": "nvdispatch.executors.torch:TorchExecutor",
     "cupy": "nvdispatch.executors.cupy:CupyExecutor",
     "cuda": "nvdispatch.executors.cuda:CudaExecutor",
-    "dask": "nvdispatch.executors.dask:DaskExecutor",
 }
 
 #: tuning kind → "module:Class" of the plan class that makes tunings of that kind and checks them (its
@@ -84,8 +88,6 @@ def register_executor(name: str, target: str) -> None:
     executor module becomes one of those names (and selectable with ``set_backend(name)``).
     """
     if not isinstance(target, str) or ":" not in target:
-        from ..errors import InvalidArgumentError
-
         raise InvalidArgumentError("target", "'package.module:Class'", repr(target))
     with _lock:
         BUILTIN[name] = target
@@ -94,6 +96,4 @@ def register_executor(name: str, target: str) -> None:
 
 def default_names(framework: str, device_kind: str) -> tuple[str, ...]:
     """The executors tried by default for ``framework``'s arrays on a ``device_kind`` device."""
-    from .._adapters import default_executors
-
     return default_executors(framework, device_kind)

@@ -26,8 +26,8 @@ import weakref
 
 __all__ = ["controllable", "single_threaded", "let_workers_sleep", "SETTLE_SECONDS"]
 
-#: seconds OpenBLAS's worker threads may go on busy-waiting (yielding) after a threaded call before they sleep
-#: (its THREAD_TIMEOUT is about a tenth of a second), taking cores from whatever runs next
+#: OpenBLAS's worker threads busy-wait (yielding) for its THREAD_TIMEOUT, about 0.1 s, after each threaded call
+#: before they sleep, taking CPU from the call that follows (docs/notes/cpu-matmul.md)
 SETTLE_SECONDS = 0.15
 
 #: (setter, getter) symbol pairs of OpenBLAS builds: the scipy-openblas wheels NumPy ships (64-bit and 32-bit

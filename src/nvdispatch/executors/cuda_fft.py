@@ -22,18 +22,12 @@ import math
 
 from .._fft_problem import FFTProblem
 from .._memory import CUPY_ARRAY, TORCH_TENSOR
+from .._strides import c_strides
+from ..errors import ExecutorUnavailableError, PlanStateError
 
 _SINGLE = {"complex64": True, "complex128": False}
 #: how many outer-batch launches we accept for layouts cuFFT cannot batch in one call
 _MAX_LOOP = 64
-
-
-def _cstrides(shape):
-    out, step = [], 1
-    for extent in reversed(shape):
-        out.append(step)
-        step *= max(int(extent), 1)
-    return tuple(reversed(out))
 
 
 def layout(p: FFTProblem):
@@ -47,11 +41,11 @@ def layout(p: FFTProblem):
     if len(p.axes) > 3:
         return "cuFFT transforms at most 3 axes at once"
     shape = p.shape
-    strides = p.strides if p.strides is not None else _cstrides(shape)
+    strides = p.strides if p.strides is not None else c_strides(shape)
     if any(st <= 0 for d, st in zip(shape, strides) if d > 1):
         return "zero or negative strides"
     out_shape = p.out_shape
-    ostr = _cstrides(out_shape)
+    ostr = c_strides(out_shape)
     order = sorted(p.axes)  # transformed axes in position order
     if p.kind != "c2c" and order[-1] != p.axes[-1]:
         return "the halved axis of a real transform must be the innermost transformed axis for cuFFT"
@@ -186,7 +180,7 @@ class CudaFFTPlan:
             if cur != dev:
                 rt.cudaSetDevice(cur)
         # in-place C2C (operands["out"] is the input) when input and output layouts coincide
-        self.supports_out = p.kind == "c2c" and (p.strides is None or tuple(p.strides) == _cstrides(p.shape))
+        self.supports_out = p.kind == "c2c" and (p.strides is None or tuple(p.strides) == c_strides(p.shape))
         self.direction = cufft.FORWARD if p.direction == "forward" else cufft.INVERSE
         self.scale = p.scale()
         self.in_item = 8 if p.dtype in ("complex64", "float64") else (16 if p.dtype == "complex128" else 4)
@@ -210,8 +204,8 @@ class CudaFFTPlan:
         self._fast = self._fast_path()
 
     def _fast_path(self):
-        """A lean execute for the common call (Torch/CuPy operand, current stream, one launch): the
-        per-call host cost matters for transforms that take ~20 us on the GPU."""
+        """A lean execute for the common call (Torch/CuPy operand, current stream, one launch): a small transform's
+        GPU time is of the order of a launch's host cost, so the per-call host cost matters."""
         p = self.problem
         if p.kind == "c2r" or len(self.loop_offsets) != 1 or p.strides is None:
             return None
@@ -264,11 +258,9 @@ class CudaFFTPlan:
         s = streams.stream_pointer(stream, fw, self.device_index)
         v = arrays.view(x, fw)
         in_ptr = v.ptr
-        if p.strides is None and tuple(v.strides) != _cstrides(v.shape):
-            from ..errors import PlanStateError
-
+        if p.strides is None and tuple(v.strides) != c_strides(v.shape):
             raise PlanStateError(
-                "x", f"the C-contiguous strides the plan was made for {_cstrides(v.shape)}", str(v.strides)
+                "x", f"the C-contiguous strides the plan was made for {c_strides(v.shape)}", str(v.strides)
             )
         out = operands.get("out")
         kind = arrays.result_kind(x, fw)
@@ -317,8 +309,6 @@ def _scale(out, fw, kind, factor, stream, device_index):
 
     name = kind if kind in ("torch", "cupy") else xpmod.namespace_for(fw)
     if name is None:
-        from ..errors import ExecutorUnavailableError
-
         raise ExecutorUnavailableError("norm", "torch or cupy to scale the result on the GPU", "neither installed")
     from .._cuda.streams import current_stream
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from .._fft_callbacks import Callback, CallbackFFTProblem, DataLayout
 from .._fft_convolve import ConvolveProblem
+from .._version import __version__
 from ..errors import CallbackError
 from . import cuda_fft_convolve_model as model
 from .cuda_fft import CudaFFTPlan, layout
@@ -170,8 +171,8 @@ def lto_convolve_reason(problem: ConvolveProblem) -> str | None:
     if problem.forward.empty:
         return "an empty batch"
     if problem.forward.kind == "r2c":
-        # an R2C store callback gave wrong DC and Nyquist bins on an H200 (tests/fft/test_convolve_gpu.py);
-        # cufft-lto-load covers real signals
+        # a store callback on cuFFT's R2C gets the DC and Nyquist bins wrong (tests/fft/test_convolve_gpu.py
+        # checks real signals on a GPU); cufft-lto-load covers them
         return "real signals take the load-callback form (cufft-lto-load), not a store callback on cuFFT's R2C"
     cb = _lto_problem(problem)
     if isinstance(cb, str):
@@ -264,7 +265,6 @@ def candidates(problem: ConvolveProblem) -> list[Candidate]:
 def environment(device_index: int) -> dict:
     """What a timed choice depends on besides the problem: the GPU, the driver, cuFFT, nvdispatch."""
     from .._cuda import cufft, runtime
-    from .._version import __version__
 
     rt = runtime.cudart()
     prop = runtime.check(rt.cudaGetDeviceProperties(device_index), "cudaGetDeviceProperties")

@@ -19,16 +19,19 @@ for this executor with ``set_backend("cuda")`` or ``set_global_backend("cuda")``
 
 from __future__ import annotations
 
+from .._backends import is_requested
 from .._compiled import hotpath
 from .._matmul_problem import MatmulProblem
 from .._memory import CUPY_ARRAY, TORCH_TENSOR
+from . import builtin
+from .torch_addmm import can_fuse
 
 #: memory kinds whose framework's own matmul runs plain products: the same cuBLAS kernels, with less host time per
 #: call than a cuBLASLt call from here
 PLAIN_TO_FRAMEWORK = frozenset({TORCH_TENSOR, CUPY_ARRAY})
 #: Torch problems up to this m*n*k whose epilog Torch fuses into cuBLASLt itself are left to Torch where the
-#: extension is not built (host-bound: 256^3 multiply-adds take a few microseconds on a current GPU, less than a
-#: launch's host cost)
+#: extension is not built (host-bound: their GPU time is below a launch's host cost; see
+#: ``benchmarks/gpu_matmul_bench.py --host-only``)
 HOST_BOUND_MNK = 256**3
 
 
@@ -40,9 +43,6 @@ def _lt():
 
 def _requested() -> bool:
     """Whether the user asked for this executor (then it runs plain matmuls too)."""
-    from .._backends import is_requested
-    from . import builtin
-
     return is_requested(builtin("cuda"))
 
 
@@ -91,8 +91,6 @@ def decline(problem: MatmulProblem) -> str | None:
 
 
 def _torch_fuses_small(problem: MatmulProblem) -> bool:
-    from .torch_matmul import can_fuse
-
     return problem.m * problem.n * problem.k <= HOST_BOUND_MNK and can_fuse(problem)
 
 

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .._cuda.arrays import c_strides
+from .._strides import c_strides
 
 __all__ = ["numba_reason", "c_contiguous", "numba_view", "raw_view", "NumbaStreams", "on_device"]
 

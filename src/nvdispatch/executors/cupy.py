@@ -7,7 +7,10 @@ plus in-place CuPy ops. Results stay CuPy arrays on the operands' device.
 
 from __future__ import annotations
 
+import contextlib
+
 from .._adapters import adapter_named
+from .._cuda.streams import stream_pointer
 from .._memory import CUPY_ARRAY
 from .base import ModularExecutor
 
@@ -28,3 +31,15 @@ class CupyExecutor(ModularExecutor):
 
     def coerce_operand(self, array):
         return adapter_named("cupy").coerce(array)
+
+
+def stream_context(stream, device=None):
+    """A context making ``stream`` CuPy's current stream (a no-op for None): a ``cupy.cuda.Stream`` as it is, any
+    other stream (a raw handle, a ``__cuda_stream__`` object, a Torch stream) as a ``cupy.cuda.ExternalStream``."""
+    if stream is None:
+        return contextlib.nullcontext()
+    import cupy
+
+    if isinstance(stream, cupy.cuda.Stream):
+        return stream
+    return cupy.cuda.ExternalStream(stream_pointer(stream, "cupy"))

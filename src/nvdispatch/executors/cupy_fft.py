@@ -9,9 +9,8 @@ CuPy's current stream, or on ``stream=``; nothing synchronizes.
 
 from __future__ import annotations
 
-import contextlib
-
 from .._fft_problem import FFTProblem
+from .cupy import stream_context
 
 
 def decline(problem: FFTProblem) -> str | None:
@@ -76,11 +75,11 @@ class CupyFFTPlan:
         if self.problem.empty:  # cuFFT cannot plan a zero-size batch
             import cupy
 
-            with contextlib.nullcontext() if stream is None else _cupy_stream(stream):
+            with stream_context(stream):
                 return cupy.zeros(self.problem.out_shape, dtype=self.problem.result_dtype)
         if not self._tried:
             self._make_cufft_plan(x)
-        ctx = contextlib.nullcontext() if stream is None else _cupy_stream(stream)
+        ctx = stream_context(stream)
         with ctx:
             if self.cufft_plan is not None:
                 try:
@@ -93,12 +92,3 @@ class CupyFFTPlan:
     def release(self) -> None:
         self.cufft_plan = None
 
-
-def _cupy_stream(stream):
-    import cupy
-
-    if isinstance(stream, cupy.cuda.Stream):
-        return stream
-    from .._cuda.streams import stream_pointer
-
-    return cupy.cuda.ExternalStream(stream_pointer(stream, "cupy"))

@@ -4,15 +4,9 @@ current stream or ``stream=``."""
 
 from __future__ import annotations
 
-import contextlib
-
 from .._fft_callbacks import VectorisedCallbackOp
 from . import cupy_fft as base
+from .cupy import stream_context
 
-
-def _stream_context(stream, device):
-    return contextlib.nullcontext() if stream is None else base._cupy_stream(stream)
-
-
-_op = VectorisedCallbackOp(base, _stream_context)
+_op = VectorisedCallbackOp(base, stream_context)
 decline, strategies, plan = _op.decline, _op.strategies, _op.plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .._fft_convolve import VectorisedConvolveOp
 from . import cupy_fft as base
-from .cupy_fft_callbacks import _stream_context as stream_context
+from .cupy import stream_context
 
 _op = VectorisedConvolveOp(base, stream_context)
 decline, strategies, plan = _op.decline, _op.strategies, _op.plan

@@ -25,7 +25,10 @@ Examples
 from __future__ import annotations
 
 from .._memory import DASK_ARRAY
+from .._plan_cache import plan_cache
 from .base import ModularExecutor
+from .dask_fft import freq
+from .dask_graph import wrap
 
 
 class DaskExecutor(ModularExecutor):
@@ -41,13 +44,14 @@ class DaskExecutor(ModularExecutor):
         return None
 
     def coerce_operand(self, array):
-        from .dask_graph import wrap
-
         return wrap(array)
+
+    def frequencies(self, n: int, d, real: bool, chunks, like):
+        """``fftfreq``/``rfftfreq(n, d, chunks=chunks)`` as a lazy Dask array of blocks like ``like`` (see
+        :func:`.dask_fft.freq`)."""
+        return freq(n, d, real, chunks, like)
 
 
 def worker_plan_cache_stats() -> dict[str, int]:
     """This process's plan-cache statistics; for Dask workers: ``client.run(worker_plan_cache_stats)``."""
-    from .._plan_cache import plan_cache
-
     return plan_cache.stats()

@@ -19,9 +19,12 @@ import math
 
 import numpy as np
 
+from .. import fft
 from .._fft_problem import FFTProblem
+from ..errors import InvalidArgumentError
 from . import dask_graph as G
 from . import dask_tasks as T
+from .dask_matmul import block_lines
 
 _log = logging.getLogger("nvdispatch")
 
@@ -167,14 +170,10 @@ class DaskFFTPlan:
 
     @property
     def steps(self) -> tuple[str, ...]:
-        from .dask_matmul import block_lines
-
         return (*self._steps, *block_lines(self.explain_block))
 
     def explain_block(self, state: T.CarriedState):
         """The explanation of the first stage's first block call, as a worker would run it."""
-        from .. import fft
-
         p = self.problem
         st = self.stages[0]
         chunks = st.target if st.target is not None else (p.chunks.chunks if p.chunks else [(s,) for s in p.shape])
@@ -231,7 +230,7 @@ def _rechunk_target(chunks, group, dtype: str, limit: int, shape: tuple[int, ...
     return normalize_chunks(spec, shape, limit=limit, dtype=np.dtype(dtype), previous_chunks=tuple(chunks))
 
 
-# -- frequencies and shifts ----------------------------------------------------------------------------------------
+# -- frequencies ----------------------------------------------------------------------------------------------------
 def freq(n: int, d, real: bool, chunks, like):
     """``fftfreq``/``rfftfreq`` as a Dask array of blocks like ``like`` (a length-1 result of the plain call,
     which fixed dtype and device), chunked ``chunks`` (anything ``dask.array`` accepts)."""
@@ -242,8 +241,6 @@ def freq(n: int, d, real: bool, chunks, like):
     try:
         (sizes,) = normalize_chunks(chunks, (length,), dtype=np.dtype(str(like.dtype).removeprefix("torch.")))
     except (ValueError, TypeError) as exc:
-        from ..errors import InvalidArgumentError
-
         raise InvalidArgumentError("chunks", f"a chunking of a length-{length} axis", repr(chunks), str(exc)) from None
     meta = like[:0]
     name = f"nvdispatch-{'r' if real else ''}fftfreq-" + G.token(n, d, sizes, str(like.dtype), str(type(like)))
@@ -251,9 +248,3 @@ def freq(n: int, d, real: bool, chunks, like):
     dsk = {(name, i): (T.freq_block, a, b, n, d, real, meta) for i, (a, b) in enumerate(zip(bounds, bounds[1:]))}
     return da.Array(dsk, name, (sizes,), meta=meta)
 
-
-def shift(x, shifts: tuple[int, ...], axes: tuple[int, ...]):
-    """``fftshift``/``ifftshift`` of a Dask array, lazily (``dask.array.roll``: slices and a concatenation)."""
-    import dask.array as da
-
-    return da.roll(x, shifts, axes) if axes else x.copy()

@@ -40,6 +40,7 @@ import math
 from typing import Any
 
 from .._epilog import Epilog
+from .._explain import explain
 from .._matmul_problem import ArraySig, MatmulOptions, MatmulProblem
 from ..errors import ShapeMismatchError
 from . import dask_graph as G
@@ -252,8 +253,6 @@ class DaskMatmulPlan:
     def explain_block(self, state: T.CarriedState, concat: bool = False):
         """The explanation of the first output block's fused call, as a worker would run it (on the whole K
         when ``concat``)."""
-        from .._explain import explain
-
         p = self.problem
         shapes = {
             name: tuple(c[0] if size != 1 else 1 for c, size in zip(self.targets[name], self.promoted_shapes[name]))

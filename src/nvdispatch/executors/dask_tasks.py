@@ -14,7 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import fft
+from .._backends import BackendState, Candidate, get_state, registry, resolve_backend, set_state
 from ..errors import BackendError
+from ..linalg import matmul
+from . import BUILTIN, builtin
 
 __all__ = [
     "CarriedState",
@@ -48,8 +52,6 @@ class CarriedState:
 
 
 def _ref(executor: Any) -> Any:
-    from . import BUILTIN, builtin
-
     name = getattr(executor, "name", None)
     return name if name in BUILTIN and builtin(name) is executor else executor
 
@@ -61,8 +63,6 @@ def carry_state() -> CarriedState:
     process's global and registered backends (in the order the registry tries them), so a worker resolves
     block calls as the caller would have, whatever its own global state.
     """
-    from .._backends import get_state, registry
-
     # the order a call tries them in (contexts innermost first, then the global and registered backends),
     # reversed: a carried state lists its contexts outermost first, so the process-wide ones go outermost
     chosen = [(c.executor, c.coerce, c.only) for c in reversed(registry.order())]
@@ -89,7 +89,6 @@ def applied(state: CarriedState) -> Iterator[None]:
     if not state.chosen and not state.skipped:
         yield
         return
-    from .._backends import BackendState, Candidate, resolve_backend, set_state
 
     local = tuple(Candidate(resolve_backend(ref), coerce, only) for ref, coerce, only in state.chosen)
     skipped = tuple(resolve_backend(ref) for ref in state.skipped)
@@ -111,8 +110,6 @@ class MatmulBlockCall:
 
 def matmul_block(call: MatmulBlockCall, a, b, c=None, bias=None, relu_aux=None, gelu_aux=None):
     """``nvdispatch.matmul`` on one block (array, or ``(array, aux)`` for epilogs with outputs)."""
-    from ..linalg import matmul
-
     inputs = {k: v for k, v in (("bias", bias), ("relu_aux", relu_aux), ("gelu_aux", gelu_aux)) if v is not None}
     with applied(call.state):
         return matmul(
@@ -138,8 +135,6 @@ class FFTBlockCall:
 
 def fft_block(call: FFTBlockCall, x):
     """``nvdispatch.fft.<func>`` on one block whose transformed axes are whole."""
-    from .. import fft
-
     with applied(call.state):
         return getattr(fft, call.func)(x, **dict(call.kwargs))
 

@@ -11,7 +11,9 @@ from .._epilog import apply_steps, declined_mask_format, finish_outputs, prepare
 from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
 from .._precision import AUTOCAST_DTYPES
+from .cuda_matmul import decline as cuda_decline
 from .torch import stream_context
+from .torch_addmm import can_fuse
 
 _NO_TORCH_MATMUL = {"uint16", "uint32", "uint64"}
 
@@ -73,21 +75,6 @@ def decline(problem: MatmulProblem) -> str | None:
     return declined_mask_format(problem, "Torch")
 
 
-def can_fuse(p: MatmulProblem) -> bool:
-    return (
-        p.epilog.fusable
-        and not p.batch_shape
-        and not p.a_vector
-        and not p.b_vector
-        and p.c is None
-        and p.bias_axis == "n"
-        and p.result_dtype.startswith(("float", "bfloat"))
-        and dict(p.inputs)["bias"].dtype == p.result_dtype
-        # Torch's CPU kernel applies the exact (erf) GELU; only its CUDA one is the tanh form cuBLASLt uses
-        and (p.epilog.activation != "gelu" or p.device.kind == "cuda")
-    )
-
-
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
     if problem.quantization is not None:
         return ("plain",)
@@ -108,8 +95,6 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
 def _fp8_why_not_cublaslt(problem: MatmulProblem) -> str:
     if problem.device.kind != "cuda":
         return "the operands are on the CPU"
-    from .cuda_matmul import decline as cuda_decline
-
     return cuda_decline(problem) or "the torch executor was chosen (set_backend)"
 
 

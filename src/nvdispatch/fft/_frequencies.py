@@ -15,6 +15,7 @@ from .._route import Explanation
 from .._traced import traced_handler
 from .._typing import Array, Axes
 from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
+from ..executors import builtin
 
 __all__ = ["fftfreq", "rfftfreq", "fftshift", "ifftshift"]
 
@@ -99,10 +100,8 @@ def rfftfreq(n: int, /, *, d: float = 1.0, dtype: Any = None, device: Any = None
 
 
 def _dask_freq(n, d, dtype, device, real: bool, chunks):
-    from ..executors.dask_fft import freq
-
     like = _freq(1, d, dtype, device, real, "fftfreq")  # validates the arguments, fixes dtype and device
-    return freq(_as_pos_int(n, "n"), d, real, chunks, like)
+    return builtin("dask").frequencies(_as_pos_int(n, "n"), d, real, chunks, like)
 
 
 def _shift(x, axes, inverse: bool):

@@ -19,7 +19,7 @@ from typing import Any
 from .._backends import candidates, set_state
 from .._plan_cache import plan_cache
 from .._route import acquire_plan, log, plan_key
-from ..errors import NoExecutorError
+from ..errors import ExecutorUnavailableError, NoExecutorError
 from ..executors import builtin
 
 __all__ = ["stage", "device_pointer", "device_index", "PlanFinder"]
@@ -32,8 +32,6 @@ def stage(callback: Callable[..., None], result_avals, *args):
         from jax.experimental.buffer_callback import buffer_callback
     except ImportError:
         import jax
-
-        from ..errors import ExecutorUnavailableError
 
         raise ExecutorUnavailableError(
             "jax", "a JAX with jax.experimental.buffer_callback (a newer jax)", f"jax {jax.__version__}"

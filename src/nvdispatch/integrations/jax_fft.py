@@ -30,13 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._adapters import c_strides
 from .._backends import get_state
 from .._detect import CPU, OperandInfo
 from .._fft_convolve import build_convolve_problem
 from .._fft_problem import FFTProblem, build_fft_problem
 from .._memory import plain_memory
 from .._route import log
+from .._strides import c_strides
 from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
 from .jax_fft_kernel import FFTCall, fft_kernel
 

@@ -20,11 +20,12 @@ import dataclasses
 import jax
 import numpy as np
 
-from .._adapters import c_strides
-from .._backends import BackendState
+from .._backends import BackendState, set_state
 from .._detect import CPU, Device, OperandInfo
 from .._fft_problem import FFTProblem, build_fft_problem
 from .._memory import plain_memory
+from .._plan_cache import plan_cache
+from .._strides import c_strides
 from .jax_buffers import PlanFinder, device_index, stage
 
 __all__ = ["FFTCall", "fft_kernel"]
@@ -90,7 +91,6 @@ def fft_kernel(call: FFTCall, x):
 
 
 def _host_callback(call: FFTCall):
-    from .._backends import set_state
     from ..fft import fftn, ifftn, irfftn, rfftn
 
     transform = {"fftn": fftn, "ifftn": ifftn, "rfftn": rfftn, "irfftn": irfftn}[call.func]
@@ -105,8 +105,6 @@ def _host_callback(call: FFTCall):
 
 
 def _device_callback(call: FFTCall, dtype: str):
-    from .._plan_cache import plan_cache
-
     finder = PlanFinder("fft", call.state)
 
     def callback(ctx, outs, x):

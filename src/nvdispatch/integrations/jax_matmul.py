@@ -36,7 +36,7 @@ import numpy as np
 from .._backends import get_state
 from .._detect import CPU
 from .._epilog import INPUTS, OUTPUTS, gelu_tanh_grad, spec_of
-from .._fp8 import FP8_DTYPES
+from .._fp8_types import FP8_DTYPES
 from .._matmul_problem import MatmulProblem, as_options, as_preferences, scalar_value
 from .._route import log
 from ..errors import EpilogInputError, InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe

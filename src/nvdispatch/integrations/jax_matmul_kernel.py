@@ -26,13 +26,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._backends import BackendState
+from .._backends import BackendState, set_state
 from .._cuda import lt_layout as L
 from .._cuda.lt_setup import LT_DTYPES, orientations, output_layouts, setup
 from .._detect import CPU, Device
 from .._epilog import INPUTS, spec_of
 from .._matmul_problem import MatmulOptions, MatmulPlanPreferences, MatmulProblem
+from .._plan_cache import plan_cache
+from .._strides import c_strides
 from ..errors import PlanStateError
+from ..linalg import matmul
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
 from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals, product_on_values, transposed
 from .jax_precision import with_convention
@@ -94,9 +97,6 @@ def _host(call: MatmulCall, names, problem: MatmulProblem, avals, values):
 
 
 def _host_callback(call: MatmulCall, names: tuple[str, ...]):
-    from .._backends import set_state
-    from ..linalg import matmul
-
     spec = spec_of(call.epilog)
 
     def callback(ctx, outs, *ins):
@@ -131,8 +131,6 @@ _View = tuple
 
 def _view(rule: _View, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(shape, element strides) of the view ``rule`` makes of a C-ordered buffer of ``shape``."""
-    from .._adapters import c_strides
-
     strides = c_strides(shape)
     for step in rule:
         if step == "T":
@@ -300,8 +298,6 @@ def _device_problem(call: MatmulCall, options, arrays, views, device: Device, sh
 def _device_callback(call: MatmulCall, options, names, views, orientation: str, outputs: tuple[str, ...]):
     """The callback XLA runs on the GPU: the ``cuda`` executor's plan for the buffers' shapes (planned once per
     shape and device), launched into XLA's output buffers on XLA's stream."""
-    from .._plan_cache import plan_cache
-
     finder = PlanFinder("matmul", call.state)
     alpha, beta, let_go = call.alpha, call.beta, plan_cache.let_go
 

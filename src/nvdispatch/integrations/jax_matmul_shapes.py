@@ -14,11 +14,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._adapters import c_strides
 from .._detect import Device, OperandInfo
 from .._epilog import GELU_C, GELU_K, INPUTS, OUTPUTS, EpilogSpec, apply_steps, gelu_tanh_grad
 from .._matmul_problem import MatmulOptions, MatmulProblem, build_problem
 from .._memory import plain_memory
+from .._strides import c_strides
 
 __all__ = ["abstract_problem", "output_avals", "transposed", "JaxEpilogOps", "apply_epilog", "product_on_values"]
 
