@@ -128,6 +128,7 @@ class PlanCache:
         self._keys: dict[Hashable, _Entry] = {}  # every key -> its entry
         self._lru: OrderedDict[_Entry, _Entry] = OrderedDict()  # entries (hashed by identity), least recent first
         self._users: dict[int, _Entry] = {}  # id(plan) -> entry, for every plan cached or in use
+        self._retired: dict[_Entry, None] = {}  # the entries retired and not released yet (in retirement order)
         self._nbytes = 0  # the sum of the cached entries' nbytes (recounted where `_recount` says so)
         self._recount = False  # set while _nbytes is being changed: an interrupt in between leaves it set
         self._tuned = Tunings()
@@ -357,7 +358,7 @@ class PlanCache:
         if entry is None or entry.released:
             entry = self._users[id(plan)] = _Entry(plan)
         if self._maxsize == 0:
-            entry.retired = True  # caching disabled: released when its users let go
+            self._mark_retired(entry)  # caching disabled: released when its users let go
             return entry
         if entry not in self._lru:  # newly cached (not another key of a cached plan): its bytes count from now
             nbytes = workspace_bytes_of(plan)
@@ -367,6 +368,7 @@ class PlanCache:
             self._nbytes += nbytes
             self._recount = False
         entry.retired = False
+        self._retired.pop(entry, None)
         entry.keys.append(key)
         self._keys[key] = entry
         self._lru.move_to_end(entry)
@@ -383,19 +385,29 @@ class PlanCache:
         """Mark every retired entry nobody uses released; returns their plans (to release outside the lock).
 
         Idempotent and keyed by entry, so a finalizer re-entering the cache meanwhile (a PlanHold collected
-        by the garbage collector in this very thread) cannot make it release a plan twice."""
+        by the garbage collector in this very thread) cannot make it release a plan twice. Only the retired
+        entries are looked at (:attr:`_retired`), not every plan the cache knows."""
         plans = []
-        for e in list(self._users.values()):
-            if e.retired and not e.users and not e.released:
+        for e in list(self._retired):
+            if e.released or not e.retired:
+                self._retired.pop(e, None)
+            elif not e.users:
                 e.released = True
+                self._retired.pop(e, None)
                 if self._users.get(id(e.plan)) is e:
                     del self._users[id(e.plan)]
                 plans.append(e.plan)
         return plans
 
+    def _mark_retired(self, entry: _Entry) -> None:
+        """``entry`` is no longer cached (a call pinning it from now on sees it and backs off); called with the
+        lock held."""
+        self._retired[entry] = None  # first: an interrupt in between leaves it collectable, never lost
+        entry.retired = True
+
     def _retire(self, entry: _Entry) -> bool:
         """Drop ``entry`` from the cache; True when nobody uses it (then the caller releases it)."""
-        entry.retired = True  # first: a call pinning it from now on sees it and backs off
+        self._mark_retired(entry)  # first: a call pinning it from now on sees it and backs off
         entry.epoch += 1
         for k in entry.keys:
             if self._keys.get(k) is entry:
@@ -442,7 +454,7 @@ class PlanCache:
             entry = self._users.get(id(plan))
             if entry is None or entry.released:  # a plan never cached (caching disabled, say)
                 entry = self._users[id(plan)] = _Entry(plan)
-                entry.retired = True
+                self._mark_retired(entry)
             entry.users.append(token)
 
     def let_go(self, plan: Any) -> None:
@@ -478,6 +490,7 @@ class PlanCache:
                 if not (entry.retired and not entry.users and not entry.released):
                     return
                 entry.released = True
+                self._retired.pop(entry, None)
                 if self._users.get(id(entry.plan)) is entry:
                     del self._users[id(entry.plan)]
             _release([entry.plan])

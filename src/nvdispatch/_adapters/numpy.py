@@ -15,6 +15,9 @@ from .base import CPU, Adapter, OperandInfo
 __all__ = ["NumpyAdapter"]
 
 _HOST = frozenset({HOST})
+#: dtype -> its name (``dtype.name`` is computed in Python on every read), for the dtypes met so far (bounded)
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+_DTYPE_NAMES_MAX = 64
 
 
 class NumpyAdapter(Adapter):
@@ -29,7 +32,13 @@ class NumpyAdapter(Adapter):
             x = np.asarray(x)
         itemsize = x.itemsize or 1
         strides = tuple(s // itemsize for s in x.strides)
-        return OperandInfo(x, self.name, CPU, x.dtype.name, x.shape, strides, memory=_HOST)
+        dtype = x.dtype
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:
+            name = dtype.name
+            if len(_DTYPE_NAMES) < _DTYPE_NAMES_MAX:
+                _DTYPE_NAMES[dtype] = name
+        return OperandInfo(x, self.name, CPU, name, x.shape, strides, memory=_HOST)
 
     #: (dtype, shape, strides), read in C: no Python frame on the per-call path
     signature = operator.attrgetter("dtype", "shape", "strides")

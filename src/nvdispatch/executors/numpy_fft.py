@@ -47,26 +47,28 @@ def plan(problem: FFTProblem, strategy: str, tuning=None):
 
 class NumpyFFTPlan:
     needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+    # few objects per plan, and no reference cycle (a plan keeping its own bound method would be one): every plan
+    # cached adds to what the garbage collector walks, and an evicted one is freed at once
+    __slots__ = ("problem", "strategy", "kwargs", "_how", "_fn", "_compiled", "_args", "_in_dtype", "_result_dtype",
+                 "__weakref__")
 
     def __init__(self, problem: FFTProblem, strategy: str):
         self.problem = problem
         self.strategy = strategy
-        lib = _scipy_fft if strategy == "scipy" else np.fft
-        self.fn = getattr(lib, problem.func)
-        self.result_dtype = np.dtype(problem.result_dtype)
         p = problem
         if p.ndim_api:
-            self.kwargs = {"s": p.lengths, "axes": p.axes, "norm": p.norm}
+            kwargs = {"s": p.lengths, "axes": p.axes, "norm": p.norm}
         else:
-            self.kwargs = {"n": p.lengths[0], "axis": p.axes[0], "norm": p.norm}
+            kwargs = {"n": p.lengths[0], "axis": p.axes[0], "norm": p.norm}
         if strategy == "scipy":
-            self.kwargs["workers"], self._how = numpy_fft_workers.workers_for(p)
+            kwargs["workers"], self._how = numpy_fft_workers.workers_for(p)
         else:
             self._how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
-        self._transform = _compiled(p, self.kwargs.get("workers", 1)) if strategy == "scipy" else None
+        self.kwargs = kwargs
+        self._fn = getattr(_scipy_fft if strategy == "scipy" else np.fft, p.func)
+        self._compiled, self._args = _compiled(p, kwargs.get("workers", 1)) if strategy == "scipy" else (None, ())
         self._in_dtype = np.dtype(p.dtype)
-        #: the Plan protocol's direct call: ``direct(x)``
-        self.direct = self._direct if self._transform is not None else self._general
+        self._result_dtype = np.dtype(p.result_dtype)
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -77,40 +79,35 @@ class NumpyFFTPlan:
     def execute(self, operands, stream=None):
         return self.direct(operands["x"])
 
-    def _direct(self, x):
-        """pocketfft's compiled transform for an aligned ndarray of the planned dtype, else :meth:`_general`."""
-        if x.__class__ is np.ndarray and x.dtype is self._in_dtype and x.flags.aligned:
-            return self._transform(x)
-        return self._general(x)
-
-    def _general(self, x):
+    def direct(self, x):
+        """The Plan protocol's direct call: pocketfft's compiled transform for an aligned ndarray of the planned
+        dtype where the plan has one, else ``scipy.fft``'s (or ``numpy.fft``'s) function."""
+        if self._compiled is not None and x.__class__ is np.ndarray and x.dtype is self._in_dtype and x.flags.aligned:
+            return self._compiled(x, *self._args)
         if x.dtype.kind not in "fc":  # DLPack views of exotic dtypes never reach here; be safe anyway
             x = x.astype(self.problem.compute_dtype)
-        out = self.fn(x, **self.kwargs)
-        if out.dtype != self.result_dtype:
-            out = out.astype(self.result_dtype, copy=False)
+        out = self._fn(x, **self.kwargs)
+        if out.dtype != self._result_dtype:
+            out = out.astype(self._result_dtype, copy=False)
         return out
 
     def release(self) -> None:
         pass
 
 
-def _compiled(p: FFTProblem, workers: int):
-    """``transform(x)``: pocketfft's compiled c2c/r2c/c2r called as ``scipy.fft.<func>`` calls it for ``p``,
-    where nothing is left to check per call (no padding or trimming, the input and result dtypes scipy.fft
-    would keep); None otherwise."""
+def _compiled(p: FFTProblem, workers: int) -> tuple:
+    """``(transform, args)``: pocketfft's compiled c2c/r2c/c2r and the arguments after the input with which
+    ``scipy.fft.<func>`` calls it for ``p``, where nothing is left to check per call (no padding or trimming, the
+    input and result dtypes scipy.fft would keep); ``(None, ())`` otherwise."""
     if _pocketfft is None or p.needs_resize or p.empty or p.norm not in _NORM_CODES:
-        return None
+        return None, ()
     forward = p.direction == "forward"
     code = _NORM_CODES[p.norm] if forward else 2 - _NORM_CODES[p.norm]
     axes = tuple(a % len(p.shape) for a in p.axes)
     if p.kind == "c2c" and p.dtype in _REAL_OF and p.result_dtype == p.dtype:
-        c2c = _pocketfft.c2c
-        return lambda x: c2c(x, axes, forward, code, None, workers)
+        return _pocketfft.c2c, (axes, forward, code, None, workers)
     if p.kind == "r2c" and p.dtype in _COMPLEX_OF and p.result_dtype == _COMPLEX_OF[p.dtype]:
-        r2c = _pocketfft.r2c
-        return lambda x: r2c(x, axes, forward, code, None, workers)
+        return _pocketfft.r2c, (axes, forward, code, None, workers)
     if p.kind == "c2r" and p.dtype in _REAL_OF and p.result_dtype == _REAL_OF[p.dtype]:
-        c2r, last = _pocketfft.c2r, p.lengths[-1]
-        return lambda x: c2r(x, axes, last, forward, code, None, workers)
-    return None
+        return _pocketfft.c2r, (axes, p.lengths[-1], forward, code, None, workers)
+    return None, ()

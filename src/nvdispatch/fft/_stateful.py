@@ -92,6 +92,10 @@ def _checked(values: dict[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
+_DEFAULT_OPTIONS = FFTOptions()  # frozen: every stateless transform's object shares it
+_FFT_TYPE_OF_KIND = {"c2c": "C2C", "r2c": "R2C", "c2r": "C2R"}
+
+
 def _as_fft_options(options) -> FFTOptions:
     if options is None:
         return FFTOptions()
@@ -174,7 +178,7 @@ class FFT:
         self._info = detect("x", x)
         self._fft_type = self._infer_type(self._info.dtype)
         # validate now so mistakes surface at construction
-        self._build(x)
+        self._build()
         self._check_target(x, self._info)
         check_stream(stream, x)
 
@@ -198,9 +202,9 @@ class FFT:
         """The object a stateless transform (``nvdispatch.fft.<func>``) plans and executes with: the one
         direction of ``func``, its problem built from the call's own arguments (``n``/``s`` included)."""
         self = cls.__new__(cls)
-        self._setup(x, FFTOptions(), None, None)
+        self._setup(x, _DEFAULT_OPTIONS, None, None)
         self._call = (func, n, axis, s, axes, norm)
-        self._fft_type = {"c2c": "C2C", "r2c": "R2C", "c2r": "C2R"}[FUNCS[func][0]]
+        self._fft_type = _FFT_TYPE_OF_KIND[FUNCS[func][0]]
         self._info = detect("x", x)
         if callbacks is not None:
             prolog, epilog, prolog_data, epilog_data = callbacks
@@ -231,11 +235,10 @@ class FFT:
             "C2R": {"inverse": "irfftn"},
         }[self._fft_type]
 
-    def _build(self, x) -> dict[str, FFTProblem]:
-        """direction -> the problem of this object's transform in that direction, for operand ``x``."""
-        infos = {"x": detect("x", x)}
-        framework, device = placement(infos)
-        info = infos["x"]
+    def _build(self) -> dict[str, FFTProblem]:
+        """direction -> the problem of this object's transform in that direction, for its operand (as detected)."""
+        info = self._info
+        framework, device = placement({"x": info})
         if self._call is not None:
             func, n, axis, s, axes, norm = self._call
             problem = build_fft_problem(func, info, framework, device, n, axis, s, axes, norm)
@@ -307,7 +310,7 @@ class FFT:
         with_callbacks = any(v is not None for v in callbacks.values())
         holds, problems, chosen, cb_data = {}, {}, {}, {}
         try:
-            for direction, problem in self._build(self._x).items():
+            for direction, problem in self._build().items():
                 op = "fft"
                 if with_callbacks:
                     op = _fft_callbacks.OP
