@@ -51,7 +51,7 @@ def _contenders() -> dict:
 
 
 def new_lengths(count: int, start: int = 1001) -> dict:
-    """Median seconds of a first call of a new length, per contender (lengths dealt round-robin)."""
+    """Median seconds of a first call of a new length, per contender (lengths dealt round-robin, in a rotated order)."""
     calls = _contenders()
     for fn, within in calls.values():  # imports, the route's first-use costs: not what a new length costs
         with within():
@@ -59,8 +59,12 @@ def new_lengths(count: int, start: int = 1001) -> dict:
     samples: dict[str, list[float]] = {name: [] for name in calls}
     rng = np.random.default_rng(0)
     length = start
-    for _ in progress(range(count), "new lengths"):
-        for name, (fn, within) in calls.items():
+    names = list(calls)
+    for i in progress(range(count), "new lengths"):
+        # each round deals the next lengths to the contenders in a rotated order: a length's factors decide what
+        # pocketfft's plan costs, and a fixed order would give each contender lengths of one residue mod 3
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            fn, within = calls[name]
             x = rng.standard_normal(length)
             length += 1
             with within():

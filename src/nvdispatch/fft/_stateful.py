@@ -178,7 +178,7 @@ class FFT:
         self._info = detect("x", x)
         self._fft_type = self._infer_type(self._info.dtype)
         # validate now so mistakes surface at construction
-        self._build()
+        self._build(self._info)
         self._check_target(x, self._info)
         check_stream(stream, x)
 
@@ -201,11 +201,12 @@ class FFT:
     def _for_call(cls, func: str, x, n, axis, s, axes, norm, callbacks=None) -> FFT:
         """The object a stateless transform (``nvdispatch.fft.<func>``) plans and executes with: the one
         direction of ``func``, its problem built from the call's own arguments (``n``/``s`` included)."""
+        if x is None:
+            detect("x", x)  # the typed error naming the operand (plan() detects the others)
         self = cls.__new__(cls)
         self._setup(x, _DEFAULT_OPTIONS, None, None)
         self._call = (func, n, axis, s, axes, norm)
         self._fft_type = _FFT_TYPE_OF_KIND[FUNCS[func][0]]
-        self._info = detect("x", x)
         if callbacks is not None:
             prolog, epilog, prolog_data, epilog_data = callbacks
             self._callbacks = {"prolog": prolog, "epilog": epilog, "prolog_data": prolog_data,
@@ -235,9 +236,9 @@ class FFT:
             "C2R": {"inverse": "irfftn"},
         }[self._fft_type]
 
-    def _build(self) -> dict[str, FFTProblem]:
-        """direction -> the problem of this object's transform in that direction, for its operand (as detected)."""
-        info = self._info
+    def _build(self, info) -> dict[str, FFTProblem]:
+        """direction -> the problem of this object's transform in that direction, for the operand ``info``
+        describes."""
         framework, device = placement({"x": info})
         if self._call is not None:
             func, n, axis, s, axes, norm = self._call
@@ -306,11 +307,12 @@ class FFT:
         self._check_alive("plan")
         if self._x is None:
             raise PlanStateError("x", "an operand to plan for", "None", "call reset_operand(x) first")
-        self._check_target(self._x, self._info)
+        info = detect("x", self._x)  # as at this plan() (grad mode, say): the operand's detection read now
+        self._check_target(self._x, info)
         with_callbacks = any(v is not None for v in callbacks.values())
         holds, problems, chosen, cb_data = {}, {}, {}, {}
         try:
-            for direction, problem in self._build().items():
+            for direction, problem in self._build(info).items():
                 op = "fft"
                 if with_callbacks:
                     op = _fft_callbacks.OP
@@ -329,7 +331,7 @@ class FFT:
                 hold.close()
             raise
         old, self._holds = self._holds, holds
-        self._problems, self._selections = problems, chosen
+        self._info, self._problems, self._selections = info, problems, chosen
         self._callbacks, self._cb_data = callbacks, cb_data
         for hold in old.values():
             hold.close()
