@@ -21,16 +21,10 @@ Writes ``host_overhead_cpu.json`` (and a PNG with matplotlib).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
-import subprocess
-import sys
-import time
 
+import _host_overhead as host_overhead
 import numpy as np
-from _bench import output_dir, progress, save_plot
 
 
 def _cases(nvd):
@@ -94,46 +88,7 @@ def _cases(nvd):
 def measure(rounds: int, number: int) -> dict:
     import nvdispatch
 
-    cases = _cases(nvdispatch)
-    samples = {name: ([], []) for name in cases}
-    for ours, peer in cases.values():  # warm-up: plans cached
-        for _ in range(50):
-            ours()
-            peer()
-    for _ in progress(range(rounds), "host overhead"):
-        for name, (ours, peer) in cases.items():
-            for fn, out in ((ours, samples[name][0]), (peer, samples[name][1])):
-                t0 = time.thread_time()
-                for _ in range(number):
-                    fn()
-                out.append((time.thread_time() - t0) / number)
-    result = {}
-    for name, (ours, peer) in samples.items():
-        o, p = statistics.median(ours), statistics.median(peer)
-        result[name] = {"nvdispatch_us": o * 1e6, "peer_us": p * 1e6, "ratio": o / p}
-    return {"nvdispatch": os.path.dirname(os.path.dirname(nvdispatch.__file__)), "cases": result}
-
-
-def compare(sources: list[str], repeats: int, rounds: int, number: int) -> dict:
-    """Run :func:`measure` under each source tree in alternating child processes, ``repeats`` times."""
-    runs = {src: [] for src in sources}
-    order = [src for _ in range(repeats) for src in sources]
-    for src in progress(order, "compare", total=len(order)):
-        env = dict(os.environ, PYTHONPATH=src)
-        cmd = [sys.executable, __file__, "--child", "--rounds", str(rounds), "--number", str(number)]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-        runs[src].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    out = {}
-    for src, results in runs.items():
-        names = results[0]["cases"]
-        out[src] = {
-            name: {
-                key: statistics.median(r["cases"][name][key] for r in results)
-                for key in ("nvdispatch_us", "peer_us", "ratio")
-            }
-            for name in names
-        }
-    return out
+    return host_overhead.measure(_cases(nvdispatch), rounds, number, warmup=50, desc="host overhead")
 
 
 def main(argv=None) -> None:
@@ -148,39 +103,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.number, args.repeats = 3, 50, 1
-    if args.child:
-        print(json.dumps(measure(args.rounds, args.number)))
-        return
-    meta = {"machine": platform.processor() or platform.machine(), "python": platform.python_version()}
-    meta.update(rounds=args.rounds, number=args.number, numpy=np.__version__)
-    if args.compare:
-        results = {"compare": compare(args.compare, args.repeats, args.rounds, args.number), "repeats": args.repeats}
-    else:
-        results = measure(args.rounds, args.number)
-    out = output_dir(args.out)
-    path = os.path.join(out, "host_overhead_cpu.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump({**meta, **results}, fh, indent=1)
-    table = results["compare"] if args.compare else {results["nvdispatch"]: results["cases"]}
-    for src, cases in table.items():
-        print(f"nvdispatch from {src}")
-        for name, r in cases.items():
-            print(f"  {name:36s} {r['nvdispatch_us']:7.2f} us  peer {r['peer_us']:6.2f} us  ratio {r['ratio']:.3f}")
-    print(f"wrote {path}")
-
-    def draw(plt):
-        fig, ax = plt.subplots(figsize=(8, 4))
-        names = list(next(iter(table.values())))
-        width = 0.8 / len(table)
-        for i, (src, cases) in enumerate(table.items()):
-            xs = [j + i * width for j in range(len(names))]
-            ax.bar(xs, [cases[n]["ratio"] for n in names], width, label=src)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))], names, rotation=15, fontsize=7)
-        ax.set_ylabel("per-call time / peer's")
-        ax.legend(fontsize=6)
-        fig.tight_layout()
-
-    save_plot(draw, os.path.join(out, "host_overhead_cpu.png"))
+    host_overhead.run(args, __file__, measure, "host_overhead_cpu", "ratio", "per-call time / peer's")
 
 
 if __name__ == "__main__":
