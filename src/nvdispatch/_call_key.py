@@ -18,7 +18,9 @@ have short keys, ``(form, signature(a), signature(b)[, signature(bias)])``: thei
 key but the signatures) is also what the call-key memo (:mod:`nvdispatch._call_key_memo`) remembers plan
 handles under for classes with a guard. The compiled front (``_hotpath.c``) builds exactly these short keys and
 forms, from the fields of :class:`ClassKeys` and the backend registry's attributes. A transform's key is
-``(form, signature(x))`` with its form from :func:`fft_form`.
+``(form, signature(x))`` with its form from :func:`fft_form`; a transform whose lengths follow the operand's
+extents (no ``n``/``s``) also has an *any-length key* (:func:`any_length_key`: the form, the operand's dtype and
+rank), under which the plan serving every length is kept where the executor has one.
 
 A call key is never ``repr()``-ed or otherwise serialised: it is hashed once per lookup.
 """
@@ -46,6 +48,7 @@ __all__ = [
     "short_key",
     "long_key",
     "fft_form",
+    "any_length_key",
     "int_seq",
 ]
 
@@ -71,7 +74,10 @@ class ClassKeys(NamedTuple):
         the adapter itself (its ``wrap``, ``check_stream``), or None where no adapter claims the class;
     ``precision``
         the adapter's ``precision_key`` (a reading of its framework's precision settings, part of every matmul
-        key), or None where the framework has no precision convention.
+        key), or None where the framework has no precision convention;
+    ``rank_signature``
+        the adapter's ``rank_signature_for`` the class (dtype and rank: the part of the key of plans serving
+        every length, see :func:`any_length_key`), or None.
     """
 
     plain: bool
@@ -81,6 +87,7 @@ class ClassKeys(NamedTuple):
     wraps: bool
     adapter: Adapter | None
     precision: Callable[[], Hashable] | None
+    rank_signature: Callable[[Any], Hashable] | None
 
 
 def _class_keys_of(adapter: Adapter | None, cls: type) -> ClassKeys:
@@ -90,7 +97,8 @@ def _class_keys_of(adapter: Adapter | None, cls: type) -> ClassKeys:
     wraps = adapter is not None and adapter.wraps
     memo = None if guard is None else CallKeyMemo(guard)
     precision = None if sig is None else adapter.precision_key
-    return ClassKeys(view is None and not wraps, sig, memo, view, wraps, adapter, precision)
+    ranked = None if sig is None else adapter.rank_signature_for(cls)
+    return ClassKeys(view is None and not wraps, sig, memo, view, wraps, adapter, precision, ranked)
 
 
 def class_keys(cls: type) -> ClassKeys:
@@ -274,3 +282,14 @@ def fft_form(func: str, x, n, axis, s, axes, norm):
     if s is False or axes is False:
         return None
     return ("fft", func, x.__class__, n, axis, s, axes, norm, _current_state().key, registry.global_key)
+
+
+#: the middle of an any-length key (a call key is ``(form, signature)``: the two never meet)
+_ANY_LENGTH = "any length"
+
+
+def any_length_key(form: tuple, rank_signature: Hashable) -> tuple:
+    """The key of the plan serving every length of a transform's ``form`` on operands of one ``rank_signature``
+    (dtype and rank, :attr:`ClassKeys.rank_signature`), for a form whose lengths follow the operand's extents
+    (no ``n``/``s``)."""
+    return (form, _ANY_LENGTH, rank_signature)

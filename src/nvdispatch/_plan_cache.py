@@ -240,6 +240,11 @@ class PlanCache:
         """Whether a plan is cached under ``key`` (statistics and recency untouched)."""
         return key in self._keys
 
+    def peek(self, key: Hashable) -> Any | None:
+        """The plan cached under ``key``, or None (statistics and recency untouched: to look at, not to run)."""
+        entry = self._keys.get(key)
+        return None if entry is None else entry.plan
+
     def acquire(self, key: Hashable) -> Any | None:
         """The plan cached under ``key``, pinned for the caller until :meth:`let_go`; None on a miss.
 

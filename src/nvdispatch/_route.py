@@ -48,6 +48,7 @@ __all__ = [
     "choice_key",
     "plan_key",
     "acquire_plan",
+    "keep_any_length",
     "get_plan",
     "coerce_operands",
     "run_uncached",
@@ -69,10 +70,10 @@ def debug_enabled() -> bool:
     return log_levels.get(logging.DEBUG) is not False and log.isEnabledFor(logging.DEBUG)
 
 
-def log_hit(op: str, plan) -> None:
-    """The DEBUG record of an ``op`` call served from the plan cache by its call key (when DEBUG is on)."""
+def log_hit(op: str, plan, key: str = "call key") -> None:
+    """The DEBUG record of an ``op`` call served from the plan cache by its ``key`` (when DEBUG is on)."""
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("%s: plan cache hit (call key): plan %s, strategy %r", op, type(plan).__name__, plan.strategy)
+        log.debug("%s: plan cache hit (%s): plan %s, strategy %r", op, key, type(plan).__name__, plan.strategy)
 
 
 # -- detect ------------------------------------------------------------------------------------------------------
@@ -235,6 +236,22 @@ def acquire_plan(executor: Any, op: str, problem: Any, strategy: str, call_key: 
         "miss: planned" if made else "hit",
     )
     return plan
+
+
+def keep_any_length(plan: Any, sel: Selection, key: Hashable) -> None:
+    """Keep ``plan``'s any-length form under ``key`` (an any-length key, :func:`nvdispatch._call_key.any_length_key`),
+    unless a plan is cached there: the plan its ``any_length()`` returns, which runs every length of ``plan``'s
+    problem the key covers (the Plan protocol's, where a plan has it and gives one). Kept only where the executor
+    was the first the backend state asks (it declined nothing before: other lengths select it again, as it takes
+    every length where it offers an any-length plan) and no tuned choice is known (per-problem choices must be
+    read)."""
+    if sel.declined or plan_cache.has_tunings() or plan_cache.contains(key):
+        return
+    make = getattr(plan, "any_length", None)
+    general = make() if make is not None and _contract.trusted(sel.executor) else None
+    if general is not None:
+        plan_cache.put(key, general)
+        log.debug("plan %s kept for every length (any-length key)", type(general).__name__)
 
 
 def get_plan(executor: Any, op: str, problem: Any, strategy: str):

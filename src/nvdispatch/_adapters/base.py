@@ -143,6 +143,12 @@ class Adapter:
         """The signature function for arrays of class ``cls`` (a subclass may need the full route)."""
         return self.signature
 
+    def rank_signature_for(self, cls: type) -> Callable[[Any], Hashable] | None:
+        """For arrays of class ``cls``: ``rank_signature(x)``, the part of ``x``'s signature a plan serving every
+        shape of one rank depends on (dtype and number of dimensions: everything the adapter's :meth:`info`
+        reads but the shape and strides), or None (the default) where detection depends on more."""
+        return None
+
     #: ``view(x)``: the view of ``x``'s memory that :meth:`info` hands out (``OperandInfo.array``), for repeated
     #: calls, which skip :meth:`info`; None (the default): the view is ``x`` itself
     view: Callable[[Any], Any] | None = None

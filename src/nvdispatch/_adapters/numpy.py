@@ -47,6 +47,12 @@ class NumpyAdapter(Adapter):
         # ndarray subclasses (matrix, memmap...) take the full route: plans' direct calls return ndarrays
         return self.signature if cls is np.ndarray else None
 
+    #: (dtype, ndim): an ndarray's detection reads nothing else but its shape and strides
+    _rank_signature = operator.attrgetter("dtype", "ndim")
+
+    def rank_signature_for(self, cls: type):
+        return self._rank_signature if cls is np.ndarray else None
+
     def device(self, x):
         return CPU
 

@@ -94,6 +94,70 @@ class NumpyFFTPlan:
     def release(self) -> None:
         pass
 
+    def any_length(self) -> NumpyAnyLengthFFTPlan | None:
+        """The plan of every length of this plan's transform (see :class:`NumpyAnyLengthFFTPlan`), where one
+        serves them all: a 1-D operand's; None for others (a batch's threads follow its size)."""
+        return NumpyAnyLengthFFTPlan(self.problem, self.strategy) if len(self.problem.shape) == 1 else None
+
+
+class NumpyAnyLengthFFTPlan:
+    """The plan of a 1-D operand's transform for every length, where the length follows the operand's (the call
+    gave no ``n``/``s``): what a new length costs is then pocketfft's own, as in ``scipy.fft``.
+
+    A single 1-D transform runs on one thread whatever its length, and every other choice the plan holds
+    (function, axis, normalisation, dtypes) is the length's too: only c2r's output length, ``2 * (m - 1)`` of an
+    input of ``m``, is read per call. ``problem`` is the transform the plan was made from (its length one of
+    many); the route runs it for operands of its dtype and rank whose extent is at least 2."""
+
+    needs_release = False
+    __slots__ = ("problem", "strategy", "kwargs", "_how", "_fn", "_compiled", "_args", "_c2r", "_in_dtype",
+                 "_result_dtype", "__weakref__")
+
+    def __init__(self, problem: FFTProblem, strategy: str):
+        self.problem = p = problem
+        self.strategy = strategy
+        self.kwargs = {"axes": p.axes, "norm": p.norm} if p.ndim_api else {"axis": p.axes[0], "norm": p.norm}
+        if strategy == "scipy":
+            self.kwargs["workers"], self._how = numpy_fft_workers.workers_for(p)
+        else:
+            self._how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
+        self._fn = getattr(_scipy_fft if strategy == "scipy" else np.fft, p.func)
+        compiled, args = _compiled(p, self.kwargs.get("workers", 1)) if strategy == "scipy" else (None, ())
+        self._c2r = compiled is not None and p.kind == "c2r"
+        # c2r's arguments without its output length, which is read per call
+        self._compiled, self._args = compiled, ((args[0], *args[2:]) if self._c2r else args)
+        self._in_dtype = np.dtype(p.dtype)
+        self._result_dtype = np.dtype(p.result_dtype)
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        module = "scipy.fft" if self.strategy == "scipy" else "numpy.fft"
+        return (
+            f"{module}.{self.problem.func}(x, {args}) via {self._how}",
+            f"one plan for every length of a 1-D {self.problem.dtype} operand (made from {self.problem.describe()})",
+        )
+
+    def execute(self, operands, stream=None):
+        return self.direct(operands["x"])
+
+    def direct(self, x):
+        """pocketfft's compiled transform of ``x`` (its own length) where the plan has one, as
+        :meth:`NumpyFFTPlan.direct`; else the function, without ``n``."""
+        if self._compiled is not None and x.__class__ is np.ndarray and x.dtype is self._in_dtype and x.flags.aligned:
+            if self._c2r:
+                return self._compiled(x, self._args[0], 2 * x.shape[0] - 2, *self._args[1:])
+            return self._compiled(x, *self._args)
+        if x.dtype.kind not in "fc":
+            x = x.astype(self.problem.compute_dtype)
+        out = self._fn(x, **self.kwargs)
+        if out.dtype != self._result_dtype:
+            out = out.astype(self._result_dtype, copy=False)
+        return out
+
+    def release(self) -> None:
+        pass
+
 
 def _compiled(p: FFTProblem, workers: int) -> tuple:
     """``(transform, args)``: pocketfft's compiled c2c/r2c/c2r and the arguments after the input with which

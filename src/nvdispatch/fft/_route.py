@@ -4,10 +4,12 @@ its cached plan), else detect → problem → select → plan → run → wrap; 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .._adapters import call_key_classes as _classes
-from .._call_key import class_keys, fft_form, int_seq
+from .._call_key import any_length_key, class_keys, fft_form, int_seq
 from .._detect import detect
 from .._execute import run
 from .._fft_conventions import as_operand, check_out, numpy_nd_args, promote, run_nd_numpy_way, write_out
@@ -66,6 +68,12 @@ def _distinct_axes(axes, ndim: int) -> bool:
     return answer
 
 
+def _all_extents_above_one(shape: tuple) -> bool:
+    """Whether an operand of ``shape`` (at least 1-D) has every extent >= 2: where the plan of every length may
+    run it (a transform without ``n``/``s`` of each such extent is valid, and not empty)."""
+    return bool(shape) and min(shape) > 1
+
+
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, callbacks=None):
     """One transform: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the call-key memo first),
     then the run step on the cached plan; else the stateful object's path (``FFT``), whose plan is kept under
@@ -73,8 +81,9 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     entry = _classes.get(x.__class__)
     if entry is None:
         entry = class_keys(x.__class__)
-    _, sig, memo, view, wraps, adapter, _ = entry
-    plan = key = learn = form = None
+    _, sig, memo, view, wraps, adapter, _, ranked = entry
+    plan = key = learn = form = general = None
+    hit = "call key"
     try:
         if sig is not None and callbacks is None:
             form = fft_form(func, x, n, axis, s, axes, norm)
@@ -87,8 +96,16 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
                 if plan is None:
                     key, learn = (form, sig(x)), memo
                     plan = _acquire(key)  # pinned until run() returns
+                    if plan is None and ranked is not None and n is None and s is None:
+                        # a length of its own: the plan of every length, where one is kept, runs it (its extents
+                        # all >= 2: each a valid transform length, none empty; others take the full path)
+                        general = any_length_key(form, ranked(x))
+                        if _all_extents_above_one(x.shape):
+                            plan = _acquire(general)
+                            if plan is not None:
+                                learn, hit = None, "any-length key"
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
-        key = plan = learn = None
+        key = plan = learn = general = None
     if plan is None:
         # a traced array (inside jax.jit...) is staged, not run; a Torch call autograd records goes through the
         # Torch operators (nvdispatch._traced)
@@ -97,14 +114,14 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
             result = handler(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
             if result is not NotImplemented:
                 return result
-        return run_stateless(func, x, n, axis, s, axes, norm, callbacks, key, stream)
+        return run_stateless(func, x, n, axis, s, axes, norm, callbacks, key, stream, general)
     if learn is not None:  # a repeated call, found by its signature
         learn.remember(form, (x,), _handle(key))
     try:
         if stream is not None:
             check_stream(stream, x)
         if log_levels.get(10) is not False and debug_enabled():
-            log_hit("fft", plan)
+            log_hit("fft", plan, hit)
         operand = x if view is None else view(x)
     except BaseException:
         plan_cache.let_go(plan)
@@ -133,7 +150,26 @@ def explain_fft(
     """
     problem, sel = _prepare(func, x, n, axis, s, axes, norm)
     check_stream(stream, x)
-    return explain_selected(func, "fft", problem, sel)
+    explanation = explain_selected(func, "fft", problem, sel)
+    general = _any_length_plan(func, x, n, axis, s, axes, norm)
+    if general is not None:  # what the call would run: the plan kept for every length
+        explanation = dataclasses.replace(explanation, steps=tuple(general.steps), cached=True)
+    return explanation
+
+
+def _any_length_plan(func: str, x, n, axis, s, axes, norm):
+    """The plan a call would run by its any-length key (as :func:`_run` looks it up), or None."""
+    entry = class_keys(x.__class__)
+    sig, ranked = entry.signature, entry.rank_signature
+    if sig is None or ranked is None or n is not None or s is not None:
+        return None
+    try:
+        form = fft_form(func, x, n, axis, s, axes, norm)
+        if form is None or plan_cache.contains((form, sig(x))) or not _all_extents_above_one(x.shape):
+            return None
+        return plan_cache.peek(any_length_key(form, ranked(x)))
+    except TypeError:
+        return None
 
 
 def call_transform(

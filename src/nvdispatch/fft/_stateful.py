@@ -19,6 +19,7 @@ from .._route import (
     check_stream,
     choose_strategy,
     coerce_operands,
+    keep_any_length,
     keep_or_select,
     placement,
     refuse_recorded_call,
@@ -301,9 +302,10 @@ class FFT:
         with self._lock:
             return self._plan_with(callbacks, {})
 
-    def _plan_with(self, callbacks: dict[str, Any], selections: dict[str, Any], call_key=None):
+    def _plan_with(self, callbacks: dict[str, Any], selections: dict[str, Any], call_key=None, any_length_key=None):
         """Plan (and hold) each direction; ``call_key``: a stateless transform's key, to keep its plan under too
-        (unless a coercing backend runs it: other calls with that key may not)."""
+        (unless a coercing backend runs it: other calls with that key may not); ``any_length_key``: its any-length
+        key, to keep the plan's any-length form under (``_route.keep_any_length``) on the same terms."""
         self._check_alive("plan")
         if self._x is None:
             raise PlanStateError("x", "an operand to plan for", "None", "call reset_operand(x) first")
@@ -321,6 +323,8 @@ class FFT:
                 strategy = choose_strategy(sel.executor, op, problem)
                 key = None if sel.coerce or with_callbacks else call_key
                 plan = acquire_plan(sel.executor, op, problem, strategy, key)
+                if key is not None and any_length_key is not None:
+                    keep_any_length(plan, sel, any_length_key)
                 try:
                     holds[direction] = plan_cache.hold(plan)
                 finally:
@@ -437,13 +441,14 @@ class FFT:
         return f"<nvdispatch.fft.FFT {self._fft_type} {state} executor={self.executor}>"
 
 
-def run_stateless(func: str, x, n, axis, s, axes, norm, callbacks, call_key, stream):
+def run_stateless(func: str, x, n, axis, s, axes, norm, callbacks, call_key, stream, any_length_key=None):
     """A stateless transform (``nvdispatch.fft.<func>``) whose plan its call key did not find: an :class:`FFT` of
-    the call's one direction plans it (keeping the plan under ``call_key`` too, where given), executes once
-    and lets go. ``callbacks``: ``(prolog, epilog, prolog_data, epilog_data)`` or None."""
+    the call's one direction plans it (keeping the plan under ``call_key`` too, where given, and its any-length
+    form under ``any_length_key``), executes once and lets go. ``callbacks``: ``(prolog, epilog, prolog_data,
+    epilog_data)`` or None."""
     f = FFT._for_call(func, x, n, axis, s, axes, norm, callbacks)
     try:
-        f._plan_with(f._callbacks, {}, call_key=call_key)
+        f._plan_with(f._callbacks, {}, call_key=call_key, any_length_key=any_length_key)
         return f.execute(direction=FUNCS[func][1], stream=stream)
     finally:
         f.free()
