@@ -75,9 +75,10 @@ def _all_extents_above_one(shape: tuple) -> bool:
 
 
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, callbacks=None):
-    """One transform: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the call-key memo first),
-    then the run step on the cached plan; else the stateful object's path (``FFT``), whose plan is kept under
-    the key. ``callbacks``: a prolog/epilog call, which has no key (its plans are cached by problem)."""
+    """One transform: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the call-key memo first, then
+    the any-length key where the lengths follow the operand's), then the run step on the cached plan; else the
+    stateful object's path (``FFT``), whose plan is kept under the key. ``callbacks``: a prolog/epilog call,
+    which has no key (its plans are cached by problem)."""
     entry = _classes.get(x.__class__)
     if entry is None:
         entry = class_keys(x.__class__)
@@ -93,17 +94,17 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
                         if check(x):
                             plan = _acquire_handle(handle, epoch)
                             break
+                if plan is None and ranked is not None and n is None and s is None:
+                    # lengths that follow the operand's: the plan of every length, where one is kept, runs it
+                    # (where its extents are all >= 2: each a valid transform length, none empty)
+                    general = any_length_key(form, ranked(x))
+                    if _all_extents_above_one(x.shape):
+                        plan = _acquire(general)
+                        if plan is not None:
+                            hit = "any-length key"
                 if plan is None:
                     key, learn = (form, sig(x)), memo
                     plan = _acquire(key)  # pinned until run() returns
-                    if plan is None and ranked is not None and n is None and s is None:
-                        # a length of its own: the plan of every length, where one is kept, runs it (its extents
-                        # all >= 2: each a valid transform length, none empty; others take the full path)
-                        general = any_length_key(form, ranked(x))
-                        if _all_extents_above_one(x.shape):
-                            plan = _acquire(general)
-                            if plan is not None:
-                                learn, hit = None, "any-length key"
     except TypeError:  # an unhashable argument: the full path validates (and reports) it
         key = plan = learn = general = None
     if plan is None:
@@ -160,14 +161,13 @@ def explain_fft(
 def _any_length_plan(func: str, x, n, axis, s, axes, norm):
     """The plan a call would run by its any-length key (as :func:`_run` looks it up), or None."""
     entry = class_keys(x.__class__)
-    sig, ranked = entry.signature, entry.rank_signature
-    if sig is None or ranked is None or n is not None or s is not None:
+    if entry.signature is None or entry.rank_signature is None or n is not None or s is not None:
         return None
     try:
         form = fft_form(func, x, n, axis, s, axes, norm)
-        if form is None or plan_cache.contains((form, sig(x))) or not _all_extents_above_one(x.shape):
+        if form is None or entry.memo is not None or not _all_extents_above_one(x.shape):
             return None
-        return plan_cache.peek(any_length_key(form, ranked(x)))
+        return plan_cache.peek(any_length_key(form, entry.rank_signature(x)))
     except TypeError:
         return None
 

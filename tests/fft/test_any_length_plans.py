@@ -1,0 +1,200 @@
+"""The plan kept for every length of a 1-D NumPy transform (its any-length key): which calls keep and run it, which
+take the full route, and that every length it runs gives NumPy's float64 result."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import nvdispatch
+import nvdispatch.fft as F
+from nvdispatch import plan_cache
+from nvdispatch._adapters.numpy import NumpyAdapter
+from nvdispatch._call_key import any_length_key, class_keys, fft_form
+from nvdispatch.errors import InvalidArgumentError, ShapeMismatchError
+from nvdispatch.executors.base import Executor
+from nvdispatch.executors.numpy_fft import NumpyAnyLengthFFTPlan
+from nvdispatch.fft import _route
+
+rng = np.random.default_rng(7)
+REAL_FUNCS = ("rfft", "ihfft", "rfftn")
+COMPLEX_FUNCS = ("fft", "ifft", "irfft", "hfft", "fftn", "ifftn", "irfftn")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    plan_cache.clear()
+    yield
+    plan_cache.clear()
+    plan_cache.clear_tunings()
+
+
+@pytest.fixture
+def full_paths(monkeypatch):
+    """How many calls took the route's full path (their own key and the any-length key found nothing)."""
+    count = [0]
+    real = _route.run_stateless
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_route, "run_stateless", counted)
+    return count
+
+
+def _operand(func: str, dtype, n: int) -> np.ndarray:
+    x = rng.standard_normal(n)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(n)
+    return x.astype(dtype)
+
+
+def _oracle(func: str, x: np.ndarray, norm: str) -> np.ndarray:
+    wide = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    return getattr(np.fft, func)(wide, norm=norm)
+
+
+def _any_length_plans() -> list:
+    return [p for p in plan_cache.plans() if isinstance(p, NumpyAnyLengthFFTPlan)]
+
+
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
+@pytest.mark.parametrize(
+    ("func", "dtype"),
+    [(f, d) for f in REAL_FUNCS for d in (np.float32, np.float64)]
+    + [(f, d) for f in COMPLEX_FUNCS for d in (np.complex64, np.complex128)],
+)
+def test_every_length_gives_numpys_result_and_one_full_path(func, dtype, norm, full_paths):
+    lengths = (16, 17, 2, 3, 1000, 1001, 97, 128)
+    for n in lengths:
+        x = _operand(func, dtype, n)
+        y = getattr(F, func)(x, norm=norm)
+        want = _oracle(func, x, norm)
+        assert y.shape == want.shape
+        real_out = func in ("irfft", "hfft", "irfftn")
+        single = np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
+        assert y.dtype == (np.float32 if single else np.float64) if real_out else y.dtype.kind == "c"
+        np.testing.assert_allclose(y, want, rtol=2e-4 if single else 1e-10, atol=(2e-4 if single else 1e-10) * n)
+    assert full_paths[0] == 1  # the first length; every other ran the plan kept for every length
+    assert len(_any_length_plans()) == 1
+
+
+@pytest.mark.parametrize("view", [lambda x: x[::2], lambda x: x[::-1], lambda x: x[1:]])
+def test_views_and_byte_orders_of_one_rank_share_it(view, full_paths):
+    F.rfft(rng.standard_normal(33))
+    for n in (40, 41, 77):
+        x = view(rng.standard_normal(n))
+        np.testing.assert_allclose(F.rfft(x), np.fft.rfft(x), atol=1e-10 * n)
+    assert full_paths[0] == 1
+    swapped = rng.standard_normal(50).astype(">f8")  # another dtype: another key, its own first call
+    np.testing.assert_allclose(F.rfft(swapped), np.fft.rfft(swapped.astype(np.float64)), atol=1e-10 * 50)
+    assert full_paths[0] == 2
+
+
+def test_extents_below_two_take_the_full_path_and_its_errors(full_paths):
+    F.irfft(_operand("irfft", np.complex128, 9))
+    F.rfft(rng.standard_normal(9))
+    with pytest.raises(InvalidArgumentError, match="n"):  # irfft's default length 2*(1-1) is not positive
+        F.irfft(np.ones(1, np.complex128))
+    with pytest.raises(ShapeMismatchError):
+        F.rfft(np.ones(0))
+    np.testing.assert_allclose(F.rfft(np.array([3.0])), np.fft.rfft(np.array([3.0])))
+    assert full_paths[0] == 5
+
+
+def test_given_lengths_batches_and_zero_d_keep_no_any_length_plan(full_paths):
+    x = rng.standard_normal(20)
+    for n in (8, 20, 31):
+        np.testing.assert_allclose(F.rfft(x, n=n), np.fft.rfft(x, n=n), atol=1e-10 * n)
+        np.testing.assert_allclose(F.rfftn(x, s=(n,), axes=(0,)), np.fft.rfftn(x, s=(n,), axes=(0,)), atol=1e-10 * n)
+    for rows, n in ((2, 8), (3, 9), (2, 10)):
+        b = rng.standard_normal((rows, n))
+        np.testing.assert_allclose(F.rfft(b), np.fft.rfft(b), atol=1e-10 * n)
+    with pytest.raises(ShapeMismatchError):
+        F.rfft(np.float64(3.0).reshape(()))
+    assert _any_length_plans() == []
+    assert full_paths[0] == 10
+
+
+def test_the_key_is_the_form_dtype_and_rank():
+    x = rng.standard_normal(12)
+    F.fft(x, norm="ortho")
+    form = fft_form("fft", x, None, -1, None, None, "ortho")
+    key = any_length_key(form, class_keys(np.ndarray).rank_signature(x))
+    assert key[2] == (np.dtype(np.float64), 1)
+    assert isinstance(plan_cache.peek(key), NumpyAnyLengthFFTPlan)
+    assert plan_cache.peek(any_length_key(fft_form("fft", x, None, -1, None, None, "forward"), key[2])) is None
+    assert not plan_cache.contains(any_length_key(form, (np.dtype(np.float32), 1)))
+    assert plan_cache.peek(key) is not None and plan_cache.peek((form, "no such key")) is None
+
+
+def test_only_plain_ndarrays_have_a_rank_signature():
+    ad = NumpyAdapter()
+    assert ad.rank_signature_for(np.ndarray)(np.ones((2, 3), np.float32)) == (np.dtype(np.float32), 2)
+    assert ad.rank_signature_for(np.matrix) is None and ad.rank_signature_for(np.memmap) is None
+
+
+def test_clear_drops_it_and_explain_says_which_plan_a_call_runs(full_paths):
+    F.irfft(_operand("irfft", np.complex128, 9))
+    e = nvdispatch.explain(F.irfft, _operand("irfft", np.complex128, 40))
+    assert e.cached and any("every length" in step for step in e.steps)
+    e = nvdispatch.explain(F.irfft, _operand("irfft", np.complex128, 40), n=12)  # a given n: its own plan
+    assert not e.cached and not any("every length" in step for step in e.steps)
+    plan_cache.clear()
+    F.irfft(_operand("irfft", np.complex128, 41))
+    assert full_paths[0] == 2
+
+
+def test_the_debug_log_names_the_key(caplog):
+    F.rfft(rng.standard_normal(30))
+    with caplog.at_level(logging.DEBUG, logger="nvdispatch"):
+        F.rfft(rng.standard_normal(31))
+    assert "plan cache hit (any-length key): plan NumpyAnyLengthFFTPlan" in caplog.text
+
+
+def test_none_kept_while_a_tuning_is_known(full_paths):
+    plan_cache.record_tuning(("choice", "fft", "someone", "something"), {"strategy": "x"})
+    F.rfft(rng.standard_normal(30))
+    F.rfft(rng.standard_normal(31))
+    assert _any_length_plans() == [] and full_paths[0] == 2
+
+
+class _ShortOnly(Executor):
+    """Takes transforms of at most 8 points (NumPy's own result), declines longer ones."""
+
+    name = "short-only-fft"
+
+    def __init__(self):
+        self.ran = []
+
+    def decline(self, op, problem, *, coerce=False):
+        return None if op == "fft" and problem.shape[-1] <= 8 else "at most 8 points"
+
+    def strategies(self, op, problem):
+        return ("plain",)
+
+    def plan(self, op, problem, strategy, tuning=None):
+        ran = self.ran
+
+        class Plan:
+            steps = ("np.fft",)
+
+            def execute(self, operands, stream=None):
+                ran.append(problem.shape)
+                return getattr(np.fft, problem.func)(operands["x"]).astype(problem.result_dtype)
+
+        Plan.strategy = strategy
+        return Plan()
+
+
+def test_an_executor_asked_first_that_declines_a_length_still_gets_the_others():
+    ex = _ShortOnly()
+    with nvdispatch.set_backend(ex):
+        np.testing.assert_allclose(F.rfft(np.arange(16.0)), np.fft.rfft(np.arange(16.0)))  # declined: NumPy's
+        np.testing.assert_allclose(F.rfft(np.arange(4.0)), np.fft.rfft(np.arange(4.0)))  # taken
+        np.testing.assert_allclose(F.rfft(np.arange(6.0)), np.fft.rfft(np.arange(6.0)))
+    assert ex.ran == [(4,), (6,)]
+    assert _any_length_plans() == []
