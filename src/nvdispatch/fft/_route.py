@@ -35,6 +35,7 @@ __all__ = ["call_transform", "explain_fft"]
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
 _acquire_handle = plan_cache.acquire_handle  # the same, by a handle the call-key memo kept
 _handle = plan_cache.handle
+_ANY_LENGTH = any_length_key((), None)[1]
 
 
 def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
@@ -97,8 +98,9 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
                 if plan is None and ranked is not None and n is None and s is None:
                     # lengths that follow the operand's: the plan of every length, where one is kept, runs it
                     # (where its extents are all >= 2: each a valid transform length, none empty)
-                    general = any_length_key(form, ranked(x))
-                    if _all_extents_above_one(x.shape):
+                    general = (form, _ANY_LENGTH, ranked(x))  # any_length_key's, built here (the per-call path)
+                    shape = x.shape
+                    if shape and min(shape) > 1:
                         plan = _acquire(general)
                         if plan is not None:
                             hit = "any-length key"
