@@ -18,9 +18,9 @@ have short keys, ``(form, signature(a), signature(b)[, signature(bias)])``: thei
 key but the signatures) is also what the call-key memo (:mod:`nvdispatch._call_key_memo`) remembers plan
 handles under for classes with a guard. The compiled front (``_hotpath.c``) builds exactly these short keys and
 forms, from the fields of :class:`ClassKeys` and the backend registry's attributes. A transform's key is
-``(form, signature(x))`` with its form from :func:`fft_form`; a transform whose lengths follow the operand's
-extents (no ``n``/``s``) also has an *any-length key* (:func:`any_length_key`: the form, the operand's dtype and
-rank), under which the plan serving every length is kept where the executor has one.
+``(form, signature(x))`` with its form from :func:`fft_form`; a transform also has an *any-length key*
+(:func:`any_length_key`: the form, the operand's dtype and rank), under which the plan serving every extent of
+the operand is kept where the executor has one.
 
 A call key is never ``repr()``-ed or otherwise serialised: it is hashed once per lookup.
 """
@@ -77,7 +77,7 @@ class ClassKeys(NamedTuple):
         key), or None where the framework has no precision convention;
     ``rank_signature``
         the adapter's ``rank_signature_for`` the class (dtype and rank: the part of the key of plans serving
-        every length, see :func:`any_length_key`), or None.
+        every extent, see :func:`any_length_key`), or None.
     """
 
     plain: bool
@@ -289,7 +289,7 @@ _ANY_LENGTH = "any length"
 
 
 def any_length_key(form: tuple, rank_signature: Hashable) -> tuple:
-    """The key of the plan serving every length of a transform's ``form`` on operands of one ``rank_signature``
-    (dtype and rank, :attr:`ClassKeys.rank_signature`), for a form whose lengths follow the operand's extents
-    (no ``n``/``s``)."""
+    """The key of the plan serving every extent of the operands of one ``rank_signature`` (dtype and rank,
+    :attr:`ClassKeys.rank_signature`) for a transform's ``form``: of the length the form gives (``n``/``s``), else
+    of the operand's own (an ``s`` keeping an extent, -1, has no such plan)."""
     return (form, _ANY_LENGTH, rank_signature)

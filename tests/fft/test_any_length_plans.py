@@ -7,6 +7,7 @@ import logging
 
 import numpy as np
 import pytest
+import scipy.fft
 
 import nvdispatch
 import nvdispatch.fft as F
@@ -105,18 +106,47 @@ def test_extents_below_two_take_the_full_path_and_its_errors(full_paths):
     assert full_paths[0] == 5
 
 
-def test_given_lengths_batches_and_zero_d_keep_no_any_length_plan(full_paths):
-    x = rng.standard_normal(20)
-    for n in (8, 20, 31):
-        np.testing.assert_allclose(F.rfft(x, n=n), np.fft.rfft(x, n=n), atol=1e-10 * n)
-        np.testing.assert_allclose(F.rfftn(x, s=(n,), axes=(0,)), np.fft.rfftn(x, s=(n,), axes=(0,)), atol=1e-10 * n)
+@pytest.mark.parametrize("norm", ["backward", "ortho"])
+@pytest.mark.parametrize(
+    ("func", "dtype"),
+    [(f, d) for f in REAL_FUNCS for d in (np.float32, np.float64)]
+    + [(f, d) for f in COMPLEX_FUNCS for d in (np.complex64, np.complex128)],
+)
+def test_a_given_length_is_the_plans_for_every_extent(func, dtype, norm, full_paths):
+    nd = func.endswith("n")
+    for size in (16, 31):
+        for extent in (16, 9, 31, 40, 17, 2):  # padded, trimmed, or neither
+            x = _operand(func, dtype, extent)
+            if nd:
+                y, want = getattr(F, func)(x, s=(size,), axes=(0,), norm=norm), getattr(np.fft, func)
+                want = want(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64), s=(size,), axes=(0,),
+                            norm=norm)
+            else:
+                y = getattr(F, func)(x, size, norm=norm)
+                want = getattr(np.fft, func)(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64), size,
+                                             norm=norm)
+            single = np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
+            assert y.shape == want.shape
+            np.testing.assert_allclose(y, want, rtol=2e-4 if single else 1e-10, atol=(2e-4 if single else 1e-10) * 40)
+    assert full_paths[0] == 2  # one per given length
+    assert len(_any_length_plans()) == 2
+
+
+def test_batches_zero_d_and_s_keeping_an_extent_keep_no_any_length_plan(full_paths):
+    for n in (8, 20, 31):  # through the scipy.fft backend, s's -1 reaches the route as it is
+        y = rng.standard_normal(n)
+        with scipy.fft.set_backend(F, only=True):
+            got = scipy.fft.rfftn(y, s=(-1,), axes=(0,))
+        np.testing.assert_allclose(got, np.fft.rfftn(y, axes=(0,)), atol=1e-10 * n)
     for rows, n in ((2, 8), (3, 9), (2, 10)):
         b = rng.standard_normal((rows, n))
         np.testing.assert_allclose(F.rfft(b), np.fft.rfft(b), atol=1e-10 * n)
+        np.testing.assert_allclose(F.rfft(b, n=12), np.fft.rfft(b, n=12), atol=1e-10 * n)
     with pytest.raises(ShapeMismatchError):
         F.rfft(np.float64(3.0).reshape(()))
     assert _any_length_plans() == []
     assert full_paths[0] == 10
+
 
 
 def test_the_key_is_the_form_dtype_and_rank():
@@ -140,9 +170,9 @@ def test_only_plain_ndarrays_have_a_rank_signature():
 def test_clear_drops_it_and_explain_says_which_plan_a_call_runs(full_paths):
     F.irfft(_operand("irfft", np.complex128, 9))
     e = nvdispatch.explain(F.irfft, _operand("irfft", np.complex128, 40))
-    assert e.cached and any("every length" in step for step in e.steps)
+    assert e.cached and any("every extent" in step for step in e.steps)
     e = nvdispatch.explain(F.irfft, _operand("irfft", np.complex128, 40), n=12)  # a given n: its own plan
-    assert not e.cached and not any("every length" in step for step in e.steps)
+    assert not e.cached and not any("every extent" in step for step in e.steps)
     plan_cache.clear()
     F.irfft(_operand("irfft", np.complex128, 41))
     assert full_paths[0] == 2

@@ -86,6 +86,12 @@ class Plan(Protocol):
     ``needs_release`` (optional, default True): False declares that ``release`` frees nothing, so a call may
     run the plan without pinning it in the plan cache (a cheaper hot path); the plan must then stay usable
     after ``release``.
+
+    ``any_length(lengths_given)`` (optional; nvdispatch's own executors): a plan that runs every extent of its
+    problem's operand (same dtype and rank; each extent >= 2) exactly as the plan of that extent would, or None
+    where none does (the executor takes every such extent with the same strategy). ``lengths_given``: the calls
+    give the transform's length (``n``/``s``), else it is the operand's. The route keeps it under the call's
+    any-length key (:func:`nvdispatch._call_key.any_length_key`): a new extent then costs no planning.
     """
 
     strategy: str

@@ -11,6 +11,8 @@ cast back to the problem's dtype. The input is never written to.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .._fft_problem import FFTProblem
@@ -94,37 +96,50 @@ class NumpyFFTPlan:
     def release(self) -> None:
         pass
 
-    def any_length(self) -> NumpyAnyLengthFFTPlan | None:
-        """The plan of every length of this plan's transform (see :class:`NumpyAnyLengthFFTPlan`), where one
-        serves them all: a 1-D operand's; None for others (a batch's threads follow its size)."""
-        return NumpyAnyLengthFFTPlan(self.problem, self.strategy) if len(self.problem.shape) == 1 else None
+    def any_length(self, lengths_given: bool) -> NumpyAnyLengthFFTPlan | None:
+        """The plan of every operand length of this plan's transform (see :class:`NumpyAnyLengthFFTPlan`), where
+        one serves them all: a 1-D operand's; None for others (a batch's threads follow its size).
+        ``lengths_given``: the calls give the transform's length (``n``/``s``), else it follows the operand's."""
+        if len(self.problem.shape) != 1:
+            return None
+        return NumpyAnyLengthFFTPlan(self.problem, self.strategy, lengths_given)
 
 
 class NumpyAnyLengthFFTPlan:
-    """The plan of a 1-D operand's transform for every length, where the length follows the operand's (the call
-    gave no ``n``/``s``): what a new length costs is then pocketfft's own, as in ``scipy.fft``.
+    """The plan of a 1-D operand's transform for every operand length: what a new length costs is then
+    pocketfft's own, as in ``scipy.fft``.
 
     A single 1-D transform runs on one thread whatever its length, and every other choice the plan holds
-    (function, axis, normalisation, dtypes) is the length's too: only c2r's output length, ``2 * (m - 1)`` of an
-    input of ``m``, is read per call. ``problem`` is the transform the plan was made from (its length one of
-    many); the route runs it for operands of its dtype and rank whose extent is at least 2."""
+    (function, axis, normalisation, dtypes) is the length's too. Where the calls give the transform's length
+    (``lengths_given``: ``n``, or ``s`` without -1) it is the plan's, and an operand of another extent is padded
+    or trimmed by the function, as ``scipy.fft`` does; else it follows the operand's (c2r's output length,
+    ``2 * (m - 1)`` of an input of ``m``, is read per call). ``problem`` is the transform the plan was made from
+    (its operand one of many); the route runs it for operands of its dtype and rank whose extent is at least 2."""
 
     needs_release = False
-    __slots__ = ("problem", "strategy", "kwargs", "_how", "_fn", "_compiled", "_args", "_c2r", "_in_dtype",
-                 "_result_dtype", "__weakref__")
+    __slots__ = ("problem", "strategy", "kwargs", "_how", "_fn", "_compiled", "_args", "_c2r", "_in_length",
+                 "_in_dtype", "_result_dtype", "__weakref__")
 
-    def __init__(self, problem: FFTProblem, strategy: str):
+    def __init__(self, problem: FFTProblem, strategy: str, lengths_given: bool = False):
         self.problem = p = problem
         self.strategy = strategy
-        self.kwargs = {"axes": p.axes, "norm": p.norm} if p.ndim_api else {"axis": p.axes[0], "norm": p.norm}
+        if lengths_given:
+            kwargs = {"s": p.lengths, "axes": p.axes} if p.ndim_api else {"n": p.lengths[0], "axis": p.axes[0]}
+        else:
+            kwargs = {"axes": p.axes} if p.ndim_api else {"axis": p.axes[0]}
+        kwargs["norm"] = p.norm
         if strategy == "scipy":
-            self.kwargs["workers"], self._how = numpy_fft_workers.workers_for(p)
+            kwargs["workers"], self._how = numpy_fft_workers.workers_for(p)
         else:
             self._how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
+        self.kwargs = kwargs
         self._fn = getattr(_scipy_fft if strategy == "scipy" else np.fft, p.func)
-        compiled, args = _compiled(p, self.kwargs.get("workers", 1)) if strategy == "scipy" else (None, ())
-        self._c2r = compiled is not None and p.kind == "c2r"
-        # c2r's arguments without its output length, which is read per call
+        # the compiled transform of an operand needing no padding or trimming (of the plan's length, where given)
+        unpadded = dataclasses.replace(p, shape=p.in_lengths, strides=None)
+        compiled, args = _compiled(unpadded, kwargs.get("workers", 1)) if strategy == "scipy" else (None, ())
+        self._in_length = p.in_lengths[0] if lengths_given else None
+        self._c2r = compiled is not None and p.kind == "c2r" and not lengths_given
+        # c2r following the operand: the arguments without its output length, which is read per call
         self._compiled, self._args = compiled, ((args[0], *args[2:]) if self._c2r else args)
         self._in_dtype = np.dtype(p.dtype)
         self._result_dtype = np.dtype(p.result_dtype)
@@ -135,16 +150,22 @@ class NumpyAnyLengthFFTPlan:
         module = "scipy.fft" if self.strategy == "scipy" else "numpy.fft"
         return (
             f"{module}.{self.problem.func}(x, {args}) via {self._how}",
-            f"one plan for every length of a 1-D {self.problem.dtype} operand (made from {self.problem.describe()})",
+            f"one plan for every extent of a 1-D {self.problem.dtype} operand (made from {self.problem.describe()})",
         )
 
     def execute(self, operands, stream=None):
         return self.direct(operands["x"])
 
     def direct(self, x):
-        """pocketfft's compiled transform of ``x`` (its own length) where the plan has one, as
-        :meth:`NumpyFFTPlan.direct`; else the function, without ``n``."""
-        if self._compiled is not None and x.__class__ is np.ndarray and x.dtype is self._in_dtype and x.flags.aligned:
+        """pocketfft's compiled transform of ``x`` where the plan has one and ``x`` needs no padding or trimming,
+        as :meth:`NumpyFFTPlan.direct`; else the function."""
+        if (
+            self._compiled is not None
+            and x.__class__ is np.ndarray
+            and x.dtype is self._in_dtype
+            and x.flags.aligned
+            and (self._in_length is None or x.shape[0] == self._in_length)
+        ):
             if self._c2r:
                 return self._compiled(x, self._args[0], 2 * x.shape[0] - 2, *self._args[1:])
             return self._compiled(x, *self._args)

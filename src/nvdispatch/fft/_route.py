@@ -77,7 +77,7 @@ def _all_extents_above_one(shape: tuple) -> bool:
 
 def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None, callbacks=None):
     """One transform: its call key (:mod:`nvdispatch._call_key`) and the plan cache (the call-key memo first, then
-    the any-length key where the lengths follow the operand's), then the run step on the cached plan; else the
+    the any-length key, :func:`nvdispatch._call_key.any_length_key`), then the run step on the cached plan; else the
     stateful object's path (``FFT``), whose plan is kept under the key. ``callbacks``: a prolog/epilog call,
     which has no key (its plans are cached by problem)."""
     entry = _classes.get(x.__class__)
@@ -95,9 +95,9 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
                         if check(x):
                             plan = _acquire_handle(handle, epoch)
                             break
-                if plan is None and ranked is not None and n is None and s is None:
-                    # lengths that follow the operand's: the plan of every length, where one is kept, runs it
-                    # (where its extents are all >= 2: each a valid transform length, none empty)
+                if plan is None and ranked is not None and (s is None or -1 not in s):
+                    # the plan of every operand extent, where one is kept, runs it (where its extents are all
+                    # >= 2: each a valid transform length, none empty; s's -1, an extent of its own, excepted)
                     general = (form, _ANY_LENGTH, ranked(x))  # any_length_key's, built here (the per-call path)
                     shape = x.shape
                     if shape and min(shape) > 1:
@@ -163,11 +163,11 @@ def explain_fft(
 def _any_length_plan(func: str, x, n, axis, s, axes, norm):
     """The plan a call would run by its any-length key (as :func:`_run` looks it up), or None."""
     entry = class_keys(x.__class__)
-    if entry.signature is None or entry.rank_signature is None or n is not None or s is not None:
+    if entry.signature is None or entry.rank_signature is None:
         return None
     try:
         form = fft_form(func, x, n, axis, s, axes, norm)
-        if form is None or entry.memo is not None or not _all_extents_above_one(x.shape):
+        if form is None or entry.memo is not None or (s is not None and -1 in s) or not _all_extents_above_one(x.shape):
             return None
         return plan_cache.peek(any_length_key(form, entry.rank_signature(x)))
     except TypeError:

@@ -33,7 +33,8 @@ def _check_scipy_extras(workers, plan) -> None:
 
 def _sp_1d(func):
     def f(x, n=None, axis=-1, norm=None, overwrite_x=False, workers=None, *, plan=None):
-        _check_scipy_extras(workers, plan)
+        if workers is not None or plan is not None:
+            _check_scipy_extras(workers, plan)
         return call_transform(func, x, n, axis, None, None, norm, None, None, "scipy")
 
     return f
@@ -41,7 +42,8 @@ def _sp_1d(func):
 
 def _sp_nd(func, default_axes=None):
     def f(x, s=None, axes=default_axes, norm=None, overwrite_x=False, workers=None, *, plan=None):
-        _check_scipy_extras(workers, plan)
+        if workers is not None or plan is not None:
+            _check_scipy_extras(workers, plan)
         return call_transform(func, x, None, -1, s, axes, norm, None, None, "scipy")
 
     return f

@@ -324,7 +324,8 @@ class FFT:
                 key = None if sel.coerce or with_callbacks else call_key
                 plan = acquire_plan(sel.executor, op, problem, strategy, key)
                 if key is not None and any_length_key is not None:
-                    keep_any_length(plan, sel, any_length_key)
+                    given = self._call[1] is not None or self._call[3] is not None  # n or s
+                    keep_any_length(plan, sel, any_length_key, given)
                 try:
                     holds[direction] = plan_cache.hold(plan)
                 finally:
