@@ -238,7 +238,8 @@ def acquire_plan(executor: Any, op: str, problem: Any, strategy: str, call_key: 
 
 
 def get_plan(executor: Any, op: str, problem: Any, strategy: str):
-    """The cached plan for (problem, executor, strategy), planned on a miss (to look at, not to run)."""
+    """The cached plan for (problem, executor, strategy), planned on a miss, not held: one over the cache's
+    bounds is released already (to read a plan's state, hold it: :func:`acquire_plan` ... ``let_go``)."""
     plan = acquire_plan(executor, op, problem, strategy)
     plan_cache.let_go(plan)
     return plan
@@ -302,12 +303,16 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
     if strategy is None:
         strategy = choose_strategy(sel.executor, op, problem)
     cached = plan_cache.contains(plan_key(sel.executor, op, problem, strategy))
-    plan = get_plan(sel.executor, op, problem, strategy)
+    plan = acquire_plan(sel.executor, op, problem, strategy)
+    try:  # held while read: a plan over the cache's byte bound is released when its last user lets go
+        steps = tuple(plan.steps)
+    finally:
+        plan_cache.let_go(plan)
     return Explanation(
         name,
         sel.executor.name,
         strategy,
-        tuple(plan.steps),
+        steps,
         tuple(sel.declined),
         strategies,
         cached,
