@@ -8,8 +8,10 @@ every platform.
 * CPU: the callback runs ``nvdispatch.matmul`` (the whole eager route: backend state as traced, plan cache) on
   NumPy views of XLA's buffers and copies the results into XLA's output buffers. bfloat16, which NumPy lacks,
   runs as float32 (exact products, the sum accumulated in float32 as cuBLASLt's is) rounded once at the end.
-* GPU: the ``cuda`` executor's cuBLASLt plan writes into XLA's output buffers on XLA's stream
-  (``LtMatmulPlan.execute_into``): no host round trip, no allocation but cuBLASLt's workspace. What cuBLASLt
+* GPU: the ``cuda`` executor's cuBLASLt plan writes into XLA's output buffers on XLA's stream, called by XLA
+  through the extension's XLA FFI handler (:mod:`.jax_ffi`, planned while tracing) or from a Python buffer
+  callback (``LtMatmulPlan.execute_into``, planned on the first run), as ``MatmulCall.gpu_route`` says: no host
+  round trip, no allocation but cuBLASLt's workspace. What cuBLASLt
   reads or writes in its own layouts is converted by XLA around the call: operands cast to the result dtype,
   a bias along M and ``c`` transposed for the column orientation, the ReLU mask packed to and unpacked from
   cuBLASLt's bits, the GELU pre-activation padded to its leading dimension. Float32 products follow JAX's
@@ -37,6 +39,7 @@ from .._strides import c_strides
 from ..errors import PlanStateError
 from ..linalg import matmul
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
+from .jax_ffi import stage_matmul
 from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals, product_on_values, transposed
 from .jax_precision import with_convention
 
@@ -57,6 +60,9 @@ class MatmulCall:
     #: ``a``/``b`` are read transposed (their last two axes swapped) where True
     transpose_a: bool = False
     transpose_b: bool = False
+    #: how the GPU kernel runs the plan: "ffi" (the extension's XLA FFI handler) or "callback" (a Python buffer
+    #: callback); chosen when the call is traced (:func:`.jax_ffi.route`)
+    gpu_route: str = "callback"
 
     @property
     def transpose(self) -> tuple[bool, bool]:
@@ -185,9 +191,20 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     row = orientation == "row"
     m, n = problem.m, problem.n
     layouts = output_layouts(dev_problem, setup(dev_problem, orientation))
-    results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
-    callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
-    outs = dict(zip(layouts, stage(callback, results, *inputs.values())))
+    if call.gpu_route == "ffi":
+        names_in = tuple(inputs)
+
+        def problem_for(dev, shapes):
+            return _device_problem(call, options, dict(zip(names_in, inputs.values())), views, Device("cuda", dev),
+                                   shapes)
+
+        staged = stage_matmul(problem_for, call.state, call.alpha, call.beta, orientation, names_in,
+                              tuple(inputs.values()))
+    else:
+        results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
+        callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
+        staged = stage(callback, results, *inputs.values())
+    outs = dict(zip(layouts, staged))
     converted = []
     for name, want in avals.items():
         x = outs[name]
