@@ -168,3 +168,137 @@ def test_the_route_is_explicit(monkeypatch):
     with pytest.raises(InvalidArgumentError, match="name"):
         with jax_ffi.jax_route("sometimes"):
             pass
+
+
+# -- the Python side of the route: stage_matmul against a recorder executor and the probes ---------------------------
+class _Recorder:
+    """A stand-in for the ``cuda`` executor whose plans give probe launches (what ``external_launch`` gives)."""
+
+    name = "cuda"
+
+    def __init__(self):
+        self.planned = []
+
+    def decline(self, op, problem, *, coerce=False):
+        return None
+
+    def strategies(self, op, problem):
+        return ("native",)
+
+    def plan(self, op, problem, strategy, tuning=None):
+        from types import SimpleNamespace
+
+        self.planned.append(problem)
+
+        class Plan:
+            setup = SimpleNamespace(orientation="row")
+            steps = ()
+            workspace_bytes = 0
+            needs_release = False
+
+            def __init__(self):
+                self.algorithm_listeners = []
+                self.problem = problem
+
+            def external_algorithms(self):
+                return ALGOS
+
+            def external_launch(self, alpha, beta):
+                core = SimpleNamespace(**{k: SimpleNamespace(ptr=v) for k, v in
+                                          dict(desc=DESC, a=LA, b=LB, c=LC, d=LD).items()})
+                return SimpleNamespace(core=core, handle=HANDLE, alpha=ALPHA, beta=BETA, a_first=False,
+                                       algorithms=ALGOS, keep=())
+
+            def release(self):
+                pass
+
+        return Plan()
+
+
+_Recorder.__module__ = "nvdispatch.executors.test_recorder"  # one of nvdispatch's own: its plans run unwrapped
+
+
+@pytest.fixture
+def staged(monkeypatch, target):
+    """``stage_matmul`` with the recorder as the ``cuda`` executor, JAX's CPU as 'GPU 0' and the probes as
+    cuBLASLt: the handler runs on XLA's CPU backend."""
+    from types import SimpleNamespace
+
+    from nvdispatch import plan_cache
+    from nvdispatch._cuda import cublaslt
+    from nvdispatch.integrations import jax_buffers
+
+    rec = _Recorder()
+    monkeypatch.setattr(jax_buffers, "builtin", lambda name: rec if name == "cuda" else None)
+    monkeypatch.setattr(jax_buffers, "candidates", lambda framework, kind: [SimpleNamespace(executor=rec)])
+    monkeypatch.setattr(jax_ffi, "_jax_gpus", lambda: (0,))
+    monkeypatch.setattr(jax_ffi, "TARGET", TARGET)
+    probes = {"cublasLtMatmul": hp.LT_LAUNCH_PROBE, "cublasLtMatmulDescSetAttribute": hp.LT_SET_ATTRIBUTE_PROBE}
+    monkeypatch.setattr(cublaslt, "address", probes.__getitem__)
+    plan_cache.clear()
+    yield rec
+    plan_cache.clear()
+
+
+def _stage(a, b, bias, alpha=2.0):
+    from nvdispatch._detect import Device
+    from nvdispatch.integrations.jax_matmul_kernel import MatmulCall, _device_problem
+
+    call = MatmulCall(epilog="RELU_BIAS", alpha=alpha)
+    names, views = ("a", "b", "bias"), {"a": (), "b": (), "bias": ()}
+    arrays = dict(zip(names, (a, b, bias)))
+
+    def problem_for(dev, shapes):
+        return _device_problem(call, call.options, arrays, views, Device("cuda", dev), shapes)
+
+    return jax_ffi.stage_matmul(problem_for, call.state, call.alpha, call.beta, "row", names, (a, b, bias))
+
+
+@needs_handler
+def test_stage_matmul_plans_while_tracing_and_xla_calls_the_entry(staged):
+    a, b, bias = jnp.ones((6, 3)), jnp.ones((3, 5)), jnp.ones((1, 5))
+    f = jax.jit(lambda a, b, bias: _stage(a, b, bias))
+    _, count0, _, _ = hp.probe_record()
+    (out,) = f(a, b, bias)
+    assert out.shape == (6, 5) and out.dtype == jnp.float32
+    calls, count, attr, _ = hp.probe_record()
+    assert count == count0 + 1 and (calls[0], calls[1], calls[2], calls[7]) == (HANDLE, DESC, ALPHA, BETA)
+    assert attr[:2] == (DESC, BIAS_ATTR)
+    (problem,) = staged.planned
+    assert (problem.m, problem.n, problem.k, problem.device.index) == (6, 5, 3, 0)
+    plans = len(jax_ffi.staged_plans())
+    jax.clear_caches()
+    jax.jit(lambda a, b, bias: _stage(a, b, bias))(a, b, bias)  # traced again: the same entry
+    assert len(staged.planned) == 1 and len(jax_ffi.staged_plans()) == plans
+    jax.jit(lambda a, b, bias: _stage(a, b, bias, alpha=3.0))(a, b, bias)  # another alpha: another entry
+    assert len(jax_ffi.staged_plans()) == plans + 1
+
+
+@needs_handler
+def test_stage_matmul_under_vmap_plans_the_batched_call(staged):
+    a, b, bias = jnp.ones((4, 6, 3)), jnp.ones((3, 5)), jnp.ones((1, 5))
+    (out,) = jax.jit(jax.vmap(lambda a: _stage(a, b, bias)))(a)
+    assert out.shape == (4, 6, 5)
+    assert staged.planned[-1].batch_shape == (4,) and hp.probe_record()[0][0] == HANDLE
+
+
+@needs_handler
+def test_autotune_reaches_the_entries_within_their_workspace(staged):
+    a, b, bias = jnp.ones((7, 3)), jnp.ones((3, 5)), jnp.ones((1, 5))
+    f = jax.jit(lambda a, b, bias: _stage(a, b, bias))
+    f(a, b, bias)
+    plan = jax_ffi.staged_plans()[-1]
+    tuned = ((256, _algo(9), 0), *ALGOS[1:])
+    plan.external_algorithms = lambda: tuned
+    for listener in plan.algorithm_listeners:
+        listener(plan)
+    jax.block_until_ready(f(a, b, bias))
+    calls = hp.probe_record()[0]
+    align = _alignment(calls[3], calls[5], calls[10])
+    assert ctypes.string_at(calls[12], 64) == next(algo for al, algo, _ in tuned if al <= align)
+    hungry = ((256, _algo(10), 1 << 30), (16, _algo(11), 1 << 30))  # more workspace than the call reserved
+    plan.external_algorithms = lambda: hungry
+    for listener in plan.algorithm_listeners:
+        listener(plan)
+    jax.block_until_ready(f(a, b, bias))  # the entry kept the algorithms it had
+    assert ctypes.string_at(hp.probe_record()[0][12], 64) == ctypes.string_at(calls[12], 64)

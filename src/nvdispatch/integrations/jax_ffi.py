@@ -7,8 +7,9 @@ A matmul staged into a JAX program runs on the GPU by one of two routes, chosen 
     the CUDA platform and staged with :func:`jax.ffi.ffi_call`. The plan is made while tracing, for each GPU
     JAX sees; the C plan table gets an entry per device (its own descriptors, the algorithm for each operand
     alignment, the host scalars) and the call carries the entry's id as its ``plan`` attribute. XLA calls the
-    handler with its buffers and stream; no Python runs and the GIL is not taken. cuBLASLt's workspace is one
-    more result of the call, which XLA allocates (and reuses) like any temporary.
+    handler with its buffers and stream; no Python runs and the GIL is not taken. cuBLASLt's workspace (the
+    plan's cap, ``preferences.max_workspace_bytes``) is one more result of the call, which XLA allocates and
+    reuses like any temporary.
 ``"callback"``
     :func:`jax.experimental.buffer_callback` (:mod:`.jax_buffers`): Python runs on every call, on XLA's thread.
 
@@ -43,7 +44,7 @@ from .._route import log
 from ..errors import ExecutorUnavailableError, InvalidArgumentError, PlanStateError, describe
 from .jax_buffers import PlanFinder
 
-__all__ = ["TARGET", "ROUTES", "route", "jax_route", "stage_matmul", "staged_plans"]
+__all__ = ["TARGET", "ROUTES", "route", "asked_route", "jax_route", "stage_matmul", "staged_plans"]
 
 #: the FFI target name of the handler
 TARGET = "nvdispatch_lt_matmul"
@@ -56,7 +57,8 @@ _OUTPUT_ROLES = {"out": 0, "relu_aux": 1, "gelu_aux": 1, "bgrada": 2, "bgradb": 
 _asked: contextvars.ContextVar[str | None] = contextvars.ContextVar("nvdispatch_jax_route", default=None)
 
 
-def _setting() -> str:
+def asked_route() -> str:
+    """The route asked for: :func:`jax_route`'s inside its block, else ``NVDISPATCH_JAX_ROUTE`` (``"auto"``)."""
     asked = _asked.get()
     if asked is not None:
         return asked
@@ -92,7 +94,7 @@ def route() -> tuple[str, str]:
     """``(route, why)``: the route a GPU matmul staged now takes (``"ffi"`` or ``"callback"``) and why.
 
     Raises :class:`~nvdispatch.errors.ExecutorUnavailableError` where ``"ffi"`` is asked for and not available."""
-    asked = _setting()
+    asked = asked_route()
     if asked == "callback":
         return "callback", "asked for (NVDISPATCH_JAX_ROUTE or jax_route)"
     missing = _unavailable()
@@ -174,8 +176,9 @@ def staged_plans() -> list:
 def _register_device(plan_id: int, device: int, plan, alpha, beta, inputs, outputs) -> int:
     """The C table's entry of ``plan`` for ``device``; returns the workspace it may use (bytes)."""
     launch = plan.external_launch(alpha, beta)
-    reserved = max([ws for _, _, ws in launch.algorithms] + [1])
     core = launch.core
+    # the plan's workspace cap, as XLA reserves for its own GEMMs: an algorithm autotune picks later fits too
+    reserved = max([ws for _, _, ws in launch.algorithms] + [getattr(core, "max_workspace", 0), 1])
     ints = (
         lt.address("cublasLtMatmul"),
         lt.address("cublasLtMatmulDescSetAttribute"),
@@ -220,7 +223,7 @@ def stage_matmul(problem_for: Callable, state, alpha, beta, orientation: str, na
     def _batched(axis_size, in_batched, *xs):
         xs = [x if batched else x[None] for x, batched in zip(xs, in_batched)]
         outs = call(*xs)
-        return outs, [True] * len(outs)
+        return tuple(outs), (True,) * len(outs)
 
     return tuple(call(*values))
 

@@ -35,11 +35,12 @@ from .._detect import CPU, Device
 from .._epilog import INPUTS, spec_of
 from .._matmul_problem import MatmulOptions, MatmulPlanPreferences, MatmulProblem
 from .._plan_cache import plan_cache
+from .._route import log
 from .._strides import c_strides
-from ..errors import PlanStateError
+from ..errors import NvdispatchError, PlanStateError
 from ..linalg import matmul
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
-from .jax_ffi import stage_matmul
+from .jax_ffi import asked_route, stage_matmul
 from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals, product_on_values, transposed
 from .jax_precision import with_convention
 
@@ -191,16 +192,8 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     row = orientation == "row"
     m, n = problem.m, problem.n
     layouts = output_layouts(dev_problem, setup(dev_problem, orientation))
-    if call.gpu_route == "ffi":
-        names_in = tuple(inputs)
-
-        def problem_for(dev, shapes):
-            return _device_problem(call, options, dict(zip(names_in, inputs.values())), views, Device("cuda", dev),
-                                   shapes)
-
-        staged = stage_matmul(problem_for, call.state, call.alpha, call.beta, orientation, names_in,
-                              tuple(inputs.values()))
-    else:
+    staged = _ffi_staged(call, options, inputs, views, orientation) if call.gpu_route == "ffi" else None
+    if staged is None:
         results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
         callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
         staged = stage(callback, results, *inputs.values())
@@ -218,6 +211,25 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
             x = _take_broadcast(x, want.shape)
         converted.append(x.reshape(want.shape).astype(want.dtype))
     return tuple(converted)
+
+
+def _ffi_staged(call: MatmulCall, options, inputs: dict, views, orientation: str):
+    """The outputs of the XLA FFI call of the plan (:func:`.jax_ffi.stage_matmul`, planned now); None where the
+    plan cannot be made here and the route was not asked for explicitly: the call then takes the buffer
+    callback, which plans when the program runs on a GPU (a program traced for the CPU never does)."""
+    names = tuple(inputs)
+
+    def problem_for(dev, shapes):
+        return _device_problem(call, options, dict(zip(names, inputs.values())), views, Device("cuda", dev), shapes)
+
+    try:
+        return stage_matmul(problem_for, call.state, call.alpha, call.beta, orientation, names, tuple(inputs.values()))
+    except NvdispatchError as exc:
+        if asked_route() == "ffi":
+            raise
+        log.debug("matmul: no XLA FFI plan while tracing (%s: %s); staged as a buffer callback", type(exc).__name__,
+                  exc)
+        return None
 
 
 def _device_operands(call: MatmulCall, names, problem: MatmulProblem, values, orientation: str):
