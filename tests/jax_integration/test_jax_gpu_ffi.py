@@ -31,7 +31,7 @@ def ffi_route(monkeypatch):
     monkeypatch.setenv("NVDISPATCH_JAX_ROUTE", "ffi")
     assert jax_ffi.route()[0] == "ffi"
     seen = {"python_launches": 0}
-    launch, into = LtLaunch.__call__, LtMatmulPlan.execute_into
+    launch = LtLaunch.__call__
 
     def spy_launch(self, *args, **kwargs):
         seen["python_launches"] += 1
