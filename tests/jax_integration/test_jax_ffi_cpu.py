@@ -302,3 +302,15 @@ def test_autotune_reaches_the_entries_within_their_workspace(staged):
         listener(plan)
     jax.block_until_ready(f(a, b, bias))  # the entry kept the algorithms it had
     assert ctypes.string_at(hp.probe_record()[0][12], 64) == ctypes.string_at(calls[12], 64)
+
+
+def test_explain_says_which_route_a_staged_matmul_takes():
+    import nvdispatch
+
+    a, b = jnp.ones((4, 3)), jnp.ones((3, 2))
+    with jax_ffi.jax_route("callback"):
+        got = nvdispatch.explain(a, b, epilog="RELU")
+    assert got.compiled == "inside jax.jit on a GPU this matmul is staged through the 'callback' route (asked for " \
+                           "(NVDISPATCH_JAX_ROUTE or jax_route))"
+    assert f"compiled: {got.compiled}" in str(got)
+    assert nvdispatch.explain(np.ones((4, 3)), np.ones((3, 2))).compiled is None  # NumPy: nothing compiled
