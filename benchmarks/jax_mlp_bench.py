@@ -11,9 +11,10 @@
 3. ``overhead``: a chain of small bfloat16 ``RELU_BIAS`` layers in one program (host-bound): the host cost of
    a staged call against XLA's own GEMM thunk, per call.
 
-Routes: nvdispatch's staged GPU matmuls run through its XLA FFI handler (``ffi``) or a Python buffer callback
-(``callback``); ``--routes`` names the contenders (default both, in one run: ``nvdispatch`` is the first,
-``nvdispatch[ROUTE]`` the others). On the CPU (``--allow-cpu``) the route does not apply: one contender.
+Routes: nvdispatch's staged GPU matmuls run through its XLA FFI handler (``ffi``; ``ffi-graphs``: declared
+compatible with XLA's command buffers) or a Python buffer callback (``callback``); ``--routes`` names the
+contenders (default ``ffi callback``, in one run: ``nvdispatch`` is the first, ``nvdispatch[ROUTE]`` the
+others). On the CPU (``--allow-cpu``) the route does not apply: one contender.
 
 Timing: each measurement queues ``--inner`` calls of a jitted function and waits for the last
 (``block_until_ready``: the GPU's work included); the median over ``--repeats`` rounds, the variants taken in
@@ -53,7 +54,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--parts", nargs="+", default=["mlp", "fp32", "overhead"], choices=["mlp", "fp32", "overhead"])
     p.add_argument("--no-autotune", dest="autotune", action="store_false",
                    help="skip timing nvdispatch again after autotuning its plans (XLA autotunes its own GEMMs)")
-    p.add_argument("--routes", nargs="+", default=["ffi", "callback"], choices=["ffi", "callback", "auto"],
+    p.add_argument("--routes", nargs="+", default=["ffi", "callback"],
+                   choices=["ffi", "ffi-graphs", "callback", "auto"],
                    help="nvdispatch's GPU routes to time (the first is 'nvdispatch', the others 'nvdispatch[ROUTE]')")
     p.add_argument("--allow-cpu", action="store_true", help="run on the CPU at small sizes (checks the script)")
     p.add_argument("--replot", metavar="JSON", help="only draw the PNG of a results file")

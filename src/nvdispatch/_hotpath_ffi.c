@@ -308,7 +308,7 @@ ffi_error(const XLA_FFI_Api *api, XLA_FFI_Error_Code code, const char *message)
 
 /* XLA's metadata query (at registration): the API version of the header the handler was built against */
 static XLA_FFI_Error *
-fill_metadata(XLA_FFI_CallFrame *frame)
+fill_metadata(XLA_FFI_CallFrame *frame, XLA_FFI_Handler_Traits traits)
 {
     XLA_FFI_Metadata_Extension *ext = (XLA_FFI_Metadata_Extension *)frame->extension_start;
     if (ext->extension_base.struct_size < XLA_FFI_Metadata_Extension_STRUCT_SIZE || ext->metadata == NULL ||
@@ -321,7 +321,7 @@ fill_metadata(XLA_FFI_CallFrame *frame)
     m->api_version.extension_start = NULL;
     m->api_version.major_version = XLA_FFI_API_MAJOR;
     m->api_version.minor_version = XLA_FFI_API_MINOR;
-    m->traits = 0; /* not command-buffer compatible: XLA runs it outside its CUDA graphs */
+    m->traits = traits;
     return NULL;
 }
 
@@ -357,10 +357,10 @@ buffer(void *p, int is_buffer, int64_t count)
 }
 
 static XLA_FFI_Error *
-run_matmul(XLA_FFI_CallFrame *frame, int on_device)
+run_matmul(XLA_FFI_CallFrame *frame, int on_device, XLA_FFI_Handler_Traits traits)
 {
     if (frame->extension_start != NULL && frame->extension_start->type == XLA_FFI_Extension_Metadata)
-        return fill_metadata(frame);
+        return fill_metadata(frame, traits);
     const XLA_FFI_Api *api = frame->api;
     char msg[320];
     if (frame->struct_size < FRAME_NEEDS || api == NULL || !API_HAS(api, XLA_FFI_DeviceOrdinal_Get) ||
@@ -472,28 +472,48 @@ wrong_buffer:
     return ffi_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, msg);
 }
 
-/* the handler XLA's GPU backend calls */
+/* the handler XLA's GPU backend calls, outside its command buffers (CUDA graphs) */
 static XLA_FFI_Error *
 ffi_matmul(XLA_FFI_CallFrame *frame)
 {
-    return run_matmul(frame, 1);
+    return run_matmul(frame, 1, 0);
+}
+
+/* the same, declared command-buffer compatible: XLA may capture it into its CUDA graphs (a launch depends on
+ * the plan and the buffers only) and replay it without calling the handler */
+static XLA_FFI_Error *
+ffi_matmul_graphs(XLA_FFI_CallFrame *frame)
+{
+    return run_matmul(frame, 1, XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE);
 }
 
 /* the same for XLA's CPU backend, with no stream and device 0: only for launch probes in tests */
 static XLA_FFI_Error *
 ffi_matmul_host(XLA_FFI_CallFrame *frame)
 {
-    return run_matmul(frame, 0);
+    return run_matmul(frame, 0, 0);
 }
 
-/* ffi_handler(host=False) -> the handler as a PyCapsule for jax.ffi.register_ffi_target */
+/* ffi_handler(kind) -> the handler as a PyCapsule for jax.ffi.register_ffi_target: kind "gpu", "gpu-graphs"
+ * (command-buffer compatible) or "host" (tests) */
 static PyObject *
-ffi_handler(PyObject *module, PyObject *host)
+ffi_handler(PyObject *module, PyObject *kind)
 {
-    int on_host = PyObject_IsTrue(host);
-    if (on_host < 0)
+    const char *name = PyUnicode_Check(kind) ? PyUnicode_AsUTF8AndSize(kind, NULL) : NULL;
+    if (name == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "ffi_handler: expected 'gpu', 'gpu-graphs' or 'host'");
         return NULL;
-    return PyCapsule_New(on_host ? (void *)ffi_matmul_host : (void *)ffi_matmul, NULL, NULL);
+    }
+    void *fn = strcmp(name, "gpu") == 0          ? (void *)ffi_matmul
+               : strcmp(name, "gpu-graphs") == 0 ? (void *)ffi_matmul_graphs
+               : strcmp(name, "host") == 0       ? (void *)ffi_matmul_host
+                                                 : NULL;
+    if (fn == NULL) {
+        PyErr_Format(PyExc_ValueError, "ffi_handler: expected 'gpu', 'gpu-graphs' or 'host', got %R", kind);
+        return NULL;
+    }
+    return PyCapsule_New(fn, NULL, NULL);
 }
 
 /* ffi_info() -> (built, major, minor): whether the handler is built, and its header's API version */
@@ -506,7 +526,7 @@ ffi_info(PyObject *module, PyObject *unused)
 #else /* built without jaxlib's XLA FFI header */
 
 static PyObject *
-ffi_handler(PyObject *module, PyObject *host)
+ffi_handler(PyObject *module, PyObject *kind)
 {
     PyErr_SetString(PyExc_NotImplementedError,
                     "nvdispatch's extension was built without jaxlib's XLA FFI header (no jaxlib at build time)");
@@ -523,7 +543,7 @@ ffi_info(PyObject *module, PyObject *unused)
 static PyMethodDef ffi_methods[] = {
     {"ffi_info", ffi_info, METH_NOARGS,
      "ffi_info() -> (built, major, minor): whether the XLA FFI handler is built, and its XLA FFI API version"},
-    {"ffi_handler", ffi_handler, METH_O, "ffi_handler(host) -> the XLA FFI handler, a PyCapsule (see _hotpath_ffi.c)"},
+    {"ffi_handler", ffi_handler, METH_O, "ffi_handler(kind) -> the XLA FFI handler ('gpu', 'gpu-graphs', 'host'), a PyCapsule (see _hotpath_ffi.c)"},
     {"ffi_new_plan", ffi_new_plan, METH_NOARGS, "ffi_new_plan() -> id of a new plan group"},
     {"ffi_set_plan", ffi_set_plan, METH_VARARGS,
      "ffi_set_plan(id, device, ints, inputs, outputs, algorithms, keep): a plan group's entry for a device"},

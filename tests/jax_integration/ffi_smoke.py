@@ -1,6 +1,7 @@
 """One short GPU run that tells whether nvdispatch's XLA FFI route works: the route each setting takes and why,
 then for a few shapes and epilogs (jit, grad, vmap) the largest error against a float64 NumPy reference, per
-route, and the host time per call of a chain of small staged matmuls (FFI route vs buffer callback vs XLA).
+route (``ffi``, ``ffi-graphs``: inside XLA's command buffers, ``callback``), and the time per call of a chain of
+small staged matmuls on each route against XLA's own.
 
     python3 tests/jax_integration/ffi_smoke.py
 
@@ -82,7 +83,7 @@ def _host_cost() -> None:
 
     ours = lambda h: nvdispatch.matmul(h, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})  # noqa: E731
     fns = {"xla": chained(lambda h: jax.nn.relu(jnp.dot(h, w) + bias))}
-    for name in ("ffi", "callback"):
+    for name in ("ffi", "ffi-graphs", "callback"):
         with jax_route(name):
             fns[name] = chained(ours)
             jax.block_until_ready(fns[name](x))
@@ -106,7 +107,7 @@ def main() -> int:
     print(f"extension: {'built' if hp is not None else 'NOT built'}; XLA FFI handler: "
           f"{hp.ffi_info() if hp is not None else None} (built, XLA FFI API major, minor)")
     ok = True
-    for name in ("ffi", "callback"):
+    for name in ("ffi", "ffi-graphs", "callback"):
         try:
             ok &= _one_route(name)
         except Exception:  # noqa: BLE001 - a smoke run reports and goes on

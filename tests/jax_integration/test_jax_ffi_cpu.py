@@ -39,7 +39,7 @@ ALGOS = ((256, _algo(1), 0), (64, _algo(2), 0), (16, _algo(3), 32))
 
 @pytest.fixture(scope="module")
 def target():
-    jax.ffi.register_ffi_target(TARGET, hp.ffi_handler(True), platform="cpu", api_version=1)
+    jax.ffi.register_ffi_target(TARGET, hp.ffi_handler("host"), platform="cpu", api_version=1)
     return TARGET
 
 
@@ -75,7 +75,7 @@ def test_xla_accepts_the_handlers_api_version_which_is_the_headers():
     major = int(re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text).group(1))
     minor = int(re.search(r"#define XLA_FFI_API_MINOR (\d+)", text).group(1))
     assert hp.ffi_info() == (True, major, minor)
-    jax.ffi.register_ffi_target("nvdispatch_probe_version", hp.ffi_handler(True), platform="cpu", api_version=1)
+    jax.ffi.register_ffi_target("nvdispatch_probe_version", hp.ffi_handler("host"), platform="cpu", api_version=1)
 
 
 @needs_handler
@@ -135,6 +135,16 @@ def test_what_does_not_fit_the_entry_is_an_error_not_a_crash(target):
 
 
 @needs_handler
+def test_the_handlers_by_kind():
+    for kind in ("gpu", "gpu-graphs", "host"):
+        assert type(hp.ffi_handler(kind)).__name__ == "PyCapsule"
+    with pytest.raises(ValueError, match="gpu-graphs"):
+        hp.ffi_handler("tpu")
+    with pytest.raises(TypeError):
+        hp.ffi_handler(True)
+
+
+@needs_handler
 def test_the_table_checks_what_python_registers():
     plan_id = hp.ffi_new_plan()
     ints = (1,) * 10 + (0, 8, 11)
@@ -160,8 +170,9 @@ def test_the_route_is_explicit(monkeypatch):
     if not jax_ffi._jax_gpus():  # this machine: the GPU branch is traced but never runs
         got, why = jax_ffi.route()
         assert got == "callback" and why
-        with jax_ffi.jax_route("ffi"), pytest.raises(ExecutorUnavailableError, match="FFI handler"):
-            jax_ffi.route()
+        for name in ("ffi", "ffi-graphs"):
+            with jax_ffi.jax_route(name), pytest.raises(ExecutorUnavailableError, match="FFI handler"):
+                jax_ffi.route()
     monkeypatch.setenv("NVDISPATCH_JAX_ROUTE", "fast")
     with pytest.raises(InvalidArgumentError, match="NVDISPATCH_JAX_ROUTE"):
         jax_ffi.route()
@@ -232,7 +243,9 @@ def staged(monkeypatch, target):
     monkeypatch.setattr(jax_buffers, "builtin", lambda name: rec if name == "cuda" else None)
     monkeypatch.setattr(jax_buffers, "candidates", lambda framework, kind: [SimpleNamespace(executor=rec)])
     monkeypatch.setattr(jax_ffi, "_jax_gpus", lambda: (0,))
+    monkeypatch.setattr(jax_ffi, "_registry", jax_ffi._Registry())  # probe entries stay out of real programs
     monkeypatch.setattr(jax_ffi, "TARGET", TARGET)
+    monkeypatch.setattr(jax_ffi, "TARGET_GRAPHS", TARGET)
     probes = {"cublasLtMatmul": hp.LT_LAUNCH_PROBE, "cublasLtMatmulDescSetAttribute": hp.LT_SET_ATTRIBUTE_PROBE}
     monkeypatch.setattr(cublaslt, "address", probes.__getitem__)
     plan_cache.clear()

@@ -22,14 +22,15 @@ from .test_jax_matmul import EPILOGS, SHAPES, _case, _check, _check_gradients, _
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(autouse=True)
-def ffi_route(monkeypatch):
-    """Every call staged in these tests takes the FFI route; no Python launch runs while they run."""
+@pytest.fixture(autouse=True, params=["ffi", "ffi-graphs"])
+def ffi_route(monkeypatch, request):
+    """Every call staged in these tests takes the FFI route (outside, then inside XLA's command buffers); no
+    Python launch runs while they run."""
     from nvdispatch._cuda.lt_launch import LtLaunch
     from nvdispatch._cuda.lt_matmul import LtMatmulPlan
 
-    monkeypatch.setenv("NVDISPATCH_JAX_ROUTE", "ffi")
-    assert jax_ffi.route()[0] == "ffi"
+    monkeypatch.setenv("NVDISPATCH_JAX_ROUTE", request.param)
+    assert jax_ffi.route()[0] == request.param
     seen = {"python_launches": 0}
     launch = LtLaunch.__call__
 
@@ -107,7 +108,9 @@ def test_the_program_calls_the_handler(_placed):
     x, w, bias = (jax.device_put(rng.standard_normal(s).astype(np.float32), _placed) for s in ((64, 32), (32, 16), (16,)))
     step = jax.jit(jax.grad(lambda w, bias: jnp.sum(_layer(x, w, bias) ** 2), argnums=(0, 1)))
     hlo = step.lower(w, bias).as_text()
-    assert jax_ffi.TARGET in hlo and "callback" not in hlo.lower()
+    target = jax_ffi.TARGET_GRAPHS if jax_ffi.route()[0] == "ffi-graphs" else jax_ffi.TARGET
+    assert f"@{target}(" in hlo or f'"{target}"' in hlo, hlo[:3000]
+    assert "callback" not in hlo.lower()
     jax.block_until_ready(step(w, bias))
     with jax.transfer_guard("disallow"):
         gw, gb = jax.block_until_ready(step(w, bias))
@@ -172,7 +175,8 @@ def test_both_routes_agree_on_a_bf16_mlp_training_step(monkeypatch):
         return jnp.mean(h.astype(jnp.float32) ** 2)
 
     got = {}
-    for name in ("ffi", "callback"):
+    first = jax_ffi.route()[0]
+    for name in (first, "callback"):
         monkeypatch.setenv("NVDISPATCH_JAX_ROUTE", name)
         if name == "callback":
             from nvdispatch._cuda.lt_matmul import LtMatmulPlan
@@ -181,7 +185,7 @@ def test_both_routes_agree_on_a_bf16_mlp_training_step(monkeypatch):
             monkeypatch.setenv("NVDISPATCH_JAX_ROUTE", name)
             assert LtMatmulPlan.execute_into.__name__ == "execute_into"
         got[name] = jax.jit(jax.value_and_grad(loss))(params)
-    (v1, g1), (v2, g2) = got["ffi"], got["callback"]
+    (v1, g1), (v2, g2) = got[first], got["callback"]
     assert abs(float(v1) - float(v2)) <= 1e-2 * abs(float(v2))
     for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2)):
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)

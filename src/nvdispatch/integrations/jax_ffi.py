@@ -10,13 +10,18 @@ A matmul staged into a JAX program runs on the GPU by one of two routes, chosen 
     handler with its buffers and stream; no Python runs and the GIL is not taken. cuBLASLt's workspace (the
     plan's cap, ``preferences.max_workspace_bytes``) is one more result of the call, which XLA allocates and
     reuses like any temporary.
+``"ffi-graphs"``
+    The same handler declared compatible with XLA's command buffers (target ``nvdispatch_lt_matmul_graphs``):
+    XLA may capture the call into the CUDA graphs it runs a program's kernels in, and replay it without calling
+    the handler (a launch depends on the plan and the buffers only).
 ``"callback"``
     :func:`jax.experimental.buffer_callback` (:mod:`.jax_buffers`): Python runs on every call, on XLA's thread.
 
-``NVDISPATCH_JAX_ROUTE`` (``auto``, the default; ``ffi``; ``callback``) or :func:`jax_route` decides:
-``auto`` takes ``ffi`` where the extension was built with the handler, this JAX has :mod:`jax.ffi`, the
+``NVDISPATCH_JAX_ROUTE`` (``auto``, the default; ``ffi``; ``ffi-graphs``; ``callback``) or :func:`jax_route`
+decides: ``auto`` takes ``ffi`` where the extension was built with the handler, this JAX has :mod:`jax.ffi`, the
 handler registered (XLA accepts its API version) and JAX has a GPU in this process; else ``callback``, and
-:func:`route` says why. ``ffi`` asked for where it is not available is an error at trace time. The CPU branch
+:func:`route` says why. ``ffi``/``ffi-graphs`` asked for where they are not available is an error at trace
+time. The CPU branch
 of a staged call always runs its host kernel.
 
 Plan entries live as long as the process (a compiled program may keep an id that long); autotuning a plan
@@ -44,11 +49,23 @@ from .._route import log
 from ..errors import ExecutorUnavailableError, InvalidArgumentError, PlanStateError, describe
 from .jax_buffers import PlanFinder
 
-__all__ = ["TARGET", "ROUTES", "route", "asked_route", "jax_route", "stage_matmul", "staged_plans"]
+__all__ = [
+    "TARGET",
+    "TARGET_GRAPHS",
+    "ROUTES",
+    "FFI_ROUTES",
+    "route",
+    "asked_route",
+    "jax_route",
+    "stage_matmul",
+    "staged_plans",
+]
 
-#: the FFI target name of the handler
+#: the FFI target names of the handler: outside XLA's command buffers, and compatible with them
 TARGET = "nvdispatch_lt_matmul"
-ROUTES = ("auto", "ffi", "callback")
+TARGET_GRAPHS = "nvdispatch_lt_matmul_graphs"
+ROUTES = ("auto", "ffi", "ffi-graphs", "callback")
+FFI_ROUTES = ("ffi", "ffi-graphs")
 
 #: codes of the C plan table (``_hotpath_ffi.c``): what each operand / result buffer is to the launch
 _INPUT_ROLES = {"a": 0, "b": 1, "c": 2, "bias": 3, "relu_aux": 4, "gelu_aux": 4}
@@ -99,20 +116,18 @@ def route() -> tuple[str, str]:
         return "callback", "asked for (NVDISPATCH_JAX_ROUTE or jax_route)"
     missing = _unavailable()
     if missing is None:
-        return "ffi", "the extension's XLA FFI handler is registered for CUDA"
-    if asked == "ffi":
+        graphs = " (command-buffer compatible)" if asked == "ffi-graphs" else ""
+        return ("ffi" if asked == "auto" else asked), f"the extension's XLA FFI handler is registered for CUDA{graphs}"
+    if asked in FFI_ROUTES:
         raise ExecutorUnavailableError("jax", "nvdispatch's XLA FFI handler (NVDISPATCH_JAX_ROUTE=ffi)", missing)
     return "callback", missing
 
 
 def _unavailable() -> str | None:
     """Why the FFI route cannot be taken in this process; None where it can."""
-    why = _registration()
-    if why is not None:
-        return why
-    if not _jax_gpus():
+    if not _jax_gpus():  # first: JAX's GPU backend is up before the handler is registered with it
         return "JAX has no GPU in this process (the GPU branch is traced but not run here)"
-    return None
+    return _registration()
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,10 +143,12 @@ def _registration() -> str | None:
     if ffi is None or not hasattr(ffi, "ffi_call") or not hasattr(ffi, "register_ffi_target"):
         return f"jax {jax.__version__} has no jax.ffi.ffi_call"
     try:
-        ffi.register_ffi_target(TARGET, compiled.ffi_handler(False), platform="CUDA", api_version=1)
+        for target, kind in ((TARGET, "gpu"), (TARGET_GRAPHS, "gpu-graphs")):
+            ffi.register_ffi_target(target, compiled.ffi_handler(kind), platform="CUDA", api_version=1)
     except Exception as exc:  # noqa: BLE001 - XLA's refusal (an API version it does not serve) says why
         return f"XLA refused the handler (built for XLA FFI API {major}.{minor}): {type(exc).__name__}: {exc}"
-    log.debug("jax: XLA FFI handler %r registered for CUDA (XLA FFI API %d.%d)", TARGET, major, minor)
+    log.debug("jax: XLA FFI handlers %r, %r registered for CUDA (XLA FFI API %d.%d)", TARGET, TARGET_GRAPHS,
+              major, minor)
     return None
 
 
@@ -208,16 +225,20 @@ def _register_device(plan_id: int, device: int, plan, alpha, beta, inputs, outpu
     return reserved
 
 
-def stage_matmul(problem_for: Callable, state, alpha, beta, orientation: str, names: tuple[str, ...], values) -> tuple:
+def stage_matmul(
+    problem_for: Callable, state, alpha, beta, orientation: str, names: tuple[str, ...], values, graphs: bool = False
+) -> tuple:
     """The FFI call of the ``cuda`` executor's plan on ``values`` (operands by ``names``, as cuBLASLt reads them):
     its outputs in :func:`~nvdispatch._cuda.lt_setup.output_layouts`' formats and order. ``problem_for(device,
     shapes)`` builds the plan's problem for a CUDA ordinal and the operands' shapes. Under :func:`jax.vmap` the
-    call is staged again on the batched shapes (a batch axis in front of every operand: cuBLASLt's batch)."""
+    call is staged again on the batched shapes (a batch axis in front of every operand: cuBLASLt's batch).
+    ``graphs``: stage the command-buffer compatible target."""
     finder = PlanFinder("matmul", state)
+    target = TARGET_GRAPHS if graphs else TARGET
 
     @jax.custom_batching.custom_vmap
     def call(*xs):
-        return _staged(finder, problem_for, state, alpha, beta, orientation, names, xs)
+        return _staged(finder, target, problem_for, state, alpha, beta, orientation, names, xs)
 
     @call.def_vmap
     def _batched(axis_size, in_batched, *xs):
@@ -228,7 +249,7 @@ def stage_matmul(problem_for: Callable, state, alpha, beta, orientation: str, na
     return tuple(call(*values))
 
 
-def _staged(finder: PlanFinder, problem_for, state, alpha, beta, orientation: str, names, xs) -> tuple:
+def _staged(finder: PlanFinder, target: str, problem_for, state, alpha, beta, orientation: str, names, xs) -> tuple:
     shapes = {n: tuple(int(d) for d in x.shape) for n, x in zip(names, xs)}
     devices = _jax_gpus()
     problems = {dev: problem_for(dev, shapes) for dev in devices}
@@ -252,11 +273,12 @@ def _staged(finder: PlanFinder, problem_for, state, alpha, beta, orientation: st
                 reserved = max(reserved, _register_device(plan_id, dev, plan, alpha, beta, inputs, outputs))
             finally:
                 plan_cache.let_go(plan)
-        log.debug("jax: matmul staged as XLA FFI call %r plan %d (%s, devices %s)", TARGET, plan_id, first, devices)
+        log.debug("jax: matmul planned for XLA FFI calls as plan %d (%s, devices %s)", plan_id, first, devices)
         return reserved
 
     plan_id, reserved = _registry.group(key, make)
     results = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values()]
     results.append(jax.ShapeDtypeStruct((reserved,), np.uint8))  # cuBLASLt's workspace
-    outs = jax.ffi.ffi_call(TARGET, results)(*xs, plan=np.int64(plan_id))
+    log.debug("jax: matmul staged as XLA FFI call %r of plan %d", target, plan_id)
+    outs = jax.ffi.ffi_call(target, results)(*xs, plan=np.int64(plan_id))
     return tuple(outs[:-1])

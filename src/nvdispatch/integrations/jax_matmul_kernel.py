@@ -40,7 +40,7 @@ from .._strides import c_strides
 from ..errors import NvdispatchError, PlanStateError
 from ..linalg import matmul
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
-from .jax_ffi import asked_route, stage_matmul
+from .jax_ffi import FFI_ROUTES, asked_route, stage_matmul
 from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals, product_on_values, transposed
 from .jax_precision import with_convention
 
@@ -61,8 +61,9 @@ class MatmulCall:
     #: ``a``/``b`` are read transposed (their last two axes swapped) where True
     transpose_a: bool = False
     transpose_b: bool = False
-    #: how the GPU kernel runs the plan: "ffi" (the extension's XLA FFI handler) or "callback" (a Python buffer
-    #: callback); chosen when the call is traced (:func:`.jax_ffi.route`)
+    #: how the GPU kernel runs the plan: "ffi"/"ffi-graphs" (the extension's XLA FFI handler, outside or inside
+    #: XLA's command buffers) or "callback" (a Python buffer callback); chosen when the call is traced
+    #: (:func:`.jax_ffi.route`)
     gpu_route: str = "callback"
 
     @property
@@ -192,7 +193,7 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     row = orientation == "row"
     m, n = problem.m, problem.n
     layouts = output_layouts(dev_problem, setup(dev_problem, orientation))
-    staged = _ffi_staged(call, options, inputs, views, orientation) if call.gpu_route == "ffi" else None
+    staged = _ffi_staged(call, options, inputs, views, orientation) if call.gpu_route in FFI_ROUTES else None
     if staged is None:
         results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
         callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
@@ -223,9 +224,10 @@ def _ffi_staged(call: MatmulCall, options, inputs: dict, views, orientation: str
         return _device_problem(call, options, dict(zip(names, inputs.values())), views, Device("cuda", dev), shapes)
 
     try:
-        return stage_matmul(problem_for, call.state, call.alpha, call.beta, orientation, names, tuple(inputs.values()))
+        return stage_matmul(problem_for, call.state, call.alpha, call.beta, orientation, names, tuple(inputs.values()),
+                            graphs=call.gpu_route == "ffi-graphs")
     except NvdispatchError as exc:
-        if asked_route() == "ffi":
+        if asked_route() in FFI_ROUTES:
             raise
         log.debug("matmul: no XLA FFI plan while tracing (%s: %s); staged as a buffer callback", type(exc).__name__,
                   exc)
