@@ -327,3 +327,34 @@ def test_explain_says_which_route_a_staged_matmul_takes():
                            "(NVDISPATCH_JAX_ROUTE or jax_route))"
     assert f"compiled: {got.compiled}" in str(got)
     assert nvdispatch.explain(np.ones((4, 3)), np.ones((3, 2))).compiled is None  # NumPy: nothing compiled
+
+
+@pytest.mark.parametrize(
+    "compiled, refuse, why",
+    [
+        (None, False, "extension is not built"),
+        ("without", False, "without jaxlib's XLA FFI header"),
+        ("with", True, "XLA refused the handler (built for XLA FFI API 0.1): ValueError: incompatible API version"),
+    ],
+)
+def test_where_the_handler_cannot_serve_the_route_is_the_callback_and_says_why(monkeypatch, compiled, refuse, why):
+    from types import SimpleNamespace
+
+    fake = None
+    if compiled is not None:
+        fake = SimpleNamespace(ffi_info=lambda: (compiled == "with", 0, 1), ffi_handler=lambda kind: object())
+    monkeypatch.setattr(jax_ffi, "hotpath", lambda: fake)
+    monkeypatch.setattr(jax_ffi, "_jax_gpus", lambda: (0,))
+    if refuse:
+        def register(*args, **kwargs):
+            raise ValueError("incompatible API version")
+
+        monkeypatch.setattr(jax.ffi, "register_ffi_target", register)
+    jax_ffi._registration.cache_clear()
+    try:
+        got, reason = jax_ffi.route()
+        assert got == "callback" and why in reason
+        with jax_ffi.jax_route("ffi"), pytest.raises(ExecutorUnavailableError, match="FFI handler"):
+            jax_ffi.route()
+    finally:
+        jax_ffi._registration.cache_clear()
