@@ -6,13 +6,15 @@ without it: ``nvdispatch.matmul`` takes the same route in Python and cuBLASLt is
 The XLA FFI handler is compiled against the XLA FFI C API header of the jaxlib installed where the extension is
 built (``jaxlib/include/xla/ffi/api/c_api.h``, found without importing JAX); without jaxlib there (an isolated
 build environment, for one) the extension is built without it and JAX programs stage their matmuls as Python
-buffer callbacks. ``NVDISPATCH_XLA_FFI_INCLUDE=DIR`` names another include directory; ``NVDISPATCH_XLA_FFI=0``
+buffer callbacks; so does a header the handler does not compile against (the rest of the extension is built
+all the same). ``NVDISPATCH_XLA_FFI_INCLUDE=DIR`` names another include directory; ``NVDISPATCH_XLA_FFI=0``
 leaves the handler out. Everything else is in pyproject.toml."""
 
 import importlib.util
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 #: what the handler uses of the header; an older header leaves it out
 _FFI_NEEDS = ("XLA_FFI_Metadata_Extension", "XLA_FFI_DeviceOrdinal_Get", "XLA_FFI_Stream_Get")
@@ -39,6 +41,22 @@ def _xla_ffi_include():
     return None
 
 
+class _BuildExt(build_ext):
+    """Where the handler does not compile against the header found (an XLA FFI API it does not know), build the
+    extension without it rather than not at all."""
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001 - a compiler error of any kind
+            if ("NVD_XLA_FFI", "1") not in ext.define_macros:
+                raise
+            print(f"nvdispatch: building without the XLA FFI handler ({type(exc).__name__}: {exc})")
+            ext.define_macros = [m for m in ext.define_macros if m[0] != "NVD_XLA_FFI"]
+            ext.include_dirs = [d for d in ext.include_dirs if d != _ffi]
+            super().build_extension(ext)
+
+
 _ffi = _xla_ffi_include()
 
 setup(
@@ -58,5 +76,6 @@ setup(
             optional=True,
         )
     ],
+    cmdclass={"build_ext": _BuildExt},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )
