@@ -158,6 +158,9 @@ def bench_mlp(args, device, results: dict) -> None:
                 y = jnp.asarray(rng.standard_normal((args.batch, width)), jnp.bfloat16)
                 start = params()
                 xla_layer, our_layer = _layers(activation)
+                from nvdispatch.integrations.jax_ffi import staged_plans
+
+                first_plan = len(staged_plans())  # this cell's FFI plans come after
                 ours = contenders(args)
                 steps = {"xla": _train_step(xla_layer)}
                 steps.update({name: on_route(route, _train_step(our_layer)) for name, route in ours.items()})
@@ -186,7 +189,7 @@ def bench_mlp(args, device, results: dict) -> None:
                 cell["goal"] = GOAL["mlp"]
                 if args.autotune and device.platform != "cpu":  # XLA autotunes its GEMMs when it compiles
                     try:
-                        cell["plans_autotuned"] = autotune_staged([runner(name) for name in ours])
+                        cell["plans_autotuned"] = autotune_staged([runner(name) for name in ours], first_plan)
                         tuned = time_in_turns({name: runner(name) for name in steps}, args.repeats, args.inner)
                         cell["xla_ms_again"] = tuned["xla"] * 1e3
                         for name in ours:
@@ -215,11 +218,11 @@ def strided_tensor(sig, device):
     return torch.as_strided(base, sig.shape, sig.strides)
 
 
-def autotune_staged(runs) -> int:
+def autotune_staged(runs, since: int = 0) -> int:
     """Autotune, as ``Matmul.autotune()`` does for an eager call, every cuBLASLt plan one run of each staged
     program in ``runs`` launches (the callback route's found by watching ``LtMatmulPlan.execute_into`` for one
-    run; the FFI route's are the plans its calls were staged with, ``jax_ffi.staged_plans()``, whose calls
-    follow an autotuned algorithm); the programs' next runs launch the tuned algorithms. Operands: random Torch
+    run; the FFI route's are the plans its calls were staged with, ``jax_ffi.staged_plans()[since:]``, whose
+    calls follow an autotuned algorithm); the programs' next runs launch the tuned algorithms. Operands: random Torch
     tensors of each plan's shapes, strides and dtypes. Returns how many plans were tuned."""
     import jax
     import torch
@@ -227,7 +230,7 @@ def autotune_staged(runs) -> int:
     from nvdispatch._cuda.lt_matmul import LtMatmulPlan
     from nvdispatch.integrations.jax_ffi import staged_plans
 
-    seen: dict[int, object] = {id(plan): plan for plan in staged_plans()}
+    seen: dict[int, object] = {id(plan): plan for plan in staged_plans()[since:]}
     original = LtMatmulPlan.execute_into
 
     def watched(self, *args, **kwargs):
