@@ -32,6 +32,7 @@ from ._adapters import adapter_for, adapter_named
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._execute import raise_if_out_of_memory, run
 from ._plan_cache import plan_cache
+from ._traced import compiled_note
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError, PlanStateError
 
 __all__ = [
@@ -318,6 +319,7 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
         cached,
         problem,
         getattr(problem, "precision_note", None),
+        compiled_note(getattr(problem, "framework", ""), op),
     )
 
 
@@ -339,6 +341,9 @@ class Explanation:
     #: the compute type and what chose it (the caller, a framework's precision convention, the dtype), where the
     #: problem says (a matmul's ``precision_note``)
     precision: str | None = None
+    #: how such a call runs inside its framework's compiled programs, where the integration says (a JAX matmul's
+    #: GPU route inside ``jax.jit``)
+    compiled: str | None = None
 
     def __str__(self) -> str:
         lines = [f"{self.operation} on executor {self.executor!r}, strategy {self.strategy!r}"]
@@ -350,6 +355,8 @@ class Explanation:
         for name, why in self.declined:
             lines.append(f"  declined by {name}: {why}")
         lines.append(f"  plan cached: {self.cached}")
+        if self.compiled is not None:
+            lines.append(f"  compiled: {self.compiled}")
         return "\n".join(lines)
 
     __repr__ = __str__
