@@ -111,7 +111,9 @@ def __ua_convert__(dispatchables, coerce):
     converted = []
     for d in dispatchables:
         v = d.value
-        if d.type is np.ndarray:
+        if v.__class__ is np.ndarray:  # the commonest operand: an array, whatever the dispatchable's type
+            converted.append(v)
+        elif d.type is np.ndarray:
             if _is_array(v):
                 converted.append(v)
             elif coerce and d.coercible:
