@@ -228,3 +228,31 @@ def test_an_executor_asked_first_that_declines_a_length_still_gets_the_others():
         np.testing.assert_allclose(F.rfft(np.arange(6.0)), np.fft.rfft(np.arange(6.0)))
     assert ex.ran == [(4,), (6,)]
     assert _any_length_plans() == []
+
+
+@pytest.mark.parametrize("given", [False, True])
+@pytest.mark.parametrize(("func", "dtype"), [("rfft", np.float32), ("irfft", np.complex128), ("fft", np.complex64)])
+def test_numpy_fft_strategy_serves_every_extent_too(func, dtype, given):
+    """Without SciPy the plan calls numpy.fft (and casts back to the problem's dtype)."""
+    x0 = _operand(func, dtype, 12)
+    getattr(F, func)(x0, 12) if given else getattr(F, func)(x0)
+    (kept,) = _any_length_plans()
+    plan = NumpyAnyLengthFFTPlan(kept.problem, "numpy", given)
+    for extent in (5, 12, 33):
+        x = _operand(func, dtype, extent)
+        wide = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+        want = getattr(np.fft, func)(wide, 12) if given else getattr(np.fft, func)(wide)
+        y = plan.direct(x)
+        assert y.dtype == np.dtype(kept.problem.result_dtype) and y.shape == want.shape
+        np.testing.assert_allclose(y, want, rtol=2e-4, atol=2e-4 * extent)
+    assert any("numpy.fft" in step for step in plan.steps)
+
+
+def test_through_the_scipy_backend_new_lengths_run_it(full_paths):
+    with scipy.fft.set_backend(F, only=True):
+        for n in (30, 31, 64, 65):
+            x = rng.standard_normal(n)
+            np.testing.assert_allclose(scipy.fft.rfft(x), np.fft.rfft(x), atol=1e-10 * n)
+            spectrum = np.fft.rfft(x)  # of 16 or 33 points: padded or trimmed to irfft's 64
+            np.testing.assert_allclose(scipy.fft.irfft(spectrum, 64), np.fft.irfft(spectrum, 64), atol=1e-10 * n)
+    assert full_paths[0] == 2  # rfft's first length, irfft(., 64)'s first extent
