@@ -17,6 +17,7 @@ setup(
                 "src/nvdispatch/_hotpath_fft.c",
                 "src/nvdispatch/_hotpath_cufft.c",
             ],
+            depends=["src/nvdispatch/_hotpath.h"],
             py_limited_api=True,
             define_macros=[("Py_LIMITED_API", "0x030A0000")],
             optional=True,
