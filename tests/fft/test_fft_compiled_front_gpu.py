@@ -11,6 +11,7 @@ import pytest
 
 import nvdispatch
 import nvdispatch.fft as F
+from nvdispatch import errors
 from nvdispatch._adapters import call_key_classes
 from nvdispatch._compiled import hotpath
 from nvdispatch.executors import cuda_fft
@@ -231,5 +232,5 @@ def test_a_released_plans_direct_call_raises_the_plan_error():
     plan = _plan_of("fft2", t)
     direct = plan.direct
     nvdispatch.plan_cache.clear()  # nobody uses it: released
-    with pytest.raises(nvdispatch.errors.PlanStateError):
+    with pytest.raises(errors.PlanStateError):
         direct(t)
