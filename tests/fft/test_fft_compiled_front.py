@@ -474,3 +474,25 @@ def test_the_python_cufft_launch_takes_the_same_steps():
     out = launch(x)
     assert launches == [(x.ctypes.data, out.ctypes.data, 11, 1)]
     assert out.shape == (3,)
+
+
+def test_fft_execute_pins_a_pinned_plan_for_the_call_only(monkeypatch):
+    monkeypatch.setattr(numpy_fft.NumpyFFTPlan, "needs_release", True)  # pinned by calls, as GPU plans are
+    x = _x()
+    with F.FFT(x, axes=(0, 1)) as f:
+        f.plan()
+        held = _pins()  # the object's hold
+        assert held
+        for _ in range(3):
+            _close(f.execute(), np.fft.fft2(x.astype(np.complex128)), np.complex64)
+            assert _pins() == held
+
+        def fail(self, x):
+            raise MemoryError("out of memory")
+
+        monkeypatch.setattr(numpy_fft.NumpyFFTPlan, "direct", fail)
+        f.plan()  # its ready call is the failing one now
+        held = _pins()
+        with pytest.raises(errors.OutOfMemoryError):
+            f.execute()
+        assert _pins() == held
