@@ -246,16 +246,16 @@ def test_a_pinned_plan_is_let_go_after_every_served_call_and_every_failed_one(co
 
 
 def test_served_calls_hold_no_references_they_did_not_hold_before(counted):
-    x = _x()
+    x, axes, norm = _x(), (0, 1), "ortho"
     for _ in range(3):
-        counted("fftn", x, axes=(0, 1))
+        counted("fftn", x, axes=axes, norm=norm)
     gc.collect()
-    before = (len(gc.get_objects()), sys.getrefcount(x))
-    for _ in range(50):
-        counted("fftn", x, axes=(0, 1))
+    before = [sys.getrefcount(x), sys.getrefcount(axes), sys.getrefcount(norm)]
+    for _ in range(200):
+        counted("fftn", x, axes=axes, norm=norm)
     gc.collect()
-    assert sys.getrefcount(x) == before[1]
-    assert len(gc.get_objects()) <= before[0] + 5
+    assert [sys.getrefcount(x), sys.getrefcount(axes), sys.getrefcount(norm)] == before
+    assert len(counted.handed) == 1
 
 
 def test_the_front_is_made_from_one_object_with_documented_attributes():
