@@ -11,6 +11,11 @@
 3. ``overhead``: a chain of small bfloat16 ``RELU_BIAS`` layers in one program (host-bound): the host cost of
    a staged call against XLA's own GEMM thunk, per call.
 
+Routes: nvdispatch's staged GPU matmuls run through its XLA FFI handler (``ffi``; ``ffi-graphs``: declared
+compatible with XLA's command buffers) or a Python buffer callback (``callback``); ``--routes`` names the
+contenders (default ``ffi callback``, in one run: ``nvdispatch`` is the first, ``nvdispatch[ROUTE]`` the
+others). On the CPU (``--allow-cpu``) the route does not apply: one contender.
+
 Timing: each measurement queues ``--inner`` calls of a jitted function and waits for the last
 (``block_until_ready``: the GPU's work included); the median over ``--repeats`` rounds, the variants taken in
 turns within a round. One process; ratios are from the same run. Writes ``jax_mlp_bench.json`` (written again
@@ -49,9 +54,29 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--parts", nargs="+", default=["mlp", "fp32", "overhead"], choices=["mlp", "fp32", "overhead"])
     p.add_argument("--no-autotune", dest="autotune", action="store_false",
                    help="skip timing nvdispatch again after autotuning its plans (XLA autotunes its own GEMMs)")
+    p.add_argument("--routes", nargs="+", default=["ffi", "callback"],
+                   choices=["ffi", "ffi-graphs", "callback", "auto"],
+                   help="nvdispatch's GPU routes to time (the first is 'nvdispatch', the others 'nvdispatch[ROUTE]')")
     p.add_argument("--allow-cpu", action="store_true", help="run on the CPU at small sizes (checks the script)")
     p.add_argument("--replot", metavar="JSON", help="only draw the PNG of a results file")
     return p.parse_args(argv)
+
+
+# -- contenders ---------------------------------------------------------------------------------------------------
+def contenders(args) -> dict[str, str]:
+    """``{name: route}`` of nvdispatch's contenders: ``nvdispatch`` for the first route, ``nvdispatch[ROUTE]``."""
+    return {("nvdispatch" if i == 0 else f"nvdispatch[{r}]"): r for i, r in enumerate(args.routes)}
+
+
+def on_route(route: str, fn):
+    """``fn`` called with matmuls staged (when it traces) through ``route``."""
+    from nvdispatch.integrations.jax_ffi import jax_route
+
+    def run(*a, **kw):
+        with jax_route(route):
+            return fn(*a, **kw)
+
+    return run
 
 
 # -- timing -----------------------------------------------------------------------------------------------------
@@ -133,7 +158,12 @@ def bench_mlp(args, device, results: dict) -> None:
                 y = jnp.asarray(rng.standard_normal((args.batch, width)), jnp.bfloat16)
                 start = params()
                 xla_layer, our_layer = _layers(activation)
-                steps = {"xla": _train_step(xla_layer), "nvdispatch": _train_step(our_layer)}
+                from nvdispatch.integrations.jax_ffi import staged_plans
+
+                first_plan = len(staged_plans())  # this cell's FFI plans come after
+                ours = contenders(args)
+                steps = {"xla": _train_step(xla_layer)}
+                steps.update({name: on_route(route, _train_step(our_layer)) for name, route in ours.items()})
                 state = {name: jax.tree_util.tree_map(jnp.copy, start) for name in steps}
                 losses = {name: [] for name in steps}
                 for name, step in steps.items():  # compile, and the first losses from the same parameters
@@ -142,7 +172,7 @@ def bench_mlp(args, device, results: dict) -> None:
                         losses[name].append(float(value))
                 cell["losses"] = losses
                 cell["loss_rel_diff"] = max(
-                    abs(a - b) / max(abs(a), 1e-12) for a, b in zip(losses["xla"], losses["nvdispatch"])
+                    abs(a - b) / max(abs(a), 1e-12) for name in ours for a, b in zip(losses["xla"], losses[name])
                 )
 
                 def runner(name):
@@ -154,15 +184,17 @@ def bench_mlp(args, device, results: dict) -> None:
 
                 times = time_in_turns({name: runner(name) for name in steps}, args.repeats, args.inner)
                 cell.update({f"{name}_ms": t * 1e3 for name, t in times.items()})
-                cell["ratio"] = times["nvdispatch"] / times["xla"]
+                for name in ours:
+                    cell[_ratio_key(name)] = times[name] / times["xla"]
                 cell["goal"] = GOAL["mlp"]
                 if args.autotune and device.platform != "cpu":  # XLA autotunes its GEMMs when it compiles
                     try:
-                        cell["plans_autotuned"] = autotune_staged(runner("nvdispatch"))
+                        cell["plans_autotuned"] = autotune_staged([runner(name) for name in ours], first_plan)
                         tuned = time_in_turns({name: runner(name) for name in steps}, args.repeats, args.inner)
                         cell["xla_ms_again"] = tuned["xla"] * 1e3
-                        cell["nvdispatch_tuned_ms"] = tuned["nvdispatch"] * 1e3
-                        cell["ratio_tuned"] = tuned["nvdispatch"] / tuned["xla"]
+                        for name in ours:
+                            cell[f"{name}_tuned_ms"] = tuned[name] * 1e3
+                            cell[_ratio_key(name, "_tuned")] = tuned[name] / tuned["xla"]
                     except Exception as exc:  # noqa: BLE001 - the untuned figures stand
                         cell["autotune_error"] = f"{type(exc).__name__}: {exc}"
                         cell["autotune_traceback"] = traceback.format_exc()[-4000:]
@@ -186,17 +218,19 @@ def strided_tensor(sig, device):
     return torch.as_strided(base, sig.shape, sig.strides)
 
 
-def autotune_staged(run_once) -> int:
-    """Autotune, as ``Matmul.autotune()`` does for an eager call, every cuBLASLt plan one run of a staged program
-    launches (found by watching ``LtMatmulPlan.execute_into`` for one run); the program's next runs launch the
-    tuned algorithms. Operands: random Torch tensors of each plan's shapes, strides and dtypes. Returns how many
-    plans were tuned."""
+def autotune_staged(runs, since: int = 0) -> int:
+    """Autotune, as ``Matmul.autotune()`` does for an eager call, every cuBLASLt plan one run of each staged
+    program in ``runs`` launches (the callback route's found by watching ``LtMatmulPlan.execute_into`` for one
+    run; the FFI route's are the plans its calls were staged with, ``jax_ffi.staged_plans()[since:]``, whose
+    calls follow an autotuned algorithm); the programs' next runs launch the tuned algorithms. Operands: random Torch
+    tensors of each plan's shapes, strides and dtypes. Returns how many plans were tuned."""
     import jax
     import torch
 
     from nvdispatch._cuda.lt_matmul import LtMatmulPlan
+    from nvdispatch.integrations.jax_ffi import staged_plans
 
-    seen: dict[int, object] = {}
+    seen: dict[int, object] = {id(plan): plan for plan in staged_plans()[since:]}
     original = LtMatmulPlan.execute_into
 
     def watched(self, *args, **kwargs):
@@ -205,7 +239,8 @@ def autotune_staged(run_once) -> int:
 
     LtMatmulPlan.execute_into = watched
     try:
-        jax.block_until_ready(run_once())
+        for run_once in runs:
+            jax.block_until_ready(run_once())
     finally:
         LtMatmulPlan.execute_into = original
 
@@ -243,17 +278,21 @@ def bench_fp32(args, device, results: dict) -> None:
                 a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
                 b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
                 bias = jnp.asarray(rng.standard_normal(n), jnp.float32)
-                ref, ours = (jax.jit(f) for f in variants[kind])
-                got = {"jnp": np.asarray(ref(a, b, bias))[:64], "nvdispatch": np.asarray(ours(a, b, bias))[:64]}
+                ref = jax.jit(variants[kind][0])
+                ours = {name: on_route(route, jax.jit(variants[kind][1])) for name, route in contenders(args).items()}
+                got = {"jnp": np.asarray(ref(a, b, bias))[:64]}
+                got.update({name: np.asarray(fn(a, b, bias))[:64] for name, fn in ours.items()})
                 want = np.asarray(a, np.float64)[:64] @ np.asarray(b, np.float64)  # the first 64 rows, float64
                 if kind != "plain":
                     want = np.maximum(want + np.asarray(bias, np.float64), 0)
                 scale = float(np.abs(want).max())
                 cell.update({f"{name}_rel_err": float(np.abs(v - want).max()) / scale for name, v in got.items()})
-                times = time_in_turns({"jnp": lambda: ref(a, b, bias), "nvdispatch": lambda: ours(a, b, bias)},
-                                      args.repeats, args.inner)
+                timed = {"jnp": lambda: ref(a, b, bias)}
+                timed.update({name: (lambda fn=fn: fn(a, b, bias)) for name, fn in ours.items()})
+                times = time_in_turns(timed, args.repeats, args.inner)
             cell.update({f"{name}_us": t * 1e6 for name, t in times.items()})
-            cell["ratio"] = times["nvdispatch"] / times["jnp"]
+            for name in ours:
+                cell[_ratio_key(name)] = times[name] / times["jnp"]
             cell["goal"] = GOAL["fp32"]
         except Exception as exc:  # noqa: BLE001
             cell["error"] = f"{type(exc).__name__}: {exc}"
@@ -288,16 +327,32 @@ def bench_overhead(args, device, results: dict) -> None:
                 return jax.jit(f)
 
             xla = chained(lambda h: jax.nn.relu(jnp.dot(h, w) + bias))
-            ours = chained(lambda h: nvdispatch.matmul(h, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias}))
-            jax.block_until_ready((xla(x), ours(x)))
-            times = time_in_turns({"xla": lambda: xla(x), "nvdispatch": lambda: ours(x)}, args.repeats, args.inner)
+            layer = lambda h: nvdispatch.matmul(h, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})  # noqa: E731
+            ours = {name: on_route(route, chained(layer)) for name, route in contenders(args).items()}
+            jax.block_until_ready((xla(x), *(fn(x) for fn in ours.values())))
+            timed = {"xla": lambda: xla(x)}
+            timed.update({name: (lambda fn=fn: fn(x)) for name, fn in ours.items()})
+            times = time_in_turns(timed, args.repeats, args.inner)
         cell.update({f"{name}_us_per_call": t * 1e6 / chain for name, t in times.items()})
-        cell["extra_us_per_call"] = cell["nvdispatch_us_per_call"] - cell["xla_us_per_call"]
+        for name in ours:
+            key = "extra_us_per_call" if name == "nvdispatch" else f"extra_us_per_call[{name}]"
+            cell[key] = cell[f"{name}_us_per_call"] - cell["xla_us_per_call"]
     except Exception as exc:  # noqa: BLE001
         cell["error"] = f"{type(exc).__name__}: {exc}"
         cell["traceback"] = traceback.format_exc()[-4000:]
     results["overhead"].append(cell)
     print(_line("overhead", cell), flush=True)
+
+
+def _ratio_key(name: str, suffix: str = "") -> str:
+    """``ratio`` (``ratio_tuned``) for the first contender, ``ratio[ROUTE]`` (``ratio_tuned[ROUTE]``) for others."""
+    return f"ratio{suffix}" if name == "nvdispatch" else f"ratio{suffix}{name[len('nvdispatch'):]}"
+
+
+def _others(cell: dict, key: str = "ratio") -> str:
+    """The other routes' ratios of a cell, as text."""
+    got = [f"{k[len(key):]} {v:.3f}" for k, v in cell.items() if k.startswith(key + "[")]
+    return f" (other routes: {', '.join(got)})" if got else ""
 
 
 # -- output --------------------------------------------------------------------------------------------------------
@@ -306,16 +361,19 @@ def _line(part: str, cell: dict) -> str:
         return f"{part}: {({k: v for k, v in cell.items() if k not in ('error', 'traceback')})} ERROR {cell['error']}"
     if part == "mlp":
         tuned = (f"; autotuned ({cell['plans_autotuned']} plans): {cell['nvdispatch_tuned_ms']:.3f} ms, ratio "
-                 f"{cell['ratio_tuned']:.3f}" if "ratio_tuned" in cell else "")
+                 f"{cell['ratio_tuned']:.3f}{_others(cell, 'ratio_tuned')}" if "ratio_tuned" in cell else "")
         return (f"mlp width {cell['width']} {cell['activation']}: XLA {cell['xla_ms']:.3f} ms, nvdispatch "
-                f"{cell['nvdispatch_ms']:.3f} ms, ratio {cell['ratio']:.3f} (goal <= {cell['goal']}){tuned}; losses "
+                f"{cell['nvdispatch_ms']:.3f} ms, ratio {cell['ratio']:.3f} (goal <= {cell['goal']})"
+                f"{_others(cell)}{tuned}; losses "
                 f"agree to {cell['loss_rel_diff']:.1e}")
     if part == "fp32":
         return (f"fp32 {cell['op']} {cell['m']}x{cell['n']}x{cell['k']}: jnp {cell['jnp_us']:.1f} us, nvdispatch "
-                f"{cell['nvdispatch_us']:.1f} us, ratio {cell['ratio']:.3f}; rel. error jnp "
+                f"{cell['nvdispatch_us']:.1f} us, ratio {cell['ratio']:.3f}{_others(cell)}; rel. error jnp "
                 f"{cell['jnp_rel_err']:.1e}, nvdispatch {cell['nvdispatch_rel_err']:.1e}")
     return (f"overhead ({cell['calls_per_program']} {cell['size']}^3 RELU_BIAS per program): XLA "
-            f"{cell['xla_us_per_call']:.2f} us/call, nvdispatch {cell['nvdispatch_us_per_call']:.2f} us/call")
+            f"{cell['xla_us_per_call']:.2f} us/call, nvdispatch {cell['nvdispatch_us_per_call']:.2f} us/call"
+            + "".join(f", {k[:-len('_us_per_call')]} {v:.2f} us/call" for k, v in cell.items()
+                      if k.startswith("nvdispatch[") and k.endswith("_us_per_call")))
 
 
 def plot(results: dict, path: str) -> bool:
@@ -329,6 +387,12 @@ def plot(results: dict, path: str) -> bool:
         rows += [
             (f"fp32 {c['op']} {c['m']}x{c['n']}x{c['k']}", c["ratio"]) for c in results.get("fp32", []) if "ratio" in c
         ]
+        first = results.get("args", {}).get("routes", ["?"])[0]
+        rows = [(f"{label} [{first}]", v) for label, v in rows]
+        for c in results.get("mlp", []) + results.get("fp32", []):
+            label = (f"MLP w{c['width']} {c['activation']}" if "width" in c
+                     else f"fp32 {c['op']} {c['m']}x{c['n']}x{c['k']}")
+            rows += [(f"{label} {k[len('ratio'):]}", v) for k, v in c.items() if k.startswith("ratio[")]
         fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(rows), 2) + 1.5))
         labels = [r[0] for r in rows]
         values = [r[1] for r in rows]
@@ -366,6 +430,8 @@ def main(argv=None) -> int:
     device = _device(args.allow_cpu)
     out = output_dir(args.out)
     path = os.path.join(out, "jax_mlp_bench.json")
+    if device.platform == "cpu":  # the GPU route does not apply
+        args.routes = ["auto"]
     if args.allow_cpu and device.platform == "cpu":
         args.widths, args.batch = [min(w, 64) for w in args.widths], 128
         args.repeats, args.inner = min(args.repeats, 3), min(args.inner, 2)

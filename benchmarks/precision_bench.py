@@ -14,8 +14,9 @@ Modes, on each shape (``M x N x K``; RELU_BIAS, a bias along N):
     dtype recorded (Torch's best is taken among the calls returning bfloat16, as a model in the region gets);
     nvdispatch on operands cast to bfloat16 beforehand shows what the casts cost.
 ``jax``
-    float32 JAX arrays at JAX's default matmul precision: nvdispatch eagerly, and inside ``jax.jit`` where that is
-    supported, against ``jax.nn.relu(jnp.dot(a, b) + bias)`` under ``jax.jit`` (the goal) and eagerly.
+    float32 JAX arrays at JAX's default matmul precision: nvdispatch eagerly, and inside ``jax.jit`` through each of
+    its GPU routes (the XLA FFI handler, the Python buffer callback) where supported, against
+    ``jax.nn.relu(jnp.dot(a, b) + bias)`` under ``jax.jit`` (the goal) and eagerly.
 
 Torch times: CUDA events around back-to-back calls queued while the GPU is held busy (``torch.cuda._sleep``: the
 host's cost hidden), the peers sampled in turns within each round, medians over rounds, and the ratio to Torch's
@@ -186,6 +187,23 @@ def _torch_cells(shapes, modes, rounds: int, autotune: bool) -> list[dict]:
     return cells
 
 
+def _staged_on(route: str, a, b, bias):
+    """``nvdispatch.matmul(a, b, RELU_BIAS)`` inside ``jax.jit``, staged through GPU route ``route`` (traced
+    inside :func:`~nvdispatch.integrations.jax_ffi.jax_route`)."""
+    import jax
+
+    import nvdispatch
+    from nvdispatch.integrations.jax_ffi import jax_route
+
+    staged = jax.jit(lambda x, w, v: nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": v}))
+
+    def run():
+        with jax_route(route):
+            return staged(a, b, bias)
+
+    return run
+
+
 def _jax_cells(shapes, rounds: int) -> list[dict]:
     import os
 
@@ -225,8 +243,8 @@ def _jax_cells(shapes, rounds: int) -> list[dict]:
         }
         kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
         ours = {"nvdispatch.matmul (eager)": lambda: nvdispatch.matmul(a, b, **kw)}
-        staged = jax.jit(lambda x, w, v: nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": v}))
-        ours["nvdispatch.matmul inside jax.jit"] = lambda: staged(a, b, bias)
+        for route in ("ffi", "callback"):  # the staged call's two GPU routes (nvdispatch.integrations.jax_ffi)
+            ours[f"nvdispatch.matmul inside jax.jit ({route})"] = _staged_on(route, a, b, bias)
         cell["explain"] = str(nvdispatch.explain(a, b, **kw))
         cell["rel_error"], errors = {}, {}
         for name, fn in {**ours, **theirs}.items():

@@ -20,7 +20,8 @@
  * backend registry's current_state() and global_key (and the state's key), a handle entry's pinless, a plan's
  * direct.
  *
- * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct).
+ * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct) and _hotpath_ffi.c's
+ * XLA FFI handler (ffi_handler and its plan table).
  *
  * The stable ABI (Py_LIMITED_API 3.10): one build serves every CPython from 3.10 on.
  */
@@ -432,6 +433,7 @@ int nvd_add_lt(PyObject *module);    /* _hotpath_lt.c: the cuBLASLt launches */
 int nvd_add_cache(PyObject *module); /* _hotpath_cache.c: the plan cache's per-call steps */
 int nvd_add_fft(PyObject *module);   /* _hotpath_fft.c: the transforms' front */
 int nvd_add_cufft(PyObject *module); /* _hotpath_cufft.c: the cuFFT launch */
+int nvd_add_ffi(PyObject *module);   /* _hotpath_ffi.c: the XLA FFI handler and its plan table */
 
 static PyMethodDef methods[] = {
     {"make_matmul_front", make_matmul_front, METH_O,
@@ -465,7 +467,8 @@ PyInit__hotpath(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_fft(module) < 0 || nvd_add_cufft(module) < 0) {
+    if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_fft(module) < 0 ||
+        nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

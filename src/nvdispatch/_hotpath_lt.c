@@ -10,17 +10,8 @@
  * Python side is nvdispatch/_cuda/lt_direct.py). A call it does not serve (an operand or the result not 256-byte
  * aligned: the plan then asks the heuristic again for the alignment) goes to the plan's Python direct call.
  */
-#ifndef Py_LIMITED_API
-#define Py_LIMITED_API 0x030A0000
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <pythread.h>
+#include "_hotpath_lt.h"
 #include <stdlib.h>
-
-typedef int (*lt_matmul_fn)(void *, void *, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                            void *, void *, void *, size_t, void *);
-typedef int (*lt_set_attribute_fn)(void *, int, const void *, size_t);
 
 #define LT_ARGS 16
 #define LT_WS_SIZE 14 /* workspaceSizeInBytes, a size_t; every other argument is a pointer (an int, or None) */
@@ -74,6 +65,63 @@ make_lt_matmul(PyObject *module, PyObject *address)
     return PyCFunction_NewEx(&lt_matmul_def, address, NULL);
 }
 
+/* -- the one launch (see _hotpath_lt.h) ------------------------------------------------------------------ */
+
+int
+nvd_lt_launch_init(NvdLtLaunch *l)
+{
+    l->lock = PyThread_allocate_lock();
+    return l->lock == NULL ? -1 : 0;
+}
+
+void
+nvd_lt_launch_free(NvdLtLaunch *l)
+{
+    if (l->lock != NULL)
+        PyThread_free_lock(l->lock);
+    l->lock = NULL;
+}
+
+/* the slot of `attr` in what the descriptor holds (a free one where it holds none) */
+static NvdLtPointer *
+held_slot(NvdLtLaunch *l, int attr)
+{
+    NvdLtPointer *free_slot = NULL;
+    for (int i = 0; i < NVD_LT_MAX_POINTERS; i++) {
+        if (l->held[i].attr == attr)
+            return &l->held[i];
+        if (l->held[i].attr == 0 && free_slot == NULL)
+            free_slot = &l->held[i];
+    }
+    return free_slot;
+}
+
+int
+nvd_lt_launch(NvdLtLaunch *l, const void *algo, const void *alpha, const void *beta, void *ptr_a, void *ptr_b,
+              void *ptr_c, void *ptr_d, const NvdLtPointer *pointers, int n_pointers, void *workspace,
+              size_t workspace_size, void *stream, int *failed_pointer)
+{
+    void *A = l->a_first ? ptr_a : ptr_b, *B = l->a_first ? ptr_b : ptr_a;
+    int status = 0;
+    *failed_pointer = 0;
+    PyThread_acquire_lock(l->lock, WAIT_LOCK);
+    for (int i = 0; i < n_pointers && status == 0; i++) {
+        NvdLtPointer *slot = held_slot(l, pointers[i].attr);
+        if (slot != NULL && slot->attr == pointers[i].attr && slot->value == pointers[i].value)
+            continue;
+        status = l->set_attribute(l->desc, pointers[i].attr, &pointers[i].value, sizeof(void *));
+        if (status == 0 && slot != NULL)
+            *slot = pointers[i];
+        else if (status != 0)
+            *failed_pointer = 1;
+    }
+    if (status == 0)
+        status = l->matmul(l->handle, l->desc, (void *)alpha, A, l->a_layout, B, l->b_layout, (void *)beta, ptr_c,
+                           l->c_layout, ptr_d, l->d_layout, (void *)algo, workspace, workspace_size, stream);
+    PyThread_release_lock(l->lock);
+    return status;
+}
+
 /* -- a plan's direct call -------------------------------------------------------------------------------- */
 
 /* the integers make_lt_direct takes, in this order */
@@ -95,12 +143,9 @@ enum {
 };
 
 typedef struct {
-    lt_matmul_fn matmul;
-    lt_set_attribute_fn set_attribute;
-    void *handle, *desc, *a_layout, *b_layout, *c_layout, *d_layout, *algo, *alpha, *beta;
-    int a_first, bias_attr;
-    PyThread_type_lock lock; /* held from setting the bias pointer to the launch's return */
-    void *last_bias;         /* the bias pointer the descriptor holds */
+    NvdLtLaunch launch;
+    void *algo, *alpha, *beta;
+    int bias_attr;
     PyObject *keep;          /* what owns the descriptor, layouts, algorithm and scalars */
     PyObject *alloc_args, *alloc_kwargs; /* the result: a.new_empty(*alloc_args, **alloc_kwargs) */
     PyObject *stream_fn;                 /* the current stream: stream_fn(), or 0 (stream_fn None) */
@@ -124,8 +169,7 @@ lt_direct_free(PyObject *capsule)
     Py_XDECREF(d->stream_fn);
     Py_XDECREF(d->check);
     Py_XDECREF(d->fallback);
-    if (d->lock != NULL)
-        PyThread_free_lock(d->lock);
+    nvd_lt_launch_free(&d->launch);
     free(d);
 }
 
@@ -220,28 +264,16 @@ lt_direct(PyObject *capsule, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(out);
         return pd == (void *)-1 ? NULL : to_fallback(d, args, nargs);
     }
-    void *A = d->a_first ? pa : pb, *B = d->a_first ? pb : pa;
-    if (!PyThread_acquire_lock(d->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(d->lock, WAIT_LOCK);
-        Py_END_ALLOW_THREADS
-    }
-    int status = 0;
-    if (nargs == 3 && pbias != d->last_bias) {
-        status = d->set_attribute(d->desc, d->bias_attr, &pbias, sizeof(pbias));
-        if (status == 0)
-            d->last_bias = pbias;
-    }
-    if (status != 0) {
-        PyThread_release_lock(d->lock);
+    NvdLtPointer bias = {d->bias_attr, pbias};
+    int status, failed_pointer;
+    Py_BEGIN_ALLOW_THREADS
+    status = nvd_lt_launch(&d->launch, d->algo, d->alpha, d->beta, pa, pb, pd, pd, &bias, nargs == 3, NULL, 0, stream,
+                           &failed_pointer);
+    Py_END_ALLOW_THREADS
+    if (status != 0 && failed_pointer) {
         Py_DECREF(out);
         return raise_status(d, status, s_attr_what);
     }
-    Py_BEGIN_ALLOW_THREADS
-    status = d->matmul(d->handle, d->desc, d->alpha, A, d->a_layout, B, d->b_layout, d->beta, pd, d->c_layout, pd,
-                       d->d_layout, d->algo, NULL, 0, stream);
-    PyThread_release_lock(d->lock);
-    Py_END_ALLOW_THREADS
     if (status != 0) {
         Py_DECREF(out);
         return raise_status(d, status, s_matmul_what);
@@ -282,25 +314,23 @@ make_lt_direct(PyObject *module, PyObject *args)
     LtDirect *d = calloc(1, sizeof(LtDirect));
     if (d == NULL)
         return PyErr_NoMemory();
-    d->lock = PyThread_allocate_lock();
-    if (d->lock == NULL) {
+    if (nvd_lt_launch_init(&d->launch) < 0) {
         free(d);
         return PyErr_NoMemory();
     }
-    d->matmul = (lt_matmul_fn)p[L_MATMUL];
-    d->set_attribute = (lt_set_attribute_fn)p[L_SET_ATTRIBUTE];
-    d->handle = p[L_HANDLE];
-    d->desc = p[L_DESC];
-    d->a_layout = p[L_A_LAYOUT];
-    d->b_layout = p[L_B_LAYOUT];
-    d->c_layout = p[L_C_LAYOUT];
-    d->d_layout = p[L_D_LAYOUT];
+    d->launch.matmul = (lt_matmul_fn)p[L_MATMUL];
+    d->launch.set_attribute = (lt_set_attribute_fn)p[L_SET_ATTRIBUTE];
+    d->launch.handle = p[L_HANDLE];
+    d->launch.desc = p[L_DESC];
+    d->launch.a_layout = p[L_A_LAYOUT];
+    d->launch.b_layout = p[L_B_LAYOUT];
+    d->launch.c_layout = p[L_C_LAYOUT];
+    d->launch.d_layout = p[L_D_LAYOUT];
+    d->launch.a_first = a_first != 0;
     d->algo = p[L_ALGO];
     d->alpha = p[L_ALPHA];
     d->beta = p[L_BETA];
-    d->a_first = a_first != 0;
     d->bias_attr = (int)bias_attr;
-    d->last_bias = NULL;
     PyObject *objs[] = {keep, alloc_args, alloc_kwargs, stream_fn, check, fallback};
     for (int i = 0; i < 6; i++)
         Py_INCREF(objs[i]);
@@ -315,7 +345,7 @@ make_lt_direct(PyObject *module, PyObject *args)
         d->keep = NULL; /* not ours yet to free through the capsule */
         for (int i = 0; i < 6; i++)
             Py_DECREF(objs[i]);
-        PyThread_free_lock(d->lock);
+        nvd_lt_launch_free(&d->launch);
         free(d);
         return NULL;
     }

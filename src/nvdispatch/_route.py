@@ -32,6 +32,7 @@ from ._adapters import adapter_for, adapter_named
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._execute import raise_if_out_of_memory, run
 from ._plan_cache import plan_cache
+from ._traced import compiled_note
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError, PlanStateError
 
 __all__ = [
@@ -238,7 +239,8 @@ def acquire_plan(executor: Any, op: str, problem: Any, strategy: str, call_key: 
 
 
 def get_plan(executor: Any, op: str, problem: Any, strategy: str):
-    """The cached plan for (problem, executor, strategy), planned on a miss (to look at, not to run)."""
+    """The cached plan for (problem, executor, strategy), planned on a miss, not held: one over the cache's
+    bounds is released already (to read a plan's state, hold it: :func:`acquire_plan` ... ``let_go``)."""
     plan = acquire_plan(executor, op, problem, strategy)
     plan_cache.let_go(plan)
     return plan
@@ -302,17 +304,22 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
     if strategy is None:
         strategy = choose_strategy(sel.executor, op, problem)
     cached = plan_cache.contains(plan_key(sel.executor, op, problem, strategy))
-    plan = get_plan(sel.executor, op, problem, strategy)
+    plan = acquire_plan(sel.executor, op, problem, strategy)
+    try:  # held while read: a plan over the cache's byte bound is released when its last user lets go
+        steps = tuple(plan.steps)
+    finally:
+        plan_cache.let_go(plan)
     return Explanation(
         name,
         sel.executor.name,
         strategy,
-        tuple(plan.steps),
+        steps,
         tuple(sel.declined),
         strategies,
         cached,
         problem,
         getattr(problem, "precision_note", None),
+        compiled_note(getattr(problem, "framework", ""), op),
     )
 
 
@@ -334,6 +341,9 @@ class Explanation:
     #: the compute type and what chose it (the caller, a framework's precision convention, the dtype), where the
     #: problem says (a matmul's ``precision_note``)
     precision: str | None = None
+    #: how such a call runs inside its framework's compiled programs, where the integration says (a JAX matmul's
+    #: GPU route inside ``jax.jit``)
+    compiled: str | None = None
 
     def __str__(self) -> str:
         lines = [f"{self.operation} on executor {self.executor!r}, strategy {self.strategy!r}"]
@@ -345,6 +355,8 @@ class Explanation:
         for name, why in self.declined:
             lines.append(f"  declined by {name}: {why}")
         lines.append(f"  plan cached: {self.cached}")
+        if self.compiled is not None:
+            lines.append(f"  compiled: {self.compiled}")
         return "\n".join(lines)
 
     __repr__ = __str__

@@ -39,6 +39,8 @@ __all__ = [
     "traced_framework",
     "announce",
     "add_entry_marker",
+    "register_compiled_note",
+    "compiled_note",
 ]
 
 _lock = threading.Lock()
@@ -48,6 +50,26 @@ _handlers: dict[tuple[str, str], Callable[..., Any]] = {}
 _offered: dict[tuple[str, str], Callable[..., Any]] = {}
 _entries: dict[str, Callable[..., Any]] = {}
 _markers: tuple[Callable[[str, Callable[..., Any]], None], ...] = ()
+#: (framework, operation) -> what the integration does with such calls inside compiled programs (explain())
+_notes: dict[tuple[str, str], Callable[[], str]] = {}
+
+
+def register_compiled_note(framework: str, operation: str, note: Callable[[], str]) -> None:
+    """``note()`` says how calls of ``operation`` on ``framework``'s arrays run inside that framework's compiled
+    programs (``explain()`` shows it: e.g. which route a staged JAX matmul takes on the GPU, and why)."""
+    with _lock:
+        _notes[(framework, operation)] = note
+
+
+def compiled_note(framework: str, operation: str) -> str | None:
+    """The registered note for ``operation`` on ``framework``, or None. A note that fails says so."""
+    note = _notes.get((framework, operation))
+    if note is None:
+        return None
+    try:
+        return note()
+    except Exception as exc:  # noqa: BLE001 - the note explains; its failure is part of the explanation
+        return f"{type(exc).__name__}: {exc}"
 
 
 def register_traced(framework: str, operation: str, handler: Callable[..., Any], *, all_arrays: bool = False) -> None:

@@ -1,5 +1,5 @@
 """A poisoning executor for plan-lifetime tests: the NumPy executor's results, but a plan that was released
-raises (and records the violation) when executed, so "released while still in use" fails loudly."""
+raises (and records the violation) when executed or its steps read, so "released while still in use" fails loudly."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ class PoisonedPlan:
     def __init__(self, inner, nbytes: int = 0, gate: threading.Event | None = None):
         self.inner = inner
         self.strategy = inner.strategy
-        self.steps = inner.steps
         self.problem = inner.problem
         self.workspace_bytes = nbytes
         self.released = 0
@@ -39,10 +38,15 @@ class PoisonedPlan:
         self.executions += 1
         return self.inner.execute(operands, stream)
 
+    @property
+    def steps(self):
+        self._check()  # read from a plan released meanwhile (explain() not holding it, say)?
+        return self.inner.steps
+
     def _check(self):
         if self.released:
             VIOLATIONS.append(repr(self.problem)[:80])
-            raise PlanUsedAfterRelease(f"a released plan was executed ({self.problem!r:.80})")
+            raise PlanUsedAfterRelease(f"a released plan was used ({self.problem!r:.80})")
 
     def release(self):
         self.released += 1

@@ -13,12 +13,13 @@ import time
 
 import numpy as np
 import pytest
-from poisoning import VIOLATIONS, PoisoningExecutor
+from poisoning import VIOLATIONS, PoisonedPlan, PoisoningExecutor
 
 import nvdispatch
 from nvdispatch import errors, plan_cache
 from nvdispatch._compiled import hotpath
 from nvdispatch._plan_cache import PlanCache
+from nvdispatch.executors import builtin
 
 torch = pytest.importorskip("torch")
 
@@ -286,6 +287,25 @@ def test_a_matmul_object_keeps_its_plan_across_clear_and_eviction():
     mm.free()
     assert mine.released == 1
     assert all(p.released <= 1 for p in ex.plans)
+
+
+def test_explain_reads_the_steps_of_a_plan_it_holds(monkeypatch):
+    """A plan over the byte bound is retired as it is cached and released when its last user lets go:
+    ``explain()`` reads its steps before letting go (the GPU convolution's ``KeyError: 'unfused'``)."""
+    ex = builtin("numpy")
+    inner_plan = ex.plan
+    made = []
+
+    def plan(op, problem, strategy, tuning=None):
+        made.append(PoisonedPlan(inner_plan(op, problem, strategy, tuning), nbytes=2 * plan_cache.max_bytes))
+        return made[-1]
+
+    monkeypatch.setattr(ex, "plan", plan)
+    x = _rand(8)
+    with nvdispatch.set_backend("numpy", only=True):
+        explained = nvdispatch.explain(nvdispatch.fft.fft, x)
+    assert explained.executor == "numpy" and explained.steps == made[0].inner.steps
+    assert made[0].released == 1 and len(plan_cache) == 0
 
 
 def test_a_forgotten_matmul_object_lets_go_when_collected():

@@ -149,6 +149,26 @@ def test_a_saved_choice_is_taken_back_without_timing(tmp_path):
     _check(got[:4], _reference(x[:4].cpu().numpy(), h.cpu().numpy(), n), np.complex64)
 
 
+def test_explain_after_a_call_whose_plan_the_cache_did_not_keep():
+    """A plan the cache does not keep (one over its byte bound, as cuFFT's workspaces at 64 x 2**20 complex128
+    are; here caching is off) is released when its call lets go. explain() then plans again and must read the
+    steps of the plan it holds (it raised KeyError: 'unfused', reading them from a released timed choice)."""
+    rows, n = 256, 11 * 1024  # no device-engine length: the cuFFT strategies only; 46 MB moved
+    x, h = _signal(rows, n, np.complex64), _filter(n, np.complex64)
+    xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
+    kept = plan_cache.maxsize
+    plan_cache.maxsize = 0
+    try:
+        for _ in range(2):  # the first call chooses; the second plans the choice again
+            got = nfft.convolve(xt, ht)
+            torch.cuda.synchronize()
+            _check(got[:4], _reference(x[:4], h, n), np.complex64)
+            explained = nvdispatch.explain(nfft.convolve, xt, ht)
+            assert explained.strategy == "timed" and explained.steps[0].startswith("chose "), str(explained)
+    finally:
+        plan_cache.maxsize = kept
+
+
 def test_timed_convolution_on_a_side_stream_and_small_problems_untimed():
     s = torch.cuda.Stream()
     x = _signal(2048, 4096, np.float32)  # 64 MiB moved: timed, on the side stream

@@ -235,6 +235,18 @@ def test_release_releases_every_plan():
         plan.execute({})
 
 
+def test_a_released_plan_still_says_what_it_chose():
+    plan, _, _, _ = _setup({"four-step": 3e-4, "unfused": 1e-4})
+    plan.execute({})
+    plan.release()
+    assert plan.steps[0].startswith("chose unfused: the fastest when timed here")
+    assert "unfused: its own step" in plan.steps and plan.steps[-1] == "convolve(the test's problem)"
+    plan_cache.clear_tunings()
+    untimed, _, _, _ = _setup({"four-step": 3e-4, "unfused": 1e-4})
+    untimed.release()
+    assert untimed.steps[0] == "timed choice among four-step, unfused: released before a call chose one"
+
+
 # -- the model ------------------------------------------------------------------------------------------------
 def _problem(rows, n, dtype="complex64", filter_rows=1):
     real = dtype.startswith("float")
@@ -299,3 +311,44 @@ def test_candidates_keep_unfused_and_prune_the_rest(monkeypatch):
 def test_the_tuning_key_of_a_problem_has_a_json_form():
     key = ("timed-choice", "fft_convolve", tuple(sorted(ENV.items())), _problem(8, 4096))
     assert key_text(key) is not None
+
+
+# -- a plan over the plan cache's byte bound (64 x 2**20 complex128 on an H200) ---------------------------------
+class SizedPlan(FakePlan):
+    """A candidate reporting the workspace cuFFT would: its forward and inverse plans' bytes."""
+
+    workspace_bytes = 2 * plan_cache.max_bytes
+
+
+def test_explain_after_a_call_whose_timed_plan_outgrew_the_cache(monkeypatch):
+    """The first call times the candidates and runs the winner; its plan is over the cache's byte bound, so
+    it is retired at once and released when the call lets go. ``explain()`` then plans again (the recorded
+    choice, over the bound too) and must read the steps of a plan it holds, not of one released meanwhile."""
+    from nvdispatch import _route
+    from nvdispatch._cuda import runtime
+    from nvdispatch._fft_convolve import OP
+    from nvdispatch.executors.cuda import CudaExecutor
+
+    seconds = {"four-step": 3e-3, "unfused": 2e-3, "cufft-lto": 4e-3, "cufft-lto-load": 4e-3}
+    log: list = []
+    applies = {"four-step", "unfused", "cufft-lto", "cufft-lto-load"}
+    monkeypatch.setattr(
+        op, "_REASONS", tuple((name, lambda p, name=name: None if name in applies else "no") for name, _ in op._REASONS)
+    )
+    monkeypatch.setattr(op, "_make", lambda problem, name: SizedPlan(name, log))
+    monkeypatch.setattr(op, "environment", lambda device_index: ENV)
+    monkeypatch.setattr(op, "_clock_for", lambda problem, dev: lambda operands, stream: FakeClock(seconds, log))
+    monkeypatch.setattr(runtime, "current_device", lambda: 0)
+    sel = _route.Selection(CudaExecutor(), False)
+    monkeypatch.setattr(_route, "select", lambda o, problem: sel)
+    monkeypatch.setattr(_route, "_SELECTED", {})
+    problem = _problem(64, 1 << 20, "complex128")
+    try:
+        first = _route.run_uncached(OP, problem, {"x": 1, "h": 2}, None, lambda s, operands: operands, None)
+        assert first == "result of unfused"
+        explanation = _route.explain_selected("convolve", OP, problem, sel)
+        assert explanation.strategy == "timed"
+        assert explanation.steps[0].startswith("chose unfused by a timing recorded on this machine")
+        assert "unfused: its own step" in explanation.steps
+    finally:
+        plan_cache.clear()

@@ -1,6 +1,7 @@
-"""The JAX integration on the GPU: the CPU tests' cases on JAX's GPU device, plus what only a GPU shows — no
-host transfer inside the program, one cuBLASLt launch per fused call writing XLA's buffers, cuFFT writing
-XLA's output buffer, JAX's precision setting reaching the compute type, plans found again when re-traced.
+"""The JAX integration on the GPU: the CPU tests' cases on JAX's GPU device (matmuls by the route chosen by
+default: the XLA FFI handler where it is available), plus what only a GPU shows — no host transfer inside the
+program, one cuBLASLt launch per fused call writing XLA's buffers, cuFFT writing XLA's output buffer, JAX's
+precision setting reaching the compute type, plans found again when re-traced.
 
 Run on the H200: ``python3 -m pytest -m gpu tests/jax_integration -q``.
 """
@@ -28,7 +29,9 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture
 def launches(monkeypatch):
     """What the staged calls run: each cuBLASLt plan written into XLA's buffers (its epilog, its compute type),
-    every ``cublasLtMatmul`` launch, every cuFFT plan run (whether into XLA's output buffer)."""
+    every ``cublasLtMatmul`` launch, every cuFFT plan run (whether into XLA's output buffer). Matmuls take the
+    buffer-callback route here, whose launches run in Python (test_jax_gpu_ffi.py checks the FFI route)."""
+    monkeypatch.setenv("NVDISPATCH_JAX_ROUTE", "callback")
     from nvdispatch._cuda.lt_launch import LtLaunch
     from nvdispatch._cuda.lt_matmul import LtMatmulPlan
     from nvdispatch.executors.cuda_fft import CudaFFTPlan

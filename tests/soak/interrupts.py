@@ -324,7 +324,7 @@ FILES = {
 }
 
 
-def run(phase: str, seconds: float, seed: int, watchdog_seconds: float) -> dict:
+def run(phase: str, seconds: float, seed: int, watchdog_seconds: float, min_interrupts: int = 0) -> dict:
     from nvdispatch.executors import blas_threads
 
     blas_threads.SETTLE_SECONDS = 0  # autotune's pauses for quiet timings: nothing here is timed
@@ -389,7 +389,9 @@ def run(phase: str, seconds: float, seed: int, watchdog_seconds: float) -> dict:
         durations.append(min(samples))
     # half the time: sweep the points, every one where time allows, else an evenly spread share of them
     sweep_end = time.monotonic() + seconds / 2
-    slots = [(files, event, i) for files in FILES[phase] for event in ("call", "c_return") for i in range(len(workloads))]
+    slots = [
+        (files, event, i) for files in FILES[phase] for event in ("call", "c_return") for i in range(len(workloads))
+    ]
     for left, (files, event, i) in zip(range(len(slots), 0, -1), slots):
         fn, duration = workloads[i], durations[i]
         share = (sweep_end - time.monotonic()) / left
@@ -405,8 +407,10 @@ def run(phase: str, seconds: float, seed: int, watchdog_seconds: float) -> dict:
                 break
             one(fn, lambda f, n=n, files=files, event=event: run_interrupted_at(f, files, event, n))
             report.data["points_swept"] += 1
-    # then timers, at random within the workloads' duration
-    while time.monotonic() < deadline:
+    # then timers, at random within the workloads' duration; on a slow (loaded) machine beyond the deadline until
+    # ``min_interrupts`` landed, for at most ``seconds`` more
+    hard_end = deadline + seconds
+    while time.monotonic() < deadline or (report.data["interrupted"] < min_interrupts and time.monotonic() < hard_end):
         i = r.randrange(len(workloads))
         delay = r.uniform(1e-6, durations[i])
         one(workloads[i], lambda f, delay=delay: run_timed(f, delay))
@@ -419,8 +423,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0, help="how long to interrupt (half sweep, half timers)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--watchdog", type=float, default=10.0, help="seconds after which a run counts as hung")
+    parser.add_argument(
+        "--min-interrupts",
+        type=int,
+        default=0,
+        help="keep interrupting past --seconds (at most as long again) until this many landed",
+    )
     args = parser.parse_args()
-    report = run(args.phase, args.seconds, args.seed, args.watchdog)
+    report = run(args.phase, args.seconds, args.seed, args.watchdog, args.min_interrupts)
     print(json.dumps(report), flush=True)
 
 

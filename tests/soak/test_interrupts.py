@@ -17,16 +17,30 @@ SOAK = Path(__file__).with_name("interrupts.py")
 
 #: phase -> seconds of interrupts (half swept points, half timers)
 PHASES = {"calls": 4.0, "contexts": 2.0, "autotune": 4.0, "epilog_pool": 4.0}
+#: interrupts that must land in a phase (a loaded machine runs fewer in the same seconds: the phase goes on longer)
+MIN_INTERRUPTS = 11
+
 
 def _phase(name: str) -> dict:
     env = dict(os.environ)
     src = Path(__file__).resolve().parents[2] / "src"
     env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, str(SOAK), "--phase", name, "--seconds", str(PHASES[name]), "--seed", "0"],
+        [
+            sys.executable,
+            str(SOAK),
+            "--phase",
+            name,
+            "--seconds",
+            str(PHASES[name]),
+            "--seed",
+            "0",
+            "--min-interrupts",
+            str(MIN_INTERRUPTS),
+        ],
         capture_output=True,
         text=True,
-        timeout=PHASES[name] + 50,
+        timeout=2 * PHASES[name] + 50,
         env=env,
     )
     lines = proc.stdout.strip().splitlines()
@@ -44,6 +58,8 @@ def _phase(name: str) -> dict:
 def test_interrupted_runs_leave_nothing_behind(name):
     pytest.importorskip("torch")
     report = _phase(name)
-    assert report["interrupted"] > 10 and report["points_swept"] > 0, report  # the interrupts really landed
+    assert report["interrupted"] >= MIN_INTERRUPTS and report["points_swept"] > 0, (
+        report
+    )  # the interrupts really landed
     for what in ("errors", "wrong", "leaked_state", "plans_changed", "tunings_recorded", "pins_left"):
         assert report[what] == [], (what, report[what])

@@ -6,6 +6,9 @@ buffers (:mod:`.lt_aux`) the case needs, and whose direct call (:mod:`.lt_direct
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 
 from .._epilog import Epilog
@@ -21,7 +24,25 @@ from .lt_plan_base import LtPlanBase
 from .lt_setup import Operand, lt_types, setup
 from .xp import as_xp
 
-__all__ = ["LtMatmulPlan"]
+__all__ = ["LtMatmulPlan", "ExternalLaunch", "EXTERNAL_ALIGNMENTS"]
+
+#: the operand alignments (bytes) an external launch has an algorithm for
+EXTERNAL_ALIGNMENTS = (256, 128, 64, 32, 16)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExternalLaunch:
+    """What :meth:`LtMatmulPlan.external_launch` gives: descriptors (``core``: ``desc``, ``a``..``d``), handle,
+    host pointers to alpha and beta, whether cuBLASLt's A is ``a``, the algorithms by alignment, and ``keep``:
+    what owns all of these (the caller holds it as long as it may launch)."""
+
+    core: Any
+    handle: int
+    alpha: int
+    beta: int
+    a_first: bool
+    algorithms: tuple
+    keep: tuple
 
 
 class LtMatmulPlan(LtPlanBase):
@@ -30,6 +51,8 @@ class LtMatmulPlan(LtPlanBase):
 
     def __init__(self, p: MatmulProblem, *, fused: bool = True, tuning=None, orientation=None, bias_cast=False):
         self._planned = False  # set once planned: from then a new algorithm (autotune) makes a new direct call
+        #: called with the plan when its algorithm changes (autotune), by holders of an external launch
+        self.algorithm_listeners: list = []
         self._start(p, "native" if fused else "inplace")
         if orientation is None:
             orientation, bias_cast, _ = probe(p) if fused else ("row", False, "")
@@ -70,6 +93,8 @@ class LtMatmulPlan(LtPlanBase):
     def _algorithm_changed(self) -> None:
         if self._planned:  # the compiled direct call holds the algorithm it launches: make it anew
             self.direct = self._direct_call()
+            for listener in list(self.algorithm_listeners):  # external launches holding a copy of it
+                listener(self)
 
     # -- the direct call -------------------------------------------------------------------------------
     def _direct_call(self):
@@ -175,6 +200,42 @@ class LtMatmulPlan(LtPlanBase):
         alpha_ptr, beta_ptr = self._scalar(alpha, keep), self._scalar(beta_value, keep)
         self.launch(pointers["a"], pointers["b"], ptr_c, ptr_d, alpha_ptr, beta_ptr, sp, attributes, "")
         del keep
+
+    def external_launch(self, alpha=1, beta=None) -> ExternalLaunch:
+        """What a caller outside Python (the XLA FFI handler of ``_hotpath_ffi.c``) needs to launch this plan as
+        :meth:`execute_into` does, with ``alpha``/``beta`` fixed: descriptors and layouts of its own (so that
+        setting their pointers never disturbs this plan's launches), the handle, host scalars, and the
+        algorithm for each operand alignment. Same conditions as :meth:`execute_into`."""
+        p, s = self.problem, self.setup
+        if self.strategy != "native" or self._needs_xp or not self._direct_operands or s.c_mode == "copy":
+            raise PlanStateError(
+                "plan", "a native plan reading its operands in place", f"one needing copies ({self.steps[0]})"
+            )
+        keep: list = []
+        beta_value = 0 if p.c is None else (1 if beta is None else beta)
+        alpha_ptr, beta_ptr = self._scalar(alpha, keep), self._scalar(beta_value, keep)
+        core = LtDescriptors(p, s, self.core.max_workspace)
+        return ExternalLaunch(
+            core=core,
+            handle=self.handle,
+            alpha=alpha_ptr,
+            beta=beta_ptr,
+            a_first=self.launch.a_first,
+            algorithms=self.external_algorithms(),
+            keep=(core, self, *keep),
+        )
+
+    def external_algorithms(self) -> tuple[tuple[int, bytes, int], ...]:
+        """``((alignment, cublasLtMatmulAlgo_t bytes, workspace bytes), ...)``, best alignment first: the
+        algorithm in use for 256-byte aligned pointers, the heuristic's first for each smaller alignment."""
+        found = []
+        for alignment in EXTERNAL_ALIGNMENTS:
+            try:
+                algo = self.launch.algo if alignment == 256 else self.launch.algorithm_for(alignment)
+            except lt.CublasLtError:
+                continue
+            found.append((alignment, bytes(algo.algo), int(algo.workspaceSize)))
+        return tuple(found)
 
     def _execute(self, operands, sp: int):
         p, s = self.problem, self.setup

@@ -32,7 +32,8 @@ Strategies (``explain()`` names the one that runs, and why):
     cuFFT's forward transform, then cuFFT's inverse with the multiply (and ``1/n``) linked in as an LTO load
     callback: ``4P`` traversals, the callback on the other transform.
 
-Otherwise the executor declines and the Torch/CuPy executors run fft, multiply, ifft.
+The three cuFFT strategies share one launch sequence (:mod:`.cuda_fft_convolve_cufft`) and differ in where
+the multiply happens. Otherwise the executor declines and the Torch/CuPy executors run fft, multiply, ifft.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from ..errors import CallbackError
 from . import cuda_fft_convolve_model as model
 from .cuda_fft import CudaFFTPlan, layout
 from .cuda_fft_callbacks import LtoCallbackPlan, decline_by, lto_reason, strategies_by
+from .cuda_fft_convolve_cufft import CufftConvolvePlan
 from .cuda_fft_convolve_four_step import FourStepConvolvePlan, four_step_reason
 from .cuda_fft_convolve_unfused import UnfusedConvolvePlan, unfused_reason
 from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device
@@ -105,23 +107,31 @@ def fused_reason(problem: ConvolveProblem) -> str | None:
     return None
 
 
-def _lto_problem(problem: ConvolveProblem) -> CallbackFFTProblem | str:
-    f = problem.filter
-    rows = problem.filter_rows
-    if problem.forward.axes[0] != len(problem.forward.shape) - 1 or rows is None or not f.c_contiguous:
-        return "h must be C-contiguous, one row for all signals or the spectrum's shape, along the last axis"
-    size = math.prod(f.shape)
-    shape = (f.shape[-1],) if rows == "one" else (size,)
-    flat = DataLayout(f.framework, f.device, f.dtype, shape, (1,))
-    fn = times_filter_row if rows == "one" else times_filter_flat
-    scaled = dataclasses.replace(problem.forward, norm="forward")  # 1/n in the store callback
-    return CallbackFFTProblem(scaled, None, Callback("epilog", fn, (flat,)))
+_FILTER_ALONG_LAST_AXIS = "h must be C-contiguous, one row for all signals or the spectrum's shape, along the last axis"
+
+
+def _filter_reason(problem: ConvolveProblem) -> str | None:
+    """Why the filter cannot be a callback's data (one flat C-contiguous array along the last axis), or None."""
+    last = problem.forward.axes[0] == len(problem.forward.shape) - 1
+    if not last or problem.filter_rows is None or not problem.filter.c_contiguous:
+        return _FILTER_ALONG_LAST_AXIS
+    return None
 
 
 def _flat_filter(problem: ConvolveProblem) -> DataLayout:
     f = problem.filter
     shape = (f.shape[-1],) if problem.filter_rows == "one" else (math.prod(f.shape),)
     return DataLayout(f.framework, f.device, f.dtype, shape, (1,))
+
+
+def _lto_problem(problem: ConvolveProblem) -> CallbackFFTProblem | str:
+    """The forward transform with ``* h`` (and ``1/n``) as its store callback, or why there is none."""
+    why = _filter_reason(problem)
+    if why:
+        return why
+    fn = times_filter_row if problem.filter_rows == "one" else times_filter_flat
+    scaled = dataclasses.replace(problem.forward, norm="forward")  # 1/n in the store callback
+    return CallbackFFTProblem(scaled, None, Callback("epilog", fn, (_flat_filter(problem),)))
 
 
 @functools.lru_cache(maxsize=64)
@@ -142,29 +152,34 @@ def _scaled_loader(per_signal: bool, scale):
 
 
 def _lto_load_problem(problem: ConvolveProblem) -> CallbackFFTProblem | str:
-    f, inv = problem.filter, problem.inverse
-    if problem.forward.axes[0] != len(problem.forward.shape) - 1 or problem.filter_rows is None:
-        return "h must be C-contiguous, one row for all signals or the spectrum's shape, along the last axis"
-    if not f.c_contiguous:
-        return "h must be C-contiguous, one row for all signals or the spectrum's shape, along the last axis"
+    """The inverse transform with ``* h / n`` as its load callback, or why there is none."""
+    why = _filter_reason(problem)
+    if why:
+        return why
+    inv = problem.inverse
     scale = np.dtype(inv.real_dtype).type(1.0 / inv.lengths[0])
     fn = _scaled_loader(problem.filter_rows == "each", scale)
     return CallbackFFTProblem(inv, Callback("prolog", fn, (_flat_filter(problem),)), None)
 
 
+def _callback_form_reason(with_callback: CallbackFFTProblem | str, plain) -> str | None:
+    """Why a cuFFT callback strategy does not apply: its transform with the callback (or why there is none),
+    and the plain transform (one cuFFT launch), or None."""
+    if isinstance(with_callback, str):
+        return with_callback
+    why = lto_reason(with_callback)
+    if why:
+        return why
+    lay = layout(plain)
+    if isinstance(lay, str):
+        return lay
+    return "the batch needs several cuFFT launches" if lay["loops"] else None
+
+
 def lto_load_reason(problem: ConvolveProblem) -> str | None:
     if problem.forward.empty:
         return "an empty batch"
-    cb = _lto_load_problem(problem)
-    if isinstance(cb, str):
-        return cb
-    why = lto_reason(cb)
-    if why:
-        return why
-    fwd = layout(problem.forward)
-    if isinstance(fwd, str):
-        return fwd
-    return "the batch needs several cuFFT launches" if fwd["loops"] else None
+    return _callback_form_reason(_lto_load_problem(problem), problem.forward)
 
 
 def lto_convolve_reason(problem: ConvolveProblem) -> str | None:
@@ -174,14 +189,7 @@ def lto_convolve_reason(problem: ConvolveProblem) -> str | None:
         # a store callback on cuFFT's R2C gets the DC and Nyquist bins wrong (tests/fft/test_convolve_gpu.py
         # checks real signals on a GPU); cufft-lto-load covers them
         return "real signals take the load-callback form (cufft-lto-load), not a store callback on cuFFT's R2C"
-    cb = _lto_problem(problem)
-    if isinstance(cb, str):
-        return cb
-    why = lto_reason(cb)
-    if why:
-        return why
-    inv = layout(problem.inverse)
-    return inv if isinstance(inv, str) else None
+    return _callback_form_reason(_lto_problem(problem), problem.inverse)
 
 
 _REASONS = (
@@ -411,20 +419,17 @@ class FusedConvolvePlan:
         pass
 
 
-class LtoConvolvePlan:
+class LtoConvolvePlan(CufftConvolvePlan):
     """cuFFT forward with ``* h / n`` as LTO store callback into a scratch spectrum, then cuFFT inverse
-    (unnormalised) into the result; the inverse may overwrite the spectrum, which this plan owns."""
+    (unnormalised) into the result."""
 
     def __init__(self, problem: ConvolveProblem, strategy: str):
-        self.problem, self.strategy = problem, strategy
-        self.forward = LtoCallbackPlan(_lto_problem(problem), "cufft-lto")
-        try:
-            self.inverse = CudaFFTPlan(problem.inverse, "cufft")
-        except BaseException:
-            self.forward.release()
-            raise
-        f = problem.forward
-        self.spectrum_bytes = math.prod(f.out_shape) * np.dtype(f.compute_dtype).itemsize
+        super().__init__(
+            problem,
+            strategy,
+            lambda: LtoCallbackPlan(_lto_problem(problem), "cufft-lto"),
+            lambda: CudaFFTPlan(problem.inverse, "cufft"),
+        )
         self.steps = (
             *self.forward.steps[:-1],
             self.inverse.steps[0],
@@ -432,45 +437,22 @@ class LtoConvolvePlan:
             problem.describe(),
         )
 
-    def execute(self, operands, stream=None):
-        from .._cuda import arrays, cufft, memory, runtime, streams
-
-        f, inv = self.problem.forward, self.problem.inverse
-        fw, dev = f.framework, self.forward.device_index
-        x = operands["x"]
-        runtime.bind_context(dev)
-        s = streams.stream_pointer(stream, fw, dev)
-        self.forward.bind_data({"epilog_data": (operands["h"],)}, s)
-        spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
-        self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
-        out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, dev, s)
-        self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
-        spectrum.release()  # stream-ordered: reused only after the inverse
-        return out
-
-    @property
-    def workspace_bytes(self) -> int:
-        return self.forward.workspace_bytes + self.inverse.workspace_bytes
-
-    def release(self) -> None:
-        self.forward.release()
-        self.inverse.release()
+    def before_forward(self, operands: dict, stream: int) -> None:
+        self.forward.bind_data({"epilog_data": (operands["h"],)}, stream)
 
 
-class LtoLoadConvolvePlan:
+class LtoLoadConvolvePlan(CufftConvolvePlan):
     """cuFFT forward into a scratch spectrum, then cuFFT inverse with ``* h / n`` as LTO load callback into the
-    result (the inverse may overwrite the spectrum, which this plan owns)."""
+    result."""
 
     def __init__(self, problem: ConvolveProblem, strategy: str):
-        self.problem, self.strategy = problem, strategy
-        self.forward = CudaFFTPlan(problem.forward, "cufft")
-        try:
-            self.inverse = LtoCallbackPlan(_lto_load_problem(problem), "cufft-lto")
-        except BaseException:
-            self.forward.release()
-            raise
+        super().__init__(
+            problem,
+            strategy,
+            lambda: CudaFFTPlan(problem.forward, "cufft"),
+            lambda: LtoCallbackPlan(_lto_load_problem(problem), "cufft-lto"),
+        )
         f = problem.forward
-        self.spectrum_bytes = math.prod(f.out_shape) * np.dtype(f.compute_dtype).itemsize
         self.steps = (
             self.forward.steps[0],
             "cufftExec of the forward transform on the caller's stream into a scratch spectrum",
@@ -480,26 +462,5 @@ class LtoLoadConvolvePlan:
             problem.describe(),
         )
 
-    def execute(self, operands, stream=None):
-        from .._cuda import arrays, cufft, memory, runtime, streams
-
-        f, inv = self.problem.forward, self.problem.inverse
-        fw, dev = f.framework, self.forward.device_index
-        x = operands["x"]
-        runtime.bind_context(dev)
-        s = streams.stream_pointer(stream, fw, dev)
-        spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
-        self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
-        self.inverse.bind_data({"prolog_data": (operands["h"],)}, s)
-        out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, dev, s)
-        self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
-        spectrum.release()  # stream-ordered: reused only after the inverse
-        return out
-
-    @property
-    def workspace_bytes(self) -> int:
-        return self.forward.workspace_bytes + self.inverse.workspace_bytes
-
-    def release(self) -> None:
-        self.forward.release()
-        self.inverse.release()
+    def between_transforms(self, spectrum, operands: dict, stream: int) -> None:
+        self.inverse.bind_data({"prolog_data": (operands["h"],)}, stream)

@@ -1,5 +1,6 @@
 """The ``unfused`` strategy of ``fft.convolve`` on the ``"cuda"`` executor: cuFFT forward, one multiply
-kernel, cuFFT inverse, on the caller's stream.
+kernel, cuFFT inverse, on the caller's stream (the cuFFT launch sequence:
+:mod:`.cuda_fft_convolve_cufft`).
 
 It is the three-kernel form CuPy's and Torch's ``ifft(fft(x) * h)`` run, less their separate normalisation
 pass: the ``1/n`` is applied by the multiply (``y *= h / n``, in place on the spectrum this plan owns), and
@@ -16,6 +17,7 @@ import numpy as np
 
 from .._fft_convolve import ConvolveProblem
 from .cuda_fft import CudaFFTPlan, layout
+from .cuda_fft_convolve_cufft import CufftConvolvePlan
 from .cuda_numba import NumbaStreams, numba_reason, numba_view, on_device, raw_view
 
 __all__ = ["unfused_reason", "UnfusedConvolvePlan"]
@@ -42,27 +44,19 @@ def unfused_reason(problem: ConvolveProblem) -> str | None:
     return None
 
 
-class UnfusedConvolvePlan:
+class UnfusedConvolvePlan(CufftConvolvePlan):
     """cuFFT forward -> ``y *= h / n`` (one kernel, in place) -> cuFFT inverse."""
 
     def __init__(self, problem: ConvolveProblem, strategy: str):
         from ..device.fft_filter import multiply_by_filter
 
-        self.problem, self.strategy = problem, strategy
         f, inv = problem.forward, problem.inverse
-        self.forward = CudaFFTPlan(f, "cufft")
-        try:
-            self.inverse = CudaFFTPlan(inv, "cufft")
-        except BaseException:
-            self.forward.release()
-            raise
-        self.device_index = self.forward.device_index
+        super().__init__(problem, strategy, lambda: CudaFFTPlan(f, "cufft"), lambda: CudaFFTPlan(inv, "cufft"))
         self.n_mid = f.out_shape[-1]
         self.rows = math.prod(f.out_shape[:-1])
         self.per_row = problem.filter_rows == "each"
         self.scale = np.dtype(f.real_dtype).type(1.0 / f.lengths[0])
         self.real_n = f.lengths[0] if f.kind == "r2c" else 0
-        self.spectrum_bytes = self.rows * self.n_mid * np.dtype(f.compute_dtype).itemsize
         from .._cuda import runtime
 
         self._several = runtime.device_count() > 1
@@ -94,31 +88,11 @@ class UnfusedConvolvePlan:
         with on_device(self.device_index, self._several):
             self._multiply.compile(argtypes)
 
-    def execute(self, operands, stream=None):
-        from .._cuda import arrays, cufft, memory, runtime, streams
+    def between_transforms(self, spectrum, operands: dict, stream: int) -> None:
         from ..device.fft_filter import launch_multiply
 
-        f, inv = self.problem.forward, self.problem.inverse
-        fw, dev = f.framework, self.device_index
-        x, h = operands["x"], operands["h"]
-        runtime.bind_context(dev)
-        s = streams.stream_pointer(stream, fw, dev)
-        kind = arrays.result_kind(x, fw)
-        spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
-        self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
+        f, dev = self.problem.forward, self.device_index
         with on_device(dev, self._several):
             y = raw_view(spectrum.ptr, (self.rows, self.n_mid), f.compute_dtype, spectrum)
-            hv = numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
-            launch_multiply(y, hv, self.per_row, self.scale, self._streams(s), self.real_n)
-        out, out_ptr = arrays.empty(kind, inv.out_shape, inv.result_dtype, dev, s)
-        self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
-        spectrum.release()  # stream-ordered: reused only after the inverse
-        return out
-
-    @property
-    def workspace_bytes(self) -> int:
-        return self.forward.workspace_bytes + self.inverse.workspace_bytes
-
-    def release(self) -> None:
-        self.forward.release()
-        self.inverse.release()
+            hv = numba_view(operands["h"], f.framework, (self.rows if self.per_row else 1, self.n_mid))
+            launch_multiply(y, hv, self.per_row, self.scale, self._streams(stream), self.real_n)

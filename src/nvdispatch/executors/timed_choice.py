@@ -129,6 +129,7 @@ class TimedChoicePlan:
         self._record: dict[str, Any] | None = None
         self._run: Callable[[dict, Any], Any] | None = None
         self.chosen: str | None = None
+        self._chosen_steps: tuple[str, ...] = ()  # kept: ``steps`` reads them after a release too
         self.how = ""  # "timed" | "recorded" | "model" once chosen
         self.medians: dict[str, float] = {}
         if tuning is not None:
@@ -177,6 +178,7 @@ class TimedChoicePlan:
         if plan is None:
             raise self._errors[label]
         self.chosen, self.how, self._record = label, how, record
+        self._chosen_steps = tuple(plan.steps)
         if record is not None:
             self.medians = {k: v * 1e-6 for k, v in record.get("us", {}).items()}
         self._run = plan.execute
@@ -268,7 +270,9 @@ class TimedChoicePlan:
         model = "model (time / HBM floor): " + ", ".join(
             f"{c.label} {c.model:.1f}" + (f" [{c.detail}]" if c.detail else "") for c in self.candidates.values()
         )
-        if self.chosen is None:
+        if self.chosen is None and not self._plans:
+            lines = [f"timed choice among {', '.join(self.candidates)}: released before a call chose one", model]
+        elif self.chosen is None:
             labels = list(self._plans)
             first = self._plans[labels[0]]
             head = (
@@ -277,7 +281,6 @@ class TimedChoicePlan:
             )
             lines = [head, model, *list(first.steps)[:-1]]
         else:
-            plan = self._plans[self.chosen]
             if self.how == "timed":
                 head = (
                     f"chose {self.chosen}: the fastest when timed here (median us per call: "
@@ -290,7 +293,7 @@ class TimedChoicePlan:
                 )
             else:
                 head = f"chose {self.chosen}, the model's first ({self.why_not_timed})"
-            lines = [head, model, *list(plan.steps)[:-1]]
+            lines = [head, model, *self._chosen_steps[:-1]]
         lines += [f"left out {label}: {why}" for label, why in self._failed.items()]
         return (*lines, self.problem.describe())
 

@@ -13,7 +13,7 @@ for Dynamo. Nothing of Torch is imported here either: the operators are register
 
 from __future__ import annotations
 
-from .._traced import register_traced
+from .._traced import register_compiled_note, register_traced
 from .torch_entry import install_torch
 
 __all__ = ["install_jax", "install_torch"]
@@ -49,8 +49,16 @@ def _jax_freq(*args, **kwargs):
     return traced_freq(*args, **kwargs)
 
 
+def _jax_matmul_note() -> str:
+    from .jax_ffi import route
+
+    name, why = route()
+    return f"inside jax.jit on a GPU this matmul is staged through the {name!r} route ({why})"
+
+
 def install_jax() -> None:
     """Install the JAX handlers (done when nvdispatch is imported)."""
+    register_compiled_note("jax", "matmul", _jax_matmul_note)
     for operation, handler in (
         ("matmul", _jax_matmul),
         ("fft", _jax_fft),

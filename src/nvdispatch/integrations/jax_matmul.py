@@ -40,6 +40,7 @@ from .._fp8_types import FP8_DTYPES
 from .._matmul_problem import MatmulProblem, as_options, as_preferences, scalar_value
 from .._route import log
 from ..errors import EpilogInputError, InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
+from .jax_ffi import route
 from .jax_matmul_kernel import MatmulCall, matmul_kernel
 from .jax_matmul_shapes import abstract_problem, output_avals
 
@@ -104,6 +105,7 @@ def traced_matmul(
             )
     problem = abstract_problem("jax", CPU, arrays, spec, opts, alpha, beta)
     _check_traceable(problem, arrays)
+    gpu_route, why = route()
     call = MatmulCall(
         epilog=spec.epilog.name,
         alpha=scalar_value(alpha),
@@ -111,9 +113,10 @@ def traced_matmul(
         options=opts,
         preferences=prefs,
         state=get_state(),
+        gpu_route=gpu_route,
     )
-    log.debug("matmul: staged into a traced JAX program (%s, result %s%s)", spec.epilog.name,
-              problem.result_dtype, list(problem.result_shape))
+    log.debug("matmul: staged into a traced JAX program (%s, result %s%s); on the GPU through the %s route: %s",
+              spec.epilog.name, problem.result_dtype, list(problem.result_shape), gpu_route, why)
     canonical = _canonical(problem, arrays)
     outputs = _staged(call, *(canonical.get(name) for name in _OPERANDS))
     avals = output_avals(problem)

@@ -8,8 +8,10 @@ every platform.
 * CPU: the callback runs ``nvdispatch.matmul`` (the whole eager route: backend state as traced, plan cache) on
   NumPy views of XLA's buffers and copies the results into XLA's output buffers. bfloat16, which NumPy lacks,
   runs as float32 (exact products, the sum accumulated in float32 as cuBLASLt's is) rounded once at the end.
-* GPU: the ``cuda`` executor's cuBLASLt plan writes into XLA's output buffers on XLA's stream
-  (``LtMatmulPlan.execute_into``): no host round trip, no allocation but cuBLASLt's workspace. What cuBLASLt
+* GPU: the ``cuda`` executor's cuBLASLt plan writes into XLA's output buffers on XLA's stream, called by XLA
+  through the extension's XLA FFI handler (:mod:`.jax_ffi`, planned while tracing) or from a Python buffer
+  callback (``LtMatmulPlan.execute_into``, planned on the first run), as ``MatmulCall.gpu_route`` says: no host
+  round trip, no allocation but cuBLASLt's workspace. What cuBLASLt
   reads or writes in its own layouts is converted by XLA around the call: operands cast to the result dtype,
   a bias along M and ``c`` transposed for the column orientation, the ReLU mask packed to and unpacked from
   cuBLASLt's bits, the GELU pre-activation padded to its leading dimension. Float32 products follow JAX's
@@ -33,10 +35,12 @@ from .._detect import CPU, Device
 from .._epilog import INPUTS, spec_of
 from .._matmul_problem import MatmulOptions, MatmulPlanPreferences, MatmulProblem
 from .._plan_cache import plan_cache
+from .._route import log
 from .._strides import c_strides
 from ..errors import PlanStateError
 from ..linalg import matmul
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
+from .jax_ffi import FFI_ROUTES, asked_route, stage_matmul
 from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals, product_on_values, transposed
 from .jax_precision import with_convention
 
@@ -57,6 +61,10 @@ class MatmulCall:
     #: ``a``/``b`` are read transposed (their last two axes swapped) where True
     transpose_a: bool = False
     transpose_b: bool = False
+    #: how the GPU kernel runs the plan: "ffi"/"ffi-graphs" (the extension's XLA FFI handler, outside or inside
+    #: XLA's command buffers) or "callback" (a Python buffer callback); chosen when the call is traced
+    #: (:func:`.jax_ffi.route`)
+    gpu_route: str = "callback"
 
     @property
     def transpose(self) -> tuple[bool, bool]:
@@ -185,9 +193,12 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     row = orientation == "row"
     m, n = problem.m, problem.n
     layouts = output_layouts(dev_problem, setup(dev_problem, orientation))
-    results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
-    callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
-    outs = dict(zip(layouts, stage(callback, results, *inputs.values())))
+    staged = _ffi_staged(call, options, inputs, views, orientation) if call.gpu_route in FFI_ROUTES else None
+    if staged is None:
+        results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
+        callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
+        staged = stage(callback, results, *inputs.values())
+    outs = dict(zip(layouts, staged))
     converted = []
     for name, want in avals.items():
         x = outs[name]
@@ -201,6 +212,26 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
             x = _take_broadcast(x, want.shape)
         converted.append(x.reshape(want.shape).astype(want.dtype))
     return tuple(converted)
+
+
+def _ffi_staged(call: MatmulCall, options, inputs: dict, views, orientation: str):
+    """The outputs of the XLA FFI call of the plan (:func:`.jax_ffi.stage_matmul`, planned now); None where the
+    plan cannot be made here and the route was not asked for explicitly: the call then takes the buffer
+    callback, which plans when the program runs on a GPU (a program traced for the CPU never does)."""
+    names = tuple(inputs)
+
+    def problem_for(dev, shapes):
+        return _device_problem(call, options, dict(zip(names, inputs.values())), views, Device("cuda", dev), shapes)
+
+    try:
+        return stage_matmul(problem_for, call.state, call.alpha, call.beta, orientation, names, tuple(inputs.values()),
+                            graphs=call.gpu_route == "ffi-graphs")
+    except Exception as exc:  # noqa: BLE001 - logged; the callback route then behaves as it always has
+        if asked_route() in FFI_ROUTES:
+            raise
+        log.debug("matmul: no XLA FFI plan while tracing (%s: %s); staged as a buffer callback", type(exc).__name__,
+                  exc)
+        return None
 
 
 def _device_operands(call: MatmulCall, names, problem: MatmulProblem, values, orientation: str):
