@@ -1,7 +1,8 @@
-"""The one compiled part, optional: nvdispatch._hotpath (_hotpath.c: matmul's cached hit; _hotpath_lt.c: the
-cuBLASLt launches; _hotpath_ffi.c: the XLA FFI handler that runs cuBLASLt plans inside ``jax.jit`` on the GPU),
-built for the stable ABI (one build serves CPython 3.10 and later). Where it cannot be built the package installs
-without it: ``nvdispatch.matmul`` takes the same route in Python and cuBLASLt is launched through ctypes.
+"""The one compiled part, optional: nvdispatch._hotpath (_hotpath.c: matmul's cached hit; _hotpath_fft.c: the
+transforms' cached hit; _hotpath_lt.c, _hotpath_cufft.c: the cuBLASLt and cuFFT launches; _hotpath_ffi.c: the XLA
+FFI handler that runs cuBLASLt plans inside ``jax.jit`` on the GPU), built for the stable ABI (one build serves
+CPython 3.10 and later). Where it cannot be built the package installs without it: ``nvdispatch.matmul`` and the
+transforms take the same route in Python, and cuBLASLt and cuFFT are launched through ctypes.
 
 The XLA FFI handler is compiled against the XLA FFI C API header of the jaxlib installed where the extension is
 built (``jaxlib/include/xla/ffi/api/c_api.h``, found without importing JAX); without jaxlib there (an isolated
@@ -67,12 +68,14 @@ setup(
                 "src/nvdispatch/_hotpath.c",
                 "src/nvdispatch/_hotpath_lt.c",
                 "src/nvdispatch/_hotpath_cache.c",
+                "src/nvdispatch/_hotpath_fft.c",
+                "src/nvdispatch/_hotpath_cufft.c",
                 "src/nvdispatch/_hotpath_ffi.c",
             ],
             include_dirs=["src/nvdispatch"] + ([_ffi] if _ffi else []),
             py_limited_api=True,
             define_macros=[("Py_LIMITED_API", "0x030A0000")] + ([("NVD_XLA_FFI", "1")] if _ffi else []),
-            depends=["src/nvdispatch/_hotpath_lt.h"],
+            depends=["src/nvdispatch/_hotpath.h", "src/nvdispatch/_hotpath_lt.h"],
             optional=True,
         )
     ],

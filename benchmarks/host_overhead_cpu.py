@@ -4,8 +4,9 @@ Cases (each a repeated call whose plan is cached, timed per call): an 8×8 float
 RELU_BIAS (against ``np.matmul`` and ``np.maximum(a @ b + bias, 0)`` / ``np.matmul`` alone), a 16×16
 float32 Torch CPU matmul, plain and RELU_BIAS (against ``torch.matmul`` and ``torch._addmm_activation`` /
 ``torch.matmul``), the same RELU_BIAS with ``nn.Parameter`` weight and bias under autograd (against
-``torch.relu(torch.addmm(...))``) and a 64-point complex64 fft of a NumPy array and of a Torch CPU tensor
-(against ``np.fft.fft`` / ``torch.fft.fft``).
+``torch.relu(torch.addmm(...))``), a 64-point complex64 fft of a NumPy array and of a Torch CPU tensor
+(against ``np.fft.fft`` / ``torch.fft.fft``), and 16×16 complex64 ``fft``/``fft2`` and the stateful
+``FFT.execute`` of NumPy arrays and Torch CPU tensors (against ``numpy.fft`` / ``torch.fft``).
 Contenders are interleaved round by round; each sample is the calling thread's CPU time
 (``time.thread_time``) over ``--number`` calls, so time the shared machine gives to other processes is not
 counted. We report the median per-call time and its ratio to the peer.
@@ -42,7 +43,14 @@ def _cases(nvd):
         ),
         "fft 64 complex64": (lambda: nvd.fft.fft(x64), lambda: np.fft.fft(x64)),
     }
+    x16 = (rng.standard_normal((16, 16)) + 1j * rng.standard_normal((16, 16))).astype(np.complex64)
+    fx16 = nvd.fft.FFT(x16, axes=(0, 1)).plan()
+    cases["numpy fft2 16x16 complex64"] = (lambda: nvd.fft.fft2(x16), lambda: np.fft.fft2(x16))
+    cases["numpy fft 16x16 complex64"] = (lambda: nvd.fft.fft(x16), lambda: np.fft.fft(x16))
+    cases["numpy FFT.execute 16x16 vs fft2"] = (fx16.execute, lambda: np.fft.fft2(x16))
     checks = [
+        (nvd.fft.fft2(x16), np.fft.fft2(x16)),
+        (fx16.execute(), np.fft.fft2(x16)),
         (nvd.matmul(a8, b8), a8 @ b8),
         (nvd.matmul(a8, b8, **relu), np.maximum(a8 @ b8 + bias8, 0)),
         (nvd.fft.fft(x64), np.fft.fft(x64)),
@@ -76,6 +84,13 @@ def _cases(nvd):
         tx64 = torch.from_numpy(x64)
         cases["torch cpu fft 64 complex64"] = (lambda: nvd.fft.fft(tx64), lambda: torch.fft.fft(tx64))
         checks.append((nvd.fft.fft(tx64).numpy(), np.fft.fft(x64)))
+        tx16 = torch.from_numpy(x16)
+        ftx16 = nvd.fft.FFT(tx16, axes=(0, 1)).plan()
+        cases["torch cpu fft2 16x16 complex64"] = (lambda: nvd.fft.fft2(tx16), lambda: torch.fft.fft2(tx16))
+        cases["torch cpu fft 16x16 complex64"] = (lambda: nvd.fft.fft(tx16), lambda: torch.fft.fft(tx16))
+        cases["torch cpu FFT.execute 16x16 vs fft2"] = (ftx16.execute, lambda: torch.fft.fft2(tx16))
+        checks.append((nvd.fft.fft2(tx16).numpy(), np.fft.fft2(x16)))
+        checks.append((ftx16.execute().numpy(), np.fft.fft2(x16)))
         checks.append((nvd.matmul(ta, tb).numpy(), (ta @ tb).numpy()))
         checks.append((nvd.matmul(ta, tb, **trelu).numpy(), torch.relu(ta @ tb + tbias).numpy()))
     except ImportError:

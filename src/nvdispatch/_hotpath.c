@@ -25,30 +25,26 @@
  *
  * The stable ABI (Py_LIMITED_API 3.10): one build serves every CPython from 3.10 on.
  */
-#ifndef Py_LIMITED_API
-#define Py_LIMITED_API 0x030A0000
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_hotpath.h"
 
 /* the attributes of the parts object the front reads, in this order (its self tuple) */
 static const char *const PART_NAMES[] = {
     "route",   "classes",  "backends", "acquire", "acquire_handle", "let_go", "log_levels", "log_hit",
     "raise_if_out_of_memory", "operands",
 };
+/* the route's arguments (route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream,
+ * quantization_scales, memo_checked)) and the run step's operands (linalg._operands) follow the common parts */
+enum { OPERANDS = N_COMMON_PARTS, N_PARTS };
 enum {
-    ROUTE,          /* linalg._route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream,
-                       quantization_scales, memo_checked) */
-    CLASSES,        /* class -> ClassKeys (a dict) */
-    BACKENDS,       /* the backend registry: current_state(), global_key */
-    ACQUIRE,        /* plan_cache.acquire */
-    ACQUIRE_HANDLE, /* plan_cache.acquire_handle */
-    LET_GO,         /* plan_cache.let_go */
-    LOG_LEVELS,     /* the nvdispatch logger's level cache (a dict) */
-    LOG_HIT,        /* _route.log_hit */
-    RAISE_IF_OOM,   /* _execute.raise_if_out_of_memory */
-    OPERANDS,       /* linalg._operands */
-    N_PARTS
+    ROUTE = P_ROUTE,
+    CLASSES = P_CLASSES,
+    BACKENDS = P_BACKENDS,
+    ACQUIRE = P_ACQUIRE,
+    ACQUIRE_HANDLE = P_ACQUIRE_HANDLE,
+    LET_GO = P_LET_GO,
+    LOG_LEVELS = P_LOG_LEVELS,
+    LOG_HIT = P_LOG_HIT,
+    RAISE_IF_OOM = P_RAISE_IF_OOM,
 };
 
 #define N_ARGS 11 /* a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales */
@@ -82,9 +78,6 @@ attr(PyObject *obj, PyObject *name)
     return obj == NULL ? NULL : PyObject_GetAttr(obj, name);
 }
 
-/* the fields of nvdispatch._call_key.ClassKeys (a named tuple) the front reads, by position */
-enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO, KEYS_PRECISION = 6 };
-
 /* ClassKeys field `field` of class cls (borrowed); NULL with no error set when the class has no entry yet */
 static PyObject *
 class_field(PyObject *classes, PyObject *cls, Py_ssize_t field)
@@ -116,6 +109,22 @@ classes_of(PyObject *classes, PyObject *sig, PyObject *a, PyObject *b, PyObject 
     return bias == NULL ? PyTuple_Pack(2, cls, bc) : PyTuple_Pack(3, cls, bc, biasc);
 }
 
+/* the backend part of a form: the current state's key and the registry's global key (new references) */
+int
+nvd_backend_keys(PyObject *self, PyObject **state_key, PyObject **global_key)
+{
+    PyObject *backends = PyTuple_GetItem(self, P_BACKENDS);
+    PyObject *state = PyObject_CallMethodObjArgs(backends, s_current_state, NULL);
+    *state_key = attr(state, s_key);
+    Py_XDECREF(state);
+    *global_key = *state_key == NULL ? NULL : PyObject_GetAttr(backends, s_global_key);
+    if (*global_key == NULL) {
+        Py_CLEAR(*state_key);
+        return -1;
+    }
+    return 0;
+}
+
 /* the form a hit is remembered under (nvdispatch._call_key.short_form builds the same tuples) */
 static PyObject *
 form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
@@ -133,19 +142,14 @@ form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, P
         if (precision == NULL)
             return NULL;
     }
-    PyObject *backends = PyTuple_GetItem(parts, BACKENDS);
-    PyObject *state = PyObject_CallMethodObjArgs(backends, s_current_state, NULL);
-    PyObject *skey = attr(state, s_key);
-    Py_XDECREF(state);
-    PyObject *gkey = skey == NULL ? NULL : PyObject_GetAttr(backends, s_global_key);
-    PyObject *form = NULL;
-    if (skey != NULL && gkey != NULL) {
+    PyObject *skey, *gkey, *form = NULL;
+    if (nvd_backend_keys(parts, &skey, &gkey) == 0) {
         PyObject *acls = (PyObject *)Py_TYPE(alpha);
         form = with_bias ? PyTuple_Pack(7, classes, epilog, s_bias, acls, skey, gkey, precision)
                          : PyTuple_Pack(6, classes, epilog, acls, skey, gkey, precision);
+        Py_DECREF(skey);
+        Py_DECREF(gkey);
     }
-    Py_XDECREF(skey);
-    Py_XDECREF(gkey);
     Py_DECREF(precision);
     return form;
 }
@@ -177,8 +181,8 @@ run_plan(PyObject *parts, PyObject *plan, PyObject *const *args, PyObject *bias)
 
 /* a failed run: an out-of-memory error becomes nvdispatch's OutOfMemoryError (raised from it), as the route's
  * `except Exception: raise_if_out_of_memory(exc); raise` does */
-static void
-reraise(PyObject *parts)
+void
+nvd_reraise(PyObject *self)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return;
@@ -187,7 +191,7 @@ reraise(PyObject *parts)
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb != NULL)
         PyException_SetTraceback(value, tb);
-    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, RAISE_IF_OOM), value, NULL);
+    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_RAISE_IF_OOM), value, NULL);
     if (r == NULL) { /* it raised its own error, from this one */
         Py_XDECREF(type);
         Py_XDECREF(value);
@@ -198,13 +202,13 @@ reraise(PyObject *parts)
     PyErr_Restore(type, value, tb);
 }
 
-static PyObject *
-let_go(PyObject *parts, PyObject *plan, PyObject *result)
+PyObject *
+nvd_let_go(PyObject *self, PyObject *plan, PyObject *result)
 {
     /* let_go runs with the run's error, if any, put aside (a finally block) */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, LET_GO), plan, NULL);
+    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_LET_GO), plan, NULL);
     if (r == NULL) {
         Py_XDECREF(result);
         Py_XDECREF(type);
@@ -217,12 +221,23 @@ let_go(PyObject *parts, PyObject *plan, PyObject *result)
     return result;
 }
 
+int
+nvd_log_hit(PyObject *self, PyObject *what, PyObject *plan)
+{
+    PyObject *level = PyDict_GetItemWithError(PyTuple_GetItem(self, P_LOG_LEVELS), i_debug);
+    if (level == Py_False || PyErr_Occurred())
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_LOG_HIT), what, plan, NULL); /* it checks */
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 /* a repeated call whose guard passes: its plan, acquired (pinned where the cache pins it); NULL with no error
  * set when there is none (the route then serves the call); *pinned tells whether to let go (the route skips
  * let_go, a no-op, for a plan the cache does not pin) */
-static PyObject *
-memo_hit(PyObject *parts, PyObject *memo, PyObject *form, PyObject *a, PyObject *b, PyObject *bias, int *pinned,
-         int *tried)
+PyObject *
+nvd_memo_hit(PyObject *self, PyObject *memo, PyObject *form, PyObject *const *arrays, Py_ssize_t n, int *pinned,
+             int *tried)
 {
     PyObject *handles = PyObject_GetAttr(memo, s_handles);
     if (handles == NULL)
@@ -235,17 +250,18 @@ memo_hit(PyObject *parts, PyObject *memo, PyObject *form, PyObject *a, PyObject 
         return NULL;
     }
     PyObject *plan = NULL;
-    Py_ssize_t n = PyTuple_Size(found);
-    for (Py_ssize_t i = 0; i < n && plan == NULL && !PyErr_Occurred(); i++) {
+    Py_ssize_t count = PyTuple_Size(found);
+    for (Py_ssize_t i = 0; i < count && plan == NULL && !PyErr_Occurred(); i++) {
         PyObject *rec = PyTuple_GetItem(found, i);
         PyObject *check = PyTuple_GetItem(rec, 0), *entry = PyTuple_GetItem(rec, 1), *epoch = PyTuple_GetItem(rec, 2);
-        PyObject *ok = PyObject_CallFunctionObjArgs(check, a, b, bias, NULL);
+        PyObject *ok = PyObject_CallFunctionObjArgs(check, arrays[0], n > 1 ? arrays[1] : NULL,
+                                                    n > 2 ? arrays[2] : NULL, NULL);
         int passed = ok == NULL ? -1 : PyObject_IsTrue(ok);
         Py_XDECREF(ok);
         if (passed < 0)
             break;
         if (passed) {
-            plan = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, ACQUIRE_HANDLE), entry, epoch, NULL);
+            plan = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_ACQUIRE_HANDLE), entry, epoch, NULL);
             if (plan == Py_None) { /* stale: the route takes the call's key and remembers the new handle */
                 Py_DECREF(plan);
                 plan = NULL;
@@ -268,17 +284,14 @@ memo_hit(PyObject *parts, PyObject *memo, PyObject *form, PyObject *a, PyObject 
 
 /* a repeated call of a class without a guard (its signatures are cheap to read: NumPy's, CuPy's): the plan
  * cached under its call key (form, signatures), acquired; NULL with no error set when there is none */
-static PyObject *
-key_hit(PyObject *parts, PyObject *sig, PyObject *form, PyObject *a, PyObject *b, PyObject *bias)
+PyObject *
+nvd_key_hit(PyObject *self, PyObject *sig, PyObject *form, PyObject *const *arrays, Py_ssize_t n)
 {
-    int n = bias == NULL ? 2 : 3;
     PyObject *key = PyTuple_New(n + 1);
     if (key == NULL)
         return NULL;
-    Py_INCREF(form);
-    PyTuple_SetItem(key, 0, form);
-    PyObject *arrays[3] = {a, b, bias};
-    for (int i = 0; i < n; i++) {
+    PyTuple_SetItem(key, 0, Py_NewRef(form));
+    for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *signature = PyObject_CallFunctionObjArgs(sig, arrays[i], NULL);
         if (signature == NULL) {
             Py_DECREF(key);
@@ -286,7 +299,7 @@ key_hit(PyObject *parts, PyObject *sig, PyObject *form, PyObject *a, PyObject *b
         }
         PyTuple_SetItem(key, i + 1, signature);
     }
-    PyObject *plan = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, ACQUIRE), key, NULL);
+    PyObject *plan = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_ACQUIRE), key, NULL);
     Py_DECREF(key);
     if (plan == Py_None) { /* a miss: the route plans the call */
         Py_DECREF(plan);
@@ -343,9 +356,11 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     Py_XDECREF(which);
     int pinned = 1, tried = 0;
     PyObject *plan = NULL;
+    PyObject *arrays[3] = {a, b, bias};
+    Py_ssize_t narrays = bias == NULL ? 2 : 3;
     if (form != NULL) /* the memo's handles, behind their guards; else the call key */
-        plan = memo != Py_None ? memo_hit(parts, memo, form, a, b, bias, &pinned, &tried)
-                               : key_hit(parts, sig, form, a, b, bias);
+        plan = memo != Py_None ? nvd_memo_hit(parts, memo, form, arrays, narrays, &pinned, &tried)
+                               : nvd_key_hit(parts, sig, form, arrays, narrays);
     Py_DECREF(sig);
     Py_DECREF(memo);
     Py_XDECREF(form);
@@ -365,22 +380,14 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
         return result;
     }
     PyObject *result = NULL;
-    PyObject *levels = PyTuple_GetItem(parts, LOG_LEVELS);
-    PyObject *level = PyDict_GetItemWithError(levels, i_debug);
-    int debug = 0;
-    if (level != Py_False && !PyErr_Occurred()) { /* log_hit checks the level itself */
-        PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(parts, LOG_HIT), s_matmul, plan, NULL);
-        debug = r == NULL ? -1 : 0;
-        Py_XDECREF(r);
-    }
-    if (debug >= 0 && !PyErr_Occurred()) {
+    if (nvd_log_hit(parts, s_matmul, plan) == 0) {
         result = run_plan(parts, plan, args, bias);
         if (result == NULL)
-            reraise(parts);
+            nvd_reraise(parts);
     }
     Py_XDECREF(bias);
     if (pinned)
-        result = let_go(parts, plan, result);
+        result = nvd_let_go(parts, plan, result);
     Py_DECREF(plan);
     return result;
 }
@@ -388,26 +395,35 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef front_def = {"matmul_front", (PyCFunction)(void (*)(void))front, METH_FASTCALL,
                                 "nvdispatch.matmul's route with its hit compiled (see _hotpath.c)."};
 
-/* make_matmul_front(parts): the front, reading the documented attributes of parts (PART_NAMES) once */
-static PyObject *
-make_matmul_front(PyObject *module, PyObject *parts)
+PyObject *
+nvd_read_parts(PyObject *parts, const char *const *names, Py_ssize_t n, const char *who)
 {
-    PyObject *self = PyTuple_New(N_PARTS);
+    PyObject *self = PyTuple_New(n);
     if (self == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < N_PARTS; i++) {
-        PyObject *value = PyObject_GetAttrString(parts, PART_NAMES[i]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyObject_GetAttrString(parts, names[i]);
         if (value == NULL) {
             Py_DECREF(self);
             return NULL;
         }
         PyTuple_SetItem(self, i, value);
     }
-    if (!PyDict_Check(PyTuple_GetItem(self, CLASSES)) || !PyDict_Check(PyTuple_GetItem(self, LOG_LEVELS))) {
+    if (!PyDict_Check(PyTuple_GetItem(self, P_CLASSES)) || !PyDict_Check(PyTuple_GetItem(self, P_LOG_LEVELS))) {
         Py_DECREF(self);
-        PyErr_SetString(PyExc_TypeError, "make_matmul_front: parts.classes and parts.log_levels must be dicts");
+        PyErr_Format(PyExc_TypeError, "%s: parts.classes and parts.log_levels must be dicts", who);
         return NULL;
     }
+    return self;
+}
+
+/* make_matmul_front(parts): the front, reading the documented attributes of parts (PART_NAMES) once */
+static PyObject *
+make_matmul_front(PyObject *module, PyObject *parts)
+{
+    PyObject *self = nvd_read_parts(parts, PART_NAMES, N_PARTS, "make_matmul_front");
+    if (self == NULL)
+        return NULL;
     PyObject *front_fn = PyCFunction_NewEx(&front_def, self, NULL); /* self: the parts, the front's self */
     Py_DECREF(self);
     return front_fn;
@@ -415,6 +431,8 @@ make_matmul_front(PyObject *module, PyObject *parts)
 
 int nvd_add_lt(PyObject *module);    /* _hotpath_lt.c: the cuBLASLt launches */
 int nvd_add_cache(PyObject *module); /* _hotpath_cache.c: the plan cache's per-call steps */
+int nvd_add_fft(PyObject *module);   /* _hotpath_fft.c: the transforms' front */
+int nvd_add_cufft(PyObject *module); /* _hotpath_cufft.c: the cuFFT launch */
 int nvd_add_ffi(PyObject *module);   /* _hotpath_ffi.c: the XLA FFI handler and its plan table */
 
 static PyMethodDef methods[] = {
@@ -449,7 +467,8 @@ PyInit__hotpath(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_ffi(module) < 0) {
+    if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_fft(module) < 0 ||
+        nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

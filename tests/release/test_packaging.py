@@ -108,7 +108,7 @@ def test_wheel_carries_the_extension_type_hints_and_licence(dist):
     assert meta["Requires-Python"] == ">=3.10" and meta["License-Expression"] == "Apache-2.0"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "nvdispatch/py.typed" in names and "nvdispatch/__main__.py" in names
-    assert not [n for n in names if n.endswith(".c")], "C sources belong in the sdist only"
+    assert not [n for n in names if n.endswith((".c", ".h"))], "C sources belong in the sdist only"
     if _compiler_works():
         assert "nvdispatch/_hotpath.abi3.so" in names and "-cp310-abi3-" in dist["wheel"].name
 
@@ -118,6 +118,7 @@ def test_sdist_carries_the_sources_to_build_everything(dist):
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
     assert {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "setup.py"} <= names
     assert {"src/nvdispatch/_hotpath.c", "src/nvdispatch/_hotpath_lt.c", "src/nvdispatch/py.typed"} <= names
+    assert {"src/nvdispatch/_hotpath.h", "src/nvdispatch/_hotpath_fft.c", "src/nvdispatch/_hotpath_cufft.c"} <= names
 
 
 def test_wheel_in_a_fresh_venv_runs_the_demo_and_a_smoke_test(dist, tmp_path):

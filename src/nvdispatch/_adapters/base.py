@@ -191,6 +191,12 @@ class Adapter:
         """The address of ``x``'s first element."""
         raise NotImplementedError(f"{self.name} arrays expose no data pointer")
 
+    def data_ptr_reader(self) -> Callable[[Any], int]:
+        """A function of an array giving its :meth:`data_ptr`, read once by a plan and called on every launch
+        (optional: where the framework allows, a function with no Python frame, such as an
+        ``operator.methodcaller``); :meth:`data_ptr` by default."""
+        return self.data_ptr
+
     # -- streams (CUDA) ----------------------------------------------------------------------------------
     def current_stream(self, device_index: int | None) -> int:
         """The framework's current stream on ``device_index`` as a raw handle (0: the legacy default)."""
@@ -303,6 +309,17 @@ class Adapter:
         being ``operand.new_empty(*args, **kwargs)`` (C-ordered storage), seen with its last two axes swapped
         where ``transposed`` (``order="F"``); None (the default): results come from :meth:`empty_result`."""
         return None
+
+    def result_maker(self, shape, dtype: str) -> tuple | None:
+        """How a plan makes, per call, a C-ordered result of ``shape`` and ``dtype`` like the operand (its device,
+        the framework's allocator on its current stream): ``(maker, args, kwargs)``, the result being
+        ``operand.<maker>(*args, **kwargs)`` where ``maker`` is a str, else ``maker(*args, **kwargs)``; None
+        where results come from :meth:`empty_result` only. By default the operand's ``new_empty`` as
+        :meth:`result_from_operand` says."""
+        made = self.result_from_operand(shape, dtype)
+        if made is None or made[3]:
+            return None
+        return "new_empty", made[1], made[2]
 
     # -- device helpers (layout copies, casts, fallback epilogs of the GPU plans) -----------------------------
     def device_ops_available(self) -> bool:

@@ -92,6 +92,9 @@ class CupyAdapter(Adapter):
     def data_ptr(self, x) -> int:
         return x.data.ptr
 
+    def data_ptr_reader(self):
+        return operator.attrgetter("data.ptr")  # a C call, no Python frame (see _hotpath_cufft.c)
+
     # -- streams -----------------------------------------------------------------------------------------
     def current_stream(self, device_index: int | None) -> int:
         import cupy
@@ -182,6 +185,11 @@ class CupyAdapter(Adapter):
 
     def result_kind(self, x) -> str:
         return "cupy"
+
+    def result_maker(self, shape, dtype: str):
+        import cupy
+
+        return cupy.empty, (tuple(int(d) for d in shape),), {"dtype": dtype}  # the current device's pool
 
     def device_view(self, x):
         isz = x.itemsize or 1

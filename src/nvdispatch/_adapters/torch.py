@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import sys
 from typing import Any
 
@@ -149,6 +150,9 @@ class TorchAdapter(Adapter):
 
     def data_ptr(self, x) -> int:
         return x.data_ptr()
+
+    def data_ptr_reader(self):
+        return operator.methodcaller("data_ptr")  # a C call, no Python frame (see _hotpath_cufft.c)
 
     # -- streams -----------------------------------------------------------------------------------------
     def current_stream(self, device_index: int | None) -> int:

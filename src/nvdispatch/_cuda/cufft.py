@@ -13,7 +13,7 @@ import functools
 from ..errors import CufftError, PlanStateError
 from .libs import library_unavailable, load_library
 
-__all__ = ["unavailable", "version", "library", "check", "CufftPlan", "TYPES", "FORWARD", "INVERSE"]
+__all__ = ["unavailable", "version", "library", "address", "check", "CufftPlan", "TYPES", "FORWARD", "INVERSE"]
 
 FORWARD, INVERSE = -1, 1
 #: (kind, single precision?) -> cufftType
@@ -71,6 +71,11 @@ def library():
     return lib
 
 
+def address(name: str) -> int:
+    """The address of cuFFT's function ``name`` (what the compiled launch calls)."""
+    return ctypes.cast(getattr(library(), name), ctypes.c_void_p).value
+
+
 def check(status: int, what: str) -> None:
     """:class:`CufftError` naming ``what`` unless ``status`` is ``CUFFT_SUCCESS``."""
     if status != 0:
@@ -78,7 +83,11 @@ def check(status: int, what: str) -> None:
 
 
 class CufftPlan:
-    """A cuFFT plan for one advanced layout. ``execute(in_ptr, out_ptr, stream)`` queues it on ``stream``."""
+    """A cuFFT plan for one advanced layout. ``execute(in_ptr, out_ptr, stream)`` queues it on ``stream``.
+
+    ``handle`` is cuFFT's (None once destroyed), ``exec_name`` the ``cufftExec*`` function its type takes, and
+    ``stream`` the stream the handle is set to (None before the first launch): every launch, the compiled one
+    included (``_hotpath_cufft.c``), sets the handle's stream through it."""
 
     def __init__(self, kind, single, n, inembed, istride, idist, onembed, ostride, odist, batch, configure=None):
         """``configure(lib, handle)``, when given, runs between ``cufftCreate`` and the plan's making (where
@@ -117,15 +126,16 @@ class CufftPlan:
             self.handle = None
             raise
         self.workspace_bytes = work.value
-        self._exec = getattr(lib, _EXEC[self.type])
-        self._stream = None
+        self.exec_name = _EXEC[self.type]
+        self._exec = getattr(lib, self.exec_name)
+        self.stream = None
 
     def execute(self, in_ptr: int, out_ptr: int, stream: int, direction: int = FORWARD) -> None:
         if self.handle is None:
             raise PlanStateError("plan", "a live cuFFT plan", "one already destroyed (used after release)")
-        if stream != self._stream:
+        if stream != self.stream:
             check(self._lib.cufftSetStream(self.handle, stream), "cufftSetStream")
-            self._stream = stream
+            self.stream = stream
         if self.kind == "c2c":
             check(self._exec(self.handle, in_ptr, out_ptr, direction), "cufftExec")
         else:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import itertools
 import math
 
+from .._adapter_registry import adapter_named
+from .._compiled import hotpath
 from .._fft_problem import FFTProblem
-from .._memory import CUPY_ARRAY, TORCH_TENSOR
 from .._strides import c_strides
 from ..errors import ExecutorUnavailableError, PlanStateError
 
@@ -201,54 +202,44 @@ class CudaFFTPlan:
         if self.scale != 1.0:
             steps.append(f"scale by {self.scale:.6g} (norm={p.norm!r})")
         self.steps = (*steps, p.describe())
-        self._fast = self._fast_path()
+        self.direct = self._direct_call()
 
-    def _fast_path(self):
-        """A lean execute for the common call (Torch/CuPy operand, current stream, one launch): a small transform's
-        GPU time is of the order of a launch's host cost, so the per-call host cost matters."""
+    def _direct_call(self):
+        """The Plan protocol's direct call, ``direct(x)``: ``execute({"x": x}, None)`` for the common call (an
+        operand whose adapter makes results like itself, the current stream, one launch, no scratch copy), where
+        a small transform's GPU time is of the order of a launch's host cost. Compiled where the extension is
+        built (``_hotpath_cufft.c``), else :class:`_Launch`; None for other plans."""
+        from .._cuda import cufft as cufft_lib
+        from .._cuda import runtime
+
         p = self.problem
         if p.kind == "c2r" or len(self.loop_offsets) != 1 or p.strides is None:
             return None
-        from .._cuda.runtime import bind_context as bind
-
-        exe, direction, shape, scale = self.cufft.execute, self.direction, p.out_shape, self.scale
+        adapter = adapter_named(p.framework)
+        made = None if adapter is None else adapter.result_maker(p.out_shape, p.result_dtype)
+        if made is None:
+            return None
+        scale = None if self.scale == 1.0 else float(self.scale)
         idx = self.device_index
-        if TORCH_TENSOR in p.memory:
-            import torch
-
-            tdt, tdev = getattr(torch, p.result_dtype), torch.device("cuda", idx)
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            if raw is None:
-                return None
-
-            def run_torch(x):
-                bind(idx)
-                out = torch.empty(shape, dtype=tdt, device=tdev)
-                exe(x.data_ptr(), out.data_ptr(), raw(idx), direction)
-                if scale != 1.0:
-                    out.mul_(scale)  # on the current stream, where the transform was queued
-                return out
-
-            return run_torch
-        if CUPY_ARRAY in p.memory:
-            import cupy
-
-            dt, current = p.result_dtype, cupy.cuda.get_current_stream
-
-            def run_cupy(x):
-                bind(idx)
-                out = cupy.empty(shape, dtype=dt)
-                exe(x.data.ptr, out.data.ptr, current().ptr, direction)
-                if scale != 1.0:
-                    out *= scale
-                return out
-
-            return run_cupy
-        return None
+        launch = _Launch(
+            self.cufft, made, adapter.data_ptr_reader(), adapter.current_stream_getter(idx), idx, self.direction, scale
+        )
+        compiled = hotpath()
+        if compiled is None:
+            return launch
+        ints = (
+            cufft_lib.address(self.cufft.exec_name),
+            cufft_lib.address("cufftSetStream"),
+            self.direction if p.kind == "c2c" else 0,
+            idx,
+        )
+        return compiled.make_cufft_direct(
+            ints, self.cufft, *made, launch.pointer, launch.stream, runtime.bind_context, scale, cufft_lib.check, launch
+        )
 
     def execute(self, operands, stream=None):
-        if stream is None and self._fast is not None and len(operands) == 1:
-            return self._fast(operands["x"])
+        if stream is None and self.direct is not None and len(operands) == 1:
+            return self.direct(operands["x"])
         from .._cuda import arrays, memory, runtime, streams
 
         p = self.problem
@@ -293,14 +284,39 @@ class CudaFFTPlan:
 
     def release(self) -> None:
         # cuFFT frees the plan's workspace at once: let work queued with it finish first
-        if self.cufft.handle is not None and self.cufft._stream is not None:
+        if self.cufft.handle is not None and self.cufft.stream is not None:
             from .._cuda import runtime
 
             try:
-                runtime.cudart().cudaStreamSynchronize(self.cufft._stream)
+                runtime.cudart().cudaStreamSynchronize(self.cufft.stream)
             except Exception:  # noqa: BLE001
                 pass
         self.cufft.destroy()
+
+
+class _Launch:
+    """A :class:`CudaFFTPlan`'s direct call in Python (and the compiled one's fallback): the device's context
+    bound, the result made as the operand's adapter says (``made``: ``(maker, args, kwargs)``, see
+    ``Adapter.result_maker``), one launch on the current stream, the normalisation as one in-place multiply.
+    It refers to the cuFFT plan, not to the :class:`CudaFFTPlan` (no reference cycle)."""
+
+    __slots__ = ("cufft", "maker", "args", "kwargs", "pointer", "stream", "device", "direction", "scale")
+
+    def __init__(self, cufft, made, pointer, stream, device: int, direction: int, scale: float | None):
+        self.cufft = cufft
+        self.maker, self.args, self.kwargs = made
+        self.pointer, self.stream, self.device, self.direction, self.scale = pointer, stream, device, direction, scale
+
+    def __call__(self, x):
+        from .._cuda.runtime import bind_context
+
+        bind_context(self.device)
+        maker = self.maker
+        out = (getattr(x, maker) if maker.__class__ is str else maker)(*self.args, **self.kwargs)
+        self.cufft.execute(self.pointer(x), self.pointer(out), int(self.stream()), self.direction)
+        if self.scale is not None:
+            out *= self.scale  # on the current stream, where the transform was queued
+        return out
 
 
 def _scale(out, fw, kind, factor, stream, device_index):

@@ -274,7 +274,7 @@ class LtoCallbackPlan(CudaFFTPlan):
             steps = [s for s in steps if not s.startswith("scale by")]
             steps.append(f"norm factor {self.scale:.6g} applied in the store callback, before the epilog")
             self.scale = 1.0
-            self._fast = self._fast_path()
+            self.direct = self._direct_call()
         self.steps = (*steps, problem.describe())
 
     def bind_data(self, operands, stream: int) -> None:

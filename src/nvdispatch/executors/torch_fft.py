@@ -6,6 +6,8 @@ its own cuFFT plan cache per device, so the plan here only holds the resolved ca
 
 from __future__ import annotations
 
+import functools
+
 from .._fft_problem import FFTProblem
 from .torch import stream_context
 
@@ -41,6 +43,7 @@ class TorchFFTPlan:
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
         on = "the tensor's current stream (or stream=)" if p.device.kind == "cuda" else "the CPU"
         self.steps = (f"torch.fft.{p.func}(x, {args}) on {on}", p.describe())
+        self.direct = _direct_call(self.fn, p, self.kwargs)
 
     def execute(self, operands, stream=None):
         x = operands["x"]
@@ -53,6 +56,18 @@ class TorchFFTPlan:
 
     def release(self) -> None:
         pass
+
+
+def _direct_call(fn, p: FFTProblem, kwargs: dict):
+    """The Plan protocol's direct call, ``direct(x)``: ``execute({"x": x}, None)`` without its steps, the lengths
+    left out where they are the input's (a C2C or R2C transform that pads or trims nothing): torch.fft then skips
+    their handling. None for an empty problem (``execute`` makes the result) and for ``ihfft``, whose result
+    ``execute`` materialises. Nothing here refers to the plan (no reference cycle)."""
+    if p.empty or p.func in ("hfft", "ihfft"):
+        return None
+    if p.kind in ("c2c", "r2c") and not p.needs_resize:
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("s", "n")}
+    return functools.partial(fn, **kwargs)
 
 
 def _empty_result(x, p: FFTProblem):

@@ -1,6 +1,10 @@
 """The route of one transform call, as it stands: the call key and its memo first (a repeated call runs
 its cached plan), else detect → problem → select → plan → run → wrap; NumPy's/SciPy's conventions
-(array-likes, promotions, repeated axes, ``out=``) around it where they differ from the array API's."""
+(array-likes, promotions, repeated axes, ``out=``) around it where they differ from the array API's.
+
+The public transforms enter through :data:`transform_front`: :func:`call_transform` itself, or where the
+compiled extension is built, its hit compiled (``_hotpath_fft.c``), which reads one object, :data:`FRONT_PARTS`,
+and hands every call it does not serve to :func:`call_transform`."""
 
 from __future__ import annotations
 
@@ -9,9 +13,11 @@ import dataclasses
 import numpy as np
 
 from .._adapters import call_key_classes as _classes
+from .._backends import registry
 from .._call_key import any_length_key, class_keys, fft_form, int_seq
+from .._compiled import hotpath
 from .._detect import detect
-from .._execute import run
+from .._execute import raise_if_out_of_memory, run, run_direct
 from .._fft_conventions import as_operand, check_out, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from .._fft_problem import FUNCS, build_fft_problem
 from .._plan_cache import plan_cache
@@ -30,7 +36,7 @@ from .._typing import Array, Axes, Norm, Shape, Stream
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from ._stateful import run_stateless
 
-__all__ = ["call_transform", "explain_fft"]
+__all__ = ["call_transform", "explain_fft", "transform_front", "FRONT_PARTS"]
 
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
 _acquire_handle = plan_cache.acquire_handle  # the same, by a handle the call-key memo kept
@@ -125,10 +131,13 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
             check_stream(stream, x)
         if log_levels.get(10) is not False and debug_enabled():
             log_hit("fft", plan, hit)
+        direct = getattr(plan, "direct", None) if stream is None and view is None and not wraps else None
         operand = x if view is None else view(x)
     except BaseException:
         plan_cache.let_go(plan)
         raise
+    if direct is not None:  # the plan's launch as the compiled front makes it
+        return run_direct(plan, (operand,))
     return run(plan, {"x": operand}, stream, None, (adapter, x) if wraps else None)
 
 
@@ -239,3 +248,46 @@ def _refuse_traced(callbacks, out) -> None:
                 describe(value),
                 "apply the function to the input or result with jax.numpy instead; XLA fuses it",
             )
+
+
+class FrontParts:
+    """What the compiled front of the transforms reads (these attributes, once, when it is made; see
+    ``_hotpath_fft.c`` and ``nvdispatch.linalg``'s matmul front, which reads the same first nine).
+
+    ``route``
+        :func:`call_transform`, which serves every call the front does not (it takes the front's arguments);
+    ``classes``
+        class -> :class:`~nvdispatch._call_key.ClassKeys`: the call-key module's table, filled by the route;
+    ``backends``
+        the backend registry (``current_state()``, ``global_key``): the backend part of a form;
+    ``acquire``, ``acquire_handle``, ``let_go``
+        the plan cache's lookups and release;
+    ``log_levels``, ``log_hit``
+        the nvdispatch logger's level cache (a dict) and the hit's DEBUG record;
+    ``raise_if_out_of_memory``
+        the run step's error mapping.
+    """
+
+    def __init__(self):
+        self.route = call_transform
+        self.classes = _classes
+        self.backends = registry
+        self.acquire = _acquire
+        self.acquire_handle = _acquire_handle
+        self.let_go = plan_cache.let_go
+        self.log_levels = log_levels
+        self.log_hit = log_hit
+        self.raise_if_out_of_memory = raise_if_out_of_memory
+
+
+def _transform_front():
+    """:func:`call_transform` behind its hit compiled where the extension is built (and ``NVDISPATCH_PURE_PYTHON``
+    is not set); else :func:`call_transform` itself."""
+    compiled = hotpath()
+    return call_transform if compiled is None else compiled.make_fft_front(FRONT_PARTS)
+
+
+FRONT_PARTS = FrontParts()
+#: ``transform_front(func, a, n, axis, s, axes, norm, out, stream, convention, callbacks)``: the public
+#: transforms' entry (:func:`call_transform`'s arguments, all positional)
+transform_front = _transform_front()

@@ -11,7 +11,7 @@ import numpy as np
 from .. import _fft_callbacks
 from .._adapters import adapter_for
 from .._detect import detect
-from .._execute import run
+from .._execute import raise_if_out_of_memory, run
 from .._fft_problem import FUNCS, NORMS, FFTProblem, build_fft_problem, resolve_axes
 from .._plan_cache import plan_cache
 from .._route import (
@@ -197,6 +197,7 @@ class FFT:
         self._x = x
         self._info = None
         self._call = None  # a stateless transform's (func, n, axis, s, axes, norm): its one problem
+        self._ready = None  # (operand, plan, its direct call, pinned?) of the default direction, see _refresh_ready
 
     @classmethod
     def _for_call(cls, func: str, x, n, axis, s, axes, norm, callbacks=None) -> FFT:
@@ -338,15 +339,55 @@ class FFT:
         old, self._holds = self._holds, holds
         self._info, self._problems, self._selections = info, problems, chosen
         self._callbacks, self._cb_data = callbacks, cb_data
+        self._refresh_ready()
         for hold in old.values():
             hold.close()
         return self
+
+    def _refresh_ready(self) -> None:
+        """What ``execute()`` with no arguments runs without its checks (``_ready``), where that is the plan's
+        direct call on the operand as it is: no callbacks, ``inplace``, coercing backend, default stream or
+        wrapped result, and a plan with a direct call; else None. Called under the lock whenever the operand,
+        the plans or the holds change."""
+        self._ready = None
+        x, info = self._x, self._info
+        if x is None or info is None or info.array is not x or self._stream is not None or self._cb_data:
+            return
+        if self._options.inplace or any(v is not None for v in self._callbacks.values()):
+            return
+        d = "inverse" if self._fft_type == "C2R" else "forward"
+        hold, sel = self._holds.get(d), self._selections.get(d)
+        if hold is None or sel is None or sel.coerce:
+            return
+        ad = adapter_for(x)
+        direct = getattr(hold.plan, "direct", None)
+        if direct is None or (ad is not None and ad.wraps):
+            return
+        self._ready = (x, hold.plan, direct, getattr(hold.plan, "needs_release", True) is not False)
 
     def execute(self, *, direction: Literal["forward", "inverse"] | None = None, stream: Stream = None) -> Array:
         """Run the transform; ``direction`` ``"forward"``/``"inverse"`` (C2C; R2C is forward, C2R inverse).
 
         Returns the result in the operand's framework (the operand itself when ``inplace``).
         """
+        if direction is None and stream is None and self._ready is not None:
+            with self._lock:
+                ready = self._ready
+                if ready is not None and getattr(ready[0], "requires_grad", False) is not True:
+                    if ready[3]:
+                        plan_cache.pin(ready[1])  # a concurrent free() or re-plan must not release it while it runs
+                else:
+                    ready = None  # autograd records the call: the checks below refuse it
+            if ready is not None:
+                x, plan, direct, pinned = ready
+                try:
+                    return direct(x)
+                except Exception as exc:
+                    raise_if_out_of_memory(exc)
+                    raise
+                finally:
+                    if pinned:
+                        plan_cache.let_go(plan)
         with self._lock:
             self._check_alive("execute")
             if not self._holds:
@@ -395,7 +436,7 @@ class FFT:
         with self._lock:
             self._check_alive("reset operand")
             if x is None:
-                self._x = None
+                self._x = self._ready = None
                 return
             info = detect("x", x)
             old = self._info
@@ -416,6 +457,7 @@ class FFT:
                 except BaseException:
                     self._x, self._info = saved
                     raise
+            self._refresh_ready()
 
     def free(self) -> None:
         """Let go of the plans and drop the operand reference. Using the object afterwards raises
@@ -426,6 +468,7 @@ class FFT:
             self._selections = {}
             self._problems = {}
             self._callbacks, self._cb_data = {}, {}
+            self._ready = None
             self._freed = True
         for hold in holds.values():
             hold.close()

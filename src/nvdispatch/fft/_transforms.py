@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from .. import _fft_callbacks
 from .._route import Explanation
 from .._typing import Array, ArrayLike, Axes, CallbackData, ElementCallback, Norm, Shape, Stream
-from ._route import call_transform, explain_fft
+from ._route import explain_fft, transform_front
 
 __all__ = [
     "fft",
@@ -132,8 +132,8 @@ def _one_dim(func: str, summary: str, example: str) -> OneDimTransform:
         prolog_data: CallbackData = None,
         epilog_data: CallbackData = None,
     ) -> Array:
-        return call_transform(
-            func, a, n, axis, None, None, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+        return transform_front(
+            func, a, n, axis, None, None, norm, out, stream, "numpy", (prolog, epilog, prolog_data, epilog_data)
         )
 
     return _finish(transform, func, func, summary + "\n" + _ONE_D_DOC, example)
@@ -157,8 +157,8 @@ def _n_dim(
         prolog_data: CallbackData = None,
         epilog_data: CallbackData = None,
     ) -> Array:
-        return call_transform(
-            func, a, None, -1, s, axes, norm, out, stream, callbacks=(prolog, epilog, prolog_data, epilog_data)
+        return transform_front(
+            func, a, None, -1, s, axes, norm, out, stream, "numpy", (prolog, epilog, prolog_data, epilog_data)
         )
 
     return _finish(transform, name, func, summary + "\n" + _N_D_DOC, example)
