@@ -358,3 +358,15 @@ def test_where_the_handler_cannot_serve_the_route_is_the_callback_and_says_why(m
             jax_ffi.route()
     finally:
         jax_ffi._registration.cache_clear()
+
+
+def test_every_epilogs_buffers_have_a_role_in_the_handler():
+    """Every input and output an epilog names reaches the handler in a role (a missing one was a KeyError while
+    tracing DRELU_BGRAD/DGELU_BGRAD on the GPU)."""
+    from nvdispatch._epilog import EPILOGS
+
+    for spec in EPILOGS.values():
+        for name in spec.inputs:
+            assert name in jax_ffi._INPUT_ROLES, (spec.epilog.name, name)
+        for name in spec.outputs:
+            assert name in jax_ffi._OUTPUT_ROLES, (spec.epilog.name, name)

@@ -116,8 +116,10 @@ def test_the_program_calls_the_handler(_placed):
         gw, gb = jax.block_until_ready(step(w, bias))
     z = np.asarray(x, np.float64) @ np.asarray(w, np.float64) + np.asarray(bias, np.float64)
     dz = 2 * np.maximum(z, 0)
-    np.testing.assert_allclose(np.asarray(gw), np.asarray(x, np.float64).T @ dz, rtol=2e-2, atol=2e-2)  # TF32
-    np.testing.assert_allclose(np.asarray(gb), dz.sum(0), rtol=2e-2, atol=2e-2)
+    want_w, want_b = np.asarray(x, np.float64).T @ dz, dz.sum(0)
+    # TF32 products: errors relative to the largest value (a small entry of a large gradient has no tighter bound)
+    np.testing.assert_allclose(np.asarray(gw), want_w, rtol=2e-2, atol=1e-2 * np.abs(want_w).max())
+    np.testing.assert_allclose(np.asarray(gb), want_b, rtol=2e-2, atol=1e-2 * np.abs(want_b).max())
 
 
 def test_retracing_finds_the_same_plan_entries():

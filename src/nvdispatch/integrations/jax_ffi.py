@@ -69,7 +69,16 @@ FFI_ROUTES = ("ffi", "ffi-graphs")
 
 #: codes of the C plan table (``_hotpath_ffi.c``): what each operand / result buffer is to the launch
 _INPUT_ROLES = {"a": 0, "b": 1, "c": 2, "bias": 3, "relu_aux": 4, "gelu_aux": 4}
-_OUTPUT_ROLES = {"out": 0, "relu_aux": 1, "gelu_aux": 1, "bgrada": 2, "bgradb": 2}
+#: a bias gradient (BGRADA/BGRADB, or DRELU_BGRAD/DGELU_BGRAD's) is what cuBLASLt writes through the bias pointer
+_OUTPUT_ROLES = {
+    "out": 0,
+    "relu_aux": 1,
+    "gelu_aux": 1,
+    "bgrada": 2,
+    "bgradb": 2,
+    "drelu_bgrad": 2,
+    "dgelu_bgrad": 2,
+}
 
 _asked: contextvars.ContextVar[str | None] = contextvars.ContextVar("nvdispatch_jax_route", default=None)
 
@@ -147,8 +156,9 @@ def _registration() -> str | None:
             ffi.register_ffi_target(target, compiled.ffi_handler(kind), platform="CUDA", api_version=1)
     except Exception as exc:  # noqa: BLE001 - XLA's refusal (an API version it does not serve) says why
         return f"XLA refused the handler (built for XLA FFI API {major}.{minor}): {type(exc).__name__}: {exc}"
-    log.debug("jax: XLA FFI handlers %r, %r registered for CUDA (XLA FFI API %d.%d)", TARGET, TARGET_GRAPHS,
-              major, minor)
+    log.debug(
+        "jax: XLA FFI handlers %r, %r registered for CUDA (XLA FFI API %d.%d)", TARGET, TARGET_GRAPHS, major, minor
+    )
     return None
 
 
