@@ -54,7 +54,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--parts", nargs="+", default=["mlp", "fp32", "overhead"], choices=["mlp", "fp32", "overhead"])
     p.add_argument("--no-autotune", dest="autotune", action="store_false",
                    help="skip timing nvdispatch again after autotuning its plans (XLA autotunes its own GEMMs)")
-    p.add_argument("--routes", nargs="+", default=["ffi", "callback"],
+    p.add_argument("--routes", nargs="+", default=["ffi-graphs", "ffi", "callback"],
                    choices=["ffi", "ffi-graphs", "callback", "auto"],
                    help="nvdispatch's GPU routes to time (the first is 'nvdispatch', the others 'nvdispatch[ROUTE]')")
     p.add_argument("--allow-cpu", action="store_true", help="run on the CPU at small sizes (checks the script)")

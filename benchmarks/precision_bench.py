@@ -243,7 +243,7 @@ def _jax_cells(shapes, rounds: int) -> list[dict]:
         }
         kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
         ours = {"nvdispatch.matmul (eager)": lambda: nvdispatch.matmul(a, b, **kw)}
-        for route in ("ffi", "callback"):  # the staged call's two GPU routes (nvdispatch.integrations.jax_ffi)
+        for route in ("ffi-graphs", "ffi", "callback"):  # the GPU routes (integrations.jax_ffi)
             ours[f"nvdispatch.matmul inside jax.jit ({route})"] = _staged_on(route, a, b, bias)
         cell["explain"] = str(nvdispatch.explain(a, b, **kw))
         cell["rel_error"], errors = {}, {}

@@ -18,7 +18,7 @@ A matmul staged into a JAX program runs on the GPU by one of two routes, chosen 
     :func:`jax.experimental.buffer_callback` (:mod:`.jax_buffers`): Python runs on every call, on XLA's thread.
 
 ``NVDISPATCH_JAX_ROUTE`` (``auto``, the default; ``ffi``; ``ffi-graphs``; ``callback``) or :func:`jax_route`
-decides: ``auto`` takes ``ffi`` where the extension was built with the handler, this JAX has :mod:`jax.ffi`, the
+decides: ``auto`` takes ``ffi-graphs`` where the extension was built with the handler, this JAX has :mod:`jax.ffi`, the
 handler registered (XLA accepts its API version) and JAX has a GPU in this process; else ``callback``, and
 :func:`route` says why. ``ffi``/``ffi-graphs`` asked for where they are not available is an error at trace
 time. The CPU branch
@@ -97,8 +97,8 @@ def asked_route() -> str:
 @contextlib.contextmanager
 def jax_route(name: str) -> Iterator[None]:
     """Within the block, matmuls staged into JAX programs traced there take route ``name`` on the GPU
-    (``"auto"``, ``"ffi"`` or ``"callback"``; see the module docstring). A program keeps the route it was
-    traced with.
+    (``"auto"``, ``"ffi"``, ``"ffi-graphs"`` or ``"callback"``; see the module docstring). A program keeps the
+    route it was traced with.
 
     Examples
     --------
@@ -117,7 +117,8 @@ def jax_route(name: str) -> Iterator[None]:
 
 
 def route() -> tuple[str, str]:
-    """``(route, why)``: the route a GPU matmul staged now takes (``"ffi"`` or ``"callback"``) and why.
+    """``(route, why)``: the route a GPU matmul staged now takes (``"ffi-graphs"``, ``"ffi"`` or ``"callback"``)
+    and why.
 
     Raises :class:`~nvdispatch.errors.ExecutorUnavailableError` where ``"ffi"`` is asked for and not available."""
     asked = asked_route()
@@ -125,8 +126,10 @@ def route() -> tuple[str, str]:
         return "callback", "asked for (NVDISPATCH_JAX_ROUTE or jax_route)"
     missing = _unavailable()
     if missing is None:
-        graphs = " (command-buffer compatible)" if asked == "ffi-graphs" else ""
-        return ("ffi" if asked == "auto" else asked), f"the extension's XLA FFI handler is registered for CUDA{graphs}"
+        graphs = " (command-buffer compatible)" if asked in ("auto", "ffi-graphs") else ""
+        return (
+            "ffi-graphs" if asked == "auto" else asked
+        ), f"the extension's XLA FFI handler is registered for CUDA{graphs}"
     if asked in FFI_ROUTES:
         raise ExecutorUnavailableError("jax", "nvdispatch's XLA FFI handler (NVDISPATCH_JAX_ROUTE=ffi)", missing)
     return "callback", missing
