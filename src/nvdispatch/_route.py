@@ -28,7 +28,7 @@ from typing import Any
 
 from . import _backends
 from . import _executor_contract as _contract
-from ._adapters import adapter_for, adapter_named
+from ._adapters import adapter_for, adapter_named, call_key_classes
 from ._detect import Device, OperandInfo, common_placement, detect
 from ._execute import raise_if_out_of_memory, run
 from ._plan_cache import plan_cache
@@ -36,6 +36,7 @@ from ._traced import compiled_note
 from .errors import InvalidArgumentError, MixedOperandsError, NoExecutorError, PlanStateError
 
 __all__ = [
+    "FrontParts",
     "Selection",
     "Explanation",
     "detect_all",
@@ -377,3 +378,33 @@ class Explanation:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+class FrontParts:
+    """What a compiled front (``_hotpath.c``'s matmul front, ``_hotpath_fft.c``'s transforms' front) reads: these
+    attributes, once, when it is made. Every call the front does not serve goes to ``route``.
+
+    ``route``
+        the operation's Python route, which takes the front's arguments;
+    ``classes``
+        class -> :class:`~nvdispatch._call_key.ClassKeys`: the call-key module's table, filled by the route;
+    ``backends``
+        the backend registry (``current_state()``, ``global_key``): the backend part of a form;
+    ``acquire``, ``acquire_handle``, ``let_go``
+        the plan cache's lookups and release;
+    ``log_levels``, ``log_hit``
+        the nvdispatch logger's level cache (a dict) and the hit's DEBUG record;
+    ``raise_if_out_of_memory``
+        the run step's error mapping.
+    """
+
+    def __init__(self, route: Callable) -> None:
+        self.route = route
+        self.classes = call_key_classes
+        self.backends = _backends.registry
+        self.acquire = plan_cache.acquire
+        self.acquire_handle = plan_cache.acquire_handle
+        self.let_go = plan_cache.let_go
+        self.log_levels = log_levels
+        self.log_hit = log_hit
+        self.raise_if_out_of_memory = raise_if_out_of_memory

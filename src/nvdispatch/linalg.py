@@ -12,12 +12,11 @@ import numpy as np
 
 from ._adapters import adapter_for, call_key_classes
 from ._autocast_plan import AutocastPlan
-from ._backends import registry
 from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
 from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
-from ._execute import raise_if_out_of_memory, run, run_direct
+from ._execute import run, run_direct
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
 from ._matmul_problem import (
     ComputeType,
@@ -34,6 +33,7 @@ from ._plan_cache import plan_cache
 from ._precision import AUTOCAST_DTYPES, PrecisionConvention, autocast_targets
 from ._route import (
     Explanation,
+    FrontParts,
     acquire_plan,
     check_stream,
     choice_key,
@@ -471,34 +471,13 @@ def _compiled_front():
     return compiled.make_matmul_front(_FRONT_PARTS)
 
 
-class _FrontParts:
-    """What the compiled front reads (these attributes, once, when it is made; see ``_hotpath.c``).
+class _FrontParts(FrontParts):
+    """What the matmul front reads (:class:`~nvdispatch._route.FrontParts`, ``route`` being :func:`_route`, which
+    serves every call the front does not, with ``memo_checked``), and ``operands``: :func:`_operands`, for a plan
+    without a direct call."""
 
-    ``route``
-        :func:`_route`, which serves every call the front does not (with ``memo_checked``);
-    ``classes``
-        class -> :class:`~nvdispatch._call_key.ClassKeys` (its ``plain``, ``signature``, ``memo``): the call-key
-        module's table, filled by the route;
-    ``backends``
-        the backend registry (``current_state()``, ``global_key``): the backend part of a form;
-    ``acquire``, ``acquire_handle``, ``let_go``
-        the plan cache's lookups and release;
-    ``log_levels``, ``log_hit``
-        the nvdispatch logger's level cache (a dict) and the hit's DEBUG record;
-    ``raise_if_out_of_memory``, ``operands``
-        the run step's error mapping and :func:`_operands` (for a plan without a direct call).
-    """
-
-    def __init__(self):
-        self.route = _route
-        self.classes = _classes
-        self.backends = registry
-        self.acquire = _acquire
-        self.acquire_handle = _acquire_handle
-        self.let_go = plan_cache.let_go
-        self.log_levels = log_levels
-        self.log_hit = log_hit
-        self.raise_if_out_of_memory = raise_if_out_of_memory
+    def __init__(self) -> None:
+        super().__init__(_route)
         self.operands = _operands
 
 

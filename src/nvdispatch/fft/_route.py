@@ -13,16 +13,16 @@ import dataclasses
 import numpy as np
 
 from .._adapters import call_key_classes as _classes
-from .._backends import registry
 from .._call_key import any_length_key, class_keys, fft_form, int_seq
 from .._compiled import hotpath
 from .._detect import detect
-from .._execute import raise_if_out_of_memory, run, run_direct
+from .._execute import run, run_direct
 from .._fft_conventions import as_operand, check_out, numpy_nd_args, promote, run_nd_numpy_way, write_out
 from .._fft_problem import FUNCS, build_fft_problem
 from .._plan_cache import plan_cache
 from .._route import (
     Explanation,
+    FrontParts,
     check_stream,
     debug_enabled,
     explain_selected,
@@ -250,36 +250,6 @@ def _refuse_traced(callbacks, out) -> None:
             )
 
 
-class FrontParts:
-    """What the compiled front of the transforms reads (these attributes, once, when it is made; see
-    ``_hotpath_fft.c`` and ``nvdispatch.linalg``'s matmul front, which reads the same first nine).
-
-    ``route``
-        :func:`call_transform`, which serves every call the front does not (it takes the front's arguments);
-    ``classes``
-        class -> :class:`~nvdispatch._call_key.ClassKeys`: the call-key module's table, filled by the route;
-    ``backends``
-        the backend registry (``current_state()``, ``global_key``): the backend part of a form;
-    ``acquire``, ``acquire_handle``, ``let_go``
-        the plan cache's lookups and release;
-    ``log_levels``, ``log_hit``
-        the nvdispatch logger's level cache (a dict) and the hit's DEBUG record;
-    ``raise_if_out_of_memory``
-        the run step's error mapping.
-    """
-
-    def __init__(self):
-        self.route = call_transform
-        self.classes = _classes
-        self.backends = registry
-        self.acquire = _acquire
-        self.acquire_handle = _acquire_handle
-        self.let_go = plan_cache.let_go
-        self.log_levels = log_levels
-        self.log_hit = log_hit
-        self.raise_if_out_of_memory = raise_if_out_of_memory
-
-
 def _transform_front():
     """:func:`call_transform` behind its hit compiled where the extension is built (and ``NVDISPATCH_PURE_PYTHON``
     is not set); else :func:`call_transform` itself."""
@@ -287,7 +257,7 @@ def _transform_front():
     return call_transform if compiled is None else compiled.make_fft_front(FRONT_PARTS)
 
 
-FRONT_PARTS = FrontParts()
+FRONT_PARTS = FrontParts(call_transform)
 #: ``transform_front(func, a, n, axis, s, axes, norm, out, stream, convention, callbacks)``: the public
 #: transforms' entry (:func:`call_transform`'s arguments, all positional)
 transform_front = _transform_front()

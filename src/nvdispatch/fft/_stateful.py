@@ -11,7 +11,7 @@ import numpy as np
 from .. import _fft_callbacks
 from .._adapters import adapter_for
 from .._detect import detect
-from .._execute import raise_if_out_of_memory, run
+from .._execute import run, run_direct
 from .._fft_problem import FUNCS, NORMS, FFTProblem, build_fft_problem, resolve_axes
 from .._plan_cache import plan_cache
 from .._route import (
@@ -197,7 +197,7 @@ class FFT:
         self._x = x
         self._info = None
         self._call = None  # a stateless transform's (func, n, axis, s, axes, norm): its one problem
-        self._ready = None  # (operand, plan, its direct call, pinned?) of the default direction, see _refresh_ready
+        self._ready = None  # (operand, plan, pinned?) of the default direction's direct call, see _refresh_ready
 
     @classmethod
     def _for_call(cls, func: str, x, n, axis, s, axes, norm, callbacks=None) -> FFT:
@@ -360,10 +360,9 @@ class FFT:
         if hold is None or sel is None or sel.coerce:
             return
         ad = adapter_for(x)
-        direct = getattr(hold.plan, "direct", None)
-        if direct is None or (ad is not None and ad.wraps):
+        if getattr(hold.plan, "direct", None) is None or (ad is not None and ad.wraps):
             return
-        self._ready = (x, hold.plan, direct, getattr(hold.plan, "needs_release", True) is not False)
+        self._ready = (x, hold.plan, getattr(hold.plan, "needs_release", True) is not False)
 
     def execute(self, *, direction: Literal["forward", "inverse"] | None = None, stream: Stream = None) -> Array:
         """Run the transform; ``direction`` ``"forward"``/``"inverse"`` (C2C; R2C is forward, C2R inverse).
@@ -374,20 +373,13 @@ class FFT:
             with self._lock:
                 ready = self._ready
                 if ready is not None and getattr(ready[0], "requires_grad", False) is not True:
-                    if ready[3]:
+                    if ready[2]:
                         plan_cache.pin(ready[1])  # a concurrent free() or re-plan must not release it while it runs
                 else:
                     ready = None  # autograd records the call: the checks below refuse it
             if ready is not None:
-                x, plan, direct, pinned = ready
-                try:
-                    return direct(x)
-                except Exception as exc:
-                    raise_if_out_of_memory(exc)
-                    raise
-                finally:
-                    if pinned:
-                        plan_cache.let_go(plan)
+                x, plan, pinned = ready
+                return run_direct(plan, (x,), pinned)
         with self._lock:
             self._check_alive("execute")
             if not self._holds:

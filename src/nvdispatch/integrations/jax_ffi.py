@@ -46,8 +46,9 @@ from .._cuda import cublaslt as lt
 from .._cuda.lt_setup import output_layouts, setup
 from .._plan_cache import plan_cache
 from .._route import log
-from ..errors import ExecutorUnavailableError, InvalidArgumentError, PlanStateError, describe
+from ..errors import ExecutorUnavailableError, InvalidArgumentError, describe
 from .jax_buffers import PlanFinder
+from .jax_matmul_shapes import check_orientation
 
 __all__ = [
     "TARGET",
@@ -277,12 +278,7 @@ def _staged(finder: PlanFinder, target: str, problem_for, state, alpha, beta, or
         for dev, problem in problems.items():
             plan, _ = finder.acquire((dev, *shapes.values()), lambda problem=problem: problem, "native")
             try:
-                if plan.setup.orientation != orientation:
-                    raise PlanStateError(
-                        "plan",
-                        f"cuBLASLt's {orientation} orientation (the layouts the program was traced with)",
-                        f"the {plan.setup.orientation} orientation",
-                    )
+                check_orientation(plan, orientation)
                 reserved = max(reserved, _register_device(plan_id, dev, plan, alpha, beta, inputs, outputs))
             finally:
                 plan_cache.let_go(plan)

@@ -37,11 +37,17 @@ from .._matmul_problem import MatmulOptions, MatmulPlanPreferences, MatmulProble
 from .._plan_cache import plan_cache
 from .._route import log
 from .._strides import c_strides
-from ..errors import PlanStateError
 from ..linalg import matmul
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
 from .jax_ffi import FFI_ROUTES, asked_route, stage_matmul
-from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals, product_on_values, transposed
+from .jax_matmul_shapes import (
+    abstract_problem,
+    apply_epilog,
+    check_orientation,
+    output_avals,
+    product_on_values,
+    transposed,
+)
 from .jax_precision import with_convention
 
 __all__ = ["MatmulCall", "matmul_kernel", "pack_mask", "unpack_mask"]
@@ -339,13 +345,7 @@ def _device_callback(call: MatmulCall, options, names, views, orientation: str, 
             key, lambda: _device_problem(call, options, dict(zip(names, ins)), views, Device("cuda", dev)), "native"
         )
         try:
-            if plan.setup.orientation != orientation:
-                raise PlanStateError(
-                    "plan",
-                    f"cuBLASLt's {orientation} orientation (the layouts the program was traced with)",
-                    f"the {plan.setup.orientation} orientation",
-                    "cuBLASLt has no fused kernel for this case in that orientation",
-                )
+            check_orientation(plan, orientation)
             pointers = {name: device_pointer(x) for name, x in zip(names, ins)}
             written = {name: device_pointer(x) for name, x in zip(outputs, outs)}
             plan.execute_into(pointers, written, int(ctx.stream), alpha, beta)

@@ -19,8 +19,17 @@ from .._epilog import GELU_C, GELU_K, INPUTS, OUTPUTS, EpilogSpec, apply_steps, 
 from .._matmul_problem import MatmulOptions, MatmulProblem, build_problem
 from .._memory import plain_memory
 from .._strides import c_strides
+from ..errors import PlanStateError
 
-__all__ = ["abstract_problem", "output_avals", "transposed", "JaxEpilogOps", "apply_epilog", "product_on_values"]
+__all__ = [
+    "abstract_problem",
+    "output_avals",
+    "transposed",
+    "JaxEpilogOps",
+    "apply_epilog",
+    "product_on_values",
+    "check_orientation",
+]
 
 
 def transposed(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -146,3 +155,15 @@ def product_on_values(problem: MatmulProblem, a, b, c, alpha, beta):
     if c is not None:
         d = d + (1 if beta is None else beta) * jnp.broadcast_to(c, problem.result_shape).reshape(d.shape)
     return d.astype(dt)
+
+
+def check_orientation(plan, orientation: str) -> None:
+    """Refuse a cuBLASLt plan whose orientation is not the one the program was traced with (its output layouts
+    are the program's buffers)."""
+    if plan.setup.orientation != orientation:
+        raise PlanStateError(
+            "plan",
+            f"cuBLASLt's {orientation} orientation (the layouts the program was traced with)",
+            f"the {plan.setup.orientation} orientation",
+            "cuBLASLt has no fused kernel for this case in that orientation",
+        )
