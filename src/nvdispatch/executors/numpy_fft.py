@@ -86,12 +86,7 @@ class NumpyFFTPlan:
         dtype where the plan has one, else ``scipy.fft``'s (or ``numpy.fft``'s) function."""
         if self._compiled is not None and x.__class__ is np.ndarray and x.dtype is self._in_dtype and x.flags.aligned:
             return self._compiled(x, *self._args)
-        if x.dtype.kind not in "fc":  # DLPack views of exotic dtypes never reach here; be safe anyway
-            x = x.astype(self.problem.compute_dtype)
-        out = self._fn(x, **self.kwargs)
-        if out.dtype != self._result_dtype:
-            out = out.astype(self._result_dtype, copy=False)
-        return out
+        return _by_function(self, x)
 
     def release(self) -> None:
         pass
@@ -169,15 +164,21 @@ class NumpyAnyLengthFFTPlan:
             if self._c2r:
                 return self._compiled(x, self._args[0], 2 * x.shape[0] - 2, *self._args[1:])
             return self._compiled(x, *self._args)
-        if x.dtype.kind not in "fc":
-            x = x.astype(self.problem.compute_dtype)
-        out = self._fn(x, **self.kwargs)
-        if out.dtype != self._result_dtype:
-            out = out.astype(self._result_dtype, copy=False)
-        return out
+        return _by_function(self, x)
 
     def release(self) -> None:
         pass
+
+
+def _by_function(plan, x):
+    """``plan``'s transform of ``x`` through ``scipy.fft``'s (or ``numpy.fft``'s) function, where its compiled
+    transform does not take ``x`` (another dtype or class, unaligned, another length)."""
+    if x.dtype.kind not in "fc":  # DLPack views of exotic dtypes never reach here; be safe anyway
+        x = x.astype(plan.problem.compute_dtype)
+    out = plan._fn(x, **plan.kwargs)
+    if out.dtype != plan._result_dtype:
+        out = out.astype(plan._result_dtype, copy=False)
+    return out
 
 
 def _compiled(p: FFTProblem, workers: int) -> tuple:
