@@ -12,6 +12,7 @@ cast back to the problem's dtype. The input is never written to.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -62,21 +63,14 @@ class NumpyFFTPlan:
             kwargs = {"s": p.lengths, "axes": p.axes, "norm": p.norm}
         else:
             kwargs = {"n": p.lengths[0], "axis": p.axes[0], "norm": p.norm}
-        if strategy == "scipy":
-            kwargs["workers"], self._how = numpy_fft_workers.workers_for(p)
-        else:
-            self._how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
-        self.kwargs = kwargs
-        self._fn = getattr(_scipy_fft if strategy == "scipy" else np.fft, p.func)
+        self.kwargs, self._how, self._fn = _by_function_setup(p, strategy, kwargs)
         self._compiled, self._args = _compiled(p, kwargs.get("workers", 1)) if strategy == "scipy" else (None, ())
         self._in_dtype = np.dtype(p.dtype)
         self._result_dtype = np.dtype(p.result_dtype)
 
     @property
     def steps(self) -> tuple[str, ...]:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
-        module = "scipy.fft" if self.strategy == "scipy" else "numpy.fft"
-        return (f"{module}.{self.problem.func}(x, {args}) via {self._how}", self.problem.describe())
+        return (_function_text(self), self.problem.describe())
 
     def execute(self, operands, stream=None):
         return self.direct(operands["x"])
@@ -123,12 +117,7 @@ class NumpyAnyLengthFFTPlan:
         else:
             kwargs = {"axes": p.axes} if p.ndim_api else {"axis": p.axes[0]}
         kwargs["norm"] = p.norm
-        if strategy == "scipy":
-            kwargs["workers"], self._how = numpy_fft_workers.workers_for(p)
-        else:
-            self._how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
-        self.kwargs = kwargs
-        self._fn = getattr(_scipy_fft if strategy == "scipy" else np.fft, p.func)
+        self.kwargs, self._how, self._fn = _by_function_setup(p, strategy, kwargs)
         # the compiled transform of an operand needing no padding or trimming (of the plan's length, where given)
         unpadded = dataclasses.replace(p, shape=p.in_lengths, strides=None)
         compiled, args = _compiled(unpadded, kwargs.get("workers", 1)) if strategy == "scipy" else (None, ())
@@ -141,10 +130,8 @@ class NumpyAnyLengthFFTPlan:
 
     @property
     def steps(self) -> tuple[str, ...]:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
-        module = "scipy.fft" if self.strategy == "scipy" else "numpy.fft"
         return (
-            f"{module}.{self.problem.func}(x, {args}) via {self._how}",
+            _function_text(self),
             f"one plan for every extent of a 1-D {self.problem.dtype} operand (made from {self.problem.describe()})",
         )
 
@@ -168,6 +155,23 @@ class NumpyAnyLengthFFTPlan:
 
     def release(self) -> None:
         pass
+
+
+def _by_function_setup(p: FFTProblem, strategy: str, kwargs: dict) -> tuple[dict, str, Callable]:
+    """``(kwargs, how, function)`` of a plan's transform by function: ``kwargs`` with ``scipy.fft``'s workers
+    (strategy ``"scipy"``), what runs it, and ``scipy.fft``'s or ``numpy.fft``'s function."""
+    if strategy == "scipy":
+        kwargs["workers"], how = numpy_fft_workers.workers_for(p)
+    else:
+        how = f"numpy.fft (pocketfft), result cast to {p.result_dtype}"
+    return kwargs, how, getattr(_scipy_fft if strategy == "scipy" else np.fft, p.func)
+
+
+def _function_text(plan) -> str:
+    """The function call a plan's ``steps`` show."""
+    args = ", ".join(f"{k}={v!r}" for k, v in plan.kwargs.items())
+    module = "scipy.fft" if plan.strategy == "scipy" else "numpy.fft"
+    return f"{module}.{plan.problem.func}(x, {args}) via {plan._how}"
 
 
 def _by_function(plan, x):
