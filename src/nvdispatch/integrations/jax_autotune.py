@@ -60,10 +60,11 @@ MODES = ("auto", "always", "off")
 #: the smallest product (floating-point operations, all batch matrices) ``"auto"`` tunes: 2**30, a 1024 x 1024 x 512
 #: product
 MIN_FLOP = 1 << 30
-#: candidates timed at most per problem
-MAX_CANDIDATES = 96
-#: seconds of screening at most per problem (the finalists' samples come after)
-BUDGET_SECONDS = 2.0
+#: candidates timed at most per problem: enough for the whole neighbourhood of the heuristic's first answers, where
+#: the winners often are (tile and cluster shape changed together come last)
+MAX_CANDIDATES = 512
+#: seconds of screening at most per problem (the finalists' samples come after: a few per finalist)
+BUDGET_SECONDS = 3.0
 #: samples of each finalist
 ITERATIONS = 3
 
