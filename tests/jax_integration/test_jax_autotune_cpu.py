@@ -296,3 +296,21 @@ def test_the_ffi_route_tunes_each_entry_once_with_its_traced_mode(staged, monkey
     assert calls == [("auto", 2.0, None)]
     jax.jit(lambda a, b, bias: _stage_with(a, b, bias, "off"))(a, b, bias)  # another mode: its own entry
     assert calls == [("auto", 2.0, None), ("off", 2.0, None)]
+
+
+def test_a_plan_that_is_not_cublaslts_keeps_its_algorithm(gpu):
+    plan = SimpleNamespace(problem=_problem(2048, 2048, 2048))  # another executor's plan
+    assert tune_staged(plan, "always") == "the plan's own algorithm (not a cuBLASLt plan)" and not gpu.timed
+
+
+def test_a_recorded_choice_cublaslt_refuses_is_timed_again(gpu, monkeypatch):
+    problem = _problem(2048, 1024, 4096)
+    tune_staged(FakePlan(problem), "auto")
+    fresh_process(monkeypatch)
+
+    def refuses(plan, tuning=None):
+        raise RuntimeError("cublasLtMatmulAlgoCheck failed")
+
+    monkeypatch.setattr(lt_autotune, "saved_choice", refuses)
+    plan = FakePlan(problem)
+    assert "timed when" in tune_staged(plan, "auto") and len(gpu.timed) == 2

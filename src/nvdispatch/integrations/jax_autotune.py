@@ -130,6 +130,8 @@ def tune_staged(plan, mode: str, alpha=1, beta=None) -> str:
     from .._cuda import lt_autotune
 
     problem = plan.problem
+    if getattr(plan, "tuning_kind", None) != lt_autotune.TUNING_KIND:
+        return _note(problem, "the plan's own algorithm (not a cuBLASLt plan)")
     if mode == "off":
         return _note(problem, "the heuristic's first answer (trace-time autotuning off: NVDISPATCH_JAX_AUTOTUNE)")
     flop = _flop(problem)
@@ -155,7 +157,12 @@ def _take(plan, choice) -> bool:
     """Give ``plan`` the recorded ``choice`` where cuBLASLt accepts it for the plan's descriptors."""
     from .._cuda import lt_autotune
 
-    checked = lt_autotune.saved_choice(plan, choice)
+    try:
+        checked = lt_autotune.saved_choice(plan, choice)
+    except Exception as exc:  # noqa: BLE001 - a choice cuBLASLt cannot take is no choice
+        log.debug("jax: a recorded cuBLASLt choice for %s cannot be taken (%s: %s)", plan.problem,
+                  type(exc).__name__, exc)
+        return False
     if checked is None:
         return False
     plan.algorithm = checked
