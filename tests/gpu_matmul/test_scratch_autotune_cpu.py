@@ -37,7 +37,6 @@ def test_the_pattern_is_finite_and_not_zero(dtype):
 class FakeDevice:
     """cudart as far as the scratch tuner uses it; device memory as host bytes."""
 
-    cudaStreamNonBlocking = 1
     cudaMemcpyKind = SimpleNamespace(cudaMemcpyHostToDevice="H2D", cudaMemcpyDeviceToDevice="D2D")
 
     def __init__(self):

@@ -25,6 +25,8 @@ from .lt_setup import output_layouts
 
 __all__ = ["autotune_on_scratch", "pattern"]
 
+#: cudaStreamNonBlocking: the private stream does not wait on the legacy default stream
+_NON_BLOCKING = 1
 #: bytes of the host pattern a buffer is filled from (the device doubles it by copies up to the buffer's size)
 _PATTERN_BYTES = 1 << 20
 _log = logging.getLogger("nvdispatch")
@@ -84,7 +86,7 @@ def autotune_on_scratch(plan, alpha=1, beta=None, *, iterations: int = 3, max_ca
     device = int(plan.device_index)
     previous = runtime.current_device()
     runtime.check(rt.cudaSetDevice(device), "cudaSetDevice")
-    stream = int(runtime.check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking), "cudaStreamCreateWithFlags"))
+    stream = int(runtime.check(rt.cudaStreamCreateWithFlags(_NON_BLOCKING), "cudaStreamCreateWithFlags"))
     buffers: list[int] = []
     try:
         sigs = [("a", p.a), ("b", p.b), *([("c", p.c)] if p.c is not None else []), *p.inputs]
