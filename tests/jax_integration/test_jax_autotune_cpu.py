@@ -314,3 +314,35 @@ def test_a_recorded_choice_cublaslt_refuses_is_timed_again(gpu, monkeypatch):
     monkeypatch.setattr(lt_autotune, "saved_choice", refuses)
     plan = FakePlan(problem)
     assert "timed when" in tune_staged(plan, "auto") and len(gpu.timed) == 2
+
+
+def test_which_products_each_mode_times():
+    small, big = _problem(512, 512, 512), _problem(1024, 1024, 1024)
+    assert [jax_autotune.wants_timing(p, mode) for p in (small, big) for mode in ("auto", "always", "off")] == [
+        False, True, False, True, True, False]
+
+
+def test_the_callback_route_plans_and_tunes_while_tracing_where_its_mode_times(monkeypatch):
+    from nvdispatch.integrations import jax_buffers, jax_matmul_kernel
+
+    from .test_jax_ffi_cpu import _Recorder
+
+    rec = _Recorder()
+    monkeypatch.setattr(jax_buffers, "builtin", lambda name: rec if name == "cuda" else None)
+    monkeypatch.setattr(jax_buffers, "candidates", lambda framework, kind: [SimpleNamespace(executor=rec)])
+    monkeypatch.setattr(jax_matmul_kernel, "_jax_has_gpu", lambda: True)  # the GPU branch plans here, on fakes
+    monkeypatch.setattr(jax_matmul_kernel, "gpu_ordinals", lambda: (0,))
+    tuned = []
+    monkeypatch.setattr(jax_matmul_kernel, "tune_staged", lambda plan, mode, alpha, beta: tuned.append(
+        (plan.problem.m, plan.problem.n, plan.problem.k, mode, alpha)))
+    a, b = jnp.ones((6, 3)), jnp.ones((3, 5))
+    plan_cache.clear()
+    try:
+        with jax_ffi.jax_route("callback"):
+            for mode in ("off", "auto", "always"):  # 180 flop: only "always" times it
+                with autotune_in(mode):
+                    got = jax.jit(lambda a, b: nvdispatch.matmul(a, b, alpha=2.0))(a, b)
+                np.testing.assert_allclose(np.asarray(got), 2 * np.asarray(a) @ np.asarray(b))  # (the CPU branch ran)
+    finally:
+        plan_cache.clear()
+    assert tuned == [(6, 5, 3, "always", 2.0)] and len(rec.planned) == 1

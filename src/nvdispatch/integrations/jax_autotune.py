@@ -53,6 +53,7 @@ __all__ = [
     "autotune_mode",
     "jax_autotune",
     "tune_staged",
+    "wants_timing",
     "explain_line",
 ]
 
@@ -109,6 +110,11 @@ def jax_autotune(mode: str) -> Iterator[None]:
         _asked.reset(token)
 
 
+def wants_timing(problem, mode: str) -> bool:
+    """Whether ``mode`` has a plan of ``problem`` timed (where no choice is recorded for it yet)."""
+    return mode == "always" or (mode == "auto" and _flop(problem) >= MIN_FLOP)
+
+
 def _flop(problem) -> int:
     return 2 * problem.m * problem.n * problem.k * math.prod(problem.batch_shape)
 
@@ -134,10 +140,9 @@ def tune_staged(plan, mode: str, alpha=1, beta=None) -> str:
         return _note(problem, "the plan's own algorithm (not a cuBLASLt plan)")
     if mode == "off":
         return _note(problem, "the heuristic's first answer (trace-time autotuning off: NVDISPATCH_JAX_AUTOTUNE)")
-    flop = _flop(problem)
-    if mode == "auto" and flop < MIN_FLOP:
-        return _note(problem, f"the heuristic's first answer ({flop:.3g} flop, below the {MIN_FLOP:.3g} that "
-                              "trace-time autotuning starts at)")
+    if not wants_timing(problem, mode):
+        return _note(problem, f"the heuristic's first answer ({_flop(problem):.3g} flop, below the {MIN_FLOP:.3g} "
+                              "that trace-time autotuning starts at)")
     try:
         key = lt_autotune.tuning_key(plan)
     except Exception as exc:  # noqa: BLE001 - no GPU environment to key by: nothing to tune

@@ -39,7 +39,7 @@ from .._plan_cache import plan_cache
 from .._route import log
 from .._strides import c_strides
 from ..linalg import matmul
-from .jax_autotune import tune_staged
+from .jax_autotune import tune_staged, wants_timing
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
 from .jax_ffi import FFI_ROUTES, asked_route, gpu_ordinals, stage_matmul
 from .jax_matmul_shapes import (
@@ -246,17 +246,18 @@ def _ffi_staged(call: MatmulCall, options, inputs: dict, views, orientation: str
 
 
 def _tune_while_tracing(call: MatmulCall, options, inputs: dict, views, orientation: str) -> None:
-    """The buffer callback's plans made now, for each GPU JAX has, and autotuned (the callback plans on its first
-    run and finds them, or a plan starting with their recorded choice). Under :func:`jax.vmap` the callback runs
-    batched shapes, planned (untuned) on the first run."""
+    """The buffer callback's plans made now, for each GPU JAX has, and autotuned where the call's mode times them
+    (the callback plans on its first run and finds them, or a plan starting with their recorded choice). Under
+    :func:`jax.vmap` the callback runs batched shapes, planned (untuned) on the first run."""
     if call.autotune == "off" or not _jax_has_gpu():
         return
     finder = PlanFinder("matmul", call.state)
     for dev in gpu_ordinals():
+        problem = _device_problem(call, options, inputs, views, Device("cuda", dev))
+        if not wants_timing(problem, call.autotune):
+            return
         try:
-            plan, _ = finder.acquire(
-                (dev,), lambda dev=dev: _device_problem(call, options, inputs, views, Device("cuda", dev)), "native"
-            )
+            plan, _ = finder.acquire((dev,), lambda problem=problem: problem, "native")
         except Exception as exc:  # noqa: BLE001 - the run plans (and says why it cannot)
             log.debug("matmul: no plan while tracing for the buffer callback (%s: %s)", type(exc).__name__, exc)
             return
