@@ -148,11 +148,10 @@ def tune_staged(plan, mode: str, alpha=1, beta=None) -> str:
     except Exception as exc:  # noqa: BLE001 - no GPU environment to key by: nothing to tune
         return _note(problem, f"the heuristic's first answer (not autotuned: {type(exc).__name__}: {exc})")
     with _timing:
-        known = _outcomes.get(key)
-        if plan.tuned is not None or plan_cache.tuning_for(key) is not None:
-            if plan.tuned is None:
-                _take(plan, plan_cache.tuning_for(key))
-            return _note(problem, known or "recorded earlier in this process (Matmul.autotune or plan_cache.load)")
+        recorded = plan_cache.tuning_for(key)
+        if plan.tuned is not None or (recorded is not None and _take(plan, recorded)):
+            known = _outcomes.get(key, "recorded earlier in this process (Matmul.autotune or plan_cache.load)")
+            return _note(problem, known)
         outcome = _from_file(plan) or _timed(plan, alpha, beta)
         _outcomes[key] = outcome
         return _note(problem, outcome)
