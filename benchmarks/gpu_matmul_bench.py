@@ -205,6 +205,8 @@ def aux_epilog_cases(torch, nvdispatch, a, b, bias) -> tuple[dict, dict]:
         checks[f"{name}: the call runs the compiled direct call"] = compiled_calls
         checks[f"{name}: the forced Python path runs on the call's plan"] = same_plan
         checks[f"{name}: route"] = str(nvdispatch.explain(a, b, **kw)).splitlines()[:2]
+        algorithm = getattr(plan, "algorithm", None)
+        checks[f"{name}: algorithm workspace bytes"] = int(getattr(algorithm, "workspaceSize", 0) or 0)
     return cases, checks
 
 
