@@ -321,3 +321,36 @@ def test_the_compiled_direct_call_of_an_aux_epilog_hands_misaligned_operands_to_
     torch.testing.assert_close(r, torch.relu(shifted @ b + bias), rtol=1e-4, atol=1e-4)
     assert np.array_equal(_relu_bits(aux["relu_aux"], 24), (shifted @ b + bias).cpu().numpy() > 0)
     mm.free()
+
+
+@pytest.mark.parametrize("epilog", ["RELU_AUX_BIAS", "BGRADB", "DRELU_BGRAD"])
+def test_aux_epilog_calls_captured_in_a_cuda_graph_replay_on_new_data(epilog):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    m, n, k = 256, 192, 128
+    a = torch.from_numpy(rng.standard_normal((m, k))).float().cuda()
+    b = torch.from_numpy(rng.standard_normal((k, n))).float().cuda()
+    inputs, _ = _aux_inputs(torch, epilog, m, n, torch.float32, rng)
+    with nvdispatch.set_backend("cuda", only=True):
+        call = lambda: nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs or None)  # noqa: E731
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm up on a side stream, as Torch's capture recipe does
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out, outputs = call()
+    a.copy_(torch.from_numpy(rng.standard_normal((m, k))).float())
+    g.replay()
+    torch.cuda.synchronize()
+    with nvdispatch.set_backend("cuda", only=True):
+        want, want_outputs = call()  # eager, on the new data
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+    for name, w in want_outputs.items():
+        g_ = outputs[name]
+        if name == "relu_aux":
+            assert np.array_equal(_relu_bits(g_, n), _relu_bits(w, n))
+        else:
+            torch.testing.assert_close(g_, w, rtol=1e-4, atol=1e-3)
