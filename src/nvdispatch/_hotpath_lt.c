@@ -147,14 +147,20 @@ enum {
     L_OUT_ATTR,   /* the pointer attribute of the extra output (the aux a *_AUX epilogue writes, or the bias
                      gradient a BGRAD one writes); -1: the epilogue writes none */
     L_WS_SIZE,    /* the algorithm's workspace need in bytes (0: none) */
+    L_IS_CAPTURING, /* the driver's cuStreamIsCapturing, asked before a launch with a workspace (0: workspace_fn
+                       asks itself) */
     N_INTS
 };
+
+/* cuStreamIsCapturing(stream, &status) -> CUresult; status 0: not capturing */
+typedef int (*stream_is_capturing_fn)(void *, int *);
 
 typedef struct {
     NvdLtLaunch launch;
     void *algo, *alpha, *beta;
     int in_attr, out_attr;
     size_t ws_size;
+    stream_is_capturing_fn is_capturing; /* NULL: workspace_fn tells a capture itself */
     PyObject *keep;                      /* what owns the descriptor, layouts, algorithm and scalars */
     PyObject *maker;                     /* the name of a's method making the result and the extra output */
     PyObject *alloc_args, *alloc_kwargs; /* the result: a.<maker>(*alloc_args, **alloc_kwargs) */
@@ -163,7 +169,8 @@ typedef struct {
     PyObject *out_view;                  /* ... and seen as out_view(made) (None: as made) */
     PyObject *workspace_fn;              /* workspace_fn(stream) -> the workspace's address, or None: the call
                                             goes to the fallback (a stream being captured); None where the
-                                            algorithm needs none */
+                                            algorithm needs none. A captured launch takes a workspace of its
+                                            own from the graph's pool: the fallback's way */
     PyObject *stream_fn;                 /* the current stream: stream_fn(), or 0 (stream_fn None) */
     PyObject *check;                     /* check(status, what) raises the library's error */
     PyObject *fallback;                  /* a WeakMethod of the plan's Python direct call */
@@ -270,6 +277,11 @@ workspace_for(LtDirect *d, void *stream, void **ws)
     *ws = NULL;
     if (d->workspace_fn == Py_None)
         return 0;
+    if (d->is_capturing != NULL) {
+        int capture = 0;
+        if (d->is_capturing(stream, &capture) != 0 || capture != 0)
+            return 1; /* being captured, or the driver cannot tell: the Python path decides */
+    }
     PyObject *s = PyLong_FromVoidPtr(stream);
     if (s == NULL)
         return -1;
@@ -421,6 +433,7 @@ make_lt_direct(PyObject *module, PyObject *args)
     long in_attr = PyLong_AsLong(PyTuple_GetItem(ints, L_IN_ATTR));
     long out_attr = PyLong_AsLong(PyTuple_GetItem(ints, L_OUT_ATTR));
     size_t ws_size = PyLong_AsSize_t(PyTuple_GetItem(ints, L_WS_SIZE));
+    void *is_capturing = PyErr_Occurred() ? NULL : PyLong_AsVoidPtr(PyTuple_GetItem(ints, L_IS_CAPTURING));
     if (PyErr_Occurred())
         return NULL;
     if ((out_attr >= 0) != (extra != Py_None) || in_attr == 0 || out_attr == 0 || (in_attr > 0 && in_attr == out_attr)
@@ -451,6 +464,7 @@ make_lt_direct(PyObject *module, PyObject *args)
     d->in_attr = (int)in_attr;
     d->out_attr = (int)out_attr;
     d->ws_size = ws_size;
+    d->is_capturing = (stream_is_capturing_fn)is_capturing;
     PyObject *objs[LT_DIRECT_OBJECTS] = {keep,     maker,    alloc_args, alloc_kwargs, out_name,  out_args,
                                          out_kwargs, out_view, workspace_fn, stream_fn, check, fallback};
     PyObject **slots[LT_DIRECT_OBJECTS];
@@ -507,6 +521,14 @@ probe_set_attribute(void *desc, int attr, const void *buf, size_t size)
     if (attr >= 0 && attr < PROBE_ATTRS)
         probe_values[attr] = probe_attr[2];
     return 0;
+}
+
+/* cuStreamIsCapturing's shape: stream 99 is being captured, stream 98 an error */
+static int
+probe_is_capturing(void *stream, int *status)
+{
+    *status = stream == (void *)99;
+    return stream == (void *)98 ? 1 : 0;
 }
 
 /* probe_values() -> {attribute: the last value probe_set_attribute set for it} */
@@ -575,6 +597,11 @@ nvd_add_lt(PyObject *module)
     PyObject *s = PyLong_FromVoidPtr((void *)probe_set_attribute);
     if (s == NULL || PyModule_AddObject(module, "LT_SET_ATTRIBUTE_PROBE", s) < 0) {
         Py_XDECREF(s);
+        return -1;
+    }
+    PyObject *c = PyLong_FromVoidPtr((void *)probe_is_capturing);
+    if (c == NULL || PyModule_AddObject(module, "STREAM_IS_CAPTURING_PROBE", c) < 0) {
+        Py_XDECREF(c);
         return -1;
     }
     return 0;

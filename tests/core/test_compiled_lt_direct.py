@@ -54,11 +54,11 @@ def _check(status, what):
 
 
 def _direct(bias=True, a_first=False, stream=None, handle=HANDLE, fallback=None, keep=(), in_attr=None,
-            extra=None, out_attr=-1, workspace=None, ws_size=0):
+            extra=None, out_attr=-1, workspace=None, ws_size=0, is_capturing=0):
     in_attr = (BIAS_ATTR if bias else -1) if in_attr is None else in_attr
     ints = (
         hp.LT_LAUNCH_PROBE, hp.LT_SET_ATTRIBUTE_PROBE, handle, DESC, LA, LB, LC, LD, ALGO, ONE, ZERO,
-        int(a_first), in_attr, out_attr, ws_size,
+        int(a_first), in_attr, out_attr, ws_size, is_capturing,
     )
     fallback = fallback or Fallback()
     fn = hp.make_lt_direct(ints, keep, "new_empty", ((4, 6),), {"dtype": "float32"}, extra, workspace, stream,
@@ -204,9 +204,9 @@ def test_calls_from_threads_each_launch_once():
 
 
 def test_make_lt_direct_checks_its_arguments():
-    with pytest.raises(TypeError, match="15 ints"):
+    with pytest.raises(TypeError, match="16 ints"):
         hp.make_lt_direct((1, 2), (), "new_empty", (), {}, None, None, None, _check, None)
-    ints = [hp.LT_MATMUL_PROBE, hp.LT_SET_ATTRIBUTE_PROBE, 0, DESC, LA, LB, LC, LD, ALGO, ONE, ZERO, 0, 8, -1, 0]
+    ints = [hp.LT_MATMUL_PROBE, hp.LT_SET_ATTRIBUTE_PROBE, 0, DESC, LA, LB, LC, LD, ALGO, ONE, ZERO, 0, 8, -1, 0, 0]
     with pytest.raises(ValueError, match="int 2 is a null address"):
         hp.make_lt_direct(tuple(ints), (), "new_empty", (), {}, None, None, None, _check, None)
     with pytest.raises(TypeError):
@@ -216,17 +216,17 @@ def test_make_lt_direct_checks_its_arguments():
         hp.make_lt_direct(tuple(ints), (), None, (), {}, None, None, None, _check, None)
     extra = ("relu_aux", (), {}, None)
     bad = [
-        (ints[:13] + [11, 0], None, None),  # an extra output's attribute without the output
+        (ints[:13] + [11, 0, 0], None, None),  # an extra output's attribute without the output
         (ints, extra, None),  # an extra output without its attribute
-        (ints[:13] + [8, 0], extra, None),  # both pointers on one attribute
-        (ints[:14] + [1024], None, None),  # a workspace need without a workspace function
+        (ints[:13] + [8, 0, 0], extra, None),  # both pointers on one attribute
+        (ints[:14] + [1024, 0], None, None),  # a workspace need without a workspace function
         (ints, None, lambda stream: 0),  # a workspace function without a need
     ]
     for values, ext, ws in bad:
         with pytest.raises(ValueError, match="make_lt_direct"):
             hp.make_lt_direct(tuple(values), (), "new_empty", (), {}, ext, ws, None, _check, None)
     with pytest.raises(TypeError):  # extra: (name, args, kwargs, view)
-        hp.make_lt_direct(tuple(ints[:13] + [11, 0]), (), "new_empty", (), {}, ("x", [], {}, None), None, None,
+        hp.make_lt_direct(tuple(ints[:13] + [11, 0, 0]), (), "new_empty", (), {}, ("x", [], {}, None), None, None,
                           _check, None)
 
 
@@ -317,3 +317,21 @@ def test_an_extra_output_that_fails_leaves_nothing_launched():
     viewed, _ = _direct(extra=("relu_aux", ((6, 2),), {"dtype": "uint8"}, bad_view), out_attr=AUX_ATTR)
     with pytest.raises(ValueError, match="no view"):
         viewed(FakeTensor(), FakeTensor(), FakeTensor())
+
+
+def test_with_the_drivers_capture_query_a_captured_stream_goes_to_python_before_the_workspace_is_asked():
+    asked = []
+
+    def workspace(stream):
+        asked.append(stream)
+        return 0x40000
+
+    a, b, bias = FakeTensor(), FakeTensor(), FakeTensor()
+    for stream, compiled in ((5, True), (99, False), (98, False)):  # the probe: 99 captured, 98 an error
+        direct, fb = _direct(stream=lambda s=stream: s, workspace=workspace, ws_size=4096,
+                             is_capturing=hp.STREAM_IS_CAPTURING_PROBE)
+        _, count0, _, _ = _record()
+        result = direct(a, b, bias)
+        assert (_record()[1] == count0 + 1) == compiled and (result == "python") == (not compiled)
+        assert len(fb.calls) == (0 if compiled else 1)
+    assert asked == [5]

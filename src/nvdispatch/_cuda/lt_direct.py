@@ -9,6 +9,7 @@ epilogue, the bias gradient of a BGRAD one) — and the Python side of its compi
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import weakref
 
@@ -18,7 +19,7 @@ from . import cublaslt as lt
 from .arrays import make_view, result_maker
 from .lt_aux import aux_output_layout, bias_gradient_layout
 from .lt_setup import LtSetup
-from .stream_clock import capturing
+from .stream_clock import capture_query_address, capturing
 
 __all__ = ["serves", "plain", "input_attribute", "extra_output", "compiled_direct", "launch_workspace"]
 
@@ -77,21 +78,33 @@ def launch_workspace(launch, nbytes: int, stream: int) -> int | None:
     return launch.workspace(stream, nbytes)
 
 
+def _workspace_call(launch, nbytes: int, query: int | None):
+    """``workspace_fn`` of ``make_lt_direct`` for an algorithm needing ``nbytes`` of workspace (None where it
+    needs none): ``launch.workspace`` where the compiled call asks the driver about a capture itself (``query``:
+    the address it asks with), else :func:`launch_workspace`."""
+    if not nbytes:
+        return None
+    if query:
+        return functools.partial(launch.workspace, nbytes=nbytes)
+    return functools.partial(launch_workspace, launch, nbytes)
+
+
 def compiled_direct(
     core, handle: int, algo, *, one: int, zero: int, keep: tuple, a_first: bool, problem: MatmulProblem,
-    setup: LtSetup, kind: str, order: str, workspace, current_stream, fallback,
+    setup: LtSetup, kind: str, order: str, launch, current_stream, fallback,
 ):  # fmt: skip
     """The direct call compiled, or None (logged at DEBUG) where the extension is not built, the result is not
     made C-ordered by operand ``a`` itself (``kind``: the result kind, ``order`` the result's storage order;
-    the adapter's ``result_maker`` says how) or the algorithm needs a workspace and ``workspace`` (a function
-    of the stream giving its address, or None where the call goes to ``fallback``) is None.
+    the adapter's ``result_maker`` says how) or the algorithm needs a workspace and there is no ``launch`` (the
+    plan's :class:`~.lt_launch.LtLaunch`, whose workspace for the stream the call takes; under a stream
+    capture the call goes to ``fallback``).
 
     It launches ``algo`` on descriptors of its own (``core``: it sets the epilogue's pointers there, under its
     own lock) with the host scalars 1 and 0 at ``one``/``zero`` (``keep`` holds what owns them, the
     descriptors and the algorithm alive as long as the call), and hands calls whose pointers are not 256-byte
     aligned to ``fallback`` (a bound method, held weakly)."""
     p, s = problem, setup
-    why = _declined(p, s, algo, order, workspace)
+    why = _declined(p, s, algo, order, launch)
     compiled = hotpath()
     if why is None and compiled is None:
         why = "the compiled extension is not built"
@@ -107,6 +120,7 @@ def compiled_direct(
     if why is not None:
         _log.debug("cuBLASLt direct call of %s in Python: %s", p.epilog.epilog.name, why)
         return None
+    query = capture_query_address() if algo.workspaceSize else None
     ints = (
         lt.address("cublasLtMatmul"),
         lt.address("cublasLtMatmulDescSetAttribute"),
@@ -123,8 +137,10 @@ def compiled_direct(
         input_attribute(p),
         -1 if out is None else out[1],
         int(algo.workspaceSize),
+        query or 0,
     )
     maker, args, kwargs = made
+    workspace = None if launch is None else _workspace_call(launch, int(algo.workspaceSize), query)
     return compiled.make_lt_direct(
         ints,
         (core, algo, keep),
@@ -132,18 +148,18 @@ def compiled_direct(
         args,
         kwargs,
         extra,
-        workspace if algo.workspaceSize else None,
+        workspace,
         current_stream,
         lt.check,
         weakref.WeakMethod(fallback),
     )
 
 
-def _declined(p: MatmulProblem, s: LtSetup, algo, order: str, workspace) -> str | None:
+def _declined(p: MatmulProblem, s: LtSetup, algo, order: str, launch) -> str | None:
     """Why the compiled form cannot serve plans of ``p`` (None: it can)."""
     if order != "C":
         return "the result is stored column-major (a view of a transposed buffer)"
-    if algo.workspaceSize and workspace is None:
+    if algo.workspaceSize and launch is None:
         return "the algorithm needs a workspace and the plan has none to lend"
     return None
 

@@ -7,7 +7,6 @@ buffers (:mod:`.lt_aux`) the case needs, and whose direct call (:mod:`.lt_direct
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import numpy as np
@@ -118,7 +117,7 @@ class LtMatmulPlan(LtPlanBase):
             setup=self.setup,
             kind=kind,
             order=self._order,
-            workspace=functools.partial(lt_direct.launch_workspace, self.launch, int(self.algorithm.workspaceSize)),
+            launch=self.launch,
             current_stream=self._current_stream,
             fallback=self.python_direct,
         )
