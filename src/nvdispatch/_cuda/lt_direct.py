@@ -104,7 +104,7 @@ def compiled_direct(
     descriptors and the algorithm alive as long as the call), and hands calls whose pointers are not 256-byte
     aligned to ``fallback`` (a bound method, held weakly)."""
     p, s = problem, setup
-    why = _declined(p, s, algo, order, launch)
+    why = _declined(algo, order, launch)
     compiled = hotpath()
     if why is None and compiled is None:
         why = "the compiled extension is not built"
@@ -155,8 +155,8 @@ def compiled_direct(
     )
 
 
-def _declined(p: MatmulProblem, s: LtSetup, algo, order: str, launch) -> str | None:
-    """Why the compiled form cannot serve plans of ``p`` (None: it can)."""
+def _declined(algo, order: str, launch) -> str | None:
+    """Why the compiled form cannot serve the plan (None: it can)."""
     if order != "C":
         return "the result is stored column-major (a view of a transposed buffer)"
     if algo.workspaceSize and launch is None:
