@@ -112,7 +112,7 @@ def test_batched_products_under_vmap_are_tuned_as_their_own_problem(timed):
         got = jax.jit(jax.vmap(lambda x: _layer(x, b, bias)))(stack)
     for x, y in zip(stack, np.asarray(got)):
         _check(y, x, b, bias)
-    assert len(timed) == 1 and timed[0][0].batch_shape == (2,)
+    assert (2,) in [problem.batch_shape for problem, *_ in timed]
 
 
 def test_off_times_nothing_and_the_heuristic_computes_the_same_product(timed, monkeypatch):
@@ -129,7 +129,7 @@ def test_a_fresh_state_takes_the_kept_choice_without_timing(timed, monkeypatch, 
     a, b, bias = _operands(seed=3)
     jax.jit(_layer)(a, b, bias).block_until_ready()
     assert len(timed) == 1
-    (name,) = [f for f in os.listdir(tmp_path) if f.startswith("cuda-tunings-")]
+    (name,) = [f for f in os.listdir(tmp_path) if f.startswith("cuda-tunings-") and f.endswith(".json")]
     _forget(monkeypatch)
     _check(jax.jit(lambda *xs: _layer(*xs))(a, b, bias), a, b, bias)
     assert len(timed) == 1
