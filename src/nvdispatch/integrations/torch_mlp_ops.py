@@ -224,9 +224,8 @@ def _op_backward(ctx, grads):
 torch.library.register_autograd("nvdispatch::mlp_forward", _op_backward, setup_context=_setup_context, lib=_LIB)
 
 
-def _eager_forward(ctx, x, activation, relu_backward, n, *params):
+def _eager_forward(ctx, x, activation, relu_backward, for_backward, n, *params):
     weights, biases = params[:n], params[n:]
-    for_backward = any(ctx.needs_input_grad)
     outputs = _forward_kernel(x, weights, biases, activation, relu_backward, for_backward)
     _save(ctx, x, weights, outputs, activation, relu_backward)
     return outputs[0]
@@ -236,15 +235,16 @@ def _eager_backward(ctx, gy):
     n = ctx.layers
     needs = ctx.needs_input_grad
     if gy is None:
-        return None, None, None, None, *([None] * (2 * n))
+        return None, None, None, None, None, *([None] * (2 * n))
     x, weights, hidden, aux = _saved(ctx)
     got = _backward_kernel(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, needs[0])
     dx = got[0] if needs[0] else None
     params = got[-2 * n :]
-    return dx, None, None, None, *(g if k else None for g, k in zip(params, needs[4:]))
+    return dx, None, None, None, None, *(g if k else None for g, k in zip(params, needs[5:]))
 
 
-#: the two kernels as one autograd Function: ``apply(x, activation, relu_backward, n_layers, *weights, *biases)``
+#: the two kernels as one autograd Function: ``apply(x, activation, relu_backward, for_backward, n_layers, *weights,
+#: *biases)``
 _Chain = type(
     "nvdispatch_mlp",
     (torch.autograd.Function,),
@@ -255,9 +255,9 @@ _Chain = type(
 def apply(x: Tensor, weights: Sequence[Tensor], biases: Sequence[Tensor], activation: str, relu_backward: str):
     """The output of the chain on rows ``x``: the operator while Torch traces a program (one node of its graph, its
     backward another), else the kernels as one autograd Function. Arguments are checked by the caller."""
+    for_backward = torch.is_grad_enabled() and (
+        x.requires_grad or any(w.requires_grad for w in weights) or any(b.requires_grad for b in biases)
+    )
     if torch.compiler.is_compiling():
-        for_backward = torch.is_grad_enabled() and (
-            x.requires_grad or any(w.requires_grad for w in weights) or any(b.requires_grad for b in biases)
-        )
         return mlp_forward_op(x, list(weights), list(biases), activation, relu_backward, for_backward)[0]
-    return _Chain.apply(x, activation, relu_backward, len(weights), *weights, *biases)
+    return _Chain.apply(x, activation, relu_backward, for_backward, len(weights), *weights, *biases)
