@@ -41,7 +41,7 @@ def _check_step(mlp, fn, x, rtol=None, atol=None):
     for p in mlp.parameters():
         p.grad = None
     out = fn(x)
-    weight = torch.randn(out.shape, dtype=torch.float64).to(out.dtype)
+    weight = torch.randn(out.shape, dtype=torch.float64, device=out.device).to(out.dtype)
     (out * weight).sum().backward()
     want, xr, ws, bs = _reference(mlp, x)
     (want * weight.double()).sum().backward()
@@ -206,6 +206,29 @@ def test_an_eager_step_makes_no_zero_gradient():
         and getattr(e.cpu_parent, "name", None) != "aten::sum"
     ]
     assert not fills, fills
+
+
+@pytest.mark.parametrize("mode", ["eager", "aot_eager"])
+def test_a_second_backward_is_refused(mode):
+    mlp = FusedMLP(WIDTHS, dtype=torch.float64)
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    (gx,) = torch.autograd.grad(_compiled(mlp, mode)(x).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiable|no derivative|double backward"):
+        gx.sum().backward()
+
+
+def test_torch_export_round_trip():
+    import io
+
+    torch.manual_seed(4)
+    mlp = FusedMLP(WIDTHS, activation="gelu", dtype=torch.float64)
+    x = torch.randn(5, 6, dtype=torch.float64)
+    program = torch.export.export(mlp, (x,))
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    loaded = torch.export.load(buffer)
+    torch.testing.assert_close(loaded.module()(x), _reference(mlp, x)[0].detach())
 
 
 # -- the operators ----------------------------------------------------------------------------------------------

@@ -221,7 +221,12 @@ def _op_backward(ctx, grads):
         None, None, None  # fmt: skip
 
 
+def _no_double_backward(ctx, grads):
+    raise RuntimeError("nvdispatch::mlp_backward has no derivative: FusedMLP supports one backward pass, not two")
+
+
 torch.library.register_autograd("nvdispatch::mlp_forward", _op_backward, setup_context=_setup_context, lib=_LIB)
+torch.library.register_autograd("nvdispatch::mlp_backward", _no_double_backward, lib=_LIB)
 
 
 def _eager_forward(ctx, x, activation, relu_backward, for_backward, n, *params):
@@ -231,6 +236,7 @@ def _eager_forward(ctx, x, activation, relu_backward, for_backward, n, *params):
     return outputs[0]
 
 
+@torch.autograd.function.once_differentiable
 def _eager_backward(ctx, gy):
     n = ctx.layers
     needs = ctx.needs_input_grad
