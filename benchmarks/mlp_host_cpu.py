@@ -21,6 +21,7 @@ import argparse
 import os
 
 import _host_overhead as host_overhead
+from _bench import require
 
 
 def _cases(width: int, batch: int, layers: int = 4) -> dict:
@@ -74,6 +75,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3, help="child runs per source tree with --compare")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    require("torch", "pip install 'nvdispatch[torch]'")  # else one line and exit status 2
     if args.quick:
         args.rounds, args.number, args.repeats = 3, 5, 1
 

@@ -23,7 +23,8 @@ front, and the backend state current when a kernel runs chooses its executor.
 Eagerly, :func:`apply` runs the same kernels as one autograd Function (its forward takes ``ctx``, so
 ``Function.apply`` binds no arguments with ``inspect``; no dispatcher in between): one autograd node per step.
 Neither the operator's nor the Function's extra outputs take part in autograd (they are saved for the backward,
-not differentiated), so no zero gradient is ever made for them. Double backward is not supported.
+not differentiated), so no zero gradient is ever made for them. The backward is not differentiable itself: a
+second backward pass through it is refused with an error.
 """
 
 from __future__ import annotations
