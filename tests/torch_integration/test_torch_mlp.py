@@ -4,9 +4,11 @@ those of the same model written with Torch's linear layers (float64 reference), 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import nvdispatch
+from nvdispatch._cuda import lt_layout as L
 from nvdispatch.errors import InvalidArgumentError, ShapeMismatchError
 
 torch = pytest.importorskip("torch")
@@ -23,7 +25,7 @@ def _reference(mlp, x):
     x = x.detach().double().requires_grad_()
     h = x
     for i, (w, b) in enumerate(zip(ws, bs)):
-        h = torch.nn.functional.linear(h, w.T, b)
+        h = torch.nn.functional.linear(h, w, b)  # weights stored (out, in), as torch.nn.Linear
         if i < len(ws) - 1:
             h = torch.relu(h) if mlp.activation == "relu" else torch.nn.functional.gelu(h, approximate="tanh")
     return h, x, ws, bs
@@ -75,6 +77,109 @@ def test_fused_mlp_matches_torch_linear_layers(activation, relu_backward, mode):
     fn = _compiled(mlp, mode)
     for rows in (16, 9, 16):  # a second shape: a recompile, or the dynamic graph's other size
         _check_step(mlp, fn, torch.randn(rows, 6, dtype=torch.float64, requires_grad=True))
+
+
+class _InOut(torch.nn.Module):
+    """A FusedMLP's parameters, transposed into ``(in, out)`` leaves, through ``fused_mlp(weight_layout="in_out")``."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.activation, self.relu_backward = mlp.activation, mlp.relu_backward
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(w.detach().T.contiguous()) for w in mlp.weights])
+        self.biases = torch.nn.ParameterList([torch.nn.Parameter(b.detach().clone()) for b in mlp.biases])
+
+    def forward(self, x):
+        ws, bs = list(self.weights), list(self.biases)
+        return fused_mlp(x, ws, bs, self.activation, relu_backward=self.relu_backward, weight_layout="in_out")
+
+
+@pytest.mark.parametrize("mode", ["eager", "aot_eager", "inductor-dynamic"])
+@pytest.mark.parametrize(("activation", "relu_backward"), [("relu", "mask"), ("relu", "drelu"), ("gelu", "mask")])
+def test_in_out_weights_match_the_same_linear_layers(activation, relu_backward, mode):
+    torch.manual_seed(8)
+    mlp = FusedMLP(WIDTHS, activation=activation, relu_backward=relu_backward, dtype=torch.float64)
+    in_out = _InOut(mlp)
+    fn = _compiled(in_out, mode)
+    for rows in (16, 9):
+        for p in in_out.parameters():
+            p.grad = None
+        x = torch.randn(rows, 6, dtype=torch.float64, requires_grad=True)
+        weight = torch.randn(rows, WIDTHS[-1], dtype=torch.float64)
+        (fn(x) * weight).sum().backward()
+        want, xr, ws, bs = _reference(mlp, x)
+        (want * weight).sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad)
+        for got, ref in zip(in_out.weights, ws):
+            torch.testing.assert_close(got.grad, ref.grad.T)  # the gradient in the weight's own (in, out) layout
+        for got, ref in zip(in_out.biases, bs):
+            torch.testing.assert_close(got.grad, ref.grad)
+
+
+def test_bgrada_of_a_transposed_gradient_is_the_weight_and_bias_gradient():
+    """The out_in layout's weight-gradient product: ``dz^T @ h`` with ``BGRADA`` gives ``dW`` of shape (out, in)
+    and the bias gradient (``dz^T`` summed along K: ``dz``'s column sums), against float64 NumPy."""
+    rng = np.random.default_rng(9)
+    dz, h = rng.standard_normal((7, 5)), rng.standard_normal((7, 3))
+    dw, extra = nvdispatch.matmul(torch.from_numpy(dz).mT, torch.from_numpy(h), epilog="BGRADA")
+    np.testing.assert_allclose(dw.numpy(), dz.T @ h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(extra["bgrada"].numpy().reshape(5), dz.sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_gradients_land_in_the_parameters_layout_without_a_copy(activation):
+    from torch.profiler import profile
+
+    mlp = FusedMLP([8, 16, 16, 4], activation=activation)
+    x, g = torch.randn(5, 8), torch.randn(5, 4)
+    mlp(x).backward(g)
+    for p in mlp.parameters():
+        p.grad = None
+    with profile(record_shapes=True) as prof:
+        mlp(x).backward(g)
+    for p in mlp.parameters():
+        assert p.grad.shape == p.shape and p.grad.stride() == p.stride()
+
+    def in_backward(event):
+        while event is not None:
+            if event.name.startswith("nvdispatch_mlpBackward"):
+                return True
+            event = event.cpu_parent
+        return False
+
+    # a copy of a weight-shaped tensor would be a transpose (or cast) of a weight gradient; the elementwise
+    # derivative math of the CPU executor may copy scalars, never these
+    weight_shapes = [list(w.shape) for w in mlp.weights] + [list(w.shape)[::-1] for w in mlp.weights]
+    backward = [e for e in prof.events() if in_backward(e)]
+    assert backward, "the backward's events"
+    copies = [
+        (e.name, e.input_shapes)
+        for e in backward
+        if e.name in ("aten::copy_", "aten::clone", "aten::contiguous", "aten::_to_copy")
+        and any(shape in weight_shapes for shape in e.input_shapes)
+    ]
+    assert not copies, copies
+
+
+@pytest.mark.parametrize(
+    ("epilog", "form"),
+    [("RELU_BIAS", "forward"), ("GELU_AUX_BIAS", "forward"), ("DEFAULT", "dgrad"), ("BGRADA", "wgrad")],
+)
+def test_the_linear_layout_gemms_read_transposed_operands_without_copies(epilog, form):
+    """cuBLASLt's plan (built here on CPU tensors: the layout rules are the device's) takes each of the layout's
+    operands as it is, a transposed view as op=T: no operand copied, in either orientation."""
+    from nvdispatch._cuda.lt_setup import orientations, setup
+    from nvdispatch.integrations.torch_layouts import matmul_problem
+
+    bf16 = torch.bfloat16
+    h, w, dz = torch.ones(64, 32, dtype=bf16), torch.ones(48, 32, dtype=bf16), torch.ones(64, 48, dtype=bf16)
+    inputs = {"bias": torch.ones(48, dtype=bf16)} if "BIAS" in epilog else {}
+    a, b = {"forward": (h, w.mT), "dgrad": (dz, w), "wgrad": (dz.mT, h)}[form]
+    p = matmul_problem(a, b, None, inputs, 1, None, epilog, None, None, None)
+    for orientation in orientations(p):
+        s = setup(p, orientation)
+        assert not s.lt_a.copy and not s.lt_b.copy, (orientation, s)
+    if form == "forward":
+        assert L.OP_T in (setup(p, "row").lt_a.op, setup(p, "row").lt_b.op)
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -142,8 +247,16 @@ def test_each_gemm_is_one_fused_call(monkeypatch, activation, relu_backward, for
     x = torch.randn(4, 8, requires_grad=input_grad)
     calls = _count_calls(monkeypatch)
     mlp(x).sum().backward()
-    backward = ["BGRADB", below] * 3 + ["BGRADB"] + (["DEFAULT"] if input_grad else [])
+    backward = ["BGRADA", below] * 3 + ["BGRADA"] + (["DEFAULT"] if input_grad else [])
     assert calls == [forward] * 3 + ["BIAS"] + backward
+
+
+def test_in_out_weights_take_bgradb_products(monkeypatch):
+    ws = [torch.randn(8, 8, requires_grad=True) for _ in range(3)]
+    bs = [torch.randn(8, requires_grad=True) for _ in range(3)]
+    calls = _count_calls(monkeypatch)
+    fused_mlp(torch.randn(4, 8), ws, bs, "gelu", weight_layout="in_out").sum().backward()
+    assert calls == ["GELU_AUX_BIAS"] * 2 + ["BIAS"] + ["BGRADB", "DGELU"] * 2 + ["BGRADB"]
 
 
 def test_inference_runs_the_forward_epilogs_without_aux(monkeypatch):
@@ -242,9 +355,11 @@ def test_torch_export_round_trip():
 
 
 # -- the operators ----------------------------------------------------------------------------------------------
-def _operands(activation, relu_backward, grad):
+def _operands(activation, relu_backward, grad, weight_layout="out_in"):
     g = torch.Generator().manual_seed(5)
-    ws = [torch.randn(6, 12, generator=g), torch.randn(12, 10, generator=g), torch.randn(10, 3, generator=g)]
+    ws = [torch.randn(12, 6, generator=g), torch.randn(10, 12, generator=g), torch.randn(3, 10, generator=g)]
+    if weight_layout == "in_out":
+        ws = [w.T.contiguous() for w in ws]
     bs = [torch.randn(12, generator=g), torch.randn(10, generator=g), torch.randn(3, generator=g)]
     x = torch.randn(16, 6, generator=g)
     for t in (x, *ws, *bs):
@@ -252,25 +367,27 @@ def _operands(activation, relu_backward, grad):
     return x, ws, bs
 
 
+@pytest.mark.parametrize("weight_layout", ["out_in", "in_out"])
 @pytest.mark.parametrize(("activation", "relu_backward"), [("relu", "mask"), ("relu", "drelu"), ("gelu", "mask")])
-def test_the_operators_pass_opcheck(activation, relu_backward):
-    x, ws, bs = _operands(activation, relu_backward, grad=True)
-    torch.library.opcheck(torch_mlp_ops.mlp_forward_op, (x, ws, bs, activation, relu_backward, True))
+def test_the_operators_pass_opcheck(activation, relu_backward, weight_layout):
+    x, ws, bs = _operands(activation, relu_backward, grad=True, weight_layout=weight_layout)
+    layout = weight_layout
+    torch.library.opcheck(torch_mlp_ops.mlp_forward_op, (x, ws, bs, activation, relu_backward, layout, True))
     plain = [t.detach() for t in (x, *ws, *bs)]
     x0, ws0, bs0 = plain[0], plain[1:4], plain[4:]
-    torch.library.opcheck(torch_mlp_ops.mlp_forward_op, (x0, ws0, bs0, activation, relu_backward, False))
-    outs = torch_mlp_ops.mlp_forward_op(x0, ws0, bs0, activation, relu_backward, True)
+    torch.library.opcheck(torch_mlp_ops.mlp_forward_op, (x0, ws0, bs0, activation, relu_backward, layout, False))
+    outs = torch_mlp_ops.mlp_forward_op(x0, ws0, bs0, activation, relu_backward, layout, True)
     hidden, aux = outs[1:3], outs[3:]
     grad = torch.randn(16, 3)
     for input_grad in (True, False):
-        args = (grad, x0, ws0, hidden, aux, activation, relu_backward, input_grad)
+        args = (grad, x0, ws0, hidden, aux, activation, relu_backward, layout, input_grad)
         torch.library.opcheck(torch_mlp_ops.mlp_backward_op, args)
 
 
 def test_a_recorded_forward_needs_for_backward():
     x, ws, bs = _operands("relu", "mask", grad=True)
     with pytest.raises(InvalidArgumentError, match="for_backward"):
-        torch_mlp_ops.mlp_forward_op(x, ws, bs, "relu", "mask", False)
+        torch_mlp_ops.mlp_forward_op(x, ws, bs, "relu", "mask", "out_in", False)
 
 
 def test_bad_arguments_are_typed_errors():
@@ -282,10 +399,14 @@ def test_bad_arguments_are_typed_errors():
         FusedMLP([4])
     with pytest.raises(InvalidArgumentError, match="biases"):
         fused_mlp(torch.ones(2, 4), [torch.ones(4, 4)], [])
-    with pytest.raises(ShapeMismatchError, match=r"weights\[1\]"):
-        fused_mlp(torch.ones(2, 4), [torch.ones(4, 5), torch.ones(4, 2)], [torch.ones(5), torch.ones(2)])
+    with pytest.raises(ShapeMismatchError, match=r"weights\[1\].*\(out, 5\).*'out_in'"):
+        fused_mlp(torch.ones(2, 4), [torch.ones(5, 4), torch.ones(2, 4)], [torch.ones(5), torch.ones(2)])
     with pytest.raises(ShapeMismatchError, match=r"biases\[0\]"):
-        fused_mlp(torch.ones(2, 4), [torch.ones(4, 5)], [torch.ones(4)])
+        fused_mlp(torch.ones(2, 4), [torch.ones(5, 4)], [torch.ones(4)])
+    with pytest.raises(ShapeMismatchError, match=r"weights\[0\].*\(4, out\).*'in_out'"):
+        fused_mlp(torch.ones(2, 4), [torch.ones(5, 4)], [torch.ones(5)], weight_layout="in_out")
+    with pytest.raises(InvalidArgumentError, match="weight_layout"):
+        fused_mlp(torch.ones(2, 4), [torch.ones(5, 4)], [torch.ones(5)], weight_layout="linear")
 
 
 # -- CUDA (run on a GPU machine) -----------------------------------------------------------------------------------
@@ -323,12 +444,12 @@ def test_the_operators_pass_opcheck_on_cuda(activation, relu_backward):
         [t.cuda().requires_grad_() for t in ts] if isinstance(ts, list) else ts.cuda().requires_grad_()
         for ts in _operands(activation, relu_backward, grad=False)
     )
-    torch.library.opcheck(torch_mlp_ops.mlp_forward_op, (x, ws, bs, activation, relu_backward, True))
+    torch.library.opcheck(torch_mlp_ops.mlp_forward_op, (x, ws, bs, activation, relu_backward, "out_in", True))
     with torch.no_grad():
-        outs = torch_mlp_ops.mlp_forward_op(x, ws, bs, activation, relu_backward, True)
+        outs = torch_mlp_ops.mlp_forward_op(x, ws, bs, activation, relu_backward, "out_in", True)
     grad = torch.randn(16, 3, device="cuda")
     plain = [w.detach() for w in ws]
-    args = (grad, x.detach(), plain, outs[1:3], outs[3:], activation, relu_backward, True)
+    args = (grad, x.detach(), plain, outs[1:3], outs[3:], activation, relu_backward, "out_in", True)
     torch.library.opcheck(torch_mlp_ops.mlp_backward_op, args)
 
 

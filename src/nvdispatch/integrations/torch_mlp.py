@@ -4,11 +4,17 @@ One linear layer on its own fuses only half of its backward: its activation's de
 the GEMM that produced the upstream gradient, and that GEMM belongs to the next layer (see
 :mod:`.torch_autograd`). A chain of layers owns both, so here every layer's backward is two GEMMs:
 
-* forward, hidden layer ``i``: ``h_i = act(h_{i-1} @ W_i + b_i)`` in one call (``RELU_BIAS``; ``GELU_AUX_BIAS``,
+Weights are stored as ``torch.nn.Linear`` stores them, ``W_i`` of shape ``(out, in)`` (``weight_layout="out_in"``;
+:func:`fused_mlp` also takes ``(in, out)`` weights, ``"in_out"``), and the GEMMs are Linear's:
+
+* forward, hidden layer ``i``: ``h_i = act(h_{i-1} @ W_i^T + b_i)`` in one call, ``W_i^T`` a transposed view read
+  by the GEMM as such (``RELU_BIAS``; ``GELU_AUX_BIAS``,
   which keeps the pre-activation for the backward; ``RELU_AUX_BIAS`` with ``relu_backward="drelu"``, which keeps
   the ReLU's bit mask); output layer: ``BIAS``;
-* backward, layer ``i`` given ``dz_i`` (the gradient of its pre-activation): ``dW_i, db_i`` from one ``BGRADB`` GEMM
-  (``h_{i-1}^T @ dz_i`` and the column sums of ``dz_i``), and ``dz_{i-1} = (dz_i @ W_i^T) * act'(z_{i-1})``: for
+* backward, layer ``i`` given ``dz_i`` (the gradient of its pre-activation): ``dW_i, db_i`` from one ``BGRADA`` GEMM
+  (``dz_i^T @ h_{i-1}``, of the weight's own shape ``(out, in)``, and the sums of ``dz_i^T`` along K, the column
+  sums of ``dz_i``; with ``(in, out)`` weights ``h_{i-1}^T @ dz_i`` and ``BGRADB``), and
+  ``dz_{i-1} = (dz_i @ W_i) * act'(z_{i-1})``: for
   GELU one ``DGELU`` GEMM on the kept pre-activation; for ReLU, since ``h = relu(z)``, ``act'(z)`` is the mask
   ``h > 0`` of the saved output, applied to a plain GEMM's result by one elementwise op (``relu_backward="mask"``,
   the default), or by cuBLASLt's ``DRELU`` epilog on the forward's bit mask (``relu_backward="drelu"``). The mask
@@ -34,7 +40,7 @@ Examples
 >>> loss = mlp(x).square().mean()
 >>> loss.backward()
 >>> x.grad.shape, mlp.weights[0].grad.shape, mlp.biases[-1].grad.shape
-(torch.Size([32, 8]), torch.Size([8, 16]), torch.Size([4]))
+(torch.Size([32, 8]), torch.Size([16, 8]), torch.Size([4]))
 """
 
 from __future__ import annotations
@@ -53,6 +59,11 @@ __all__ = ["FusedMLP", "fused_mlp"]
 log = logging.getLogger("nvdispatch")
 
 
+def _check_layout(weight_layout: object) -> None:
+    if not isinstance(weight_layout, str) or weight_layout not in torch_mlp_ops.WEIGHT_LAYOUTS:
+        raise InvalidArgumentError("weight_layout", "'out_in' or 'in_out'", repr(weight_layout))
+
+
 def _check_choices(activation: object, relu_backward: object) -> None:
     if not isinstance(activation, str) or activation not in torch_mlp_ops.ACTIVATIONS:
         raise InvalidArgumentError("activation", "'relu' or 'gelu'", repr(activation))
@@ -60,69 +71,96 @@ def _check_choices(activation: object, relu_backward: object) -> None:
         raise InvalidArgumentError("relu_backward", "'mask' or 'drelu'", repr(relu_backward))
 
 
-def _check_layers(x, weights: Sequence, biases: Sequence) -> None:
+def _check_layers(x, weights: Sequence, biases: Sequence, weight_layout: str) -> None:
     if len(weights) != len(biases) or not weights:
         raise InvalidArgumentError("biases", f"{len(weights)} biases, one per weight (at least one)", str(len(biases)))
     width = x.shape[-1]
+    out_in = weight_layout == "out_in"
     for i, (w, b) in enumerate(zip(weights, biases)):
-        if w.dim() != 2 or w.shape[0] != width:
-            raise ShapeMismatchError(f"weights[{i}]", f"shape ({width}, out)", f"shape {tuple(w.shape)}")
-        if tuple(b.shape) != (w.shape[1],):
-            raise ShapeMismatchError(f"biases[{i}]", f"shape ({w.shape[1]},)", f"shape {tuple(b.shape)}")
-        width = w.shape[1]
+        if w.dim() != 2 or w.shape[1 if out_in else 0] != width:
+            expected = f"shape (out, {width}) (weight_layout='out_in')" if out_in else \
+                f"shape ({width}, out) (weight_layout='in_out')"  # fmt: skip
+            raise ShapeMismatchError(f"weights[{i}]", expected, f"shape {tuple(w.shape)}")
+        out = torch_mlp_ops.out_features(w, weight_layout)
+        if tuple(b.shape) != (out,):
+            raise ShapeMismatchError(f"biases[{i}]", f"shape ({out},)", f"shape {tuple(b.shape)}")
+        width = out
 
 
-def fused_mlp(x, weights: Sequence, biases: Sequence, activation: str = "relu", *, relu_backward: str = "mask"):
-    """``x`` through linear layers ``x @ weights[i] + biases[i]``, ``activation`` after every layer but the last,
-    each GEMM of the forward and backward pass one fused nvdispatch call, the whole chain one autograd node (see
-    the module notes).
+def fused_mlp(
+    x,
+    weights: Sequence,
+    biases: Sequence,
+    activation: str = "relu",
+    *,
+    relu_backward: str = "mask",
+    weight_layout: str = "out_in",
+):
+    """``x`` through linear layers ``x @ weights[i]^T + biases[i]`` (as ``torch.nn.functional.linear``),
+    ``activation`` after every layer but the last, each GEMM of the forward and backward pass one fused nvdispatch
+    call, the whole chain one autograd node (see the module notes).
 
     Parameters
     ----------
     x : torch.Tensor
-        ``(..., weights[0].shape[0])``.
+        ``(..., in_0)``.
     weights, biases : sequences of torch.Tensor
-        ``weights[i]`` of shape ``(in_i, out_i)``, ``biases[i]`` of shape ``(out_i,)``.
+        ``weights[i]`` of shape ``(out_i, in_i)`` (``torch.nn.Linear``'s weight; see ``weight_layout``),
+        ``biases[i]`` of shape ``(out_i,)``.
     activation : {"relu", "gelu"}
         Between layers (GELU: the tanh approximation).
     relu_backward : {"mask", "drelu"}
         How a ReLU model's backward applies the ReLU's derivative: the mask ``h > 0`` of each saved hidden output
         on a plain GEMM's result (default), or cuBLASLt's ``DRELU`` epilog on a bit mask the forward writes
         (``RELU_AUX_BIAS``). Ignored for GELU.
+    weight_layout : {"out_in", "in_out"}
+        How ``weights[i]`` is stored: ``(out_i, in_i)`` as ``torch.nn.Linear`` (default; each layer ``h @ W^T``,
+        the weight gradients ``dz^T @ h`` in the same layout), or ``(in_i, out_i)`` (each layer ``h @ W``).
 
     Returns
     -------
     torch.Tensor
-        ``(..., weights[-1].shape[1])``.
+        ``(..., out_L)``, ``out_L`` the last layer's output width.
 
     Examples
     --------
     >>> import torch
     >>> from nvdispatch.integrations.torch_mlp import fused_mlp
-    >>> w = [torch.randn(4, 8, requires_grad=True), torch.randn(8, 2, requires_grad=True)]
+    >>> import torch.nn.functional as F
+    >>> from nvdispatch.integrations.torch_mlp import fused_mlp
+    >>> w = [torch.randn(8, 4, requires_grad=True), torch.randn(2, 8, requires_grad=True)]
     >>> b = [torch.zeros(8, requires_grad=True), torch.zeros(2, requires_grad=True)]
     >>> x = torch.randn(5, 4)
     >>> y = fused_mlp(x, w, b, activation="gelu")
-    >>> want = torch.nn.functional.gelu(x @ w[0] + b[0], approximate="tanh") @ w[1] + b[1]
+    >>> want = F.linear(F.gelu(F.linear(x, w[0], b[0]), approximate="tanh"), w[1], b[1])
     >>> bool(torch.allclose(y, want, atol=1e-5))
     True
     >>> y.sum().backward()
     >>> w[0].grad.shape
-    torch.Size([4, 8])
+    torch.Size([8, 4])
+
+    Weights stored ``(in, out)``:
+
+    >>> w_in_out = [w[0].detach().T, w[1].detach().T]
+    >>> bool(torch.allclose(fused_mlp(x, w_in_out, b, activation="gelu", weight_layout="in_out"), want, atol=1e-5))
+    True
     """
     _check_choices(activation, relu_backward)
-    _check_layers(x, weights, biases)
+    _check_layout(weight_layout)
+    _check_layers(x, weights, biases, weight_layout)
     if x.dim() == 2:
-        return torch_mlp_ops.apply(x, weights, biases, activation, relu_backward)
+        return torch_mlp_ops.apply(x, weights, biases, activation, relu_backward, weight_layout)
     rows = x.reshape(-1, x.shape[-1])  # the layers' GEMMs are 2-D
-    y = torch_mlp_ops.apply(rows, weights, biases, activation, relu_backward)
+    y = torch_mlp_ops.apply(rows, weights, biases, activation, relu_backward, weight_layout)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
 class FusedMLP(torch.nn.Module):
     """Linear layers of ``widths`` (``widths[0]`` inputs, ``widths[-1]`` outputs), ``activation`` between them;
     forward and backward GEMMs fused by nvdispatch, the whole chain one autograd node (:func:`fused_mlp`, whose
-    ``relu_backward`` this takes). Weights are stored ``(in, out)``, both initialised as ``torch.nn.Linear``'s.
+    ``relu_backward`` this takes). ``weights[i]`` and ``biases[i]`` are stored and initialised as
+    ``torch.nn.Linear``'s ``weight`` (shape ``(out, in)``) and ``bias``, so a Linear layer's tensors copy in as
+    they are, and their gradients land in ``.grad`` in that layout (the weight-gradient GEMM writes ``(out, in)``).
 
     Examples
     --------
@@ -133,6 +171,17 @@ class FusedMLP(torch.nn.Module):
     torch.Size([8, 4])
     >>> FusedMLP([16, 32, 4], relu_backward="drelu").relu_backward
     'drelu'
+
+    The weights of ``torch.nn.Linear`` layers, as they are:
+
+    >>> linears = [torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)]
+    >>> mlp = FusedMLP([16, 32, 4])
+    >>> with torch.no_grad():
+    ...     for lin, w, b in zip(linears, mlp.weights, mlp.biases):
+    ...         _ = w.copy_(lin.weight), b.copy_(lin.bias)
+    >>> x = torch.randn(8, 16)
+    >>> bool(torch.allclose(mlp(x), linears[1](torch.relu(linears[0](x))), atol=1e-5))
+    True
     """
 
     def __init__(
@@ -155,14 +204,16 @@ class FusedMLP(torch.nn.Module):
         self.biases = torch.nn.ParameterList()
         for fan_in, fan_out in zip(widths[:-1], widths[1:]):
             bound = 1 / math.sqrt(fan_in)  # torch.nn.Linear's initialisation
-            self.weights.append(torch.nn.Parameter(torch.empty(fan_in, fan_out, **kw).uniform_(-bound, bound)))
+            self.weights.append(torch.nn.Parameter(torch.empty(fan_out, fan_in, **kw).uniform_(-bound, bound)))
             self.biases.append(torch.nn.Parameter(torch.empty(fan_out, **kw).uniform_(-bound, bound)))
         epilog, _ = torch_mlp_ops.hidden_epilog(activation, relu_backward, True)
-        log.debug("FusedMLP %s: hidden layers %s, relu_backward=%s", list(widths), epilog, relu_backward)
+        log.debug(
+            "FusedMLP %s: hidden layers %s, relu_backward=%s, weights (out, in)", list(widths), epilog, relu_backward
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return fused_mlp(x, list(self.weights), list(self.biases), self.activation, relu_backward=self.relu_backward)
 
     def extra_repr(self) -> str:
-        widths = [w.shape[0] for w in self.weights] + [self.weights[-1].shape[1]]
+        widths = [w.shape[1] for w in self.weights] + [self.weights[-1].shape[0]]
         return f"widths={widths}, activation={self.activation!r}, relu_backward={self.relu_backward!r}"

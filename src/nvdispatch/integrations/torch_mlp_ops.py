@@ -2,17 +2,22 @@
 runs their kernels eagerly (:mod:`.torch_mlp` holds the model and the rules of its math).
 
 ``nvdispatch::mlp_forward(Tensor x, Tensor[] weights, Tensor[] biases, str activation, str relu_backward,
-bool for_backward) -> Tensor[]``
-    ``x`` (rows) through the layers, each one fused call (hidden layers ``RELU_BIAS``, ``RELU_AUX_BIAS`` or
+str weight_layout, bool for_backward) -> Tensor[]``
+    ``x`` (rows) through the layers, each one fused call (``weight_layout``: ``"out_in"``, ``weights[i]`` of shape
+    ``(out, in)`` as ``torch.nn.Linear`` stores them, each layer ``h @ W^T`` on the transposed view; ``"in_out"``,
+    ``(in, out)``, each layer ``h @ W``) (hidden layers ``RELU_BIAS``, ``RELU_AUX_BIAS`` or
     ``GELU_AUX_BIAS``, the output layer ``BIAS``). Returns ``[y]``, and with ``for_backward`` what the backward
     reads: ``[y, h_1 .. h_{L-1}, aux_1 .. aux_{L-1}]`` (the hidden outputs; the aux outputs where the backward
     takes them: GELU's pre-activations, or ReLU's masks with ``relu_backward="drelu"``, in the formats of
     :mod:`.torch_layouts`). Autograd may record a call only with ``for_backward`` (else a typed error).
 ``nvdispatch::mlp_backward(Tensor grad, Tensor x, Tensor[] weights, Tensor[] hidden, Tensor[] aux, str activation,
-str relu_backward, bool input_grad) -> Tensor[]``
-    From the output's gradient: ``[dx, dW_1 .. dW_L, db_1 .. db_L]`` (``dx`` only with ``input_grad``). Per layer
-    one ``BGRADB`` GEMM (weight and bias gradients) and one GEMM for the gradient of the layer below: ``DGELU`` /
-    ``DRELU`` fused, or with ``relu_backward="mask"`` a plain GEMM masked by ``h > 0`` (one elementwise op).
+str relu_backward, str weight_layout, bool input_grad) -> Tensor[]``
+    From the output's gradient: ``[dx, dW_1 .. dW_L, db_1 .. db_L]`` (``dx`` only with ``input_grad``; each ``dW``
+    in its weight's layout). Per layer one GEMM for the weight and bias gradients (``"out_in"``:
+    ``dz^T @ h_prev`` with ``BGRADA``, the bias gradient being the sum of ``dz^T`` along K; ``"in_out"``:
+    ``h_prev^T @ dz`` with ``BGRADB``) and one GEMM for the gradient of the layer below (``dz @ W``, or
+    ``dz @ W^T``): ``DGELU`` / ``DRELU`` fused, or with ``relu_backward="mask"`` a plain GEMM masked by ``h > 0``
+    (one elementwise op).
 
 Registered as the other operators are (:mod:`.torch_ops`: ``torch.library.Library`` schemas, one
 ``CompositeExplicitAutograd`` kernel for every device, exact fake kernels, ``register_autograd``), in the same
@@ -41,7 +46,17 @@ from . import torch_layouts as layouts
 from .torch_ops import matmul_layout
 from .torch_reentry import in_kernel
 
-__all__ = ["ACTIVATIONS", "RELU_BACKWARDS", "mlp_forward_op", "mlp_backward_op", "apply", "hidden_epilog"]
+__all__ = [
+    "ACTIVATIONS",
+    "RELU_BACKWARDS",
+    "WEIGHT_LAYOUTS",
+    "mlp_forward_op",
+    "mlp_backward_op",
+    "apply",
+    "hidden_epilog",
+    "forward_operand",
+    "out_features",
+]
 
 log = logging.getLogger("nvdispatch")
 
@@ -49,6 +64,8 @@ ACTIVATIONS = ("relu", "gelu")
 #: how a ReLU layer's backward applies the ReLU's derivative: ``"mask"`` (a plain GEMM, then the mask ``h > 0`` of
 #: the saved output) or ``"drelu"`` (cuBLASLt's DRELU epilog on the bit mask the forward wrote)
 RELU_BACKWARDS = ("mask", "drelu")
+#: how ``weights[i]`` is stored: ``"out_in"`` (``(out, in)``, as ``torch.nn.Linear``) or ``"in_out"`` (``(in, out)``)
+WEIGHT_LAYOUTS = ("out_in", "in_out")
 #: (activation, relu_backward) -> the hidden layers' forward epilog when the backward follows, its aux output
 _TRAINING = {
     ("relu", "mask"): ("RELU_BIAS", None),
@@ -62,11 +79,11 @@ _DERIVATIVE = {"relu_aux": "DRELU", "gelu_aux": "DGELU"}
 _LIB = torch.library.Library("nvdispatch", "FRAGMENT")  # kept: the registrations live as long as this module
 _LIB.define(
     "mlp_forward(Tensor x, Tensor[] weights, Tensor[] biases, str activation, str relu_backward, "
-    "bool for_backward) -> Tensor[]"
+    "str weight_layout, bool for_backward) -> Tensor[]"
 )
 _LIB.define(
     "mlp_backward(Tensor grad, Tensor x, Tensor[] weights, Tensor[] hidden, Tensor[] aux, str activation, "
-    "str relu_backward, bool input_grad) -> Tensor[]"
+    "str relu_backward, str weight_layout, bool input_grad) -> Tensor[]"
 )
 
 
@@ -83,8 +100,29 @@ def hidden_epilog(activation: str, relu_backward: str, for_backward: bool) -> tu
     return _TRAINING[activation, relu_backward]
 
 
+def forward_operand(w: Tensor, weight_layout: str) -> Tensor:
+    """The ``b`` of a layer's forward product ``h @ b``: ``w`` stored ``(in, out)``, or the transposed view of ``w``
+    stored ``(out, in)`` (no copy: the GEMM reads it transposed).
+
+    Examples
+    --------
+    >>> import torch
+    >>> w = torch.zeros(3, 5)
+    >>> forward_operand(w, "out_in").shape, forward_operand(w, "in_out").shape
+    (torch.Size([5, 3]), torch.Size([3, 5]))
+    """
+    return w.mT if weight_layout == "out_in" else w
+
+
+def out_features(w: Tensor, weight_layout: str) -> int:
+    """A layer's output width from its weight ``w`` stored in ``weight_layout``."""
+    return w.shape[0] if weight_layout == "out_in" else w.shape[-1]
+
+
 # -- the kernels ------------------------------------------------------------------------------------------------
-def _forward_kernel(x, weights, biases, activation: str, relu_backward: str, for_backward: bool) -> list[Tensor]:
+def _forward_kernel(
+    x, weights, biases, activation: str, relu_backward: str, weight_layout: str, for_backward: bool
+) -> list[Tensor]:
     epilog, aux_name = hidden_epilog(activation, relu_backward, for_backward)
     hidden: list[Tensor] = []
     aux: list[Tensor] = []
@@ -92,7 +130,7 @@ def _forward_kernel(x, weights, biases, activation: str, relu_backward: str, for
     last = len(weights) - 1
     with in_kernel():
         for i in range(last):
-            h_in, w, b = h, weights[i], biases[i]
+            h_in, w, b = h, forward_operand(weights[i], weight_layout), biases[i]
             if aux_name is None:
                 h = layouts.dense(linalg.matmul(h_in, w, epilog=epilog, epilog_inputs={"bias": b}), x)
             else:
@@ -100,20 +138,23 @@ def _forward_kernel(x, weights, biases, activation: str, relu_backward: str, for
                 h = layouts.dense(h, x)
                 aux.append(_aux_output(extra[aux_name], aux_name, h_in, w, b, epilog))
             hidden.append(h)
-        y = layouts.dense(linalg.matmul(h, weights[last], epilog="BIAS", epilog_inputs={"bias": biases[last]}), x)
+        w = forward_operand(weights[last], weight_layout)
+        y = layouts.dense(linalg.matmul(h, w, epilog="BIAS", epilog_inputs={"bias": biases[last]}), x)
     return [y, *hidden, *aux] if for_backward else [y]
 
 
 def _aux_output(t, name: str, a, w, b, epilog: str) -> Tensor:
-    """Aux output ``t`` of the call ``(a @ w + b)`` in the operators' layout (:mod:`.torch_layouts`: GELU's
-    pre-activation dense, a relu mask in its device's format, padding bits cleared)."""
+    """Aux output ``t`` of the call ``(a @ w + b)`` (``w`` the forward operand) in the operators' layout
+    (:mod:`.torch_layouts`: GELU's pre-activation dense, a relu mask in its device's format, padding bits cleared)."""
     if name == "gelu_aux":
         return layouts.dense(t, a)
     problem, specs = matmul_layout(a, w, None, {"bias": b}, 1, None, epilog, None, None, None)
     return layouts.conform(t, specs[1], problem, a)
 
 
-def _backward_kernel(grad, x, weights, hidden, aux, activation: str, relu_backward: str, input_grad: bool):
+def _backward_kernel(
+    grad, x, weights, hidden, aux, activation: str, relu_backward: str, weight_layout: str, input_grad: bool
+):
     n = len(weights)
     dws: list = [None] * n
     dbs: list = [None] * n
@@ -123,23 +164,29 @@ def _backward_kernel(grad, x, weights, hidden, aux, activation: str, relu_backwa
         for i in range(n - 1, -1, -1):
             w = weights[i]
             h_in = hidden[i - 1] if i else x
-            dw, extra = linalg.matmul(h_in.mT, dz, epilog="BGRADB")
+            if weight_layout == "out_in":  # dW = dz^T @ h_in; db: dz^T summed along K, the BGRADA product
+                dw, extra = linalg.matmul(dz.mT, h_in, epilog="BGRADA")
+                db = extra["bgrada"]
+            else:
+                dw, extra = linalg.matmul(h_in.mT, dz, epilog="BGRADB")
+                db = extra["bgradb"]
             dws[i] = layouts.dense(dw.to(w.dtype), x)
-            dbs[i] = layouts.dense(extra["bgradb"].reshape(w.shape[-1]).to(w.dtype), x)
+            dbs[i] = layouts.dense(db.reshape(out_features(w, weight_layout)).to(w.dtype), x)
+            w_t = forward_operand(w, weight_layout).mT  # dz @ W^T of the forward's h @ W
             if i:
-                dz = _layer_below(dz, w, hidden[i - 1], aux[i - 1] if aux else None, activation)
+                dz = _layer_below(dz, w_t, hidden[i - 1], aux[i - 1] if aux else None, activation)
             elif input_grad:
-                dx = layouts.dense(linalg.matmul(dz, w.mT).to(x.dtype), x)
+                dx = layouts.dense(linalg.matmul(dz, w_t).to(x.dtype), x)
     return ([dx] if input_grad else []) + dws + dbs
 
 
-def _layer_below(dz, w, h, aux, activation: str):
-    """The gradient of the pre-activation below: ``(dz @ w^T) * act'(z)``, the derivative fused into the GEMM where
+def _layer_below(dz, w_t, h, aux, activation: str):
+    """The gradient of the pre-activation below: ``(dz @ w_t) * act'(z)``, the derivative fused into the GEMM where
     ``aux`` is given, else (ReLU) the plain GEMM masked by the saved output ``h > 0``."""
     if aux is None:
-        return torch.ops.aten.threshold_backward(linalg.matmul(dz, w.mT), h, 0)
+        return torch.ops.aten.threshold_backward(linalg.matmul(dz, w_t), h, 0)
     name = "gelu_aux" if activation == "gelu" else "relu_aux"
-    return linalg.matmul(dz, w.mT, epilog=_DERIVATIVE[name], epilog_inputs={name: aux})
+    return linalg.matmul(dz, w_t, epilog=_DERIVATIVE[name], epilog_inputs={name: aux})
 
 
 # -- fake kernels: the same rule (the public function's problem per call) on fake tensors ----------------------------
@@ -148,28 +195,28 @@ def _spec_outputs(a, b, inputs: dict, epilog: str):
     return layouts.empty_outputs(specs, a)
 
 
-def _forward_fake(x, weights, biases, activation, relu_backward, for_backward):
+def _forward_fake(x, weights, biases, activation, relu_backward, weight_layout, for_backward):
     epilog, aux_name = hidden_epilog(activation, relu_backward, for_backward)
     log.debug(
-        "nvdispatch::mlp_forward traced: %d layers, hidden layers %s, output layer BIAS, relu_backward=%s",
-        len(weights), epilog, relu_backward,
+        "nvdispatch::mlp_forward traced: %d layers, hidden layers %s, output layer BIAS, relu_backward=%s, "
+        "weights %s", len(weights), epilog, relu_backward, weight_layout,
     )  # fmt: skip
     hidden, aux = [], []
     h = x
     last = len(weights) - 1
     for i in range(last):
-        outs = _spec_outputs(h, weights[i], {"bias": biases[i]}, epilog)
+        outs = _spec_outputs(h, forward_operand(weights[i], weight_layout), {"bias": biases[i]}, epilog)
         h = outs[0]
         hidden.append(h)
         if aux_name is not None:
             aux.append(outs[1])
-    y = _spec_outputs(h, weights[last], {"bias": biases[last]}, "BIAS")[0]
+    y = _spec_outputs(h, forward_operand(weights[last], weight_layout), {"bias": biases[last]}, "BIAS")[0]
     return [y, *hidden, *aux] if for_backward else [y]
 
 
-def _backward_fake(grad, x, weights, hidden, aux, activation, relu_backward, input_grad):
+def _backward_fake(grad, x, weights, hidden, aux, activation, relu_backward, weight_layout, input_grad):
     dws = [w.new_empty(w.shape) for w in weights]
-    dbs = [w.new_empty(w.shape[-1:]) for w in weights]
+    dbs = [w.new_empty((out_features(w, weight_layout),)) for w in weights]
     return ([x.new_empty(x.shape)] if input_grad else []) + dws + dbs
 
 
@@ -182,10 +229,11 @@ mlp_backward_op = torch.ops.nvdispatch.mlp_backward.default
 
 
 # -- autograd -----------------------------------------------------------------------------------------------------
-def _save(ctx, x, weights: Sequence[Tensor], outputs, activation: str, relu_backward: str):
+def _save(ctx, x, weights: Sequence[Tensor], outputs, activation: str, relu_backward: str, weight_layout: str):
     """What the backward reads, on ``ctx``; the extra outputs marked as not differentiated."""
     ctx.set_materialize_grads(False)
     ctx.activation, ctx.relu_backward, ctx.layers = activation, relu_backward, len(weights)
+    ctx.weight_layout = weight_layout
     if len(outputs) > 1:
         ctx.mark_non_differentiable(*outputs[1:])
     ctx.save_for_backward(x, *weights, *outputs[1:])
@@ -200,12 +248,12 @@ def _saved(ctx):
 
 
 def _setup_context(ctx, inputs, output):
-    x, weights, biases, activation, relu_backward, for_backward = inputs
+    x, weights, biases, activation, relu_backward, weight_layout, for_backward = inputs
     if not for_backward:
         raise InvalidArgumentError(
             "for_backward", "True where autograd records the call (an input requires grad, grad mode on)", "False"
         )
-    _save(ctx, x, weights, output, activation, relu_backward)
+    _save(ctx, x, weights, output, activation, relu_backward, weight_layout)
 
 
 def _op_backward(ctx, grads):
@@ -213,13 +261,14 @@ def _op_backward(ctx, grads):
     n = ctx.layers
     gy = grads[0]
     if gy is None or not (needs_x or any(needs_w) or any(needs_b)):
-        return None, [None] * n, [None] * n, None, None, None
+        return None, [None] * n, [None] * n, None, None, None, None
     x, weights, hidden, aux = _saved(ctx)
-    got = mlp_backward_op(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, bool(needs_x))
+    layout = ctx.weight_layout
+    got = mlp_backward_op(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, layout, bool(needs_x))
     dx = got[0] if needs_x else None
     dws, dbs = got[-2 * n : -n], got[-n:]
     return dx, [g if k else None for g, k in zip(dws, needs_w)], [g if k else None for g, k in zip(dbs, needs_b)], \
-        None, None, None  # fmt: skip
+        None, None, None, None  # fmt: skip
 
 
 def _no_double_backward(ctx, grads):
@@ -230,10 +279,10 @@ torch.library.register_autograd("nvdispatch::mlp_forward", _op_backward, setup_c
 torch.library.register_autograd("nvdispatch::mlp_backward", _no_double_backward, lib=_LIB)
 
 
-def _eager_forward(ctx, x, activation, relu_backward, for_backward, n, *params):
+def _eager_forward(ctx, x, activation, relu_backward, weight_layout, for_backward, n, *params):
     weights, biases = params[:n], params[n:]
-    outputs = _forward_kernel(x, weights, biases, activation, relu_backward, for_backward)
-    _save(ctx, x, weights, outputs, activation, relu_backward)
+    outputs = _forward_kernel(x, weights, biases, activation, relu_backward, weight_layout, for_backward)
+    _save(ctx, x, weights, outputs, activation, relu_backward, weight_layout)
     return outputs[0]
 
 
@@ -242,16 +291,16 @@ def _eager_backward(ctx, gy):
     n = ctx.layers
     needs = ctx.needs_input_grad
     if gy is None:
-        return None, None, None, None, None, *([None] * (2 * n))
+        return None, None, None, None, None, None, *([None] * (2 * n))
     x, weights, hidden, aux = _saved(ctx)
-    got = _backward_kernel(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, needs[0])
+    got = _backward_kernel(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, ctx.weight_layout, needs[0])
     dx = got[0] if needs[0] else None
     params = got[-2 * n :]
-    return dx, None, None, None, None, *(g if k else None for g, k in zip(params, needs[5:]))
+    return dx, None, None, None, None, None, *(g if k else None for g, k in zip(params, needs[6:]))
 
 
-#: the two kernels as one autograd Function: ``apply(x, activation, relu_backward, for_backward, n_layers, *weights,
-#: *biases)``
+#: the two kernels as one autograd Function: ``apply(x, activation, relu_backward, weight_layout, for_backward,
+#: n_layers, *weights, *biases)``
 _Chain = type(
     "nvdispatch_mlp",
     (torch.autograd.Function,),
@@ -259,12 +308,19 @@ _Chain = type(
 )
 
 
-def apply(x: Tensor, weights: Sequence[Tensor], biases: Sequence[Tensor], activation: str, relu_backward: str):
+def apply(
+    x: Tensor,
+    weights: Sequence[Tensor],
+    biases: Sequence[Tensor],
+    activation: str,
+    relu_backward: str,
+    weight_layout: str = "out_in",
+):
     """The output of the chain on rows ``x``: the operator while Torch traces a program (one node of its graph, its
     backward another), else the kernels as one autograd Function. Arguments are checked by the caller."""
     for_backward = torch.is_grad_enabled() and (
         x.requires_grad or any(w.requires_grad for w in weights) or any(b.requires_grad for b in biases)
     )
     if torch.compiler.is_compiling():
-        return mlp_forward_op(x, list(weights), list(biases), activation, relu_backward, for_backward)[0]
-    return _Chain.apply(x, activation, relu_backward, for_backward, len(weights), *weights, *biases)
+        return mlp_forward_op(x, list(weights), list(biases), activation, relu_backward, weight_layout, for_backward)[0]
+    return _Chain.apply(x, activation, relu_backward, weight_layout, for_backward, len(weights), *weights, *biases)
