@@ -9,12 +9,17 @@ input requires none). Contenders, each in this one process on the same weights a
   inductor, and through inductor with CUDA graphs (``mode="reduce-overhead"``);
 * ``nvdispatch fused compile`` / ``nvdispatch fused reduce-overhead`` / ``nvdispatch fused eager``:
   :class:`nvdispatch.integrations.torch_mlp.FusedMLP`, the chain one autograd node (two operators in a compiled
-  graph): forward ``RELU_BIAS``/``GELU_AUX_BIAS``, backward ``BGRADB`` GEMMs and, for the layer below, ``DGELU``
-  GEMMs or (ReLU, ``relu_backward="mask"``, the default) plain GEMMs masked by the saved output;
+  graph), its weights in ``torch.nn.Linear``'s ``(out, in)`` layout and its GEMMs Linear's forms: forward
+  ``h @ W^T`` with ``RELU_BIAS``/``GELU_AUX_BIAS``, backward ``dz^T @ h`` with ``BGRADA`` (weight and bias
+  gradients) and, for the layer below, ``dz @ W`` with ``DGELU`` or (ReLU, ``relu_backward="mask"``, the default)
+  plain, masked by the saved output;
 * ``nvdispatch fused drelu compile`` / ``nvdispatch fused drelu reduce-overhead`` (ReLU models only): the same
   with ``relu_backward="drelu"`` (forward ``RELU_AUX_BIAS``, backward ``DRELU`` GEMMs on its bit masks);
-* ``nvdispatch ops compile``: the model written with ``nvdispatch.matmul(..., epilog="RELU_BIAS"/"GELU_BIAS")`` per
-  layer (each layer's backward: the activation's derivative, one BGRADB GEMM and one GEMM).
+* ``nvdispatch ops compile``: the model written with ``nvdispatch.matmul(x, w.mT, epilog="RELU_BIAS"/"GELU_BIAS")``
+  per layer, ``w`` in Linear's layout (each layer's backward: the activation's derivative, one BGRADB GEMM and one
+  GEMM).
+
+All models hold the same weights, each in Linear's ``(out, in)`` layout (copied as they are from the Torch model).
 
 Times: CUDA events around ``--steps`` back-to-back steps, median of ``--repeats``. Goals (issue #31): the best
 nvdispatch compiled step <= 0.8x the best Torch mode at width 1024 and <= 0.97x at 4096; a ``reduce-overhead`` step
@@ -88,7 +93,8 @@ def make_models(torch, width: int, layers: int, activation: str, dtype):
 
         def forward(self, x):
             for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-                x = nvdispatch.matmul(x, w, epilog=epilog if i < layers - 1 else "BIAS", epilog_inputs={"bias": b})
+                e = epilog if i < layers - 1 else "BIAS"
+                x = nvdispatch.matmul(x, w.mT, epilog=e, epilog_inputs={"bias": b})  # Linear's h @ W^T
             return x
 
     torch.manual_seed(0)
@@ -96,7 +102,7 @@ def make_models(torch, width: int, layers: int, activation: str, dtype):
     fused = FusedMLP([width] * (layers + 1), activation=activation, device="cuda", dtype=dtype)
     with torch.no_grad():
         for layer, w, b in zip(plain.layers, fused.weights, fused.biases):
-            w.copy_(layer.weight.T)
+            w.copy_(layer.weight)  # the same (out, in) layout
             b.copy_(layer.bias)
     ops = OpsMLP(list(fused.weights), list(fused.biases))
     drelu = FusedMLP([width] * (layers + 1), activation=activation, relu_backward="drelu", device="cuda", dtype=dtype)
@@ -143,8 +149,8 @@ def time_step(torch, step, x, steps: int, repeats: int, warmup: int) -> list[flo
 
 def _weights(model):
     if hasattr(model, "layers"):
-        return [layer.weight.grad.T.float() for layer in model.layers]
-    return [w.grad.float() for w in model.weights]
+        return [layer.weight.grad.float() for layer in model.layers]
+    return [w.grad.float() for w in model.weights]  # the same (out, in) layout
 
 
 # -- one configuration ------------------------------------------------------------------------------------------------

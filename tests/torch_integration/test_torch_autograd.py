@@ -120,6 +120,39 @@ def test_forward_epilog_gradients(epilog, layout, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("rows", [(M,), (2, M)], ids=["2d", "batched-a"])
+@pytest.mark.parametrize("epilog", ["DEFAULT", "BIAS", "RELU_BIAS", "GELU_BIAS"])
+def test_a_transposed_weight_gets_its_gradient_in_its_own_layout(epilog, rows, mode):
+    """``b = w.mT`` of an ``(N, K)`` weight, as ``torch.nn.functional.linear``: the weight's gradient is the NumPy
+    chain rule's, written in ``w``'s row-major layout (``gt^T @ a``, the bias gradient by BGRADA), no copy of it."""
+    from torch.profiler import profile
+
+    a, w = _t(*rows, K), _t(N, K, seed=1)
+    bias = _t(N, seed=2) if "BIAS" in epilog else None
+    out_w = _t(*rows, N, seed=3, grad=False)
+
+    def loss(a, w, bias):
+        inputs = None if bias is None else {"bias": bias}
+        return (nvdispatch.matmul(a, w.mT, alpha=1.5, epilog=epilog, epilog_inputs=inputs) * out_w).sum()
+
+    fn = _run(loss, mode)
+    fn(a, w, bias).backward()
+    want = _np_forward_grads(epilog, _n(a), _n(w).T, None if bias is None else _n(bias), None, 1.5, None, _n(out_w),
+                             None)  # fmt: skip
+    np.testing.assert_allclose(_n(w.grad), want["b"].T, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(_n(a.grad), want["a"], rtol=1e-10, atol=1e-10)
+    if bias is not None:
+        np.testing.assert_allclose(_n(bias.grad), want["bias"], rtol=1e-10, atol=1e-10)
+    assert w.grad.stride() == w.stride()
+    w.grad = None
+    with profile(record_shapes=True) as prof:
+        fn(a, w, bias).backward()
+    copies = [(e.name, e.input_shapes) for e in prof.events()
+              if e.name in ("aten::copy_", "aten::clone", "aten::contiguous") and [N, K] in e.input_shapes]  # fmt: skip
+    assert not copies, copies
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", ["bias-m", "bias-batched-rows", "alpha-beta-c", "c-broadcast", "float32-f32",
                                   "bf16-f32-bias", "complex"])  # fmt: skip
 def test_more_gradients(case, mode):

@@ -8,7 +8,9 @@ autograd records runs as GELU_AUX/GELU_AUX_BIAS), the mask or ``gelu_aux`` input
 
 * ``gb = conj(alpha) * a^H @ gt``, and the bias gradient (bias along N) fused into that product: one call with
   the **BGRADB** epilog (``b`` of cuBLASLt's product summed over K is ``gt`` summed over rows), the weight
-  gradient and the bias gradient from one GEMM;
+  gradient and the bias gradient from one GEMM; where ``b`` is a transposed view (``w.mT`` of a
+  ``torch.nn.Linear``-style ``(out, in)`` weight), ``gb^T = gt^T @ a`` instead, with **BGRADA** (``gt^T`` summed
+  over K), so the gradient reaches ``w`` in its own layout, with no transposing copy;
 * ``ga = conj(alpha) * gt @ b^H``, with the bias gradient of a bias along M fused into it (**BGRADA**);
 * ``gc = conj(beta) * gt`` reduced to ``c``'s shape; aux outputs' own gradients added where they are
   differentiable (``gelu_aux``, bias gradients, operand sums).
@@ -60,6 +62,11 @@ def _conj(value):
 
 
 # -- matmul -----------------------------------------------------------------------------------------------------
+def _column_major(t) -> bool:
+    """Whether 2-D ``t`` is stored column by column (the transposed view of a row-major matrix)."""
+    return t.dim() == 2 and t.shape[0] > 1 and t.shape[1] > 1 and t.stride(0) == 1 and t.stride(1) >= t.shape[0]
+
+
 def _promote(t, p):
     """A result-shaped tensor in the promoted ``(..., m, n)`` shape (PEP 465's added axes back)."""
     if p.a_vector and p.b_vector:
@@ -188,7 +195,12 @@ def matmul_grads(ctx, saved, grads, needs):
     if need["b"]:
         if b_p.dim() == 2 and real:
             a2, g2 = a_p.reshape(-1, a_p.shape[-1]), gt.reshape(-1, gt.shape[-1])
-            if need["bias"] and bias_n:  # weight and bias gradient from one GEMM
+            if _column_major(b_p):  # b a transposed view (a Linear weight's W^T): its gradient in that layout
+                got = _mm(g2.mT, a2, "BGRADA" if need["bias"] and bias_n else "DEFAULT", alpha)
+                gb = got[0].mT
+                if need["bias"] and bias_n:  # the sums of g^T along K, g's column sums
+                    grad["bias"] = got[1].reshape(bias_shape)
+            elif need["bias"] and bias_n:  # weight and bias gradient from one GEMM
                 gb, bg = _mm(a2.mT, g2, "BGRADB", alpha)
                 grad["bias"] = bg.reshape(bias_shape)
             else:
