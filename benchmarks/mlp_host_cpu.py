@@ -41,7 +41,7 @@ def _cases(width: int, batch: int, layers: int = 4) -> dict:
         fused = FusedMLP([width] * (layers + 1), activation=activation)
         with torch.no_grad():
             for linear, w, b in zip(plain[::2], fused.weights, fused.biases):
-                w.copy_(linear.weight.T)
+                w.copy_(linear.weight)  # the same (out, in) layout
                 b.copy_(linear.bias)
         x = torch.randn(batch, width)
         want = plain(x)

@@ -279,22 +279,36 @@ def _framework_kernel(name: str) -> bool:
     return re.search(r"\bat::", name) is not None or name.startswith("triton_")
 
 
+def _weight(layout: str, grad: bool = False):
+    """A 512 -> 1024 layer's weight and the ``b`` of ``x @ b``: ``(in, out)`` itself, or ``torch.nn.Linear``'s
+    ``(out, in)`` weight read through its transposed view (no copy: cuBLASLt takes it as op=T)."""
+    if layout == "in_out":
+        w = _r(512, 1024, dtype=torch.bfloat16, seed=1, grad=grad)
+        return w, w
+    w = _r(1024, 512, dtype=torch.bfloat16, seed=1, grad=grad)
+    return w, w.mT
+
+
+@pytest.mark.parametrize("layout", ["in_out", "out_in"])
 @pytest.mark.parametrize("epilog", ["RELU_BIAS", "GELU_AUX_BIAS", "BIAS"])
-def test_a_fused_call_is_one_cublaslt_launch_inside_the_compiled_graph(epilog):
-    x, w = _r(256, 512, dtype=torch.bfloat16), _r(512, 1024, dtype=torch.bfloat16, seed=1)
+def test_a_fused_call_is_one_cublaslt_launch_inside_the_compiled_graph(epilog, layout):
+    x, (_, w) = _r(256, 512, dtype=torch.bfloat16), _weight(layout)
     b = _r(1024, dtype=torch.bfloat16)
     fn = torch.compile(lambda x: nvdispatch.matmul(x, w, epilog=epilog, epilog_inputs={"bias": b}), fullgraph=True)
     kernels = _kernels(fn, x)
     assert len([k for k in kernels if not _split_k(k)]) == 1, kernels
 
 
+@pytest.mark.parametrize("layout", ["in_out", "out_in"])
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_the_backward_gets_weight_and_bias_gradients_from_one_gemm(mode):
-    # RELU_BIAS backward: the ReLU derivative (one elementwise kernel), dW and db from one BGRADB call, dX from one
-    # GEMM; no reduction kernel of Torch's or inductor's for the bias gradient
+def test_the_backward_gets_weight_and_bias_gradients_from_one_gemm(mode, layout):
+    # RELU_BIAS backward: the ReLU derivative (one elementwise kernel), dW and db from one BGRADB (BGRADA for a
+    # transposed weight, its gradient written in the weight's layout) call, dX from one GEMM; no reduction kernel of
+    # Torch's or inductor's for the bias gradient, no transposing copy of the weight gradient
     x = _r(256, 512, dtype=torch.bfloat16, grad=True)
-    w, b = _r(512, 1024, dtype=torch.bfloat16, seed=1, grad=True), _r(1024, dtype=torch.bfloat16, grad=True)
-    fn = lambda x, w, b: nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": b})  # noqa: E731
+    (w, _), b = _weight(layout, grad=True), _r(1024, dtype=torch.bfloat16, grad=True)
+    operand = (lambda w: w) if layout == "in_out" else (lambda w: w.mT)
+    fn = lambda x, w, b: nvdispatch.matmul(x, operand(w), epilog="RELU_BIAS", epilog_inputs={"bias": b})  # noqa: E731
     y = (fn if mode == "eager" else torch.compile(fn, fullgraph=True))(x, w, b)
     g = torch.ones_like(y)
 

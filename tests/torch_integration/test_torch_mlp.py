@@ -484,3 +484,31 @@ def test_a_cuda_step_fills_nothing_with_zeros(activation, relu_backward, mode):
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert not [k for k in kernels if "FillFunctor" in k or "fill" in k.lower()], kernels
+
+
+@pytest.mark.gpu
+@_cuda()
+@pytest.mark.parametrize("mode", ["eager", "inductor"])
+@pytest.mark.parametrize(("activation", "relu_backward"), CUDA_CASES)
+def test_a_cuda_step_copies_no_operand_and_no_gradient(activation, relu_backward, mode):
+    """The Linear layout's GEMMs take every operand as it is (transposed views as op=T) and write each weight's
+    gradient in its layout: no copy kernel, no device-to-device memcpy in a step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mlp = _cuda_model(activation, relu_backward, torch.bfloat16, widths=(256, 512, 512, 512, 256))
+    fn = _compiled(mlp, mode)
+    x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        fn(x).backward(g)
+    torch.cuda.synchronize()
+    for p in mlp.parameters():
+        p.grad = None
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(x).backward(g)
+        torch.cuda.synchronize()
+    events = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    copies = [k for k in events if "copy" in k.lower() or "dtod" in k.lower() or "transpose" in k.lower()]
+    assert not copies, events
+    for p in mlp.parameters():
+        assert p.grad.stride() == p.stride()
