@@ -2,9 +2,10 @@
 its cached plan), else detect → problem → select → plan → run → wrap; NumPy's/SciPy's conventions
 (array-likes, promotions, repeated axes, ``out=``) around it where they differ from the array API's.
 
-The public transforms enter through :data:`transform_front`: :func:`call_transform` itself, or where the
-compiled extension is built, its hit compiled (``_hotpath_fft.c``), which reads one object, :data:`FRONT_PARTS`,
-and hands every call it does not serve to :func:`call_transform`."""
+The public transforms and the ``scipy.fft`` backend enter through :data:`transform_front`: :func:`call_transform`
+itself, or where the compiled extension is built, its hit compiled (``_hotpath_fft.c``: the memo, the any-length
+key and the call key, in :func:`_run`'s order), which reads one object, :data:`FRONT_PARTS`, and hands every call
+it does not serve to :func:`call_transform`."""
 
 from __future__ import annotations
 
