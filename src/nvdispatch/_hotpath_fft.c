@@ -160,8 +160,8 @@ fft_front(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *classes = PyTuple_GetItem(self, P_CLASSES);
     PyObject *cls = (PyObject *)Py_TYPE(x);
     PyObject *entry = PyDict_GetItemWithError(classes, cls);
-    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GetItem(entry, KEYS_PLAIN) != Py_True ||
-        PyTuple_GetItem(entry, KEYS_SIGNATURE) == Py_None) {
+    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_Size(entry) <= KEYS_RANK_SIGNATURE ||
+        PyTuple_GetItem(entry, KEYS_PLAIN) != Py_True || PyTuple_GetItem(entry, KEYS_SIGNATURE) == Py_None) {
         PyErr_Clear(); /* a class the route has not met yet, or one the route serves itself */
         return to_route(self, args);
     }

@@ -154,6 +154,20 @@ def test_operands_the_plan_of_every_extent_does_not_serve_go_to_the_route(counte
         counted("rfft", np.empty(0))
 
 
+def test_any_length_hits_hold_no_references_they_did_not_hold_before(counted):
+    xs, norm = [_x((n,), np.float64, seed=n) for n in (16, 17, 18)], "ortho"
+    counted("rfft", xs[0], norm=norm)
+    gc.collect()
+    before = [sys.getrefcount(x) for x in xs] + [sys.getrefcount(norm)]
+    for _ in range(100):
+        for x in xs:
+            counted("rfft", x, norm=norm)
+    del x  # the loop's own reference
+    gc.collect()
+    assert [sys.getrefcount(x) for x in xs] + [sys.getrefcount(norm)] == before
+    assert len(counted.handed) == 1
+
+
 def test_the_fronts_any_length_hit_is_logged_by_its_key(counted, caplog):
     counted("rfft", _x((16,), np.float64))
     with caplog.at_level(logging.DEBUG, logger="nvdispatch"):
