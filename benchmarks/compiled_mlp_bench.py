@@ -8,8 +8,11 @@ input requires none). Contenders, each in this one process on the same weights a
 * ``torch eager`` / ``torch compile`` / ``torch reduce-overhead``: ``F.linear`` + ReLU/GELU(tanh), eagerly, through
   inductor, and through inductor with CUDA graphs (``mode="reduce-overhead"``);
 * ``nvdispatch fused compile`` / ``nvdispatch fused reduce-overhead`` / ``nvdispatch fused eager``:
-  :class:`nvdispatch.integrations.torch_mlp.FusedMLP` (forward ``*_AUX_BIAS``, backward ``DRELU``/``DGELU`` and
-  ``BGRADB`` GEMMs, nothing else);
+  :class:`nvdispatch.integrations.torch_mlp.FusedMLP`, the chain one autograd node (two operators in a compiled
+  graph): forward ``RELU_BIAS``/``GELU_AUX_BIAS``, backward ``BGRADB`` GEMMs and, for the layer below, ``DGELU``
+  GEMMs or (ReLU, ``relu_backward="mask"``, the default) plain GEMMs masked by the saved output;
+* ``nvdispatch fused drelu compile`` / ``nvdispatch fused drelu reduce-overhead`` (ReLU models only): the same
+  with ``relu_backward="drelu"`` (forward ``RELU_AUX_BIAS``, backward ``DRELU`` GEMMs on its bit masks);
 * ``nvdispatch ops compile``: the model written with ``nvdispatch.matmul(..., epilog="RELU_BIAS"/"GELU_BIAS")`` per
   layer (each layer's backward: the activation's derivative, one BGRADB GEMM and one GEMM).
 
@@ -41,13 +44,20 @@ from _bench import output_dir, parser, progress, require_cuda_torch, save_plot
 
 TORCH_MODES = ("torch eager", "torch compile", "torch reduce-overhead")
 NVD_MODES = ("nvdispatch fused compile", "nvdispatch fused reduce-overhead", "nvdispatch fused eager",
-             "nvdispatch ops compile")  # fmt: skip
+             "nvdispatch ops compile", "nvdispatch fused drelu compile",
+             "nvdispatch fused drelu reduce-overhead")  # fmt: skip
+#: the contenders the goals compare with the best Torch mode: FusedMLP compiled, either ReLU backward
+NVD_COMPILED = ("nvdispatch fused compile", "nvdispatch fused reduce-overhead", "nvdispatch fused drelu compile",
+                "nvdispatch fused drelu reduce-overhead")  # fmt: skip
+#: contenders that differ from others only for ReLU models
+RELU_ONLY = ("nvdispatch fused drelu compile", "nvdispatch fused drelu reduce-overhead")
 GOALS = {1024: 0.8, 4096: 0.97}
 
 
 # -- the models -------------------------------------------------------------------------------------------------------
 def make_models(torch, width: int, layers: int, activation: str, dtype):
-    """(Torch model, FusedMLP, per-layer nvdispatch model) holding the same weights."""
+    """(Torch model, FusedMLP, per-layer nvdispatch model, FusedMLP with ``relu_backward="drelu"``) holding the
+    same weights."""
     import torch.nn.functional as F
 
     import nvdispatch
@@ -89,7 +99,11 @@ def make_models(torch, width: int, layers: int, activation: str, dtype):
             w.copy_(layer.weight.T)
             b.copy_(layer.bias)
     ops = OpsMLP(list(fused.weights), list(fused.biases))
-    return plain, fused, ops
+    drelu = FusedMLP([width] * (layers + 1), activation=activation, relu_backward="drelu", device="cuda", dtype=dtype)
+    with torch.no_grad():
+        for p, q in zip(drelu.parameters(), fused.parameters()):
+            p.copy_(q)
+    return plain, fused, ops, drelu
 
 
 def make_step(torch, model, mode: str | None):
@@ -136,7 +150,7 @@ def _weights(model):
 # -- one configuration ------------------------------------------------------------------------------------------------
 def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
     dtype = torch.bfloat16
-    plain, fused, ops = make_models(torch, width, layers, activation, dtype)
+    plain, fused, ops, drelu = make_models(torch, width, layers, activation, dtype)
     x = torch.randn(batch, width, device="cuda", dtype=dtype)
     contenders = {
         "torch eager": (plain, None),
@@ -146,7 +160,11 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         "nvdispatch fused reduce-overhead": (fused, "reduce-overhead"),
         "nvdispatch fused eager": (fused, None),
         "nvdispatch ops compile": (ops, "default"),
+        "nvdispatch fused drelu compile": (drelu, "default"),
+        "nvdispatch fused drelu reduce-overhead": (drelu, "reduce-overhead"),
     }
+    if activation != "relu":
+        modes = set(modes) - set(RELU_ONLY)
     out = {"width": width, "activation": activation, "batch": batch, "layers": layers, "contenders": {}}
     reference = None
     for name in progress([n for n in contenders if n in modes], f"{activation} width {width}"):
@@ -174,7 +192,7 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
             entry["traceback"] = traceback.format_exc(limit=8)
             print(f"  {name}: {entry['error'][:200]}", flush=True)
     best = {}
-    for group, names in (("torch", TORCH_MODES), ("nvdispatch compiled", NVD_MODES[:2])):
+    for group, names in (("torch", TORCH_MODES), ("nvdispatch compiled", NVD_COMPILED)):
         times = {n: out["contenders"][n]["seconds"] for n in names if "seconds" in out["contenders"].get(n, {})}
         if times:
             winner = min(times, key=times.get)
@@ -191,7 +209,7 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
 def run_small(torch, args) -> dict:
     """A reduce-overhead step of a small MLP (width 256): FusedMLP against the plain Torch model."""
     out = {"width": 256, "batch": args.small_batch, "layers": args.layers, "contenders": {}}
-    plain, fused, _ = make_models(torch, 256, args.layers, "relu", torch.bfloat16)
+    plain, fused, _, _ = make_models(torch, 256, args.layers, "relu", torch.bfloat16)
     x = torch.randn(args.small_batch, 256, device="cuda", dtype=torch.bfloat16)
     pairs = [("torch reduce-overhead", plain), ("nvdispatch fused reduce-overhead", fused)]
     for name, model in progress(pairs, "small"):

@@ -8,8 +8,19 @@
    through its custom VJP (backward products with the ``BGRADB`` epilog). Goal: nvdispatch <= 1.0x XLA.
 2. ``fp32``: float32 products at JAX's default matmul precision (plain and ``RELU_BIAS``), nvdispatch vs
    ``jnp``, on issue 29's five shapes (m x n x k): the staged call follows ``jax_default_matmul_precision``.
+   First the staged call traced with trace-time autotuning off (``*_untuned_us``, ``ratio_untuned``), timed
+   against ``jnp`` before the default one is traced (the plan is shared: once tuned, the untuned program's
+   calls follow it), then the default (``*_us``, ``ratio``); each program's first call (trace, compile,
+   autotuning) in ``*_first_call_s``, and what ``explain()`` says of the algorithm in ``explain_compiled``.
 3. ``overhead``: a chain of small bfloat16 ``RELU_BIAS`` layers in one program (host-bound): the host cost of
    a staged call against XLA's own GEMM thunk, per call.
+
+Autotuning: nvdispatch autotunes a staged GPU matmul's cuBLASLt plan when the program is traced
+(``NVDISPATCH_JAX_AUTOTUNE``, default ``auto``), as XLA tunes its own GEMMs when it compiles; the MLP is then
+timed again after autotuning its plans the way ``Matmul.autotune()`` does for an eager call (``*_tuned_ms``).
+``--no-autotune``: nvdispatch's plans keep the heuristic's algorithms (trace-time autotuning off, no second
+timing, no untuned round in ``fp32``). Set ``NVDISPATCH_CACHE_DIR`` to an empty folder to time the tuning
+itself rather than reuse choices an earlier run kept.
 
 Routes: nvdispatch's staged GPU matmuls run through its XLA FFI handler (``ffi``; ``ffi-graphs``: declared
 compatible with XLA's command buffers) or a Python buffer callback (``callback``); ``--routes`` names the
@@ -53,7 +64,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--inner", type=int, default=10, help="calls queued per round")
     p.add_argument("--parts", nargs="+", default=["mlp", "fp32", "overhead"], choices=["mlp", "fp32", "overhead"])
     p.add_argument("--no-autotune", dest="autotune", action="store_false",
-                   help="skip timing nvdispatch again after autotuning its plans (XLA autotunes its own GEMMs)")
+                   help="nvdispatch's plans keep the heuristic's algorithms: trace-time autotuning off, no timing "
+                        "again after autotuning (XLA autotunes its own GEMMs)")
     p.add_argument("--routes", nargs="+", default=["ffi-graphs", "ffi", "callback"],
                    choices=["ffi", "ffi-graphs", "callback", "auto"],
                    help="nvdispatch's GPU routes to time (the first is 'nvdispatch', the others 'nvdispatch[ROUTE]')")
@@ -68,15 +80,28 @@ def contenders(args) -> dict[str, str]:
     return {("nvdispatch" if i == 0 else f"nvdispatch[{r}]"): r for i, r in enumerate(args.routes)}
 
 
-def on_route(route: str, fn):
-    """``fn`` called with matmuls staged (when it traces) through ``route``."""
+def on_route(route: str, fn, autotune: str | None = None):
+    """``fn`` called with matmuls staged (when it traces) through ``route``, autotuned when traced as ``autotune``
+    says (None: the process's setting)."""
+    import contextlib
+
+    from nvdispatch.integrations.jax_autotune import jax_autotune
     from nvdispatch.integrations.jax_ffi import jax_route
 
     def run(*a, **kw):
-        with jax_route(route):
+        with jax_route(route), (jax_autotune(autotune) if autotune else contextlib.nullcontext()):
             return fn(*a, **kw)
 
     return run
+
+
+def first_call(fn) -> float:
+    """Seconds of ``fn()``'s first call (a jitted function's trace, compile and trace-time autotuning, one run)."""
+    import jax
+
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0
 
 
 # -- timing -----------------------------------------------------------------------------------------------------
@@ -279,14 +304,33 @@ def bench_fp32(args, device, results: dict) -> None:
                 b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
                 bias = jnp.asarray(rng.standard_normal(n), jnp.float32)
                 ref = jax.jit(variants[kind][0])
-                ours = {name: on_route(route, jax.jit(variants[kind][1])) for name, route in contenders(args).items()}
-                got = {"jnp": np.asarray(ref(a, b, bias))[:64]}
-                got.update({name: np.asarray(fn(a, b, bias))[:64] for name, fn in ours.items()})
                 want = np.asarray(a, np.float64)[:64] @ np.asarray(b, np.float64)  # the first 64 rows, float64
                 if kind != "plain":
                     want = np.maximum(want + np.asarray(bias, np.float64), 0)
                 scale = float(np.abs(want).max())
-                cell.update({f"{name}_rel_err": float(np.abs(v - want).max()) / scale for name, v in got.items()})
+
+                def error(fn) -> float:
+                    return float(np.abs(np.asarray(fn(a, b, bias))[:64] - want).max()) / scale
+
+                cell["jnp_first_call_s"] = first_call(lambda: ref(a, b, bias))
+                cell["jnp_rel_err"] = error(ref)
+                if args.autotune and device.platform != "cpu":  # untuned first: the tuned plan is shared
+                    name, route = next(iter(contenders(args).items()))
+                    untuned = on_route(route, jax.jit(variants[kind][1]), autotune="off")
+                    cell[f"{name}_untuned_first_call_s"] = first_call(lambda: untuned(a, b, bias))
+                    cell[f"{name}_untuned_rel_err"] = error(untuned)
+                    times = time_in_turns({"jnp": lambda: ref(a, b, bias), "untuned": lambda: untuned(a, b, bias)},
+                                          args.repeats, args.inner)
+                    cell["jnp_untuned_round_us"] = times["jnp"] * 1e6
+                    cell[f"{name}_untuned_us"] = times["untuned"] * 1e6
+                    cell[_ratio_key(name, "_untuned")] = times["untuned"] / times["jnp"]
+                ours = {name: on_route(route, jax.jit(variants[kind][1])) for name, route in contenders(args).items()}
+                for name, fn in ours.items():
+                    cell[f"{name}_first_call_s"] = first_call(lambda fn=fn: fn(a, b, bias))
+                    cell[f"{name}_rel_err"] = error(fn)
+                if device.platform != "cpu":
+                    kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}} if kind != "plain" else {}
+                    cell["explain_compiled"] = nvdispatch.explain(a, b, **kw).compiled
                 timed = {"jnp": lambda: ref(a, b, bias)}
                 timed.update({name: (lambda fn=fn: fn(a, b, bias)) for name, fn in ours.items()})
                 times = time_in_turns(timed, args.repeats, args.inner)
@@ -367,8 +411,11 @@ def _line(part: str, cell: dict) -> str:
                 f"{_others(cell)}{tuned}; losses "
                 f"agree to {cell['loss_rel_diff']:.1e}")
     if part == "fp32":
+        untuned = (f"; untuned {cell['nvdispatch_untuned_us']:.1f} us, ratio {cell['ratio_untuned']:.3f}; first call "
+                   f"{cell['nvdispatch_untuned_first_call_s']:.2f} s untuned, {cell['nvdispatch_first_call_s']:.2f} s"
+                   if "ratio_untuned" in cell else "")
         return (f"fp32 {cell['op']} {cell['m']}x{cell['n']}x{cell['k']}: jnp {cell['jnp_us']:.1f} us, nvdispatch "
-                f"{cell['nvdispatch_us']:.1f} us, ratio {cell['ratio']:.3f}{_others(cell)}; rel. error jnp "
+                f"{cell['nvdispatch_us']:.1f} us, ratio {cell['ratio']:.3f}{_others(cell)}{untuned}; rel. error jnp "
                 f"{cell['jnp_rel_err']:.1e}, nvdispatch {cell['nvdispatch_rel_err']:.1e}")
     return (f"overhead ({cell['calls_per_program']} {cell['size']}^3 RELU_BIAS per program): XLA "
             f"{cell['xla_us_per_call']:.2f} us/call, nvdispatch {cell['nvdispatch_us_per_call']:.2f} us/call"
@@ -386,6 +433,11 @@ def plot(results: dict, path: str) -> bool:
         ]
         rows += [
             (f"fp32 {c['op']} {c['m']}x{c['n']}x{c['k']}", c["ratio"]) for c in results.get("fp32", []) if "ratio" in c
+        ]
+        rows += [
+            (f"fp32 {c['op']} {c['m']}x{c['n']}x{c['k']} (untuned)", c["ratio_untuned"])
+            for c in results.get("fp32", [])
+            if "ratio_untuned" in c
         ]
         first = results.get("args", {}).get("routes", ["?"])[0]
         rows = [(f"{label} [{first}]", v) for label, v in rows]
@@ -439,6 +491,8 @@ def main(argv=None) -> int:
 
     import nvdispatch
 
+    if not args.autotune:
+        os.environ["NVDISPATCH_JAX_AUTOTUNE"] = "off"
     results = {
         "device": getattr(device, "device_kind", str(device)),
         "jax": jax.__version__,

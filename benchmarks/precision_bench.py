@@ -16,7 +16,12 @@ Modes, on each shape (``M x N x K``; RELU_BIAS, a bias along N):
 ``jax``
     float32 JAX arrays at JAX's default matmul precision: nvdispatch eagerly, and inside ``jax.jit`` through each of
     its GPU routes (the XLA FFI handler, the Python buffer callback) where supported, against
-    ``jax.nn.relu(jnp.dot(a, b) + bias)`` under ``jax.jit`` (the goal) and eagerly.
+    ``jax.nn.relu(jnp.dot(a, b) + bias)`` under ``jax.jit`` (the goal) and eagerly. The staged plans are autotuned
+    when traced (nvdispatch's default, as XLA tunes its own GEMMs); first, in a round of its own (a tuned plan is
+    shared, and the untuned program's calls would follow it), the staged call traced with trace-time autotuning
+    off against the same ``jax.jit`` peer (``cell["untuned"]``), and each program's first call (trace, compile,
+    the tuning) in ``cell["first_call_seconds"]``. ``--no-autotune``: trace-time autotuning off throughout, no
+    untuned round.
 
 Torch times: CUDA events around back-to-back calls queued while the GPU is held busy (``torch.cuda._sleep``: the
 host's cost hidden), the peers sampled in turns within each round, medians over rounds, and the ratio to Torch's
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -187,24 +193,35 @@ def _torch_cells(shapes, modes, rounds: int, autotune: bool) -> list[dict]:
     return cells
 
 
-def _staged_on(route: str, a, b, bias):
+def _staged_on(route: str, a, b, bias, autotune: str | None = None):
     """``nvdispatch.matmul(a, b, RELU_BIAS)`` inside ``jax.jit``, staged through GPU route ``route`` (traced
-    inside :func:`~nvdispatch.integrations.jax_ffi.jax_route`)."""
+    inside :func:`~nvdispatch.integrations.jax_ffi.jax_route`), autotuned when traced as ``autotune`` says
+    (:func:`~nvdispatch.integrations.jax_autotune.jax_autotune`; None: the process's setting)."""
+    import contextlib
+
     import jax
 
     import nvdispatch
+    from nvdispatch.integrations.jax_autotune import jax_autotune
     from nvdispatch.integrations.jax_ffi import jax_route
 
     staged = jax.jit(lambda x, w, v: nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": v}))
 
     def run():
-        with jax_route(route):
+        with jax_route(route), (jax_autotune(autotune) if autotune else contextlib.nullcontext()):
             return staged(a, b, bias)
 
     return run
 
 
-def _jax_cells(shapes, rounds: int) -> list[dict]:
+def _first_call(fn, jax) -> float:
+    """Seconds of ``fn``'s first call (for a jitted function: trace, compile, trace-time autotuning, one run)."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0
+
+
+def _jax_cells(shapes, rounds: int, autotune: bool = True) -> list[dict]:
     import os
 
     import torch
@@ -237,21 +254,36 @@ def _jax_cells(shapes, rounds: int) -> list[dict]:
         )
         cell = {"mode": "jax", "m": m, "n": n, "k": k, "flop": 2 * m * n * k}
         jitted = jax.jit(lambda x, w, v: jax.nn.relu(jnp.dot(x, w) + v))
+        peer = "jnp.dot + bias + relu (jax.jit)"
         theirs = {
-            "jnp.dot + bias + relu (jax.jit)": lambda: jitted(a, b, bias),
+            peer: lambda: jitted(a, b, bias),
             "jnp.dot + bias + relu (eager)": lambda: jax.nn.relu(jnp.dot(a, b) + bias),
         }
         kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
+        cell["first_call_seconds"] = {peer: _first_call(theirs[peer], jax)}
+        if autotune:  # the untuned staged call first: once the plan is tuned, its calls would follow
+            name = "nvdispatch.matmul inside jax.jit (ffi-graphs, untuned)"
+            untuned = _staged_on("ffi-graphs", a, b, bias, autotune="off")
+            try:
+                cell["first_call_seconds"][name] = _first_call(untuned, jax)
+                once = _jax_in_turns({peer: theirs[peer]}, jax, torch, 1, 3)[peer][0]
+                calls = max(3, min(100, int(SAMPLE_SECONDS / max(once, 1e-7))))
+                samples = _jax_in_turns({name: untuned, peer: theirs[peer]}, jax, torch, rounds, calls)
+                cell["untuned"] = _summary(samples, [name], [peer])
+            except Exception as exc:  # noqa: BLE001 - the tuned figures stand
+                cell["untuned"] = {"error": repr(exc)}
         ours = {"nvdispatch.matmul (eager)": lambda: nvdispatch.matmul(a, b, **kw)}
         for route in ("ffi-graphs", "ffi", "callback"):  # the GPU routes (integrations.jax_ffi)
             ours[f"nvdispatch.matmul inside jax.jit ({route})"] = _staged_on(route, a, b, bias)
-        cell["explain"] = str(nvdispatch.explain(a, b, **kw))
         cell["rel_error"], errors = {}, {}
         for name, fn in {**ours, **theirs}.items():
             try:
+                if "jit" in name and name not in cell["first_call_seconds"]:
+                    cell["first_call_seconds"][name] = _first_call(fn, jax)
                 cell["rel_error"][name] = _rel_error(np.asarray(fn())[:ERROR_ROWS], ref)
             except Exception as exc:  # noqa: BLE001 - nvdispatch inside jax.jit needs the JAX integration
                 errors[name] = repr(exc)
+        cell["explain"] = str(nvdispatch.explain(a, b, **kw))  # (after tracing: it says where the algorithm came from)
         timed = {nm: fn for nm, fn in {**ours, **theirs}.items() if nm not in errors}
         once = min(_jax_in_turns({nm: timed[nm]}, jax, torch, 1, 3)[nm][0] for nm in timed)
         calls = max(3, min(100, int(SAMPLE_SECONDS / max(once, 1e-7))))
@@ -283,13 +315,15 @@ def run(out_dir: str, shapes=SHAPES, modes=MODES, rounds: int = 7, autotune: boo
     if torch_modes:
         results["cells"] += _torch_cells(shapes, torch_modes, rounds, autotune)
     if "jax" in modes:
-        results["cells"] += _jax_cells(shapes, rounds)
+        if not autotune:
+            os.environ["NVDISPATCH_JAX_AUTOTUNE"] = "off"
+        results["cells"] += _jax_cells(shapes, rounds, autotune)
     path = f"{out_dir}/precision_bench.json"
     with open(path, "w") as fh:
         json.dump(results, fh, indent=1, default=str)
     print(f"wrote {path}")
     for cell in results["cells"]:
-        ratios = ", ".join(f"{nm} {r:.3f}x" for nm, r in cell.get("ratio", {}).items())
+        ratios = ", ".join(f"{nm} {r:.3f}x" for nm, r in _ratios(cell).items())
         print(f"{cell['mode']:8s} {cell['m']}x{cell['n']}x{cell['k']}: vs {cell.get('best_peer')}: {ratios}")
     plot(path)
     return results
@@ -302,15 +336,20 @@ def plot(path: str) -> None:
     save_plot(lambda plt: _draw(data, plt), path.replace(".json", ".png"))
 
 
+def _ratios(cell: dict) -> dict[str, float]:
+    """A cell's ratios to the best peer, its untuned staged call's (a JAX cell) included."""
+    return {**cell.get("ratio", {}), **cell.get("untuned", {}).get("ratio", {})}
+
+
 def _draw(data: dict, plt) -> None:
     cells = [c for c in data["cells"] if c.get("ratio")]
-    names = sorted({name for c in cells for name in c["ratio"]})
+    names = sorted({name for c in cells for name in _ratios(c)})
     labels = [f"{c['m']}x{c['n']}x{c['k']}\n{c['mode']}" for c in cells]
     fig, ax = plt.subplots(figsize=(max(10, 1.3 * len(cells) + 4), 5.5))
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
         xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(cells))]
-        ax.bar(xs, [c["ratio"].get(name, 0) for c in cells], width, label=name)
+        ax.bar(xs, [_ratios(c).get(name, 0) for c in cells], width, label=name)
     ax.axhline(data.get("goal", GOAL), color="tab:red", linestyle="--", linewidth=0.8, label=f"goal {GOAL}x")
     ax.set_xticks(range(len(cells)), labels, fontsize=7)
     ax.set_ylabel("time / the framework's best call (lower is better)")
@@ -347,7 +386,8 @@ def main(argv=None) -> None:
     ap.add_argument("--shapes", type=_shapes, default=SHAPES, help=f"MxNxK,... (default: {shapes})")
     ap.add_argument("--modes", type=_modes, default=MODES, help=f"among {','.join(MODES)} (default: all)")
     ap.add_argument("--rounds", type=int, default=7, help="rounds of samples in turns (default: %(default)s)")
-    ap.add_argument("--no-autotune", action="store_true", help="skip the autotuned plans")
+    ap.add_argument("--no-autotune", action="store_true",
+                    help="skip the autotuned plans (Torch: Matmul.autotune(); JAX: trace-time autotuning off)")
     args = ap.parse_args(argv)
     if args.plot:
         plot(args.plot)

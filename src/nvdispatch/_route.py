@@ -337,7 +337,7 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
         cached,
         problem,
         getattr(problem, "precision_note", None),
-        compiled_note(getattr(problem, "framework", ""), op),
+        compiled_note(getattr(problem, "framework", ""), op, problem),
     )
 
 

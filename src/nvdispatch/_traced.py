@@ -54,20 +54,22 @@ _markers: tuple[Callable[[str, Callable[..., Any]], None], ...] = ()
 _notes: dict[tuple[str, str], Callable[[], str]] = {}
 
 
-def register_compiled_note(framework: str, operation: str, note: Callable[[], str]) -> None:
-    """``note()`` says how calls of ``operation`` on ``framework``'s arrays run inside that framework's compiled
-    programs (``explain()`` shows it: e.g. which route a staged JAX matmul takes on the GPU, and why)."""
+def register_compiled_note(framework: str, operation: str, note: Callable[[Any], str]) -> None:
+    """``note(problem)`` says how a call of ``operation`` on ``framework``'s arrays (its problem, as detected)
+    runs inside that framework's compiled programs (``explain()`` shows it: e.g. which route a staged JAX matmul
+    takes on the GPU and why, and where its algorithm came from)."""
     with _lock:
         _notes[(framework, operation)] = note
 
 
-def compiled_note(framework: str, operation: str) -> str | None:
-    """The registered note for ``operation`` on ``framework``, or None. A note that fails says so."""
+def compiled_note(framework: str, operation: str, problem: Any = None) -> str | None:
+    """The registered note for ``operation`` on ``framework`` about ``problem``, or None. A note that fails says
+    so."""
     note = _notes.get((framework, operation))
     if note is None:
         return None
     try:
-        return note()
+        return note(problem)
     except Exception as exc:  # noqa: BLE001 - the note explains; its failure is part of the explanation
         return f"{type(exc).__name__}: {exc}"
 

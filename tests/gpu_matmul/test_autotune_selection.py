@@ -10,6 +10,9 @@ import pytest
 
 from nvdispatch._cuda import lt_autotune
 
+#: the busy_wait argument of each timing (the stand-in timer's record)
+_busy_waits: list[bool] = []
+
 
 class _Plan:
     core = handle = None
@@ -25,9 +28,11 @@ def _setup(monkeypatch, screen: dict, refined: dict, fail: tuple = ()):
     names = list(screen)
     sampled: dict[str, int] = {}
     recorded = []
+    _busy_waits.clear()
     monkeypatch.setattr(lt_autotune, "candidates", lambda core, handle, limit: [(n, n) for n in names])
 
-    def gpu_seconds(launch, stream, device_index, iterations=3, burst=lt_autotune._BURST):
+    def gpu_seconds(launch, stream, device_index, iterations=3, burst=lt_autotune._BURST, busy_wait=True):
+        _busy_waits.append(busy_wait)
         name = launch()
         if name in fail:
             raise RuntimeError("this algorithm failed")
@@ -97,5 +102,27 @@ def test_autotune_says_at_debug_what_it_searched_and_kept(monkeypatch, caplog):
     with caplog.at_level(logging.DEBUG, logger="nvdispatch"):
         lt_autotune.autotune(_Plan(), lambda r: r, stream=0, iterations=1)
     (message,) = [r.getMessage() for r in caplog.records if "autotune" in r.getMessage()]
-    assert "3 candidates (2 in the neighbourhood), 3 finalists" in message
+    assert "3 of 3 candidates screened (2 in the neighbourhood), 3 finalists" in message
     assert "kept heuristic #0 tile 21 cluster 5 (2.00 us; the heuristic's first answer 3.00 us)" in message
+
+
+def test_at_most_max_candidates_are_timed_in_their_order(monkeypatch):
+    screen = {"heuristic #0": 3.0} | {f"c{i}": 2.0 - i / 100 for i in range(20)}
+    sampled, _ = _setup(monkeypatch, screen, screen)
+    plan = _Plan()
+    times = lt_autotune.autotune(plan, lambda r: r, stream=0, iterations=1, max_candidates=10, busy_wait=False)
+    assert [name for name, _ in times] == ["heuristic #0", *[f"c{i}" for i in range(9)]]
+    assert set(sampled) == {name for name, _ in times} and plan.algorithm == "c8"
+    assert _busy_waits and not any(_busy_waits)  # no busy-wait asked for: none
+
+
+def test_screening_stops_when_its_budget_is_spent(monkeypatch):
+    screen = {"heuristic #0": 3.0} | {f"c{i}": 2.0 - i / 100 for i in range(20)}
+    sampled, _ = _setup(monkeypatch, screen, screen)
+    clock = iter(range(1000))
+    monkeypatch.setattr(lt_autotune.time, "perf_counter", lambda: float(next(clock)))
+    plan = _Plan()
+    times = dict(lt_autotune.autotune(plan, lambda r: r, stream=0, iterations=1, budget=4.5))
+    screened = [name for name, t in times.items() if math.isfinite(t)]
+    assert screened == ["heuristic #0", "c0", "c1", "c2", "c3"]  # then the clock said 5 s had passed
+    assert times["c19"] == math.inf and "c19" not in sampled and plan.algorithm == "c3"

@@ -24,7 +24,7 @@ GPU_BENCHMARKS = {
     "precision_bench.py",
 }  # fmt: skip
 CPU_BENCHMARKS = {"cpu_matmul_bench.py", "dask_bench.py", "fft_cpu.py", "host_overhead_cpu.py", "host_overhead_wrapped.py",
-                  "first_call_bench.py", "fft_shape_cost_bench.py", "scipy_signal_bench.py"}  # fmt: skip
+                  "first_call_bench.py", "fft_shape_cost_bench.py", "scipy_signal_bench.py", "mlp_host_cpu.py"}  # fmt: skip
 # runs a script as `python SCRIPT` would (its folder first on sys.path), with the listed top-level modules made
 # unimportable, as in a base install
 _WITHOUT = (
@@ -74,6 +74,7 @@ def test_gpu_benchmark_on_a_cpu_machine_says_what_it_needs(script, without, tmp_
     [
         ("dask_bench.py", ["--quick"], "dask"),
         ("fft_cpu.py", ["--quick"], "SciPy"),
+        ("mlp_host_cpu.py", ["--quick"], "torch"),
     ],
 )
 def test_cpu_benchmark_without_its_extra_says_what_it_needs(script, args, needs, tmp_path):

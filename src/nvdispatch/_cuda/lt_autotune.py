@@ -33,6 +33,7 @@ import functools
 import logging
 import math
 import statistics
+import time
 import types
 from collections.abc import Callable
 
@@ -361,10 +362,16 @@ def _on_torch_current_stream(launch, stream: int, device_index: int, iterations:
 
 
 def gpu_seconds(
-    launch: Callable[[], None], stream: int, device_index: int, iterations: int = 3, burst: int = _BURST
+    launch: Callable[[], None],
+    stream: int,
+    device_index: int,
+    iterations: int = 3,
+    burst: int = _BURST,
+    busy_wait: bool = True,
 ) -> float:
     """Median GPU seconds of ``launch()`` (queuing work on ``stream``): CUDA events around bursts of ``burst``
-    back-to-back launches queued behind a busy-wait, so small kernels are not timed with the host's gaps."""
+    back-to-back launches queued behind a busy-wait (``busy_wait``: Torch's, imported where installed), so
+    small kernels are not timed with the host's gaps."""
     from .runtime import EventTimer
 
     launch()  # warm-up (and workspace allocation)
@@ -374,7 +381,8 @@ def gpu_seconds(
     with EventTimer() as timer:
         samples = []
         for _ in range(max(1, iterations)):
-            _busy_wait(stream, device_index, _HOLD_SECONDS)
+            if busy_wait:
+                _busy_wait(stream, device_index, _HOLD_SECONDS)
             timer.start(stream)
             for _ in range(burst):
                 launch()
@@ -382,30 +390,49 @@ def gpu_seconds(
     return float(statistics.median(samples))
 
 
-def autotune(plan, launch: Callable[[object], None], stream: int, iterations: int = 3, limit: int = CANDIDATES):
+def autotune(
+    plan,
+    launch: Callable[[object], None],
+    stream: int,
+    iterations: int = 3,
+    limit: int = CANDIDATES,
+    *,
+    max_candidates: int | None = None,
+    budget: float | None = None,
+    busy_wait: bool = True,
+):
     """Time every candidate of ``plan`` (``launch(result)`` queues one matmul with it on ``stream``); set and
     record the fastest. Two stages: one short sample of each candidate, then ``iterations`` samples, in turns,
     of the :data:`FINALISTS` fastest and the heuristic's first answer; the lowest median wins. Returns
     ``[(label, seconds)]`` in candidate order: a finalist's median, another candidate's one sample (inf for a
-    candidate that failed)."""
+    candidate that failed or was not timed). Bounds: the first ``max_candidates`` candidates only, and no
+    candidate screened once screening has taken ``budget`` seconds; ``busy_wait``: see :func:`gpu_seconds`."""
     cands = candidates(plan.core, plan.handle, limit)
+    found = len(cands)
+    if max_candidates is not None:
+        cands = cands[: max(1, max_candidates)]
     original = plan.algorithm
     dev = plan.device_index
 
     def timed(index: int, samples: int, burst: int = _BURST) -> float:
         result = cands[index][1]
         try:
-            return gpu_seconds(lambda: launch(result), stream, dev, samples, burst)
+            return gpu_seconds(lambda: launch(result), stream, dev, samples, burst, busy_wait)
         except Exception:  # noqa: BLE001 - an algorithm that fails on these operands is skipped
             return math.inf
 
     seconds = [math.inf] * len(cands)
+    screened = len(cands)
     try:
         if len(cands) > FINALISTS + 1:
+            started = time.perf_counter()
             seconds[0] = timed(0, 1)
             # long kernels need no burst to hide the host's launch gaps: screen them with fewer launches
             burst = 1 if seconds[0] > 1e-3 else 2 if seconds[0] > 2e-4 else _BURST
             for i in range(1, len(cands)):
+                if budget is not None and time.perf_counter() - started > budget:
+                    screened = i
+                    break
                 seconds[i] = timed(i, 1, burst)
             ranked = sorted((i for i in range(1, len(cands)) if math.isfinite(seconds[i])), key=seconds.__getitem__)
             finalists = [0, *ranked[:FINALISTS]]
@@ -428,9 +455,10 @@ def autotune(plan, launch: Callable[[object], None], stream: int, iterations: in
     else:
         plan.algorithm = original
     _log.debug(
-        "cuBLASLt autotune: %d candidates (%d in the neighbourhood), %d finalists; kept %s (%.2f us; the "
-        "heuristic's first answer %.2f us)",
-        len(cands),
+        "cuBLASLt autotune: %d of %d candidates screened (%d in the neighbourhood), %d finalists; kept %s (%.2f us; "
+        "the heuristic's first answer %.2f us)",
+        screened,
+        found,
         sum(_is_neighbour(label) for label, _ in cands),
         len(finalists),
         cands[best][0] if best is not None and math.isfinite(seconds[best]) else "the plan's algorithm",

@@ -77,13 +77,16 @@ def machine_key() -> dict[str, Any]:
 
 class CalibrationStore:
     """The calibration entries of one key, in one directory (None: kept in memory only). Sections (``matmul``,
-    ``fft``, ...) map names to JSON-able entries. Thread-safe."""
+    ``fft``, ...) map names to JSON-able entries. Thread-safe. ``prefix`` starts the file's name and ``what``
+    names the store in log lines (another measurement kept the same way: the GPU's autotuned algorithms)."""
 
-    def __init__(self, where: str | None, key: dict[str, Any]):
+    def __init__(self, where: str | None, key: dict[str, Any], prefix: str = _PREFIX, what: str = "CPU calibration"):
         self.directory = where
         self.key = key
+        self.what = what
+        self._prefix = prefix
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        self.path = os.path.join(where, f"{_PREFIX}{digest}.json") if where else None
+        self.path = os.path.join(where, f"{prefix}{digest}.json") if where else None
         self._lock = threading.Lock()
         self._sections: dict[str, dict[str, Any]] | None = None
         self.chosen: str | None = None  # the NVDISPATCH_CACHE_DIR it was made for (see store())
@@ -121,9 +124,9 @@ class CalibrationStore:
                 with _file_lock(self.path + ".lock"):
                     on_disk = self._read() or {}
                     apply(on_disk)
-                    _write_atomically(self.path, {"format": FORMAT, "key": self.key, "sections": on_disk})
+                    _write_atomically(self.path, {"format": FORMAT, "key": self.key, "sections": on_disk}, self._prefix)
             except OSError as exc:
-                _log.debug("CPU calibration: cannot write %s (%s); kept for this process only", self.path, exc)
+                _log.debug("%s: cannot write %s (%s); kept for this process only", self.what, self.path, exc)
                 return False
             self._sections = on_disk  # (with what other processes added meanwhile)
             return True
@@ -148,14 +151,14 @@ class CalibrationStore:
         except FileNotFoundError:
             return None
         except (OSError, ValueError, RecursionError) as exc:
-            _log.debug("CPU calibration: ignoring %s, which cannot be read (%s)", self.path, exc)
+            _log.debug("%s: ignoring %s, which cannot be read (%s)", self.what, self.path, exc)
             return None
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != self.key:
-            _log.debug("CPU calibration: ignoring %s, made for another format, machine or software", self.path)
+            _log.debug("%s: ignoring %s, made for another format, machine or software", self.what, self.path)
             return None
         sections = data.get("sections")
         if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
-            _log.debug("CPU calibration: ignoring %s, whose sections are damaged", self.path)
+            _log.debug("%s: ignoring %s, whose sections are damaged", self.what, self.path)
             return None
         return sections
 
@@ -271,9 +274,9 @@ def _file_lock(path: str):
         os.close(fd)  # (closing releases the lock)
 
 
-def _write_atomically(path: str, data: dict) -> None:
+def _write_atomically(path: str, data: dict, prefix: str = _PREFIX) -> None:
     folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{_PREFIX}", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{prefix}", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1, sort_keys=True)

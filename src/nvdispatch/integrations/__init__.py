@@ -49,11 +49,12 @@ def _jax_freq(*args, **kwargs):
     return traced_freq(*args, **kwargs)
 
 
-def _jax_matmul_note() -> str:
+def _jax_matmul_note(problem) -> str:
+    from .jax_autotune import explain_line
     from .jax_ffi import route
 
     name, why = route()
-    return f"inside jax.jit on a GPU this matmul is staged through the {name!r} route ({why})"
+    return f"inside jax.jit on a GPU this matmul is staged through the {name!r} route ({why}); {explain_line(problem)}"
 
 
 def install_jax() -> None:

@@ -24,8 +24,10 @@ handler registered (XLA accepts its API version) and JAX has a GPU in this proce
 time. The CPU branch
 of a staged call always runs its host kernel.
 
-Plan entries live as long as the process (a compiled program may keep an id that long); autotuning a plan
-later (``plan.autotune``) reaches the entries made from it, within the workspace reserved when it was traced.
+A plan made while tracing is autotuned then, as XLA tunes its own GEMMs (:mod:`.jax_autotune`), before its
+entries are set. Plan entries live as long as the process (a compiled program may keep an id that long);
+autotuning a plan later (``plan.autotune``) reaches the entries made from it, within the workspace reserved when
+it was traced.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from .._cuda.lt_setup import output_layouts, setup
 from .._plan_cache import plan_cache
 from .._route import log
 from ..errors import ExecutorUnavailableError, InvalidArgumentError, describe
+from .jax_autotune import tune_staged
 from .jax_buffers import PlanFinder
 from .jax_matmul_shapes import check_orientation
 
@@ -58,6 +61,7 @@ __all__ = [
     "route",
     "asked_route",
     "jax_route",
+    "gpu_ordinals",
     "stage_matmul",
     "staged_plans",
 ]
@@ -166,6 +170,11 @@ def _registration() -> str | None:
     return None
 
 
+def gpu_ordinals() -> tuple[int, ...]:
+    """The CUDA ordinals of the GPUs JAX has in this process (a staged call is planned for each)."""
+    return _jax_gpus()
+
+
 @functools.lru_cache(maxsize=1)
 def _jax_gpus() -> tuple[int, ...]:
     """The CUDA ordinals of the GPUs JAX has in this process."""
@@ -240,19 +249,28 @@ def _register_device(plan_id: int, device: int, plan, alpha, beta, inputs, outpu
 
 
 def stage_matmul(
-    problem_for: Callable, state, alpha, beta, orientation: str, names: tuple[str, ...], values, graphs: bool = False
+    problem_for: Callable,
+    state,
+    alpha,
+    beta,
+    orientation: str,
+    names: tuple[str, ...],
+    values,
+    graphs: bool = False,
+    autotune: str = "off",
 ) -> tuple:
     """The FFI call of the ``cuda`` executor's plan on ``values`` (operands by ``names``, as cuBLASLt reads them):
     its outputs in :func:`~nvdispatch._cuda.lt_setup.output_layouts`' formats and order. ``problem_for(device,
     shapes)`` builds the plan's problem for a CUDA ordinal and the operands' shapes. Under :func:`jax.vmap` the
     call is staged again on the batched shapes (a batch axis in front of every operand: cuBLASLt's batch).
-    ``graphs``: stage the command-buffer compatible target."""
+    ``graphs``: stage the command-buffer compatible target. ``autotune``: the mode a new plan is autotuned
+    with (:func:`.jax_autotune.tune_staged`), once per entry."""
     finder = PlanFinder("matmul", state)
     target = TARGET_GRAPHS if graphs else TARGET
 
     @jax.custom_batching.custom_vmap
     def call(*xs):
-        return _staged(finder, target, problem_for, state, alpha, beta, orientation, names, xs)
+        return _staged(finder, target, problem_for, state, alpha, beta, orientation, names, xs, autotune)
 
     @call.def_vmap
     def _batched(axis_size, in_batched, *xs):
@@ -263,7 +281,8 @@ def stage_matmul(
     return tuple(call(*values))
 
 
-def _staged(finder: PlanFinder, target: str, problem_for, state, alpha, beta, orientation: str, names, xs) -> tuple:
+def _staged(finder: PlanFinder, target: str, problem_for, state, alpha, beta, orientation: str, names, xs,
+            autotune: str) -> tuple:
     shapes = {n: tuple(int(d) for d in x.shape) for n, x in zip(names, xs)}
     devices = _jax_gpus()
     problems = {dev: problem_for(dev, shapes) for dev in devices}
@@ -271,7 +290,7 @@ def _staged(finder: PlanFinder, target: str, problem_for, state, alpha, beta, or
     layouts = output_layouts(first, setup(first, orientation))
     inputs = tuple((_INPUT_ROLES[n], int(np.prod(shapes[n]))) for n in names)
     outputs = tuple((_OUTPUT_ROLES[n], int(np.prod(shape))) for n, (shape, _) in layouts.items())
-    key = (tuple(problems.values()), orientation, alpha, beta, state)
+    key = (tuple(problems.values()), orientation, alpha, beta, state, autotune)
 
     def make(plan_id: int) -> int:
         reserved = 1
@@ -279,6 +298,7 @@ def _staged(finder: PlanFinder, target: str, problem_for, state, alpha, beta, or
             plan, _ = finder.acquire((dev, *shapes.values()), lambda problem=problem: problem, "native")
             try:
                 check_orientation(plan, orientation)
+                tune_staged(plan, autotune, alpha, beta)
                 reserved = max(reserved, _register_device(plan_id, dev, plan, alpha, beta, inputs, outputs))
             finally:
                 plan_cache.let_go(plan)

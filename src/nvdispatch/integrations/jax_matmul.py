@@ -40,6 +40,7 @@ from .._fp8_types import FP8_DTYPES
 from .._matmul_problem import MatmulProblem, as_options, as_preferences, scalar_value
 from .._route import log
 from ..errors import EpilogInputError, InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
+from .jax_autotune import autotune_mode
 from .jax_ffi import route
 from .jax_matmul_kernel import MatmulCall, matmul_kernel
 from .jax_matmul_shapes import abstract_problem, output_avals
@@ -114,9 +115,11 @@ def traced_matmul(
         preferences=prefs,
         state=get_state(),
         gpu_route=gpu_route,
+        autotune=autotune_mode(),
     )
-    log.debug("matmul: staged into a traced JAX program (%s, result %s%s); on the GPU through the %s route: %s",
-              spec.epilog.name, problem.result_dtype, list(problem.result_shape), gpu_route, why)
+    log.debug("matmul: staged into a traced JAX program (%s, result %s%s); on the GPU through the %s route: %s; "
+              "trace-time autotuning %r", spec.epilog.name, problem.result_dtype, list(problem.result_shape),
+              gpu_route, why, call.autotune)
     canonical = _canonical(problem, arrays)
     outputs = _staged(call, *(canonical.get(name) for name in _OPERANDS))
     avals = output_avals(problem)

@@ -11,7 +11,8 @@ every platform.
 * GPU: the ``cuda`` executor's cuBLASLt plan writes into XLA's output buffers on XLA's stream, called by XLA
   through the extension's XLA FFI handler (:mod:`.jax_ffi`, planned while tracing) or from a Python buffer
   callback (``LtMatmulPlan.execute_into``, planned on the first run), as ``MatmulCall.gpu_route`` says: no host
-  round trip, no allocation but cuBLASLt's workspace. What cuBLASLt
+  round trip, no allocation but cuBLASLt's workspace. Either way the plan is autotuned while tracing, where JAX
+  has a GPU, as ``MatmulCall.autotune`` says (:mod:`.jax_autotune`). What cuBLASLt
   reads or writes in its own layouts is converted by XLA around the call: operands cast to the result dtype,
   a bias along M and ``c`` transposed for the column orientation, the ReLU mask packed to and unpacked from
   cuBLASLt's bits, the GELU pre-activation padded to its leading dimension. Float32 products follow JAX's
@@ -38,8 +39,9 @@ from .._plan_cache import plan_cache
 from .._route import log
 from .._strides import c_strides
 from ..linalg import matmul
+from .jax_autotune import tune_staged, wants_timing
 from .jax_buffers import PlanFinder, device_index, device_pointer, stage
-from .jax_ffi import FFI_ROUTES, asked_route, stage_matmul
+from .jax_ffi import FFI_ROUTES, asked_route, gpu_ordinals, stage_matmul
 from .jax_matmul_shapes import (
     abstract_problem,
     apply_epilog,
@@ -71,6 +73,8 @@ class MatmulCall:
     #: XLA's command buffers) or "callback" (a Python buffer callback); chosen when the call is traced
     #: (:func:`.jax_ffi.route`)
     gpu_route: str = "callback"
+    #: how the GPU plan is autotuned while tracing: "auto", "always" or "off" (:mod:`.jax_autotune`)
+    autotune: str = "off"
 
     @property
     def transpose(self) -> tuple[bool, bool]:
@@ -201,6 +205,7 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     layouts = output_layouts(dev_problem, setup(dev_problem, orientation))
     staged = _ffi_staged(call, options, inputs, views, orientation) if call.gpu_route in FFI_ROUTES else None
     if staged is None:
+        _tune_while_tracing(call, options, inputs, views, orientation)
         results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layouts.values())
         callback = _device_callback(call, options, tuple(inputs), views, orientation, tuple(layouts))
         staged = stage(callback, results, *inputs.values())
@@ -231,13 +236,36 @@ def _ffi_staged(call: MatmulCall, options, inputs: dict, views, orientation: str
 
     try:
         return stage_matmul(problem_for, call.state, call.alpha, call.beta, orientation, names, tuple(inputs.values()),
-                            graphs=call.gpu_route == "ffi-graphs")
+                            graphs=call.gpu_route == "ffi-graphs", autotune=call.autotune)
     except Exception as exc:  # noqa: BLE001 - logged; the callback route then behaves as it always has
         if asked_route() in FFI_ROUTES:
             raise
         log.debug("matmul: no XLA FFI plan while tracing (%s: %s); staged as a buffer callback", type(exc).__name__,
                   exc)
         return None
+
+
+def _tune_while_tracing(call: MatmulCall, options, inputs: dict, views, orientation: str) -> None:
+    """The buffer callback's plans made now, for each GPU JAX has, and autotuned where the call's mode times them
+    (the callback plans on its first run and finds them, or a plan starting with their recorded choice). Under
+    :func:`jax.vmap` the callback runs batched shapes, planned (untuned) on the first run."""
+    if call.autotune == "off" or not _jax_has_gpu():
+        return
+    finder = PlanFinder("matmul", call.state)
+    for dev in gpu_ordinals():
+        problem = _device_problem(call, options, inputs, views, Device("cuda", dev))
+        if not wants_timing(problem, call.autotune):
+            return
+        try:
+            plan, _ = finder.acquire((dev,), lambda problem=problem: problem, "native")
+        except Exception as exc:  # noqa: BLE001 - the run plans (and says why it cannot)
+            log.debug("matmul: no plan while tracing for the buffer callback (%s: %s)", type(exc).__name__, exc)
+            return
+        try:
+            check_orientation(plan, orientation)
+            tune_staged(plan, call.autotune, call.alpha, call.beta)
+        finally:
+            plan_cache.let_go(plan)
 
 
 def _device_operands(call: MatmulCall, names, problem: MatmulProblem, values, orientation: str):

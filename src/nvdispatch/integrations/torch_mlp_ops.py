@@ -1,0 +1,270 @@
+"""A multi-layer perceptron's whole training pass as two ``nvdispatch::`` operators, and the autograd Function that
+runs their kernels eagerly (:mod:`.torch_mlp` holds the model and the rules of its math).
+
+``nvdispatch::mlp_forward(Tensor x, Tensor[] weights, Tensor[] biases, str activation, str relu_backward,
+bool for_backward) -> Tensor[]``
+    ``x`` (rows) through the layers, each one fused call (hidden layers ``RELU_BIAS``, ``RELU_AUX_BIAS`` or
+    ``GELU_AUX_BIAS``, the output layer ``BIAS``). Returns ``[y]``, and with ``for_backward`` what the backward
+    reads: ``[y, h_1 .. h_{L-1}, aux_1 .. aux_{L-1}]`` (the hidden outputs; the aux outputs where the backward
+    takes them: GELU's pre-activations, or ReLU's masks with ``relu_backward="drelu"``, in the formats of
+    :mod:`.torch_layouts`). Autograd may record a call only with ``for_backward`` (else a typed error).
+``nvdispatch::mlp_backward(Tensor grad, Tensor x, Tensor[] weights, Tensor[] hidden, Tensor[] aux, str activation,
+str relu_backward, bool input_grad) -> Tensor[]``
+    From the output's gradient: ``[dx, dW_1 .. dW_L, db_1 .. db_L]`` (``dx`` only with ``input_grad``). Per layer
+    one ``BGRADB`` GEMM (weight and bias gradients) and one GEMM for the gradient of the layer below: ``DGELU`` /
+    ``DRELU`` fused, or with ``relu_backward="mask"`` a plain GEMM masked by ``h > 0`` (one elementwise op).
+
+Registered as the other operators are (:mod:`.torch_ops`: ``torch.library.Library`` schemas, one
+``CompositeExplicitAutograd`` kernel for every device, exact fake kernels, ``register_autograd``), in the same
+namespace. In a compiled graph the step is two opaque nodes, whatever the number of layers. The kernels call the
+public :func:`nvdispatch.matmul` under :func:`.torch_reentry.in_kernel`: each GEMM is a cached call of the compiled
+front, and the backend state current when a kernel runs chooses its executor.
+
+Eagerly, :func:`apply` runs the same kernels as one autograd Function (its forward takes ``ctx``, so
+``Function.apply`` binds no arguments with ``inspect``; no dispatcher in between): one autograd node per step.
+Neither the operator's nor the Function's extra outputs take part in autograd (they are saved for the backward,
+not differentiated), so no zero gradient is ever made for them. The backward is not differentiable itself: a
+second backward pass through it is refused with an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .. import linalg
+from ..errors import InvalidArgumentError
+from . import torch_layouts as layouts
+from .torch_ops import matmul_layout
+from .torch_reentry import in_kernel
+
+__all__ = ["ACTIVATIONS", "RELU_BACKWARDS", "mlp_forward_op", "mlp_backward_op", "apply", "hidden_epilog"]
+
+log = logging.getLogger("nvdispatch")
+
+ACTIVATIONS = ("relu", "gelu")
+#: how a ReLU layer's backward applies the ReLU's derivative: ``"mask"`` (a plain GEMM, then the mask ``h > 0`` of
+#: the saved output) or ``"drelu"`` (cuBLASLt's DRELU epilog on the bit mask the forward wrote)
+RELU_BACKWARDS = ("mask", "drelu")
+#: (activation, relu_backward) -> the hidden layers' forward epilog when the backward follows, its aux output
+_TRAINING = {
+    ("relu", "mask"): ("RELU_BIAS", None),
+    ("relu", "drelu"): ("RELU_AUX_BIAS", "relu_aux"),
+    ("gelu", "mask"): ("GELU_AUX_BIAS", "gelu_aux"),
+    ("gelu", "drelu"): ("GELU_AUX_BIAS", "gelu_aux"),
+}
+_INFERENCE = {"relu": "RELU_BIAS", "gelu": "GELU_BIAS"}
+_DERIVATIVE = {"relu_aux": "DRELU", "gelu_aux": "DGELU"}
+
+_LIB = torch.library.Library("nvdispatch", "FRAGMENT")  # kept: the registrations live as long as this module
+_LIB.define(
+    "mlp_forward(Tensor x, Tensor[] weights, Tensor[] biases, str activation, str relu_backward, "
+    "bool for_backward) -> Tensor[]"
+)
+_LIB.define(
+    "mlp_backward(Tensor grad, Tensor x, Tensor[] weights, Tensor[] hidden, Tensor[] aux, str activation, "
+    "str relu_backward, bool input_grad) -> Tensor[]"
+)
+
+
+def hidden_epilog(activation: str, relu_backward: str, for_backward: bool) -> tuple[str, str | None]:
+    """``(epilog, aux output name or None)`` of the hidden layers' forward calls.
+
+    Examples
+    --------
+    >>> hidden_epilog("relu", "mask", True), hidden_epilog("gelu", "mask", True), hidden_epilog("gelu", "mask", False)
+    (('RELU_BIAS', None), ('GELU_AUX_BIAS', 'gelu_aux'), ('GELU_BIAS', None))
+    """
+    if not for_backward:
+        return _INFERENCE[activation], None
+    return _TRAINING[activation, relu_backward]
+
+
+# -- the kernels ------------------------------------------------------------------------------------------------
+def _forward_kernel(x, weights, biases, activation: str, relu_backward: str, for_backward: bool) -> list[Tensor]:
+    epilog, aux_name = hidden_epilog(activation, relu_backward, for_backward)
+    hidden: list[Tensor] = []
+    aux: list[Tensor] = []
+    h = x
+    last = len(weights) - 1
+    with in_kernel():
+        for i in range(last):
+            h_in, w, b = h, weights[i], biases[i]
+            if aux_name is None:
+                h = layouts.dense(linalg.matmul(h_in, w, epilog=epilog, epilog_inputs={"bias": b}), x)
+            else:
+                h, extra = linalg.matmul(h_in, w, epilog=epilog, epilog_inputs={"bias": b})
+                h = layouts.dense(h, x)
+                aux.append(_aux_output(extra[aux_name], aux_name, h_in, w, b, epilog))
+            hidden.append(h)
+        y = layouts.dense(linalg.matmul(h, weights[last], epilog="BIAS", epilog_inputs={"bias": biases[last]}), x)
+    return [y, *hidden, *aux] if for_backward else [y]
+
+
+def _aux_output(t, name: str, a, w, b, epilog: str) -> Tensor:
+    """Aux output ``t`` of the call ``(a @ w + b)`` in the operators' layout (:mod:`.torch_layouts`: GELU's
+    pre-activation dense, a relu mask in its device's format, padding bits cleared)."""
+    if name == "gelu_aux":
+        return layouts.dense(t, a)
+    problem, specs = matmul_layout(a, w, None, {"bias": b}, 1, None, epilog, None, None, None)
+    return layouts.conform(t, specs[1], problem, a)
+
+
+def _backward_kernel(grad, x, weights, hidden, aux, activation: str, relu_backward: str, input_grad: bool):
+    n = len(weights)
+    dws: list = [None] * n
+    dbs: list = [None] * n
+    dx = None
+    dz = grad
+    with in_kernel():
+        for i in range(n - 1, -1, -1):
+            w = weights[i]
+            h_in = hidden[i - 1] if i else x
+            dw, extra = linalg.matmul(h_in.mT, dz, epilog="BGRADB")
+            dws[i] = layouts.dense(dw.to(w.dtype), x)
+            dbs[i] = layouts.dense(extra["bgradb"].reshape(w.shape[-1]).to(w.dtype), x)
+            if i:
+                dz = _layer_below(dz, w, hidden[i - 1], aux[i - 1] if aux else None, activation)
+            elif input_grad:
+                dx = layouts.dense(linalg.matmul(dz, w.mT).to(x.dtype), x)
+    return ([dx] if input_grad else []) + dws + dbs
+
+
+def _layer_below(dz, w, h, aux, activation: str):
+    """The gradient of the pre-activation below: ``(dz @ w^T) * act'(z)``, the derivative fused into the GEMM where
+    ``aux`` is given, else (ReLU) the plain GEMM masked by the saved output ``h > 0``."""
+    if aux is None:
+        return torch.ops.aten.threshold_backward(linalg.matmul(dz, w.mT), h, 0)
+    name = "gelu_aux" if activation == "gelu" else "relu_aux"
+    return linalg.matmul(dz, w.mT, epilog=_DERIVATIVE[name], epilog_inputs={name: aux})
+
+
+# -- fake kernels: the same rule (the public function's problem per call) on fake tensors ----------------------------
+def _spec_outputs(a, b, inputs: dict, epilog: str):
+    problem, specs = matmul_layout(a, b, None, inputs, 1, None, epilog, None, None, None)
+    return layouts.empty_outputs(specs, a)
+
+
+def _forward_fake(x, weights, biases, activation, relu_backward, for_backward):
+    epilog, aux_name = hidden_epilog(activation, relu_backward, for_backward)
+    log.debug(
+        "nvdispatch::mlp_forward traced: %d layers, hidden layers %s, output layer BIAS, relu_backward=%s",
+        len(weights), epilog, relu_backward,
+    )  # fmt: skip
+    hidden, aux = [], []
+    h = x
+    last = len(weights) - 1
+    for i in range(last):
+        outs = _spec_outputs(h, weights[i], {"bias": biases[i]}, epilog)
+        h = outs[0]
+        hidden.append(h)
+        if aux_name is not None:
+            aux.append(outs[1])
+    y = _spec_outputs(h, weights[last], {"bias": biases[last]}, "BIAS")[0]
+    return [y, *hidden, *aux] if for_backward else [y]
+
+
+def _backward_fake(grad, x, weights, hidden, aux, activation, relu_backward, input_grad):
+    dws = [w.new_empty(w.shape) for w in weights]
+    dbs = [w.new_empty(w.shape[-1:]) for w in weights]
+    return ([x.new_empty(x.shape)] if input_grad else []) + dws + dbs
+
+
+_LIB.impl("mlp_forward", _forward_kernel, "CompositeExplicitAutograd")
+_LIB.impl("mlp_backward", _backward_kernel, "CompositeExplicitAutograd")
+torch.library.register_fake("nvdispatch::mlp_forward", _forward_fake, lib=_LIB)
+torch.library.register_fake("nvdispatch::mlp_backward", _backward_fake, lib=_LIB)
+mlp_forward_op = torch.ops.nvdispatch.mlp_forward.default
+mlp_backward_op = torch.ops.nvdispatch.mlp_backward.default
+
+
+# -- autograd -----------------------------------------------------------------------------------------------------
+def _save(ctx, x, weights: Sequence[Tensor], outputs, activation: str, relu_backward: str):
+    """What the backward reads, on ``ctx``; the extra outputs marked as not differentiated."""
+    ctx.set_materialize_grads(False)
+    ctx.activation, ctx.relu_backward, ctx.layers = activation, relu_backward, len(weights)
+    if len(outputs) > 1:
+        ctx.mark_non_differentiable(*outputs[1:])
+    ctx.save_for_backward(x, *weights, *outputs[1:])
+
+
+def _saved(ctx):
+    """``(x, weights, hidden, aux)`` of :func:`_save`."""
+    saved = ctx.saved_tensors
+    n = ctx.layers
+    x, weights, rest = saved[0], list(saved[1 : n + 1]), list(saved[n + 1 :])
+    return x, weights, rest[: n - 1], rest[n - 1 :]
+
+
+def _setup_context(ctx, inputs, output):
+    x, weights, biases, activation, relu_backward, for_backward = inputs
+    if not for_backward:
+        raise InvalidArgumentError(
+            "for_backward", "True where autograd records the call (an input requires grad, grad mode on)", "False"
+        )
+    _save(ctx, x, weights, output, activation, relu_backward)
+
+
+def _op_backward(ctx, grads):
+    needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
+    n = ctx.layers
+    gy = grads[0]
+    if gy is None or not (needs_x or any(needs_w) or any(needs_b)):
+        return None, [None] * n, [None] * n, None, None, None
+    x, weights, hidden, aux = _saved(ctx)
+    got = mlp_backward_op(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, bool(needs_x))
+    dx = got[0] if needs_x else None
+    dws, dbs = got[-2 * n : -n], got[-n:]
+    return dx, [g if k else None for g, k in zip(dws, needs_w)], [g if k else None for g, k in zip(dbs, needs_b)], \
+        None, None, None  # fmt: skip
+
+
+def _no_double_backward(ctx, grads):
+    raise RuntimeError("nvdispatch::mlp_backward has no derivative: FusedMLP supports one backward pass, not two")
+
+
+torch.library.register_autograd("nvdispatch::mlp_forward", _op_backward, setup_context=_setup_context, lib=_LIB)
+torch.library.register_autograd("nvdispatch::mlp_backward", _no_double_backward, lib=_LIB)
+
+
+def _eager_forward(ctx, x, activation, relu_backward, for_backward, n, *params):
+    weights, biases = params[:n], params[n:]
+    outputs = _forward_kernel(x, weights, biases, activation, relu_backward, for_backward)
+    _save(ctx, x, weights, outputs, activation, relu_backward)
+    return outputs[0]
+
+
+@torch.autograd.function.once_differentiable
+def _eager_backward(ctx, gy):
+    n = ctx.layers
+    needs = ctx.needs_input_grad
+    if gy is None:
+        return None, None, None, None, None, *([None] * (2 * n))
+    x, weights, hidden, aux = _saved(ctx)
+    got = _backward_kernel(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, needs[0])
+    dx = got[0] if needs[0] else None
+    params = got[-2 * n :]
+    return dx, None, None, None, None, *(g if k else None for g, k in zip(params, needs[5:]))
+
+
+#: the two kernels as one autograd Function: ``apply(x, activation, relu_backward, for_backward, n_layers, *weights,
+#: *biases)``
+_Chain = type(
+    "nvdispatch_mlp",
+    (torch.autograd.Function,),
+    {"forward": staticmethod(_eager_forward), "backward": staticmethod(_eager_backward), "__module__": __name__},
+)
+
+
+def apply(x: Tensor, weights: Sequence[Tensor], biases: Sequence[Tensor], activation: str, relu_backward: str):
+    """The output of the chain on rows ``x``: the operator while Torch traces a program (one node of its graph, its
+    backward another), else the kernels as one autograd Function. Arguments are checked by the caller."""
+    for_backward = torch.is_grad_enabled() and (
+        x.requires_grad or any(w.requires_grad for w in weights) or any(b.requires_grad for b in biases)
+    )
+    if torch.compiler.is_compiling():
+        return mlp_forward_op(x, list(weights), list(biases), activation, relu_backward, for_backward)[0]
+    return _Chain.apply(x, activation, relu_backward, for_backward, len(weights), *weights, *biases)
