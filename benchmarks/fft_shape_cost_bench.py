@@ -4,9 +4,12 @@ backend (and ``nvdispatch.fft`` called directly), 1-D ``rfft`` around 1000 point
 Issue #30 item 2: a transform of a length not seen before must take at most 1.2x SciPy's own time for it, a
 repeated one at most 1.1x. *New length*: each sample is the first call of a length no one in the process has
 transformed (pocketfft keeps its own plans per length, shared by SciPy and nvdispatch: each contender gets
-lengths of its own, drawn alternately from the same range so that their sizes match); the median over many
-lengths. *Repeated*: seconds per call over a loop of the same 1000-point transform, the fastest of several
-loops, the contenders in turns. Writes JSON and a PNG.
+lengths of its own, each round of consecutive lengths dealt in a random order). What a plan costs varies with
+the length's factors far more than the contenders differ, so each sample is divided by a reference time of its
+own length: SciPy's own call of it after the dealing, when pocketfft has long dropped the length's plan (it
+keeps 16), so the reference makes the plan again. The ratio to SciPy's own is the median of a contender's
+per-length ratios over SciPy's. *Repeated*: seconds per call over a loop of the same 1000-point transform, the
+fastest of several loops, the contenders in turns. Writes JSON and a PNG.
 
     python benchmarks/fft_shape_cost_bench.py [--lengths 400] [--repeats 9] [--out benchmarks/results] [--quick]
 """
@@ -51,33 +54,51 @@ def _contenders() -> dict:
 
 
 def new_lengths(count: int, start: int = 1001) -> dict:
-    """Median seconds of a first call of a new length, per contender (lengths dealt round-robin, in a rotated order)."""
+    """Median seconds of a first call of a new length, per contender (each round of lengths dealt in a random order)."""
     calls = _contenders()
     for fn, within in calls.values():  # imports, the route's first-use costs: not what a new length costs
         with within():
             fn(np.ones(16))
-    samples: dict[str, list[float]] = {name: [] for name in calls}
+    samples: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
     rng = np.random.default_rng(0)
     length = start
     names = list(calls)
-    for i in progress(range(count), "new lengths"):
-        # each round deals the next lengths to the contenders in a rotated order: a length's factors decide what
-        # pocketfft's plan costs, and a fixed order would give each contender lengths of one residue mod 3
-        for name in names[i % len(names):] + names[: i % len(names)]:
+    for _ in progress(range(count), "new lengths"):
+        # each round deals the next lengths to the contenders in a random order: a length's factors decide what
+        # pocketfft's plan costs, and any periodic order gives each contender lengths of fixed residues (a
+        # rotation of 3 contenders gives one of them every multiple of 9, the cheapest plans)
+        for k in rng.permutation(len(names)):
+            name = names[k]
             fn, within = calls[name]
             x = rng.standard_normal(length)
             length += 1
             with within():
                 t0 = time.perf_counter()
                 fn(x)
-                samples[name].append(time.perf_counter() - t0)
-    med = {name: statistics.median(v) for name, v in samples.items()}
-    base = med[CONTENDERS[0]]
+                samples[name].append((x.shape[0], time.perf_counter() - t0))
+    reference = _reference_times(samples)
+    relative = {name: statistics.median(t / reference[n] for n, t in v) for name, v in samples.items()}
+    med = {name: statistics.median(t for _, t in v) for name, v in samples.items()}
     return {
         "lengths": [start, length - 1],
         "median_seconds": med,
-        "ratio_to_scipy": {name: t / base for name, t in med.items()},
+        "median_relative_to_reference": relative,
+        "ratio_to_scipy": {name: r / relative[CONTENDERS[0]] for name, r in relative.items()},
+        "ratio_of_medians": {name: t / med[CONTENDERS[0]] for name, t in med.items()},
     }
+
+
+def _reference_times(samples: dict) -> dict:
+    """length -> seconds of SciPy's own first call of it again, every length dealt, in turn (each one's plan made
+    again: pocketfft keeps the last 16)."""
+    rng = np.random.default_rng(2)
+    reference = {}
+    for n in progress(sorted(n for v in samples.values() for n, _ in v), "reference"):
+        x = rng.standard_normal(n)
+        t0 = time.perf_counter()
+        sfft.rfft(x)
+        reference[n] = time.perf_counter() - t0
+    return reference
 
 
 def repeated(repeats: int, n: int = 1000, loop: int = 2000) -> dict:

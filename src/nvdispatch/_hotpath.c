@@ -222,12 +222,12 @@ nvd_let_go(PyObject *self, PyObject *plan, PyObject *result)
 }
 
 int
-nvd_log_hit(PyObject *self, PyObject *what, PyObject *plan)
+nvd_log_hit(PyObject *self, PyObject *what, PyObject *plan, PyObject *key)
 {
     PyObject *level = PyDict_GetItemWithError(PyTuple_GetItem(self, P_LOG_LEVELS), i_debug);
     if (level == Py_False || PyErr_Occurred())
         return PyErr_Occurred() ? -1 : 0;
-    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_LOG_HIT), what, plan, NULL); /* it checks */
+    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_LOG_HIT), what, plan, key, NULL); /* it checks */
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
 }
@@ -380,7 +380,7 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
         return result;
     }
     PyObject *result = NULL;
-    if (nvd_log_hit(parts, s_matmul, plan) == 0) {
+    if (nvd_log_hit(parts, s_matmul, plan, NULL) == 0) {
         result = run_plan(parts, plan, args, bias);
         if (result == NULL)
             nvd_reraise(parts);

@@ -25,7 +25,7 @@ enum {
 };
 
 /* the fields of nvdispatch._call_key.ClassKeys (a named tuple) the fronts read, by position */
-enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO, KEYS_PRECISION = 6 };
+enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO, KEYS_PRECISION = 6, KEYS_RANK_SIGNATURE = 7 };
 
 /* self: a tuple of the attributes `names` (n of them) of parts, read once; dict-checked where they must be */
 PyObject *nvd_read_parts(PyObject *parts, const char *const *names, Py_ssize_t n, const char *who);
@@ -41,8 +41,9 @@ PyObject *nvd_memo_hit(PyObject *self, PyObject *memo, PyObject *form, PyObject 
 /* the plan cached under the call key (form, sig(arrays[0]), ...), acquired; NULL with no error on a miss */
 PyObject *nvd_key_hit(PyObject *self, PyObject *sig, PyObject *form, PyObject *const *arrays, Py_ssize_t n);
 
-/* the hit's DEBUG record where the logger wants it (what: the operation's name); 0, or -1 with an error */
-int nvd_log_hit(PyObject *self, PyObject *what, PyObject *plan);
+/* the hit's DEBUG record where the logger wants it (what: the operation's name; key: what found the plan, NULL
+ * for the call key); 0, or -1 with an error */
+int nvd_log_hit(PyObject *self, PyObject *what, PyObject *plan, PyObject *key);
 
 /* a failed run: an out-of-memory error becomes nvdispatch's OutOfMemoryError, raised from it */
 void nvd_reraise(PyObject *self);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import logging
 import sys
 
 import numpy as np
@@ -117,6 +118,62 @@ def test_repeated_torch_calls_are_served_through_the_memo(counted):
     # the miss plans, the next call's key finds the plan and the memo learns its handle; then the front serves
     assert len(counted.handed) == 2
     assert t.numpy().tobytes() == x.tobytes()  # the input is never written
+
+
+@pytest.mark.parametrize(
+    "func, dtype, kw",
+    [
+        ("rfft", np.float64, {}),
+        ("rfft", np.float32, {"norm": "ortho"}),
+        ("fft", np.complex128, {"axis": 0}),
+        ("irfft", np.complex64, {"n": 40}),  # a given length: the plan pads or trims each operand to it
+        ("ihfft", np.float64, {"norm": "forward"}),
+    ],
+)
+def test_new_lengths_are_served_by_the_front_from_the_plan_of_every_extent(counted, func, dtype, kw):
+    for n in (16, 17, 2, 3, 30, 1000, 1001, 97):
+        x = _x((n,), dtype, seed=n)
+        _close(counted(func, x, **kw), _oracle(func, x, **kw), dtype)
+        assert len(counted.handed) == 1, f"length {n}: only the first length goes to the route"
+    assert x.tobytes() == _x((97,), dtype, seed=97).tobytes()  # the input is never written
+
+
+def test_operands_the_plan_of_every_extent_does_not_serve_go_to_the_route(counted):
+    counted("rfft", _x((16,), np.float64))
+    one = _x((1,), np.float64)  # an extent below 2: the route's plan of its own
+    _close(counted("rfft", one), np.fft.rfft(one), np.float64)
+    assert len(counted.handed) == 2
+    batch = _x((4, 16), np.float64)  # another rank: another key, planned by the route, then a repeated call
+    for _ in range(3):
+        _close(counted("rfft", batch), np.fft.rfft(batch), np.float64)
+    assert len(counted.handed) == 3
+    single = _x((20,), np.float32)  # another dtype: its own plan of every extent
+    _close(counted("rfft", single), np.fft.rfft(single.astype(np.float64)), np.float32)
+    assert len(counted.handed) == 4
+    with pytest.raises(errors.InvalidArgumentError):  # an empty operand: the route's typed error
+        counted("rfft", np.empty(0))
+
+
+def test_any_length_hits_hold_no_references_they_did_not_hold_before(counted):
+    xs, norm = [_x((n,), np.float64, seed=n) for n in (16, 17, 18)], "ortho"
+    counted("rfft", xs[0], norm=norm)
+    gc.collect()
+    before = [sys.getrefcount(x) for x in xs] + [sys.getrefcount(norm)]
+    for _ in range(100):
+        for x in xs:
+            counted("rfft", x, norm=norm)
+    del x  # the loop's own reference
+    gc.collect()
+    assert [sys.getrefcount(x) for x in xs] + [sys.getrefcount(norm)] == before
+    assert len(counted.handed) == 1
+
+
+def test_the_fronts_any_length_hit_is_logged_by_its_key(counted, caplog):
+    counted("rfft", _x((16,), np.float64))
+    with caplog.at_level(logging.DEBUG, logger="nvdispatch"):
+        counted("rfft", _x((31,), np.float64))
+    assert len(counted.handed) == 1
+    assert "plan cache hit (any-length key): plan NumpyAnyLengthFFTPlan" in caplog.text
 
 
 def test_a_plan_without_a_direct_call_runs_execute(counted):

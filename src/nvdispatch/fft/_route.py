@@ -2,9 +2,10 @@
 its cached plan), else detect → problem → select → plan → run → wrap; NumPy's/SciPy's conventions
 (array-likes, promotions, repeated axes, ``out=``) around it where they differ from the array API's.
 
-The public transforms enter through :data:`transform_front`: :func:`call_transform` itself, or where the
-compiled extension is built, its hit compiled (``_hotpath_fft.c``), which reads one object, :data:`FRONT_PARTS`,
-and hands every call it does not serve to :func:`call_transform`."""
+The public transforms and the ``scipy.fft`` backend enter through :data:`transform_front`: :func:`call_transform`
+itself, or where the compiled extension is built, its hit compiled (``_hotpath_fft.c``: the memo, the any-length
+key and the call key, in :func:`_run`'s order), which reads one object, :data:`FRONT_PARTS`, and hands every call
+it does not serve to :func:`call_transform`."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from .._typing import Array, Axes, Norm, Shape, Stream
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from ._stateful import run_stateless
 
-__all__ = ["call_transform", "explain_fft", "transform_front", "FRONT_PARTS"]
+__all__ = ["call_transform", "explain_fft", "transform_front", "FRONT_PARTS", "TransformFrontParts"]
 
 _acquire = plan_cache.acquire  # the call route's first step (pins the plan), bound once
 _acquire_handle = plan_cache.acquire_handle  # the same, by a handle the call-key memo kept
@@ -250,6 +251,16 @@ def _refuse_traced(callbacks, out) -> None:
             )
 
 
+class TransformFrontParts(FrontParts):
+    """What the transforms' compiled front reads: :class:`~nvdispatch._route.FrontParts` of :func:`call_transform`,
+    and ``any_length``, the middle of an any-length key (:func:`nvdispatch._call_key.any_length_key`), by which it
+    finds the plan kept for every extent of an operand as :func:`_run` does."""
+
+    def __init__(self) -> None:
+        super().__init__(call_transform)
+        self.any_length = _ANY_LENGTH
+
+
 def _transform_front():
     """:func:`call_transform` behind its hit compiled where the extension is built (and ``NVDISPATCH_PURE_PYTHON``
     is not set); else :func:`call_transform` itself."""
@@ -257,7 +268,7 @@ def _transform_front():
     return call_transform if compiled is None else compiled.make_fft_front(FRONT_PARTS)
 
 
-FRONT_PARTS = FrontParts(call_transform)
+FRONT_PARTS = TransformFrontParts()
 #: ``transform_front(func, a, n, axis, s, axes, norm, out, stream, convention, callbacks)``: the public
 #: transforms' entry (:func:`call_transform`'s arguments, all positional)
 transform_front = _transform_front()
