@@ -187,7 +187,7 @@ def _chain_forward(chain: _Chain, x, weights, biases):
 
 def _chain_backward(chain: _Chain, residuals, g):
     weights, (inputs, auxes) = residuals
-    return _backward(chain, weights, inputs, auxes, g)
+    return _batchable_backward(chain)(weights, inputs, auxes, g)
 
 
 _chain.defvjp(_chain_forward, _chain_backward)
@@ -210,13 +210,40 @@ def _folded_forward(chain: _Chain):
             unfold = lambda v: v.reshape(axis_size, -1, *v.shape[1:])  # noqa: E731
             out = (unfold(y), jax.tree_util.tree_map(unfold, saved))
         else:  # batched weights: each staged GEMM batched (cuBLASLt's batch on the GPU)
-            axes = (0 if x_batched else None, [0 if f else None for f in w_batched], [0 if f else None for f in b_batched])
+            along = lambda flags: [0 if f else None for f in flags]  # noqa: E731
+            axes = (0 if x_batched else None, along(w_batched), along(b_batched))
             out = jax.vmap(functools.partial(_forward, chain), in_axes=axes, axis_size=axis_size)(
                 x, list(weights), list(biases)
             )
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
     return forward
+
+
+@functools.lru_cache(maxsize=64)
+def _batchable_backward(chain: _Chain):
+    """:func:`_backward` of ``chain`` whose :func:`jax.vmap` maps every row-shaped argument (layer inputs, kept
+    auxiliary outputs, the cotangent) along the batch axis when any argument has one: a fused GEMM's epilog input
+    is then always batched with the GEMM's operand (``DGELU``'s pre-activation with the upstream gradient)."""
+
+    @jax.custom_batching.custom_vmap
+    def backward(weights, inputs, auxes, g):
+        return _backward(chain, weights, inputs, auxes, g)
+
+    @backward.def_vmap
+    def _batched(axis_size, in_batched, weights, inputs, auxes, g):
+        w_batched, *_ = in_batched
+
+        def spread(value, batched):
+            return value if batched else jnp.broadcast_to(value, (axis_size, *value.shape))
+
+        rows = jax.tree_util.tree_map(spread, (inputs, auxes, g), tuple(in_batched[1:]))
+        axes = ([0 if f else None for f in w_batched], 0, 0, 0)
+        log.debug("fused_mlp: backward mapped over a batch of %d (weights batched: %s)", axis_size, list(w_batched))
+        out = jax.vmap(functools.partial(_backward, chain), in_axes=axes, axis_size=axis_size)(list(weights), *rows)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return backward
 
 
 def _forward(chain: _Chain, x, weights, biases):
