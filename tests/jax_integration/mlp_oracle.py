@@ -20,14 +20,21 @@ def f64(v) -> np.ndarray:
 
 
 def forward(x, ws, bs, activation: str):
-    """``(y, zs, hs)``: the output, each layer's pre-activation and input, in float64."""
+    """``(y, zs, hs)``: the output, each layer's pre-activation and input, in float64 — each layer's output (and
+    pre-activation) rounded once to ``x``'s dtype, as a model storing its activations in that dtype does (so that a
+    ReLU mask of bfloat16 activations is the model's)."""
+    dtype = np.asarray(x).dtype
+
+    def stored(v):
+        return v.astype(dtype).astype(np.float64)
+
     h = f64(x).reshape(-1, np.shape(x)[-1])
     zs, hs = [], []
     for i, (w, b) in enumerate(zip(ws, bs)):
         hs.append(h)
         z = h @ f64(w) + f64(b)
-        zs.append(z)
-        h = z if i == len(ws) - 1 else act(z, activation)
+        zs.append(stored(z))
+        h = z if i == len(ws) - 1 else stored(act(z, activation))
     return h.reshape(*np.shape(x)[:-1], h.shape[-1]), zs, hs
 
 
