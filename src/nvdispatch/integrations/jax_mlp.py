@@ -16,8 +16,10 @@ plan cache and GPU routes as ``nvdispatch.matmul`` inside ``jax.jit``; on the CP
 nvdispatch's CPU path. Eager calls run the chain as one jitted program (traced once per shapes and options).
 Under :func:`jax.vmap` the forward folds a batch axis of ``x`` alone into the GEMMs' rows (the layers act
 row by row); other batchings (batched weights, batched cotangents) batch each staged GEMM. Gradients are
-those of the same model written with ``jnp.dot`` (GELU: the tanh approximation, as cuBLASLt's); the chain's
-gradient is not differentiable again (higher-order derivatives are not defined), nor is ``jax.jvp``.
+those of the same model written with ``jnp.dot`` (GELU: the tanh approximation, as cuBLASLt's). First
+derivatives only: differentiating the chain's gradient again is a typed error at trace time
+(:class:`~nvdispatch.errors.UnsupportedOperandError`), and forward mode (``jax.jvp``) is not defined (a
+``custom_vjp``).
 
 Examples
 --------
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Sequence
 
 import jax
@@ -120,9 +123,10 @@ def fused_mlp(x, weights: Sequence, biases: Sequence, activation: str = "relu", 
     base = MatmulCall(epilog="DEFAULT", options=as_options(options), preferences=as_preferences(preferences),
                       state=get_state(), gpu_route=gpu_route)
     chain = _Chain(chain_epilogs(len(weights), activation, relu_backward), base)
-    log.debug("fused_mlp: %d layers %s, forward %s, backward %s + %s per layer; on the GPU through the %s route: %s",
-              len(weights), [tuple(w.shape) for w in weights], [layer.forward for layer in chain.layers],
-              WEIGHT_GRADIENT, [layer.derivative for layer in chain.layers[:-1]], gpu_route, why)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("fused_mlp: %d layers %s, forward %s, backward %s + %s per layer; on the GPU through the %s route: "
+                  "%s", len(weights), [tuple(w.shape) for w in weights], [layer.forward for layer in chain.layers],
+                  WEIGHT_GRADIENT, [layer.derivative for layer in chain.layers[:-1]], gpu_route, why)
     return _jitted(chain, x, weights, biases)
 
 
@@ -181,13 +185,30 @@ def _chain(chain: _Chain, x, weights, biases):
 
 
 def _chain_forward(chain: _Chain, x, weights, biases):
+    x, weights, biases = _first_order_only((x, weights, biases))
     y, saved = _folded_forward(chain)(x, weights, biases)
     return y, (weights, saved)
 
 
 def _chain_backward(chain: _Chain, residuals, g):
     weights, (inputs, auxes) = residuals
+    weights, inputs, auxes, g = _first_order_only((weights, inputs, auxes, g))
     return _batchable_backward(chain)(weights, inputs, auxes, g)
+
+
+@jax.custom_jvp
+def _first_order_only(values):
+    """``values`` as they are; differentiating through it (the chain's forward or backward pass differentiated
+    again: a second derivative) is a typed error at trace time."""
+    return values
+
+
+@_first_order_only.defjvp
+def _refuse_second_order(primals, tangents):
+    raise UnsupportedOperandError(
+        "fused_mlp", "first derivatives only (jax.grad, jax.vjp, jax.jacrev of the chain)",
+        "a second derivative (the chain's gradient differentiated again)",
+        "write the model with nvdispatch.matmul per layer, whose gradients are differentiable again")
 
 
 _chain.defvjp(_chain_forward, _chain_backward)
