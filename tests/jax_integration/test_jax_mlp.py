@@ -144,6 +144,31 @@ def test_each_layer_stages_its_fused_gemms(monkeypatch, activation, relu_backwar
     assert seen == forward_calls + forward_calls + backward_calls
 
 
+def test_gradients_nobody_asked_for_stage_no_gemm(monkeypatch):
+    x, ws, bs, gy = model(np.random.default_rng(10), WIDTHS, 10, "float32")
+    loss = _loss("gelu")
+    # the weights and biases only (a training step): no GEMM for x's gradient
+    seen = _staged_epilogs(monkeypatch, jax.grad(loss, argnums=(1, 2)), x, ws, bs, gy)[6:]
+    assert [e for e, *_ in seen] == ["BGRADB", "DGELU", "BGRADB", "DGELU", "BGRADB"]
+    # x only: no weight gradient
+    seen = _staged_epilogs(monkeypatch, jax.grad(loss), x, ws, bs, gy)[6:]
+    assert [e for e, *_ in seen] == ["DGELU", "DGELU", "DEFAULT"]
+    # the last weight only: the backward stops there
+    last = lambda w: loss(x, [*ws[:2], w], bs, gy)  # noqa: E731
+    seen = _staged_epilogs(monkeypatch, jax.grad(last), ws[2])[6:]
+    assert [e for e, *_ in seen] == ["BGRADB"]
+    want = gradients(x, ws, bs, "gelu", gy)
+    got = jax.jit(jax.grad(loss, argnums=(1, 2)))(x, ws, bs, gy)
+    for i in range(3):
+        assert_close(got[0][i], want[1][i], 1e-4, f"dw[{i}]")
+        assert_close(got[1][i], want[2][i], 1e-4, f"db[{i}]")
+    assert_close(jax.jit(jax.grad(last))(ws[2]), want[1][2], 1e-4, "dw[2]")
+    assert_close(jax.jit(jax.grad(loss))(x, ws, bs, gy), want[0], 1e-4, "dx")
+    # an output that does not reach the loss: zero gradients
+    unused = jax.grad(lambda x: (jnp.sum(x), fused_mlp(x, ws, bs, "gelu")), has_aux=True)(x)[0]
+    np.testing.assert_array_equal(unused, np.ones_like(x))
+
+
 def test_eager_calls_reuse_the_traced_program(monkeypatch):
     x, ws, bs, _ = model(np.random.default_rng(7), [8, 8], 4, "float32")
     fused_mlp(x, ws, bs)

@@ -89,3 +89,6 @@ def test_every_gemm_of_the_step_is_one_staged_call(_placed, activation, relu_bac
     if activation == "gelu":  # GELU and its derivative live in the epilogs: no tanh left to XLA
         assert "tanh" not in hlo
     _check_grads(step(x, ws, bs, gy), *host[:3], activation, host[3], TOL["bfloat16"])
+    # a training step (the parameters' gradients only): no GEMM for x's
+    hlo = jax.jit(jax.grad(_loss(activation, relu_backward), argnums=(1, 2))).lower(x, ws, bs, gy).compile().as_text()
+    assert len(re.findall(rf'custom_call_target="{target}"', hlo)) == 3 * layers - 1

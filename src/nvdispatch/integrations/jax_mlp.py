@@ -45,6 +45,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from .._backends import get_state
 from .._matmul_problem import as_options, as_preferences
@@ -60,12 +61,24 @@ __all__ = ["fused_mlp"]
 _DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class _Wanted:
+    """Which gradients a backward pass computes: ``x``'s, and each layer's weight and bias. Static (no leaves):
+    it travels with the residuals as part of their structure."""
+
+    x: bool
+    layers: tuple[bool, ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Chain:
-    """The static part of a chain: its layers' epilogs and what every staged GEMM of it shares."""
+    """The static part of a chain: its layers' epilogs, what every staged GEMM of it shares and, for a backward
+    pass, which gradients it computes (None: all)."""
 
     layers: tuple[LayerEpilogs, ...]
     base: MatmulCall
+    wanted: _Wanted | None = None
 
     def call(self, epilog: str, transpose_a: bool = False, transpose_b: bool = False) -> MatmulCall:
         return dataclasses.replace(self.base, epilog=epilog, transpose_a=transpose_a, transpose_b=transpose_b)
@@ -185,17 +198,21 @@ def _chain(chain: _Chain, x, weights, biases):
 
 
 def _chain_forward(chain: _Chain, x, weights, biases):
-    x, weights, biases = _first_order_only((x, weights, biases))
+    """The forward pass; the residuals say which gradients are wanted (``symbolic_zeros``: JAX tells which inputs
+    are differentiated), so the backward stages no GEMM whose result nothing uses (``dx`` of a model's input)."""
+    wanted = _Wanted(x.perturbed, tuple(w.perturbed or b.perturbed for w, b in zip(weights, biases)))
+    x, weights, biases = _first_order_only((x.value, tuple(w.value for w in weights), tuple(b.value for b in biases)))
     y, saved = _folded_forward(chain)(x, weights, biases)
-    return y, (weights, saved)
+    return y, (weights, saved, wanted)
 
 
 def _chain_backward(chain: _Chain, residuals, g):
-    weights, (inputs, auxes) = residuals
+    weights, (inputs, auxes), wanted = residuals
+    if isinstance(g, SymbolicZero):  # the output's cotangent is zero: so is every gradient
+        return None, (None,) * len(weights), (None,) * len(weights)
     weights, inputs, auxes, g = _first_order_only((weights, inputs, auxes, g))
-    return _batchable_backward(chain)(weights, inputs, auxes, g)
-
-
+    dx, dws, dbs = _batchable_backward(dataclasses.replace(chain, wanted=wanted))(weights, inputs, auxes, g)
+    return dx, dws, dbs
 @jax.custom_jvp
 def _first_order_only(values):
     """``values`` as they are; differentiating through it (the chain's forward or backward pass differentiated
@@ -211,7 +228,7 @@ def _refuse_second_order(primals, tangents):
         "write the model with nvdispatch.matmul per layer, whose gradients are differentiable again")
 
 
-_chain.defvjp(_chain_forward, _chain_backward)
+_chain.defvjp(_chain_forward, _chain_backward, symbolic_zeros=True)
 
 
 @functools.lru_cache(maxsize=64)
@@ -281,15 +298,22 @@ def _forward(chain: _Chain, x, weights, biases):
 
 def _backward(chain: _Chain, weights, inputs, auxes, g):
     """Gradients of ``x``, the weights and the biases from ``g``, the output's cotangent (see the module notes)."""
-    dz = g
+    wanted = chain.wanted or _Wanted(True, (True,) * len(weights))
     dws, dbs = [None] * len(weights), [None] * len(weights)
-    for i in reversed(range(len(weights))):
+    if not wanted.x and not any(wanted.layers):
+        return None, tuple(dws), tuple(dbs)
+    last = 0 if wanted.x else wanted.layers.index(True)  # the lowest layer whose backward is needed
+    dz = g
+    for i in reversed(range(last, len(weights))):
         w = weights[i]
-        dw, db = staged_product(chain.call(WEIGHT_GRADIENT, transpose_a=True), inputs[i], dz)
-        dws[i], dbs[i] = dw.astype(w.dtype), db.reshape(w.shape[1]).astype(w.dtype)
-        if i == 0:
-            dz = staged_product(chain.call("DEFAULT", transpose_b=True), dz, w)[0]
-            break
+        if wanted.layers[i]:
+            dw, db = staged_product(chain.call(WEIGHT_GRADIENT, transpose_a=True), inputs[i], dz)
+            dws[i], dbs[i] = dw.astype(w.dtype), db.reshape(w.shape[1]).astype(w.dtype)
+        if i == last:  # nothing below is wanted
+            dx = None
+            if wanted.x:
+                dx = staged_product(chain.call("DEFAULT", transpose_b=True), dz, w)[0].astype(inputs[0].dtype)
+            return dx, tuple(dws), tuple(dbs)
         below = chain.layers[i - 1]  # the layer whose output ``inputs[i]`` is: its activation's derivative
         if below.derivative == "mask":
             t = staged_product(chain.call("DEFAULT", transpose_b=True), dz, w)[0]
@@ -297,4 +321,4 @@ def _backward(chain: _Chain, weights, inputs, auxes, g):
         else:
             dz = staged_product(chain.call(below.backward_epilog, transpose_b=True), dz, w,
                                 **{below.aux: auxes[i - 1]})[0]
-    return dz.astype(inputs[0].dtype), tuple(dws), tuple(dbs)
+    raise AssertionError("unreachable: the loop returns at its last layer")
