@@ -1,5 +1,6 @@
 """A float64 NumPy oracle of a plain MLP and its gradients, backpropagated by hand (nothing of nvdispatch or of
-JAX's differentiation), and the checks the CPU and GPU tests of ``jax_mlp.fused_mlp`` share."""
+JAX's differentiation), and the checks the CPU and GPU tests of ``jax_mlp.fused_mlp`` share: values against it,
+and which GEMMs a traced training step stages."""
 
 from __future__ import annotations
 
@@ -76,3 +77,46 @@ def assert_close(got, want, tol: float, what: str = "") -> None:
 
 def tolerance(dtype: str) -> float:
     return {"float32": 1e-4, "float64": 1e-10, "bfloat16": 4e-2, "float16": 5e-3}[dtype]
+
+
+def staged_epilogs(monkeypatch, fn, *args) -> list[tuple[str, bool, bool]]:
+    """``(epilog, transpose_a, transpose_b)`` of every matmul ``fn`` stages when traced."""
+    import jax
+
+    from nvdispatch.integrations import jax_matmul
+
+    seen = []
+    kernel = jax_matmul.matmul_kernel
+
+    def counting(call, operands):
+        seen.append((call.epilog, call.transpose_a, call.transpose_b))
+        return kernel(call, operands)
+
+    monkeypatch.setattr(jax_matmul, "matmul_kernel", counting)
+    jax.clear_caches()
+    jax.make_jaxpr(fn)(*args)
+    return seen
+
+
+def check_staged_gemms(monkeypatch, activation: str, relu_backward: str) -> None:
+    """A 3-layer chain's gradient (of x, weights, biases) stages, per layer: its forward GEMM; backward, one
+    ``BGRADB`` GEMM (``h^T`` read in place) and the GEMM of the upstream gradient with the activation's
+    derivative in its epilog (``DGELU``/``DRELU``; ``DEFAULT`` where a mask follows; ``dx``'s for the first)."""
+    import jax
+    import jax.numpy as jnp
+
+    from nvdispatch.integrations.jax_mlp import fused_mlp
+
+    x, ws, bs, gy = model(np.random.default_rng(6), [8, 16, 12, 4], 10, "float32")
+
+    def loss(x, ws, bs):
+        return jnp.sum(fused_mlp(x, ws, bs, activation, relu_backward=relu_backward) * gy)
+
+    seen = staged_epilogs(monkeypatch, jax.grad(loss, argnums=(0, 1, 2)), x, ws, bs)
+    hidden = {("relu", "mask"): ("RELU_BIAS", "DEFAULT"), ("relu", "drelu"): ("RELU_AUX_BIAS", "DRELU"),
+              ("gelu", "mask"): ("GELU_AUX_BIAS", "DGELU")}[activation, relu_backward]
+    forward_calls = [(hidden[0], False, False)] * 2 + [("BIAS", False, False)]
+    backward_layer = [("BGRADB", True, False), (hidden[1], False, True)]
+    backward_calls = backward_layer * 2 + [("BGRADB", True, False), ("DEFAULT", False, True)]  # the last: dx
+    # jax.custom_vjp traces the primal (kept for undifferentiated calls, not run here) and the forward pass
+    assert seen == forward_calls + forward_calls + backward_calls

@@ -15,7 +15,7 @@ from nvdispatch.errors import InvalidArgumentError, ShapeMismatchError, Unsuppor
 from nvdispatch.integrations import jax_matmul
 from nvdispatch.integrations.jax_mlp import fused_mlp
 
-from .mlp_oracle import assert_close, forward, gradients, model, tolerance
+from .mlp_oracle import assert_close, check_staged_gemms, forward, gradients, model, staged_epilogs, tolerance
 
 WIDTHS = [8, 16, 12, 4]
 CASES = [("relu", "mask"), ("relu", "drelu"), ("gelu", "mask")]
@@ -116,46 +116,23 @@ def test_vmap_over_a_weight_and_over_cotangents():
         assert_close(jac[0, j], want, 1e-4, f"jac of y[0, {j}]")
 
 
-def _staged_epilogs(monkeypatch, fn, *args) -> list[tuple[str, bool, bool]]:
-    """``(epilog, transpose_a, transpose_b)`` of every matmul ``fn`` stages when traced."""
-    seen = []
-    kernel = jax_matmul.matmul_kernel
-
-    def counting(call, operands):
-        seen.append((call.epilog, call.transpose_a, call.transpose_b))
-        return kernel(call, operands)
-
-    monkeypatch.setattr(jax_matmul, "matmul_kernel", counting)
-    jax.clear_caches()
-    jax.make_jaxpr(fn)(*args)
-    return seen
-
-
 @pytest.mark.parametrize("activation,relu_backward", CASES)
 def test_each_layer_stages_its_fused_gemms(monkeypatch, activation, relu_backward):
-    x, ws, bs, gy = model(np.random.default_rng(6), WIDTHS, 10, "float32")
-    seen = _staged_epilogs(monkeypatch, jax.grad(_loss(activation, relu_backward), argnums=(0, 1, 2)), x, ws, bs, gy)
-    hidden = {("relu", "mask"): ("RELU_BIAS", "DEFAULT"), ("relu", "drelu"): ("RELU_AUX_BIAS", "DRELU"),
-              ("gelu", "mask"): ("GELU_AUX_BIAS", "DGELU")}[activation, relu_backward]
-    forward_calls = [(hidden[0], False, False)] * 2 + [("BIAS", False, False)]
-    backward_layer = [("BGRADB", True, False), (hidden[1], False, True)]  # weight+bias gradient, upstream gradient
-    backward_calls = backward_layer * 2 + [("BGRADB", True, False), ("DEFAULT", False, True)]  # the last: dx
-    # jax.custom_vjp traces the primal (kept for undifferentiated calls, not run here) and the forward pass
-    assert seen == forward_calls + forward_calls + backward_calls
+    check_staged_gemms(monkeypatch, activation, relu_backward)
 
 
 def test_gradients_nobody_asked_for_stage_no_gemm(monkeypatch):
     x, ws, bs, gy = model(np.random.default_rng(10), WIDTHS, 10, "float32")
     loss = _loss("gelu")
     # the weights and biases only (a training step): no GEMM for x's gradient
-    seen = _staged_epilogs(monkeypatch, jax.grad(loss, argnums=(1, 2)), x, ws, bs, gy)[6:]
+    seen = staged_epilogs(monkeypatch, jax.grad(loss, argnums=(1, 2)), x, ws, bs, gy)[6:]
     assert [e for e, *_ in seen] == ["BGRADB", "DGELU", "BGRADB", "DGELU", "BGRADB"]
     # x only: no weight gradient
-    seen = _staged_epilogs(monkeypatch, jax.grad(loss), x, ws, bs, gy)[6:]
+    seen = staged_epilogs(monkeypatch, jax.grad(loss), x, ws, bs, gy)[6:]
     assert [e for e, *_ in seen] == ["DGELU", "DGELU", "DEFAULT"]
     # the last weight only: the backward stops there
     last = lambda w: loss(x, [*ws[:2], w], bs, gy)  # noqa: E731
-    seen = _staged_epilogs(monkeypatch, jax.grad(last), ws[2])[6:]
+    seen = staged_epilogs(monkeypatch, jax.grad(last), ws[2])[6:]
     assert [e for e, *_ in seen] == ["BGRADB"]
     want = gradients(x, ws, bs, "gelu", gy)
     got = jax.jit(jax.grad(loss, argnums=(1, 2)))(x, ws, bs, gy)

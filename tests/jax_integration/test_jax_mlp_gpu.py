@@ -17,7 +17,7 @@ import pytest
 from nvdispatch.integrations import jax_ffi
 from nvdispatch.integrations.jax_mlp import fused_mlp
 
-from .mlp_oracle import assert_close, forward, gradients, model
+from .mlp_oracle import assert_close, check_staged_gemms, forward, gradients, model
 
 pytestmark = pytest.mark.gpu
 
@@ -73,6 +73,11 @@ def test_vmap_on_the_gpu(activation):
     for i in range(2):
         want = gradients(x[0], [ws[0], stacked[i], ws[2]], bs, activation, gy[0])[1][1]
         assert_close(dw1[i], want, TOL["bfloat16"], f"dw1[{i}]")
+
+
+@pytest.mark.parametrize("activation,relu_backward", CASES)
+def test_each_layer_stages_its_fused_gemms_on_the_gpu(monkeypatch, activation, relu_backward):
+    check_staged_gemms(monkeypatch, activation, relu_backward)
 
 
 @pytest.mark.parametrize("activation,relu_backward", CASES)
