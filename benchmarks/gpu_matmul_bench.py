@@ -1,6 +1,7 @@
 # ruff: noqa: B023 - the lambdas are timed at once, inside the loop
 """GPU matmul benchmark: fused epilogs (nvdispatch / cuBLASLt) vs the plain matmul, Torch unfused,
-``torch._addmm_activation`` and nvmath-python's ``Matmul``; plus host overhead of a cached call.
+``torch._addmm_activation`` and nvmath-python's ``Matmul``; plus host overhead of a cached call (also of the
+epilogs with an aux input or output, against their Python path and the nearest Torch ops).
 
 Kernel times use CUDA events around ``REPS`` back-to-back launches queued while the GPU is held busy by
 ``torch.cuda._sleep`` (so the host's Python overhead is hidden and the events measure the GPU), median of
@@ -131,6 +132,84 @@ def host_times(cases: dict, torch, n: int = 300, rounds: int = 60) -> dict:
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+#: epilogs with an aux input or an extra output: a fused MLP's forward (RELU_AUX_BIAS) and backward (BGRADB, DRELU)
+AUX_EPILOGS = ("RELU_AUX_BIAS", "BGRADB", "DRELU")
+
+
+class _CountingLaunch:
+    """A plan's Python launch sequence, counting its launches."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def aux_epilog_cases(torch, nvdispatch, a, b, bias) -> tuple[dict, dict]:
+    """Host cases of :data:`AUX_EPILOGS` on cached 16x16 calls: nvdispatch's call (the compiled direct call where
+    the extension is built), the same call with its plan's direct call switched off (the Python path: what every
+    such call took before the compiled form served them), and the nearest Torch ops computing the same outputs.
+    Also ``(checks)``: for each epilog whether the switched-off plan is the one the call runs, and its route."""
+    y, aux = nvdispatch.matmul(a, b, epilog="RELU_AUX_BIAS", epilog_inputs={"bias": bias})
+    mask = y > 0
+    kwargs = {
+        "RELU_AUX_BIAS": {"epilog": "RELU_AUX_BIAS", "epilog_inputs": {"bias": bias}},
+        "BGRADB": {"epilog": "BGRADB"},
+        "DRELU": {"epilog": "DRELU", "epilog_inputs": {"relu_aux": aux["relu_aux"]}},
+    }
+
+    def relu_aux_bias():
+        z = torch._addmm_activation(bias, a, b)
+        return z, z > 0
+
+    peers = {
+        "RELU_AUX_BIAS": relu_aux_bias,
+        "BGRADB": lambda: (torch.matmul(a, b), b.sum(0)),
+        "DRELU": lambda: torch.matmul(a, b).mul_(mask),
+    }
+    cases: dict = {}
+    checks: dict = {}
+    for name in AUX_EPILOGS:
+        kw = kwargs[name]
+        mm = nvdispatch.Matmul(a, b)
+        mm.plan(**kw)
+        plan = mm._plan
+        call = lambda kw=kw: nvdispatch.matmul(a, b, **kw)
+
+        def python_path(call=call, plan=plan):
+            direct, plan.direct = plan.direct, None
+            try:
+                return call()
+            finally:
+                plan.direct = direct
+
+        launch = getattr(plan, "launch", None)  # a cuBLASLt plan's (another executor's plan has none)
+        compiled_calls = same_plan = False
+        if launch is not None:
+            plan.launch = counting = _CountingLaunch(launch)
+            try:
+                call()
+                compiled_calls = counting.calls == 0
+                python_path()
+                same_plan = counting.calls == (0 if compiled_calls else 1) + 1
+            finally:
+                plan.launch = launch
+        cases[f"nvdispatch.matmul {name} (torch)"] = call
+        cases[f"nvdispatch.matmul {name}, Python path forced"] = python_path
+        cases[f"{name}: nearest Torch ops"] = peers[name]
+        checks[f"{name}: the call runs the compiled direct call"] = compiled_calls
+        checks[f"{name}: the forced Python path runs on the call's plan"] = same_plan
+        checks[f"{name}: route"] = str(nvdispatch.explain(a, b, **kw)).splitlines()[:2]
+        algorithm = getattr(plan, "algorithm", None)
+        checks[f"{name}: algorithm workspace bytes"] = int(getattr(algorithm, "workspaceSize", 0) or 0)
+    return cases, checks
+
+
 def host_overhead(torch, nvdispatch) -> dict:
     """Host time of cached 16x16 calls (the GPU part, ~2.6 us, is never the limit)."""
     from nvdispatch import linalg
@@ -188,6 +267,8 @@ def host_overhead(torch, nvdispatch) -> dict:
         cases["torch.relu(torch._scaled_mm(bias=))"] = lambda: torch.relu(
             torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, bias=bias16, out_dtype=torch.bfloat16)
         )
+    aux_cases, aux_checks = aux_epilog_cases(torch, nvdispatch, a, b, bias)
+    cases.update(aux_cases)
     try:
         import cupy
 
@@ -223,6 +304,11 @@ def host_overhead(torch, nvdispatch) -> dict:
             out["nvdispatch.matmul RELU_BIAS (cupy, cuBLASLt)"] / out["cupy.matmul"]
         )
         out["ratio nvdispatch plain (cupy) / cupy.matmul"] = out["nvdispatch.matmul plain (cupy)"] / out["cupy.matmul"]
+    out.update(aux_checks)
+    for name in AUX_EPILOGS:
+        own, peer = out[f"nvdispatch.matmul {name} (torch)"], out[f"{name}: nearest Torch ops"]
+        out[f"ratio {name} nvdispatch / nearest Torch ops"] = own / peer
+        out[f"ratio {name} nvdispatch / its Python path"] = own / out[f"nvdispatch.matmul {name}, Python path forced"]
     for key, v in out.items():
         print(f"{key:60s} {v * 1e6 if isinstance(v, float) and 'ratio' not in key else v}")
     return out

@@ -53,14 +53,16 @@ def _check(status, what):
     raise RuntimeError(f"{what} failed with status {status}")
 
 
-def _direct(bias=True, a_first=False, stream=None, handle=HANDLE, fallback=None, keep=()):
+def _direct(bias=True, a_first=False, stream=None, handle=HANDLE, fallback=None, keep=(), in_attr=None,
+            extra=None, out_attr=-1, workspace=None, ws_size=0, is_capturing=0):
+    in_attr = (BIAS_ATTR if bias else -1) if in_attr is None else in_attr
     ints = (
         hp.LT_LAUNCH_PROBE, hp.LT_SET_ATTRIBUTE_PROBE, handle, DESC, LA, LB, LC, LD, ALGO, ONE, ZERO,
-        int(a_first), BIAS_ATTR if bias else -1,
+        int(a_first), in_attr, out_attr, ws_size, is_capturing,
     )
     fallback = fallback or Fallback()
-    fn = hp.make_lt_direct(ints, keep, ((4, 6),), {"dtype": "float32"}, stream, _check,
-                           weakref.WeakMethod(fallback.direct))
+    fn = hp.make_lt_direct(ints, keep, "new_empty", ((4, 6),), {"dtype": "float32"}, extra, workspace, stream,
+                           _check, weakref.WeakMethod(fallback.direct))
     return fn, fallback
 
 
@@ -202,10 +204,134 @@ def test_calls_from_threads_each_launch_once():
 
 
 def test_make_lt_direct_checks_its_arguments():
-    with pytest.raises(TypeError, match="13 ints"):
-        hp.make_lt_direct((1, 2), (), (), {}, None, _check, None)
-    ints = [hp.LT_MATMUL_PROBE, hp.LT_SET_ATTRIBUTE_PROBE, 0, DESC, LA, LB, LC, LD, ALGO, ONE, ZERO, 0, 8]
+    with pytest.raises(TypeError, match="16 ints"):
+        hp.make_lt_direct((1, 2), (), "new_empty", (), {}, None, None, None, _check, None)
+    ints = [hp.LT_MATMUL_PROBE, hp.LT_SET_ATTRIBUTE_PROBE, 0, DESC, LA, LB, LC, LD, ALGO, ONE, ZERO, 0, 8, -1, 0, 0]
     with pytest.raises(ValueError, match="int 2 is a null address"):
-        hp.make_lt_direct(tuple(ints), (), (), {}, None, _check, None)
+        hp.make_lt_direct(tuple(ints), (), "new_empty", (), {}, None, None, None, _check, None)
     with pytest.raises(TypeError):
-        hp.make_lt_direct(tuple(ints), (), [], {}, None, _check, None)
+        hp.make_lt_direct(tuple(ints), (), "new_empty", [], {}, None, None, None, _check, None)
+    ints[2] = HANDLE
+    with pytest.raises(TypeError):  # the maker is a method name
+        hp.make_lt_direct(tuple(ints), (), None, (), {}, None, None, None, _check, None)
+    extra = ("relu_aux", (), {}, None)
+    bad = [
+        (ints[:13] + [11, 0, 0], None, None),  # an extra output's attribute without the output
+        (ints, extra, None),  # an extra output without its attribute
+        (ints[:13] + [8, 0, 0], extra, None),  # both pointers on one attribute
+        (ints[:14] + [1024, 0], None, None),  # a workspace need without a workspace function
+        (ints, None, lambda stream: 0),  # a workspace function without a need
+    ]
+    for values, ext, ws in bad:
+        with pytest.raises(ValueError, match="make_lt_direct"):
+            hp.make_lt_direct(tuple(values), (), "new_empty", (), {}, ext, ws, None, _check, None)
+    with pytest.raises(TypeError):  # extra: (name, args, kwargs, view)
+        hp.make_lt_direct(tuple(ints[:13] + [11, 0, 0]), (), "new_empty", (), {}, ("x", [], {}, None), None, None,
+                          _check, None)
+
+
+# -- epilogues with an aux input, an extra output, a workspace ----------------------------------------------
+AUX_ATTR = 11
+
+
+class Viewed:
+    """What an extra output's view function gave: the buffer it saw."""
+
+    def __init__(self, base):
+        self.base = base
+
+
+def test_an_extra_output_is_made_like_the_result_its_pointer_set_and_returned_by_name():
+    extra = ("relu_aux", ((6, 2),), {"dtype": "uint8"}, None)
+    direct, fb = _direct(extra=extra, out_attr=AUX_ATTR)
+    a, b, bias = FakeTensor(), FakeTensor(), FakeTensor()
+    out, outputs = direct(a, b, bias)
+    calls, _, _, _ = _record()
+    (name, aux), = outputs.items()
+    assert name == "relu_aux" and (aux.shape, aux.dtype) == ((6, 2), "uint8") and (out.shape, out.dtype) == (
+        (4, 6), "float32")
+    assert calls[8] == calls[10] == out.ptr
+    assert hp.probe_values()[BIAS_ATTR] == bias.ptr and hp.probe_values()[AUX_ATTR] == aux.ptr
+    assert not fb.calls
+
+
+def test_a_bias_gradient_output_takes_the_bias_pointer_and_is_seen_through_its_view():
+    extra = ("bgradb", ((6,),), {"dtype": "float32"}, Viewed)
+    direct, fb = _direct(bias=False, extra=extra, out_attr=BIAS_ATTR)
+    out, outputs = direct(FakeTensor(), FakeTensor())
+    g = outputs["bgradb"]
+    assert type(g) is Viewed and g.base.shape == (6,) and hp.probe_values()[BIAS_ATTR] == g.base.ptr
+    assert _record()[0][8] == out.ptr and not fb.calls
+
+
+def test_an_aux_input_is_the_third_array_on_the_aux_pointer():
+    direct, fb = _direct(in_attr=AUX_ATTR)
+    a, b, mask = FakeTensor(), FakeTensor(), FakeTensor()
+    out = direct(a, b, mask)
+    assert hp.probe_values()[AUX_ATTR] == mask.ptr and _record()[0][10] == out.ptr and not fb.calls
+    assert direct(a, b) == "python" and fb.calls == [(a, b, None)]  # its input missing: as Python does
+
+
+def test_the_workspace_comes_from_the_plan_per_stream_or_the_call_goes_to_python():
+    asked = []
+
+    def workspace(stream):
+        asked.append(stream)
+        return None if stream == 99 else 0x40000
+
+    direct, fb = _direct(stream=lambda: 5, workspace=workspace, ws_size=4096)
+    a, b, bias = FakeTensor(), FakeTensor(), FakeTensor()
+    direct(a, b, bias)
+    calls = _record()[0]
+    assert (calls[13], calls[14], calls[15]) == (0x40000, 4096, 5) and asked == [5] and not fb.calls
+    capturing, fb2 = _direct(stream=lambda: 99, workspace=workspace, ws_size=4096)
+    _, count0, _, _ = _record()
+    assert capturing(a, b, bias) == "python" and len(fb2.calls) == 1 and _record()[1] == count0
+
+    def broken(stream):
+        raise OSError("no memory")
+
+    failing, fb3 = _direct(workspace=broken, ws_size=4096)
+    with pytest.raises(OSError, match="no memory"):
+        failing(a, b, bias)
+    assert not fb3.calls
+
+
+def test_an_extra_output_that_fails_leaves_nothing_launched():
+    class NoAux(FakeTensor):
+        def new_empty(self, shape, *, dtype=None):
+            if dtype == "uint8":
+                raise MemoryError("out of memory")
+            return FakeTensor(shape=shape, dtype=dtype)
+
+    extra = ("relu_aux", ((6, 2),), {"dtype": "uint8"}, None)
+    direct, fb = _direct(extra=extra, out_attr=AUX_ATTR)
+    _, count0, _, _ = _record()
+    with pytest.raises(MemoryError):
+        direct(NoAux(), FakeTensor(), FakeTensor())
+    assert _record()[1] == count0 and not fb.calls
+
+    def bad_view(buf):
+        raise ValueError("no view")
+
+    viewed, _ = _direct(extra=("relu_aux", ((6, 2),), {"dtype": "uint8"}, bad_view), out_attr=AUX_ATTR)
+    with pytest.raises(ValueError, match="no view"):
+        viewed(FakeTensor(), FakeTensor(), FakeTensor())
+
+
+def test_with_the_drivers_capture_query_a_captured_stream_goes_to_python_before_the_workspace_is_asked():
+    asked = []
+
+    def workspace(stream):
+        asked.append(stream)
+        return 0x40000
+
+    a, b, bias = FakeTensor(), FakeTensor(), FakeTensor()
+    for stream, compiled in ((5, True), (99, False), (98, False)):  # the probe: 99 captured, 98 an error
+        direct, fb = _direct(stream=lambda s=stream: s, workspace=workspace, ws_size=4096,
+                             is_capturing=hp.STREAM_IS_CAPTURING_PROBE)
+        _, count0, _, _ = _record()
+        result = direct(a, b, bias)
+        assert (_record()[1] == count0 + 1) == compiled and (result == "python") == (not compiled)
+        assert len(fb.calls) == (0 if compiled else 1)
+    assert asked == [5]

@@ -489,3 +489,177 @@ def test_a_workspace_that_grows_is_counted_by_the_plan_cache_at_once(fake_lt, mo
     assert cache.nbytes == 2048  # the first stream's workspace is what was counted
     second.launch(0x10000, 0x20000, 0x30000, 0x30000, 1, 2, 6, allocator="torch")  # a second stream: 1024 more
     assert not cache.contains("first") and cache.nbytes == 2048  # over the bound: the least recent plan went
+
+
+# -- the compiled direct call of epilogues with an aux input or an extra output ------------------------------
+class StridedFake(FakeTensor):
+    """A :class:`FakeTensor` that makes views (``as_strided``), as the aux outputs' layouts need."""
+
+    def __init__(self, shape=None, dtype=None, strides=None, base=None):
+        super().__init__(shape, dtype)
+        self.strides, self.base = strides, base
+
+    def new_empty(self, shape, *, dtype=None):
+        return StridedFake(tuple(shape), dtype)
+
+    def storage_offset(self):
+        return 0
+
+    def as_strided(self, shape, strides, offset=0):
+        assert offset == 0
+        return StridedFake(tuple(shape), self.dtype, tuple(strides), self)
+
+    def stride(self):
+        return self.strides if self.strides is not None else _c_strides(self.shape)
+
+
+def _c_strides(shape):
+    from nvdispatch._strides import c_strides
+
+    return tuple(c_strides(tuple(shape)))
+
+
+def _cpu_empty(kind, shape, dtype, device_index, stream, order="C"):
+    t = torch.empty(tuple(shape), dtype=getattr(torch, dtype))
+    return t, t.data_ptr()
+
+
+def _aux_case(epilog, bias_shape=(48,)):
+    """``(problem operands, plan inputs)`` of a 64x32 @ 32x48 float32 product with ``epilog``'s input."""
+    from nvdispatch._epilog import spec_of
+
+    a, b = torch.zeros(64, 32), torch.zeros(32, 48)
+    names = spec_of(epilog).inputs
+    inputs = {}
+    if names == ("bias",):
+        inputs["bias"] = torch.zeros(bias_shape)
+    elif names == ("relu_aux",):  # cuBLASLt's bit mask of the row orientation: read in place
+        inputs["relu_aux"] = torch.zeros(64, 128 // 8, dtype=torch.uint8)
+    elif names == ("gelu_aux",):
+        inputs["gelu_aux"] = torch.zeros(64, 48)
+    return a, b, inputs
+
+
+SERVED = [
+    "RELU_AUX",
+    "RELU_AUX_BIAS",
+    "GELU_AUX",
+    "GELU_AUX_BIAS",
+    "BGRADA",
+    "BGRADB",
+    "DRELU",
+    "DRELU_BGRAD",
+    "DGELU",
+    "DGELU_BGRAD",
+]
+
+
+@pytest.mark.parametrize("epilog", SERVED)
+def test_the_compiled_direct_call_of_aux_and_bias_gradient_epilogues_gives_the_python_paths_layout(
+    fake_lt, monkeypatch, epilog
+):
+    from nvdispatch._cuda import lt_aux, lt_direct
+    from nvdispatch._cuda.lt_matmul import LtMatmulPlan
+
+    hp = hotpath()
+    if hp is None:
+        pytest.skip("the extension is not built here")
+    monkeypatch.setattr(lt_aux, "empty", _cpu_empty)
+    a, b, inputs = _aux_case(epilog)
+    plan = LtMatmulPlan(_problem(a, b, epilog, inputs))
+    assert lt_direct.serves(plan.problem, plan.setup, plan.strategy, plan._needs_xp)
+    assert type(plan.direct).__name__ == "builtin_function_or_method"  # the compiled form
+    want = plan.python_direct(a, b, *inputs.values())  # the Python path (through the recorder)
+    py_call, py_attrs = fake_lt.calls[-1], fake_lt.attrs[-1]
+    fa, fb = StridedFake(), StridedFake()
+    fx = [StridedFake() for _ in inputs]
+    got = plan.direct(fa, fb, *fx)
+    calls, _, _, _ = hp.probe_record()
+    values = hp.probe_values()
+    assert len(fake_lt.calls) == 1  # the compiled call launched through the probe, not the Python launch
+    w_out, w_aux = want if isinstance(want, tuple) else (want, None)
+    g_out, g_aux = got if isinstance(got, tuple) else (got, None)
+    assert (tuple(g_out.shape), g_out.dtype) == (tuple(w_out.shape), w_out.dtype)
+    assert (calls[3], calls[5], calls[8], calls[10]) == (fb.ptr, fa.ptr, g_out.ptr, g_out.ptr)
+    assert (py_call[3], py_call[5]) == (b.data_ptr(), a.data_ptr())  # the same orientation
+    if w_aux is None:
+        assert g_aux is None
+    else:
+        assert list(g_aux) == list(w_aux)
+        w, g = next(iter(w_aux.values())), next(iter(g_aux.values()))
+        assert tuple(g.shape) == tuple(w.shape) and g.dtype == w.dtype and tuple(g.stride()) == tuple(w.stride())
+        buffer = g.base if g.base is not None else g
+        attr = lt.DESC_BIAS_POINTER if plan.setup.bgrad else lt.DESC_EPILOGUE_AUX_POINTER
+        assert values[attr] == buffer.ptr and attr in py_attrs
+    if inputs:
+        attr = lt.DESC_BIAS_POINTER if "bias" in inputs else lt.DESC_EPILOGUE_AUX_POINTER
+        assert values[attr] == fx[0].ptr and py_attrs[attr] == next(iter(inputs.values())).data_ptr()
+
+
+def test_an_epilogue_output_in_the_col_orientation_is_the_transposed_view_python_gives(fake_lt, monkeypatch):
+    from nvdispatch._cuda import lt_aux
+    from nvdispatch._cuda.lt_matmul import LtMatmulPlan
+
+    monkeypatch.setattr(lt_aux, "empty", _cpu_empty)
+    a, b, bias = torch.zeros(64, 32), torch.zeros(32, 48), torch.zeros(64, 1)  # bias along M: the col orientation
+    plan = LtMatmulPlan(_problem(a, b, "RELU_AUX_BIAS", {"bias": bias}))
+    assert plan.setup.orientation == "col"
+    assert plan.direct is None  # an F-ordered result: the compiled form does not make it, execute runs it
+    out, aux = plan.execute({"a": a, "b": b, "bias": bias}, stream=0)
+    assert out.stride() == (1, 64) and tuple(aux["relu_aux"].shape) == (128 // 8, 48)
+
+
+def test_a_workspace_algorithm_runs_compiled_on_the_plans_workspace_and_in_python_under_capture(fake_lt, monkeypatch):
+    from nvdispatch._cuda import lt_direct, memory
+    from nvdispatch._cuda.lt_matmul import LtMatmulPlan
+
+    hp = hotpath()
+    if hp is None:
+        pytest.skip("the extension is not built here")
+
+    class Scratch:
+        def __init__(self, nbytes, framework, device_index, stream):
+            self.nbytes, self.ptr = nbytes, 0x7000000 + stream * 0x100000
+
+        def release(self):
+            pass
+
+    monkeypatch.setattr(memory, "scratch", Scratch)
+    monkeypatch.setattr(lt, "heuristic", lambda h, desc, a, b, c, d, pref, count: [result(4096, pref.alignment)])
+    monkeypatch.setattr(lt_direct, "capturing", lambda stream: stream in fake_lt.capturing)
+    monkeypatch.setattr(lt_direct, "capture_query_address", lambda: None)  # the Python side asks (the stand-in)
+    a, b, bias = torch.zeros(64, 32), torch.zeros(32, 48), torch.zeros(48)
+    plan = LtMatmulPlan(_problem(a, b, "RELU_BIAS", {"bias": bias}))
+    assert type(plan.direct).__name__ == "builtin_function_or_method"
+    fa, fb, fbias = FakeTensor(), FakeTensor(), FakeTensor()
+    plan.direct(fa, fb, fbias)
+    calls = hp.probe_record()[0]
+    assert (calls[13], calls[14], calls[15]) == (0x7000000, 4096, 0) and plan.launch.workspaces[0].ptr == 0x7000000
+    fake_lt.capturing.add(0)
+    monkeypatch.setattr(memory, "scratch", lambda nbytes, fw, idx, stream: Scratch(nbytes, fw, idx, 5))
+    out = plan.direct(a, b, bias)  # under capture: the Python call, a workspace of its own
+    assert fake_lt.calls[-1][13] == 0x7000000 + 5 * 0x100000 and fake_lt.calls[-1][10] == out.data_ptr()
+
+
+def test_what_the_direct_call_serves():
+    from nvdispatch._cuda.lt_direct import serves
+    from nvdispatch._cuda.lt_setup import setup
+
+    def served(a, b, epilog=None, inputs=None, strategy="native", orientation="row"):
+        p = _problem(a, b, epilog, inputs)
+        return serves(p, setup(p, orientation), strategy, False)
+
+    a, b = torch.zeros(64, 32), torch.zeros(32, 48)
+    mask = torch.zeros(64, 16, dtype=torch.uint8)
+    assert (
+        served(a, b)
+        and served(a, b, "RELU_AUX")
+        and served(a, b, "BGRADB")
+        and served(a, b, "DRELU", {"relu_aux": mask})
+    )
+    assert served(a, b, "DGELU_BGRAD", {"gelu_aux": torch.zeros(64, 48)})
+    assert not served(a, b, "RELU_AUX", strategy="inplace")  # the output comes from the unfused path
+    assert not served(a, b, "DRELU", {"relu_aux": mask}, strategy="inplace")
+    assert not served(a, b, "DRELU", {"relu_aux": torch.zeros(64, 48, dtype=torch.bool)})  # packed first
+    assert not served(torch.zeros(32), b, "RELU_AUX")  # a 1-D operand: its axis dropped from the outputs
+    assert served(torch.zeros(32), b, "RELU_BIAS", {"bias": torch.zeros(48)})

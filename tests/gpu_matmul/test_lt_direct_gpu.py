@@ -75,7 +75,10 @@ def test_forms_beyond_the_direct_call_leave_it_unset():
     with nvdispatch.set_backend("cuda", only=True):
         with_c = nvdispatch.Matmul(a, b, c, beta=0.5).plan()
         aux = nvdispatch.Matmul(a, b).plan(epilog="RELU_AUX")
-        assert with_c._plan.direct is None and aux._plan.direct is None
+        assert with_c._plan.direct is None
+        # an aux output: the compiled direct call where the extension is built, else execute's path alone
+        compiled = type(aux._plan.direct).__name__ == "builtin_function_or_method"
+        assert compiled or aux._plan.direct is None
         r, extra = aux.execute()
         torch.testing.assert_close(with_c.execute(), a @ b + 0.5 * c, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(r, torch.relu(a @ b), rtol=1e-4, atol=1e-4)
@@ -181,3 +184,173 @@ def test_an_autotuned_algorithm_makes_a_new_direct_call():
     torch.testing.assert_close(plan.direct(a, b, bias), torch.relu(a @ b + bias), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(mm.execute(), torch.relu(a @ b + bias), rtol=1e-4, atol=1e-4)
     mm.free()
+
+
+# -- the compiled direct call of epilogs with an aux input or an extra output -------------------------------
+AUX_EPILOGS = ["RELU_AUX", "RELU_AUX_BIAS", "GELU_AUX", "GELU_AUX_BIAS", "BGRADA", "BGRADB", "DRELU",
+               "DRELU_BGRAD", "DGELU", "DGELU_BGRAD"]
+
+
+def _aux_inputs(torch, epilog, m, n, dt, rng):
+    """``(inputs on the GPU, the same in float64 NumPy for the oracle)`` of ``epilog``: a bias, or the aux a
+    backward epilog reads (a relu mask as cuBLASLt's bits, a gelu pre-activation)."""
+    from nvdispatch._epilog import spec_of
+
+    names = spec_of(epilog).inputs
+    if names == ("bias",):
+        bias = torch.from_numpy(rng.standard_normal(n)).to("cuda", dt)
+        return {"bias": bias}, {"bias": bias.double().cpu().numpy()}
+    if names == ("relu_aux",):
+        mask = rng.random((m, n)) > 0.5
+        padded = np.zeros((m, -(-n // 128) * 128), bool)
+        padded[:, :n] = mask
+        bits = np.packbits(padded, axis=-1, bitorder="little")  # bit j % 8 of byte j // 8
+        return {"relu_aux": torch.from_numpy(bits).cuda()}, {"relu_aux": mask}
+    if names == ("gelu_aux",):
+        pre = torch.from_numpy(rng.standard_normal((m, n))).to("cuda", dt)
+        return {"gelu_aux": pre}, {"gelu_aux": pre.double().cpu().numpy()}
+    return {}, {}
+
+
+def _relu_bits(mask, n):
+    """cuBLASLt's relu bit mask (uint8, row orientation) as booleans of the result's n columns."""
+    return np.unpackbits(mask.cpu().numpy(), axis=-1, bitorder="little")[..., :n].astype(bool)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("epilog", AUX_EPILOGS)
+@pytest.mark.parametrize("mnk", [(16, 16, 16), (64, 48, 32), (33, 9, 17)])
+def test_the_compiled_direct_call_of_aux_epilogs_gives_what_the_python_path_gives(dtype, epilog, mnk):
+    torch = pytest.importorskip("torch")
+    from nvdispatch._compiled import hotpath
+
+    m, n, k = mnk
+    dt = getattr(torch, dtype)
+    rng = np.random.default_rng(7)
+    a = torch.from_numpy(rng.standard_normal((m, k))).to("cuda", dt)
+    b = torch.from_numpy(rng.standard_normal((k, n))).to("cuda", dt)
+    inputs, inputs64 = _aux_inputs(torch, epilog, m, n, dt, rng)
+    with nvdispatch.set_backend("cuda", only=True):
+        mm = nvdispatch.Matmul(a, b).plan(epilog=epilog, epilog_inputs=inputs or None)
+    plan = mm._plan
+    if mm.strategy != "native":
+        pytest.skip(f"cuBLASLt runs {epilog} on {dtype} unfused")
+    if plan.direct is None:
+        pytest.skip(f"no direct call for {epilog} on {dtype} here (see the DEBUG log)")
+    if hotpath() is not None:
+        assert type(plan.direct).__name__ == "builtin_function_or_method"  # the compiled form
+    args = (a, b, *inputs.values())
+    got, py = plan.direct(*args), plan.python_direct(*args)
+    executed = mm.execute()
+    a64, b64 = a.double().cpu().numpy(), b.double().cpu().numpy()
+    want, want_aux = epilog_reference(epilog, a64 @ b64, inputs64, a=a64, b=b64)
+    tol = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 1e-4}[dtype]
+    for r in (got, py, executed):
+        assert type(r) is type(py) and (not isinstance(r, tuple) or list(r[1]) == list(py[1]))
+    if not isinstance(py, tuple):
+        got, py, executed = (got, {}), (py, {}), (executed, {})
+    assert torch.equal(got[0], py[0]) and torch.equal(got[0], executed[0])  # one algorithm, one set of pointers
+    assert got[0].dtype == dt and got[0].shape == (m, n) and got[0].stride() == py[0].stride()
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got[0].double().cpu().numpy(), want, rtol=tol, atol=tol * scale)
+    for name, w in want_aux.items():
+        g, p = got[1][name], py[1][name]
+        assert (g.shape, g.dtype, g.stride(), g.device) == (p.shape, p.dtype, p.stride(), p.device), name
+        if name == "relu_aux":  # cuBLASLt's bits; only the result's columns are defined
+            assert np.array_equal(_relu_bits(g, n), _relu_bits(p, n))
+            z = want_aux["relu_aux"]
+            decided = np.abs(a64 @ b64 + inputs64.get("bias", 0)) > tol * scale  # away from the rounding edge
+            assert np.array_equal(_relu_bits(g, n)[decided], z[decided])
+            continue
+        torch.testing.assert_close(g, p, rtol=1e-3, atol=1e-3)  # a reduction: the same kernel, the same order
+        span = {"bgrada": k, "bgradb": k, "gelu_aux": 1}.get(name, m)  # the terms each value adds up
+        np.testing.assert_allclose(g.double().cpu().numpy().reshape(np.shape(w)), w, rtol=tol,
+                                   atol=tol * max(scale, 1.0) * span ** 0.5 * 4)
+    mm.free()
+
+
+class _CountingLaunch:
+    """A plan's Python launch sequence, counting its launches."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_repeated_calls_of_aux_epilogs_take_the_compiled_direct_call():
+    torch = pytest.importorskip("torch")
+    from nvdispatch._compiled import hotpath
+
+    if hotpath() is None:
+        pytest.skip("the extension is not built here")
+    a, b = torch.randn(16, 16, device="cuda"), torch.randn(16, 16, device="cuda")
+    bias = torch.randn(16, device="cuda")
+    cases = [("RELU_AUX_BIAS", {"bias": bias}), ("BGRADB", None)]
+    with nvdispatch.set_backend("cuda", only=True):
+        r, aux = nvdispatch.matmul(a, b, epilog="RELU_AUX_BIAS", epilog_inputs={"bias": bias})
+        cases.append(("DRELU", {"relu_aux": aux["relu_aux"]}))
+        for epilog, inputs in cases:
+            mm = nvdispatch.Matmul(a, b).plan(epilog=epilog, epilog_inputs=inputs)
+            plan = mm._plan
+            launch = plan.launch
+            plan.launch = counting = _CountingLaunch(launch)
+            outs = [mm.execute() for _ in range(3)]
+            plan.launch = launch
+            assert counting.calls == 0, epilog  # every call compiled, none through the Python launch
+            want = plan.execute({"a": a, "b": b, "alpha": 1, "beta": None, **(inputs or {})})
+            for got in outs:
+                g, w = (got, want) if not isinstance(want, tuple) else (got[0], want[0])
+                torch.testing.assert_close(g, w)
+            mm.free()
+
+
+def test_the_compiled_direct_call_of_an_aux_epilog_hands_misaligned_operands_to_python():
+    torch = pytest.importorskip("torch")
+    a_full = torch.randn(17, 16, device="cuda")
+    b, bias = torch.randn(16, 24, device="cuda"), torch.randn(24, device="cuda")
+    with nvdispatch.set_backend("cuda", only=True):
+        mm = nvdispatch.Matmul(a_full[:16], b).plan(epilog="RELU_AUX_BIAS", epilog_inputs={"bias": bias})
+    shifted = a_full[1:]  # 64 bytes in
+    r, aux = mm._plan.direct(shifted, b, bias)
+    torch.testing.assert_close(r, torch.relu(shifted @ b + bias), rtol=1e-4, atol=1e-4)
+    assert np.array_equal(_relu_bits(aux["relu_aux"], 24), (shifted @ b + bias).cpu().numpy() > 0)
+    mm.free()
+
+
+@pytest.mark.parametrize("epilog", ["RELU_AUX_BIAS", "BGRADB", "DRELU_BGRAD"])
+def test_aux_epilog_calls_captured_in_a_cuda_graph_replay_on_new_data(epilog):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    m, n, k = 256, 192, 128
+    a = torch.from_numpy(rng.standard_normal((m, k))).float().cuda()
+    b = torch.from_numpy(rng.standard_normal((k, n))).float().cuda()
+    inputs, _ = _aux_inputs(torch, epilog, m, n, torch.float32, rng)
+    with nvdispatch.set_backend("cuda", only=True):
+        call = lambda: nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs or None)  # noqa: E731
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm up on a side stream, as Torch's capture recipe does
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out, outputs = call()
+    a.copy_(torch.from_numpy(rng.standard_normal((m, k))).float())
+    g.replay()
+    torch.cuda.synchronize()
+    with nvdispatch.set_backend("cuda", only=True):
+        want, want_outputs = call()  # eager, on the new data
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+    for name, w in want_outputs.items():
+        g_ = outputs[name]
+        if name == "relu_aux":
+            assert np.array_equal(_relu_bits(g_, n), _relu_bits(w, n))
+        else:
+            torch.testing.assert_close(g_, w, rtol=1e-4, atol=1e-3)

@@ -43,6 +43,7 @@ __all__ = [
     "empty",
     "result_kind",
     "result_from_operand",
+    "result_maker",
     "storage_shape",
     "as_kind",
     "make_view",
@@ -249,6 +250,13 @@ def result_from_operand(framework: str, shape, dtype: str, order: str = "C"):
     ``operand.new_empty(*args, **kwargs)`` (see ``Adapter.result_from_operand``), or None: use :func:`empty`."""
     ad = adapter_named(framework)
     return None if ad is None else ad.result_from_operand(shape, dtype, order)
+
+
+def result_maker(framework: str, shape, dtype: str):
+    """How ``framework``'s operands make a C-ordered result per call: ``(maker, args, kwargs)`` (see
+    ``Adapter.result_maker``), or None: use :func:`empty`."""
+    ad = adapter_named(framework)
+    return None if ad is None else ad.result_maker(shape, dtype)
 
 
 def empty(kind: str, shape, dtype: str, device_index: int, stream: int, order: str = "C"):

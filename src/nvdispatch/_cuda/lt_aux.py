@@ -22,26 +22,25 @@ from .arrays import empty, make_view
 from .lt_setup import LtSetup
 from .xp import as_xp
 
-__all__ = ["aux_output", "aux_input_pointer", "bias_gradient_output"]
+__all__ = ["aux_output", "aux_output_layout", "aux_input_pointer", "bias_gradient_output", "bias_gradient_layout"]
 
 
-def aux_output(p: MatmulProblem, s: LtSetup, kind: str, device_index: int, stream: int):
-    """``(aux array in the caller's kind, its pointer)`` of the epilogue's aux output (``s.aux_out``)."""
+def aux_output_layout(p: MatmulProblem, s: LtSetup) -> tuple:
+    """``(shape, dtype, view)`` of the epilogue's aux output (``s.aux_out``): the C-ordered buffer cuBLASLt
+    writes, and the ``(shape, strides)`` in elements the caller sees of it (None: the buffer itself)."""
     batch = p.batch_shape
     if s.aux_out == "relu":
         nbytes = s.aux_ld // 8
-        buf, ptr = empty(kind, (*batch, s.n_lt, nbytes), "uint8", device_index, stream)
+        shape = (*batch, s.n_lt, nbytes)
         if s.orientation == "row":
-            return buf, ptr
-        st = c_strides((*batch, s.n_lt, nbytes))
-        return make_view(kind, buf, (*batch, nbytes, s.n_lt), (*st[:-2], 1, nbytes)), ptr
+            return shape, "uint8", None
+        st = c_strides(shape)
+        return shape, "uint8", ((*batch, nbytes, s.n_lt), (*st[:-2], 1, nbytes))
     ld = s.aux_ld
-    buf, ptr = empty(kind, (*batch, s.n_lt, ld), p.result_dtype, device_index, stream)
-    st = c_strides((*batch, s.n_lt, ld))
-    if s.orientation == "row":  # (m, n) rows padded to ld
-        shape, strides = (*batch, p.m, p.n), (*st[:-2], ld, 1)
-    else:
-        shape, strides = (*batch, p.m, p.n), (*st[:-2], 1, ld)
+    buffer = (*batch, s.n_lt, ld)
+    st = c_strides(buffer)
+    shape = (*batch, p.m, p.n)
+    strides = (*st[:-2], ld, 1) if s.orientation == "row" else (*st[:-2], 1, ld)  # (m, n) padded to ld
     if p.a_vector or p.b_vector:
         keep_axes = [
             i
@@ -50,7 +49,14 @@ def aux_output(p: MatmulProblem, s: LtSetup, kind: str, device_index: int, strea
         ]
         shape = tuple(shape[i] for i in keep_axes)
         strides = tuple(strides[i] for i in keep_axes)
-    return make_view(kind, buf, shape, strides), ptr
+    return buffer, p.result_dtype, (shape, strides)
+
+
+def aux_output(p: MatmulProblem, s: LtSetup, kind: str, device_index: int, stream: int):
+    """``(aux array in the caller's kind, its pointer)`` of the epilogue's aux output (``s.aux_out``)."""
+    shape, dtype, view = aux_output_layout(p, s)
+    buf, ptr = empty(kind, shape, dtype, device_index, stream)
+    return (buf if view is None else make_view(kind, buf, *view)), ptr
 
 
 def aux_input_pointer(p: MatmulProblem, s: LtSetup, operands, framework: str, xp, get_ptr, keep: list) -> int:
@@ -83,15 +89,23 @@ def aux_input_pointer(p: MatmulProblem, s: LtSetup, operands, framework: str, xp
     return xp.data_ptr(bits)
 
 
-def bias_gradient_output(p: MatmulProblem, s: LtSetup, kind: str, device_index: int, stream: int):
-    """``(bias gradient in the caller's kind and shape, the pointer cuBLASLt writes it to)`` (``s.bgrad``)."""
+def bias_gradient_layout(p: MatmulProblem, s: LtSetup) -> tuple:
+    """``(shape, dtype, view)`` of the bias gradient (``s.bgrad``): the C-ordered buffer cuBLASLt writes, and the
+    ``(shape, strides)`` in elements the caller sees of it (None: the buffer itself)."""
     bshape = (*p.batch_shape, s.bgrad_len)
-    g, ptr = empty(kind, bshape, p.result_dtype, device_index, stream)
+    view = None
     if s.bgrad in ("drelu_bgrad", "dgelu_bgrad") and p.options.bgrad_axis == "m":
-        g = make_view(kind, g, (*p.batch_shape, s.bgrad_len, 1), c_strides((*p.batch_shape, s.bgrad_len, 1)))
+        view = (*p.batch_shape, s.bgrad_len, 1), c_strides((*p.batch_shape, s.bgrad_len, 1))
     elif s.bgrad in ("bgrada", "bgradb") and p.batch_shape:
         src = p.a if s.bgrad == "bgrada" else p.b
         vec = p.a_vector if s.bgrad == "bgrada" else p.b_vector
         if vec or len(src.shape) == 2:  # the operand is not batched: every batch gives the same
-            g = make_view(kind, g, (s.bgrad_len,), (1,))
-    return g, ptr
+            view = (s.bgrad_len,), (1,)
+    return bshape, p.result_dtype, view
+
+
+def bias_gradient_output(p: MatmulProblem, s: LtSetup, kind: str, device_index: int, stream: int):
+    """``(bias gradient in the caller's kind and shape, the pointer cuBLASLt writes it to)`` (``s.bgrad``)."""
+    shape, dtype, view = bias_gradient_layout(p, s)
+    g, ptr = empty(kind, shape, dtype, device_index, stream)
+    return (g if view is None else make_view(kind, g, *view)), ptr

@@ -99,30 +99,45 @@ class LtMatmulPlan(LtPlanBase):
     # -- the direct call -------------------------------------------------------------------------------
     def _direct_call(self):
         """The Plan protocol's direct call (see :mod:`.lt_direct`): compiled where it can be, else
-        :meth:`python_direct`; None where the plan's form has none."""
-        if not lt_direct.serves(self.problem, self.setup, self.strategy, self._needs_xp):
+        :meth:`python_direct` for the plain form; None where the plan's form has none (or, for a form with an
+        aux input or an extra output, where the compiled form does not serve: execute runs it as before)."""
+        p = self.problem
+        if not lt_direct.serves(p, self.setup, self.strategy, self._needs_xp):
             return None
+        kind = self._result_like[0] if self._result_like is not None else ""
         compiled = lt_direct.compiled_direct(
-            LtDescriptors(self.problem, self.setup, self.core.max_workspace),
+            LtDescriptors(p, self.setup, self.core.max_workspace),
             self.handle,
             self.algorithm,
             one=self._one,
             zero=self._zero,
             keep=tuple(self._scalars.values()),
             a_first=self.launch.a_first,
-            bias="bias" in self._inputs,
-            result=self._result_like,
+            problem=p,
+            setup=self.setup,
+            kind=kind,
+            order=self._order,
+            launch=self.launch,
             current_stream=self._current_stream,
             fallback=self.python_direct,
         )
-        return compiled or self.python_direct
+        if compiled is not None:
+            return compiled
+        return self.python_direct if lt_direct.plain(p) else None
 
-    def python_direct(self, a, b, bias=None):
-        """The direct call in Python (every alignment, every framework, an algorithm with a workspace)."""
-        get, current = self._get_ptr, self._current_stream
+    def python_direct(self, a, b, x=None):
+        """The direct call in Python (every alignment, every framework, an algorithm with a workspace): ``x`` is
+        the epilogue's input (the bias, or the aux a DRELU/DGELU reads); returns what :meth:`execute` does."""
+        current = self._current_stream
         sp = current() if current is not None else 0
+        if not lt_direct.plain(self.problem):  # an aux input or an extra output: the execute path
+            operands = {"a": a, "b": b}
+            if x is not None:
+                operands[next(iter(self._inputs))] = x
+            return self._execute(operands, sp)
+        get = self._get_ptr
         out, ptr_d, kind = self._result(a, sp)
-        pointers = () if bias is None else ((lt.DESC_BIAS_POINTER, get(bias)),)
+        pointers = () if x is None else ((lt.DESC_BIAS_POINTER, get(x)),)
         self.launch(get(a), get(b), ptr_d, ptr_d, self._one, self._zero, sp, pointers, kind)
         return out
 

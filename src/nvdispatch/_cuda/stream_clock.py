@@ -3,12 +3,15 @@ times candidate plans with (CUDA events), and whether a stream can be timed now.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from . import runtime
 
-__all__ = ["StreamClock", "capturing", "clock_for"]
+__all__ = ["StreamClock", "capturing", "capture_query_address", "clock_for"]
 
 
 class StreamClock:
@@ -31,6 +34,17 @@ def capturing(stream: int) -> bool:
     rt = runtime.cudart()
     status = runtime.check(rt.cudaStreamIsCapturing(stream), "cudaStreamIsCapturing")
     return int(getattr(status, "value", status)) != 0
+
+
+@functools.cache
+def capture_query_address() -> int | None:
+    """The address of the driver's ``cuStreamIsCapturing`` (what a compiled launch asks :func:`capturing`'s
+    question with), or None where the driver library cannot be loaded by its name."""
+    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    try:
+        return ctypes.cast(ctypes.CDLL(name).cuStreamIsCapturing, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
 
 
 def clock_for(stream: int) -> StreamClock | None:
