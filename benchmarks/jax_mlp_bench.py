@@ -5,7 +5,11 @@
    mean-squared loss, ``jax.value_and_grad``, an SGD update, everything in one ``jax.jit``). XLA's model is
    ``act(jnp.dot(h, w) + b)`` (XLA rewrites the bias and activation into cuBLASLt epilogues); nvdispatch's is
    ``nvdispatch.matmul(h, w, epilog="RELU_BIAS"/"GELU_BIAS", epilog_inputs={"bias": b})``, differentiated
-   through its custom VJP (backward products with the ``BGRADB`` epilog). Goal: nvdispatch <= 1.0x XLA.
+   through its custom VJP (backward products with the ``BGRADB`` epilog); and the chain model
+   ``nvdispatch.integrations.jax_mlp.fused_mlp`` (``fused_mlp``: one custom VJP over the whole MLP, whose backward
+   GEMMs carry the activation derivative in their epilog, ``DGELU``, and the bias gradient, ``BGRADB``; ReLU's
+   derivative a mask in XLA, or the ``DRELU`` epilog: ``fused_mlp[drelu]``, see ``--relu-backwards``), on the
+   first route. Goal: nvdispatch <= 1.0x XLA.
 2. ``fp32``: float32 products at JAX's default matmul precision (plain and ``RELU_BIAS``), nvdispatch vs
    ``jnp``, on issue 29's five shapes (m x n x k): the staged call follows ``jax_default_matmul_precision``.
    First the staged call traced with trace-time autotuning off (``*_untuned_us``, ``ratio_untuned``), timed
@@ -69,6 +73,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--routes", nargs="+", default=["ffi-graphs", "ffi", "callback"],
                    choices=["ffi", "ffi-graphs", "callback", "auto"],
                    help="nvdispatch's GPU routes to time (the first is 'nvdispatch', the others 'nvdispatch[ROUTE]')")
+    p.add_argument("--relu-backwards", nargs="*", default=["mask", "drelu"], choices=["mask", "drelu"],
+                   help="the chain model's ReLU backwards to time ('fused_mlp' for the first, 'fused_mlp[drelu]'); "
+                        "none: no chain model")
     p.add_argument("--allow-cpu", action="store_true", help="run on the CPU at small sizes (checks the script)")
     p.add_argument("--replot", metavar="JSON", help="only draw the PNG of a results file")
     return p.parse_args(argv)
@@ -78,6 +85,13 @@ def parse(argv=None) -> argparse.Namespace:
 def contenders(args) -> dict[str, str]:
     """``{name: route}`` of nvdispatch's contenders: ``nvdispatch`` for the first route, ``nvdispatch[ROUTE]``."""
     return {("nvdispatch" if i == 0 else f"nvdispatch[{r}]"): r for i, r in enumerate(args.routes)}
+
+
+def chain_contenders(args, activation: str) -> dict[str, str]:
+    """``{name: relu_backward}`` of the chain model's contenders: ``fused_mlp`` for the first ReLU backward,
+    ``fused_mlp[drelu]``; GELU has one (its backward is ``DGELU``)."""
+    backwards = args.relu_backwards if activation == "relu" else args.relu_backwards[:1]
+    return {("fused_mlp" if i == 0 else f"fused_mlp[{b}]"): b for i, b in enumerate(backwards)}
 
 
 def on_route(route: str, fn, autotune: str | None = None):
@@ -143,14 +157,34 @@ def _layers(activation: str):
     return xla, ours
 
 
-def _train_step(layer, lr: float = 1e-3):
+def _chain_model(activation: str, relu_backward: str):
+    """The whole MLP as nvdispatch's chain model: ``model(params, x)``."""
+    from nvdispatch.integrations.jax_mlp import fused_mlp
+
+    def model(params, x):
+        return fused_mlp(x, [w for w, _ in params], [b for _, b in params], activation, relu_backward=relu_backward)
+
+    return model
+
+
+def _layered(layer):
+    """The MLP as a chain of ``layer`` calls: ``model(params, x)``."""
+
+    def model(params, x):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = layer(h, w, b, i == len(params) - 1)
+        return h
+
+    return model
+
+
+def _train_step(model, lr: float = 1e-3):
     import jax
     import jax.numpy as jnp
 
     def loss(params, x, y):
-        h = x
-        for i, (w, b) in enumerate(params):
-            h = layer(h, w, b, i == len(params) - 1)
+        h = model(params, x)
         return jnp.mean((h.astype(jnp.float32) - y.astype(jnp.float32)) ** 2)
 
     def step(params, x, y):
@@ -187,8 +221,12 @@ def bench_mlp(args, device, results: dict) -> None:
 
                 first_plan = len(staged_plans())  # this cell's FFI plans come after
                 ours = contenders(args)
-                steps = {"xla": _train_step(xla_layer)}
-                steps.update({name: on_route(route, _train_step(our_layer)) for name, route in ours.items()})
+                steps = {"xla": _train_step(_layered(xla_layer))}
+                steps.update({name: on_route(route, _train_step(_layered(our_layer))) for name, route in ours.items()})
+                chains = chain_contenders(args, activation)
+                steps.update({name: on_route(args.routes[0], _train_step(_chain_model(activation, backward)))
+                              for name, backward in chains.items()})
+                ours = {**ours, **chains}
                 state = {name: jax.tree_util.tree_map(jnp.copy, start) for name in steps}
                 losses = {name: [] for name in steps}
                 for name, step in steps.items():  # compile, and the first losses from the same parameters
@@ -389,14 +427,19 @@ def bench_overhead(args, device, results: dict) -> None:
 
 
 def _ratio_key(name: str, suffix: str = "") -> str:
-    """``ratio`` (``ratio_tuned``) for the first contender, ``ratio[ROUTE]`` (``ratio_tuned[ROUTE]``) for others."""
-    return f"ratio{suffix}" if name == "nvdispatch" else f"ratio{suffix}{name[len('nvdispatch'):]}"
+    """``ratio`` (``ratio_tuned``) for the first contender, ``ratio[ROUTE]`` (``ratio_tuned[ROUTE]``) for the other
+    routes, ``ratio[NAME]`` for the chain model's contenders (``ratio[fused_mlp]``, ``ratio[fused_mlp[drelu]]``)."""
+    if name == "nvdispatch":
+        return f"ratio{suffix}"
+    if name.startswith("nvdispatch["):
+        return f"ratio{suffix}{name[len('nvdispatch'):]}"
+    return f"ratio{suffix}[{name}]"
 
 
 def _others(cell: dict, key: str = "ratio") -> str:
-    """The other routes' ratios of a cell, as text."""
+    """The other contenders' ratios of a cell (routes, chain model), as text."""
     got = [f"{k[len(key):]} {v:.3f}" for k, v in cell.items() if k.startswith(key + "[")]
-    return f" (other routes: {', '.join(got)})" if got else ""
+    return f" (others: {', '.join(got)})" if got else ""
 
 
 # -- output --------------------------------------------------------------------------------------------------------

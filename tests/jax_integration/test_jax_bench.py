@@ -40,7 +40,9 @@ def test_the_whole_course_on_the_cpu_and_the_replot(tmp_path):
     assert len(results["mlp"]) == 2 and len(results["fp32"]) == 2 and len(results["overhead"]) == 1
     for cell in results["mlp"] + results["fp32"] + results["overhead"]:
         assert "error" not in cell, cell.get("traceback")
-    assert all(cell["loss_rel_diff"] < 1e-2 for cell in results["mlp"])  # the two models train alike
+    assert all(cell["loss_rel_diff"] < 1e-2 for cell in results["mlp"])  # the models train alike
+    for cell in results["mlp"]:  # the chain model beside the per-layer one
+        assert "ratio[fused_mlp]" in cell and ("ratio[fused_mlp[drelu]]" in cell) == (cell["activation"] == "relu")
     assert all(cell["nvdispatch_rel_err"] < 1e-5 for cell in results["fp32"])
     (out / "jax_mlp_bench.png").unlink(missing_ok=True)
     again = _run(["--replot", str(out / "jax_mlp_bench.json"), "--out", str(out)], tmp_path)

@@ -25,6 +25,7 @@ PUBLIC = [
     "nvdispatch.adapters",
     "nvdispatch.device",
     "nvdispatch.integrations.torch_mlp",
+    "nvdispatch.integrations.jax_mlp",
 ]
 
 

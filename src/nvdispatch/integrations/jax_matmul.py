@@ -45,7 +45,7 @@ from .jax_ffi import route
 from .jax_matmul_kernel import MatmulCall, matmul_kernel
 from .jax_matmul_shapes import abstract_problem, output_avals
 
-__all__ = ["traced_matmul"]
+__all__ = ["traced_matmul", "staged_product"]
 
 #: operands of the canonical call, in the order the staged function takes them
 _OPERANDS = ("a", "b", "c", "bias", "relu_aux", "gelu_aux")
@@ -253,6 +253,15 @@ def _backward(call: MatmulCall, residuals, cotangents):
 
 
 _staged.defvjp(_forward, _backward)
+
+
+def staged_product(call: MatmulCall, a, b, *, bias=None, relu_aux=None, gelu_aux=None) -> tuple:
+    """``call`` (its epilog, transposes, options, backend state and GPU route) staged on operands already in
+    canonical form: 2-D ``a``/``b`` as stored (read transposed where ``call`` says), ``bias`` ``(1, n)``, the
+    mask/pre-activation of the result's ``(m, n)`` shape. Returns ``(result, *auxiliary outputs)``; differentiable
+    (the staged call's VJP). For integrations that stage chains of products themselves (:mod:`.jax_mlp`): the
+    same kernel, plans and routes as :func:`traced_matmul`'s calls, without its validation."""
+    return _staged(call, a, b, None, bias, relu_aux, gelu_aux)
 
 
 def _gelu_first(x):
