@@ -118,5 +118,6 @@ def check_staged_gemms(monkeypatch, activation: str, relu_backward: str) -> None
     forward_calls = [(hidden[0], False, False)] * 2 + [("BIAS", False, False)]
     backward_layer = [("BGRADB", True, False), (hidden[1], False, True)]
     backward_calls = backward_layer * 2 + [("BGRADB", True, False), ("DEFAULT", False, True)]  # the last: dx
-    # jax.custom_vjp traces the primal (kept for undifferentiated calls, not run here) and the forward pass
-    assert seen == forward_calls + forward_calls + backward_calls
+    # jax.custom_vjp may trace the primal (kept for undifferentiated calls, not run here) besides the forward pass
+    # (it does on the CPU; on the GPU JAX reuses one trace)
+    assert seen in (forward_calls + backward_calls, forward_calls + forward_calls + backward_calls), seen

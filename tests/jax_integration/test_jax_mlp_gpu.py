@@ -49,14 +49,23 @@ def _check_grads(got, x, ws, bs, activation, gy, tol):
                          [(*case, dtype) for case in CASES for dtype in ("bfloat16", "float32")]
                          + [("gelu", "mask", "float16")])
 def test_values_and_gradients_on_the_gpu(_placed, activation, relu_backward, dtype):
+    if activation == "relu" and dtype == "float32":
+        # TF32 moves pre-activations near zero across it, flipping ReLU masks against the float64 oracle (a whole
+        # row of dx per flip); at float32 precision (followed by nvdispatch as by XLA) the masks agree
+        with jax.default_matmul_precision("float32"):
+            return _values_and_gradients(activation, relu_backward, dtype, _placed, 1e-3)
+    _values_and_gradients(activation, relu_backward, dtype, _placed, TOL[dtype])
+
+
+def _values_and_gradients(activation, relu_backward, dtype, _placed, tol):
     x, ws, bs, gy = model(np.random.default_rng(0), WIDTHS, 256, dtype)
     y = jax.jit(lambda x, ws, bs: fused_mlp(x, ws, bs, activation, relu_backward=relu_backward))(x, ws, bs)
     assert y.devices() == {_placed}
-    assert_close(y, forward(x, ws, bs, activation)[0], TOL[dtype], "y")
+    assert_close(y, forward(x, ws, bs, activation)[0], tol, "y")
     assert_close(fused_mlp(x, ws, bs, activation, relu_backward=relu_backward), forward(x, ws, bs, activation)[0],
-                 TOL[dtype], "eager y")
+                 tol, "eager y")
     got = jax.jit(jax.grad(_loss(activation, relu_backward), argnums=(0, 1, 2)))(x, ws, bs, gy)
-    _check_grads(got, x, ws, bs, activation, gy, TOL[dtype])
+    _check_grads(got, x, ws, bs, activation, gy, tol)
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -88,12 +97,13 @@ def test_every_gemm_of_the_step_is_one_staged_call(_placed, activation, relu_bac
     hlo = step.lower(x, ws, bs, gy).compile().as_text()
     target = jax_ffi.TARGET_GRAPHS if jax_ffi.route()[0] == "ffi-graphs" else jax_ffi.TARGET
     layers = len(ws)
-    # forward: one per layer; backward: BGRADB + the upstream gradient's GEMM per layer (dx's for the first)
-    assert len(re.findall(rf'custom_call_target="{target}"', hlo)) == 3 * layers, hlo[:4000]
+    # forward: one per layer but the last (the loss is linear in the output: nothing reads the last layer's result,
+    # XLA drops its call); backward: BGRADB + the upstream gradient's GEMM per layer (dx's for the first)
+    assert len(re.findall(rf'custom_call_target="{target}"', hlo)) == 3 * layers - 1, hlo[:4000]
     assert "cublas" not in hlo.lower() and "callback" not in hlo.lower()
     if activation == "gelu":  # GELU and its derivative live in the epilogs: no tanh left to XLA
         assert "tanh" not in hlo
     _check_grads(step(x, ws, bs, gy), *host[:3], activation, host[3], TOL["bfloat16"])
     # a training step (the parameters' gradients only): no GEMM for x's
     hlo = jax.jit(jax.grad(_loss(activation, relu_backward), argnums=(1, 2))).lower(x, ws, bs, gy).compile().as_text()
-    assert len(re.findall(rf'custom_call_target="{target}"', hlo)) == 3 * layers - 1
+    assert len(re.findall(rf'custom_call_target="{target}"', hlo)) == 3 * layers - 2
