@@ -32,7 +32,8 @@ ACTIVATIONS = ("relu", "gelu")
 #: how a ReLU chain applies the activation's derivative in its backward: "mask" (plain GEMM, then ``h > 0``) or
 #: "drelu" (the ``DRELU`` epilog on the mask its forward kept)
 RELU_BACKWARDS = ("mask", "drelu")
-#: the epilog of each layer's weight-gradient GEMM ``h_{i-1}^T @ dz_i``: its bias gradient comes with it
+#: the epilog of each layer's weight-gradient GEMM ``h_{i-1}^T @ dz_i``: its bias gradient comes with it (weights
+#: stored ``(in, out)``; the Torch chain's ``(out, in)`` weights take ``dz_i^T @ h_{i-1}`` with ``BGRADA``)
 WEIGHT_GRADIENT = "BGRADB"
 
 

@@ -53,6 +53,7 @@ import torch
 
 from ..errors import InvalidArgumentError, ShapeMismatchError
 from . import torch_mlp_ops
+from .mlp_epilogs import check_activation
 
 __all__ = ["FusedMLP", "fused_mlp"]
 
@@ -65,10 +66,7 @@ def _check_layout(weight_layout: object) -> None:
 
 
 def _check_choices(activation: object, relu_backward: object) -> None:
-    if not isinstance(activation, str) or activation not in torch_mlp_ops.ACTIVATIONS:
-        raise InvalidArgumentError("activation", "'relu' or 'gelu'", repr(activation))
-    if not isinstance(relu_backward, str) or relu_backward not in torch_mlp_ops.RELU_BACKWARDS:
-        raise InvalidArgumentError("relu_backward", "'mask' or 'drelu'", repr(relu_backward))
+    check_activation(activation, relu_backward)
 
 
 def _check_layers(x, weights: Sequence, biases: Sequence, weight_layout: str) -> None:

@@ -43,6 +43,7 @@ from torch import Tensor
 from .. import linalg
 from ..errors import InvalidArgumentError
 from . import torch_layouts as layouts
+from .mlp_epilogs import ACTIVATIONS, RELU_BACKWARDS, chain_epilogs
 from .torch_ops import matmul_layout
 from .torch_reentry import in_kernel
 
@@ -60,21 +61,9 @@ __all__ = [
 
 log = logging.getLogger("nvdispatch")
 
-ACTIVATIONS = ("relu", "gelu")
-#: how a ReLU layer's backward applies the ReLU's derivative: ``"mask"`` (a plain GEMM, then the mask ``h > 0`` of
-#: the saved output) or ``"drelu"`` (cuBLASLt's DRELU epilog on the bit mask the forward wrote)
-RELU_BACKWARDS = ("mask", "drelu")
 #: how ``weights[i]`` is stored: ``"out_in"`` (``(out, in)``, as ``torch.nn.Linear``) or ``"in_out"`` (``(in, out)``)
 WEIGHT_LAYOUTS = ("out_in", "in_out")
-#: (activation, relu_backward) -> the hidden layers' forward epilog when the backward follows, its aux output
-_TRAINING = {
-    ("relu", "mask"): ("RELU_BIAS", None),
-    ("relu", "drelu"): ("RELU_AUX_BIAS", "relu_aux"),
-    ("gelu", "mask"): ("GELU_AUX_BIAS", "gelu_aux"),
-    ("gelu", "drelu"): ("GELU_AUX_BIAS", "gelu_aux"),
-}
 _INFERENCE = {"relu": "RELU_BIAS", "gelu": "GELU_BIAS"}
-_DERIVATIVE = {"relu_aux": "DRELU", "gelu_aux": "DGELU"}
 
 _LIB = torch.library.Library("nvdispatch", "FRAGMENT")  # kept: the registrations live as long as this module
 _LIB.define(
@@ -97,7 +86,8 @@ def hidden_epilog(activation: str, relu_backward: str, for_backward: bool) -> tu
     """
     if not for_backward:
         return _INFERENCE[activation], None
-    return _TRAINING[activation, relu_backward]
+    hidden = chain_epilogs(2, activation, relu_backward)[0]
+    return hidden.forward, hidden.aux
 
 
 def forward_operand(w: Tensor, weight_layout: str) -> Tensor:
@@ -185,8 +175,8 @@ def _layer_below(dz, w_t, h, aux, activation: str):
     ``aux`` is given, else (ReLU) the plain GEMM masked by the saved output ``h > 0``."""
     if aux is None:
         return torch.ops.aten.threshold_backward(linalg.matmul(dz, w_t), h, 0)
-    name = "gelu_aux" if activation == "gelu" else "relu_aux"
-    return linalg.matmul(dz, w_t, epilog=_DERIVATIVE[name], epilog_inputs={name: aux})
+    below = chain_epilogs(2, activation, "drelu")[0]  # an aux was kept: the derivative's epilog takes it
+    return linalg.matmul(dz, w_t, epilog=below.backward_epilog, epilog_inputs={below.aux: aux})
 
 
 # -- fake kernels: the same rule (the public function's problem per call) on fake tensors ----------------------------
