@@ -121,3 +121,27 @@ def check_staged_gemms(monkeypatch, activation: str, relu_backward: str) -> None
     # jax.custom_vjp may trace the primal (kept for undifferentiated calls, not run here) besides the forward pass
     # (it does on the CPU; on the GPU JAX reuses one trace)
     assert seen in (forward_calls + backward_calls, forward_calls + forward_calls + backward_calls), seen
+
+
+def chain_loss(activation, relu_backward="mask"):
+    """``sum(fused_mlp(x, ...) * gy)`` in float32: its gradient is the chain's backward for upstream ``gy``."""
+    import jax.numpy as jnp
+
+    from nvdispatch.integrations.jax_mlp import fused_mlp
+
+    def loss(x, ws, bs, gy):
+        y = fused_mlp(x, ws, bs, activation, relu_backward=relu_backward)
+        return jnp.sum(y.astype(jnp.float32) * gy.astype(jnp.float32))
+
+    return loss
+
+
+def check_grads(got, x, ws, bs, activation, gy, tol, dtypes: bool = True):
+    """``got`` = (dx, dws, dbs) against the oracle's; ``dtypes``: each parameter's gradient in its dtype."""
+    dx, dws, dbs = gradients(x, ws, bs, activation, gy)
+    assert_close(got[0], dx, tol, "dx")
+    for i in range(len(ws)):
+        assert_close(got[1][i], dws[i], tol, f"dw[{i}]")
+        assert_close(got[2][i], dbs[i], tol, f"db[{i}]")
+        if dtypes:
+            assert got[1][i].dtype == ws[i].dtype and got[2][i].dtype == bs[i].dtype

@@ -15,27 +15,28 @@ from nvdispatch.errors import InvalidArgumentError, ShapeMismatchError, Unsuppor
 from nvdispatch.integrations import jax_matmul
 from nvdispatch.integrations.jax_mlp import fused_mlp
 
-from .mlp_oracle import assert_close, check_staged_gemms, forward, gradients, model, staged_epilogs, tolerance
+from .mlp_oracle import (
+    assert_close,
+    chain_loss,
+    check_grads,
+    check_staged_gemms,
+    forward,
+    gradients,
+    model,
+    staged_epilogs,
+    tolerance,
+)
 
 WIDTHS = [8, 16, 12, 4]
 CASES = [("relu", "mask"), ("relu", "drelu"), ("gelu", "mask")]
 
 
 def _loss(activation, relu_backward="mask"):
-    def loss(x, ws, bs, gy):
-        y = fused_mlp(x, ws, bs, activation, relu_backward=relu_backward)
-        return jnp.sum(y.astype(jnp.float32) * gy.astype(jnp.float32))
-
-    return loss
+    return chain_loss(activation, relu_backward)
 
 
 def _check_grads(got, x, ws, bs, activation, gy, tol):
-    dx, dws, dbs = gradients(x, ws, bs, activation, gy)
-    assert_close(got[0], dx, tol, "dx")
-    for i in range(len(ws)):
-        assert_close(got[1][i], dws[i], tol, f"dw[{i}]")
-        assert_close(got[2][i], dbs[i], tol, f"db[{i}]")
-        assert got[1][i].dtype == ws[i].dtype and got[2][i].dtype == bs[i].dtype
+    check_grads(got, x, ws, bs, activation, gy, tol, dtypes=True)
 
 
 @pytest.mark.parametrize("activation,relu_backward", CASES)

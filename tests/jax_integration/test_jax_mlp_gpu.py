@@ -10,14 +10,13 @@ from __future__ import annotations
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from nvdispatch.integrations import jax_ffi
 from nvdispatch.integrations.jax_mlp import fused_mlp
 
-from .mlp_oracle import assert_close, check_staged_gemms, forward, gradients, model
+from .mlp_oracle import assert_close, chain_loss, check_grads, check_staged_gemms, forward, gradients, model
 
 pytestmark = pytest.mark.gpu
 
@@ -28,19 +27,11 @@ TOL = {"float32": 2e-2, "bfloat16": 4e-2, "float16": 1e-2}
 
 
 def _loss(activation, relu_backward="mask"):
-    def loss(x, ws, bs, gy):
-        y = fused_mlp(x, ws, bs, activation, relu_backward=relu_backward)
-        return jnp.sum(y.astype(jnp.float32) * gy.astype(jnp.float32))
-
-    return loss
+    return chain_loss(activation, relu_backward)
 
 
 def _check_grads(got, x, ws, bs, activation, gy, tol):
-    dx, dws, dbs = gradients(x, ws, bs, activation, gy)
-    assert_close(got[0], dx, tol, "dx")
-    for i in range(len(ws)):
-        assert_close(got[1][i], dws[i], tol, f"dw[{i}]")
-        assert_close(got[2][i], dbs[i], tol, f"db[{i}]")
+    check_grads(got, x, ws, bs, activation, gy, tol, dtypes=False)
 
 
 # float16 with GELU only: a ReLU mask of float16 activations may differ from the oracle's where a pre-activation

@@ -36,13 +36,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import os
 import threading
 from collections.abc import Iterator
 
 from .._plan_cache import plan_cache
 from .._route import log
 from ..errors import InvalidArgumentError, describe
+from ._settings import block_or_env
 
 __all__ = [
     "MODES",
@@ -80,13 +80,7 @@ _by_product: dict = {}
 
 def autotune_mode() -> str:
     """The mode asked for: :func:`jax_autotune`'s inside its block, else ``NVDISPATCH_JAX_AUTOTUNE`` (``"auto"``)."""
-    asked = _asked.get()
-    if asked is not None:
-        return asked
-    value = os.environ.get("NVDISPATCH_JAX_AUTOTUNE", "auto").strip().lower() or "auto"
-    if value not in MODES:
-        raise InvalidArgumentError("NVDISPATCH_JAX_AUTOTUNE", f"one of {', '.join(MODES)}", repr(value))
-    return value
+    return block_or_env(_asked, "NVDISPATCH_JAX_AUTOTUNE", "auto", MODES)
 
 
 @contextlib.contextmanager

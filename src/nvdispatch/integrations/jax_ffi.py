@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -49,6 +48,7 @@ from .._cuda.lt_setup import output_layouts, setup
 from .._plan_cache import plan_cache
 from .._route import log
 from ..errors import ExecutorUnavailableError, InvalidArgumentError, describe
+from ._settings import block_or_env
 from .jax_autotune import tune_staged
 from .jax_buffers import PlanFinder
 from .jax_matmul_shapes import check_orientation
@@ -90,13 +90,7 @@ _asked: contextvars.ContextVar[str | None] = contextvars.ContextVar("nvdispatch_
 
 def asked_route() -> str:
     """The route asked for: :func:`jax_route`'s inside its block, else ``NVDISPATCH_JAX_ROUTE`` (``"auto"``)."""
-    asked = _asked.get()
-    if asked is not None:
-        return asked
-    value = os.environ.get("NVDISPATCH_JAX_ROUTE", "auto").strip().lower() or "auto"
-    if value not in ROUTES:
-        raise InvalidArgumentError("NVDISPATCH_JAX_ROUTE", f"one of {', '.join(ROUTES)}", repr(value))
-    return value
+    return block_or_env(_asked, "NVDISPATCH_JAX_ROUTE", "auto", ROUTES)
 
 
 @contextlib.contextmanager
