@@ -3,12 +3,14 @@ variable, else the default; a value outside its choices is a typed error naming 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
+from collections.abc import Iterator
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, describe
 
-__all__ = ["block_or_env"]
+__all__ = ["block_or_env", "setting_block"]
 
 
 def block_or_env(block: contextvars.ContextVar, env: str, default: str, choices) -> str:
@@ -28,3 +30,15 @@ def block_or_env(block: contextvars.ContextVar, env: str, default: str, choices)
     if value not in choices:
         raise InvalidArgumentError(env, f"one of {', '.join(choices)}", repr(value))
     return value
+
+
+@contextlib.contextmanager
+def setting_block(block: contextvars.ContextVar, argument: str, value: object, choices) -> Iterator[None]:
+    """``block`` set to ``value`` (one of ``choices``; else a typed error naming ``argument``) inside the block."""
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidArgumentError(argument, f"one of {', '.join(choices)}", describe(value))
+    token = block.set(value)
+    try:
+        yield
+    finally:
+        block.reset(token)

@@ -41,8 +41,8 @@ from collections.abc import Iterator
 
 from .._plan_cache import plan_cache
 from .._route import log
-from ..errors import InvalidArgumentError, describe
-from ._settings import block_or_env
+from ..errors import InvalidArgumentError
+from ._settings import block_or_env, setting_block
 
 __all__ = [
     "MODES",
@@ -95,13 +95,8 @@ def jax_autotune(mode: str) -> Iterator[None]:
     ...     autotune_mode()
     'off'
     """
-    if not isinstance(mode, str) or mode not in MODES:
-        raise InvalidArgumentError("mode", f"one of {', '.join(MODES)}", describe(mode))
-    token = _asked.set(mode)
-    try:
+    with setting_block(_asked, "mode", mode, MODES):
         yield
-    finally:
-        _asked.reset(token)
 
 
 def wants_timing(problem, mode: str) -> bool:

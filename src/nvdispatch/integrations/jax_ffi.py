@@ -47,8 +47,8 @@ from .._cuda import cublaslt as lt
 from .._cuda.lt_setup import output_layouts, setup
 from .._plan_cache import plan_cache
 from .._route import log
-from ..errors import ExecutorUnavailableError, InvalidArgumentError, describe
-from ._settings import block_or_env
+from ..errors import ExecutorUnavailableError
+from ._settings import block_or_env, setting_block
 from .jax_autotune import tune_staged
 from .jax_buffers import PlanFinder
 from .jax_matmul_shapes import check_orientation
@@ -106,13 +106,8 @@ def jax_route(name: str) -> Iterator[None]:
     ...     route()[0]
     'callback'
     """
-    if name not in ROUTES:
-        raise InvalidArgumentError("name", f"one of {', '.join(ROUTES)}", describe(name))
-    token = _asked.set(name)
-    try:
+    with setting_block(_asked, "name", name, ROUTES):
         yield
-    finally:
-        _asked.reset(token)
 
 
 def route() -> tuple[str, str]:
