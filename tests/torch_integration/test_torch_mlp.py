@@ -465,11 +465,9 @@ def test_reduce_overhead_training_replays_on_cuda_with_changing_inputs(activatio
         _check_step(mlp, compiled, x.requires_grad_(), 2e-4, 2e-4)
 
 
-@pytest.mark.gpu
-@_cuda()
-@pytest.mark.parametrize("mode", ["eager", "inductor"])
-@pytest.mark.parametrize(("activation", "relu_backward"), CUDA_CASES)
-def test_a_cuda_step_fills_nothing_with_zeros(activation, relu_backward, mode):
+def _profiled_cuda_step(activation, relu_backward, mode, *, clear_grads: bool):
+    """(model, names of the CUDA kernels of one profiled bf16 training step after three warm-up steps);
+    ``clear_grads``: the gradients let go before the profiled step (each then written, not accumulated)."""
     from torch.profiler import ProfilerActivity, profile
 
     mlp = _cuda_model(activation, relu_backward, torch.bfloat16, widths=(256, 512, 512, 512, 256))
@@ -479,10 +477,21 @@ def test_a_cuda_step_fills_nothing_with_zeros(activation, relu_backward, mode):
     for _ in range(3):
         fn(x).backward(g)
     torch.cuda.synchronize()
+    if clear_grads:
+        for p in mlp.parameters():
+            p.grad = None
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn(x).backward(g)
         torch.cuda.synchronize()
-    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return mlp, [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.gpu
+@_cuda()
+@pytest.mark.parametrize("mode", ["eager", "inductor"])
+@pytest.mark.parametrize(("activation", "relu_backward"), CUDA_CASES)
+def test_a_cuda_step_fills_nothing_with_zeros(activation, relu_backward, mode):
+    _, kernels = _profiled_cuda_step(activation, relu_backward, mode, clear_grads=False)
     assert not [k for k in kernels if "FillFunctor" in k or "fill" in k.lower()], kernels
 
 
@@ -493,21 +502,7 @@ def test_a_cuda_step_fills_nothing_with_zeros(activation, relu_backward, mode):
 def test_a_cuda_step_copies_no_operand_and_no_gradient(activation, relu_backward, mode):
     """The Linear layout's GEMMs take every operand as it is (transposed views as op=T) and write each weight's
     gradient in its layout: no copy kernel, no device-to-device memcpy in a step."""
-    from torch.profiler import ProfilerActivity, profile
-
-    mlp = _cuda_model(activation, relu_backward, torch.bfloat16, widths=(256, 512, 512, 512, 256))
-    fn = _compiled(mlp, mode)
-    x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
-    g = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        fn(x).backward(g)
-    torch.cuda.synchronize()
-    for p in mlp.parameters():
-        p.grad = None
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn(x).backward(g)
-        torch.cuda.synchronize()
-    events = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    mlp, events = _profiled_cuda_step(activation, relu_backward, mode, clear_grads=True)
     copies = [k for k in events if "copy" in k.lower() or "dtod" in k.lower() or "transpose" in k.lower()]
     assert not copies, events
     for p in mlp.parameters():
