@@ -16,6 +16,7 @@ import pytest
 import nvdispatch
 import nvdispatch.fft as F
 from nvdispatch import errors
+from nvdispatch._adapters import call_key_classes
 from nvdispatch._compiled import hotpath
 from nvdispatch.executors import cuda_fft, numpy_fft
 from nvdispatch.fft import _route, _stateful, _transforms
@@ -24,7 +25,14 @@ COMPILED = _route.transform_front is not _route.call_transform
 NONE4 = (None, None, None, None)
 
 
-pytestmark = pytest.mark.usefixtures("fresh_front_state")
+@pytest.fixture(autouse=True)
+def fresh():
+    nvdispatch.reset_backends()
+    nvdispatch.plan_cache.clear()
+    call_key_classes.clear()  # signatures and memos: each test starts afresh
+    yield
+    nvdispatch.reset_backends()
+    nvdispatch.plan_cache.clear()
 
 
 @pytest.fixture(params=["compiled", "python"])

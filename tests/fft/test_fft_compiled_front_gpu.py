@@ -12,13 +12,24 @@ import pytest
 import nvdispatch
 import nvdispatch.fft as F
 from nvdispatch import errors
+from nvdispatch._adapters import call_key_classes
 from nvdispatch._compiled import hotpath
 from nvdispatch.executors import cuda_fft
 from nvdispatch.fft import _route
 
-pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("fresh_front_state")]
+pytestmark = pytest.mark.gpu
 
 COMPILED = hotpath() is not None
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    nvdispatch.reset_backends()
+    nvdispatch.plan_cache.clear()
+    call_key_classes.clear()
+    yield
+    nvdispatch.reset_backends()
+    nvdispatch.plan_cache.clear()
 
 
 @pytest.fixture(params=["compiled", "python"])
