@@ -189,3 +189,25 @@ def test_cupy_operands():
     got = nfft.convolve(cupy.asarray(x), cupy.asarray(h))
     assert isinstance(got, cupy.ndarray)
     _check(cupy.asnumpy(got), _reference(x, h, 65536), np.complex64)
+
+
+@pytest.mark.parametrize(
+    "rows,n,dtype", [(2, 1 << 20, "complex64"), (3, 65536, "float32"), (2, 65536, "complex128"), (3, 16384, "float64")]
+)
+def test_every_four_step_variant_matches_numpy(rows, n, dtype):
+    """The configurations the timed choice tries (wider column tiles opt in to more shared memory)."""
+    from nvdispatch.device.fft_four_step import four_step_variants
+    from nvdispatch.executors.cuda_fft_convolve_four_step import FourStepConvolvePlan
+
+    x = _signal(rows, n, dtype)
+    m = n // 2 + 1 if np.dtype(dtype).kind == "f" else n
+    h = _filter((m,), _complex_of(dtype))
+    xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
+    problem, operands = prepare(xt, ht, None, -1)
+    want = _reference(x, h, n)
+    real_dtype = np.dtype(dtype).type(0).real.dtype.name
+    for variant in four_step_variants(n, real_dtype):
+        plan = FourStepConvolvePlan(problem, "four-step", variant)
+        got = plan.execute(operands)
+        torch.cuda.synchronize()
+        _check(got, want, dtype)

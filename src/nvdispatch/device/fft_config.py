@@ -19,6 +19,8 @@ __all__ = [
     "EXECUTIONS",
     "MAX_SIZE",
     "MAX_THREAD_SIZE",
+    "DEFAULT_SHARED_MEMORY",
+    "MAX_SHARED_MEMORY",
     "valid_sizes",
     "is_smooth",
 ]
@@ -35,6 +37,10 @@ MAX_ELEMENTS_PER_THREAD = 32
 MAX_THREADS_PER_BLOCK = 1024
 #: Dynamic shared memory available to a kernel without ``cudaFuncAttributeMaxDynamicSharedMemorySize``.
 DEFAULT_SHARED_MEMORY = 48 * 1024
+#: The most dynamic shared memory a block can opt into (compute capability 9.0). ``"suggested"`` knobs stay
+#: within :data:`DEFAULT_SHARED_MEMORY`; a configuration beyond it needs a kernel that opts in
+#: (:func:`nvdispatch.device.shared_opt_in.allow_shared_memory`) and a GPU that has that much.
+MAX_SHARED_MEMORY = 227 * 1024
 #: Largest block (bytes of shared memory with both regions) of several FFTs that still gets two regions
 TWO_REGION_SHARED_LIMIT = 24 * 1024
 _PRIMES = (2, 3, 5, 7)
@@ -214,8 +220,8 @@ class FFTConfig:
             options = valid_elements_per_thread(size, fft_type)
             ept = _resolve("elements_per_thread", elements_per_thread, options, _suggest_ept(size, options, precision))
             threads = size // ept
-            fpb_limit = max(1, min(MAX_THREADS_PER_BLOCK // threads, _shared_fit(size, ept, precision)))
-            suggestion = min(fpb_limit, _suggest_fpb(threads))
+            fpb_limit = max(1, min(MAX_THREADS_PER_BLOCK // threads, _shared_fit(size, ept, precision, 1)))
+            suggestion = max(1, min(fpb_limit, _suggest_fpb(threads), _shared_fit(size, ept, precision, 2)))
             fpb = _resolve("ffts_per_block", ffts_per_block, list(range(1, fpb_limit + 1)), suggestion)
         return cls(fft_type, size, precision, direction, execution, ept, fpb)
 
@@ -242,14 +248,15 @@ def _paddings(size: int, ept: int, precision: type[np.floating]) -> tuple[Paddin
     return exchange_paddings(size, ept, tuple(plan), np.dtype(precision).itemsize)
 
 
-def _shared_fit(size: int, ept: int, precision: type[np.floating]) -> int:
-    """How many FFTs fit in the 48 KiB of dynamic shared memory a kernel gets without opting in."""
+def _shared_fit(size: int, ept: int, precision: type[np.floating], planes: int) -> int:
+    """How many FFTs fit: with both planes in the 48 KiB a kernel gets without opting in (``planes=2``), or
+    with one plane (what blocks beyond 48 KiB exchange through) in :data:`MAX_SHARED_MEMORY`."""
     threads = size // ept
     if threads == 1:
         return MAX_THREADS_PER_BLOCK
     plane = plane_length(size, _paddings(size, ept, precision))
-    per_fft = shared_fft_stride(plane, 2, threads) * np.dtype(precision).itemsize
-    return DEFAULT_SHARED_MEMORY // per_fft
+    per_fft = shared_fft_stride(plane, planes, threads) * np.dtype(precision).itemsize
+    return (DEFAULT_SHARED_MEMORY if planes == 2 else MAX_SHARED_MEMORY) // per_fft
 
 
 #: Elements per thread fastest for fp32 power-of-two sizes in the GPU benchmark (benchmarks/device_fft_bench.py

@@ -347,7 +347,14 @@ def plan(problem: ConvolveProblem, strategy: str, tuning=None):
 class FusedConvolvePlan:
     """One kernel: load -> FFT -> * h -> inverse FFT -> store."""
 
-    def __init__(self, problem: ConvolveProblem, strategy: str, elements_per_thread: int | str = "suggested"):
+    def __init__(
+        self,
+        problem: ConvolveProblem,
+        strategy: str,
+        elements_per_thread: int | str = "suggested",
+        ffts_per_block: int | str = "suggested",
+        min_blocks: int = 0,
+    ):
         from numba.cuda import types
         from numba.np.numpy_support import from_dtype
 
@@ -371,6 +378,8 @@ class FusedConvolvePlan:
             convolve=True,
             filter_per_row=self.per_row,
             elements_per_thread=elements_per_thread,
+            ffts_per_block=ffts_per_block,
+            min_blocks=min_blocks,
         )
         self.spec = spec
         self.kernel = convolution_kernel(spec)

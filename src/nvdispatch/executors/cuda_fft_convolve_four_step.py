@@ -52,7 +52,9 @@ def four_step_reason(problem: ConvolveProblem) -> str | None:
 class FourStepConvolvePlan:
     """permute h -> column pass -> middle pass (FFT, * h, inverse FFT) -> inverse column pass."""
 
-    def __init__(self, problem: ConvolveProblem, strategy: str):
+    def __init__(self, problem: ConvolveProblem, strategy: str, variant=None):
+        """``variant``: a :class:`~nvdispatch.device.fft_four_step.FourStepVariant` (the split and the knobs of
+        the passes), else the engine's defaults."""
         from .._cuda import runtime
         from ..device.fft_four_step import FourStepConvolution
 
@@ -60,7 +62,8 @@ class FourStepConvolvePlan:
         f, inv = problem.forward, problem.inverse
         self.device_index = f.device.index if f.device.index is not None else runtime.current_device()
         self.rows = math.prod(f.shape[:-1])
-        self.engine = FourStepConvolution(f.lengths[0], f.real_dtype, f.kind == "r2c")
+        knobs = {} if variant is None else variant.knobs()
+        self.engine = FourStepConvolution(f.lengths[0], f.real_dtype, f.kind == "r2c", **knobs)
         self.complex_dtype = np.dtype(f.compute_dtype)
         work, hp = self.engine.work_shapes(self.rows)
         item = self.complex_dtype.itemsize
