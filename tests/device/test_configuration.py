@@ -69,6 +69,17 @@ def test_every_supported_size_has_a_suggested_configuration(size):
     assert F.shared_memory_size <= 48 * 1024
 
 
+def test_blocks_beyond_48_kib_are_valid_but_never_suggested():
+    """More FFTs a block than fit 48 KiB exchange through one plane; a kernel launching them opts in."""
+    suggested = make(size=1024, elements_per_thread=16)
+    assert suggested.shared_memory_size <= 48 * 1024
+    wide = make(size=1024, elements_per_thread=16, ffts_per_block=16)
+    assert 48 * 1024 < wide.shared_memory_size <= 227 * 1024
+    assert wide.block_dim == device.Dim3(64, 16, 1)
+    with pytest.raises(device.DeviceConfigurationError):
+        make(size=4096, elements_per_thread=4, ffts_per_block=2)  # 2048 threads
+
+
 def test_attributes_of_seed_configuration():
     F = make(size=128, elements_per_thread=2, ffts_per_block=1)
     assert (F.storage_size, F.stride, F.elements_per_thread, F.ffts_per_block) == (2, 64, 2, 1)

@@ -58,6 +58,7 @@ CASES = [
     (48, (6, 8), (6, 2), (4, 2), 1),
     (90, (9, 10), (3, 2), (10, 1), 1),  # radix 3 over three threads, a 10-point row
     (64, (16, 4), (4, 1), (4, 1), 2),  # one column a block, 4 threads each: no tile
+    (128, (8, 16), (4, 16), (4, 2), 1),  # a tile of 16 columns (the width of the wider variants)
 ]
 
 
@@ -120,6 +121,22 @@ def test_column_spec_by_length_and_precision():
     assert column_spec(64, 12, "float32").columns <= 4  # a power of two dividing n2
     longest = column_spec(4096, 4096, "float32")  # a tile of two columns would not fit: one, read directly
     assert longest.columns == 1 and longest.tile_bytes == 0
+
+
+def test_variants_start_with_the_default_and_widen_the_tiles():
+    from nvdispatch.device.fft_config import MAX_SHARED_MEMORY
+    from nvdispatch.device.fft_four_step import FourStepVariant, column_specs, four_step_variants
+
+    variants = four_step_variants(1 << 20, "float32")
+    assert variants[0] == FourStepVariant((1024, 1024), column_spec(1024, 1024, "float32"))
+    widths = [v.column.columns for v in variants]
+    assert widths[0] < min(widths[1:]) and len(set(widths)) == len(widths)
+    assert all(v.column.tile_bytes <= MAX_SHARED_MEMORY for v in variants)
+    assert max(v.column.tile_bytes for v in variants) > 48 * 1024  # a tile that opts in to more shared memory
+    assert column_specs(16, 1024, "float32") == [column_spec(16, 1024, "float32")]  # a thread per column
+    assert four_step_variants(11 * 4096, "float32") == []
+    assert variants[1].label == "1024x1024 cols 16x16"
+    assert FourStepVariant((8, 8), ColumnSpec(8, "float32", 4, 2, 3), (4, 2, 5)).label == "8x8 cols 4x2/3 rows 4x2x5"
 
 
 def test_column_source_has_one_fft_and_both_directions():

@@ -352,3 +352,15 @@ def test_explain_after_a_call_whose_timed_plan_outgrew_the_cache(monkeypatch):
         assert "unfused: its own step" in explanation.steps
     finally:
         plan_cache.clear()
+
+
+def test_the_four_step_offers_its_configurations_and_the_model_prefers_long_tile_rows(monkeypatch):
+    monkeypatch.setattr(op, "_REASONS", tuple((name, lambda p: None) for name, _ in op._REASONS))
+    labels = [c.label for c in op.candidates(_problem(64, 1 << 20))]
+    assert "four-step" in labels and "unfused" in labels and len(labels) <= op.MOST_CANDIDATES
+    assert any(label.startswith("four-step 1024x1024 cols ") for label in labels)
+    by_run = [model.column_efficiency(b) for b in (32, 64, 128, 256)]
+    assert by_run == sorted(by_run) and model.column_efficiency(0) >= by_run[-1]  # a thread per column
+    narrow = model.estimate(_problem(64, 1 << 20), "four-step", tile_run_bytes=32, middle_length=1024)
+    wide = model.estimate(_problem(64, 1 << 20), "four-step", tile_run_bytes=128, middle_length=1024)
+    assert wide.floors < narrow.floors

@@ -76,7 +76,9 @@ TIMING_MIN_BYTES = 32 << 20
 #: candidates the model puts beyond this many times its best estimate are not timed (``unfused`` always is)
 TIMED_WITHIN = 2.0
 #: at most this many candidates are planned and timed
-MOST_CANDIDATES = 5
+MOST_CANDIDATES = 6
+#: at most this many configurations of the four-step among them (:func:`~nvdispatch.device.fft_four_step.four_step_variants`)
+MOST_FOUR_STEP = 3
 
 
 def times_filter_row(v, i, h):
@@ -205,15 +207,24 @@ def decline(problem: ConvolveProblem) -> str | None:
     return decline_by(problem, problem.forward.autograd, _REASONS)
 
 
-def _estimate(problem: ConvolveProblem, strategy: str) -> model.Estimate:
-    if strategy != "four-step":
-        return model.estimate(problem, strategy)
-    from ..device.fft_four_step import column_spec, split
+def _four_step_variants(problem: ConvolveProblem) -> list:
+    from ..device.fft_four_step import four_step_variants
 
     f = problem.forward
-    n1, n2 = split(f.lengths[0])
-    by_thread = column_spec(n1, n2, f.real_dtype).threads_per_column == 1
-    return model.estimate(problem, strategy, column_by_thread=by_thread, middle_length=n2)
+    return four_step_variants(f.lengths[0], f.real_dtype, MOST_FOUR_STEP)
+
+
+def _four_step_estimate(problem: ConvolveProblem, variant) -> model.Estimate:
+    c = variant.column
+    run = 0 if c.threads_per_column == 1 else c.columns * c.complex_bytes
+    return model.estimate(problem, "four-step", tile_run_bytes=run, middle_length=variant.parts[1])
+
+
+def _estimate(problem: ConvolveProblem, strategy: str) -> model.Estimate:
+    """The model's estimate of ``strategy``; of the four-step, its best configuration's."""
+    if strategy != "four-step":
+        return model.estimate(problem, strategy)
+    return min((_four_step_estimate(problem, v) for v in _four_step_variants(problem)), key=lambda e: e.floors)
 
 
 def _ordered(problem: ConvolveProblem) -> list[tuple[str, model.Estimate]]:
@@ -257,16 +268,35 @@ def candidates(problem: ConvolveProblem) -> list[Candidate]:
     for name, est in rated:
         if name != "unfused" and est.floors > TIMED_WITHIN * best:
             continue
+        if name == "four-step":
+            chosen += _four_step_candidates(problem)
+            continue
         chosen.append(Candidate(name, functools.partial(_make, problem, name), est.floors, est.detail))
         if name == "device-fused":
             alt = _fused_alternative(problem)
             if alt is not None:
                 make = functools.partial(FusedConvolvePlan, problem, "device-fused", alt)
                 chosen.append(Candidate(f"device-fused ept={alt}", make, est.floors, est.detail))
+    chosen.sort(key=lambda c: c.model)
     if len(chosen) > MOST_CANDIDATES:
         keep = [c for c in chosen if c.label != "unfused"][: MOST_CANDIDATES - 1]
         chosen = [c for c in chosen if c in keep or c.label == "unfused"]
     return chosen
+
+
+def _four_step_candidates(problem: ConvolveProblem) -> list[Candidate]:
+    """The four-step's configurations: ``four-step`` (the engine's default), then ``four-step <label>``."""
+    out = []
+    for i, variant in enumerate(_four_step_variants(problem)):
+        est = _four_step_estimate(problem, variant)
+        if i == 0:
+            make = functools.partial(_make, problem, "four-step")
+            label = "four-step"
+        else:
+            make = functools.partial(FourStepConvolvePlan, problem, "four-step", variant)
+            label = f"four-step {variant.label}"
+        out.append(Candidate(label, make, est.floors, est.detail))
+    return out
 
 
 @functools.lru_cache(maxsize=16)

@@ -38,7 +38,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Sizes", "Estimate", "sizes_of", "cufft_passes", "estimate", "fused_efficiency", "CUFFT_SINGLE_PASS_BYTES"]
+__all__ = [
+    "Sizes",
+    "Estimate",
+    "sizes_of",
+    "cufft_passes",
+    "estimate",
+    "fused_efficiency",
+    "column_efficiency",
+    "CUFFT_SINGLE_PASS_BYTES",
+]
 
 #: a transform whose signal (complex bytes) fits this runs as one cuFFT kernel (one pass over memory)
 CUFFT_SINGLE_PASS_BYTES = 128 * 1024
@@ -49,9 +58,10 @@ CUFFT_CALLBACK_SHORT = 0.8
 CUFFT_CALLBACK_LONG = 0.3
 CALLBACK_SHORT = 4096
 ELEMENTWISE = 0.9
-#: the four-step column pass: a thread per column (coalesced, no shared memory) / a tile of columns
+#: the four-step column pass: a thread per column (coalesced, no shared memory); a tile of columns, by the
+#: bytes of adjacent values each tile row reads, up to the key
 COLUMN_BY_THREAD = 0.85
-COLUMN_BY_TILE = 0.7
+_COLUMN_BY_TILE = ((32, 0.35), (64, 0.5), (1 << 30, 0.7))
 #: the one-kernel convolution (two block FFTs) by length, up to the key (fp32; fp64 at FP64_FACTOR)
 _FUSED = ((256, 0.8), (512, 0.75), (1024, 0.65), (2048, 0.45), (4096, 0.25))
 FP64_FACTOR = 0.8
@@ -129,9 +139,18 @@ class Estimate:
         return f"{self.strategy} {self.floors:.1f}"
 
 
-def estimate(problem, strategy: str, *, column_by_thread: bool = True, middle_length: int | None = None) -> Estimate:
-    """The model's :class:`Estimate` of ``strategy`` for ``problem``. ``column_by_thread`` and
-    ``middle_length`` describe the four-step's column and middle passes (see ``fft_four_step``)."""
+def column_efficiency(tile_run_bytes: int) -> float:
+    """The model's efficiency of the four-step column pass: a thread per column (``tile_run_bytes`` 0), or a
+    tile whose rows read ``tile_run_bytes`` of adjacent values (short runs waste memory transactions)."""
+    if tile_run_bytes <= 0:
+        return COLUMN_BY_THREAD
+    return next(eff for limit, eff in _COLUMN_BY_TILE if tile_run_bytes <= limit)
+
+
+def estimate(problem, strategy: str, *, tile_run_bytes: int = 0, middle_length: int | None = None) -> Estimate:
+    """The model's :class:`Estimate` of ``strategy`` for ``problem``. ``tile_run_bytes`` (see
+    :func:`column_efficiency`) and ``middle_length`` describe the four-step's column and middle passes (see
+    ``fft_four_step``)."""
     s = sizes_of(problem)
     floor = max(s.floor_bytes, 1)
     spec = s.spectrum_bytes
@@ -143,7 +162,7 @@ def estimate(problem, strategy: str, *, column_by_thread: bool = True, middle_le
         detail = f"one kernel, 2 traversals at {eff:.2f} of a copy"
     elif strategy == "four-step":
         b = s.complex_batch_bytes
-        column = COLUMN_BY_THREAD if column_by_thread else COLUMN_BY_TILE
+        column = column_efficiency(tile_run_bytes)
         middle = fused_efficiency(middle_length or 1024, s.complex_bytes)
         cost = (s.x_bytes + b) / column + (2 * b + s.filter_bytes) / middle + (b + s.out_bytes) / column
         detail = f"3 kernels, 6 traversals (columns at {column:.2f}, rows at {middle:.2f} of a copy)"
