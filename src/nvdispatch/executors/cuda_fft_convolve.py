@@ -77,7 +77,7 @@ TIMING_MIN_BYTES = 32 << 20
 TIMED_WITHIN = 2.0
 #: at most this many candidates are planned and timed
 MOST_CANDIDATES = 6
-#: at most this many configurations of the four-step among them (:func:`~nvdispatch.device.fft_four_step.four_step_variants`)
+#: at most this many configurations of the four-step among them (``fft_four_step.four_step_variants``)
 MOST_FOUR_STEP = 3
 
 
