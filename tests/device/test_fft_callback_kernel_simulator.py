@@ -142,3 +142,34 @@ def test_generated_source_calls_the_callbacks_once_per_element():
     kernel = build_callback_kernel(spec, ramp_by_filter, times_index)
     assert kernel.source.count("PROLOG(") == 4 and kernel.source.count("EPILOG(") == 4
     assert kernel.source.count("FIRST(") == 1 and "SECOND(" not in kernel.source
+
+
+@pytest.mark.parametrize("rows,m_in", [(3, 16), (4, 16), (1, 12)])
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_pairs_of_real_rows_convolve_as_one_complex_transform(rows, m_in, precision):
+    """Rows 2r, 2r + 1 of real x as one complex signal, h completed to a Hermitian filter: irfft(rfft(x) * h)."""
+    from nvdispatch.device.fft_filter import launch_permute
+
+    n = 16
+    spec = KernelSpec(
+        "c2c", n, precision, "forward", m_in, scale=1.0 / n, convolve=True, pairs=True,
+        elements_per_thread=4, ffts_per_block=2,
+    )
+    kernel = build_callback_kernel(spec)
+    cplx = np.result_type(np.dtype(precision), np.complex64)
+    x = np.random.default_rng(3).standard_normal((rows, m_in)).astype(precision)
+    h = _input("c2c", 1, n // 2 + 1, np.dtype(precision).type)[0].astype(cplx)
+    h[0] += 2j  # irfft ignores the imaginary parts at 0 and n/2: so must the completion
+    hp = np.zeros((1, n), cplx)
+    launch_permute(h, hp, True)
+    out = np.full((rows, n), np.nan, precision)
+    kernel.launch(x, out, hp, (), (), 0)
+    want = np.fft.irfft(np.fft.rfft(x.astype(np.float64), n) * h, n)
+    tol = 2e-5 if precision == "float32" else 1e-12
+    assert np.abs(out - want).max() <= tol * np.abs(want).max()
+    assert "x[a + 1, " in kernel.source and "out[a + 1, " in kernel.source
+
+
+def test_pairs_need_a_plain_c2c_convolution():
+    with pytest.raises(ValueError, match="pairs"):
+        build_callback_kernel(KernelSpec("r2c", 16, "float32", "forward", 16, convolve=True, pairs=True))

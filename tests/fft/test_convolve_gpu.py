@@ -211,3 +211,20 @@ def test_every_four_step_variant_matches_numpy(rows, n, dtype):
         got = plan.execute(operands)
         torch.cuda.synchronize()
         _check(got, want, dtype)
+
+
+@pytest.mark.parametrize("rows,n,dtype", [(17, 64, "float32"), (5, 1024, "float64"), (4, 4096, "float32")])
+def test_device_fused_pairs_of_real_rows_match_numpy(rows, n, dtype):
+    """Two real rows a complex transform, h completed to a Hermitian filter (its imaginary DC ignored)."""
+    from nvdispatch.executors.cuda_fft_convolve import FusedConvolvePlan
+
+    x = _signal(rows, n, dtype)
+    h = _filter((n // 2 + 1,), _complex_of(dtype))
+    h[0] += 1j
+    xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
+    problem, operands = prepare(xt, ht, None, -1)
+    plan = FusedConvolvePlan(problem, "device-fused", pairs=True)
+    got = plan.execute(operands)
+    torch.cuda.synchronize()
+    _check(got, _reference(x, h, n), dtype)
+    assert "two real rows" in " ".join(plan.steps)

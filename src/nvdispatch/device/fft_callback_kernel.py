@@ -17,6 +17,12 @@ Operands, as the kernel sees them (2-D, one transform per row; ``rows`` = ``x.sh
   ``filter_per_row`` row ``row`` (``k = rows``).
 * then the prolog's data arrays, then the epilog's, passed through to the callbacks unchanged.
 
+With ``pairs`` (a c2c convolution without callbacks) ``x`` and ``out`` are real and transform ``r`` is the
+complex signal ``x[2r] + i x[2r + 1]`` (zero for a missing last row): with ``h`` the Hermitian completion of a
+real signal's half-spectrum filter (:func:`nvdispatch.device.fft_filter.launch_permute` into one row), the real
+and imaginary parts of the result are the two rows' ``irfft(rfft(x) * h, n)``, stored to ``out[2r]`` and
+``out[2r + 1]``: one complex transform for two real ones.
+
 ``index`` is ``row * n_in + k`` for the prolog and ``row * n_out + k`` for the epilog: the flat C-order
 position in the logical input/output of the whole batch (see :mod:`nvdispatch._fft_callbacks`). The epilog
 receives the output multiplied by ``scale`` (the norm). Kernels are compiled lazily by Numba (or eagerly by
@@ -69,6 +75,7 @@ class KernelSpec:
     elements_per_thread: int | str = "suggested"
     ffts_per_block: int | str = "suggested"
     min_blocks: int = 0  # launch bound: registers capped so this many blocks fit an SM (0: no cap)
+    pairs: bool = False  # real x and out; rows 2r and 2r + 1 are one complex c2c transform (see the module doc)
 
     @property
     def n_in(self) -> int:
@@ -163,13 +170,28 @@ def generate_source(spec: KernelSpec, first: FFT, second: FFT | None) -> str:
     w("reals = thread_data.view(REAL)")
     w("t = cuda.threadIdx.x")
     w(f"row = cuda.blockIdx.x * {fpb} + cuda.threadIdx.y")
-    w("active = row < x.shape[0]")
+    if spec.pairs:
+        w("a = 2 * INDEX(row)")
+        w("active = a < x.shape[0]")
+        w("second = a + 1 < x.shape[0]")
+    else:
+        w("active = row < x.shape[0]")
     w("if active:")
     w.depth += 1
     w(f"base = INDEX(row) * {spec.n_in}")
     kind = spec.fft_type
     for i, lo, hi, k in _slots(w, ept, stride, spec.n_in, kind == "c2r"):  # c2r: slots past n//2 are not input
         read = _range_test(lo, hi, spec.m_in, k)
+        if spec.pairs:
+            guard = "" if read is True else f" if {read} else RZERO"
+            w(f"reals[{2 * i}] = x[a, {k}]{guard}" if read is not False else f"reals[{2 * i}] = RZERO")
+            second = f"x[a + 1, {k}] if second else RZERO"
+            if read is False:
+                second = "RZERO"
+            elif read is not True:
+                second = f"x[a + 1, {k}] if second and {read} else RZERO"
+            w(f"reals[{2 * i + 1}] = {second}")
+            continue
         zero = "RZERO" if kind == "r2c" else "ZERO"
         load = f"CPLX(x[row, {k}])" if spec.promote else f"x[row, {k}]"
         if read is True:
@@ -209,6 +231,12 @@ def generate_source(spec: KernelSpec, first: FFT, second: FFT | None) -> str:
     w.depth += 1
     w(f"base = INDEX(row) * {spec.n_out}")
     for i, _, _, k in _slots(w, ept, stride, spec.n_out, last == "r2c"):
+        if spec.pairs:
+            scale = " * SCALE" if spec.scale != 1.0 else ""
+            w(f"out[a, {k}] = reals[{2 * i}]{scale}")
+            w("if second:")
+            w(f"    out[a + 1, {k}] = reals[{2 * i + 1}]{scale}")
+            continue
         value = f"reals[{i}]" if last == "c2r" else f"thread_data[{i}]"
         w(f"v = {value}" + (" * SCALE" if spec.scale != 1.0 else ""))
         if spec.epilog_args is not None:
@@ -246,6 +274,9 @@ class CallbackKernel:
                 elements_per_thread=first.elements_per_thread,
                 ffts_per_block=first.ffts_per_block,
             )
+        callbacks = spec.prolog_args is not None or spec.epilog_args is not None
+        if spec.pairs and (spec.fft_type != "c2c" or not spec.convolve or callbacks or spec.filter_per_row):
+            raise ValueError("pairs: a c2c convolution with one filter row and no callbacks")
         self.spec, self.first, self.second = spec, first, second
         self.source = generate_source(spec, first, second)
         cplx = np.dtype(np.result_type(real, np.complex64))
@@ -275,7 +306,9 @@ class CallbackKernel:
         self.shared_memory_size = max(first.shared_memory_size, second.shared_memory_size if second else 0)
 
     def grid(self, rows: int) -> int:
-        return max(1, -(-rows // self.ffts_per_block))
+        """Blocks for ``rows`` rows of ``x`` (with ``pairs``, two rows a transform)."""
+        transforms = (rows + 1) // 2 if self.spec.pairs else rows
+        return max(1, -(-transforms // self.ffts_per_block))
 
     def compile(self, argtypes) -> None:
         """Compile now for these Numba argument types (raises what Numba says if a callback cannot); a kernel

@@ -55,7 +55,7 @@ from .cuda_fft_callbacks import LtoCallbackPlan, decline_by, lto_reason, strateg
 from .cuda_fft_convolve_cufft import CufftConvolvePlan
 from .cuda_fft_convolve_four_step import FourStepConvolvePlan, four_step_reason
 from .cuda_fft_convolve_unfused import UnfusedConvolvePlan, unfused_reason
-from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device
+from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device, raw_view
 from .timed_choice import Candidate, TimedChoicePlan
 
 _log = logging.getLogger("nvdispatch")
@@ -272,6 +272,10 @@ def candidates(problem: ConvolveProblem) -> list[Candidate]:
             chosen += _four_step_candidates(problem)
             continue
         chosen.append(Candidate(name, functools.partial(_make, problem, name), est.floors, est.detail))
+        if name == "device-fused" and pairs_reason(problem) is None:
+            paired = model.estimate(problem, name, pairs=True)
+            make = functools.partial(FusedConvolvePlan, problem, name, pairs=True)
+            chosen.append(Candidate("device-fused pairs", make, paired.floors, paired.detail))
         if name == "device-fused":
             alt = _fused_alternative(problem)
             if alt is not None:
@@ -374,8 +378,22 @@ def plan(problem: ConvolveProblem, strategy: str, tuning=None):
     return _make(problem, strategy)
 
 
+def pairs_reason(problem: ConvolveProblem) -> str | None:
+    """Why the one-kernel convolution cannot take two real rows as one complex signal, or None."""
+    p = problem.forward
+    if p.kind != "r2c":
+        return "complex signals"
+    if p.dtype != p.real_dtype:
+        return f"{p.dtype} x would be promoted first"
+    if problem.filter_rows != "one":
+        return "a filter row per signal (the two rows of a pair need one filter)"
+    return None
+
+
 class FusedConvolvePlan:
-    """One kernel: load -> FFT -> * h -> inverse FFT -> store."""
+    """One kernel: load -> FFT -> * h -> inverse FFT -> store. With ``pairs`` (real signals, one filter row)
+    two real rows are one complex transform and ``h`` is first completed to a Hermitian filter (a small
+    kernel): half the transforms of the real form."""
 
     def __init__(
         self,
@@ -384,22 +402,27 @@ class FusedConvolvePlan:
         elements_per_thread: int | str = "suggested",
         ffts_per_block: int | str = "suggested",
         min_blocks: int = 0,
+        pairs: bool = False,
     ):
         from numba.cuda import types
         from numba.np.numpy_support import from_dtype
 
         from .._cuda import runtime
         from ..device.fft_callback_kernel import KernelSpec, convolution_kernel
+        from ..device.fft_filter import permute_kernel
 
         self.problem, self.strategy = problem, strategy
         p = problem.forward
+        if pairs and pairs_reason(problem):
+            raise CallbackError("x", "real signals with one filter row (pairs)", pairs_reason(problem))
+        self.pairs = pairs
         self.device_index = p.device.index if p.device.index is not None else runtime.current_device()
         n = p.lengths[0]
         self.rows = math.prod(p.shape[:-1])
         self.n_mid = p.out_shape[-1]
         self.per_row = problem.filter_rows == "each"
         spec = KernelSpec(
-            p.kind,
+            "c2c" if pairs else p.kind,
             n,
             p.real_dtype,
             "forward",
@@ -410,24 +433,35 @@ class FusedConvolvePlan:
             elements_per_thread=elements_per_thread,
             ffts_per_block=ffts_per_block,
             min_blocks=min_blocks,
+            pairs=pairs,
         )
         self.spec = spec
         self.kernel = convolution_kernel(spec)
+        self.complex_dtype = np.dtype(p.compute_dtype)
         argtypes = [
             types.Array(from_dtype(np.dtype(p.dtype)), 2, "C"),
             types.Array(from_dtype(np.dtype(problem.inverse.result_dtype)), 2, "C"),
-            types.Array(from_dtype(np.dtype(problem.filter.dtype)), 2, "C"),
+            types.Array(from_dtype(self.complex_dtype if pairs else np.dtype(problem.filter.dtype)), 2, "C"),
         ]
         self._several = runtime.device_count() > 1
         try:
             with on_device(self.device_index, self._several):
                 self.kernel.compile(argtypes)
+                if pairs:
+                    h1 = types.Array(from_dtype(np.dtype(problem.filter.dtype)), 1, "C")
+                    permute_kernel(problem.filter.dtype).compile((h1, argtypes[2], types.int64, types.int64))
         except Exception as exc:  # noqa: BLE001
             raise CallbackError("h", "a filter the generated convolution kernel compiles for", str(exc)) from exc
         self._streams = NumbaStreams()
         F = self.kernel.first
+        pair_steps = (
+            f"complete h to a Hermitian filter of {n} values (two real rows x[2r] + i x[2r+1] are one complex "
+            "signal: the real and imaginary parts of its convolution are the two rows')",
+        )
+        kind = "c2c (two real rows a transform)" if pairs else p.kind
         self.steps = (
-            f"one generated Numba kernel per call: load x -> block {p.kind} FFT n={n} -> multiply by h "
+            *(pair_steps if pairs else ()),
+            f"one generated Numba kernel per call: load x -> block {kind} FFT n={n} -> multiply by h "
             f"({'one row per signal' if self.per_row else 'one row for all'}) in registers -> block "
             f"{self.kernel.second.fft_type} inverse FFT -> scale 1/{n} -> store "
             f"({F.elements_per_thread} elements/thread, {F.ffts_per_block} FFTs/block)",
@@ -437,7 +471,8 @@ class FusedConvolvePlan:
         )
 
     def execute(self, operands, stream=None):
-        from .._cuda import arrays, streams
+        from .._cuda import arrays, memory, streams
+        from ..device.fft_filter import launch_permute
 
         p, inv = self.problem.forward, self.problem.inverse
         fw = p.framework
@@ -447,11 +482,21 @@ class FusedConvolvePlan:
         out, _ = arrays.empty(kind, inv.out_shape, inv.result_dtype, self.device_index, s)
         if self.rows == 0:
             return out
+        scratch = None
         with on_device(self.device_index, self._several):
             xv = numba_view(x, fw, (self.rows, p.shape[-1]))
             ov = numba_view(out, kind, (self.rows, self.spec.n_out))
-            hv = numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
-            self.kernel.launch(xv, ov, hv, (), (), self._streams(s))
+            ns = self._streams(s)
+            if self.pairs:
+                n = p.lengths[0]
+                scratch = memory.scratch(n * self.complex_dtype.itemsize, fw, self.device_index, s)
+                hv = raw_view(scratch.ptr, (1, n), self.complex_dtype, scratch)
+                launch_permute(numba_view(h, fw, (self.n_mid,)), hv, True, ns)
+            else:
+                hv = numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
+            self.kernel.launch(xv, ov, hv, (), (), ns)
+        if scratch is not None:
+            scratch.release()  # stream-ordered: reused only after the kernel
         return out
 
     def release(self) -> None:

@@ -12,7 +12,8 @@ memory for the length, :func:`cufft_passes`):
 ==============  =====================================================================================
 strategy        traffic
 ==============  =====================================================================================
-device-fused    ``x + out``: one kernel (block FFT, multiply, inverse block FFT)
+device-fused    ``x + out``: one kernel (block FFT, multiply, inverse block FFT); real rows two a
+                transform (``pairs``) or each its own, at half the efficiency
 four-step       ``x + B``, ``2B``, ``B + out`` (column pass, middle pass, inverse column pass; ``B`` a
                 complex copy of the batch), see :mod:`nvdispatch.device.fft_four_step`
 unfused         cuFFT ``x + S + 2(P-1)S``, multiply ``2S``, cuFFT ``S + out + 2(P-1)S``
@@ -65,6 +66,8 @@ _COLUMN_BY_TILE = ((32, 0.35), (64, 0.5), (1 << 30, 0.7))
 #: the one-kernel convolution (two block FFTs) by length, up to the key (fp32; fp64 at FP64_FACTOR)
 _FUSED = ((256, 0.8), (512, 0.75), (1024, 0.65), (2048, 0.45), (4096, 0.25))
 FP64_FACTOR = 0.8
+#: the one-kernel convolution of real rows each transformed as a complex signal (twice the work per byte)
+REAL_UNPAIRED = 0.5
 #: the cost of one kernel launch, in bytes a copy moves in that time
 LAUNCH_BYTES = 16 << 20
 #: kernel launches per call
@@ -147,19 +150,22 @@ def column_efficiency(tile_run_bytes: int) -> float:
     return next(eff for limit, eff in _COLUMN_BY_TILE if tile_run_bytes <= limit)
 
 
-def estimate(problem, strategy: str, *, tile_run_bytes: int = 0, middle_length: int | None = None) -> Estimate:
+def estimate(
+    problem, strategy: str, *, tile_run_bytes: int = 0, middle_length: int | None = None, pairs: bool = False
+) -> Estimate:
     """The model's :class:`Estimate` of ``strategy`` for ``problem``. ``tile_run_bytes`` (see
     :func:`column_efficiency`) and ``middle_length`` describe the four-step's column and middle passes (see
-    ``fft_four_step``)."""
+    ``fft_four_step``); ``pairs``: the one-kernel convolution of real signals transforms two rows as one
+    complex signal (else each real row as a complex one: twice the work per byte)."""
     s = sizes_of(problem)
     floor = max(s.floor_bytes, 1)
     spec = s.spectrum_bytes
     passes = cufft_passes(s.n // 2 if s.real else s.n, s.complex_bytes)
     extra = 2 * (passes - 1) * spec
     if strategy == "device-fused":
-        eff = fused_efficiency(s.n, s.complex_bytes)
+        eff = fused_efficiency(s.n, s.complex_bytes) * (REAL_UNPAIRED if s.real and not pairs else 1.0)
         cost = math.inf if eff == 0 else (s.floor_bytes + s.filter_bytes) / eff
-        detail = f"one kernel, 2 traversals at {eff:.2f} of a copy"
+        detail = f"one kernel, 2 traversals at {eff:.2f} of a copy" + (", two real rows a transform" if pairs else "")
     elif strategy == "four-step":
         b = s.complex_batch_bytes
         column = column_efficiency(tile_run_bytes)
