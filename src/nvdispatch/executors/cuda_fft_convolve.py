@@ -18,10 +18,13 @@ Strategies (``explain()`` names the one that runs, and why):
     written once. Along the last axis of a C-contiguous ``x``, for lengths the device engine has
     (2**a 3**b 5**c 7**d up to 4096), with a C-contiguous filter that is one row for all signals (shape
     ``(m,)``, ``(1, ..., m)``) or one row per signal (the spectrum's shape). The timed choice also tries the
-    kernel with other block-FFT knobs.
+    kernel with other block-FFT knobs and, for real signals with one filter row, ``device-fused pairs``: two
+    real rows as one complex transform with the filter completed to a Hermitian one (half the FFT work).
 ``four-step``
     Long signals (``n > 1024``, ``n = n1 * n2``): three kernels, the multiply folded into the middle one, 6
-    traversals of memory whatever cuFFT would need (:mod:`.cuda_fft_convolve_four_step`).
+    traversals of memory whatever cuFFT would need (:mod:`.cuda_fft_convolve_four_step`). The timed choice
+    tries up to :data:`MOST_FOUR_STEP` configurations (``four-step <split> cols <ept>x<columns>``: wider tiles
+    of columns, whose rows are longer runs of adjacent values, opting in to more shared memory).
 ``unfused``
     cuFFT forward, one multiply kernel (``h / n``), cuFFT inverse: ``4P + 2`` traversals for cuFFT's ``P``
     passes, one fewer pass than CuPy's and Torch's ``ifft(fft(x) * h)`` (:mod:`.cuda_fft_convolve_unfused`).
