@@ -146,9 +146,9 @@ def column_spec(n1: int, n2: int, precision: str) -> ColumnSpec:
     Examples
     --------
     >>> column_spec(16, 1024, "float32")
-    ColumnSpec(n1=16, precision='float32', elements_per_thread=16, columns=128)
+    ColumnSpec(n1=16, precision='float32', elements_per_thread=16, columns=128, min_blocks=0)
     >>> column_spec(1024, 1024, "float32")
-    ColumnSpec(n1=1024, precision='float32', elements_per_thread=16, columns=4)
+    ColumnSpec(n1=1024, precision='float32', elements_per_thread=16, columns=4, min_blocks=0)
     """
     power = n2 & -n2  # the largest power of two dividing n2
     if n1 <= _THREAD_COLUMNS[precision]:
