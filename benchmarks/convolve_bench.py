@@ -14,17 +14,20 @@ order, the median per variant. Reported per cell:
 
 Cells, in the order they run (``--quick``: the first group only): the issue's table (c64, complex:
 65536x1024, 8192x4096, 1024x16384, 256x65536), then long signals (n = 2^18, 2^20 at batch*n = 2^26 and
-2^24), then c128 and real signals at the table's sizes and 64x2^20. ``--budget`` seconds bounds the run: the
-cells left when it is spent are listed as skipped (kernel compilation dominates a fresh process).
+2^24), then c128 and real signals at the table's sizes and 64x2^20 (groups ``table``, ``long``, ``complex128``,
+``float32``, ``float64``; ``--groups`` picks some). ``--budget`` seconds bounds the run: the cells left when it
+is spent are listed as skipped (kernel compilation dominates a fresh process: the first call of a cell
+compiles every candidate of the timed choice that earlier cells did not).
 
-    python benchmarks/convolve_bench.py [--quick] [--budget 230] [--out DIR]
-    # writes DIR/convolve_bench.json after every cell, and DIR/convolve_bench.png
+    python benchmarks/convolve_bench.py [--quick | --groups table,long] [--budget 230] [--out DIR]
+    # writes DIR/convolve_bench.json (with --groups: convolve_bench-<groups>.json) after every cell, and the PNG
 
 Needs an NVIDIA GPU, Torch with CUDA, CuPy and numba-cuda; exits with status 2 and one line otherwise.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -42,14 +45,26 @@ EXTRA_DTYPES = ["complex128", "float32", "float64"]
 CHECK_ROWS = 3
 
 
-def cells(quick: bool) -> list[dict]:
+GROUPS = ("table", "long", *EXTRA_DTYPES)
+
+
+def cells(quick: bool, groups: tuple[str, ...] = GROUPS) -> list[dict]:
+    """The cells to run, in order: ``quick`` keeps the ``table`` group only."""
     out = [{"batch": b, "n": n, "dtype": "complex64", "group": "table"} for b, n in TABLE]
-    if quick:
-        return out
     out += [{"batch": b, "n": n, "dtype": "complex64", "group": "long"} for b, n in LONG]
     for dtype in EXTRA_DTYPES:
         out += [{"batch": b, "n": n, "dtype": dtype, "group": dtype} for b, n in EXTRA_SHAPES]
-    return out
+    chosen = ("table",) if quick else groups
+    return [c for c in out if c["group"] in chosen]
+
+
+def group_list(text: str) -> tuple[str, ...]:
+    """``--groups``: comma-separated names of :data:`GROUPS`."""
+    names = tuple(g.strip() for g in text.split(",") if g.strip())
+    bad = [g for g in names if g not in GROUPS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"expected names among {', '.join(GROUPS)}, got {text!r}")
+    return names
 
 
 def copy_bandwidth(torch, nbytes: int = 1 << 30, reps: int = 10) -> float:
@@ -175,6 +190,12 @@ def run_cell(cell: dict, torch, cupy, F, nvdispatch, bandwidth: float, rounds: i
 def main():
     ap = parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="only the issue's table (c64, complex x)")
+    ap.add_argument(
+        "--groups",
+        type=group_list,
+        default=None,
+        help=f"comma-separated groups of cells to run, among {', '.join(GROUPS)} (default: all)",
+    )
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per variant (default: %(default)s)")
     ap.add_argument(
         "--budget", type=float, default=None, help="seconds after which the cells left are skipped (default: none)"
@@ -189,7 +210,8 @@ def main():
     except ImportError as exc:  # pragma: no cover - an incomplete install
         cannot_run(f"nvdispatch does not import ({exc})")
     out = output_dir(args.out)
-    path = os.path.join(out, "convolve_bench.json")
+    stem = "convolve_bench" if args.groups is None else "convolve_bench-" + "-".join(args.groups)
+    path = os.path.join(out, f"{stem}.json")
     start = time.perf_counter()
     bandwidth = copy_bandwidth(torch)
     summary = {
@@ -198,11 +220,12 @@ def main():
         "timing": f"CUDA events, bursts of back-to-back calls, median of {args.rounds} rounds in rotating order",
         "hbm_floor": "one read of x and one write of the result at the copy bandwidth, over nvdispatch's time",
         "quick": args.quick,
+        "groups": list(args.groups or GROUPS),
         "cells": [],
         "skipped": [],
     }
     print(f"{summary['device']}: device-to-device copy {bandwidth / 1e12:.2f} TB/s", flush=True)
-    todo = cells(args.quick)
+    todo = cells(args.quick, args.groups or GROUPS)
     for cell in progress(todo, "cells", total=len(todo)):
         label = f"{cell['batch']}x{cell['n']} {cell['dtype']}"
         if args.budget is not None and time.perf_counter() - start > args.budget:
@@ -249,7 +272,7 @@ def main():
         fig.tight_layout()
 
     if done:
-        save_plot(draw, os.path.join(out, "convolve_bench.png"))
+        save_plot(draw, os.path.join(out, f"{stem}.png"))
 
 
 if __name__ == "__main__":
