@@ -187,6 +187,29 @@ def run_cell(cell: dict, torch, cupy, F, nvdispatch, bandwidth: float, rounds: i
     return result
 
 
+def markdown(paths: list[str]) -> str:
+    """The cells of result files as the Markdown table of ``benchmarks/README.md``."""
+    lines = [
+        "| batch×n, dtype | chosen strategy | its µs | CuPy µs | Torch µs | × CuPy | × Torch | of HBM floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        with open(path) as fh:
+            summary = json.load(fh)
+        for c in summary["cells"]:
+            label = f"{c['batch']}×{c['n']} {c['dtype']}"
+            if "error" in c:
+                lines.append(f"| {label} | failed: {c['error'][:60]} | | | | | | |")
+                continue
+            us = c["us"]
+            lines.append(
+                f"| {label} | {c['strategy']} | {us['nvdispatch']:.0f} | {us['cupy']:.0f} | {us['torch']:.0f} | "
+                f"{c['speedup_over_cupy']:.2f} | {c['speedup_over_torch']:.2f} | {100 * c['hbm_floor_share']:.0f}% |"
+            )
+        lines += [f"| {label} | skipped (budget) | | | | | | |" for label in summary.get("skipped", [])]
+    return "\n".join(lines)
+
+
 def main():
     ap = parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="only the issue's table (c64, complex x)")
@@ -200,7 +223,13 @@ def main():
     ap.add_argument(
         "--budget", type=float, default=None, help="seconds after which the cells left are skipped (default: none)"
     )
+    ap.add_argument(
+        "--markdown", nargs="+", metavar="JSON", help="print the table of these result files for the README and exit"
+    )
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(args.markdown))
+        return
     torch = require_cuda_torch()
     cupy = require("cupy", "pip install 'nvdispatch[cupy]' (a CuPy build for your CUDA)")
     require_numba_gpu()
