@@ -303,7 +303,7 @@ def test_candidates_keep_unfused_and_prune_the_rest(monkeypatch):
     assert labels[0] == "device-fused" and "device-fused ept=8" in labels and "unfused" in labels
     assert len(labels) <= op.MOST_CANDIDATES and "four-step" not in labels  # n <= 1024: one kernel
     long = op.candidates(_problem(256, 65536))
-    assert [c.label for c in long][0] == "four-step" and "unfused" in [c.label for c in long]
+    assert [c.label for c in long][0].startswith("four-step") and "unfused" in [c.label for c in long]
     assert all(c.model >= long[0].model for c in long)
     assert op.strategies(_problem(256, 65536))[0] == "timed"
 

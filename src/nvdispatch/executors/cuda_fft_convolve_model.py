@@ -61,7 +61,7 @@ CALLBACK_SHORT = 4096
 ELEMENTWISE = 0.9
 #: the four-step column pass: a thread per column (coalesced, no shared memory); a tile of columns, by the
 #: bytes of adjacent values each tile row reads, up to the key
-COLUMN_BY_THREAD = 0.85
+COLUMN_BY_THREAD = 0.95
 _COLUMN_BY_TILE = ((32, 0.35), (64, 0.5), (1 << 30, 0.7))
 #: the one-kernel convolution (two block FFTs) by length, up to the key (fp32; fp64 at FP64_FACTOR)
 _FUSED = ((256, 0.8), (512, 0.75), (1024, 0.65), (2048, 0.45), (4096, 0.25))
