@@ -76,9 +76,9 @@ _THREAD_COLUMN_BLOCK = 128
 KERNEL_NAME = "four_step_column_kernel"
 
 
-def split(n: int, row_length: int = ROW_LENGTH) -> tuple[int, int] | None:
+def split(n: int) -> tuple[int, int] | None:
     """``(n1, n2)`` with ``n = n1 * n2``, both lengths the device engine has, ``n2`` (the rows the middle pass
-    convolves) nearest ``row_length`` from below (above only when ``n1`` would be too long); None when
+    convolves) nearest :data:`ROW_LENGTH` from below (above only when ``n1`` would be too long); None when
     ``n`` has no such split.
 
     Examples
@@ -91,7 +91,7 @@ def split(n: int, row_length: int = ROW_LENGTH) -> tuple[int, int] | None:
     options = [d for d in range(2, min(n // 2, 4096) + 1) if n % d == 0 and covers(d) and covers(n // d)]
     if not options:
         return None
-    below = [d for d in options if d <= row_length]
+    below = [d for d in options if d <= ROW_LENGTH]
     n2 = max(below) if below else min(options)
     return n // n2, n2
 
@@ -592,33 +592,18 @@ class FourStepVariant:
         return f"{self.parts[0]}x{self.parts[1]} cols {c.elements_per_thread}x{c.columns}{bound}{middle}"
 
 
-def _run_bytes(spec: ColumnSpec) -> int:
-    """Bytes of adjacent values one tile row reads (a thread per column: a warp's whole run)."""
-    return (min(spec.columns, 32) if spec.threads_per_column == 1 else spec.columns) * spec.complex_bytes
-
-
-def four_step_variants(n: int, precision: str, most: int = 3) -> list[FourStepVariant]:
-    """Configurations of the four-step for length ``n`` worth timing against each other, the default first:
-    the default split with the widest column tile of :func:`column_specs` beyond the default's, then the split
-    of rows half as long (:func:`split` with ``row_length=ROW_LENGTH // 2``: shorter middle transforms, longer
-    columns, when its columns read runs no shorter), then the other tiles. Empty when ``n`` has no split.
+def four_step_variants(n: int, precision: str, most: int = 2) -> list[FourStepVariant]:
+    """Configurations of the four-step for length ``n`` worth timing against each other, the default first,
+    then the default split with the wider column tiles of :func:`column_specs`. Empty when ``n`` has no split.
 
     Examples
     --------
     >>> [v.label for v in four_step_variants(1 << 20, "float32")]
-    ['1024x1024 cols 16x4', '1024x1024 cols 16x16', '1024x1024 cols 16x8']
+    ['1024x1024 cols 16x4', '1024x1024 cols 16x16']
     >>> [v.label for v in four_step_variants(16384, "float32")]
-    ['16x1024 cols 16x128', '32x512 cols 32x128']
+    ['16x1024 cols 16x128']
     """
     parts = split(n)
     if parts is None:
         return []
-    specs = column_specs(*parts, precision, most)
-    out = [FourStepVariant(parts, spec) for spec in specs[:2]]
-    half = split(n, ROW_LENGTH // 2)
-    if half is not None and half != parts:
-        column = column_spec(*half, precision)
-        if _run_bytes(column) >= _run_bytes(specs[0]):  # its columns read memory no worse
-            out.append(FourStepVariant(half, column))
-    out += [FourStepVariant(parts, spec) for spec in specs[2:]]
-    return out[:most]
+    return [FourStepVariant(parts, spec) for spec in column_specs(*parts, precision, most)]

@@ -55,16 +55,20 @@ CUFFT_SINGLE_PASS_BYTES = 128 * 1024
 #: efficiencies (fraction of the copy bandwidth) of: a cuFFT pass; a cuFFT pass running a store callback
 #: for lengths up to / beyond :data:`CALLBACK_SHORT`; one elementwise multiply
 CUFFT_PASS = 0.85
+#: a one-pass cuFFT transform longer than this many bytes (one block holds the whole signal) is slower
+CUFFT_LONG_SINGLE_PASS = 64 * 1024
+CUFFT_LONG_SINGLE_PASS_EFFICIENCY = 0.6
 CUFFT_CALLBACK_SHORT = 0.8
 CUFFT_CALLBACK_LONG = 0.3
 CALLBACK_SHORT = 4096
 ELEMENTWISE = 0.9
-#: the four-step column pass: a thread per column (coalesced, no shared memory); a tile of columns, by the
-#: bytes of adjacent values each tile row reads, up to the key
+#: the four-step column pass: a thread per column (coalesced, no shared memory); a tile of columns, limited by
+#: the bytes of adjacent values each tile row reads and by the column's length (its block FFT), up to the keys
 COLUMN_BY_THREAD = 0.95
 _COLUMN_BY_TILE = ((32, 0.35), (64, 0.5), (1 << 30, 0.7))
+_COLUMN_BY_LENGTH = ((64, 0.7), (256, 0.5), (1 << 30, 0.37))
 #: the one-kernel convolution (two block FFTs) by length, up to the key (fp32; fp64 at FP64_FACTOR)
-_FUSED = ((256, 0.8), (512, 0.75), (1024, 0.65), (2048, 0.45), (4096, 0.25))
+_FUSED = ((256, 0.8), (512, 0.65), (1024, 0.63), (2048, 0.45), (4096, 0.3))
 FP64_FACTOR = 0.8
 #: the one-kernel convolution of real rows each transformed as a complex signal (twice the work per byte)
 REAL_UNPAIRED = 0.5
@@ -142,49 +146,56 @@ class Estimate:
         return f"{self.strategy} {self.floors:.1f}"
 
 
-def column_efficiency(tile_run_bytes: int) -> float:
+def column_efficiency(tile_run_bytes: int, length: int = 64) -> float:
     """The model's efficiency of the four-step column pass: a thread per column (``tile_run_bytes`` 0), or a
-    tile whose rows read ``tile_run_bytes`` of adjacent values (short runs waste memory transactions)."""
+    tile whose rows read ``tile_run_bytes`` of adjacent values (short runs waste memory transactions) of
+    columns of ``length`` (long columns' block FFTs leave few blocks per SM to overlap memory and work)."""
     if tile_run_bytes <= 0:
         return COLUMN_BY_THREAD
-    return next(eff for limit, eff in _COLUMN_BY_TILE if tile_run_bytes <= limit)
+    by_run = next(eff for limit, eff in _COLUMN_BY_TILE if tile_run_bytes <= limit)
+    return min(by_run, next(eff for limit, eff in _COLUMN_BY_LENGTH if length <= limit))
 
 
 def estimate(
     problem, strategy: str, *, tile_run_bytes: int = 0, middle_length: int | None = None, pairs: bool = False
 ) -> Estimate:
     """The model's :class:`Estimate` of ``strategy`` for ``problem``. ``tile_run_bytes`` (see
-    :func:`column_efficiency`) and ``middle_length`` describe the four-step's column and middle passes (see
-    ``fft_four_step``); ``pairs``: the one-kernel convolution of real signals transforms two rows as one
-    complex signal (else each real row as a complex one: twice the work per byte)."""
+    :func:`column_efficiency`) and ``middle_length`` (``n2``; the columns are ``n / n2`` long) describe the
+    four-step's column and middle passes (see ``fft_four_step``); ``pairs``: the one-kernel convolution of
+    real signals transforms two rows as one complex signal (else each real row as a complex one: twice the
+    work per byte)."""
     s = sizes_of(problem)
     floor = max(s.floor_bytes, 1)
     spec = s.spectrum_bytes
-    passes = cufft_passes(s.n // 2 if s.real else s.n, s.complex_bytes)
+    transform = s.n // 2 if s.real else s.n
+    passes = cufft_passes(transform, s.complex_bytes)
     extra = 2 * (passes - 1) * spec
+    long_single = passes == 1 and transform * s.complex_bytes > CUFFT_LONG_SINGLE_PASS
+    cufft = CUFFT_LONG_SINGLE_PASS_EFFICIENCY if long_single else CUFFT_PASS
     if strategy == "device-fused":
         eff = fused_efficiency(s.n, s.complex_bytes) * (REAL_UNPAIRED if s.real and not pairs else 1.0)
         cost = math.inf if eff == 0 else (s.floor_bytes + s.filter_bytes) / eff
         detail = f"one kernel, 2 traversals at {eff:.2f} of a copy" + (", two real rows a transform" if pairs else "")
     elif strategy == "four-step":
         b = s.complex_batch_bytes
-        column = column_efficiency(tile_run_bytes)
-        middle = fused_efficiency(middle_length or 1024, s.complex_bytes)
+        n2 = middle_length or 1024
+        column = column_efficiency(tile_run_bytes, max(1, s.n // n2))
+        middle = fused_efficiency(n2, s.complex_bytes)
         cost = (s.x_bytes + b) / column + (2 * b + s.filter_bytes) / middle + (b + s.out_bytes) / column
         detail = f"3 kernels, 6 traversals (columns at {column:.2f}, rows at {middle:.2f} of a copy)"
     elif strategy == "unfused":
-        forward = (s.x_bytes + spec + extra) / CUFFT_PASS
+        forward = (s.x_bytes + spec + extra) / cufft
         multiply = (2 * spec + s.filter_bytes) / ELEMENTWISE
-        inverse = (spec + s.out_bytes + extra) / CUFFT_PASS
+        inverse = (spec + s.out_bytes + extra) / cufft
         cost = forward + multiply + inverse
         detail = f"cuFFT ({passes} pass{'es' if passes > 1 else ''}), multiply, cuFFT: {4 * passes + 2} traversals"
     elif strategy == "cufft-lto":
         eff = CUFFT_CALLBACK_SHORT if s.n <= CALLBACK_SHORT else CUFFT_CALLBACK_LONG
-        cost = (s.x_bytes + spec + extra + s.filter_bytes) / eff + (spec + s.out_bytes + extra) / CUFFT_PASS
+        cost = (s.x_bytes + spec + extra + s.filter_bytes) / eff + (spec + s.out_bytes + extra) / cufft
         detail = f"cuFFT with a store callback (at {eff:.2f} of a copy), cuFFT: {4 * passes} traversals"
     elif strategy == "cufft-lto-load":
         eff = CUFFT_CALLBACK_SHORT if s.n <= CALLBACK_SHORT else CUFFT_CALLBACK_LONG
-        cost = (s.x_bytes + spec + extra) / CUFFT_PASS + (spec + s.out_bytes + extra + s.filter_bytes) / eff
+        cost = (s.x_bytes + spec + extra) / cufft + (spec + s.out_bytes + extra + s.filter_bytes) / eff
         detail = f"cuFFT, cuFFT with a load callback (at {eff:.2f} of a copy): {4 * passes} traversals"
     else:
         raise ValueError(f"no model of strategy {strategy!r}")
