@@ -152,7 +152,7 @@ def test_pairs_of_real_rows_convolve_as_one_complex_transform(rows, m_in, precis
 
     n = 16
     spec = KernelSpec(
-        "c2c", n, precision, "forward", m_in, scale=1.0 / n, convolve=True, pairs=True,
+        "c2c", n, precision, "forward", m_in, convolve=True, pairs=True,
         elements_per_thread=4, ffts_per_block=2,
     )
     kernel = build_callback_kernel(spec)
@@ -161,7 +161,7 @@ def test_pairs_of_real_rows_convolve_as_one_complex_transform(rows, m_in, precis
     h = _input("c2c", 1, n // 2 + 1, np.dtype(precision).type)[0].astype(cplx)
     h[0] += 2j  # irfft ignores the imaginary parts at 0 and n/2: so must the completion
     hp = np.zeros((1, n), cplx)
-    launch_permute(h, hp, True)
+    launch_permute(h, hp, True, 0, np.dtype(precision).type(1.0 / n))  # the 1/n folded into the filter
     out = np.full((rows, n), np.nan, precision)
     kernel.launch(x, out, hp, (), (), 0)
     want = np.fft.irfft(np.fft.rfft(x.astype(np.float64), n) * h, n)

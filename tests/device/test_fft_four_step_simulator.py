@@ -202,3 +202,5 @@ def test_permute_filter(hermitian, h_real):
     launch_permute(h, hp, hermitian)
     k1, k2 = np.meshgrid(np.arange(n1), np.arange(n2), indexing="ij")
     np.testing.assert_array_equal(hp, full[k1 + n1 * k2])
+    launch_permute(h, hp, hermitian, 0, np.float64(0.25))  # a scale folded in
+    np.testing.assert_array_equal(hp, full[k1 + n1 * k2] * 0.25)

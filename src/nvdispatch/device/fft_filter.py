@@ -6,9 +6,10 @@ four-step convolution (:mod:`nvdispatch.device.fft_four_step`).
     row for all) or ``(rows, m)``, real or complex. One read and one write of ``y``. For the half-spectra of
     real signals of length ``real_n`` the products at ``k = 0`` and ``k = real_n / 2`` keep their real parts
     (what ``irfft`` reads there).
-``permute_filter(h, hp, n1, hermitian)``
-    ``hp[k1, k2] = H[k1 + n1 * k2]``: the filter in the order the four-step transform leaves the spectrum
-    (frequency ``k1 + n1 * k2`` at row ``k1``, column ``k2`` of an ``(n1, n2)`` array). ``H`` is ``h`` itself
+``permute_filter(h, hp, n1, hermitian, scale)``
+    ``hp[k1, k2] = H[k1 + n1 * k2] * scale`` (the convolution's ``1/n`` folded into the filter): the filter in
+    the order the four-step transform leaves the spectrum (frequency ``k1 + n1 * k2`` at row ``k1``, column
+    ``k2`` of an ``(n1, n2)`` array). ``H`` is ``h`` itself
     (``n`` values), or with ``hermitian`` the Hermitian completion of a real signal's half-spectrum filter
     (``n // 2 + 1`` values): ``H[k] = h[k]`` for ``k <= n // 2``, ``conj(h[n - k])`` above, and the real part
     of ``h`` at ``k = 0`` and ``k = n / 2``, whose imaginary parts ``irfft`` ignores. Convolving a complex
@@ -53,7 +54,7 @@ def multiply_by_filter(y, h, per_row, scale, real_n):
 
 
 @cuda.jit
-def permute_complex_filter(h, hp, n1, hermitian):
+def permute_complex_filter(h, hp, n1, hermitian, scale):
     q = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     n2 = hp.shape[1]
     if q < hp.shape[0] * n2:
@@ -62,17 +63,17 @@ def permute_complex_filter(h, hp, n1, hermitian):
         k = k1 + n1 * k2
         n = hp.shape[0] * n2
         if not hermitian:
-            hp[k1, k2] = h[k]
+            hp[k1, k2] = h[k] * scale
         elif 2 * k > n:
-            hp[k1, k2] = h[n - k].conjugate()
+            hp[k1, k2] = h[n - k].conjugate() * scale
         elif k == 0 or 2 * k == n:
-            hp[k1, k2] = h[k].real
+            hp[k1, k2] = h[k].real * scale
         else:
-            hp[k1, k2] = h[k]
+            hp[k1, k2] = h[k] * scale
 
 
 @cuda.jit
-def permute_real_filter(h, hp, n1, hermitian):
+def permute_real_filter(h, hp, n1, hermitian, scale):
     q = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     n2 = hp.shape[1]
     if q < hp.shape[0] * n2:
@@ -81,9 +82,9 @@ def permute_real_filter(h, hp, n1, hermitian):
         k = k1 + n1 * k2
         n = hp.shape[0] * n2
         if hermitian and 2 * k > n:
-            hp[k1, k2] = h[n - k]
+            hp[k1, k2] = h[n - k] * scale
         else:
-            hp[k1, k2] = h[k]
+            hp[k1, k2] = h[k] * scale
 
 
 def launch_multiply(y, h, per_row: bool, scale, stream=0, real_n: int = 0) -> None:
@@ -101,8 +102,11 @@ def permute_kernel(h_dtype) -> object:
     return permute_complex_filter if np.dtype(h_dtype).kind == "c" else permute_real_filter
 
 
-def launch_permute(h, hp, hermitian: bool, stream=0) -> None:
-    """Fill ``hp`` (``(n1, n2)``) from the 1-D filter ``h`` (see the module docstring)."""
+def launch_permute(h, hp, hermitian: bool, stream=0, scale=None) -> None:
+    """Fill ``hp`` (``(n1, n2)``) from the 1-D filter ``h`` times ``scale`` (see the module docstring; a NumPy
+    scalar of ``hp``'s real precision, 1 by default)."""
     n1, n2 = hp.shape
     total = n1 * n2
-    permute_kernel(h.dtype)[-(-total // _THREADS), _THREADS, stream](h, hp, n1, int(hermitian))
+    if scale is None:
+        scale = np.dtype(hp.dtype).type(0).real.dtype.type(1)
+    permute_kernel(h.dtype)[-(-total // _THREADS), _THREADS, stream](h, hp, n1, int(hermitian), scale)

@@ -12,10 +12,10 @@ permuted to, so it runs as:
    ``i1``, times the twiddle ``w^(k1 i2)``; stored as ``B[k1, i2]``, in the signal's own layout. A block
    loads a tile of adjacent columns through shared memory, so global reads and writes are coalesced.
 2. **middle pass** (:func:`nvdispatch.device.fft_callback_kernel.convolution_kernel`, one transform per row of
-   ``B``): FFT of length ``n2``, times ``Hp[k1, k2] = H[k1 + n1 * k2]`` (:func:`fft_filter.launch_permute`
-   lays the filter out so), inverse FFT, ``1/n2``; in place.
+   ``B``): FFT of length ``n2``, times ``Hp[k1, k2] = H[k1 + n1 * k2] / n`` (:func:`fft_filter.launch_permute`
+   lays the filter out so, the convolution's ``1/n`` folded in), inverse FFT; in place.
 3. **inverse column pass** (the same :class:`ColumnKernel`, inverse): times ``w^(-k1 i2)``, inverse FFT of
-   length ``n1`` over ``k1``, ``1/n1``; stored as the result.
+   length ``n1`` over ``k1``; stored as the result.
 
 Each pass reads and writes the signal once: **6 traversals** of memory (3 reads, 3 writes). For comparison
 (one traversal = the signal's bytes read or written once): the one-kernel convolution of lengths the
@@ -28,8 +28,8 @@ batch) and the half-spectrum filter is completed to a Hermitian one (:mod:`.fft_
 imaginary parts of the result are then the two rows' convolutions, ``irfft(rfft(x) * h, n)``. The passes
 move half the complex volume, so the count of traversals is the same.
 
-The column kernel is one per ``(n1, precision, tile)``; its direction, the packing of real signals, ``n2``
-and the scale are launch arguments, so forward and inverse passes, real and complex signals, and every
+The column kernel is one per ``(n1, precision, tile)``; its direction, the packing of real signals and ``n2``
+are launch arguments, so forward and inverse passes, real and complex signals, and every
 ``n2`` share one compiled kernel.
 """
 
@@ -241,8 +241,8 @@ def generate_column_source(spec: ColumnSpec) -> str:
 
     Arguments: ``src_c``/``src_r`` (complex / real source, ``(signals, n)`` / ``(rows_r, n)``), ``dst_c``/
     ``dst_r`` (likewise), ``n2``, ``tiles`` (``n2 // columns``), ``inverse``, ``real_in`` (two real rows per
-    signal are read), ``real_out`` (two real rows are written), ``rows_r`` (rows of the real array),
-    ``scale`` (inverse only) and ``step`` (``2 / n``). Block ``b`` transforms columns
+    signal are read), ``real_out`` (two real rows are written), ``rows_r`` (rows of the real array) and
+    ``step`` (``2 / n``). The inverse is unnormalised. Block ``b`` transforms columns
     ``(b % tiles) * columns + threadIdx.y`` of signal ``b // tiles``.
     """
     e, threads, columns = spec.elements_per_thread, spec.threads_per_column, spec.columns
@@ -299,8 +299,7 @@ def generate_column_source(spec: ColumnSpec) -> str:
     w("FFT(thread_data, shared_mem)")
     w.block("if inverse:")
     for i in range(e):
-        w(f"tdf[{2 * i}] = tdf[{2 * i}] * scale")
-        w(f"tdf[{2 * i + 1}] = -tdf[{2 * i + 1}] * scale")
+        w(f"tdf[{2 * i + 1}] = -tdf[{2 * i + 1}]")
     w.end()
     w.block("else:")
     for i in range(e):
@@ -337,7 +336,7 @@ def generate_column_source(spec: ColumnSpec) -> str:
         for i in range(e):
             w(f"dst_c[sig, (t + {i * threads}) * n2 + col] = thread_data[{i}]")
         w.end()
-    params = "src_c, src_r, dst_c, dst_r, n2, tiles, inverse, real_in, real_out, rows_r, scale, step"
+    params = "src_c, src_r, dst_c, dst_r, n2, tiles, inverse, real_in, real_out, rows_r, step"
     return f"def {KERNEL_NAME}({params}):\n" + "\n".join(w.lines) + "\n"
 
 
@@ -388,7 +387,7 @@ class ColumnKernel:
         r2 = types.Array(from_dtype(np.dtype(self._real)), 2, "C")
         real = from_dtype(np.dtype(self._real))
         i64 = types.int64
-        return (c2, r2, c2, r2, i64, i64, i64, i64, i64, i64, real, real)
+        return (c2, r2, c2, r2, i64, i64, i64, i64, i64, i64, real)
 
     def compile(self) -> None:
         """Compile now (at plan time) for the only argument types the launches use; a tile beyond 48 KiB
@@ -410,7 +409,6 @@ class ColumnKernel:
         real_in: bool,
         real_out: bool,
         rows_r: int,
-        scale: float,
         step: float,
         stream=0,
     ) -> None:
@@ -430,7 +428,6 @@ class ColumnKernel:
             int(real_in),
             int(real_out),
             rows_r,
-            real(scale),
             real(step),
         )
 
@@ -478,7 +475,7 @@ class FourStepConvolution:
                 precision,
                 "forward",
                 self.n2,
-                scale=1.0 / self.n2,
+                scale=1.0,
                 convolve=True,
                 elements_per_thread=ept,
                 ffts_per_block=fpb,
@@ -506,7 +503,8 @@ class FourStepConvolution:
         self.column.compile()
         self.middle.compile((c2, c2, c2))
         h1 = types.Array(from_dtype(np.dtype(h_dtype)), 1, "C")
-        permute_kernel(h_dtype).compile((h1, c2, types.int64, types.int64))
+        real = from_dtype(np.dtype(self.precision))
+        permute_kernel(h_dtype).compile((h1, c2, types.int64, types.int64, real))
 
     def launch(self, x, out, h, work, hp, dummy_real, stream=0) -> None:
         """Queue the convolution of ``x`` with ``h`` into ``out``. ``work``/``hp``: arrays of
@@ -518,7 +516,7 @@ class FourStepConvolution:
             return
         n, n2 = self.n, self.n2
         step = 2.0 / n
-        launch_permute(h, hp, self.real_signal, stream)
+        launch_permute(h, hp, self.real_signal, stream, np.dtype(self.precision).type(1.0 / n))
         real = self.real_signal
         self.column.launch(
             work if real else x,
@@ -531,7 +529,6 @@ class FourStepConvolution:
             real_in=real,
             real_out=False,
             rows_r=rows,
-            scale=1.0,
             step=step,
             stream=stream,
         )
@@ -548,7 +545,6 @@ class FourStepConvolution:
             real_in=False,
             real_out=real,
             rows_r=rows,
-            scale=1.0 / self.n1,
             step=step,
             stream=stream,
         )
@@ -559,14 +555,14 @@ class FourStepConvolution:
         return (
             f"four-step split n={self.n} = {self.n1} x {self.n2}"
             + (" (two real rows packed into one complex signal, Hermitian filter)" if self.real_signal else ""),
-            f"permute h into the four-step order (an ({self.n1}, {self.n2}) array)",
+            f"permute h into the four-step order (an ({self.n1}, {self.n2}) array), times 1/{self.n}",
             f"column pass: FFT n1={self.n1} over {c.columns} adjacent columns a block "
             f"({f.elements_per_thread} elements/thread, {where}), "
             f"twiddles, coalesced store",
-            f"middle pass: one kernel per row of n2={self.n2}: FFT -> multiply by the permuted h -> inverse FFT -> "
-            f"1/{self.n2}, in place ({self.middle.first.elements_per_thread} elements/thread, "
+            f"middle pass: one kernel per row of n2={self.n2}: FFT -> multiply by the permuted h -> inverse FFT, "
+            f"in place ({self.middle.first.elements_per_thread} elements/thread, "
             f"{self.middle.ffts_per_block} FFTs/block)",
-            f"inverse column pass: conjugate twiddles, inverse FFT n1={self.n1}, 1/{self.n1}, store the result",
+            f"inverse column pass: conjugate twiddles, inverse FFT n1={self.n1}, store the result",
             f"{TRAVERSALS} traversals of the signal's memory (3 reads, 3 writes)",
         )
 

@@ -430,7 +430,7 @@ class FusedConvolvePlan:
             p.real_dtype,
             "forward",
             p.shape[-1],
-            scale=1.0 / n,
+            scale=1.0 if pairs else 1.0 / n,  # pairs: 1/n is folded into the completed filter
             convolve=True,
             filter_per_row=self.per_row,
             elements_per_thread=elements_per_thread,
@@ -452,21 +452,22 @@ class FusedConvolvePlan:
                 self.kernel.compile(argtypes)
                 if pairs:
                     h1 = types.Array(from_dtype(np.dtype(problem.filter.dtype)), 1, "C")
-                    permute_kernel(problem.filter.dtype).compile((h1, argtypes[2], types.int64, types.int64))
+                    real = from_dtype(np.dtype(p.real_dtype))
+                    permute_kernel(problem.filter.dtype).compile((h1, argtypes[2], types.int64, types.int64, real))
         except Exception as exc:  # noqa: BLE001
             raise CallbackError("h", "a filter the generated convolution kernel compiles for", str(exc)) from exc
         self._streams = NumbaStreams()
         F = self.kernel.first
         pair_steps = (
-            f"complete h to a Hermitian filter of {n} values (two real rows x[2r] + i x[2r+1] are one complex "
-            "signal: the real and imaginary parts of its convolution are the two rows')",
+            f"complete h to a Hermitian filter of {n} values, times 1/{n} (two real rows x[2r] + i x[2r+1] are one "
+            "complex signal: the real and imaginary parts of its convolution are the two rows')",
         )
         kind = "c2c (two real rows a transform)" if pairs else p.kind
         self.steps = (
             *(pair_steps if pairs else ()),
             f"one generated Numba kernel per call: load x -> block {kind} FFT n={n} -> multiply by h "
             f"({'one row per signal' if self.per_row else 'one row for all'}) in registers -> block "
-            f"{self.kernel.second.fft_type} inverse FFT -> scale 1/{n} -> store "
+            f"{self.kernel.second.fft_type} inverse FFT -> {'' if pairs else f'scale 1/{n} -> '}store "
             f"({F.elements_per_thread} elements/thread, {F.ffts_per_block} FFTs/block)",
             f"grid {self.kernel.grid(self.rows)} x block {self.kernel.block_dim}, "
             f"{self.kernel.shared_memory_size} B shared memory, on the caller's stream",
@@ -494,7 +495,8 @@ class FusedConvolvePlan:
                 n = p.lengths[0]
                 scratch = memory.scratch(n * self.complex_dtype.itemsize, fw, self.device_index, s)
                 hv = raw_view(scratch.ptr, (1, n), self.complex_dtype, scratch)
-                launch_permute(numba_view(h, fw, (self.n_mid,)), hv, True, ns)
+                scale = np.dtype(p.real_dtype).type(1.0 / n)
+                launch_permute(numba_view(h, fw, (self.n_mid,)), hv, True, ns, scale)
             else:
                 hv = numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
             self.kernel.launch(xv, ov, hv, (), (), ns)
