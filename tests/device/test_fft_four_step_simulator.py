@@ -145,6 +145,11 @@ def test_column_source_has_one_fft_and_both_directions():
     assert "if inverse:" in src and "if real_in:" in src and "if real_out:" in src
     assert src.count("cuda.syncthreads()") == 4  # tile in, before the FFT, tile out (twice)
     assert "cuda.syncthreads()" not in generate_column_source(ColumnSpec(8, "float32", 8, 4))
+    # twiddles: a sincospi every TWIDDLE_EXACT_EVERY slots and one for the rotation, per direction
+    from nvdispatch.device.fft_four_step import TWIDDLE_EXACT_EVERY
+
+    thread = generate_column_source(ColumnSpec(16, "float32", 16, 128))
+    assert thread.count("SINCOSPI") == 2 * (1 + 16 // TWIDDLE_EXACT_EVERY) < 16
 
 
 def test_bad_configurations_are_refused():

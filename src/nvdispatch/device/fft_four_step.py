@@ -221,19 +221,31 @@ class _Source:
         self.depth -= 1
 
 
-def _twiddle(w: _Source, i: int, k: str, inverse: bool) -> None:
-    """Multiply slot ``i`` (index ``k`` along the column, column ``col``) by ``w^(k col)`` (forward), or
-    conjugate it and multiply by ``w^(k col)`` (inverse: ``conj(v * w^(-k col))``, the conjugation trick)."""
-    w(f"ang = REAL({k} * col) * step")
-    w("sn, cs = SINCOSPI(ang)")
-    w(f"vr = tdf[{2 * i}]")
-    w(f"vi = tdf[{2 * i + 1}]")
-    if inverse:
-        w(f"tdf[{2 * i}] = vr * cs - vi * sn")
-        w(f"tdf[{2 * i + 1}] = -(vr * sn + vi * cs)")
-    else:
-        w(f"tdf[{2 * i}] = vr * cs + vi * sn")
-        w(f"tdf[{2 * i + 1}] = vi * cs - vr * sn")
+#: The column pass computes the twiddle of every this many slots with a sincospi; the slots between rotate the
+#: previous one by ``w^(threads col)`` (two sincospi and a few multiplies instead of one sincospi a slot)
+TWIDDLE_EXACT_EVERY = 4
+
+
+def _twiddles(w: _Source, elements: int, threads: int, inverse: bool) -> None:
+    """Multiply every slot ``i`` (index ``k = t + i * threads`` along the column, column ``col``) by
+    ``w^(k col)`` (forward), or conjugate it and multiply by ``w^(k col)`` (inverse: ``conj(v * w^(-k col))``,
+    the conjugation trick). ``(cs, sn)`` is ``(cos, sin)`` of ``pi * k * col * step``: exact every
+    :data:`TWIDDLE_EXACT_EVERY` slots, else the previous slot's rotated by the angle of ``threads`` rows."""
+    if elements > 1 and TWIDDLE_EXACT_EVERY > 1:
+        w(f"rs, rc = SINCOSPI(REAL({threads} * col) * step)")
+    for i in range(elements):
+        if i % TWIDDLE_EXACT_EVERY == 0:
+            w(f"sn, cs = SINCOSPI(REAL((t + {i * threads}) * col) * step)")
+        else:
+            w("cs, sn = cs * rc - sn * rs, sn * rc + cs * rs")
+        w(f"vr = tdf[{2 * i}]")
+        w(f"vi = tdf[{2 * i + 1}]")
+        if inverse:
+            w(f"tdf[{2 * i}] = vr * cs - vi * sn")
+            w(f"tdf[{2 * i + 1}] = -(vr * sn + vi * cs)")
+        else:
+            w(f"tdf[{2 * i}] = vr * cs + vi * sn")
+            w(f"tdf[{2 * i + 1}] = vi * cs - vr * sn")
 
 
 def generate_column_source(spec: ColumnSpec) -> str:
@@ -291,8 +303,7 @@ def generate_column_source(spec: ColumnSpec) -> str:
             w(f"thread_data[{i}] = src_c[sig, (t + {i * threads}) * n2 + col]")
         w.end()
     w.block("if inverse:")
-    for i in range(e):
-        _twiddle(w, i, f"(t + {i * threads})", inverse=True)
+    _twiddles(w, e, threads, inverse=True)
     w.end()
     if tile:
         w("cuda.syncthreads()")  # the FFT's exchanges reuse the tile's memory
@@ -302,8 +313,7 @@ def generate_column_source(spec: ColumnSpec) -> str:
         w(f"tdf[{2 * i + 1}] = -tdf[{2 * i + 1}]")
     w.end()
     w.block("else:")
-    for i in range(e):
-        _twiddle(w, i, f"(t + {i * threads})", inverse=False)
+    _twiddles(w, e, threads, inverse=False)
     w.end()
     if tile:
         w("cuda.syncthreads()")
