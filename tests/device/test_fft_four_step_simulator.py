@@ -136,7 +136,7 @@ def test_variants_start_with_the_default_and_widen_the_tiles():
     assert column_specs(16, 1024, "float32") == [column_spec(16, 1024, "float32")]  # a thread per column
     assert four_step_variants(11 * 4096, "float32") == []
     assert variants[1].label == "1024x1024 cols 16x16"
-    assert FourStepVariant((8, 8), ColumnSpec(8, "float32", 4, 2, 3), (4, 2, 5)).label == "8x8 cols 4x2/3 rows 4x2x5"
+    assert FourStepVariant((8, 8), ColumnSpec(8, "float32", 4, 2), (4, 2)).label == "8x8 cols 4x2 rows 4x2"
 
 
 def test_column_source_has_one_fft_and_both_directions():

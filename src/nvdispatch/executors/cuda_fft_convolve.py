@@ -404,7 +404,6 @@ class FusedConvolvePlan:
         strategy: str,
         elements_per_thread: int | str = "suggested",
         ffts_per_block: int | str = "suggested",
-        min_blocks: int = 0,
         pairs: bool = False,
     ):
         from numba.cuda import types
@@ -435,7 +434,6 @@ class FusedConvolvePlan:
             filter_per_row=self.per_row,
             elements_per_thread=elements_per_thread,
             ffts_per_block=ffts_per_block,
-            min_blocks=min_blocks,
             pairs=pairs,
         )
         self.spec = spec
