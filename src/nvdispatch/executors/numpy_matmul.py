@@ -119,8 +119,8 @@ def engine_plan(problem: MatmulProblem, engine: str):
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
     if strategy in ("native", "framework_fused"):
         made = engines.plan(problem, "blas" if strategy == "native" else "torch")
-    elif strategy == "inplace" and _inplace_engine(problem, tuning) == "panels":
-        made = PanelPlan(problem, tuning)
+    elif strategy == "inplace" and (inplace := _inplace_engine(problem, tuning)) != "ufunc":
+        made = PanelPlan(problem, tuning) if inplace == "panels" else engines.plan(problem, inplace)
     else:
         made = _inplace_pass(problem, strategy, tuning)
     if strategy != "plain" and problem.m * problem.n * problem.k:
@@ -131,11 +131,11 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
 
 
 def _inplace_engine(problem: MatmulProblem, tuning) -> str:
-    """``panels`` or ``ufunc`` (this module's pass) for strategy ``inplace``: as a loaded tuning says, else
-    whichever the ranking puts first."""
+    """``sweep``, ``panels`` or ``ufunc`` (this module's pass) for strategy ``inplace``: as a loaded tuning says
+    (``sweep`` has no knobs), else whichever the ranking puts first."""
     if tuning:
         return "panels" if "panel_bytes" in tuning else "ufunc"
-    return next(e for e in engine_choice(problem).order if e in ("panels", "ufunc"))
+    return next(e for e in engine_choice(problem).order if engines.STRATEGY_OF[e] == "inplace")
 
 
 def _inplace_pass(problem: MatmulProblem, strategy: str, tuning):

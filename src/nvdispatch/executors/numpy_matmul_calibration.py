@@ -76,9 +76,9 @@ _ROUNDS = 5
 _BLOCK_ROUNDS = 9
 _MIN_BLOCK_ROUNDS = 4
 _BLOCK_SECONDS = 0.2
-#: the engines in the order taken where a class is not measured: the whole-result product and in-place
-#: epilog first (the BLAS's own threading, one extra pass over the result: never far from a bare product)
-DEFAULT_PREFERENCE = ("ufunc", "blas", "panels", "torch")
+#: the engines in the order taken where a class is not measured: the whole-result product (the BLAS's own
+#: threading) and one pass over the result first, never far from a bare product: the compiled sweep, else ufuncs
+DEFAULT_PREFERENCE = ("sweep", "ufunc", "blas", "panels", "torch")
 _SECTION, _PENDING = "matmul", "matmul_pending"
 _CPUS = CPUS
 _log = logging.getLogger("nvdispatch")
