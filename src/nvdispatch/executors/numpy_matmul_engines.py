@@ -42,7 +42,16 @@ from .._compiled import hotpath
 from .._epilog_numpy import NumpyEpilogOps
 from .._matmul_problem import MatmulProblem, scalar_value
 
-__all__ = ["ENGINES", "STRATEGY_OF", "available", "applicable", "EnginePlan"]
+__all__ = [
+    "ENGINES",
+    "STRATEGY_OF",
+    "SWEEP_ACTIVATIONS",
+    "available",
+    "applicable",
+    "EnginePlan",
+    "sweep_kernel",
+    "swept",
+]
 
 #: every engine, and the strategy each serves
 STRATEGY_OF = {
@@ -58,7 +67,7 @@ _ACTIVATIONS = {"relu": _OPS.relu_, "gelu": _OPS.gelu_}
 _LINEAR_STEPS = {(): None, ("add_bias",): None, ("relu",): "relu", ("gelu",): "gelu"}
 _LINEAR_STEPS.update({("add_bias", "relu"): "relu", ("add_bias", "gelu"): "gelu"})
 #: the activations and dtypes the compiled sweep handles
-_SWEEP_ACTIVATIONS = (None, "relu")
+SWEEP_ACTIVATIONS = (None, "relu")
 _SWEEP_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -67,7 +76,7 @@ def available() -> tuple[str, ...]:
     is installed, Torch's where the process has imported Torch (importing it costs seconds and a second thread
     pool: nvdispatch never does so just to try an engine)."""
     have = ["ufunc", "panels"]
-    if _sweep_kernel() is not None:
+    if sweep_kernel() is not None:
         have.append("sweep")
     if _installed("scipy"):
         have.append("blas")
@@ -76,7 +85,7 @@ def available() -> tuple[str, ...]:
     return tuple(have)
 
 
-def _sweep_kernel():
+def sweep_kernel():
     """The compiled bias + activation sweep (``_hotpath.bias_activation``), or None where it is not built."""
     return getattr(hotpath(), "bias_activation", None)
 
@@ -107,7 +116,7 @@ def applicable(problem: MatmulProblem) -> tuple[str, ...]:
     if p.m * p.n * p.k == 0:
         return ("ufunc",)  # nothing to multiply: BLAS and Torch add nothing but checks
     two_d = not p.batch_shape or all(d == 1 for d in p.batch_shape)
-    sweeps = _LINEAR_STEPS[tuple(p.epilog.steps)] in _SWEEP_ACTIVATIONS
+    sweeps = _LINEAR_STEPS[tuple(p.epilog.steps)] in SWEEP_ACTIVATIONS
     # (``panels``: 2-D, as BLAS and Torch; ``sweep``: any batch, for the activations it applies)
     return tuple(e for e in available() if e == "ufunc" or (e == "sweep" and sweeps) or (two_d and e != "sweep"))
 
@@ -139,7 +148,7 @@ class EnginePlan:
 
             self.torch = torch
         elif engine == "sweep":
-            self.sweep = _sweep_kernel()
+            self.sweep = sweep_kernel()
         # the Plan protocol's direct call (alpha 1, no c, the caller's arrays): direct(a, b[, bias])
         plain_2d = problem.c is None and not problem.a_vector and not problem.b_vector and len(self.shape) == 2
         self.direct = None
@@ -229,14 +238,14 @@ class EnginePlan:
             np.multiply(out, alpha, out=out, casting="unsafe")
         if c is not None and beta != 0:
             np.add(out, c if beta == 1 else np.multiply(c, beta), out=out, casting="unsafe")
-        return _swept(self.sweep, out, bias, self.activation == "relu")
+        return swept(self.sweep, out, bias, self.activation == "relu")
 
     def _sweep_direct(self, dtype: np.dtype, activation: str | None):
         """The ``sweep`` engine's hot path for ``act(a @ b + bias)``: the product, then one compiled sweep."""
         matmul, sweep, relu = np.matmul, self.sweep, activation == "relu"
 
         def direct(a, b, bias):
-            return _swept(sweep, matmul(a, b), bias, relu)
+            return swept(sweep, matmul(a, b), bias, relu)
 
         return direct
 
@@ -312,7 +321,7 @@ def _ufunc_direct(dtype: np.dtype, activation: str | None):
     return direct
 
 
-def _swept(sweep, out: np.ndarray, bias, relu: bool) -> np.ndarray:
+def swept(sweep, out: np.ndarray, bias, relu: bool) -> np.ndarray:
     """``out`` with ``act(out + bias)`` applied in place by the compiled sweep (``out`` C-contiguous float32 or
     float64; bias None or ``n`` values of its dtype in any shape), by NumPy's in-place ufuncs where the sweep
     cannot read the arrays as they are (another layout, dtype or bias size)."""
