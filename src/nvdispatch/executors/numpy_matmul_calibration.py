@@ -79,6 +79,8 @@ _ROUNDS = 5
 _BLOCK_ROUNDS = 9
 _MIN_BLOCK_ROUNDS = 4
 _BLOCK_SECONDS = 0.2
+#: ... split into this many blocks per candidate, the candidates' blocks in turns
+_BLOCK_PASSES = 3
 #: the engines in the order taken where a class is not measured: the whole-result product (the BLAS's own
 #: threading) and one pass over the result first, never far from a bare product; the compiled sweep ahead of
 #: the ufuncs only where the result outgrows a core's private cache (or SWEEP_FIRST_BYTES where its size is
@@ -379,10 +381,11 @@ def seconds_per_call(fn: Callable, n: int) -> float:
 def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> dict[str, float]:
     """Seconds per call of each candidate engine on ``rep``-shaped synthetic operands (see the module notes)."""
     ops = _operands(rep)
-    calls, reps, runs, own_threads = {}, {}, {}, 1
+    calls, reps, runs, threaded = {}, {}, {}, set()
     for name in candidates:
         plan = make_plan(rep, name)
-        own_threads = max(own_threads, getattr(plan, "own_threads", 1))
+        if getattr(plan, "own_threads", 1) > 1:
+            threaded.add(name)
         fn = _hot_call(plan, ops)
         t0 = time.perf_counter()
         fn()  # warm-up (and first-touch of the output pages)
@@ -390,14 +393,18 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
         calls[name], reps[name] = fn, max(1, min(2000, int(_ROUND_SECONDS / once)))
         runs[name] = max(_MIN_BLOCK_ROUNDS, min(_BLOCK_ROUNDS, int(_BLOCK_SECONDS / (once * reps[name]))))
     samples: dict[str, list[float]] = {name: [] for name in candidates}
-    if own_threads > 1:
+    if threaded:
         # an engine running its own threads would share the cores with the BLAS workers the engine timed before
-        # it left spinning: time each candidate in a block of its own, after they have gone to sleep ...
-        for name in candidates:
-            blas_threads.let_workers_sleep()
-            calls[name]()
-            for _ in range(runs[name]):
-                samples[name].append(seconds_per_call(calls[name], reps[name]))
+        # it left spinning: time each candidate in blocks of its own, those engines after the workers have gone
+        # to sleep (a block per candidate in each of a few passes, in turns: a burst of other load spoils one
+        # block, not a ranking) ...
+        for turn in range(_BLOCK_PASSES):
+            for name in candidates if turn % 2 == 0 else reversed(candidates):
+                if name in threaded:
+                    blas_threads.let_workers_sleep()
+                calls[name]()
+                for _ in range(-(-runs[name] // _BLOCK_PASSES)):
+                    samples[name].append(seconds_per_call(calls[name], reps[name]))
         # ... and each call right after a bare product, as in a program mixing them; the slower setting counts
         a, b = ops["a"], ops["b"]
         after: dict[str, list[float]] = {name: [] for name in candidates}
@@ -405,7 +412,9 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
             for name in candidates:
                 np.matmul(a, b)
                 after[name].append(seconds_per_call(calls[name], 1))
-        return {name: max(min(samples[name]), min(after[name])) for name in candidates}
+        settled, mixed = ({name: min(v[name]) for name in candidates} for v in (samples, after))
+        _log.debug("numpy matmul calibration, settled %s, right after a product %s", settled, mixed)
+        return {name: max(settled[name], mixed[name]) for name in candidates}
     for _ in range(_ROUNDS):
         for name in candidates:
             samples[name].append(seconds_per_call(calls[name], reps[name]))
