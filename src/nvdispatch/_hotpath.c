@@ -446,7 +446,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "nvdispatch._hotpath",
-    "nvdispatch's compiled hot paths: matmul's cached hit, the cuBLASLt launch.", -1, methods,
+    "nvdispatch's compiled hot paths: matmul's cached hit, the cuBLASLt launch, the CPU epilog sweep.", -1,
+    methods,
 };
 
 PyMODINIT_FUNC

@@ -1,9 +1,10 @@
 """Matmul with fused epilogs on the CPU through NumPy.
 
 Strategy ``inplace``: the product into the result, then ``alpha``/``beta * c`` and the epilog in place, in
-one of two ways as calibrated per problem class: this module's pass (one ``np.matmul``, then the epilog block
-of rows by block of rows, every epilog) or, for linear layers, the row panels of ``numpy_matmul_panels`` (each
-panel of rows multiplied and finished at once while in cache). No full-size temporary is made beyond what the
+one of three ways as calibrated per problem class: this module's pass (one ``np.matmul``, then the epilog block
+of rows by block of rows, every epilog) or, for linear layers, the compiled sweep of ``numpy_matmul_engines``
+(one ``np.matmul``, then bias and RELU in one pass) or the row panels of ``numpy_matmul_panels`` (each panel of
+rows multiplied and finished at once while in cache). No full-size temporary is made beyond what the
 epilog must return (aux outputs). Strategy ``plain``: separate NumPy expressions, as a user would write them.
 The other strategies' engines are in ``numpy_matmul_engines``; which strategy is the default is the
 calibration's call (``numpy_matmul_calibration``).
