@@ -1,0 +1,192 @@
+"""One memory pass for the backward of a hidden layer: the activation's derivative applied to a GEMM's result, and
+the column sums of what comes out (the layer's bias gradient), on bfloat16 rows.
+
+A layer ``h = act(z)``, ``z = x @ W + b``: from ``g = dh`` (the GEMM ``dz_above @ W_above``), ``dz = g * act'(z)``
+and ``db = dz.sum(axis=0)``. Computed apart these are two passes over ``(m, n)`` (the elementwise op, then a
+reduction, or a GEMM epilogue that reduces); here each thread of a block reads its rows of ``g`` and of the
+saved tensor once, writes ``dz`` and keeps running column sums in registers; the blocks' sums (one row of
+``partials`` per block of rows) are added in a fixed order by a second, small kernel, so the result does not
+depend on scheduling. Three forms (``kind``):
+
+``"relu"``
+    ``dz = g`` where the saved output ``h = relu(z)`` is positive, else 0 (bit-exact: no rounding);
+``"gelu"``
+    ``dz = g * gelu'(z)`` from the saved pre-activation ``z`` (the tanh approximation), in float32, rounded to
+    bfloat16 to nearest even;
+``"none"``
+    no derivative: only the column sums of ``g`` (nothing written).
+
+Operands are bfloat16 bit patterns, C-contiguous, ``n`` a multiple of 4, presented as int64 arrays of shape
+``(m, n // 4)`` (four values per element, read and written 8 bytes at a time); the column sums are float32
+internally and returned as bfloat16 bits in an int16 array of ``n`` elements. Column sums are those of the rounded
+``dz`` (what a framework summing the bfloat16 tensor gets), accumulated in float32.
+
+The kernels run on the GPU and, for tests, under Numba's CUDA simulator (bit casts through NumPy there,
+libdevice on the GPU).
+
+Examples
+--------
+>>> import numpy as np
+>>> from nvdispatch.device.activation_grad import bf16_bits, bf16_values
+>>> bits = bf16_bits(np.array([1.0, -2.5, 0.0, 3.140625], np.float32))
+>>> bf16_values(bits).tolist()
+[1.0, -2.5, 0.0, 3.140625]
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from .simulator_compat import simulator_active
+
+cuda = None  # numba.cuda, imported when the kernels are first built
+
+__all__ = ["KINDS", "ROWS_PER_BLOCK", "THREADS", "bf16_bits", "bf16_values", "kernels", "launch_shape", "launch"]
+
+KINDS = ("relu", "gelu", "none")
+#: rows of the input each block walks (its column sums are one row of ``partials``)
+ROWS_PER_BLOCK = 64
+#: threads per block (each owns four adjacent columns)
+THREADS = 128
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_KAPPA = 0.044715
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Host helper: bfloat16 bit patterns (uint16) of float32 ``x``, rounded to nearest even."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, np.uint16(0x7FC0), rounded)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """Host helper: float32 values of bfloat16 bit patterns ``bits`` (any 16-bit integer dtype)."""
+    return (np.asarray(bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def launch_shape(m: int, n: int) -> tuple[tuple[int, int], int, int]:
+    """``(grid, threads, partial rows)`` of the first kernel for an ``(m, n)`` problem."""
+    quads = n // 4
+    row_blocks = -(-m // ROWS_PER_BLOCK)
+    return (-(-quads // THREADS), row_blocks), THREADS, row_blocks
+
+
+@functools.cache
+def _bit_casts():
+    if simulator_active():
+
+        def as_float(i):
+            return np.array(i, np.int64).astype(np.int32).view(np.float32)[()]
+
+        def as_int(f):
+            return int(np.array(f, np.float32).view(np.int32)[()])
+
+        return as_float, as_int
+    from numba.cuda import libdevice
+
+    return libdevice.int_as_float, libdevice.float_as_int
+
+
+@functools.cache
+def kernels(kind: str):
+    """``(pass kernel, sums kernel)`` for ``kind`` (compiled by Numba on first launch)."""
+    global cuda  # the simulator swaps the module global ``cuda`` inside kernels: they must read it as one
+    from numba import cuda, float32, int32, int64
+
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    as_float_, as_int_ = _bit_casts()
+    as_float = cuda.jit(device=True)(as_float_) if simulator_active() else as_float_
+    as_int = cuda.jit(device=True)(as_int_) if simulator_active() else as_int_
+    relu, gelu = kind == "relu", kind == "gelu"
+    beta, kappa = float32(_SQRT_2_OVER_PI), float32(_KAPPA)
+    rows_per_block = ROWS_PER_BLOCK
+
+    @cuda.jit(device=True)
+    def value(lane):  # bf16 bits (0..0xFFFF) -> float32
+        f = as_float(int32((lane & 0x7FFF) << 16))
+        return -f if lane & 0x8000 else f
+
+    @cuda.jit(device=True)
+    def bits(f):  # float32 -> bf16 bits, nearest even
+        u = int64(as_int(f)) & 0xFFFFFFFF
+        if (u & 0x7FFFFFFF) > 0x7F800000:
+            return int64(0x7FC0)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+    @cuda.jit(device=True)
+    def gelu_grad(g, z):
+        z2 = z * z
+        t = math.tanh(beta * (z + kappa * z2 * z))
+        return g * (float32(0.5) * (float32(1.0) + t) + float32(0.5) * z * (float32(1.0) - t * t) * beta *
+                    (float32(1.0) + float32(3.0) * kappa * z2))  # fmt: skip
+
+    @cuda.jit
+    def column_pass(g, saved, dz, partials):
+        q = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if q >= g.shape[1]:
+            return
+        r0 = cuda.blockIdx.y * rows_per_block
+        r1 = min(r0 + rows_per_block, g.shape[0])
+        s0 = float32(0.0)
+        s1 = float32(0.0)
+        s2 = float32(0.0)
+        s3 = float32(0.0)
+        for r in range(r0, r1):
+            gv = int64(g[r, q])
+            if relu:
+                hv = int64(saved[r, q])
+                keep = int64(0)
+                for k in range(4):
+                    hb = (hv >> (16 * k)) & 0xFFFF
+                    if hb != 0 and hb < 0x7F81:  # h > 0 (h = relu(z) is never negative)
+                        keep |= int64(0xFFFF) << (16 * k)
+                gv = gv & keep
+                dz[r, q] = gv
+            elif gelu:
+                zv = int64(saved[r, q])
+                out = int64(0)
+                for k in range(4):
+                    lane = bits(gelu_grad(value((gv >> (16 * k)) & 0xFFFF), value((zv >> (16 * k)) & 0xFFFF)))
+                    out |= (lane - 0x10000 if (k == 3 and lane & 0x8000) else lane) << (16 * k)
+                gv = out
+                dz[r, q] = gv
+            s0 += value(gv & 0xFFFF)
+            s1 += value((gv >> 16) & 0xFFFF)
+            s2 += value((gv >> 32) & 0xFFFF)
+            s3 += value((gv >> 48) & 0xFFFF)
+        row = cuda.blockIdx.y
+        partials[row, 4 * q] = s0
+        partials[row, 4 * q + 1] = s1
+        partials[row, 4 * q + 2] = s2
+        partials[row, 4 * q + 3] = s3
+
+    @cuda.jit
+    def column_sums(partials, out):
+        j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if j >= out.shape[0]:
+            return
+        s = float32(0.0)
+        for r in range(partials.shape[0]):
+            s += partials[r, j]
+        b = bits(s)
+        out[j] = b - 0x10000 if b & 0x8000 else b
+
+    return column_pass, column_sums
+
+
+def launch(kind: str, g, saved, dz, partials, sums, stream) -> None:
+    """Queue the pass of ``kind`` and the column sums on Numba stream ``stream``: ``g``, ``saved``, ``dz`` int64
+    device arrays ``(m, n // 4)`` (``saved``/``dz`` ignored for ``"none"``; pass ``g``), ``partials`` a float32
+    scratch array of :func:`launch_shape`'s ``partial rows`` by ``n``, ``sums`` an int16 array of ``n``."""
+    column_pass, column_sums = kernels(kind)
+    m, quads = g.shape
+    grid, threads, _ = launch_shape(m, 4 * quads)
+    column_pass[grid, threads, stream](g, saved, dz, partials)
+    n = 4 * quads
+    column_sums[-(-n // 256), 256, stream](partials, sums)
