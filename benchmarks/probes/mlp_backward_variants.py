@@ -1,3 +1,4 @@
+# ruff: noqa: B023 - the closures are timed at once, inside the loop
 """GPU probe (not a benchmark of record): per-kernel times of the backward variants of one 4096-wide bf16 MLP
 layer (batch 8192): plain / DRELU / DRELU_BGRAD / DGELU / DGELU_BGRAD GEMMs, BGRADA vs plain wgrad, Torch's
 elementwise ops, and nvdispatch.device.activation_grad's one-pass kernels. Prints a table; usage:
@@ -99,7 +100,7 @@ try:
     torch.cuda.synchronize()
     ref = torch.ops.aten.gelu_backward(dz.float(), zd.float(), approximate="tanh")
     print("gelu check", float((out.float() - ref).abs().max()), float((sums.float() - ref.sum(0)).abs().max()))
-except Exception as exc:  # noqa: BLE001
+except Exception:  # noqa: BLE001
     import traceback
     traceback.print_exc()
 if args.autotune:
