@@ -126,40 +126,60 @@ def kernels(kind: str):
         return g * (float32(0.5) * (float32(1.0) + t) + float32(0.5) * z * (float32(1.0) - t * t) * beta *
                     (float32(1.0) + float32(3.0) * kappa * z2))  # fmt: skip
 
+    @cuda.jit(device=True)
+    def derive(gv, sv):  # four lanes of dz from four lanes of g and of the saved tensor
+        if relu:
+            keep = int64(0)
+            for k in range(4):
+                hb = (sv >> (16 * k)) & 0xFFFF
+                if hb != 0 and hb < 0x7F81:  # h > 0 (h = relu(z) is never negative)
+                    keep |= int64(0xFFFF) << (16 * k)
+            return gv & keep
+        if gelu:
+            out = int64(0)
+            for k in range(4):
+                lane = bits(gelu_grad(value((gv >> (16 * k)) & 0xFFFF), value((sv >> (16 * k)) & 0xFFFF)))
+                out |= (lane - 0x10000 if (k == 3 and lane & 0x8000) else lane) << (16 * k)
+            return out
+        return gv
+
+    @cuda.jit(device=True)
+    def lane(v, k):
+        return value((v >> (16 * k)) & 0xFFFF)
+
     @cuda.jit
     def column_pass(g, saved, dz, partials):
         q = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         if q >= g.shape[1]:
             return
-        r0 = cuda.blockIdx.y * rows_per_block
-        r1 = min(r0 + rows_per_block, g.shape[0])
+        r = cuda.blockIdx.y * rows_per_block
+        r1 = min(r + rows_per_block, g.shape[0])
         s0 = float32(0.0)
         s1 = float32(0.0)
         s2 = float32(0.0)
         s3 = float32(0.0)
-        for r in range(r0, r1):
+        while r + 4 <= r1:  # four rows a step, their loads issued together
+            g0, g1, g2, g3 = int64(g[r, q]), int64(g[r + 1, q]), int64(g[r + 2, q]), int64(g[r + 3, q])
+            if relu or gelu:
+                v0, v1 = int64(saved[r, q]), int64(saved[r + 1, q])
+                v2, v3 = int64(saved[r + 2, q]), int64(saved[r + 3, q])
+                g0, g1, g2, g3 = derive(g0, v0), derive(g1, v1), derive(g2, v2), derive(g3, v3)
+                dz[r, q], dz[r + 1, q], dz[r + 2, q], dz[r + 3, q] = g0, g1, g2, g3
+            s0 += (lane(g0, 0) + lane(g1, 0)) + (lane(g2, 0) + lane(g3, 0))
+            s1 += (lane(g0, 1) + lane(g1, 1)) + (lane(g2, 1) + lane(g3, 1))
+            s2 += (lane(g0, 2) + lane(g1, 2)) + (lane(g2, 2) + lane(g3, 2))
+            s3 += (lane(g0, 3) + lane(g1, 3)) + (lane(g2, 3) + lane(g3, 3))
+            r += 4
+        while r < r1:
             gv = int64(g[r, q])
-            if relu:
-                hv = int64(saved[r, q])
-                keep = int64(0)
-                for k in range(4):
-                    hb = (hv >> (16 * k)) & 0xFFFF
-                    if hb != 0 and hb < 0x7F81:  # h > 0 (h = relu(z) is never negative)
-                        keep |= int64(0xFFFF) << (16 * k)
-                gv = gv & keep
+            if relu or gelu:
+                gv = derive(gv, int64(saved[r, q]))
                 dz[r, q] = gv
-            elif gelu:
-                zv = int64(saved[r, q])
-                out = int64(0)
-                for k in range(4):
-                    lane = bits(gelu_grad(value((gv >> (16 * k)) & 0xFFFF), value((zv >> (16 * k)) & 0xFFFF)))
-                    out |= (lane - 0x10000 if (k == 3 and lane & 0x8000) else lane) << (16 * k)
-                gv = out
-                dz[r, q] = gv
-            s0 += value(gv & 0xFFFF)
-            s1 += value((gv >> 16) & 0xFFFF)
-            s2 += value((gv >> 32) & 0xFFFF)
-            s3 += value((gv >> 48) & 0xFFFF)
+            s0 += lane(gv, 0)
+            s1 += lane(gv, 1)
+            s2 += lane(gv, 2)
+            s3 += lane(gv, 3)
+            r += 1
         row = cuda.blockIdx.y
         partials[row, 4 * q] = s0
         partials[row, 4 * q + 1] = s1

@@ -151,32 +151,108 @@ def _backward_kernel(
     dx = None
     dz = grad
     with in_kernel():
+        db = _top_bias_gradient(grad, hidden[-1] if n > 1 else x, weight_layout)
         for i in range(n - 1, -1, -1):
             w = weights[i]
             h_in = hidden[i - 1] if i else x
-            if weight_layout == "out_in":  # dW = dz^T @ h_in; db: dz^T summed along K, the BGRADA product
-                dw, extra = linalg.matmul(dz.mT, h_in, epilog="BGRADA")
-                db = extra["bgrada"]
-            else:
-                dw, extra = linalg.matmul(h_in.mT, dz, epilog="BGRADB")
-                db = extra["bgradb"]
+            dw, db = _weight_gradients(dz, h_in, weight_layout, db)
             dws[i] = layouts.dense(dw.to(w.dtype), x)
             dbs[i] = layouts.dense(db.reshape(out_features(w, weight_layout)).to(w.dtype), x)
             w_t = forward_operand(w, weight_layout).mT  # dz @ W^T of the forward's h @ W
             if i:
-                dz = _layer_below(dz, w_t, hidden[i - 1], aux[i - 1] if aux else None, activation)
+                h_below = hidden[i - 2] if i > 1 else x
+                dz, db = _layer_below(dz, w_t, hidden[i - 1], aux[i - 1] if aux else None, activation, h_below,
+                                      weight_layout)  # fmt: skip
             elif input_grad:
                 dx = layouts.dense(linalg.matmul(dz, w_t).to(x.dtype), x)
     return ([dx] if input_grad else []) + dws + dbs
 
 
-def _layer_below(dz, w_t, h, aux, activation: str):
+def _weight_gradients(dz, h_in, weight_layout: str, db):
+    """``(dW, db)`` of a layer from its pre-activation gradient ``dz``: one GEMM with the bias-gradient epilogue
+    (``"out_in"``: ``dz^T @ h_in``, the bias gradient the sums of ``dz^T`` along K, ``BGRADA``; ``"in_out"``:
+    ``h_in^T @ dz``, ``BGRADB``), or a plain GEMM where ``db`` is already known."""
+    out_in = weight_layout == "out_in"
+    a, b = (dz.mT, h_in) if out_in else (h_in.mT, dz)
+    if db is not None:
+        return linalg.matmul(a, b), db
+    epilog = "BGRADA" if out_in else "BGRADB"
+    dw, extra = linalg.matmul(a, b, epilog=epilog)
+    return dw, extra[epilog.lower()]
+
+
+def _derivative_epilogue(dz, w_t, h, aux, activation: str):
     """The gradient of the pre-activation below: ``(dz @ w_t) * act'(z)``, the derivative fused into the GEMM where
     ``aux`` is given, else (ReLU) the plain GEMM masked by the saved output ``h > 0``."""
     if aux is None:
         return torch.ops.aten.threshold_backward(linalg.matmul(dz, w_t), h, 0)
     below = chain_epilogs(2, activation, "drelu")[0]  # an aux was kept: the derivative's epilog takes it
     return linalg.matmul(dz, w_t, epilog=below.backward_epilog, epilog_inputs={below.aux: aux})
+
+
+def _one_pass_kind(dz, h, aux, activation: str):
+    """``(kind, saved)`` of the one-pass backward (:mod:`.torch_activation_grad`) for this layer, or None where it
+    cannot run: a ReLU layer takes its output ``h`` (the derivative its mask), a GELU layer its pre-activation."""
+    if not (dz.is_cuda and dz.dtype == torch.bfloat16):
+        return None
+    if activation == "gelu":
+        kind, saved = "gelu", aux
+    elif aux is None:  # relu_backward="mask"; "drelu" asked for cuBLASLt's DRELU epilogue
+        kind, saved = "relu", h
+    else:
+        return None
+    from . import torch_activation_grad as one_pass
+
+    return (kind, saved) if one_pass.one_pass_reason(h, saved) is None else None
+
+
+def _layer_below(dz, w_t, h, aux, activation: str, h_below, weight_layout: str):
+    """``(dz_below, db_below or None)``: the gradient of the pre-activation below (:func:`_derivative_epilogue`),
+    and, where the one-pass kernel runs and is the faster form for this problem (timed once, with the weight
+    gradients of the layer below, which then need no bias-gradient epilogue), its bias gradient with it."""
+    form = _one_pass_kind(dz, h, aux, activation)
+    if form is None:
+        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+    from . import torch_activation_grad as one_pass
+
+    kind, saved = form
+
+    def by_one_pass():
+        return one_pass.activation_backward(kind, layouts.dense(linalg.matmul(dz, w_t), dz), saved)
+
+    def by_epilogue():
+        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+
+    key = ("layer", dz.device, tuple(dz.shape), tuple(w_t.shape), tuple(h_below.shape), kind, weight_layout)
+    forms = {"epilogue": lambda: _with_weights(by_epilogue, h_below, weight_layout),
+             "one-pass": lambda: _with_weights(by_one_pass, h_below, weight_layout)}  # fmt: skip
+    return by_one_pass() if one_pass.choose(key, forms, dz.device) == "one-pass" else by_epilogue()
+
+
+def _with_weights(form, h_below, weight_layout: str):
+    """One form of a layer's backward, then the weight gradients of the layer below (what a choice times)."""
+    dz, db = form()
+    return _weight_gradients(dz, h_below, weight_layout, db)
+
+
+def _top_bias_gradient(grad, h_in, weight_layout: str):
+    """The output layer's bias gradient (the column sums of ``grad``) by the one-pass kernel where it runs and,
+    with the plain weight-gradient GEMM, is faster for this problem than the GEMM's bias-gradient epilogue; else
+    None (the epilogue gives it)."""
+    if not (grad.is_cuda and grad.dtype == torch.bfloat16 and grad.dim() == 2):
+        return None
+    from . import torch_activation_grad as one_pass
+
+    if one_pass.one_pass_reason(grad, None) is not None:
+        return None
+
+    def column_sums():
+        return one_pass.activation_backward("none", grad, None)[1]
+
+    key = ("output", grad.device, tuple(grad.shape), tuple(h_in.shape), weight_layout)
+    forms = {"epilogue": lambda: _weight_gradients(grad, h_in, weight_layout, None),
+             "one-pass": lambda: _weight_gradients(grad, h_in, weight_layout, column_sums())}  # fmt: skip
+    return column_sums() if one_pass.choose(key, forms, grad.device) == "one-pass" else None
 
 
 # -- fake kernels: the same rule (the public function's problem per call) on fake tensors ----------------------------
