@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 
+from .errors import DeviceConfigurationError
 from .simulator_compat import simulator_active
 
 cuda = None  # numba.cuda, imported when the kernels are first built
@@ -99,7 +100,7 @@ def kernels(kind: str):
     from numba import cuda, float32, int32, int64
 
     if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+        raise DeviceConfigurationError("kind", KINDS, kind)
     as_float_, as_int_ = _bit_casts()
     as_float = cuda.jit(device=True)(as_float_) if simulator_active() else as_float_
     as_int = cuda.jit(device=True)(as_int_) if simulator_active() else as_int_

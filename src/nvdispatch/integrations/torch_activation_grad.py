@@ -20,7 +20,7 @@ import torch
 
 from ..executors.cuda_numba import NumbaStreams, numba_reason, on_device, raw_view
 
-__all__ = ["activation_backward", "one_pass_reason", "choose", "chosen", "forget_choices", "ROUNDS"]
+__all__ = ["activation_backward", "one_pass_reason", "choose", "choices", "forget_choices", "ROUNDS"]
 
 log = logging.getLogger("nvdispatch")
 
@@ -75,9 +75,9 @@ def activation_backward(
     return dz, sums
 
 
-def chosen(key: tuple) -> str | None:
-    """The form recorded for ``key`` by :func:`choose`, or None."""
-    return _CHOICES.get(key)
+def choices() -> dict[tuple, str]:
+    """The forms :func:`choose` recorded, by problem key (a copy)."""
+    return dict(_CHOICES)
 
 
 def forget_choices() -> None:
