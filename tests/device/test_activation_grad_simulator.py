@@ -70,9 +70,10 @@ def test_gelu_derivative_and_bias_gradient(shape):
     np.testing.assert_allclose(_values(sums), want.sum(0), rtol=2e-2, atol=2e-2 * np.abs(want).sum(0).max())
 
 
-def test_column_sums_alone_write_nothing():
+@pytest.mark.parametrize("rows", [9, 9 * A.ROWS_PER_BLOCK + 3])  # one block of rows; more than eight
+def test_column_sums_alone_write_nothing(rows):
     rng = np.random.default_rng(3)
-    g = _bf16(rng.standard_normal((9, 8)) + 4.0)
+    g = _bf16(rng.standard_normal((rows, 8)) + 4.0)
     dz, sums = _run("none", g, g)
     assert (dz == 0xFFFF).all()  # the -1 it held
     want = _values(g).sum(0)
