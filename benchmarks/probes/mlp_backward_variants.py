@@ -18,7 +18,7 @@ from nvdispatch._cuda.lt_matmul import LtMatmulPlan
 ap = argparse.ArgumentParser()
 ap.add_argument("--width", type=int, default=4096)
 ap.add_argument("--batch", type=int, default=8192)
-ap.add_argument("--autotune", action="store_true")
+ap.add_argument("--autotune", nargs="*", default=[], help="labels to autotune: fwd-gelu dgrad dgelu-bgrad wgrad")
 args = ap.parse_args()
 M, N = args.batch, args.width
 bf = torch.bfloat16
@@ -105,10 +105,13 @@ except Exception:  # noqa: BLE001
     traceback.print_exc()
 if args.autotune:
     from jax_mlp_bench import strided_tensor  # noqa: F401  (benchmarks/ on sys.path)
-    for label, fn in (("dgrad plain", lambda: mm(dz, w)),
-                      ("dgrad DGELU_BGRAD", lambda: mm(dz, w, epilog="DGELU_BGRAD", epilog_inputs={"gelu_aux": zaux})),
-                      ("fwd GELU_AUX_BIAS", lambda: mm(x, w.mT, epilog="GELU_AUX_BIAS", epilog_inputs={"bias": b})),
-                      ("wgrad plain", lambda: mm(dz.mT, x))):
+    tunable = {
+        "fwd-gelu": ("fwd GELU_AUX_BIAS", lambda: mm(x, w.mT, epilog="GELU_AUX_BIAS", epilog_inputs={"bias": b})),
+        "dgrad": ("dgrad plain", lambda: mm(dz, w)),
+        "dgelu-bgrad": ("dgrad DGELU_BGRAD", lambda: mm(dz, w, epilog="DGELU_BGRAD", epilog_inputs={"gelu_aux": zaux})),
+        "wgrad": ("wgrad plain", lambda: mm(dz.mT, x)),
+    }
+    for label, fn in (tunable[k] for k in args.autotune):
         seen = {}
         orig = LtMatmulPlan._execute
 
