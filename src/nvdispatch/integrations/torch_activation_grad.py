@@ -31,7 +31,15 @@ _CHOICES: dict[tuple, str] = {}
 
 
 def one_pass_reason(g: torch.Tensor, saved: torch.Tensor | None) -> str | None:
-    """Why the one-pass kernels cannot take ``g`` (and the saved ``h``/``z`` of its shape), or None."""
+    """Why the one-pass kernels cannot take ``g`` (and the saved ``h``/``z`` of its shape), or None.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nvdispatch.integrations.torch_activation_grad import one_pass_reason
+    >>> one_pass_reason(torch.zeros(4, 8, dtype=torch.bfloat16), None)
+    'g is not a CUDA tensor'
+    """
     for name, t in (("g", g), ("saved", saved)):
         if t is None:
             continue
