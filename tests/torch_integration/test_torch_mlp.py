@@ -520,18 +520,19 @@ def test_the_one_pass_backward_refuses_what_it_cannot_take():
 
 @pytest.fixture
 def forced_form(monkeypatch):
-    """Make every backward choice of FusedMLP's the given form (``force(label)``), the timing skipped."""
+    """Make every backward choice of FusedMLP's the given form where it is offered, else the epilogue one
+    (``force(label)``), the timing skipped."""
     from nvdispatch.integrations import torch_activation_grad as one_pass
 
     def force(label):
-        monkeypatch.setattr(one_pass, "choose", lambda key, forms, device: label)
+        monkeypatch.setattr(one_pass, "choose", lambda key, forms, device: label if label in forms else "epilogue")
 
     return force
 
 
 @pytest.mark.gpu
 @_cuda()
-@pytest.mark.parametrize("form", ["epilogue", "one-pass"])
+@pytest.mark.parametrize("form", ["epilogue", "epilogue-bgrad", "one-pass"])
 @pytest.mark.parametrize("mode", ["eager", "inductor", "inductor-dynamic"])
 @pytest.mark.parametrize("layout", ["out_in", "in_out"])
 @pytest.mark.parametrize(("activation", "relu_backward"), CUDA_CASES)

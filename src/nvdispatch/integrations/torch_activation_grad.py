@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ..errors import NvdispatchError
 from ..executors.cuda_numba import NumbaStreams, numba_reason, on_device, raw_view
 
 __all__ = ["activation_backward", "one_pass_reason", "choose", "choices", "forget_choices", "ROUNDS"]
@@ -96,8 +97,9 @@ def forget_choices() -> None:
 def choose(key: tuple, forms: dict[str, Callable[[], object]], device: torch.device) -> str:
     """The fastest of ``forms`` (label -> a call running one form of the same work on the current stream) for
     problem ``key``: timed once per process (CUDA events around each call, one warm-up call each, then
-    :data:`ROUNDS` rounds in turns, lowest median wins; ties: the first form), then recorded. While the stream is
-    being captured into a CUDA graph nothing can be timed: the first form is returned, not recorded."""
+    :data:`ROUNDS` rounds in turns, lowest median wins; ties: the first form), then recorded. A form other than
+    the first that raises an nvdispatch error here is left out. While the stream is being captured into a CUDA
+    graph nothing can be timed: the first form is returned, not recorded."""
     got = _CHOICES.get(key)
     if got is not None:
         return got
@@ -105,8 +107,14 @@ def choose(key: tuple, forms: dict[str, Callable[[], object]], device: torch.dev
     if torch.cuda.is_current_stream_capturing():
         return labels[0]
     stream = torch.cuda.current_stream(device)
-    for label in labels:
-        forms[label]()
+    for label in labels[1:]:  # the first form always runs; another that cannot here is left out
+        try:
+            forms[label]()
+        except NvdispatchError as exc:
+            log.debug("fused MLP backward %s: form %s left out (%s)", key, label, exc)
+            del forms[label]
+    labels = list(forms)
+    forms[labels[0]]()
     times: dict[str, list[float]] = {label: [] for label in labels}
     for _ in range(ROUNDS):
         for label in labels:

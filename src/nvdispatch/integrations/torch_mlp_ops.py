@@ -36,6 +36,7 @@ second backward pass through it is refused with an error.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -209,26 +210,45 @@ def _one_pass_kind(dz, h, aux, activation: str):
 
 
 def _layer_below(dz, w_t, h, aux, activation: str, h_below, weight_layout: str):
-    """``(dz_below, db_below or None)``: the gradient of the pre-activation below (:func:`_derivative_epilogue`),
-    and, where the one-pass kernel runs and is the faster form for this problem (timed once, with the weight
-    gradients of the layer below, which then need no bias-gradient epilogue), its bias gradient with it."""
-    form = _one_pass_kind(dz, h, aux, activation)
-    if form is None:
-        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+    """``(dz_below, db_below or None)``: the gradient of the pre-activation below, and its bias gradient where the
+    form that runs gives it (then the weight gradients below need no bias-gradient epilogue). On CUDA the forms
+    of :func:`_below_forms` are timed once per problem, each with the weight gradients of the layer below, and
+    the fastest kept (:func:`.torch_activation_grad.choose`)."""
+    forms = _below_forms(dz, w_t, h, aux, activation)
+    if len(forms) == 1:
+        return forms["epilogue"]()
     from . import torch_activation_grad as one_pass
 
-    kind, saved = form
+    key = ("layer", dz.device, dz.dtype, tuple(dz.shape), tuple(w_t.shape), tuple(h_below.shape), activation,
+           aux is None, weight_layout)  # fmt: skip
+    timed = {label: functools.partial(_with_weights, form, h_below, weight_layout) for label, form in forms.items()}
+    return forms[one_pass.choose(key, timed, dz.device)]()
 
-    def by_one_pass():
-        return one_pass.activation_backward(kind, layouts.dense(linalg.matmul(dz, w_t), dz), saved)
 
-    def by_epilogue():
-        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+def _below_forms(dz, w_t, h, aux, activation: str) -> dict:
+    """The ways to get ``(dz_below, db_below or None)`` here, by label: ``"epilogue"`` (:func:`_derivative_epilogue`,
+    no bias gradient); on CUDA where an aux was kept, ``"epilogue-bgrad"`` (``DGELU_BGRAD``/``DRELU_BGRAD``: the
+    bias gradient from the same GEMM); on CUDA bfloat16, ``"one-pass"`` (a plain GEMM, then
+    :func:`.torch_activation_grad.activation_backward`)."""
+    forms = {"epilogue": lambda: (_derivative_epilogue(dz, w_t, h, aux, activation), None)}
+    if not dz.is_cuda:
+        return forms
+    if aux is not None:
+        below = chain_epilogs(2, activation, "drelu")[0]
+        name = below.backward_epilog + "_BGRAD"
 
-    key = ("layer", dz.device, tuple(dz.shape), tuple(w_t.shape), tuple(h_below.shape), kind, weight_layout)
-    forms = {"epilogue": lambda: _with_weights(by_epilogue, h_below, weight_layout),
-             "one-pass": lambda: _with_weights(by_one_pass, h_below, weight_layout)}  # fmt: skip
-    return by_one_pass() if one_pass.choose(key, forms, dz.device) == "one-pass" else by_epilogue()
+        def with_bias_gradient():
+            d, extra = linalg.matmul(dz, w_t, epilog=name, epilog_inputs={below.aux: aux})
+            return d, extra[name.lower()]
+
+        forms["epilogue-bgrad"] = with_bias_gradient
+    one = _one_pass_kind(dz, h, aux, activation)
+    if one is not None:
+        from . import torch_activation_grad as one_pass
+
+        kind, saved = one
+        forms["one-pass"] = lambda: one_pass.activation_backward(kind, layouts.dense(linalg.matmul(dz, w_t), dz), saved)
+    return forms
 
 
 def _with_weights(form, h_below, weight_layout: str):
@@ -251,7 +271,7 @@ def _top_bias_gradient(grad, h_in, weight_layout: str):
     def column_sums():
         return one_pass.activation_backward("none", grad, None)[1]
 
-    key = ("output", grad.device, tuple(grad.shape), tuple(h_in.shape), weight_layout)
+    key = ("output", grad.device, grad.dtype, tuple(grad.shape), tuple(h_in.shape), weight_layout)
     forms = {"epilogue": lambda: _weight_gradients(grad, h_in, weight_layout, None),
              "one-pass": lambda: _weight_gradients(grad, h_in, weight_layout, column_sums())}  # fmt: skip
     return column_sums() if one_pass.choose(key, forms, grad.device) == "one-pass" else None
