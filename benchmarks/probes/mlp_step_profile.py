@@ -75,8 +75,8 @@ for width in map(int, sys.argv[2:]):
         show(f"torch {act} {width}", kernels(tstep, x))
         show(f"fused {act} {width}", kernels(fstep, x))
         choose = one_pass.choose
-        for forced in ("epilogue", "one-pass"):
-            one_pass.choose = lambda key, forms, device: forced
+        for forced in ("epilogue", "epilogue-bgrad", "one-pass"):
+            one_pass.choose = lambda key, forms, device: forced if forced in forms else "epilogue"
             fstep(x)
             torch.cuda.synchronize()
             print(f"   forced {forced}: fused eager {timed(fstep, x):.1f} us/step")
