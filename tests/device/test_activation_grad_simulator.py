@@ -36,7 +36,7 @@ def _run(kind, g, saved):
     m, n = g.shape
     _, _, rows = A.launch_shape(m, n)
     gd = cuda.to_device(g.view(np.int64))
-    sd = cuda.to_device(saved.view(np.int64))
+    sd = cuda.to_device(saved if saved.dtype == np.uint8 else saved.view(np.int64))
     dz = cuda.to_device(np.full((m, n // 4), -1, np.int64))  # garbage where nothing is written
     partials = cuda.device_array((rows, n), np.float32)
     sums = cuda.device_array(n, np.int16)
@@ -56,6 +56,26 @@ def test_relu_mask_and_bias_gradient(shape):
     dz, sums = _run("relu", g, h)
     want = np.where(_values(h) > 0, _values(g), 0.0)
     np.testing.assert_array_equal(_values(dz), want)  # a mask rounds nothing
+    np.testing.assert_allclose(_values(sums), want.sum(0), rtol=1e-2, atol=1e-2 * np.abs(want).sum(0).max())
+
+
+def _relu_bits(z):
+    """cuBLASLt's ReLU mask of ``z``: bit ``j % 8`` of byte ``j // 8`` of row ``i`` is ``z[i, j] > 0``, each row
+    padded to a multiple of 128 columns (the padding bits set, as garbage would be)."""
+    m, n = z.shape
+    padded = np.ones((m, -(-n // 128) * 128), bool)
+    padded[:, :n] = z > 0
+    return np.packbits(padded, axis=1, bitorder="little")
+
+
+@pytest.mark.parametrize("shape", [(5, 8), (70, 12), (3, 4 * A.THREADS + 8)])
+def test_relu_mask_from_cublaslt_bits(shape):
+    rng = np.random.default_rng(4)
+    g = _bf16(rng.standard_normal(shape))
+    z = rng.standard_normal(shape)
+    dz, sums = _run("relu_bits", g, _relu_bits(z))
+    want = np.where(z > 0, _values(g), 0.0)
+    np.testing.assert_array_equal(_values(dz), want)
     np.testing.assert_allclose(_values(sums), want.sum(0), rtol=1e-2, atol=1e-2 * np.abs(want).sum(0).max())
 
 

@@ -580,10 +580,10 @@ def test_each_backward_form_on_cuda_matches_torch_linear_layers(activation, relu
 
 @pytest.mark.gpu
 @_cuda()
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_the_one_pass_backward_replays_in_cuda_graphs(activation, forced_form):
+@pytest.mark.parametrize(("activation", "relu_backward"), CUDA_CASES)
+def test_the_one_pass_backward_replays_in_cuda_graphs(activation, relu_backward, forced_form):
     forced_form("one-pass")
-    mlp = _cuda_model(activation, "mask", torch.bfloat16)
+    mlp = _cuda_model(activation, relu_backward, torch.bfloat16)
     compiled = torch.compile(mlp, mode="reduce-overhead", fullgraph=True)
     for step in range(6):  # warm-up, recording, then replays of the CUDA graphs
         torch.compiler.cudagraph_mark_step_begin()

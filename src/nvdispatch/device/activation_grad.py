@@ -10,6 +10,10 @@ depend on scheduling. Three forms (``kind``):
 
 ``"relu"``
     ``dz = g`` where the saved output ``h = relu(z)`` is positive, else 0 (bit-exact: no rounding);
+``"relu_bits"``
+    the same from cuBLASLt's ReLU bit mask (``RELU_AUX_BIAS``'s ``relu_aux`` in its row orientation: ``uint8``
+    ``(m, >= n / 8)``, bit ``j % 8`` of byte ``j // 8`` of row ``i`` set where ``z[i, j] > 0``), which reads
+    1/16 of the bytes ``h`` takes;
 ``"gelu"``
     ``dz = g * gelu'(z)`` from the saved pre-activation ``z`` (the tanh approximation), in float32, rounded to
     bfloat16 to nearest even;
@@ -47,7 +51,7 @@ cuda = None  # numba.cuda, imported when the kernels are first built
 
 __all__ = ["KINDS", "ROWS_PER_BLOCK", "THREADS", "bf16_bits", "bf16_values", "kernels", "launch_shape", "launch"]
 
-KINDS = ("relu", "gelu", "none")
+KINDS = ("relu", "relu_bits", "gelu", "none")
 #: rows of the input each block walks (its column sums are one row of ``partials``)
 ROWS_PER_BLOCK = 64
 #: threads per block (each owns four adjacent columns)
@@ -104,7 +108,8 @@ def kernels(kind: str):
     as_float_, as_int_ = _bit_casts()
     as_float = cuda.jit(device=True)(as_float_) if simulator_active() else as_float_
     as_int = cuda.jit(device=True)(as_int_) if simulator_active() else as_int_
-    relu, gelu = kind == "relu", kind == "gelu"
+    relu, relu_bits, gelu = kind == "relu", kind == "relu_bits", kind == "gelu"
+    derived = kind != "none"
     beta, kappa = float32(_SQRT_2_OVER_PI), float32(_KAPPA)
     rows_per_block = ROWS_PER_BLOCK
 
@@ -136,6 +141,12 @@ def kernels(kind: str):
                 if hb != 0 and hb < 0x7F81:  # h > 0 (h = relu(z) is never negative)
                     keep |= int64(0xFFFF) << (16 * k)
             return gv & keep
+        if relu_bits:  # sv: the mask's byte, shifted so that bit k is lane k's
+            keep = int64(0)
+            for k in range(4):
+                if (sv >> k) & 1:
+                    keep |= int64(0xFFFF) << (16 * k)
+            return gv & keep
         if gelu:
             out = int64(0)
             for k in range(4):
@@ -143,6 +154,12 @@ def kernels(kind: str):
                 out |= (lane - 0x10000 if (k == 3 and lane & 0x8000) else lane) << (16 * k)
             return out
         return gv
+
+    @cuda.jit(device=True)
+    def load(saved, r, q):  # what derive() takes of the saved tensor for quad q of row r
+        if relu_bits:
+            return int64(saved[r, q >> 1]) >> (4 * (q & 1))
+        return int64(saved[r, q])
 
     @cuda.jit(device=True)
     def lane(v, k):
@@ -161,9 +178,8 @@ def kernels(kind: str):
         s3 = float32(0.0)
         while r + 4 <= r1:  # four rows a step, their loads issued together
             g0, g1, g2, g3 = int64(g[r, q]), int64(g[r + 1, q]), int64(g[r + 2, q]), int64(g[r + 3, q])
-            if relu or gelu:
-                v0, v1 = int64(saved[r, q]), int64(saved[r + 1, q])
-                v2, v3 = int64(saved[r + 2, q]), int64(saved[r + 3, q])
+            if derived:
+                v0, v1, v2, v3 = load(saved, r, q), load(saved, r + 1, q), load(saved, r + 2, q), load(saved, r + 3, q)
                 g0, g1, g2, g3 = derive(g0, v0), derive(g1, v1), derive(g2, v2), derive(g3, v3)
                 dz[r, q], dz[r + 1, q], dz[r + 2, q], dz[r + 3, q] = g0, g1, g2, g3
             s0 += (lane(g0, 0) + lane(g1, 0)) + (lane(g2, 0) + lane(g3, 0))
@@ -173,8 +189,8 @@ def kernels(kind: str):
             r += 4
         while r < r1:
             gv = int64(g[r, q])
-            if relu or gelu:
-                gv = derive(gv, int64(saved[r, q]))
+            if derived:
+                gv = derive(gv, load(saved, r, q))
                 dz[r, q] = gv
             s0 += lane(gv, 0)
             s1 += lane(gv, 1)
@@ -211,7 +227,8 @@ def kernels(kind: str):
 
 def launch(kind: str, g, saved, dz, partials, sums, stream) -> None:
     """Queue the pass of ``kind`` and the column sums on Numba stream ``stream``: ``g``, ``saved``, ``dz`` int64
-    device arrays ``(m, n // 4)`` (``saved``/``dz`` ignored for ``"none"``; pass ``g``), ``partials`` a float32
+    device arrays ``(m, n // 4)`` (``saved`` the uint8 mask for ``"relu_bits"``; ``saved``/``dz`` ignored for
+    ``"none"``: pass ``g``), ``partials`` a float32
     scratch array of :func:`launch_shape`'s ``partial rows`` by ``n``, ``sums`` an int16 array of ``n``."""
     column_pass, column_sums = kernels(kind)
     m, quads = g.shape

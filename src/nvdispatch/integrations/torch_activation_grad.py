@@ -32,7 +32,8 @@ _CHOICES: dict[tuple, str] = {}
 
 
 def one_pass_reason(g: torch.Tensor, saved: torch.Tensor | None) -> str | None:
-    """Why the one-pass kernels cannot take ``g`` (and the saved ``h``/``z`` of its shape), or None.
+    """Why the one-pass kernels cannot take ``g`` and the saved tensor (``h`` or ``z`` of ``g``'s shape, a ReLU bit
+    mask in cuBLASLt's row format, or None), or None.
 
     Examples
     --------
@@ -41,15 +42,22 @@ def one_pass_reason(g: torch.Tensor, saved: torch.Tensor | None) -> str | None:
     >>> one_pass_reason(torch.zeros(4, 8, dtype=torch.bfloat16), None)
     'g is not a CUDA tensor'
     """
+    bits = saved is not None and saved.dtype == torch.uint8
     for name, t in (("g", g), ("saved", saved)):
         if t is None:
             continue
-        if t.device.type != "cuda":
-            return f"{name} is not a CUDA tensor"
+        if t.device.type != "cuda" or t.device != g.device:
+            return f"{name} is not a CUDA tensor" if t.device.type != "cuda" else f"{name} is on another device"
+        if t.dim() != 2 or not t.is_contiguous():
+            return f"{name} is not a C-contiguous matrix"
+        if t is saved and bits:
+            if t.shape[0] != g.shape[0] or t.shape[1] * 8 < g.shape[1]:
+                return f"the mask's shape {tuple(t.shape)} does not cover g's {tuple(g.shape)}"
+            continue
         if t.dtype != torch.bfloat16:
             return f"{name} is {t.dtype}, the kernels take bfloat16"
-        if t.dim() != 2 or not t.is_contiguous() or t.shape != g.shape:
-            return f"{name} is not a C-contiguous matrix of g's shape"
+        if t.shape != g.shape:
+            return f"{name} is not of g's shape"
         if t.data_ptr() % 8:
             return f"{name} is not 8-byte aligned"
     if g.shape[1] % 4:
@@ -61,8 +69,9 @@ def activation_backward(
     kind: str, g: torch.Tensor, saved: torch.Tensor | None
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """``(dz, db)``: ``dz = g * act'(...)`` from ``saved`` (``kind`` ``"relu"``: the layer's output ``h``;
-    ``"gelu"``: its pre-activation ``z``) and ``db = dz.sum(0)``; ``kind="none"``: ``(None, g.sum(0))``. Inputs
-    as :func:`one_pass_reason` accepts; queued on the current stream of ``g``'s device."""
+    ``"relu_bits"``: cuBLASLt's ReLU bit mask; ``"gelu"``: the pre-activation ``z``) and ``db = dz.sum(0)``;
+    ``kind="none"``: ``(None, g.sum(0))``. Inputs as :func:`one_pass_reason` accepts; queued on the current
+    stream of ``g``'s device."""
     from ..device import activation_grad as kernels
 
     m, n = g.shape
@@ -72,7 +81,12 @@ def activation_backward(
     sums = torch.empty((n,), device=g.device, dtype=torch.bfloat16)
     quads = (m, n // 4)
     gv = raw_view(g.data_ptr(), quads, np.int64, g)
-    sv = gv if saved is None else raw_view(saved.data_ptr(), quads, np.int64, saved)
+    if saved is None:
+        sv = gv
+    elif kind == "relu_bits":
+        sv = raw_view(saved.data_ptr(), tuple(saved.shape), np.uint8, saved)
+    else:
+        sv = raw_view(saved.data_ptr(), quads, np.int64, saved)
     dv = gv if dz is None else raw_view(dz.data_ptr(), quads, np.int64, dz)
     index = g.device.index if g.device.index is not None else torch.cuda.current_device()
     with on_device(index, torch.cuda.device_count() > 1):

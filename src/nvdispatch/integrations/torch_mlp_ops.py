@@ -195,15 +195,16 @@ def _derivative_epilogue(dz, w_t, h, aux, activation: str):
 
 def _one_pass_kind(dz, h, aux, activation: str):
     """``(kind, saved)`` of the one-pass backward (:mod:`.torch_activation_grad`) for this layer, or None where it
-    cannot run: a ReLU layer takes its output ``h`` (the derivative its mask), a GELU layer its pre-activation."""
+    cannot run: a ReLU layer takes its output ``h`` (the derivative its mask) or the forward's bit mask where it
+    kept one (``relu_backward="drelu"``), a GELU layer its pre-activation."""
     if not (dz.is_cuda and dz.dtype == torch.bfloat16):
         return None
     if activation == "gelu":
         kind, saved = "gelu", aux
-    elif aux is None:  # relu_backward="mask"; "drelu" asked for cuBLASLt's DRELU epilogue
+    elif aux is None:  # relu_backward="mask"
         kind, saved = "relu", h
-    else:
-        return None
+    else:  # "drelu": the forward kept cuBLASLt's bit mask
+        kind, saved = "relu_bits", aux
     from . import torch_activation_grad as one_pass
 
     return (kind, saved) if one_pass.one_pass_reason(h, saved) is None else None
