@@ -87,7 +87,8 @@ try:
     sums = torch.empty(N, device="cuda", dtype=bf)
     out = torch.empty(M, N, device="cuda", dtype=bf)
     zd = zaux.contiguous()
-    args_ = {"relu": (nb(dz), nb(h_relu)), "gelu": (nb(dz), nb(zd)), "none": (nb(dz), nb(dz))}
+    args_ = {"relu": (nb(dz), nb(h_relu)), "gelu": (nb(dz), nb(zd)), "none": (nb(dz), nb(dz)),
+             "relu_bits": (nb(dz), cuda.as_cuda_array(relu_aux.contiguous(), sync=False))}
     pn, sn, on = cuda.as_cuda_array(part, sync=False), cuda.as_cuda_array(sums.view(torch.int16), sync=False), nb(out)
     for kind in A.KINDS:
         g_, s_ = args_[kind]
@@ -96,6 +97,10 @@ try:
     torch.cuda.synchronize()
     ref = torch.ops.aten.threshold_backward(dz, h_relu, 0)
     print("relu check", torch.equal(out, ref), float((sums.float() - ref.float().sum(0)).abs().max()))
+    A.launch("relu_bits", *args_["relu_bits"], on, pn, sn, stream)
+    torch.cuda.synchronize()
+    ref = torch.ops.aten.threshold_backward(dz, h_relu, 0)
+    print("relu_bits check", torch.equal(out, ref), float((sums.float() - ref.float().sum(0)).abs().max()))
     A.launch("gelu", *args_["gelu"], on, pn, sn, stream)
     torch.cuda.synchronize()
     ref = torch.ops.aten.gelu_backward(dz.float(), zd.float(), approximate="tanh")
