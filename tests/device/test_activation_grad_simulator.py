@@ -110,3 +110,15 @@ def test_bf16_conversions_round_to_nearest_even():
 def test_an_unknown_kind_is_refused():
     with pytest.raises(DeviceConfigurationError, match="kind"):
         A.kernels("tanh")
+
+
+def test_the_sums_kernel_adds_every_partial_row():
+    """More partial rows than its four-loads-a-step loop takes at once, columns beyond one block."""
+    rng = np.random.default_rng(5)
+    rows, n = 4 * A.SUM_SLICES * 2 + 5, A.SUM_COLUMNS + 4
+    partials = rng.standard_normal((rows, n)).astype(np.float32)
+    sums = cuda.device_array(n, np.int16)
+    _, column_sums = A.kernels("none")
+    column_sums[-(-n // A.SUM_COLUMNS), (A.SUM_COLUMNS, A.SUM_SLICES), 0](cuda.to_device(partials), sums)
+    want = partials.astype(np.float64).sum(0)
+    np.testing.assert_allclose(_values(sums.copy_to_host()), want, rtol=2**-8, atol=1e-5 * np.abs(want).max())

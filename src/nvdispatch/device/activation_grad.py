@@ -49,13 +49,18 @@ from .simulator_compat import simulator_active
 
 cuda = None  # numba.cuda, imported when the kernels are first built
 
-__all__ = ["KINDS", "ROWS_PER_BLOCK", "THREADS", "bf16_bits", "bf16_values", "kernels", "launch_shape", "launch"]
+__all__ = [
+    "KINDS", "ROWS_PER_BLOCK", "THREADS", "SUM_COLUMNS", "SUM_SLICES", "bf16_bits", "bf16_values", "kernels",
+    "launch_shape", "launch",
+]  # fmt: skip
 
 KINDS = ("relu", "relu_bits", "gelu", "none")
 #: rows of the input each block walks (its column sums are one row of ``partials``)
 ROWS_PER_BLOCK = 64
 #: threads per block (each owns four adjacent columns)
 THREADS = 128
+#: the column-sums kernel's block: columns by slices of the partial rows
+SUM_COLUMNS, SUM_SLICES = 32, 8
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _KAPPA = 0.044715
@@ -82,78 +87,85 @@ def launch_shape(m: int, n: int) -> tuple[tuple[int, int], int, int]:
 
 
 @functools.cache
-def _bit_casts():
+def _intrinsics():
+    """``(int -> float32 bit cast, float32 -> int32 bit cast, fast exp)``: libdevice on the GPU, NumPy under the
+    simulator (where an int of any width is wrapped to 32 bits first)."""
     if simulator_active():
 
         def as_float(i):
             return np.array(i, np.int64).astype(np.int32).view(np.float32)[()]
 
         def as_int(f):
-            return int(np.array(f, np.float32).view(np.int32)[()])
+            return np.array(f, np.float32).view(np.int32)[()]
 
-        return as_float, as_int
+        def exp(x):
+            return np.float32(math.exp(float(x)))
+
+        return as_float, as_int, exp
     from numba.cuda import libdevice
 
-    return libdevice.int_as_float, libdevice.float_as_int
+    return libdevice.int_as_float, libdevice.float_as_int, libdevice.fast_expf
 
 
 @functools.cache
 def kernels(kind: str):
-    """``(pass kernel, sums kernel)`` for ``kind`` (compiled by Numba on first launch)."""
+    """``(pass kernel, sums kernel)`` for ``kind`` (compiled by Numba on first launch).
+
+    Each 8-byte element is handled as two 32-bit words of two bfloat16 lanes: a lane's value is its word shifted
+    (low lane) or masked (high lane) into a float32's upper half, so a conversion is one integer op and a bit cast.
+    """
     global cuda  # the simulator swaps the module global ``cuda`` inside kernels: they must read it as one
     from numba import cuda, float32, int32, int64
 
     if kind not in KINDS:
         raise DeviceConfigurationError("kind", KINDS, kind)
-    as_float_, as_int_ = _bit_casts()
-    as_float = cuda.jit(device=True)(as_float_) if simulator_active() else as_float_
-    as_int = cuda.jit(device=True)(as_int_) if simulator_active() else as_int_
-    relu, relu_bits, gelu = kind == "relu", kind == "relu_bits", kind == "gelu"
+    intrinsics = _intrinsics()
+    if simulator_active():
+        intrinsics = tuple(cuda.jit(device=True)(f) for f in intrinsics)
+    as_float, as_int, fast_exp = intrinsics
+    relu, relu_bits = kind == "relu", kind == "relu_bits"
     derived = kind != "none"
     beta, kappa = float32(_SQRT_2_OVER_PI), float32(_KAPPA)
     rows_per_block = ROWS_PER_BLOCK
+    high = int32(-65536)  # 0xFFFF0000
 
     @cuda.jit(device=True)
-    def value(lane):  # bf16 bits (0..0xFFFF) -> float32
-        f = as_float(int32((lane & 0x7FFF) << 16))
-        return -f if lane & 0x8000 else f
+    def low_value(w):  # float32 of the low bfloat16 lane of 32-bit word w
+        return as_float(int32(w << 16))
 
     @cuda.jit(device=True)
-    def bits(f):  # float32 -> bf16 bits, nearest even
-        u = int64(as_int(f)) & 0xFFFFFFFF
+    def high_value(w):
+        return as_float(int32(w & high))
+
+    @cuda.jit(device=True)
+    def bits(f):  # float32 -> bf16 bits (0..0xFFFF), nearest even
+        u = as_int(f)
         if (u & 0x7FFFFFFF) > 0x7F800000:
-            return int64(0x7FC0)
-        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+            return int32(0x7FC0)
+        return int32(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
 
-    @cuda.jit(device=True)
+    @cuda.jit(device=True, fastmath=True)
     def gelu_grad(g, z):
+        # with t = tanh(u), e = exp(2u): (1 + t) / 2 = e / (1 + e) and 1 - t^2 = 4e / (1 + e)^2, free of the
+        # cancellation 1 - t^2 suffers where |t| is near 1
         z2 = z * z
-        t = math.tanh(beta * (z + kappa * z2 * z))
-        return g * (float32(0.5) * (float32(1.0) + t) + float32(0.5) * z * (float32(1.0) - t * t) * beta *
-                    (float32(1.0) + float32(3.0) * kappa * z2))  # fmt: skip
+        u = min(max(beta * (z + kappa * z2 * z), float32(-15.0)), float32(15.0))  # beyond: t rounds to +-1
+        e = fast_exp(float32(2.0) * u)
+        r = float32(1.0) / (float32(1.0) + e)
+        left = e * r
+        return g * (left + float32(2.0) * z * left * r * beta * (float32(1.0) + float32(3.0) * kappa * z2))
 
     @cuda.jit(device=True)
-    def derive(gv, sv):  # four lanes of dz from four lanes of g and of the saved tensor
+    def derive_word(gw, sw, nibble):  # two lanes of dz from word gw of g and word sw of the saved tensor
         if relu:
-            keep = int64(0)
-            for k in range(4):
-                hb = (sv >> (16 * k)) & 0xFFFF
-                if hb != 0 and hb < 0x7F81:  # h > 0 (h = relu(z) is never negative)
-                    keep |= int64(0xFFFF) << (16 * k)
-            return gv & keep
-        if relu_bits:  # sv: the mask's byte, shifted so that bit k is lane k's
-            keep = int64(0)
-            for k in range(4):
-                if (sv >> k) & 1:
-                    keep |= int64(0xFFFF) << (16 * k)
-            return gv & keep
-        if gelu:
-            out = int64(0)
-            for k in range(4):
-                lane = bits(gelu_grad(value((gv >> (16 * k)) & 0xFFFF), value((sv >> (16 * k)) & 0xFFFF)))
-                out |= (lane - 0x10000 if (k == 3 and lane & 0x8000) else lane) << (16 * k)
-            return out
-        return gv
+            keep = (int32(0xFFFF) if low_value(sw) > 0 else int32(0)) | (high if high_value(sw) > 0 else int32(0))
+            return int32(gw & keep)
+        if relu_bits:  # nibble: the two mask bits of these lanes
+            keep = (int32(0xFFFF) if nibble & 1 else int32(0)) | (high if nibble & 2 else int32(0))
+            return int32(gw & keep)
+        lo = bits(gelu_grad(low_value(gw), low_value(sw)))
+        hi = bits(gelu_grad(high_value(gw), high_value(sw)))
+        return int32(lo | (hi << 16))
 
     @cuda.jit(device=True)
     def load(saved, r, q):  # what derive() takes of the saved tensor for quad q of row r
@@ -162,8 +174,15 @@ def kernels(kind: str):
         return int64(saved[r, q])
 
     @cuda.jit(device=True)
-    def lane(v, k):
-        return value((v >> (16 * k)) & 0xFFFF)
+    def derive(gv, sv):  # four lanes of dz from four lanes of g and what load() gave
+        lo = derive_word(int32(gv), int32(sv), sv)
+        hi = derive_word(int32(gv >> 32), int32(sv >> 32), sv >> 2)
+        return (int64(lo) & 0xFFFFFFFF) | (int64(hi) << 32)
+
+    @cuda.jit(device=True)
+    def add(s, v):  # the running column sums s (four float32) plus the four lanes of v
+        lo, hi = int32(v), int32(v >> 32)
+        return (s[0] + low_value(lo), s[1] + high_value(lo), s[2] + low_value(hi), s[3] + high_value(hi))
 
     @cuda.jit
     def column_pass(g, saved, dz, partials):
@@ -172,55 +191,55 @@ def kernels(kind: str):
             return
         r = cuda.blockIdx.y * rows_per_block
         r1 = min(r + rows_per_block, g.shape[0])
-        s0 = float32(0.0)
-        s1 = float32(0.0)
-        s2 = float32(0.0)
-        s3 = float32(0.0)
+        zero = float32(0.0)
+        s = (zero, zero, zero, zero)
         while r + 4 <= r1:  # four rows a step, their loads issued together
             g0, g1, g2, g3 = int64(g[r, q]), int64(g[r + 1, q]), int64(g[r + 2, q]), int64(g[r + 3, q])
             if derived:
                 v0, v1, v2, v3 = load(saved, r, q), load(saved, r + 1, q), load(saved, r + 2, q), load(saved, r + 3, q)
                 g0, g1, g2, g3 = derive(g0, v0), derive(g1, v1), derive(g2, v2), derive(g3, v3)
                 dz[r, q], dz[r + 1, q], dz[r + 2, q], dz[r + 3, q] = g0, g1, g2, g3
-            s0 += (lane(g0, 0) + lane(g1, 0)) + (lane(g2, 0) + lane(g3, 0))
-            s1 += (lane(g0, 1) + lane(g1, 1)) + (lane(g2, 1) + lane(g3, 1))
-            s2 += (lane(g0, 2) + lane(g1, 2)) + (lane(g2, 2) + lane(g3, 2))
-            s3 += (lane(g0, 3) + lane(g1, 3)) + (lane(g2, 3) + lane(g3, 3))
+            s = add(add(add(add(s, g0), g1), g2), g3)
             r += 4
         while r < r1:
             gv = int64(g[r, q])
             if derived:
                 gv = derive(gv, load(saved, r, q))
                 dz[r, q] = gv
-            s0 += lane(gv, 0)
-            s1 += lane(gv, 1)
-            s2 += lane(gv, 2)
-            s3 += lane(gv, 3)
+            s = add(s, gv)
             r += 1
         row = cuda.blockIdx.y
-        partials[row, 4 * q] = s0
-        partials[row, 4 * q + 1] = s1
-        partials[row, 4 * q + 2] = s2
-        partials[row, 4 * q + 3] = s3
+        partials[row, 4 * q] = s[0]
+        partials[row, 4 * q + 1] = s[1]
+        partials[row, 4 * q + 2] = s[2]
+        partials[row, 4 * q + 3] = s[3]
 
     @cuda.jit
     def column_sums(partials, out):
-        j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        if j >= out.shape[0]:
-            return
-        s = float32(0.0)
+        # a block: SUM_COLUMNS columns x SUM_SLICES slices of the rows; the slices' sums added in a fixed order
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        j = cuda.blockIdx.x * SUM_COLUMNS + tx
         rows = partials.shape[0]
-        r = 0
-        while r + 8 <= rows:  # eight loads issued together, then added in a fixed order
-            p0, p1, p2, p3 = partials[r, j], partials[r + 1, j], partials[r + 2, j], partials[r + 3, j]
-            p4, p5, p6, p7 = partials[r + 4, j], partials[r + 5, j], partials[r + 6, j], partials[r + 7, j]
-            s += ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
-            r += 8
-        while r < rows:
-            s += partials[r, j]
-            r += 1
-        b = bits(s)
-        out[j] = b - 0x10000 if b & 0x8000 else b
+        part = cuda.shared.array((SUM_SLICES, SUM_COLUMNS), float32)
+        acc = float32(0.0)
+        if j < out.shape[0]:
+            r = ty
+            while r + 3 * SUM_SLICES < rows:  # four loads issued together
+                p0, p1 = partials[r, j], partials[r + SUM_SLICES, j]
+                p2, p3 = partials[r + 2 * SUM_SLICES, j], partials[r + 3 * SUM_SLICES, j]
+                acc += (p0 + p1) + (p2 + p3)
+                r += 4 * SUM_SLICES
+            while r < rows:
+                acc += partials[r, j]
+                r += SUM_SLICES
+        part[ty, tx] = acc
+        cuda.syncthreads()
+        if ty == 0 and j < out.shape[0]:
+            total = float32(0.0)
+            for k in range(SUM_SLICES):
+                total += part[k, tx]
+            b = bits(total)
+            out[j] = b - 0x10000 if b & 0x8000 else b
 
     return column_pass, column_sums
 
@@ -235,4 +254,4 @@ def launch(kind: str, g, saved, dz, partials, sums, stream) -> None:
     grid, threads, _ = launch_shape(m, 4 * quads)
     column_pass[grid, threads, stream](g, saved, dz, partials)
     n = 4 * quads
-    column_sums[-(-n // 256), 256, stream](partials, sums)
+    column_sums[-(-n // SUM_COLUMNS), (SUM_COLUMNS, SUM_SLICES), stream](partials, sums)
