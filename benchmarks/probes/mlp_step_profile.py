@@ -79,6 +79,10 @@ for width in map(int, sys.argv[2:]):
             one_pass.choose = lambda key, forms, device: forced if forced in forms else "epilogue"
             fstep(x)
             torch.cuda.synchronize()
-            print(f"   forced {forced}: fused eager {timed(fstep, x):.1f} us/step")
+            err = max(float((p - q).abs().max() / p.abs().max()) for p, q in zip(ref, B._weights(fused)))
+            berr = max(float((p.grad.float() - q.grad.float()).abs().max() / p.grad.float().abs().max())
+                       for p, q in zip([la.bias for la in plain.layers], fused.biases))
+            print(f"   forced {forced}: fused eager {timed(fstep, x):.1f} us/step, grad rel err weights {err:.2e}, "
+                  f"biases {berr:.2e}")
         one_pass.choose = choose
         one_pass.forget_choices()
