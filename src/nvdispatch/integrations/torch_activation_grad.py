@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -72,6 +73,8 @@ def activation_backward(
     ``"relu_bits"``: cuBLASLt's ReLU bit mask; ``"gelu"``: the pre-activation ``z``) and ``db = dz.sum(0)``;
     ``kind="none"``: ``(None, g.sum(0))``. Inputs as :func:`one_pass_reason` accepts; queued on the current
     stream of ``g``'s device."""
+    from numba.core.errors import NumbaPerformanceWarning
+
     from ..device import activation_grad as kernels
 
     m, n = g.shape
@@ -89,7 +92,9 @@ def activation_backward(
         sv = raw_view(saved.data_ptr(), quads, np.int64, saved)
     dv = gv if dz is None else raw_view(dz.data_ptr(), quads, np.int64, dz)
     index = g.device.index if g.device.index is not None else torch.cuda.current_device()
-    with on_device(index, torch.cuda.device_count() > 1):
+    with on_device(index, torch.cuda.device_count() > 1), warnings.catch_warnings():
+        # Numba warns of a grid smaller than twice the SM count (the column sums' always is): not the user's concern
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
         stream = _STREAMS(torch.cuda.current_stream(g.device).cuda_stream)
         kernels.launch(
             kind, gv, sv, dv, raw_view(partials.data_ptr(), (rows, n), np.float32, partials),
