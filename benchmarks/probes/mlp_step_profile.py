@@ -74,7 +74,8 @@ for width in map(int, sys.argv[2:]):
         print(f"step {act} {width}: torch eager {tt:.1f} us, fused eager {ft:.1f} us, ratio {ft / tt:.4f}", flush=True)
         show(f"torch {act} {width}", kernels(tstep, x))
         show(f"fused {act} {width}", kernels(fstep, x))
-        choose = one_pass.choose
+        choose, chosen = one_pass.choose, one_pass.chosen
+        one_pass.chosen = lambda key: None
         for forced in ("epilogue", "epilogue-bgrad", "one-pass"):
             one_pass.choose = lambda key, forms, device: forced if forced in forms else "epilogue"
             fstep(x)
@@ -84,5 +85,5 @@ for width in map(int, sys.argv[2:]):
                        for p, q in zip([la.bias for la in plain.layers], fused.biases))
             print(f"   forced {forced}: fused eager {timed(fstep, x):.1f} us/step, grad rel err weights {err:.2e}, "
                   f"biases {berr:.2e}")
-        one_pass.choose = choose
+        one_pass.choose, one_pass.chosen = choose, chosen
         one_pass.forget_choices()

@@ -518,6 +518,17 @@ def test_the_one_pass_backward_refuses_what_it_cannot_take():
     assert "CUDA" in one_pass.one_pass_reason(cpu, cpu)
 
 
+def test_a_single_backward_form_is_recorded_untimed():
+    from nvdispatch.integrations import torch_activation_grad as one_pass
+
+    key = ("test", "a single form")
+    ran = []
+    assert one_pass.choose(key, {"epilogue": lambda: ran.append(1)}, torch.device("cpu")) == "epilogue"
+    assert ran == [] and one_pass.chosen(key) == "epilogue"
+    one_pass.forget_choices()
+    assert one_pass.chosen(key) is None
+
+
 @pytest.fixture
 def forced_form(monkeypatch):
     """Make every backward choice of FusedMLP's the given form where it is offered, else the epilogue one
@@ -525,6 +536,7 @@ def forced_form(monkeypatch):
     from nvdispatch.integrations import torch_activation_grad as one_pass
 
     def force(label):
+        monkeypatch.setattr(one_pass, "chosen", lambda key: None)
         monkeypatch.setattr(one_pass, "choose", lambda key, forms, device: label if label in forms else "epilogue")
 
     return force

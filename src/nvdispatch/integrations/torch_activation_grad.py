@@ -22,7 +22,7 @@ import torch
 from ..errors import NvdispatchError
 from ..executors.cuda_numba import NumbaStreams, numba_reason, on_device, raw_view
 
-__all__ = ["activation_backward", "one_pass_reason", "choose", "choices", "forget_choices", "ROUNDS"]
+__all__ = ["activation_backward", "one_pass_reason", "choose", "chosen", "choices", "forget_choices", "ROUNDS"]
 
 log = logging.getLogger("nvdispatch")
 
@@ -103,6 +103,11 @@ def activation_backward(
     return dz, sums
 
 
+def chosen(key: tuple) -> str | None:
+    """The form :func:`choose` recorded for problem ``key``, or None."""
+    return _CHOICES.get(key)
+
+
 def choices() -> dict[tuple, str]:
     """The forms :func:`choose` recorded, by problem key (a copy)."""
     return dict(_CHOICES)
@@ -117,12 +122,15 @@ def choose(key: tuple, forms: dict[str, Callable[[], object]], device: torch.dev
     """The fastest of ``forms`` (label -> a call running one form of the same work on the current stream) for
     problem ``key``: timed once per process (CUDA events around each call, one warm-up call each, then
     :data:`ROUNDS` rounds in turns, lowest median wins; ties: the first form), then recorded. A form other than
-    the first that raises an nvdispatch error here is left out. While the stream is being captured into a CUDA
-    graph nothing can be timed: the first form is returned, not recorded."""
+    the first that raises an nvdispatch error here is left out. A single form is recorded untimed. While the
+    stream is being captured into a CUDA graph nothing can be timed: the first form is returned, not recorded."""
     got = _CHOICES.get(key)
     if got is not None:
         return got
     labels = list(forms)
+    if len(labels) == 1:
+        _CHOICES[key] = labels[0]
+        return labels[0]
     if torch.cuda.is_current_stream_capturing():
         return labels[0]
     stream = torch.cuda.current_stream(device)

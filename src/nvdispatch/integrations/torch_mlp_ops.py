@@ -45,6 +45,7 @@ from torch import Tensor
 
 from .. import linalg
 from ..errors import InvalidArgumentError
+from . import torch_activation_grad as one_pass
 from . import torch_layouts as layouts
 from .mlp_epilogs import ACTIVATIONS, RELU_BACKWARDS, chain_epilogs
 from .torch_ops import matmul_layout
@@ -205,51 +206,53 @@ def _one_pass_kind(dz, h, aux, activation: str):
         kind, saved = "relu", h
     else:  # "drelu": the forward kept cuBLASLt's bit mask
         kind, saved = "relu_bits", aux
-    from . import torch_activation_grad as one_pass
-
     return (kind, saved) if one_pass.one_pass_reason(h, saved) is None else None
 
 
 def _layer_below(dz, w_t, h, aux, activation: str, h_below, weight_layout: str):
     """``(dz_below, db_below or None)``: the gradient of the pre-activation below, and its bias gradient where the
     form that runs gives it (then the weight gradients below need no bias-gradient epilogue). On CUDA the forms
-    of :func:`_below_forms` are timed once per problem, each with the weight gradients of the layer below, and
-    the fastest kept (:func:`.torch_activation_grad.choose`)."""
-    forms = _below_forms(dz, w_t, h, aux, activation)
-    if len(forms) == 1:
-        return forms["epilogue"]()
-    from . import torch_activation_grad as one_pass
-
-    key = ("layer", dz.device, dz.dtype, tuple(dz.shape), tuple(w_t.shape), tuple(h_below.shape), activation,
-           aux is None, weight_layout)  # fmt: skip
-    timed = {label: functools.partial(_with_weights, form, h_below, weight_layout) for label, form in forms.items()}
-    return forms[one_pass.choose(key, timed, dz.device)]()
-
-
-def _below_forms(dz, w_t, h, aux, activation: str) -> dict:
-    """The ways to get ``(dz_below, db_below or None)`` here, by label: ``"epilogue"`` (:func:`_derivative_epilogue`,
-    no bias gradient); on CUDA where an aux was kept, ``"epilogue-bgrad"`` (``DGELU_BGRAD``/``DRELU_BGRAD``: the
-    bias gradient from the same GEMM); on CUDA bfloat16, ``"one-pass"`` (a plain GEMM, then
-    :func:`.torch_activation_grad.activation_backward`)."""
-    forms = {"epilogue": lambda: (_derivative_epilogue(dz, w_t, h, aux, activation), None)}
+    :func:`_below_labels` offers are timed once per problem, each with the weight gradients of the layer below,
+    and the fastest kept (:func:`.torch_activation_grad.choose`); later calls look the choice up."""
     if not dz.is_cuda:
-        return forms
+        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+    key = ("layer", dz.device, dz.dtype, dz.shape, w_t.shape, h_below.shape, activation, aux is None, weight_layout)
+    label = one_pass.chosen(key)
+    if label is None:
+        forms = {}
+        for form in _below_labels(dz, h, aux, activation):
+            run = functools.partial(_below_form, form, dz, w_t, h, aux, activation)
+            forms[form] = functools.partial(_with_weights, run, h_below, weight_layout)
+        label = one_pass.choose(key, forms, dz.device)
+    return _below_form(label, dz, w_t, h, aux, activation)
+
+
+def _below_labels(dz, h, aux, activation: str) -> list[str]:
+    """The forms of :func:`_below_form` that can run here: ``"epilogue"`` always; ``"epilogue-bgrad"`` where an aux
+    was kept; ``"one-pass"`` where :func:`_one_pass_kind` finds one (CUDA bfloat16)."""
+    labels = ["epilogue"]
     if aux is not None:
+        labels.append("epilogue-bgrad")
+    if _one_pass_kind(dz, h, aux, activation) is not None:
+        labels.append("one-pass")
+    return labels
+
+
+def _below_form(label: str, dz, w_t, h, aux, activation: str):
+    """``(dz_below, db_below or None)`` by form ``label``: ``"epilogue"`` (:func:`_derivative_epilogue`, no bias
+    gradient); ``"epilogue-bgrad"`` (``DGELU_BGRAD``/``DRELU_BGRAD``: the bias gradient from the same GEMM);
+    ``"one-pass"`` (a plain GEMM, then :func:`.torch_activation_grad.activation_backward`)."""
+    if label == "epilogue":
+        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+    if label == "epilogue-bgrad":
         below = chain_epilogs(2, activation, "drelu")[0]
         name = below.backward_epilog + "_BGRAD"
-
-        def with_bias_gradient():
-            d, extra = linalg.matmul(dz, w_t, epilog=name, epilog_inputs={below.aux: aux})
-            return d, extra[name.lower()]
-
-        forms["epilogue-bgrad"] = with_bias_gradient
+        d, extra = linalg.matmul(dz, w_t, epilog=name, epilog_inputs={below.aux: aux})
+        return d, extra[name.lower()]
     one = _one_pass_kind(dz, h, aux, activation)
-    if one is not None:
-        from . import torch_activation_grad as one_pass
-
-        kind, saved = one
-        forms["one-pass"] = lambda: one_pass.activation_backward(kind, layouts.dense(linalg.matmul(dz, w_t), dz), saved)
-    return forms
+    if one is None:  # chosen for this problem, but these tensors are not as the kernels need them
+        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+    return one_pass.activation_backward(one[0], layouts.dense(linalg.matmul(dz, w_t), dz), one[1])
 
 
 def _with_weights(form, h_below, weight_layout: str):
@@ -262,20 +265,20 @@ def _top_bias_gradient(grad, h_in, weight_layout: str):
     """The output layer's bias gradient (the column sums of ``grad``) by the one-pass kernel where it runs and,
     with the plain weight-gradient GEMM, is faster for this problem than the GEMM's bias-gradient epilogue; else
     None (the epilogue gives it)."""
-    if not (grad.is_cuda and grad.dtype == torch.bfloat16 and grad.dim() == 2):
+    if not grad.is_cuda:
         return None
-    from . import torch_activation_grad as one_pass
+    key = ("output", grad.device, grad.dtype, grad.shape, h_in.shape, weight_layout)
+    label = one_pass.chosen(key)
+    if label is None:
+        forms = {"epilogue": lambda: _weight_gradients(grad, h_in, weight_layout, None)}
+        if grad.dtype == torch.bfloat16 and grad.dim() == 2 and one_pass.one_pass_reason(grad, None) is None:
+            forms["one-pass"] = lambda: _weight_gradients(grad, h_in, weight_layout, _column_sums(grad))
+        label = one_pass.choose(key, forms, grad.device)
+    return _column_sums(grad) if label == "one-pass" else None
 
-    if one_pass.one_pass_reason(grad, None) is not None:
-        return None
 
-    def column_sums():
-        return one_pass.activation_backward("none", grad, None)[1]
-
-    key = ("output", grad.device, grad.dtype, tuple(grad.shape), tuple(h_in.shape), weight_layout)
-    forms = {"epilogue": lambda: _weight_gradients(grad, h_in, weight_layout, None),
-             "one-pass": lambda: _weight_gradients(grad, h_in, weight_layout, column_sums())}  # fmt: skip
-    return column_sums() if one_pass.choose(key, forms, grad.device) == "one-pass" else None
+def _column_sums(grad):
+    return one_pass.activation_backward("none", grad, None)[1]
 
 
 # -- fake kernels: the same rule (the public function's problem per call) on fake tensors ----------------------------
