@@ -529,6 +529,25 @@ def test_a_single_backward_form_is_recorded_untimed():
     assert one_pass.chosen(key) is None
 
 
+def test_a_backward_form_that_fails_is_left_out(caplog):
+    from nvdispatch.errors import CublasLtError
+    from nvdispatch.integrations import torch_activation_grad as one_pass
+
+    def unsupported():
+        raise CublasLtError("no algorithm", 15)
+
+    def broken():
+        raise RuntimeError("a kernel that does not compile here")
+
+    key = ("test", "failing forms")
+    forms = {"epilogue": lambda: None, "epilogue-bgrad": unsupported, "one-pass": broken}
+    with caplog.at_level("DEBUG", logger="nvdispatch"):
+        assert one_pass.choose(key, forms, torch.device("cpu")) == "epilogue"
+    assert one_pass.chosen(key) == "epilogue" and len(forms) == 3  # the caller's dict is left as it was
+    assert "a kernel that does not compile here" in caplog.text
+    one_pass.forget_choices()
+
+
 @pytest.fixture
 def forced_form(monkeypatch):
     """Make every backward choice of FusedMLP's the given form where it is offered, else the epilogue one
