@@ -88,6 +88,18 @@ def _timed_rounds(contenders: dict, rounds: int, settle: float, patience: float,
     }
 
 
+def _processor() -> str:
+    """The CPU's model name as the OS gives it (``/proc/cpuinfo`` on Linux), else Python's guess."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _ratios(seconds: dict, base: str) -> dict:
     return {name: t / seconds[base] for name, t in seconds.items()}
 
@@ -280,7 +292,12 @@ def main() -> None:
     if args.shape:
         fused = dict(zip("mnk", args.shape))
     results = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__},
+        "machine": {
+            "processor": _processor(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+        },
         "fused_relu_bias": fused_relu_bias(
             args.rounds,
             **fused,
@@ -305,6 +322,7 @@ def main() -> None:
     print(f"calibration picked {c['picked']}, engine {c['picked_engine']} (engines {c['engine_order']})")
     kept = f["rounds"]["kept"]
     print(f"rounds kept: {kept['count']} of {kept['of']} (quiet rounds only: {kept['quiet_only']})")
+    print(f"processor: {results['machine']['processor']}, load average at the end: {f['load_average']}")
     print("settled (a loop of each call alone):")
     print(json.dumps({k: round(v, 3) for k, v in f["settled"]["ratio_to_np_matmul"].items()}, indent=1))
 

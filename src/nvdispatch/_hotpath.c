@@ -434,6 +434,7 @@ int nvd_add_cache(PyObject *module); /* _hotpath_cache.c: the plan cache's per-c
 int nvd_add_fft(PyObject *module);   /* _hotpath_fft.c: the transforms' front */
 int nvd_add_cufft(PyObject *module); /* _hotpath_cufft.c: the cuFFT launch */
 int nvd_add_ffi(PyObject *module);   /* _hotpath_ffi.c: the XLA FFI handler and its plan table */
+int nvd_add_epilog(PyObject *module); /* _hotpath_epilog.c: the CPU bias + activation sweep */
 
 static PyMethodDef methods[] = {
     {"make_matmul_front", make_matmul_front, METH_O,
@@ -445,7 +446,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "nvdispatch._hotpath",
-    "nvdispatch's compiled hot paths: matmul's cached hit, the cuBLASLt launch.", -1, methods,
+    "nvdispatch's compiled hot paths: matmul's cached hit, the cuBLASLt launch, the CPU epilog sweep.", -1,
+    methods,
 };
 
 PyMODINIT_FUNC
@@ -468,7 +470,7 @@ PyInit__hotpath(void)
     if (module == NULL)
         return NULL;
     if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_fft(module) < 0 ||
-        nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0) {
+        nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0 || nvd_add_epilog(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -174,3 +174,48 @@ def test_batch_of_one_with_c(strategy):
     want, _ = expected(a, b, c, 2.0, 0.5, Epilog.RELU, None)
     assert got.shape == want.shape
     assert_close(got, want, "float64")
+
+
+def test_engines_with_own_threads_count_their_slower_setting(monkeypatch):
+    """An engine that is fastest in a loop of its own but slow right after another BLAS product (its threads
+    share the cores with the BLAS's spinning workers) ranks behind one that is steady in both."""
+    import time
+    import types
+
+    state = {"after_product": False}
+
+    def product(a, b):
+        state["after_product"] = True
+        return np.matmul(a, b)
+
+    class Fake:
+        def __init__(self, name):
+            self.name, self.direct = name, None
+            self.own_threads = 2 if name == "threads" else 1
+
+        def execute(self, ops):
+            slow, state["after_product"] = state["after_product"], False
+            time.sleep({"threads": 6e-3 if slow else 0.0, "steady": 2e-3}[self.name])
+
+    class NumpyWithSpiedMatmul(types.ModuleType):
+        matmul = staticmethod(product)
+
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+    monkeypatch.setattr(numpy_matmul_calibration, "np", NumpyWithSpiedMatmul("numpy"))
+    monkeypatch.setattr(numpy_matmul_calibration.blas_threads, "let_workers_sleep", lambda: None)
+    a, b = _ints((16, 8), "float32", 21), _ints((8, 12), "float32", 22)
+    problem = nvdispatch.explain(a, b, epilog=Epilog.RELU).problem
+    seconds = numpy_matmul_calibration._measure(problem, ("threads", "steady"), lambda p, name: Fake(name))
+    assert seconds["threads"] >= 6e-3 and seconds["steady"] >= 2e-3  # each its slower setting: a sleep's least
+    assert seconds["threads"] > seconds["steady"]
+
+
+def test_default_order_puts_the_sweep_first_only_beyond_the_cache():
+    candidates = ("sweep", "blas", "panels", "ufunc")
+    small = nvdispatch.explain(np.ones((8, 4), np.float32), np.ones((4, 6), np.float32), epilog="RELU").problem
+    big = dataclasses.replace(small, m=1 << 14, n=1 << 10, result_shape=(1 << 14, 1 << 10))
+    assert numpy_matmul_calibration.default_order(candidates, small)[:2] == ("ufunc", "sweep")
+    assert numpy_matmul_calibration.default_order(candidates, big)[:2] == ("sweep", "ufunc")
+    assert numpy_matmul_calibration.default_order(candidates) == ("sweep", "ufunc", "blas", "panels")

@@ -153,6 +153,7 @@ def test_calibration_can_choose_panels(monkeypatch):
         monkeypatch.setattr(ep, name, slow(getattr(ep, name)))
     direct = numpy_matmul_engines._ufunc_direct
     monkeypatch.setattr(numpy_matmul_engines, "_ufunc_direct", lambda *args: slow(direct(*args)))
+    monkeypatch.setattr(numpy_matmul_engines, "swept", slow(numpy_matmul_engines.swept))  # the sweep's, both calls
     monkeypatch.setattr(numpy_matmul.NumpyMatmulPlan, "execute", slow(numpy_matmul.NumpyMatmulPlan.execute))
     numpy_matmul_calibration.clear()
     nvdispatch.plan_cache.clear()

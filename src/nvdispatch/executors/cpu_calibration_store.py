@@ -8,7 +8,8 @@ off) is decided by the machine and the software on it, not by the process. So it
 
 **Keyed by what decides it** (:func:`machine_key`): the CPU (model, cores this process may use, private cache
 size, the SIMD extensions NumPy found), NumPy's BLAS (build, version, the thread count the environment asks
-of it) and the versions of Python, NumPy, SciPy, Torch and nvdispatch. The file's name carries a digest
+of it), the versions of Python, NumPy, SciPy, Torch and nvdispatch and whether nvdispatch's compiled extension
+is built (it brings an engine of its own). The file's name carries a digest
 of the key and the file holds the key itself: a file of another key, of another format, or one that cannot be
 read or parsed is ignored (a DEBUG log line says why; never an error), and the next write replaces it.
 
@@ -33,6 +34,7 @@ import tempfile
 import threading
 from typing import Any
 
+from .._compiled import hotpath
 from . import cpu_caches
 from .cpu_threads import CPUS
 
@@ -72,6 +74,7 @@ def machine_key() -> dict[str, Any]:
         "blas": _numpy_blas(),
         "python": "{}.{}".format(*sys.version_info[:2]),
         "versions": {name: _version(name) for name in ("numpy", "scipy", "torch", "nvdispatch")},
+        "compiled": hotpath() is not None,
     }
 
 

@@ -1,9 +1,10 @@
 """Matmul with fused epilogs on the CPU through NumPy.
 
 Strategy ``inplace``: the product into the result, then ``alpha``/``beta * c`` and the epilog in place, in
-one of two ways as calibrated per problem class: this module's pass (one ``np.matmul``, then the epilog block
-of rows by block of rows, every epilog) or, for linear layers, the row panels of ``numpy_matmul_panels`` (each
-panel of rows multiplied and finished at once while in cache). No full-size temporary is made beyond what the
+one of three ways as calibrated per problem class: this module's pass (one ``np.matmul``, then the epilog block
+of rows by block of rows, every epilog) or, for linear layers, the compiled sweep of ``numpy_matmul_engines``
+(one ``np.matmul``, then bias and RELU in one pass) or the row panels of ``numpy_matmul_panels`` (each panel of
+rows multiplied and finished at once while in cache). No full-size temporary is made beyond what the
 epilog must return (aux outputs). Strategy ``plain``: separate NumPy expressions, as a user would write them.
 The other strategies' engines are in ``numpy_matmul_engines``; which strategy is the default is the
 calibration's call (``numpy_matmul_calibration``).
@@ -119,8 +120,8 @@ def engine_plan(problem: MatmulProblem, engine: str):
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
     if strategy in ("native", "framework_fused"):
         made = engines.plan(problem, "blas" if strategy == "native" else "torch")
-    elif strategy == "inplace" and _inplace_engine(problem, tuning) == "panels":
-        made = PanelPlan(problem, tuning)
+    elif strategy == "inplace" and (inplace := _inplace_engine(problem, tuning)) != "ufunc":
+        made = PanelPlan(problem, tuning) if inplace == "panels" else engines.plan(problem, inplace)
     else:
         made = _inplace_pass(problem, strategy, tuning)
     if strategy != "plain" and problem.m * problem.n * problem.k:
@@ -131,11 +132,11 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
 
 
 def _inplace_engine(problem: MatmulProblem, tuning) -> str:
-    """``panels`` or ``ufunc`` (this module's pass) for strategy ``inplace``: as a loaded tuning says, else
-    whichever the ranking puts first."""
+    """``sweep``, ``panels`` or ``ufunc`` (this module's pass) for strategy ``inplace``: as a loaded tuning says
+    (``sweep`` has no knobs), else whichever the ranking puts first."""
     if tuning:
         return "panels" if "panel_bytes" in tuning else "ufunc"
-    return next(e for e in engine_choice(problem).order if e in ("panels", "ufunc"))
+    return next(e for e in engine_choice(problem).order if engines.STRATEGY_OF[e] == "inplace")
 
 
 def _inplace_pass(problem: MatmulProblem, strategy: str, tuning):

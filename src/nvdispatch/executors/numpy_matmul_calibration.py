@@ -8,9 +8,12 @@ every candidate engine briefly on synthetic operands shaped like the call (the c
 it, rows capped so one run stays near ``BUDGET_MACS``, but kept enough for the result to outgrow the cores'
 private caches, within ``CACHE_BUDGET_MACS``), interleaved round by round (each candidate's fastest round
 counts: load on the machine only adds time). Where an engine runs its own threads (the row panels), each
-candidate is timed in a block of its own after a short pause instead (``blas_threads.let_workers_sleep``):
-interleaved, it would find the previous engine's BLAS threads still spinning, which a loop of calls of one
-class never does.
+candidate is timed in two settings instead, and counts by the slower of the two: in a block of its own after
+a short pause (``blas_threads.let_workers_sleep``: a loop of calls of one class, no other engine's BLAS
+threads still spinning), and each call right after a bare product on the BLAS's own threads (a program that
+mixes the call with other BLAS work: the BLAS's workers still spin for a while after each call, and an
+engine running threads of its own shares the cores with them). The engine ranked first is the one never far
+from the best in either.
 
 **When.** :func:`ranking` is a query: it never measures. It answers from this process's rankings, else from
 the store (``cpu_calibration_store``: a ranking measured before on this machine, with this software), else
@@ -76,9 +79,15 @@ _ROUNDS = 5
 _BLOCK_ROUNDS = 9
 _MIN_BLOCK_ROUNDS = 4
 _BLOCK_SECONDS = 0.2
-#: the engines in the order taken where a class is not measured: the whole-result product and in-place
-#: epilog first (the BLAS's own threading, one extra pass over the result: never far from a bare product)
-DEFAULT_PREFERENCE = ("ufunc", "blas", "panels", "torch")
+#: ... split into this many blocks per candidate, the candidates' blocks in turns
+_BLOCK_PASSES = 3
+#: the engines in the order taken where a class is not measured: the whole-result product (the BLAS's own
+#: threading) and one pass over the result first, never far from a bare product; the compiled sweep ahead of
+#: the ufuncs only where the result outgrows a core's private cache (or SWEEP_FIRST_BYTES where its size is
+#: unknown): there the pass is a trip through memory, which one sweep makes once, while in cache the ufuncs'
+#: smaller cost per call wins
+DEFAULT_PREFERENCE = ("sweep", "ufunc", "blas", "panels", "torch")
+SWEEP_FIRST_BYTES = 1 << 20
 _SECTION, _PENDING = "matmul", "matmul_pending"
 _CPUS = CPUS
 _log = logging.getLogger("nvdispatch")
@@ -129,10 +138,18 @@ def problem_class(problem: MatmulProblem) -> tuple:
     )
 
 
-def default_order(candidates: tuple[str, ...]) -> tuple[str, ...]:
-    """``candidates`` in the order :data:`DEFAULT_PREFERENCE` gives them (others last, as they came)."""
-    rank = {e: i for i, e in enumerate(DEFAULT_PREFERENCE)}
+def default_order(candidates: tuple[str, ...], problem: MatmulProblem | None = None) -> tuple[str, ...]:
+    """``candidates`` in the order :data:`DEFAULT_PREFERENCE` gives them (others last, as they came), with
+    ``sweep`` after ``ufunc`` for a ``problem`` whose result fits a core's private cache."""
+    preference = DEFAULT_PREFERENCE
+    if problem is not None and _result_bytes(problem) < (cpu_caches.private_cache_bytes() or SWEEP_FIRST_BYTES):
+        preference = ("ufunc", *(e for e in DEFAULT_PREFERENCE if e != "ufunc"))
+    rank = {e: i for i, e in enumerate(preference)}
     return tuple(sorted(candidates, key=lambda e: (rank.get(e, len(rank)), candidates.index(e))))
+
+
+def _result_bytes(problem: MatmulProblem) -> int:
+    return math.prod(problem.promoted_shape) * np.dtype(problem.result_dtype).itemsize
 
 
 def ranking(problem: MatmulProblem, candidates: tuple[str, ...]) -> Ranking:
@@ -157,7 +174,7 @@ def ranking(problem: MatmulProblem, candidates: tuple[str, ...]) -> Ranking:
             why = "this problem class cannot be calibrated on a smaller copy"
         else:
             _note_pending(name, problem)
-        got = Ranking(default_order(candidates), "default", kept.path, why=why)
+        got = Ranking(default_order(candidates, problem), "default", kept.path, why=why)
     with _lock:
         return _rankings.setdefault(memo, got)
 
@@ -364,10 +381,11 @@ def seconds_per_call(fn: Callable, n: int) -> float:
 def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> dict[str, float]:
     """Seconds per call of each candidate engine on ``rep``-shaped synthetic operands (see the module notes)."""
     ops = _operands(rep)
-    calls, reps, runs, own_threads = {}, {}, {}, 1
+    calls, reps, runs, threaded = {}, {}, {}, set()
     for name in candidates:
         plan = make_plan(rep, name)
-        own_threads = max(own_threads, getattr(plan, "own_threads", 1))
+        if getattr(plan, "own_threads", 1) > 1:
+            threaded.add(name)
         fn = _hot_call(plan, ops)
         t0 = time.perf_counter()
         fn()  # warm-up (and first-touch of the output pages)
@@ -375,16 +393,29 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
         calls[name], reps[name] = fn, max(1, min(2000, int(_ROUND_SECONDS / once)))
         runs[name] = max(_MIN_BLOCK_ROUNDS, min(_BLOCK_ROUNDS, int(_BLOCK_SECONDS / (once * reps[name]))))
     samples: dict[str, list[float]] = {name: [] for name in candidates}
-    if own_threads > 1:
+    if threaded:
         # an engine running its own threads would share the cores with the BLAS workers the engine timed before
-        # it left spinning: time each candidate in a block of its own, after they have gone to sleep
-        for name in candidates:
-            blas_threads.let_workers_sleep()
-            calls[name]()
-            for _ in range(runs[name]):
-                samples[name].append(seconds_per_call(calls[name], reps[name]))
-    else:
-        for _ in range(_ROUNDS):
+        # it left spinning: time each candidate in blocks of its own, those engines after the workers have gone
+        # to sleep (a block per candidate in each of a few passes, in turns: a burst of other load spoils one
+        # block, not a ranking) ...
+        for turn in range(_BLOCK_PASSES):
+            for name in candidates if turn % 2 == 0 else reversed(candidates):
+                if name in threaded:
+                    blas_threads.let_workers_sleep()
+                calls[name]()
+                for _ in range(-(-runs[name] // _BLOCK_PASSES)):
+                    samples[name].append(seconds_per_call(calls[name], reps[name]))
+        # ... and each call right after a bare product, as in a program mixing them; the slower setting counts
+        a, b = ops["a"], ops["b"]
+        after: dict[str, list[float]] = {name: [] for name in candidates}
+        for _ in range(min(runs.values())):
             for name in candidates:
-                samples[name].append(seconds_per_call(calls[name], reps[name]))
+                np.matmul(a, b)
+                after[name].append(seconds_per_call(calls[name], 1))
+        settled, mixed = ({name: min(v[name]) for name in candidates} for v in (samples, after))
+        _log.debug("numpy matmul calibration, settled %s, right after a product %s", settled, mixed)
+        return {name: max(settled[name], mixed[name]) for name in candidates}
+    for _ in range(_ROUNDS):
+        for name in candidates:
+            samples[name].append(seconds_per_call(calls[name], reps[name]))
     return {name: min(v) for name, v in samples.items()}

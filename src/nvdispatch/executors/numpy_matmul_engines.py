@@ -16,6 +16,10 @@ full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``
     ``np.matmul`` panel of rows by panel of rows, each panel sized to a core's cache and finished (alpha,
     ``beta * c``, bias, activation) at once while in cache, panels shared out over the cores with BLAS held
     to one thread each. 2-D operands, any layout NumPy takes.
+``sweep`` (strategy ``inplace``, where the compiled extension ``nvdispatch._hotpath`` is built)
+    ``np.matmul`` into the result (the BLAS's own threads), then the bias and the activation (none or RELU) in
+    one compiled sweep over it (``_hotpath_epilog.c``): one read and one write of each element after the
+    product, where in-place ufuncs make one pass per step. Any batch, as ``np.matmul``.
 ``ufunc`` (strategy ``inplace`` for results of one block)
     ``np.matmul`` into the result, then ``alpha``, ``beta * c``, the bias and the activation as in-place
     ufuncs over the whole result, with a direct call for the hot path of small repeated calls (larger
@@ -34,30 +38,56 @@ import sys
 
 import numpy as np
 
+from .._compiled import hotpath
 from .._epilog_numpy import NumpyEpilogOps
 from .._matmul_problem import MatmulProblem, scalar_value
 
-__all__ = ["ENGINES", "STRATEGY_OF", "available", "applicable", "EnginePlan"]
+__all__ = [
+    "ENGINES",
+    "STRATEGY_OF",
+    "SWEEP_ACTIVATIONS",
+    "available",
+    "applicable",
+    "EnginePlan",
+    "sweep_kernel",
+    "swept",
+]
 
 #: every engine, and the strategy each serves
-STRATEGY_OF = {"blas": "native", "torch": "framework_fused", "panels": "inplace", "ufunc": "inplace"}
+STRATEGY_OF = {
+    "sweep": "inplace",
+    "blas": "native",
+    "torch": "framework_fused",
+    "panels": "inplace",
+    "ufunc": "inplace",
+}
 ENGINES = tuple(STRATEGY_OF)
 _OPS = NumpyEpilogOps(inplace=True)  # the executor's own step vocabulary: RELU keeps NaN, GELU tanh form
 _ACTIVATIONS = {"relu": _OPS.relu_, "gelu": _OPS.gelu_}
 _LINEAR_STEPS = {(): None, ("add_bias",): None, ("relu",): "relu", ("gelu",): "gelu"}
 _LINEAR_STEPS.update({("add_bias", "relu"): "relu", ("add_bias", "gelu"): "gelu"})
+#: the activations and dtypes the compiled sweep handles
+SWEEP_ACTIVATIONS = (None, "relu")
+_SWEEP_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def available() -> tuple[str, ...]:
-    """The engines this process has: SciPy's BLAS where SciPy is installed, Torch's where the process has
-    imported Torch (importing it costs seconds and a second thread pool: nvdispatch never does so just to
-    try an engine)."""
+    """The engines this process has: the compiled sweep where the extension is built, SciPy's BLAS where SciPy
+    is installed, Torch's where the process has imported Torch (importing it costs seconds and a second thread
+    pool: nvdispatch never does so just to try an engine)."""
     have = ["ufunc", "panels"]
+    if sweep_kernel() is not None:
+        have.append("sweep")
     if _installed("scipy"):
         have.append("blas")
     if sys.modules.get("torch") is not None:
         have.append("torch")
     return tuple(have)
+
+
+def sweep_kernel():
+    """The compiled bias + activation sweep (``_hotpath.bias_activation``), or None where it is not built."""
+    return getattr(hotpath(), "bias_activation", None)
 
 
 def _installed(name: str) -> bool:
@@ -86,7 +116,9 @@ def applicable(problem: MatmulProblem) -> tuple[str, ...]:
     if p.m * p.n * p.k == 0:
         return ("ufunc",)  # nothing to multiply: BLAS and Torch add nothing but checks
     two_d = not p.batch_shape or all(d == 1 for d in p.batch_shape)
-    return tuple(e for e in available() if e == "ufunc" or two_d)  # (``panels``: 2-D, as BLAS and Torch)
+    sweeps = _LINEAR_STEPS[tuple(p.epilog.steps)] in SWEEP_ACTIVATIONS
+    # (``panels``: 2-D, as BLAS and Torch; ``sweep``: any batch, for the activations it applies)
+    return tuple(e for e in available() if e == "ufunc" or (e == "sweep" and sweeps) or (two_d and e != "sweep"))
 
 
 def plan(problem: MatmulProblem, engine: str) -> EnginePlan:
@@ -115,11 +147,14 @@ class EnginePlan:
             import torch
 
             self.torch = torch
+        elif engine == "sweep":
+            self.sweep = sweep_kernel()
         # the Plan protocol's direct call (alpha 1, no c, the caller's arrays): direct(a, b[, bias])
         plain_2d = problem.c is None and not problem.a_vector and not problem.b_vector and len(self.shape) == 2
         self.direct = None
         if plain_2d and "bias" in problem.input_sigs:
-            self.direct = _ufunc_direct(self.dtype, self.activation) if engine == "ufunc" else self._direct_bias
+            direct = {"ufunc": _ufunc_direct, "sweep": self._sweep_direct}.get(engine)
+            self.direct = self._direct_bias if direct is None else direct(self.dtype, self.activation)
         elif plain_2d and not problem.inputs:
             self.direct = self._direct_plain
 
@@ -131,13 +166,16 @@ class EnginePlan:
         p = self.problem
         gemm = {
             "ufunc": "np.matmul into the result",
+            "sweep": "np.matmul into the result",
             "blas": "BLAS gemm (scipy.linalg.blas) with beta=1 into the result pre-filled with bias/c",
             "torch": "torch.addmm on zero-copy Torch views of the NumPy arrays",
         }[self.engine]
         steps = [f"alpha * a @ b{' + beta * c' if p.c is not None else ''} via {gemm} (engine {self.engine!r})"]
-        fused = ("add_bias",) if self.engine != "ufunc" and p.c is None else ()
+        fused = ("add_bias",) if self.engine in ("blas", "torch") and p.c is None else ()
         for step in p.epilog.steps:
             where = "fused in the GEMM call" if step in fused else "in place over the whole result"
+            if self.engine == "sweep":
+                where = "in one compiled sweep over the result with the other steps"
             steps.append(f"{step} ({where})")
         return tuple(steps)
 
@@ -172,7 +210,7 @@ class EnginePlan:
         if bias is not None:
             bias = np.asarray(bias)
             bias = bias.reshape(1, -1) if bias.ndim == 1 else bias
-        if len(self.shape) != 2 and self.engine != "ufunc":  # batch of one: 2-D views
+        if len(self.shape) != 2 and self.engine not in ("ufunc", "sweep"):  # batch of one: 2-D views
             a, b = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
             c = None if c is None else c.reshape(self.shape[-2:])
             bias = None if bias is None else bias.reshape(bias.shape[-2:])
@@ -193,6 +231,23 @@ class EnginePlan:
         if bias is not None:
             np.add(out, bias, out=out)
         return self._finish(out, self.activation)
+
+    def _sweep(self, a, b, bias, c, alpha, beta):
+        out = np.matmul(a, b, out=np.empty(self.shape if a.ndim + b.ndim > 4 else self.shape[-2:], self.dtype))
+        if alpha != 1:
+            np.multiply(out, alpha, out=out, casting="unsafe")
+        if c is not None and beta != 0:
+            np.add(out, c if beta == 1 else np.multiply(c, beta), out=out, casting="unsafe")
+        return swept(self.sweep, out, bias, self.activation == "relu")
+
+    def _sweep_direct(self, dtype: np.dtype, activation: str | None):
+        """The ``sweep`` engine's hot path for ``act(a @ b + bias)``: the product, then one compiled sweep."""
+        matmul, sweep, relu = np.matmul, self.sweep, activation == "relu"
+
+        def direct(a, b, bias):
+            return swept(sweep, matmul(a, b), bias, relu)
+
+        return direct
 
     def _blas(self, a, b, bias, c, alpha, beta):
         # row-major out = a @ b is column-major out.T = b.T @ a.T: BLAS reads each operand as it lies when it
@@ -264,6 +319,32 @@ def _ufunc_direct(dtype: np.dtype, activation: str | None):
             return out
 
     return direct
+
+
+def swept(sweep, out: np.ndarray, bias, relu: bool) -> np.ndarray:
+    """``out`` with ``act(out + bias)`` applied in place by the compiled sweep (``out`` C-contiguous float32 or
+    float64; bias None or ``n`` values of its dtype in any shape), by NumPy's in-place ufuncs where the sweep
+    cannot read the arrays as they are (another layout, dtype or bias size)."""
+    if not out.flags.c_contiguous or out.dtype not in _SWEEP_DTYPES or out.size == 0:
+        return _ufunc_finish(out, bias, relu)
+    n = out.shape[-1]
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.size != n or bias.dtype != out.dtype:
+            return _ufunc_finish(out, bias, relu)
+        bias = np.ascontiguousarray(bias)
+    data = out.__array_interface__["data"][0]
+    at = None if bias is None else bias.__array_interface__["data"][0]
+    sweep(data, at, out.size // n, n, n, out.dtype == np.float64, relu)
+    return out
+
+
+def _ufunc_finish(out: np.ndarray, bias, relu: bool) -> np.ndarray:
+    if bias is not None:
+        np.add(out, bias, out=out)
+    if relu:
+        _OPS.relu_(out)
+    return out
 
 
 def _fortran_operand(x):

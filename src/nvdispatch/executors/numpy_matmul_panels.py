@@ -2,7 +2,8 @@
 
 ``act(alpha * a @ b + beta * c + bias)`` is cut into panels of the result's rows, each sized to stay in one
 core's private cache. A panel is ``np.matmul(a[rows], b, out=result[rows])``, then at once ``alpha``,
-``beta * c[rows]``, the bias and the activation in place on that panel, while it is still in cache: the
+``beta * c[rows]``, the bias and the activation in place on that panel (bias and RELU in one compiled sweep
+where the extension is built, as engine ``sweep`` does), while it is still in cache: the
 epilog never makes its own trips through memory, as it does after a whole-result GEMM. On several threads
 each thread takes a contiguous share of the rows, panel by panel, its BLAS calls held to one thread
 (``blas_threads``) so the cores are not oversubscribed.
@@ -26,7 +27,7 @@ from .._tunings import an_int, check_object, require_valid
 from . import blas_threads, cpu_caches
 from .cpu_autotune import TuningProposal, propose
 from .cpu_threads import CPUS, pool
-from .numpy_matmul_engines import EnginePlan
+from .numpy_matmul_engines import SWEEP_ACTIVATIONS, EnginePlan, sweep_kernel, swept
 
 __all__ = ["PanelPlan", "panel_byte_choices"]
 
@@ -103,6 +104,8 @@ class PanelPlan(EnginePlan):
         #: the knobs, in one attribute (autotune's commit replaces it at once): (panel_rows, threads)
         self._setting = (rows, max(1, int(tuning.get("threads", default_threads()))))
         super().__init__(problem, "panels")
+        #: the compiled bias + activation sweep each panel is finished with, where the extension has it
+        self.panel_sweep = sweep_kernel()
 
     @property
     def panel_rows(self) -> int:
@@ -152,6 +155,7 @@ class PanelPlan(EnginePlan):
         workers = self.own_threads
         rows = self.panel_rows
         act = self.activation
+        sweep = self.panel_sweep if act in SWEEP_ACTIVATIONS and (bias is not None or act is not None) else None
 
         def finish(r0: int, r1: int) -> None:
             o = out[r0:r1]
@@ -161,6 +165,9 @@ class PanelPlan(EnginePlan):
             if c is not None and beta != 0:
                 cr = c[r0:r1]
                 np.add(o, cr if beta == 1 else np.multiply(cr, beta), out=o, casting="unsafe")
+            if sweep is not None:  # bias and RELU in one compiled sweep of the panel
+                swept(sweep, o, bias, act == "relu")
+                return
             if bias is not None:
                 np.add(o, bias, out=o)
             if act is not None:
