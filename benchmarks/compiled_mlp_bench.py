@@ -12,7 +12,8 @@ input requires none). Contenders, each in this one process on the same weights a
   graph), its weights in ``torch.nn.Linear``'s ``(out, in)`` layout and its GEMMs Linear's forms: forward
   ``h @ W^T`` with ``RELU_BIAS``/``GELU_AUX_BIAS``, backward ``dz^T @ h`` with ``BGRADA`` (weight and bias
   gradients) and, for the layer below, ``dz @ W`` with ``DGELU`` or (ReLU, ``relu_backward="mask"``, the default)
-  plain, masked by the saved output;
+  plain, masked by the saved output (on CUDA bf16 each layer's form timed once, against a plain GEMM and one
+  pass that applies the derivative and writes the bias gradient, the weight-gradient GEMM then plain);
 * ``nvdispatch fused drelu compile`` / ``nvdispatch fused drelu reduce-overhead`` (ReLU models only): the same
   with ``relu_backward="drelu"`` (forward ``RELU_AUX_BIAS``, backward ``DRELU`` GEMMs on its bit masks);
 * ``nvdispatch ops compile``: the model written with ``nvdispatch.matmul(x, w.mT, epilog="RELU_BIAS"/"GELU_BIAS")``

@@ -507,3 +507,131 @@ def test_a_cuda_step_copies_no_operand_and_no_gradient(activation, relu_backward
     assert not copies, events
     for p in mlp.parameters():
         assert p.grad.stride() == p.stride()
+
+
+# -- the backward's forms: the one-pass activation backward + bias gradient, or the GEMM epilogues -------------------
+def test_the_one_pass_backward_refuses_what_it_cannot_take():
+    from nvdispatch.integrations import torch_activation_grad as one_pass
+
+    cpu = torch.zeros(8, 8, dtype=torch.bfloat16)
+    assert "CUDA" in one_pass.one_pass_reason(cpu, None)
+    assert "CUDA" in one_pass.one_pass_reason(cpu, cpu)
+
+
+def test_a_single_backward_form_is_recorded_untimed():
+    from nvdispatch.integrations import torch_activation_grad as one_pass
+
+    key = ("test", "a single form")
+    ran = []
+    assert one_pass.choose(key, {"epilogue": lambda: ran.append(1)}, torch.device("cpu")) == "epilogue"
+    assert ran == [] and one_pass.chosen(key) == "epilogue"
+    one_pass.forget_choices()
+    assert one_pass.chosen(key) is None
+
+
+def test_a_backward_form_that_fails_is_left_out(caplog):
+    from nvdispatch.errors import CublasLtError
+    from nvdispatch.integrations import torch_activation_grad as one_pass
+
+    def unsupported():
+        raise CublasLtError("no algorithm", 15)
+
+    def broken():
+        raise RuntimeError("a kernel that does not compile here")
+
+    key = ("test", "failing forms")
+    forms = {"epilogue": lambda: None, "epilogue-bgrad": unsupported, "one-pass": broken}
+    with caplog.at_level("DEBUG", logger="nvdispatch"):
+        assert one_pass.choose(key, forms, torch.device("cpu")) == "epilogue"
+    assert one_pass.chosen(key) == "epilogue" and len(forms) == 3  # the caller's dict is left as it was
+    assert "a kernel that does not compile here" in caplog.text
+    one_pass.forget_choices()
+
+
+@pytest.fixture
+def forced_form(monkeypatch):
+    """Make every backward choice of FusedMLP's the given form where it is offered, else the epilogue one
+    (``force(label)``), the timing skipped."""
+    from nvdispatch.integrations import torch_activation_grad as one_pass
+
+    def force(label):
+        monkeypatch.setattr(one_pass, "chosen", lambda key: None)
+        monkeypatch.setattr(one_pass, "choose", lambda key, forms, device: label if label in forms else "epilogue")
+
+    return force
+
+
+@pytest.mark.gpu
+@_cuda()
+@pytest.mark.parametrize("form", ["epilogue", "epilogue-bgrad", "one-pass"])
+@pytest.mark.parametrize("mode", ["eager", "inductor", "inductor-dynamic"])
+@pytest.mark.parametrize("layout", ["out_in", "in_out"])
+@pytest.mark.parametrize(("activation", "relu_backward"), CUDA_CASES)
+def test_each_backward_form_on_cuda_matches_torch_linear_layers(activation, relu_backward, layout, mode, form,
+                                                                forced_form):  # fmt: skip
+    """bfloat16 (the one-pass kernels' dtype), rows not a multiple of the kernels' row blocks, a width not a
+    multiple of their column blocks; both weight layouts."""
+    forced_form(form)
+    torch.manual_seed(11)
+    widths = [64, 520, 136, 40]
+    ws = [(torch.randn(o, i, device="cuda") / i**0.5).to(torch.bfloat16) for i, o in zip(widths[:-1], widths[1:])]
+    bs = [torch.randn(o, device="cuda").to(torch.bfloat16) for o in widths[1:]]
+    stored = [w.detach().clone() if layout == "out_in" else w.detach().T.contiguous() for w in ws]
+    params = [p.requires_grad_() for p in stored + [b.detach().clone() for b in bs]]
+    n = len(ws)
+
+    def model(x):
+        return fused_mlp(x, params[:n], params[n:], activation, relu_backward=relu_backward, weight_layout=layout)
+
+    fn = model if mode == "eager" else torch.compile(model, fullgraph=True, dynamic=mode == "inductor-dynamic")
+    for rows in (200, 72):
+        x = torch.randn(rows, 64, device="cuda").to(torch.bfloat16).requires_grad_()
+        for p in params:
+            p.grad = None
+        out = fn(x)
+        g = torch.randn(out.shape, device="cuda").to(torch.bfloat16)
+        out.backward(g)
+        xr = x.detach().double().requires_grad_()
+        wr = [w.detach().double().requires_grad_() for w in ws]
+        br = [b.detach().double().requires_grad_() for b in bs]
+        h = xr
+        for i, (w, b) in enumerate(zip(wr, br)):
+            h = torch.nn.functional.linear(h, w, b)
+            if i < n - 1:
+                h = torch.relu(h) if activation == "relu" else torch.nn.functional.gelu(h, approximate="tanh")
+        h.backward(g.double())
+        _close(out, h.detach(), 0.02)
+        _close(x.grad, xr.grad, 0.05)
+        for i in range(n):
+            dw = params[i].grad if layout == "out_in" else params[i].grad.T
+            assert params[i].grad.stride() == params[i].stride()
+            _close(dw, wr[i].grad, 0.05)
+            _close(params[n + i].grad, br[i].grad, 0.05)
+
+
+@pytest.mark.gpu
+@_cuda()
+@pytest.mark.parametrize(("activation", "relu_backward"), CUDA_CASES)
+def test_the_one_pass_backward_replays_in_cuda_graphs(activation, relu_backward, forced_form):
+    forced_form("one-pass")
+    mlp = _cuda_model(activation, relu_backward, torch.bfloat16)
+    compiled = torch.compile(mlp, mode="reduce-overhead", fullgraph=True)
+    for step in range(6):  # warm-up, recording, then replays of the CUDA graphs
+        torch.compiler.cudagraph_mark_step_begin()
+        x = torch.randn(48, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(500 + step))
+        _check_step(mlp, compiled, x.to(torch.bfloat16).requires_grad_(), rel_norm=0.1)
+
+
+@pytest.mark.gpu
+@_cuda()
+def test_the_backward_choice_is_timed_once_per_problem_and_kept():
+    from nvdispatch.integrations import torch_activation_grad as one_pass
+
+    one_pass.forget_choices()
+    mlp = _cuda_model("gelu", "mask", torch.bfloat16)
+    x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    mlp(x).sum().backward()
+    first = one_pass.choices()
+    assert first and set(first.values()) <= {"epilogue", "one-pass"}
+    mlp(x).sum().backward()
+    assert one_pass.choices() == first

@@ -22,6 +22,14 @@ Weights are stored as ``torch.nn.Linear`` stores them, ``W_i`` of shape ``(out, 
   with bfloat16, it runs the derivative as a separate, slower kernel after the GEMM), while the elementwise mask
   is one cheap, memory-bound pass; ``benchmarks/compiled_mlp_bench.py`` times both. For the first layer, ``dx``
   from a plain GEMM, skipped when the input does not require grad.
+* on CUDA with bfloat16, the derivative and the bias gradient may instead come from one memory pass of our own
+  (:mod:`.torch_activation_grad`, a Numba kernel): ``act'`` applied to a plain GEMM's result (the mask ``h > 0``,
+  or with ``relu_backward="drelu"`` the forward's bit mask, or GELU's derivative from the kept pre-activation) and
+  the column sums of the outcome, which are ``db_{i-1}``; the weight-gradient GEMM is then plain (cuBLASLt runs
+  ``BGRADA``/``BGRADB`` as a separate reduction over ``dz``, and its ``DGELU`` kernels can be slower than a plain
+  GEMM). A third form is cuBLASLt's ``DGELU_BGRAD``/``DRELU_BGRAD`` where an aux was kept. Which form a layer
+  runs is timed once per problem on the first backward (not while a CUDA graph is being captured) and kept for
+  the process.
 
 The whole chain is one autograd node: its forward runs the layers' fused calls back to back, its backward all the
 backward GEMMs (:mod:`.torch_mlp_ops`). Under ``torch.compile`` it is two operators in the graph

@@ -17,7 +17,9 @@ str relu_backward, str weight_layout, bool input_grad) -> Tensor[]``
     ``dz^T @ h_prev`` with ``BGRADA``, the bias gradient being the sum of ``dz^T`` along K; ``"in_out"``:
     ``h_prev^T @ dz`` with ``BGRADB``) and one GEMM for the gradient of the layer below (``dz @ W``, or
     ``dz @ W^T``): ``DGELU`` / ``DRELU`` fused, or with ``relu_backward="mask"`` a plain GEMM masked by ``h > 0``
-    (one elementwise op).
+    (one elementwise op). On CUDA bfloat16 tensors, where it is timed faster for the problem, the derivative and
+    the bias gradient come from one pass (:mod:`.torch_activation_grad`) after a plain GEMM, and the weight
+    gradients from plain GEMMs.
 
 Registered as the other operators are (:mod:`.torch_ops`: ``torch.library.Library`` schemas, one
 ``CompositeExplicitAutograd`` kernel for every device, exact fake kernels, ``register_autograd``), in the same
@@ -34,6 +36,7 @@ second backward pass through it is refused with an error.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -42,6 +45,7 @@ from torch import Tensor
 
 from .. import linalg
 from ..errors import InvalidArgumentError
+from . import torch_activation_grad as one_pass
 from . import torch_layouts as layouts
 from .mlp_epilogs import ACTIVATIONS, RELU_BACKWARDS, chain_epilogs
 from .torch_ops import matmul_layout
@@ -151,32 +155,130 @@ def _backward_kernel(
     dx = None
     dz = grad
     with in_kernel():
+        db = _top_bias_gradient(grad, hidden[-1] if n > 1 else x, weight_layout)
         for i in range(n - 1, -1, -1):
             w = weights[i]
             h_in = hidden[i - 1] if i else x
-            if weight_layout == "out_in":  # dW = dz^T @ h_in; db: dz^T summed along K, the BGRADA product
-                dw, extra = linalg.matmul(dz.mT, h_in, epilog="BGRADA")
-                db = extra["bgrada"]
-            else:
-                dw, extra = linalg.matmul(h_in.mT, dz, epilog="BGRADB")
-                db = extra["bgradb"]
+            dw, db = _weight_gradients(dz, h_in, weight_layout, db)
             dws[i] = layouts.dense(dw.to(w.dtype), x)
             dbs[i] = layouts.dense(db.reshape(out_features(w, weight_layout)).to(w.dtype), x)
             w_t = forward_operand(w, weight_layout).mT  # dz @ W^T of the forward's h @ W
             if i:
-                dz = _layer_below(dz, w_t, hidden[i - 1], aux[i - 1] if aux else None, activation)
+                h_below = hidden[i - 2] if i > 1 else x
+                dz, db = _layer_below(dz, w_t, hidden[i - 1], aux[i - 1] if aux else None, activation, h_below,
+                                      weight_layout)  # fmt: skip
             elif input_grad:
                 dx = layouts.dense(linalg.matmul(dz, w_t).to(x.dtype), x)
     return ([dx] if input_grad else []) + dws + dbs
 
 
-def _layer_below(dz, w_t, h, aux, activation: str):
+def _weight_gradients(dz, h_in, weight_layout: str, db):
+    """``(dW, db)`` of a layer from its pre-activation gradient ``dz``: one GEMM with the bias-gradient epilogue
+    (``"out_in"``: ``dz^T @ h_in``, the bias gradient the sums of ``dz^T`` along K, ``BGRADA``; ``"in_out"``:
+    ``h_in^T @ dz``, ``BGRADB``), or a plain GEMM where ``db`` is already known."""
+    out_in = weight_layout == "out_in"
+    a, b = (dz.mT, h_in) if out_in else (h_in.mT, dz)
+    if db is not None:
+        return linalg.matmul(a, b), db
+    epilog = "BGRADA" if out_in else "BGRADB"
+    dw, extra = linalg.matmul(a, b, epilog=epilog)
+    return dw, extra[epilog.lower()]
+
+
+def _derivative_epilogue(dz, w_t, h, aux, activation: str):
     """The gradient of the pre-activation below: ``(dz @ w_t) * act'(z)``, the derivative fused into the GEMM where
     ``aux`` is given, else (ReLU) the plain GEMM masked by the saved output ``h > 0``."""
     if aux is None:
         return torch.ops.aten.threshold_backward(linalg.matmul(dz, w_t), h, 0)
     below = chain_epilogs(2, activation, "drelu")[0]  # an aux was kept: the derivative's epilog takes it
     return linalg.matmul(dz, w_t, epilog=below.backward_epilog, epilog_inputs={below.aux: aux})
+
+
+def _one_pass_kind(dz, h, aux, activation: str):
+    """``(kind, saved)`` of the one-pass backward (:mod:`.torch_activation_grad`) for this layer, or None where it
+    cannot run: a ReLU layer takes its output ``h`` (the derivative its mask) or the forward's bit mask where it
+    kept one (``relu_backward="drelu"``), a GELU layer its pre-activation."""
+    if not (dz.is_cuda and dz.dtype == torch.bfloat16):
+        return None
+    if activation == "gelu":
+        kind, saved = "gelu", aux
+    elif aux is None:  # relu_backward="mask"
+        kind, saved = "relu", h
+    else:  # "drelu": the forward kept cuBLASLt's bit mask
+        kind, saved = "relu_bits", aux
+    return (kind, saved) if one_pass.one_pass_reason(h, saved) is None else None
+
+
+def _layer_below(dz, w_t, h, aux, activation: str, h_below, weight_layout: str):
+    """``(dz_below, db_below or None)``: the gradient of the pre-activation below, and its bias gradient where the
+    form that runs gives it (then the weight gradients below need no bias-gradient epilogue). On CUDA the forms
+    :func:`_below_labels` offers are timed once per problem, each with the weight gradients of the layer below,
+    and the fastest kept (:func:`.torch_activation_grad.choose`); later calls look the choice up."""
+    if not dz.is_cuda:
+        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+    key = ("layer", dz.device, dz.dtype, dz.shape, w_t.shape, h_below.shape, activation, aux is None, weight_layout)
+    label = one_pass.chosen(key)
+    if label is None:
+        forms = {}
+        for form in _below_labels(dz, h, aux, activation):
+            run = functools.partial(_below_form, form, dz, w_t, h, aux, activation)
+            forms[form] = functools.partial(_with_weights, run, h_below, weight_layout)
+        label = one_pass.choose(key, forms, dz.device)
+    return _below_form(label, dz, w_t, h, aux, activation)
+
+
+def _below_labels(dz, h, aux, activation: str) -> list[str]:
+    """The forms of :func:`_below_form` that can run here: ``"epilogue"`` always; ``"epilogue-bgrad"`` where an aux
+    was kept; ``"one-pass"`` where :func:`_one_pass_kind` finds one (CUDA bfloat16)."""
+    labels = ["epilogue"]
+    if aux is not None:
+        labels.append("epilogue-bgrad")
+    if _one_pass_kind(dz, h, aux, activation) is not None:
+        labels.append("one-pass")
+    return labels
+
+
+def _below_form(label: str, dz, w_t, h, aux, activation: str):
+    """``(dz_below, db_below or None)`` by form ``label``: ``"epilogue"`` (:func:`_derivative_epilogue`, no bias
+    gradient); ``"epilogue-bgrad"`` (``DGELU_BGRAD``/``DRELU_BGRAD``: the bias gradient from the same GEMM);
+    ``"one-pass"`` (a plain GEMM, then :func:`.torch_activation_grad.activation_backward`)."""
+    if label == "epilogue":
+        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+    if label == "epilogue-bgrad":
+        below = chain_epilogs(2, activation, "drelu")[0]
+        name = below.backward_epilog + "_BGRAD"
+        d, extra = linalg.matmul(dz, w_t, epilog=name, epilog_inputs={below.aux: aux})
+        return d, extra[name.lower()]
+    one = _one_pass_kind(dz, h, aux, activation)
+    if one is None:  # chosen for this problem, but these tensors are not as the kernels need them
+        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+    return one_pass.activation_backward(one[0], layouts.dense(linalg.matmul(dz, w_t), dz), one[1])
+
+
+def _with_weights(form, h_below, weight_layout: str):
+    """One form of a layer's backward, then the weight gradients of the layer below (what a choice times)."""
+    dz, db = form()
+    return _weight_gradients(dz, h_below, weight_layout, db)
+
+
+def _top_bias_gradient(grad, h_in, weight_layout: str):
+    """The output layer's bias gradient (the column sums of ``grad``) by the one-pass kernel where it runs and,
+    with the plain weight-gradient GEMM, is faster for this problem than the GEMM's bias-gradient epilogue; else
+    None (the epilogue gives it)."""
+    if not grad.is_cuda:
+        return None
+    key = ("output", grad.device, grad.dtype, grad.shape, h_in.shape, weight_layout)
+    label = one_pass.chosen(key)
+    if label is None:
+        forms = {"epilogue": lambda: _weight_gradients(grad, h_in, weight_layout, None)}
+        if grad.dtype == torch.bfloat16 and grad.dim() == 2 and one_pass.one_pass_reason(grad, None) is None:
+            forms["one-pass"] = lambda: _weight_gradients(grad, h_in, weight_layout, _column_sums(grad))
+        label = one_pass.choose(key, forms, grad.device)
+    return _column_sums(grad) if label == "one-pass" else None
+
+
+def _column_sums(grad):
+    return one_pass.activation_backward("none", grad, None)[1]
 
 
 # -- fake kernels: the same rule (the public function's problem per call) on fake tensors ----------------------------
