@@ -21,7 +21,16 @@ from nvdispatch import ComputeType, plan_cache
 
 from .test_jax_fft import CASES as FFT_CASES
 from .test_jax_fft import _input, _numpy
-from .test_jax_matmul import EPILOGS, SHAPES, _case, _check, _check_gradients, _jitted
+from .test_jax_matmul import (
+    EPILOGS,
+    ONLY_INPUT_BATCHED,
+    SHAPES,
+    _case,
+    _check,
+    _check_gradients,
+    _jitted,
+    check_vmap_over_inputs_only,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -98,6 +107,11 @@ def test_vmap():
         want, _ = expected(a[:, i], b, None, 1, None, "RELU_AUX_BIAS", {"bias": bias})
         assert_close(np.asarray(y[i]), want, "float32")
         assert_relu_mask(aux["relu_aux"][i], a[:, i], b, None, 1, None, "RELU_AUX_BIAS", {"bias": bias})
+
+
+@pytest.mark.parametrize("epilog, batched", ONLY_INPUT_BATCHED)
+def test_vmap_over_an_epilog_input_or_c_alone(epilog, batched):
+    check_vmap_over_inputs_only(epilog, batched)
 
 
 @pytest.mark.parametrize("func, kind, kw", FFT_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(FFT_CASES)])

@@ -175,6 +175,47 @@ def test_vmap_of_auxiliary_outputs(epilog):
             assert_close(np.asarray(got[1][name][i]), value, "float32", name)
 
 
+#: (epilog, what is batched) where ``a`` and ``b`` are shared and only ``c`` or an epilog input carries the batch
+ONLY_INPUT_BATCHED = [("DGELU", "gelu_aux"), ("DRELU", "relu_aux"), ("RELU_BIAS", "bias"), ("DEFAULT", "c"),
+                      ("GELU_AUX_BIAS", "bias")]
+
+
+def check_vmap_over_inputs_only(epilog: str, batched: str, size: int = 3):
+    """``jax.vmap`` over ``c`` or one epilog input alone (``a``, ``b`` shared): each batch matrix of the result
+    and its auxiliary outputs against the per-example oracle."""
+    a, b, _, inputs = _case(epilog, (5, 3), (3, 4), seed=7)
+    rng = np.random.default_rng(8)
+    if batched == "c":
+        stack = _ints(rng, (size, 5, 4), "float32")
+    else:
+        stack = np.stack([_case(epilog, (5, 3), (3, 4), seed=20 + i)[3][batched] for i in range(size)])
+    beta = 1.0 if batched == "c" else None
+
+    def f(x):
+        if batched == "c":
+            return nvdispatch.matmul(a, b, x, beta=beta)
+        return nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs={**inputs, batched: x})
+
+    got = jax.jit(jax.vmap(f))(stack)
+    for i in range(size):
+        c = stack[i] if batched == "c" else None
+        per = inputs if batched == "c" else {**inputs, batched: stack[i]}
+        want, want_aux = expected(a, b, c, 1, beta, epilog, per)
+        result = got[0] if want_aux else got
+        assert result.shape == (size, *want.shape)
+        assert_close(np.asarray(result[i]), want, "float32")
+        for name, value in want_aux.items():
+            if name == "relu_aux":
+                assert_relu_mask(got[1][name][i], a, b, c, 1, beta, epilog, per)
+            else:
+                assert_close(np.asarray(got[1][name][i]), value, "float32", name)
+
+
+@pytest.mark.parametrize("epilog, batched", ONLY_INPUT_BATCHED)
+def test_vmap_over_an_epilog_input_or_c_alone(epilog, batched):
+    check_vmap_over_inputs_only(epilog, batched)
+
+
 # -- gradients ------------------------------------------------------------------------------------------------------
 def _weights(rng, want, want_aux):
     """Random weights of a scalar loss over the result and every floating auxiliary output."""

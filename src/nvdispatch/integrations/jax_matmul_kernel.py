@@ -82,7 +82,31 @@ class MatmulCall:
 
 
 def matmul_kernel(call: MatmulCall, operands: dict[str, Any]) -> tuple:
-    """``call`` on canonical ``operands`` (JAX values by name): ``(result, *auxiliary outputs)``."""
+    """``call`` on canonical ``operands`` (JAX values by name): ``(result, *auxiliary outputs)``.
+
+    Under :func:`jax.vmap` the kernel is staged again on the batched shapes, a batch axis in front of every
+    operand (one batched product, whatever route runs it). The result's batch is that of the operands
+    together: where only ``c`` or an epilog input is batched, ``a`` is broadcast along the batch, so that each
+    batch matrix of the result meets its own ``c``, bias or auxiliary input."""
+    names = tuple(operands)
+
+    @jax.custom_batching.custom_vmap
+    def run(*values):
+        return _kernel(call, dict(zip(names, values)))
+
+    @run.def_vmap
+    def _batched(axis_size, in_batched, *values):
+        values = [x if batched else x[None] for x, batched in zip(values, in_batched)]
+        if not (in_batched[names.index("a")] or in_batched[names.index("b")]):
+            i = names.index("a")
+            values[i] = jnp.broadcast_to(values[i], (axis_size, *values[i].shape[1:]))
+        outs = run(*values)
+        return tuple(outs), (True,) * len(outs)
+
+    return tuple(run(*operands.values()))
+
+
+def _kernel(call: MatmulCall, operands: dict[str, Any]) -> tuple:
     names = tuple(operands)
     spec = spec_of(call.epilog)
     problem = abstract_problem("jax", CPU, operands, spec, call.options, call.alpha, call.beta, call.transpose)
