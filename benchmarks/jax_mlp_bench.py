@@ -13,9 +13,10 @@
 2. ``fp32``: float32 products at JAX's default matmul precision (plain and ``RELU_BIAS``), nvdispatch vs
    ``jnp``, on issue 29's five shapes (m x n x k): the staged call follows ``jax_default_matmul_precision``.
    First the staged call traced with trace-time autotuning off (``*_untuned_us``, ``ratio_untuned``), timed
-   against ``jnp`` before the default one is traced (the plan is shared: once tuned, the untuned program's
-   calls follow it), then the default (``*_us``, ``ratio``); each program's first call (trace, compile,
-   autotuning) in ``*_first_call_s``, and what ``explain()`` says of the algorithm in ``explain_compiled``.
+   against ``jnp`` before the default one is traced (a plan is shared by the programs staging its problem: once
+   the default one has tuned it, the untuned program's calls follow the tuned algorithm), then the default
+   (``*_us``, ``ratio``); each program's trace, compile (with trace-time autotuning) and first call in
+   ``*_first_call_s``, and what ``explain()`` says of the algorithm in ``explain_compiled``.
 3. ``overhead``: a chain of small bfloat16 ``RELU_BIAS`` layers in one program (host-bound): the host cost of
    a staged call against XLA's own GEMM thunk, per call.
 
@@ -28,15 +29,17 @@ itself rather than reuse choices an earlier run kept.
 
 Routes: nvdispatch's staged GPU matmuls run through its XLA FFI handler (``ffi``; ``ffi-graphs``: declared
 compatible with XLA's command buffers) or a Python buffer callback (``callback``); ``--routes`` names the
-contenders (default ``ffi callback``, in one run: ``nvdispatch`` is the first, ``nvdispatch[ROUTE]`` the
+contenders (default ``ffi-graphs ffi callback``, in one run: ``nvdispatch`` is the first, ``nvdispatch[ROUTE]`` the
 others). On the CPU (``--allow-cpu``) the route does not apply: one contender.
 
-Timing: each measurement queues ``--inner`` calls of a jitted function and waits for the last
-(``block_until_ready``: the GPU's work included); the median over ``--repeats`` rounds, the variants taken in
-turns within a round. One process; ratios are from the same run. Writes ``jax_mlp_bench.json`` (written again
-after each part, so a failure keeps what was measured; a failing cell records its error) and
-``jax_mlp_bench.png`` into ``--out DIR``. Exits with status 2 and one line where JAX (or a GPU it sees) is
-missing (``--allow-cpu`` runs it on the CPU at small sizes, to check the script itself).
+Timing: each contender's program is traced and compiled once under its setting (``jax.jit(f).lower(...)
+.compile()``, the route and autotuning blocks around the tracing only) and then called directly, as a user calls
+a program: no setting entered around the timed calls, XLA's programs alike. Each measurement queues ``--inner``
+calls and waits for the last (``block_until_ready``: the GPU's work included); the median over ``--repeats``
+rounds, the variants taken in turns within a round. One process; ratios are from the same run. Writes
+``jax_mlp_bench.json`` (written again after each part, so a failure keeps what was measured; a failing cell
+records its error) and ``jax_mlp_bench.png`` into ``--out DIR``. Exits with status 2 and one line where JAX (or
+a GPU it sees) is missing (``--allow-cpu`` runs it on the CPU at small sizes, to check the script itself).
 
     python benchmarks/jax_mlp_bench.py --out OUT_DIR
     python benchmarks/jax_mlp_bench.py --replot OUT_DIR/jax_mlp_bench.json --out OUT_DIR
@@ -94,28 +97,30 @@ def chain_contenders(args, activation: str) -> dict[str, str]:
     return {("fused_mlp" if i == 0 else f"fused_mlp[{b}]"): b for i, b in enumerate(backwards)}
 
 
-def on_route(route: str, fn, autotune: str | None = None):
-    """``fn`` called with matmuls staged (when it traces) through ``route``, autotuned when traced as ``autotune``
-    says (None: the process's setting)."""
+def compiled(jitted, args: tuple, route: str | None = None, autotune: str | None = None):
+    """``jitted`` traced and compiled for ``args`` once, its matmuls staged (when it traces) through ``route``
+    (None: XLA's own program, no setting) and autotuned as ``autotune`` says (None: the process's setting). The
+    program is then called directly, as a user calls one: no setting around the timed calls (a function jitted
+    again under another setting is traced again; a compiled program keeps what its trace chose)."""
     import contextlib
 
     from nvdispatch.integrations.jax_autotune import jax_autotune
     from nvdispatch.integrations.jax_ffi import jax_route
 
-    def run(*a, **kw):
-        with jax_route(route), (jax_autotune(autotune) if autotune else contextlib.nullcontext()):
-            return fn(*a, **kw)
-
-    return run
+    with (jax_route(route) if route else contextlib.nullcontext()), \
+            (jax_autotune(autotune) if autotune else contextlib.nullcontext()):
+        return jitted.lower(*args).compile()
 
 
-def first_call(fn) -> float:
-    """Seconds of ``fn()``'s first call (a jitted function's trace, compile and trace-time autotuning, one run)."""
+def first_call(jitted, args: tuple, route: str | None = None, autotune: str | None = None):
+    """``(program, seconds)``: :func:`compiled`'s program and the seconds of its trace, compile (with trace-time
+    autotuning) and first call, one run."""
     import jax
 
     t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    return time.perf_counter() - t0
+    program = compiled(jitted, args, route, autotune)
+    jax.block_until_ready(program(*args))
+    return program, time.perf_counter() - t0
 
 
 # -- timing -----------------------------------------------------------------------------------------------------
@@ -221,15 +226,17 @@ def bench_mlp(args, device, results: dict) -> None:
 
                 first_plan = len(staged_plans())  # this cell's FFI plans come after
                 ours = contenders(args)
-                steps = {"xla": _train_step(_layered(xla_layer))}
-                steps.update({name: on_route(route, _train_step(_layered(our_layer))) for name, route in ours.items()})
+                at = (start, x, y)
+                steps = {"xla": compiled(_train_step(_layered(xla_layer)), at)}
+                steps.update({name: compiled(_train_step(_layered(our_layer)), at, route)
+                              for name, route in ours.items()})
                 chains = chain_contenders(args, activation)
-                steps.update({name: on_route(args.routes[0], _train_step(_chain_model(activation, backward)))
+                steps.update({name: compiled(_train_step(_chain_model(activation, backward)), at, args.routes[0])
                               for name, backward in chains.items()})
                 ours = {**ours, **chains}
                 state = {name: jax.tree_util.tree_map(jnp.copy, start) for name in steps}
                 losses = {name: [] for name in steps}
-                for name, step in steps.items():  # compile, and the first losses from the same parameters
+                for name, step in steps.items():  # the first losses from the same parameters
                     for _ in range(3):
                         state[name], value = step(state[name], x, y)
                         losses[name].append(float(value))
@@ -341,36 +348,36 @@ def bench_fp32(args, device, results: dict) -> None:
                 a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
                 b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
                 bias = jnp.asarray(rng.standard_normal(n), jnp.float32)
-                ref = jax.jit(variants[kind][0])
+                at = (a, b, bias)
                 want = np.asarray(a, np.float64)[:64] @ np.asarray(b, np.float64)  # the first 64 rows, float64
                 if kind != "plain":
                     want = np.maximum(want + np.asarray(bias, np.float64), 0)
                 scale = float(np.abs(want).max())
 
-                def error(fn) -> float:
-                    return float(np.abs(np.asarray(fn(a, b, bias))[:64] - want).max()) / scale
+                def error(program) -> float:
+                    return float(np.abs(np.asarray(program(*at))[:64] - want).max()) / scale
 
-                cell["jnp_first_call_s"] = first_call(lambda: ref(a, b, bias))
+                ref, cell["jnp_first_call_s"] = first_call(jax.jit(variants[kind][0]), at)
                 cell["jnp_rel_err"] = error(ref)
-                if args.autotune and device.platform != "cpu":  # untuned first: the tuned plan is shared
+                if args.autotune and device.platform != "cpu":  # untuned first: a tuned plan is shared
                     name, route = next(iter(contenders(args).items()))
-                    untuned = on_route(route, jax.jit(variants[kind][1]), autotune="off")
-                    cell[f"{name}_untuned_first_call_s"] = first_call(lambda: untuned(a, b, bias))
+                    untuned, cell[f"{name}_untuned_first_call_s"] = first_call(jax.jit(variants[kind][1]), at, route,
+                                                                               autotune="off")
                     cell[f"{name}_untuned_rel_err"] = error(untuned)
-                    times = time_in_turns({"jnp": lambda: ref(a, b, bias), "untuned": lambda: untuned(a, b, bias)},
+                    times = time_in_turns({"jnp": lambda: ref(*at), "untuned": lambda: untuned(*at)},
                                           args.repeats, args.inner)
                     cell["jnp_untuned_round_us"] = times["jnp"] * 1e6
                     cell[f"{name}_untuned_us"] = times["untuned"] * 1e6
                     cell[_ratio_key(name, "_untuned")] = times["untuned"] / times["jnp"]
-                ours = {name: on_route(route, jax.jit(variants[kind][1])) for name, route in contenders(args).items()}
-                for name, fn in ours.items():
-                    cell[f"{name}_first_call_s"] = first_call(lambda fn=fn: fn(a, b, bias))
-                    cell[f"{name}_rel_err"] = error(fn)
+                ours = {}
+                for name, route in contenders(args).items():  # traced under the process's autotuning setting
+                    ours[name], cell[f"{name}_first_call_s"] = first_call(jax.jit(variants[kind][1]), at, route)
+                    cell[f"{name}_rel_err"] = error(ours[name])
                 if device.platform != "cpu":
                     kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}} if kind != "plain" else {}
                     cell["explain_compiled"] = nvdispatch.explain(a, b, **kw).compiled
-                timed = {"jnp": lambda: ref(a, b, bias)}
-                timed.update({name: (lambda fn=fn: fn(a, b, bias)) for name, fn in ours.items()})
+                timed = {"jnp": lambda: ref(*at)}
+                timed.update({name: (lambda program=program: program(*at)) for name, program in ours.items()})
                 times = time_in_turns(timed, args.repeats, args.inner)
             cell.update({f"{name}_us": t * 1e6 for name, t in times.items()})
             for name in ours:
@@ -410,7 +417,8 @@ def bench_overhead(args, device, results: dict) -> None:
 
             xla = chained(lambda h: jax.nn.relu(jnp.dot(h, w) + bias))
             layer = lambda h: nvdispatch.matmul(h, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias})  # noqa: E731
-            ours = {name: on_route(route, chained(layer)) for name, route in contenders(args).items()}
+            xla = compiled(xla, (x,))
+            ours = {name: compiled(chained(layer), (x,), route) for name, route in contenders(args).items()}
             jax.block_until_ready((xla(x), *(fn(x) for fn in ours.values())))
             timed = {"xla": lambda: xla(x)}
             timed.update({name: (lambda fn=fn: fn(x)) for name, fn in ours.items()})

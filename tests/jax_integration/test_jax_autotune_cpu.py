@@ -139,6 +139,39 @@ def test_a_staged_call_carries_the_mode_it_was_traced_with(monkeypatch):
     assert seen == ["off", "always"]
 
 
+@pytest.mark.skipif(not hasattr(jax, "make_user_context"), reason="this JAX has no user contexts in its trace key")
+def test_a_function_jitted_earlier_is_traced_again_under_another_mode(monkeypatch):
+    from nvdispatch.integrations import jax_matmul
+
+    seen = []
+    real = jax_matmul._staged
+
+    def spy(call, *args):
+        seen.append(call.autotune)
+        return real(call, *args)
+
+    monkeypatch.setattr(jax_matmul, "_staged", spy)
+    monkeypatch.delenv("NVDISPATCH_JAX_AUTOTUNE", raising=False)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+
+    def product(a, b):
+        return nvdispatch.matmul(a, b)
+
+    f = jax.jit(product)
+    got = []
+    with autotune_in("off"):
+        got += [f(a, b), f(a, b)]  # the second call: JAX's program of the first
+    got.append(f(a, b))  # the process's "auto": traced again
+    with autotune_in("always"):
+        got.append(jax.jit(product)(a, b))  # the same function jitted again: traced again too
+    with autotune_in("off"):
+        got.append(f(a, b))  # JAX's "off" program again
+    assert seen == ["off", "auto", "always"]
+    for y in got:
+        np.testing.assert_allclose(np.asarray(y, np.float64), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
+
+
 # -- the rule and one timing per problem ------------------------------------------------------------------------------
 def test_off_times_nothing_and_reads_no_file(gpu):
     plan = FakePlan(_problem(2048, 2048, 2048))
@@ -346,3 +379,39 @@ def test_the_callback_route_plans_and_tunes_while_tracing_where_its_mode_times(m
     finally:
         plan_cache.clear()
     assert tuned == [(6, 5, 3, "always", 2.0)] and len(rec.planned) == 1
+
+
+@pytest.mark.skipif(not hasattr(jax, "make_user_context"), reason="this JAX has no user contexts in its trace key")
+def test_a_function_traced_with_autotuning_off_is_tuned_when_called_with_it_on(monkeypatch):
+    from nvdispatch.integrations import jax_buffers, jax_matmul_kernel
+
+    from .test_jax_ffi_cpu import _Recorder
+
+    rec = _Recorder()
+    monkeypatch.setattr(jax_buffers, "builtin", lambda name: rec if name == "cuda" else None)
+    monkeypatch.setattr(jax_buffers, "candidates", lambda framework, kind: [SimpleNamespace(executor=rec)])
+    monkeypatch.setattr(jax_matmul_kernel, "_jax_has_gpu", lambda: True)  # the GPU branch plans here, on fakes
+    monkeypatch.setattr(jax_matmul_kernel, "gpu_ordinals", lambda: (0,))
+    monkeypatch.setattr(jax_autotune, "MIN_FLOP", 1)  # "auto" times this small product
+    monkeypatch.delenv("NVDISPATCH_JAX_AUTOTUNE", raising=False)
+    tuned = []
+    monkeypatch.setattr(jax_matmul_kernel, "tune_staged", lambda plan, mode, alpha, beta: tuned.append(mode))
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
+    f = jax.jit(lambda a, b: nvdispatch.matmul(a, b, alpha=2.0))
+    got = []
+    plan_cache.clear()
+    try:
+        with jax_ffi.jax_route("callback"):
+            with autotune_in("off"):
+                got.append(f(a, b))
+            assert tuned == []
+            got.append(f(a, b))  # tuning on (the process's "auto"): traced again, tuned
+            assert tuned == ["auto"]
+            with autotune_in("off"):
+                got.append(f(a, b))  # JAX's "off" program: nothing traced or tuned
+    finally:
+        plan_cache.clear()
+    assert tuned == ["auto"]
+    for y in got:  # (the CPU branch ran)
+        np.testing.assert_allclose(np.asarray(y, np.float64), 2 * a.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import nvdispatch
 from nvdispatch._compiled import hotpath
 from nvdispatch.errors import ExecutorUnavailableError, InvalidArgumentError
 from nvdispatch.integrations import jax_ffi
@@ -179,6 +180,29 @@ def test_the_route_is_explicit(monkeypatch):
     with pytest.raises(InvalidArgumentError, match="name"):
         with jax_ffi.jax_route("sometimes"):
             pass
+
+
+@pytest.mark.skipif(not hasattr(jax, "make_user_context"), reason="this JAX has no user contexts in its trace key")
+def test_a_function_jitted_earlier_is_traced_again_under_another_route(monkeypatch):
+    monkeypatch.delenv("NVDISPATCH_JAX_ROUTE", raising=False)
+    traced = []
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+
+    def product(a, b):
+        traced.append(jax_ffi.asked_route())
+        return nvdispatch.matmul(a, b)
+
+    f = jax.jit(product)
+    got = []
+    with jax_ffi.jax_route("callback"):
+        got += [f(a, b), f(a, b)]  # the second call: JAX's program of the first
+    got.append(f(a, b))  # the process's route: traced again
+    with jax_ffi.jax_route("callback"):
+        got.append(f(a, b))
+    assert traced == ["callback", "auto"]
+    for y in got:
+        np.testing.assert_allclose(np.asarray(y, np.float64), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
 
 
 # -- the Python side of the route: stage_matmul against a recorder executor and the probes ---------------------------

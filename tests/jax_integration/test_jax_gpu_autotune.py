@@ -1,7 +1,8 @@
 """Trace-time autotuning of staged matmuls on the GPU (nvdispatch/integrations/jax_autotune.py): a jitted fp32
 matmul of a mid-size problem is timed once when traced (a re-trace, a new program or a new plan of the problem
 does not time again), its results stay within TF32's bound of a float64 reference, ``explain()`` says so, a fresh
-process takes the choice from the tunings file, and ``off`` times nothing; on both GPU routes.
+process takes the choice from the tunings file, ``off`` times nothing, and a function traced with it off is traced
+again and tuned where it is called with it on; on both GPU routes.
 
 Run on the H200: ``python3 -m pytest -m gpu tests/jax_integration/test_jax_gpu_autotune.py -q``.
 """
@@ -101,6 +102,21 @@ def test_a_jitted_matmul_is_autotuned_once_when_traced(timed, route, caplog):
         a2, b2, bias2 = _operands(seed=1)
         _check(jax.jit(lambda *xs: _layer(*xs))(a2, b2, bias2), a2, b2, bias2)
     assert len(timed) == 1
+    if route != "callback":
+        assert jax_ffi.staged_plans()[-1].tuning() is not None
+
+
+@pytest.mark.parametrize("route", ["ffi-graphs", "callback"])
+def test_a_function_traced_with_tuning_off_is_tuned_when_called_with_it_on(timed, route):
+    a, b, bias = _operands(seed=4)
+    f = jax.jit(_layer)
+    with jax_ffi.jax_route(route):
+        with autotune_in("off"):
+            _check(f(a, b, bias), a, b, bias)
+        assert timed == []
+        _check(f(a, b, bias), a, b, bias)  # the process's "auto": traced again, and tuned
+    assert len(timed) == 1 and (timed[0][0].m, timed[0][0].n, timed[0][0].k) == (M, N, K)
+    assert "when last traced: timed when the program was traced" in _explained(a, b, bias)
     if route != "callback":
         assert jax_ffi.staged_plans()[-1].tuning() is not None
 

@@ -12,7 +12,9 @@ is made once per problem and machine:
 * between processes, it is kept in the cuBLASLt tunings file of the GPU (:mod:`nvdispatch.executors.cuda_tuning_store`,
   in ``NVDISPATCH_CACHE_DIR``): a fresh process takes it from there after cuBLASLt checks it.
 
-``NVDISPATCH_JAX_AUTOTUNE`` (or :func:`jax_autotune` around the tracing) decides, per traced call:
+``NVDISPATCH_JAX_AUTOTUNE`` (or :func:`jax_autotune` around the tracing; the block's mode is part of JAX's trace
+cache key, so a function traced with autotuning off is traced again, and tuned, where it is called with it on)
+decides, per traced call:
 
 ``"auto"`` (the default)
     products of at least :data:`MIN_FLOP` floating-point operations (``2 m n k`` per batch matrix) are tuned;
@@ -42,7 +44,7 @@ from collections.abc import Iterator
 from .._plan_cache import plan_cache
 from .._route import log
 from ..errors import InvalidArgumentError
-from ._settings import block_or_env, setting_block
+from ._settings import block_or_env, setting_block, trace_key
 
 __all__ = [
     "MODES",
@@ -70,6 +72,8 @@ BUDGET_SECONDS = 3.0
 ITERATIONS = 3
 
 _asked: contextvars.ContextVar[str | None] = contextvars.ContextVar("nvdispatch_jax_autotune", default=None)
+#: the block's mode in JAX's trace cache key: a function jitted earlier is traced again under another mode
+_trace_key = trace_key()
 #: one timing at a time in the process (timings side by side on one GPU would disturb each other)
 _timing = threading.Lock()
 #: tuning key -> where its choice came from (this process's trace-time outcomes)
@@ -86,7 +90,9 @@ def autotune_mode() -> str:
 @contextlib.contextmanager
 def jax_autotune(mode: str) -> Iterator[None]:
     """Within the block, matmuls staged into JAX programs traced there are autotuned as ``mode`` says
-    (``"auto"``, ``"always"`` or ``"off"``; see the module docstring). A program keeps what its trace chose.
+    (``"auto"``, ``"always"`` or ``"off"``; see the module docstring). The mode is part of JAX's trace cache key:
+    a function jitted earlier and called in the block is traced again under it; a compiled program
+    (``jax.jit(f).lower(...).compile()``) keeps what its trace chose.
 
     Examples
     --------
@@ -95,7 +101,7 @@ def jax_autotune(mode: str) -> Iterator[None]:
     ...     autotune_mode()
     'off'
     """
-    with setting_block(_asked, "mode", mode, MODES):
+    with setting_block(_asked, "mode", mode, MODES, _trace_key):
         yield
 
 

@@ -18,11 +18,11 @@ A matmul staged into a JAX program runs on the GPU by one of two routes, chosen 
     :func:`jax.experimental.buffer_callback` (:mod:`.jax_buffers`): Python runs on every call, on XLA's thread.
 
 ``NVDISPATCH_JAX_ROUTE`` (``auto``, the default; ``ffi``; ``ffi-graphs``; ``callback``) or :func:`jax_route`
-decides: ``auto`` takes ``ffi-graphs`` where the extension was built with the handler, this JAX has :mod:`jax.ffi`, the
-handler registered (XLA accepts its API version) and JAX has a GPU in this process; else ``callback``, and
-:func:`route` says why. ``ffi``/``ffi-graphs`` asked for where they are not available is an error at trace
-time. The CPU branch
-of a staged call always runs its host kernel.
+decides (the block's route is part of JAX's trace cache key: a function called under another route is traced
+again): ``auto`` takes ``ffi-graphs`` where the extension was built with the handler, this JAX has
+:mod:`jax.ffi`, the handler registered (XLA accepts its API version) and JAX has a GPU in this process; else
+``callback``, and :func:`route` says why. ``ffi``/``ffi-graphs`` asked for where they are not available is an
+error at trace time. The CPU branch of a staged call always runs its host kernel.
 
 A plan made while tracing is autotuned then, as XLA tunes its own GEMMs (:mod:`.jax_autotune`), before its
 entries are set. Plan entries live as long as the process (a compiled program may keep an id that long);
@@ -48,7 +48,7 @@ from .._cuda.lt_setup import output_layouts, setup
 from .._plan_cache import plan_cache
 from .._route import log
 from ..errors import ExecutorUnavailableError
-from ._settings import block_or_env, setting_block
+from ._settings import block_or_env, setting_block, trace_key
 from .jax_autotune import tune_staged
 from .jax_buffers import PlanFinder
 from .jax_matmul_shapes import check_orientation
@@ -86,6 +86,8 @@ _OUTPUT_ROLES = {
 }
 
 _asked: contextvars.ContextVar[str | None] = contextvars.ContextVar("nvdispatch_jax_route", default=None)
+#: the block's route in JAX's trace cache key: a function jitted earlier is traced again under another route
+_trace_key = trace_key()
 
 
 def asked_route() -> str:
@@ -96,8 +98,9 @@ def asked_route() -> str:
 @contextlib.contextmanager
 def jax_route(name: str) -> Iterator[None]:
     """Within the block, matmuls staged into JAX programs traced there take route ``name`` on the GPU
-    (``"auto"``, ``"ffi"``, ``"ffi-graphs"`` or ``"callback"``; see the module docstring). A program keeps the
-    route it was traced with.
+    (``"auto"``, ``"ffi"``, ``"ffi-graphs"`` or ``"callback"``; see the module docstring). The route is part of
+    JAX's trace cache key: a function jitted earlier and called in the block is traced again on it; a compiled
+    program (``jax.jit(f).lower(...).compile()``) keeps the route it was traced with.
 
     Examples
     --------
@@ -106,7 +109,7 @@ def jax_route(name: str) -> Iterator[None]:
     ...     route()[0]
     'callback'
     """
-    with setting_block(_asked, "name", name, ROUTES):
+    with setting_block(_asked, "name", name, ROUTES, _trace_key):
         yield
 
 
