@@ -39,9 +39,10 @@ __all__ = ["TUNING_KIND", "ROUNDS", "SAMPLE_SECONDS", "Candidate", "Clock", "Tim
 TUNING_KIND = "timed-choice"
 #: timed rounds per candidate (after a warm-up call)
 ROUNDS = 5
-#: the GPU time one timed burst of calls aims at
-SAMPLE_SECONDS = 1e-3
-MAX_BURST = 16
+#: the GPU time one timed burst of calls aims at: long enough that the host's latency before the burst's first
+#: launch (the start event is recorded before it) and the GPU's clock ramp after a wait are a small share of it
+SAMPLE_SECONDS = 1e-2
+MAX_BURST = 64
 
 _log = logging.getLogger("nvdispatch")
 
