@@ -120,7 +120,8 @@ def test_the_mode_comes_from_the_environment_and_the_block_wins(monkeypatch):
                 pass
 
 
-def test_a_staged_call_carries_the_mode_it_was_traced_with(monkeypatch):
+def _spy_on_staged_modes(monkeypatch) -> list:
+    """The autotune mode of every staged call traced from now on, in order."""
     from nvdispatch.integrations import jax_matmul
 
     seen = []
@@ -131,6 +132,11 @@ def test_a_staged_call_carries_the_mode_it_was_traced_with(monkeypatch):
         return real(call, *args)
 
     monkeypatch.setattr(jax_matmul, "_staged", spy)
+    return seen
+
+
+def test_a_staged_call_carries_the_mode_it_was_traced_with(monkeypatch):
+    seen = _spy_on_staged_modes(monkeypatch)
     a, b = jnp.ones((4, 3)), jnp.ones((3, 2))
     monkeypatch.setenv("NVDISPATCH_JAX_AUTOTUNE", "off")
     jax.jit(lambda a, b: nvdispatch.matmul(a, b))(a, b)
@@ -141,16 +147,7 @@ def test_a_staged_call_carries_the_mode_it_was_traced_with(monkeypatch):
 
 @pytest.mark.skipif(not hasattr(jax, "make_user_context"), reason="this JAX has no user contexts in its trace key")
 def test_a_function_jitted_earlier_is_traced_again_under_another_mode(monkeypatch):
-    from nvdispatch.integrations import jax_matmul
-
-    seen = []
-    real = jax_matmul._staged
-
-    def spy(call, *args):
-        seen.append(call.autotune)
-        return real(call, *args)
-
-    monkeypatch.setattr(jax_matmul, "_staged", spy)
+    seen = _spy_on_staged_modes(monkeypatch)
     monkeypatch.delenv("NVDISPATCH_JAX_AUTOTUNE", raising=False)
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)

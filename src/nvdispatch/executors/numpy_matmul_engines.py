@@ -222,22 +222,23 @@ class EnginePlan:
             _ACTIVATIONS[act](out)
         return out
 
-    def _ufunc(self, a, b, bias, c, alpha, beta):
+    def _scaled_product(self, a, b, c, alpha, beta):
+        """``alpha a @ b + beta c`` into a new result (the epilog not applied yet)."""
         out = np.matmul(a, b, out=np.empty(self.shape if a.ndim + b.ndim > 4 else self.shape[-2:], self.dtype))
         if alpha != 1:
             np.multiply(out, alpha, out=out, casting="unsafe")
         if c is not None and beta != 0:
             np.add(out, c if beta == 1 else np.multiply(c, beta), out=out, casting="unsafe")
+        return out
+
+    def _ufunc(self, a, b, bias, c, alpha, beta):
+        out = self._scaled_product(a, b, c, alpha, beta)
         if bias is not None:
             np.add(out, bias, out=out)
         return self._finish(out, self.activation)
 
     def _sweep(self, a, b, bias, c, alpha, beta):
-        out = np.matmul(a, b, out=np.empty(self.shape if a.ndim + b.ndim > 4 else self.shape[-2:], self.dtype))
-        if alpha != 1:
-            np.multiply(out, alpha, out=out, casting="unsafe")
-        if c is not None and beta != 0:
-            np.add(out, c if beta == 1 else np.multiply(c, beta), out=out, casting="unsafe")
+        out = self._scaled_product(a, b, c, alpha, beta)
         return swept(self.sweep, out, bias, self.activation == "relu")
 
     def _sweep_direct(self, dtype: np.dtype, activation: str | None):
