@@ -5,6 +5,7 @@ the largest gaps on the CUDA timeline (with the kernels around them and the host
 them), the host API calls that took longest, and the host time of each nvdispatch call inside the step (a call
 that blocks the host shows as one long call).
 python benchmarks/probes/mlp_step_gaps.py relu 4096 [--compile]"""
+import argparse
 import collections
 import statistics
 import sys
@@ -104,10 +105,15 @@ def host_calls(step, x, steps=3):
         print(f"      {len(t) / steps:5.1f} {sum(t) / steps:9.1f} {max(t):9.1f}  {name}")
 
 
-act, width = sys.argv[1], int(sys.argv[2])
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("activation", choices=["relu", "gelu"])
+parser.add_argument("width", type=int)
+parser.add_argument("--compile", action="store_true", help="also under torch.compile (default mode)")
+args = parser.parse_args()
+act, width = args.activation, args.width
 plain, fused, _, _ = B.make_models(torch, width, 4, act, torch.bfloat16)
 x = torch.randn(8192, width, device="cuda", dtype=torch.bfloat16)
-modes = [None] + (["default"] if "--compile" in sys.argv else [])
+modes = [None] + (["default"] if args.compile else [])
 for mode in modes:
     torch._dynamo.reset()
     tstep, fstep = B.make_step(torch, plain, mode), B.make_step(torch, fused, mode)
