@@ -15,7 +15,14 @@ from nvdispatch._tunings import key_text
 from nvdispatch.errors import InvalidArgumentError, PlanStateError
 from nvdispatch.executors import cuda_fft_convolve as op
 from nvdispatch.executors import cuda_fft_convolve_model as model
-from nvdispatch.executors.timed_choice import ROUNDS, TUNING_KIND, Candidate, TimedChoicePlan, fastest
+from nvdispatch.executors.timed_choice import (
+    ROUNDS,
+    SAMPLE_SECONDS,
+    TUNING_KIND,
+    Candidate,
+    TimedChoicePlan,
+    fastest,
+)
 
 ENV = {"gpu": "Fake GPU", "cc": "9.0", "driver": 13000, "cufft": 12000, "nvdispatch": "0.1.0"}
 KEY = ("timed-choice", "fft_convolve", "a test key")
@@ -109,7 +116,8 @@ def test_the_first_call_times_every_candidate_and_keeps_the_fastest():
 
 
 def test_rounds_rotate_the_order():
-    plan, _, log, _ = _setup({"a": 1e-3, "b": 1e-3, "c": 1e-3})
+    once = SAMPLE_SECONDS  # a call as long as a burst: bursts of one call
+    plan, _, log, _ = _setup({"a": once, "b": once, "c": once})
     plan.execute({})
     rounds = [label for label in log[6:-1]]  # after the warm-ups, before the call itself
     firsts = [rounds[i] for i in range(0, len(rounds), 3)]
