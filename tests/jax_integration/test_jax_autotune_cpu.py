@@ -352,7 +352,9 @@ def test_which_products_each_mode_times():
         False, True, False, True, True, False]
 
 
-def test_the_callback_route_plans_and_tunes_while_tracing_where_its_mode_times(monkeypatch):
+def _fake_gpu_executor(monkeypatch):
+    """The recorder as the ``cuda`` executor and JAX's CPU as GPU 0: the callback route's GPU branch plans on
+    fakes while tracing. Returns the recorder."""
     from nvdispatch.integrations import jax_buffers, jax_matmul_kernel
 
     from .test_jax_ffi_cpu import _Recorder
@@ -360,8 +362,15 @@ def test_the_callback_route_plans_and_tunes_while_tracing_where_its_mode_times(m
     rec = _Recorder()
     monkeypatch.setattr(jax_buffers, "builtin", lambda name: rec if name == "cuda" else None)
     monkeypatch.setattr(jax_buffers, "candidates", lambda framework, kind: [SimpleNamespace(executor=rec)])
-    monkeypatch.setattr(jax_matmul_kernel, "_jax_has_gpu", lambda: True)  # the GPU branch plans here, on fakes
+    monkeypatch.setattr(jax_matmul_kernel, "_jax_has_gpu", lambda: True)
     monkeypatch.setattr(jax_matmul_kernel, "gpu_ordinals", lambda: (0,))
+    return rec
+
+
+def test_the_callback_route_plans_and_tunes_while_tracing_where_its_mode_times(monkeypatch):
+    from nvdispatch.integrations import jax_matmul_kernel
+
+    rec = _fake_gpu_executor(monkeypatch)
     tuned = []
     monkeypatch.setattr(jax_matmul_kernel, "tune_staged", lambda plan, mode, alpha, beta: tuned.append(
         (plan.problem.m, plan.problem.n, plan.problem.k, mode, alpha)))
@@ -380,15 +389,9 @@ def test_the_callback_route_plans_and_tunes_while_tracing_where_its_mode_times(m
 
 @pytest.mark.skipif(not hasattr(jax, "make_user_context"), reason="this JAX has no user contexts in its trace key")
 def test_a_function_traced_with_autotuning_off_is_tuned_when_called_with_it_on(monkeypatch):
-    from nvdispatch.integrations import jax_buffers, jax_matmul_kernel
+    from nvdispatch.integrations import jax_matmul_kernel
 
-    from .test_jax_ffi_cpu import _Recorder
-
-    rec = _Recorder()
-    monkeypatch.setattr(jax_buffers, "builtin", lambda name: rec if name == "cuda" else None)
-    monkeypatch.setattr(jax_buffers, "candidates", lambda framework, kind: [SimpleNamespace(executor=rec)])
-    monkeypatch.setattr(jax_matmul_kernel, "_jax_has_gpu", lambda: True)  # the GPU branch plans here, on fakes
-    monkeypatch.setattr(jax_matmul_kernel, "gpu_ordinals", lambda: (0,))
+    _fake_gpu_executor(monkeypatch)
     monkeypatch.setattr(jax_autotune, "MIN_FLOP", 1)  # "auto" times this small product
     monkeypatch.delenv("NVDISPATCH_JAX_AUTOTUNE", raising=False)
     tuned = []
