@@ -296,7 +296,7 @@ def test_stage_matmul_plans_while_tracing_and_xla_calls_the_entry(staged):
     a, b, bias = jnp.ones((6, 3)), jnp.ones((3, 5)), jnp.ones((1, 5))
     f = jax.jit(lambda a, b, bias: _stage(a, b, bias))
     _, count0, _, _ = hp.probe_record()
-    (out,) = f(a, b, bias)
+    (out,) = jax.block_until_ready(f(a, b, bias))  # run before the probe's record is read
     assert out.shape == (6, 5) and out.dtype == jnp.float32
     calls, count, attr, _ = hp.probe_record()
     assert count == count0 + 1 and (calls[0], calls[1], calls[2], calls[7]) == (HANDLE, DESC, ALPHA, BETA)
@@ -314,7 +314,7 @@ def test_stage_matmul_plans_while_tracing_and_xla_calls_the_entry(staged):
 @needs_handler
 def test_stage_matmul_under_vmap_plans_the_batched_call(staged):
     a, b, bias = jnp.ones((4, 6, 3)), jnp.ones((3, 5)), jnp.ones((1, 5))
-    (out,) = jax.jit(jax.vmap(lambda a: _stage(a, b, bias)))(a)
+    (out,) = jax.block_until_ready(jax.jit(jax.vmap(lambda a: _stage(a, b, bias)))(a))
     assert out.shape == (4, 6, 5)
     assert staged.planned[-1].batch_shape == (4,) and hp.probe_record()[0][0] == HANDLE
 
@@ -323,7 +323,7 @@ def test_stage_matmul_under_vmap_plans_the_batched_call(staged):
 def test_autotune_reaches_the_entries_within_their_workspace(staged):
     a, b, bias = jnp.ones((7, 3)), jnp.ones((3, 5)), jnp.ones((1, 5))
     f = jax.jit(lambda a, b, bias: _stage(a, b, bias))
-    f(a, b, bias)
+    jax.block_until_ready(f(a, b, bias))  # finished: XLA's CPU may run it beside the next call (one probe record)
     plan = jax_ffi.staged_plans()[-1]
     tuned = ((256, _algo(9), 0), *ALGOS[1:])
     plan.external_algorithms = lambda: tuned
