@@ -4,13 +4,12 @@ layer (batch 8192): plain / DRELU / DRELU_BGRAD / DGELU / DGELU_BGRAD GEMMs, BGR
 elementwise ops, and nvdispatch.device.activation_grad's one-pass kernels. Prints a table; usage:
 python benchmarks/probes/mlp_backward_variants.py [--autotune] [--width 4096]"""
 import argparse
-import collections
 import sys
 
 sys.path.insert(0, "benchmarks")
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from _profile import kernel_table
 
 import nvdispatch
 from nvdispatch._cuda.lt_matmul import LtMatmulPlan
@@ -33,19 +32,9 @@ def prof(label, fn, n=5):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-    agg = collections.defaultdict(lambda: [0, 0.0])
-    for e in p.events():
-        if e.device_type.name == "CUDA":
-            k = agg[e.name[:100]]
-            k[0] += 1
-            k[1] += e.device_time
-    tot = sum(v[1] for v in agg.values()) / n
-    print(f"{label:34s} {tot:8.1f} us | " + " ; ".join(f"{v[1]/n:.1f}x{v[0]//n} {k[:70]}" for k, v in
-                                                     sorted(agg.items(), key=lambda kv: -kv[1][1])), flush=True)
+    total, rows = kernel_table(fn, n, name_width=100)
+    print(f"{label:34s} {total:8.1f} us | " + " ; ".join(f"{us:.1f}x{count} {name[:70]}" for us, count, name in rows),
+          flush=True)
 
 
 mm = nvdispatch.matmul

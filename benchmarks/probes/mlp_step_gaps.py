@@ -7,7 +7,6 @@ that blocks the host shows as one long call).
 python benchmarks/probes/mlp_step_gaps.py relu 4096 [--compile]"""
 import argparse
 import collections
-import statistics
 import sys
 import time
 
@@ -15,23 +14,11 @@ sys.path.insert(0, "benchmarks")
 
 import compiled_mlp_bench as B  # noqa: E402
 import torch  # noqa: E402
+from _profile import step_us  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from nvdispatch.integrations import torch_activation_grad as one_pass  # noqa: E402
 from nvdispatch.integrations import torch_mlp_ops as ops  # noqa: E402
-
-
-def step_time(step, x, n=10):
-    out = []
-    for _ in range(3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(n):
-            step(x)
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / n)
-    return statistics.median(out)
 
 
 def gaps(label, step, x, steps=3):
@@ -122,7 +109,7 @@ for mode in modes:
         fstep(x)
     torch.cuda.synchronize()
     print(f"[{act} {width} mode={mode}] choices: {sorted(set(one_pass.choices().values()))}")
-    print(f"   step: torch {step_time(tstep, x):.1f} us, fused {step_time(fstep, x):.1f} us", flush=True)
+    print(f"   step: torch {step_us(tstep, x):.1f} us, fused {step_us(fstep, x):.1f} us", flush=True)
     gaps(f"torch {mode}", tstep, x)
     gaps(f"fused {mode}", fstep, x)
     host_calls(fstep, x)

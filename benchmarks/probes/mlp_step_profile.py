@@ -3,34 +3,21 @@
 compiled_mlp_bench.py, plain Torch eagerly against FusedMLP eagerly, and CUDA-event step times (median of 3 x 10
 steps), with FusedMLP's backward choices (one-pass kernel or epilogue) and its gradients' error against Torch's.
 python benchmarks/probes/mlp_step_profile.py relu,gelu 4096"""
-import collections
 import logging
-import statistics
 import sys
 
 sys.path.insert(0, "benchmarks")
 
 import compiled_mlp_bench as B  # noqa: E402
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from _profile import kernel_table, step_us  # noqa: E402
 
 logging.basicConfig(level=logging.WARNING)
 logging.getLogger("nvdispatch").setLevel(logging.DEBUG if "-v" in sys.argv else logging.WARNING)
 
 
 def kernels(step, x, n=3):
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            step(x)
-        torch.cuda.synchronize()
-    agg = collections.defaultdict(lambda: [0, 0.0])
-    for e in prof.events():
-        if e.device_type.name == "CUDA":
-            k = agg[e.name[:90]]
-            k[0] += 1
-            k[1] += e.device_time
-    tot = sum(v[1] for v in agg.values()) / n
-    return tot, sorted(((v[1] / n, v[0] // n, k) for k, v in agg.items()), reverse=True)
+    return kernel_table(lambda: step(x), n)
 
 
 def show(label, res):
@@ -41,16 +28,7 @@ def show(label, res):
 
 
 def timed(step, x):
-    out = []
-    for _ in range(3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(10):
-            step(x)
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / 10)
-    return statistics.median(out)
+    return step_us(step, x)
 
 
 from nvdispatch.integrations import torch_activation_grad as one_pass  # noqa: E402
