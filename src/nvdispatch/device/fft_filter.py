@@ -24,12 +24,15 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from .kernel_steps import ArrayArg, KernelStep, launch_with_numba
+
 __all__ = [
     "multiply_by_filter",
     "permute_complex_filter",
     "permute_real_filter",
     "permute_kernel",
     "launch_multiply",
+    "permute_step",
     "launch_permute",
 ]
 
@@ -102,11 +105,20 @@ def permute_kernel(h_dtype) -> object:
     return permute_complex_filter if np.dtype(h_dtype).kind == "c" else permute_real_filter
 
 
+def permute_step(h: ArrayArg, hp: ArrayArg, hermitian: bool, scale) -> KernelStep:
+    """The launch filling ``hp`` (``(n1, n2)``) from the 1-D filter ``h`` times ``scale`` (a NumPy scalar of
+    ``hp``'s real precision)."""
+    n1, n2 = hp.shape
+    grid = (-(-(n1 * n2) // _THREADS),)
+    args = (h, hp, np.int64(n1), np.int64(hermitian), scale)
+    return KernelStep(permute_kernel(h.dtype), grid, (_THREADS,), 0, args)
+
+
 def launch_permute(h, hp, hermitian: bool, stream=0, scale=None) -> None:
     """Fill ``hp`` (``(n1, n2)``) from the 1-D filter ``h`` times ``scale`` (see the module docstring; a NumPy
     scalar of ``hp``'s real precision, 1 by default)."""
-    n1, n2 = hp.shape
-    total = n1 * n2
     if scale is None:
         scale = np.dtype(hp.dtype).type(0).real.dtype.type(1)
-    permute_kernel(h.dtype)[-(-total // _THREADS), _THREADS, stream](h, hp, n1, int(hermitian), scale)
+    h_arg = ArrayArg(0, tuple(h.shape), np.dtype(h.dtype))
+    hp_arg = ArrayArg(1, tuple(hp.shape), np.dtype(hp.dtype))
+    launch_with_numba((permute_step(h_arg, hp_arg, hermitian, scale),), (h, hp), stream)
