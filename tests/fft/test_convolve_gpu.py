@@ -237,6 +237,7 @@ LAUNCH_CASES = [
     ("device-fused pairs", 17, 64, "float32"),
     ("four-step", 5, 2048, "complex64"),
     ("four-step", 3, 2048, "float32"),
+    ("unfused", 9, 64, "float32"),  # the multiply between cuFFT's transforms
 ]
 
 
