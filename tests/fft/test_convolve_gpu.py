@@ -262,6 +262,7 @@ def test_prepared_launch_matches_numbas_launch_and_numpy(strategy, rows, n, dtyp
     assert prepared.launcher.prepared, prepared.launcher.how
     assert "cuLaunchKernel" in " ".join(prepared.steps)
     got = prepared.execute(operands)
+    torch.cuda.synchronize()
     side = torch.cuda.Stream()  # the caller's stream is honoured
     with torch.cuda.stream(side):
         got_side = prepared.execute(operands, stream=side)
