@@ -2,10 +2,12 @@
 with parameters packed at plan time (the compiled extension, what plans do where they can) against Numba's
 launch of the same kernels (what they did before, and do without the extension), on one GPU, in one process.
 
-Cells (``--cells``, default both): ``65536x1024`` (c64, ``device-fused``) and ``1024x16384`` (c64,
-``four-step``), one filter row. For each cell the strategy's plan is made twice (the second with the prepared
-launch marked unavailable, so Numba launches: nothing else differs) and Torch's ``ifft(fft(x) * h)`` is timed
-alongside. Reported per variant:
+Cells (``--cells``): the issue's table, c64 with one filter row: ``65536x1024`` and ``8192x4096``
+(``device-fused``), ``1024x16384`` and ``256x65536`` (``four-step``). For each cell the strategy's plan is made
+twice (the second with the prepared launch marked unavailable, so Numba launches: nothing else differs); the
+``unfused`` strategy's plan (cuFFT, the prepared multiply, cuFFT), Torch's and CuPy's ``ifft(fft(x) * h)`` are
+timed alongside. ``--budget`` seconds bounds the run: the cells left when it is spent are skipped (the first plan
+of a cell compiles its kernels, seconds each). Reported per variant:
 
 * host us per call: the best of ``--loops`` loops of ``--number`` calls (the GPU synchronised between loops,
   outside the timing), of ``plan.execute`` and of the launches alone (the plan's launcher on its pointers);
@@ -15,6 +17,7 @@ alongside. Reported per variant:
   rows.
 
     python benchmarks/convolve_launch_host.py [--cells 65536x1024,1024x16384] [--loops 5] [--number 50]
+        [--budget 100]
 
 Writes ``DIR/convolve_launch_host.json`` after every cell. Needs an NVIDIA GPU, Torch with CUDA and numba-cuda
 (exit status 2 otherwise). The first plan of a cell compiles its kernels (seconds each).
@@ -31,7 +34,12 @@ from unittest import mock
 import numpy as np
 from _bench import output_dir, parser, progress, require_cuda_torch, require_numba_gpu
 
-CELLS = {"65536x1024": (65536, 1024, "device-fused"), "1024x16384": (1024, 16384, "four-step")}
+CELLS = {
+    "65536x1024": (65536, 1024, "device-fused"),
+    "1024x16384": (1024, 16384, "four-step"),
+    "256x65536": (256, 65536, "four-step"),
+    "8192x4096": (8192, 4096, "device-fused"),
+}
 CHECK_ROWS = 3
 
 
@@ -96,8 +104,17 @@ def _launch_only(plan, operands, torch):
     return lambda: plan.launcher(s, ptrs), (out, scratch)
 
 
+def _cupy():
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return cupy
+
+
 def run_cell(name: str, torch, loops: int, number: int) -> dict:
     from nvdispatch._fft_convolve import prepare
+    from nvdispatch.executors import cuda_fft_convolve as op
 
     rows, n, strategy = CELLS[name]
     rng = np.random.default_rng(0)
@@ -110,23 +127,34 @@ def run_cell(name: str, torch, loops: int, number: int) -> dict:
     prepared, by_numba, compile_s = _plans(strategy, problem)
     launch_prepared, keep1 = _launch_only(prepared, operands, torch)
     launch_numba, keep2 = _launch_only(by_numba, operands, torch)
+    unfused = op.plan(problem, "unfused")
     cases = {
         f"{strategy} cuLaunchKernel": lambda: prepared.execute(operands),
         f"{strategy} Numba launch": lambda: by_numba.execute(operands),
         "launches alone cuLaunchKernel": launch_prepared,
         "launches alone Numba": launch_numba,
+        "unfused (prepared multiply)": lambda: unfused.execute(operands),
         "torch ifft(fft(x)*h)": lambda: torch.fft.ifft(torch.fft.fft(xt) * ht),
     }
+    cupy = _cupy()
+    if cupy is not None:
+        xc, hc = cupy.asarray(x), cupy.asarray(hn)
+        cases["cupy ifft(fft(x)*h)"] = lambda: cupy.fft.ifft(cupy.fft.fft(xc) * hc)
     for fn in cases.values():  # warm up: allocator pools, cuFFT plans, Numba's dispatch caches
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
+    if cupy is not None:
+        cupy.cuda.Device().synchronize()
     host = {k: best_host_us(fn, torch, loops, number) for k, fn in progress(cases.items(), f"{name} host")}
     burst = {k: burst_us(fn, torch, loops, number) for k, fn in progress(cases.items(), f"{name} burst")}
-    a, b = prepared.execute(operands), by_numba.execute(operands)
+    a, b, c = prepared.execute(operands), by_numba.execute(operands), unfused.execute(operands)
     torch.cuda.synchronize()
     want = np.fft.ifft(np.fft.fft(x[:CHECK_ROWS].astype(np.complex128)) * hn.astype(np.complex128))
-    err = float(np.abs(a[:CHECK_ROWS].cpu().numpy() - want).max() / np.abs(want).max())
+    err = {
+        label: float(np.abs(r[:CHECK_ROWS].cpu().numpy() - want).max() / np.abs(want).max())
+        for label, r in ((strategy, a), ("unfused", c))
+    }
     del keep1, keep2
     return {
         "cell": name,
@@ -138,7 +166,12 @@ def run_cell(name: str, torch, loops: int, number: int) -> dict:
         "host_ratio_numba_over_prepared": round(
             host[f"{strategy} Numba launch"] / host[f"{strategy} cuLaunchKernel"], 2
         ),
-        "burst_speedup_vs_torch": round(burst["torch ifft(fft(x)*h)"] / burst[f"{strategy} cuLaunchKernel"], 2),
+        "burst_speedup": {
+            f"{mine} vs {peer}": round(burst[peer] / burst[mine], 2)
+            for mine in (f"{strategy} cuLaunchKernel", f"{strategy} Numba launch", "unfused (prepared multiply)")
+            for peer in ("torch ifft(fft(x)*h)", "cupy ifft(fft(x)*h)")
+            if peer in burst
+        },
         "bitwise_equal": bool(torch.equal(a, b)),
         "max_rel_error_vs_numpy": err,
     }
@@ -149,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cells", default=",".join(CELLS), help="comma-separated cells (default: %(default)s)")
     ap.add_argument("--loops", type=int, default=5, help="timed loops or bursts per case (default: %(default)s)")
     ap.add_argument("--number", type=int, default=50, help="calls per loop (default: %(default)s)")
+    ap.add_argument("--budget", type=float, default=100.0, help="seconds for the run (default: %(default)s)")
     args = ap.parse_args(argv)
     names = [c for c in args.cells.split(",") if c]
     unknown = [c for c in names if c not in CELLS]
@@ -158,7 +192,11 @@ def main(argv: list[str] | None = None) -> None:
     require_numba_gpu()
     out_path = os.path.join(output_dir(args.out), "convolve_launch_host.json")
     results = {"gpu": torch.cuda.get_device_name(0), "loops": args.loops, "number": args.number, "cells": []}
+    start = time.perf_counter()
     for name in names:
+        if time.perf_counter() - start > args.budget:
+            results["cells"].append({"cell": name, "skipped": "budget"})
+            continue
         cell = run_cell(name, torch, args.loops, args.number)
         results["cells"].append(cell)
         print(json.dumps(cell, indent=1), flush=True)
