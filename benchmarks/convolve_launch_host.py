@@ -6,18 +6,21 @@ Cells (``--cells``): the issue's table, c64 with one filter row: ``65536x1024`` 
 (``device-fused``), ``1024x16384`` and ``256x65536`` (``four-step``). For each cell the strategy's plan is made
 twice (the second with the prepared launch marked unavailable, so Numba launches: nothing else differs); the
 ``unfused`` strategy's plan (cuFFT, the prepared multiply, cuFFT), Torch's and CuPy's ``ifft(fft(x) * h)`` are
-timed alongside. ``--budget`` seconds bounds the run: the cells left when it is spent are skipped (the first plan
-of a cell compiles its kernels, seconds each). Reported per variant:
+timed alongside; with ``--variants`` the four-step's other configurations too (prepared launches;
+``fft_four_step.four_step_variants``, what the timed choice tries). ``--budget`` seconds bounds the run: the
+cells left when it is spent are skipped (the first plan of a cell compiles its kernels, seconds each). Reported
+per variant:
 
 * host us per call: the best of ``--loops`` loops of ``--number`` calls (the GPU synchronised between loops,
   outside the timing), of ``plan.execute`` and of the launches alone (the plan's launcher on its pointers);
 * us per call of a long burst: ``--number`` back-to-back calls timed with CUDA events, the median of ``--loops``
   (what a caller calling in a loop waits for: the larger of the host's and the GPU's time);
+* the share of the HBM floor: a device-to-device copy of ``x`` (one read, one write) over the strategy's time;
 * the results: equal bit for bit between the two launches, the largest error against float64 NumPy on a few
   rows.
 
     python benchmarks/convolve_launch_host.py [--cells 65536x1024,1024x16384] [--loops 5] [--number 50]
-        [--budget 100]
+        [--budget 100] [--variants]
 
 Writes ``DIR/convolve_launch_host.json`` after every cell. Needs an NVIDIA GPU, Torch with CUDA and numba-cuda
 (exit status 2 otherwise). The first plan of a cell compiles its kernels (seconds each).
@@ -112,7 +115,26 @@ def _cupy():
     return cupy
 
 
-def run_cell(name: str, torch, loops: int, number: int) -> dict:
+def _variant_plans(strategy: str, problem) -> dict:
+    """``label -> plan`` of the four-step's configurations after the default one (none for other strategies)."""
+    if strategy != "four-step":
+        return {}
+    from nvdispatch.device.fft_four_step import four_step_variants
+    from nvdispatch.executors.cuda_fft_convolve import MOST_FOUR_STEP
+    from nvdispatch.executors.cuda_fft_convolve_four_step import FourStepConvolvePlan
+
+    f = problem.forward
+    variants = four_step_variants(f.lengths[0], f.real_dtype, MOST_FOUR_STEP)[1:]
+    plans = {}
+    for v in variants:
+        try:
+            plans[f"four-step {v.label} cuLaunchKernel"] = FourStepConvolvePlan(problem, "four-step", v)
+        except Exception as exc:  # noqa: BLE001 - a configuration the GPU refuses (shared memory) is left out
+            print(f"four-step {v.label}: left out ({type(exc).__name__}: {exc})", flush=True)
+    return plans
+
+
+def run_cell(name: str, torch, loops: int, number: int, variants: bool = False) -> dict:
     from nvdispatch._fft_convolve import prepare
     from nvdispatch.executors import cuda_fft_convolve as op
 
@@ -136,6 +158,11 @@ def run_cell(name: str, torch, loops: int, number: int) -> dict:
         "unfused (prepared multiply)": lambda: unfused.execute(operands),
         "torch ifft(fft(x)*h)": lambda: torch.fft.ifft(torch.fft.fft(xt) * ht),
     }
+    others = _variant_plans(strategy, problem) if variants else {}
+    for label, plan in others.items():
+        cases[label] = lambda plan=plan: plan.execute(operands)
+    copy_dst = torch.empty_like(xt)
+    cases["d2d copy of x (the HBM floor)"] = lambda: copy_dst.copy_(xt)
     cupy = _cupy()
     if cupy is not None:
         xc, hc = cupy.asarray(x), cupy.asarray(hn)
@@ -148,12 +175,14 @@ def run_cell(name: str, torch, loops: int, number: int) -> dict:
         cupy.cuda.Device().synchronize()
     host = {k: best_host_us(fn, torch, loops, number) for k, fn in progress(cases.items(), f"{name} host")}
     burst = {k: burst_us(fn, torch, loops, number) for k, fn in progress(cases.items(), f"{name} burst")}
-    a, b, c = prepared.execute(operands), by_numba.execute(operands), unfused.execute(operands)
+    a, b = prepared.execute(operands), by_numba.execute(operands)
+    checked = {strategy: a, "unfused": unfused.execute(operands)}
+    checked.update({label: plan.execute(operands) for label, plan in others.items()})
     torch.cuda.synchronize()
     want = np.fft.ifft(np.fft.fft(x[:CHECK_ROWS].astype(np.complex128)) * hn.astype(np.complex128))
     err = {
         label: float(np.abs(r[:CHECK_ROWS].cpu().numpy() - want).max() / np.abs(want).max())
-        for label, r in ((strategy, a), ("unfused", c))
+        for label, r in checked.items()
     }
     del keep1, keep2
     return {
@@ -168,10 +197,16 @@ def run_cell(name: str, torch, loops: int, number: int) -> dict:
         ),
         "burst_speedup": {
             f"{mine} vs {peer}": round(burst[peer] / burst[mine], 2)
-            for mine in (f"{strategy} cuLaunchKernel", f"{strategy} Numba launch", "unfused (prepared multiply)")
+            for mine in (
+                f"{strategy} cuLaunchKernel",
+                f"{strategy} Numba launch",
+                "unfused (prepared multiply)",
+                *others,
+            )
             for peer in ("torch ifft(fft(x)*h)", "cupy ifft(fft(x)*h)")
             if peer in burst
         },
+        "hbm_floor_share": round(burst["d2d copy of x (the HBM floor)"] / burst[f"{strategy} cuLaunchKernel"], 2),
         "bitwise_equal": bool(torch.equal(a, b)),
         "max_rel_error_vs_numpy": err,
     }
@@ -183,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--loops", type=int, default=5, help="timed loops or bursts per case (default: %(default)s)")
     ap.add_argument("--number", type=int, default=50, help="calls per loop (default: %(default)s)")
     ap.add_argument("--budget", type=float, default=100.0, help="seconds for the run (default: %(default)s)")
+    ap.add_argument("--variants", action="store_true", help="time the four-step's other configurations too")
     args = ap.parse_args(argv)
     names = [c for c in args.cells.split(",") if c]
     unknown = [c for c in names if c not in CELLS]
@@ -197,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         if time.perf_counter() - start > args.budget:
             results["cells"].append({"cell": name, "skipped": "budget"})
             continue
-        cell = run_cell(name, torch, args.loops, args.number)
+        cell = run_cell(name, torch, args.loops, args.number, args.variants)
         results["cells"].append(cell)
         print(json.dumps(cell, indent=1), flush=True)
         with open(out_path, "w", encoding="utf-8") as fh:
