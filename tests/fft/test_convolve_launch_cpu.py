@@ -215,3 +215,21 @@ def test_prepared_launches_raise_the_drivers_error():
     prepared._run = lambda stream, *pointers: 1
     with pytest.raises(CudaRuntimeError, match="cuLaunchKernel"):
         prepared(0)
+
+
+def test_a_launcher_that_cannot_prepare_says_why_and_launches_by_numba(monkeypatch, caplog):
+    from nvdispatch.executors import cuda_numba_launch
+
+    steps = STRATEGY_STEPS[0][1]
+    monkeypatch.setattr(cuda_numba_launch, "unavailable", lambda: "no driver here")
+    with caplog.at_level("DEBUG", logger="nvdispatch"):
+        launcher = cuda_numba_launch.StepLauncher(steps, 6, 0, False, "convolve four-step")
+    assert not launcher.prepared and launcher.how == "launched by Numba (no driver here)"
+    assert "convolve four-step: 4 kernel launches, launched by Numba (no driver here)" in caplog.text
+
+    def broken(steps, operands):
+        raise RuntimeError("the driver said no")
+
+    monkeypatch.setattr(cuda_numba_launch, "_prepare", broken)
+    launcher = cuda_numba_launch.StepLauncher(steps, 6, 0, False, "convolve four-step")
+    assert not launcher.prepared and "RuntimeError: the driver said no" in launcher.how

@@ -127,7 +127,7 @@ class StepLauncher:
         else:
             self._prepared = prepared
             self.how = "launched by cuLaunchKernel, parameters packed at plan time"
-        _log.debug("%s: %d kernel launches %s", what, len(self.steps), self.how)
+        _log.debug("%s: %d kernel launches, %s", what, len(self.steps), self.how)
 
     @property
     def prepared(self) -> bool:
