@@ -39,8 +39,10 @@ def driver_entry_points() -> tuple[int, ...] | None:
 def unavailable() -> str | None:
     """Why prepared launches cannot run in this process, or None."""
     hp = hotpath()
-    if hp is None or not hasattr(hp, "make_kernel_launches"):
+    if hp is None:
         return "the compiled extension (nvdispatch._hotpath) is not built"
+    if not hasattr(hp, "make_kernel_launches"):
+        return "the compiled extension predates prepared launches (rebuild it)"
     if driver_entry_points() is None:
         return "the CUDA driver library could not be loaded by its name"
     return None
