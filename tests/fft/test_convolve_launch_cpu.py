@@ -233,3 +233,20 @@ def test_a_launcher_that_cannot_prepare_says_why_and_launches_by_numba(monkeypat
     monkeypatch.setattr(cuda_numba_launch, "_prepare", broken)
     launcher = cuda_numba_launch.StepLauncher(steps, 6, 0, False, "convolve four-step")
     assert not launcher.prepared and "RuntimeError: the driver said no" in launcher.how
+
+
+def test_the_convolve_plans_import_without_numba():
+    """Without numba-cuda the "cuda" executor's convolve modules still import and decline with the reason (the
+    launch module imports nvdispatch.device, which needs numba-cuda, only where a plan is made)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['numba'] = None\n"
+        "from nvdispatch.executors import cuda_fft_convolve, cuda_fft_convolve_four_step, cuda_fft_convolve_unfused\n"
+        "from nvdispatch.executors.cuda_numba import numba_reason\n"
+        "print(numba_reason())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "numba-cuda is not installed" in done.stdout

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._cuda.kernel_launch import LaunchSpec, PreparedLaunches, dims3, unavailable
 from .._cuda.kernel_params import DATA_POINTER, PackedParameters, array_parameters, pack, scalar_parameters
-from ..device.kernel_steps import ArrayArg, KernelStep, launch_with_numba
 from .cuda_numba import NumbaStreams, on_device, raw_view
+
+if TYPE_CHECKING:  # nvdispatch.device needs numba-cuda: imported where a plan uses it
+    from ..device.kernel_steps import ArrayArg, KernelStep
 
 _log = logging.getLogger("nvdispatch")
 
@@ -30,6 +33,8 @@ __all__ = ["step_parameters", "kernel_handle", "StepLauncher"]
 def step_parameters(step: KernelStep) -> tuple[PackedParameters, tuple[tuple[int, int], ...]]:
     """The packed parameters of ``step`` (every array's data pointer 0) and the ``(parameter, operand)`` slots
     its arrays' pointers go to."""
+    from ..device.kernel_steps import ArrayArg
+
     params, patches = [], []
     for arg in step.args:
         if isinstance(arg, ArrayArg):
@@ -138,5 +143,7 @@ class StepLauncher:
         if self._prepared is not None:
             self._prepared(stream, *pointers)
             return
+        from ..device.kernel_steps import launch_with_numba
+
         with on_device(self.device_index, self._several):
             launch_with_numba(self.steps, pointers, self._streams(stream), _view)
