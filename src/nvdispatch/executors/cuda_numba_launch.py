@@ -1,5 +1,5 @@
-"""The launches of a ``"cuda"`` executor plan's Numba kernels (:class:`~nvdispatch.device.kernel_steps.KernelStep`
-s, described once for the plan's problem), run per call on the operands' device pointers.
+"""The launches of a ``"cuda"`` executor plan's Numba kernels, run per call on the operands' device pointers: the
+plan describes them once for its problem (:class:`~nvdispatch.device.kernel_steps.KernelStep`).
 
 Where it can, :class:`StepLauncher` prepares them once: each kernel's ``CUkernel`` handle taken from Numba's
 compiled overload for the step's argument types, the parameters packed as Numba's ABI lays them out
