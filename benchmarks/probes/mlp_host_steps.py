@@ -117,9 +117,8 @@ def main(argv=None) -> int:
     plain, fused, _, _ = B.make_models(torch, args.width, 4, args.activation, torch.bfloat16)
     models = {"plain": plain, "fused": fused}
     x = torch.randn(args.batch, args.width, device="cuda", dtype=torch.bfloat16)
-    runs = [(name, False) for name in args.contenders]
-    if args.per_gemm_route:
-        runs += [(name, True) for name in args.contenders if name in ("fused eager", "fused compile")]
+    routed = ("fused eager", "fused compile") if args.per_gemm_route else ()
+    runs = [(name, r) for name in args.contenders for r in (False, True) if not r or name in routed]
     results = {}
     reference = None
     for name, routed in tqdm(runs, desc="contenders"):
@@ -149,12 +148,12 @@ def main(argv=None) -> int:
                   f"gradients vs the first contender's: max rel error {error:.2g})", flush=True)  # fmt: skip
             if args.profile:
                 print(profile_text(step, x, args.rows), flush=True)
+            if args.out:
+                with open(args.out, "w") as f:
+                    json.dump({"args": vars(args), "results": results}, f, indent=1)
         finally:
             if undo is not None:
                 undo()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=1)
     return 0
 
 
