@@ -179,8 +179,9 @@ def _backward(plan, grad, x, weights, hidden, aux, activation: str, weight_layou
         h_in = hidden[i - 1] if i else x
         dw, db = _weight_gradients(plan, i, dz, h_in, weight_layout, db)
         dws[i] = dw if dw.dtype == w.dtype else layouts.dense(dw.to(w.dtype), x)
-        dbs[i] = layouts.dense(db.reshape(out_features(w, weight_layout)).to(w.dtype), x)
-        w_t = forward_operand(w, weight_layout).mT  # dz @ W^T of the forward's h @ W
+        dbs[i] = db if db.dtype == w.dtype and db.dim() == 1 else \
+            layouts.dense(db.reshape(out_features(w, weight_layout)).to(w.dtype), x)  # fmt: skip
+        w_t = w if weight_layout == "out_in" else w.mT  # dz @ W^T of the forward's h @ W
         if i:
             h_below = hidden[i - 2] if i > 1 else x
             dz, db = _layer_below(plan, i, dz, w_t, hidden[i - 1], aux[i - 1] if aux else None, activation, h_below,
