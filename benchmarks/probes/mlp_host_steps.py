@@ -138,6 +138,10 @@ def main(argv=None) -> int:
             if reference is None:
                 reference = grads
             error = max(float((p - q).abs().max() / p.abs().max().clamp_min(1e-30)) for p, q in zip(reference, grads))
+            if model == "fused" and not routed:
+                from nvdispatch.integrations import torch_activation_grad as one_pass
+
+                print(f"{label}: backward forms chosen {sorted(set(one_pass.choices().values()))}", flush=True)
             if args.graph_logs and mode == "reduce-overhead":
                 counters = {k: dict(v) for k, v in torch._dynamo.utils.counters.items() if v}
                 print(f"{label}: counters {counters}", flush=True)

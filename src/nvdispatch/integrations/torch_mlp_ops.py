@@ -69,6 +69,7 @@ log = logging.getLogger("nvdispatch")
 #: how ``weights[i]`` is stored: ``"out_in"`` (``(out, in)``, as ``torch.nn.Linear``) or ``"in_out"`` (``(in, out)``)
 WEIGHT_LAYOUTS = ("out_in", "in_out")
 _INFERENCE = {"relu": "RELU_BIAS", "gelu": "GELU_BIAS"}
+_THRESHOLD_BACKWARD = torch.ops.aten.threshold_backward.default
 
 _LIB = torch.library.Library("nvdispatch", "FRAGMENT")  # kept: the registrations live as long as this module
 _LIB.define(
@@ -210,7 +211,7 @@ def _derivative_epilogue(plan, i: int, dz, w_t, h, aux, activation: str):
     """The gradient of the pre-activation below layer ``i``: ``(dz @ w_t) * act'(z)``, the derivative fused into
     the GEMM where ``aux`` is given, else (ReLU) the plain GEMM masked by the saved output ``h > 0``."""
     if aux is None:
-        return torch.ops.aten.threshold_backward(plan.gemm(("below", i, "DEFAULT"), dz, w_t), h, 0)
+        return _THRESHOLD_BACKWARD(plan.gemm(("below", i, "DEFAULT"), dz, w_t), h, 0)
     below = chain_epilogs(2, activation, "drelu")[0]  # an aux was kept: the derivative's epilog takes it
     epilog = below.backward_epilog
     return plan.gemm(("below", i, epilog), dz, w_t, epilog, below.aux, aux)
