@@ -262,3 +262,29 @@ def test_a_prepared_step_captures_into_a_cuda_graph(activation, relu_backward, d
         graph.replay()
         torch.cuda.synchronize()
         _cuda_reference_check(mlp, static_out, static_x, static_g, 2e-4 if dtype == torch.float32 else 0.05)
+
+
+@pytest.mark.gpu
+@_cuda()
+def test_a_backend_change_on_cuda_takes_the_torch_executor(prepared):
+    torch.manual_seed(17)
+    mlp = FusedMLP([64, 128, 32], device="cuda", dtype=torch.float32)
+    x = torch.randn(48, 64, device="cuda")
+    g = torch.randn(48, 32, device="cuda")
+
+    def step():
+        for p in mlp.parameters():
+            p.grad = None
+        out = mlp(x)
+        out.backward(g)
+        _cuda_reference_check(mlp, out, x, g, 2e-4)
+
+    step()
+    first = len(prepared)
+    assert first and all(cls != "TorchMatmulPlan" for _, cls in prepared)
+    with nvdispatch.set_backend("torch", only=True):
+        step()
+        assert len(prepared) == 2 * first
+        assert all(cls == "TorchMatmulPlan" for _, cls in prepared[first:])
+    step()
+    assert len(prepared) == 2 * first
