@@ -123,19 +123,22 @@ def test_column_spec_by_length_and_precision():
     assert longest.columns == 1 and longest.tile_bytes == 0
 
 
-def test_variants_start_with_the_default_and_widen_the_tiles():
+def test_variants_start_with_the_default_then_longer_rows_then_wider_tiles():
     from nvdispatch.device.fft_config import MAX_SHARED_MEMORY
     from nvdispatch.device.fft_four_step import FourStepVariant, column_specs, four_step_variants
 
-    variants = four_step_variants(1 << 20, "float32", most=3)
+    variants = four_step_variants(1 << 20, "float32", most=4)
     assert variants[0] == FourStepVariant((1024, 1024), column_spec(1024, 1024, "float32"))
-    widths = [v.column.columns for v in variants]
-    assert widths[0] < min(widths[1:]) and len(set(widths)) == len(widths) == 3
+    assert variants[1] == FourStepVariant((256, 4096), column_spec(256, 4096, "float32"))  # shorter columns
+    assert all(256 * 4096 == v.parts[0] * v.parts[1] for v in variants)
+    same_split = [v.column.columns for v in variants if v.parts == (1024, 1024)]
+    assert same_split[0] < min(same_split[1:]) and len(set(same_split)) == len(same_split) == 3
     assert all(v.column.tile_bytes <= MAX_SHARED_MEMORY for v in variants)
     assert max(v.column.tile_bytes for v in variants) > 48 * 1024  # a tile that opts in to more shared memory
+    assert four_step_variants(1 << 20, "float32", most=2) == variants[:2]
     assert column_specs(16, 1024, "float32") == [column_spec(16, 1024, "float32")]  # a thread per column
     assert four_step_variants(11 * 4096, "float32") == []
-    assert variants[1].label == "1024x1024 cols 16x16"
+    assert variants[2].label == "1024x1024 cols 16x16"
     assert FourStepVariant((8, 8), ColumnSpec(8, "float32", 4, 2), (4, 2)).label == "8x8 cols 4x2 rows 4x2"
 
 

@@ -52,6 +52,7 @@ from .simulator_compat import simulator_active
 
 __all__ = [
     "ROW_LENGTH",
+    "LONG_ROW_LENGTH",
     "split",
     "ColumnSpec",
     "column_spec",
@@ -66,6 +67,9 @@ __all__ = [
 
 #: The row length (``n2``) preferred: the one-kernel convolution's most efficient block FFTs are about there.
 ROW_LENGTH = 1024
+#: The row length of the second split worth timing: longer rows, so shorter columns (a column pass whose
+#: transforms fit a thread, or a smaller tile) at the price of a middle pass over longer block FFTs.
+LONG_ROW_LENGTH = 4096
 #: Traversals of the signal's memory (reads + writes) of the three passes.
 TRAVERSALS = 6
 #: Columns a thread transforms alone (in registers, no shared memory), by precision.
@@ -76,22 +80,24 @@ _THREAD_COLUMN_BLOCK = 128
 KERNEL_NAME = "four_step_column_kernel"
 
 
-def split(n: int) -> tuple[int, int] | None:
+def split(n: int, row_length: int = ROW_LENGTH) -> tuple[int, int] | None:
     """``(n1, n2)`` with ``n = n1 * n2``, both lengths the device engine has, ``n2`` (the rows the middle pass
-    convolves) nearest :data:`ROW_LENGTH` from below (above only when ``n1`` would be too long); None when
+    convolves) nearest ``row_length`` from below (above only when ``n1`` would be too long); None when
     ``n`` has no such split.
 
     Examples
     --------
     >>> split(65536), split(1 << 20), split(3 * 4096)
     ((64, 1024), (1024, 1024), (12, 1024))
+    >>> split(1 << 20, LONG_ROW_LENGTH), split(65536, LONG_ROW_LENGTH)
+    ((256, 4096), (16, 4096))
     >>> split(11 * 4096) is None
     True
     """
     options = [d for d in range(2, min(n // 2, 4096) + 1) if n % d == 0 and covers(d) and covers(n // d)]
     if not options:
         return None
-    below = [d for d in options if d <= ROW_LENGTH]
+    below = [d for d in options if d <= row_length]
     n2 = max(below) if below else min(options)
     return n // n2, n2
 
@@ -594,17 +600,28 @@ class FourStepVariant:
 
 
 def four_step_variants(n: int, precision: str, most: int = 2) -> list[FourStepVariant]:
-    """Configurations of the four-step for length ``n`` worth timing against each other, the default first,
-    then the default split with the wider column tiles of :func:`column_specs`. Empty when ``n`` has no split.
+    """Configurations of the four-step for length ``n`` worth timing against each other, at most ``most``: the
+    default first; then the split of :data:`LONG_ROW_LENGTH` rows (shorter columns), where it differs; then the
+    default split with the wider column tiles of :func:`column_specs`. Empty when ``n`` has no split.
 
     Examples
     --------
     >>> [v.label for v in four_step_variants(1 << 20, "float32")]
-    ['1024x1024 cols 16x4', '1024x1024 cols 16x16']
+    ['1024x1024 cols 16x4', '256x4096 cols 16x16']
+    >>> [v.label for v in four_step_variants(1 << 20, "float32", 3)]
+    ['1024x1024 cols 16x4', '256x4096 cols 16x16', '1024x1024 cols 16x16']
     >>> [v.label for v in four_step_variants(16384, "float32")]
-    ['16x1024 cols 16x128']
+    ['16x1024 cols 16x128', '4x4096 cols 4x128']
+    >>> [v.label for v in four_step_variants(1 << 18, "float64")]
+    ['256x1024 cols 16x8', '64x4096 cols 8x16']
     """
     parts = split(n)
     if parts is None:
         return []
-    return [FourStepVariant(parts, spec) for spec in column_specs(*parts, precision, most)]
+    default = column_specs(*parts, precision, most)
+    variants = [FourStepVariant(parts, default[0])]
+    longer = split(n, LONG_ROW_LENGTH)
+    if longer is not None and longer != parts and longer[0] > 1:
+        variants.append(FourStepVariant(longer, column_spec(*longer, precision)))
+    variants += [FourStepVariant(parts, spec) for spec in default[1:]]
+    return variants[:most]

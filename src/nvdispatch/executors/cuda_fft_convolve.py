@@ -23,8 +23,9 @@ Strategies (``explain()`` names the one that runs, and why):
 ``four-step``
     Long signals (``n > 1024``, ``n = n1 * n2``): three kernels, the multiply folded into the middle one, 6
     traversals of memory whatever cuFFT would need (:mod:`.cuda_fft_convolve_four_step`). The timed choice
-    tries up to :data:`MOST_FOUR_STEP` configurations (``four-step <split> cols <ept>x<columns>``: a wider tile
-    of columns, whose rows are longer runs of adjacent values, opting in to more shared memory).
+    tries up to :data:`MOST_FOUR_STEP` configurations (``four-step <split> cols <ept>x<columns>``: a split
+    into longer rows and shorter columns, and a wider tile of columns, whose rows are longer runs of adjacent
+    values, opting in to more shared memory).
 ``unfused``
     cuFFT forward, one multiply kernel (``h / n``), cuFFT inverse: ``4P + 2`` traversals for cuFFT's ``P``
     passes, one fewer pass than CuPy's and Torch's ``ifft(fft(x) * h)`` (:mod:`.cuda_fft_convolve_unfused`).
@@ -81,7 +82,7 @@ TIMED_WITHIN = 2.0
 #: at most this many candidates are planned and timed
 MOST_CANDIDATES = 6
 #: at most this many configurations of the four-step among them (``fft_four_step.four_step_variants``)
-MOST_FOUR_STEP = 2
+MOST_FOUR_STEP = 3
 
 
 def times_filter_row(v, i, h):
