@@ -180,7 +180,7 @@ def _backward(plan, grad, x, weights, hidden, aux, activation: str, weight_layou
         h_in = hidden[i - 1] if i else x
         dw, db = _weight_gradients(plan, i, dz, h_in, weight_layout, db)
         dws[i] = dw if dw.dtype == w.dtype else layouts.dense(dw.to(w.dtype), x)
-        dbs[i] = db if db.dtype == w.dtype and db.dim() == 1 else \
+        dbs[i] = db if db.dtype == w.dtype and db.dim() == 1 and db.is_contiguous() else \
             layouts.dense(db.reshape(out_features(w, weight_layout)).to(w.dtype), x)  # fmt: skip
         w_t = w if weight_layout == "out_in" else w.mT  # dz @ W^T of the forward's h @ W
         if i:
