@@ -452,12 +452,59 @@ def hold_call_plan(a: Array, b: Array, epilog: Epilog | str | None = None, epilo
     np.float64(3.0)
     >>> hold.close()
     """
+    return _hold_and_selection(a, b, epilog, epilog_inputs)[0]
+
+
+def _hold_and_selection(a, b, epilog, epilog_inputs) -> tuple[Any, Any]:
+    """``(hold, selection)`` of :func:`hold_call_plan` (the selection: how the executor was chosen)."""
     mm = Matmul._for_call(a, b, None, 1, None, None, None, None)
     try:
         mm._plan_with(epilog, epilog_inputs, None, None)
-        return plan_cache.hold(mm._plan)
+        return plan_cache.hold(mm._plan), mm._selection
     finally:
         mm.free()
+
+
+def prepare_call(a: Array, b: Array, epilog: Epilog | str | None = None, epilog_inputs=None) -> tuple[Any, Any]:
+    """``(hold, call)``: a hold on the plan ``matmul(a, b, epilog=epilog, epilog_inputs=epilog_inputs)`` runs now
+    (:func:`hold_call_plan`) and the call that runs it on arrays with the signatures of these,
+    ``call(a, b, *inputs)`` (the epilog's inputs in ``epilog_inputs``' order) returning what ``matmul`` returns:
+    the plan's direct call itself where the route's hit would take it (arrays executors take as they are, a
+    plan with a direct call), else the hit's run step (views, the plan's direct call or execute path, the
+    result wrapped), or where a coercing backend chose the executor the public function itself. For
+    integrations that run a fixed sequence of calls (a fused MLP's chain) without a key per call; they keep the
+    hold as long as the call.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> hold, call = prepare_call(np.ones((2, 3)), np.ones((3, 4)), "BIAS", {"bias": np.zeros(4)})
+    >>> call(np.ones((2, 3)), np.full((3, 4), 2.0), np.ones(4))[1, 3]
+    np.float64(7.0)
+    >>> hold.close()
+    """
+    hold, selection = _hold_and_selection(a, b, epilog, epilog_inputs)
+    plan = hold.plan
+    entry = _classes.get(a.__class__)
+    if entry is None:
+        entry = class_keys(a.__class__)
+    names = () if not epilog_inputs else tuple(epilog_inputs)
+    if selection.coerce:  # the executor converts the operands first: the call takes the public path each time
+
+        def public(a, b, *inputs):
+            return matmul(a, b, epilog=epilog, epilog_inputs=dict(zip(names, inputs)) if names else None)
+
+        return hold, public
+    direct = getattr(plan, "direct", None)
+    arrays = (b, *([] if not epilog_inputs else epilog_inputs.values()))
+    if direct is not None and entry.plain and len(names) <= 1 and all(class_keys(x.__class__).plain for x in arrays):
+        return hold, direct
+
+    def call(a, b, *inputs):
+        given = dict(zip(names, inputs)) if names else None
+        return _run_cached(plan, False, entry, a, b, None, 1, None, given, None, None)
+
+    return hold, call
 
 
 def _compiled_front():

@@ -222,14 +222,22 @@ def test_the_chain_is_one_autograd_node():
 
 
 def _count_calls(monkeypatch):
+    """The epilog of every GEMM the chains run from now on (each a call prepared by ``linalg.prepare_call``, the
+    plan cache emptied so that every chain prepares its GEMMs afresh)."""
     calls = []
-    matmul = nvdispatch.linalg.matmul
+    prepare = nvdispatch.linalg.prepare_call
 
-    def counting(a, b, *args, **kwargs):
-        calls.append(str(kwargs.get("epilog") or "DEFAULT"))
-        return matmul(a, b, *args, **kwargs)
+    def counting(a, b, epilog=None, epilog_inputs=None):
+        hold, call = prepare(a, b, epilog, epilog_inputs)
 
-    monkeypatch.setattr(nvdispatch.linalg, "matmul", counting)
+        def counted(*args):
+            calls.append(str(epilog or "DEFAULT"))
+            return call(*args)
+
+        return hold, counted
+
+    nvdispatch.plan_cache.clear()
+    monkeypatch.setattr(nvdispatch.linalg, "prepare_call", counting)
     return calls
 
 
