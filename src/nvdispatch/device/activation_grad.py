@@ -45,13 +45,14 @@ import math
 import numpy as np
 
 from .errors import DeviceConfigurationError
+from .kernel_steps import ArrayArg, KernelStep, launch_with_numba
 from .simulator_compat import simulator_active
 
 cuda = None  # numba.cuda, imported when the kernels are first built
 
 __all__ = [
     "KINDS", "ROWS_PER_BLOCK", "THREADS", "SUM_COLUMNS", "SUM_SLICES", "bf16_bits", "bf16_values", "kernels",
-    "launch_shape", "launch",
+    "launch_shape", "OPERANDS", "steps", "launch",
 ]  # fmt: skip
 
 KINDS = ("relu", "relu_bits", "gelu", "none")
@@ -244,14 +245,49 @@ def kernels(kind: str):
     return column_pass, column_sums
 
 
-def launch(kind: str, g, saved, dz, partials, sums, stream) -> None:
-    """Queue the pass of ``kind`` and the column sums on Numba stream ``stream``: ``g``, ``saved``, ``dz`` int64
-    device arrays ``(m, n // 4)`` (``saved`` the uint8 mask for ``"relu_bits"``; ``saved``/``dz`` ignored for
-    ``"none"``: pass ``g``), ``partials`` a float32
-    scratch array of :func:`launch_shape`'s ``partial rows`` by ``n``, ``sums`` an int16 array of ``n``."""
+#: the operands of :func:`steps`, by number
+OPERANDS = ("g", "saved", "dz", "partials", "sums")
+
+
+def steps(kind: str, m: int, n: int, saved_shape: tuple[int, ...] | None = None) -> tuple[KernelStep, KernelStep]:
+    """The two launches of ``kind`` for an ``(m, n)`` problem, on the operands of :data:`OPERANDS` (by number):
+    ``g``, ``saved``, ``dz`` int64 ``(m, n // 4)`` (``saved``: the uint8 mask of ``saved_shape`` for
+    ``"relu_bits"``; ``"none"`` reads ``g`` in their places), ``partials`` float32 (:func:`launch_shape`'s
+    partial rows, ``n``), ``sums`` int16 ``(n,)``.
+
+    Examples
+    --------
+    >>> column_pass, column_sums = steps("relu", 70, 12)
+    >>> column_pass.grid, column_pass.block, [a.operand for a in column_pass.args]
+    ((1, 2), (128,), [0, 1, 2, 3])
+    >>> column_sums.grid, column_sums.block, column_sums.args[1].shape
+    ((1,), (32, 8), (12,))
+    """
     column_pass, column_sums = kernels(kind)
+    grid, threads, rows = launch_shape(m, n)
+    quads = (m, n // 4)
+    g = ArrayArg(0, quads, np.dtype(np.int64))
+    if kind == "none":
+        saved = dz = g
+    else:
+        bits = kind == "relu_bits"
+        if bits and saved_shape is None:
+            raise DeviceConfigurationError("saved_shape", "the mask's shape for relu_bits", None)
+        saved = ArrayArg(1, tuple(saved_shape), np.dtype(np.uint8)) if bits else ArrayArg(1, quads, g.dtype)
+        dz = ArrayArg(2, quads, g.dtype)
+    partials = ArrayArg(3, (rows, n), np.dtype(np.float32))
+    sums = ArrayArg(4, (n,), np.dtype(np.int16))
+    return (
+        KernelStep(column_pass, grid, (threads,), 0, (g, saved, dz, partials)),
+        KernelStep(column_sums, (-(-n // SUM_COLUMNS),), (SUM_COLUMNS, SUM_SLICES), 0, (partials, sums)),
+    )
+
+
+def launch(kind: str, g, saved, dz, partials, sums, stream) -> None:
+    """Queue the pass of ``kind`` and the column sums on Numba stream ``stream`` (the launches of :func:`steps`,
+    through Numba): ``g``, ``saved``, ``dz`` int64 device arrays ``(m, n // 4)`` (``saved`` the uint8 mask for
+    ``"relu_bits"``; ``saved``/``dz`` ignored for ``"none"``: pass ``g``), ``partials`` a float32 scratch array of
+    :func:`launch_shape`'s ``partial rows`` by ``n``, ``sums`` an int16 array of ``n``."""
     m, quads = g.shape
-    grid, threads, _ = launch_shape(m, 4 * quads)
-    column_pass[grid, threads, stream](g, saved, dz, partials)
-    n = 4 * quads
-    column_sums[-(-n // SUM_COLUMNS), (SUM_COLUMNS, SUM_SLICES), stream](partials, sums)
+    shape = tuple(saved.shape) if kind == "relu_bits" else None
+    launch_with_numba(steps(kind, m, 4 * quads, shape), (g, saved, dz, partials, sums), stream)

@@ -15,8 +15,10 @@ Examples
 --------
 >>> import numpy as np
 >>> a = ArrayArg(1, (4, 8), np.dtype(np.complex64))
->>> a.ndim, a.itemsize, a.c_strides()
-(2, 8, (64, 8))
+>>> a.ndim, a.itemsize, a.c_strides(), a.layout
+(2, 8, (64, 8), 'C')
+>>> ArrayArg(2, (3, 4), np.dtype(np.float32), strides=(4, 12)).byte_strides()
+(4, 12)
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ __all__ = ["ArrayArg", "KernelStep", "launch_with_numba"]
 
 @dataclass(frozen=True)
 class ArrayArg:
-    """A C-contiguous array argument: operand ``operand`` of the call seen with ``shape`` and ``dtype``."""
+    """An array argument: operand ``operand`` of the call seen with ``shape`` and ``dtype``, C-contiguous, or with
+    ``strides`` in bytes (any layout: the kernel is compiled for Numba's ``"A"`` layout then)."""
 
     operand: int
     shape: tuple[int, ...]
     dtype: np.dtype
+    strides: tuple[int, ...] | None = None
 
     @property
     def ndim(self) -> int:
@@ -50,6 +54,15 @@ class ArrayArg:
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def layout(self) -> str:
+        """Numba's layout of the argument: ``"C"``, or ``"A"`` for an array given by its strides."""
+        return "C" if self.strides is None else "A"
+
+    def byte_strides(self) -> tuple[int, ...]:
+        """The strides in bytes the kernel is given."""
+        return self.c_strides() if self.strides is None else self.strides
 
     def c_strides(self) -> tuple[int, ...]:
         """The strides in bytes of a C-contiguous array of this shape."""
@@ -79,14 +92,14 @@ class KernelStep:
         out = []
         for a in self.args:
             if isinstance(a, ArrayArg):
-                out.append(types.Array(from_dtype(a.dtype), a.ndim, "C"))
+                out.append(types.Array(from_dtype(a.dtype), a.ndim, a.layout))
             else:
                 out.append(from_dtype(np.asarray(a).dtype))
         return tuple(out)
 
 
 def _reshaped(operand, arg: ArrayArg):
-    return operand if tuple(operand.shape) == arg.shape else operand.reshape(arg.shape)
+    return operand if tuple(operand.shape) == arg.shape else operand.reshape(arg.shape)  # C-contiguous ones only
 
 
 def launch_with_numba(

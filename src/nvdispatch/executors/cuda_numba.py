@@ -51,10 +51,10 @@ def numba_view(a, framework: str, shape=None):
     return _from_interface(shape, None, dt, v.ptr, a)
 
 
-def raw_view(ptr: int, shape, dtype, owner=None):
-    """A C-contiguous Numba device array of ``shape`` and ``dtype`` at device address ``ptr`` (``owner`` keeps
-    the memory alive while the view is)."""
-    return _from_interface(shape, None, dtype, ptr, owner)
+def raw_view(ptr: int, shape, dtype, owner=None, strides=None):
+    """A Numba device array of ``shape`` and ``dtype`` at device address ``ptr``, C-contiguous or of ``strides``
+    in bytes (``owner`` keeps the memory alive while the view is)."""
+    return _from_interface(shape, None if strides is None else tuple(strides), dtype, ptr, owner)
 
 
 class NumbaStreams:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # nvdispatch.device needs numba-cuda: imported where a plan u
 
 _log = logging.getLogger("nvdispatch")
 
-__all__ = ["step_parameters", "kernel_handle", "StepLauncher"]
+__all__ = ["step_parameters", "kernel_handle", "current_context", "StepLauncher"]
 
 
 def step_parameters(step: KernelStep) -> tuple[PackedParameters, tuple[tuple[int, int], ...]]:
@@ -39,7 +39,7 @@ def step_parameters(step: KernelStep) -> tuple[PackedParameters, tuple[tuple[int
     for arg in step.args:
         if isinstance(arg, ArrayArg):
             patches.append((len(params) + DATA_POINTER, arg.operand))
-            params += array_parameters(0, arg.shape, arg.c_strides(), arg.itemsize)
+            params += array_parameters(0, arg.shape, arg.byte_strides(), arg.itemsize)
         else:
             params += scalar_parameters(np.asarray(arg).dtype.name, arg)
     return pack(params), tuple(patches)
@@ -93,8 +93,6 @@ def _prepare(steps: Sequence[KernelStep], operands: int) -> PreparedLaunches | s
     why = unavailable()
     if why:
         return why
-    from numba import cuda
-
     specs = []
     for step in steps:
         handle = kernel_handle(step.dispatcher, step.argument_types())
@@ -105,12 +103,18 @@ def _prepare(steps: Sequence[KernelStep], operands: int) -> PreparedLaunches | s
         if mismatch:
             return mismatch
         specs.append(LaunchSpec(handle, dims3(step.grid), dims3(step.block), step.shared, packed, patches))
-    context = int(cuda.current_context().handle)
-    return PreparedLaunches(context, operands, specs)
+    return PreparedLaunches(current_context(), operands, specs)
+
+
+def current_context() -> int:
+    """The ``CUcontext`` handle of Numba's current context (the one the kernels were loaded into)."""
+    from numba import cuda
+
+    return int(cuda.current_context().handle)
 
 
 def _view(pointer: int, arg: ArrayArg):
-    return raw_view(pointer, arg.shape, arg.dtype)
+    return raw_view(pointer, arg.shape, arg.dtype, strides=arg.strides)
 
 
 class StepLauncher:

@@ -5,7 +5,8 @@ epilogue (cuBLASLt runs ``BGRADA``/``BGRADB`` as an extra reduction kernel over 
 
 :func:`one_pass_reason` says why the pass cannot run on given tensors (not CUDA bfloat16, not C-contiguous, a width
 not a multiple of 4, numba-cuda missing or its simulator active), :func:`activation_backward` runs it on the
-current Torch stream (capturable into a CUDA graph once compiled: launches only, no synchronisation), and
+current Torch stream by the problem's plan from the plan cache (its launches prepared once: capturable into a
+CUDA graph once made, launches only, no synchronisation), and
 :func:`choose` times it against the epilogue form once per problem (see there).
 """
 
@@ -13,14 +14,13 @@ from __future__ import annotations
 
 import logging
 import statistics
-import warnings
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
+from .._plan_cache import plan_cache
 from ..errors import NvdispatchError
-from ..executors.cuda_numba import NumbaStreams, numba_reason, on_device, raw_view
+from ..executors.cuda_numba import numba_reason
 
 __all__ = ["activation_backward", "one_pass_reason", "choose", "chosen", "choices", "forget_choices", "ROUNDS"]
 
@@ -28,7 +28,6 @@ log = logging.getLogger("nvdispatch")
 
 #: timed rounds per form when choosing (after one warm-up call each)
 ROUNDS = 3
-_STREAMS = NumbaStreams()
 _CHOICES: dict[tuple, str] = {}
 
 
@@ -72,35 +71,38 @@ def activation_backward(
     """``(dz, db)``: ``dz = g * act'(...)`` from ``saved`` (``kind`` ``"relu"``: the layer's output ``h``;
     ``"relu_bits"``: cuBLASLt's ReLU bit mask; ``"gelu"``: the pre-activation ``z``) and ``db = dz.sum(0)``;
     ``kind="none"``: ``(None, g.sum(0))``. Inputs as :func:`one_pass_reason` accepts; queued on the current
-    stream of ``g``'s device."""
-    from numba.core.errors import NumbaPerformanceWarning
-
-    from ..device import activation_grad as kernels
-
+    stream of ``g``'s device by the problem's plan (:class:`~nvdispatch.executors.cuda_activation_grad.
+    ActivationGradPlan`, kept in the plan cache: a repeated problem prepares nothing again)."""
     m, n = g.shape
-    _, _, rows = kernels.launch_shape(m, n)
-    dz = None if kind == "none" else torch.empty_like(g)
-    partials = torch.empty((rows, n), device=g.device, dtype=torch.float32)
-    sums = torch.empty((n,), device=g.device, dtype=torch.bfloat16)
-    quads = (m, n // 4)
-    gv = raw_view(g.data_ptr(), quads, np.int64, g)
-    if saved is None:
-        sv = gv
-    elif kind == "relu_bits":
-        sv = raw_view(saved.data_ptr(), tuple(saved.shape), np.uint8, saved)
-    else:
-        sv = raw_view(saved.data_ptr(), quads, np.int64, saved)
-    dv = gv if dz is None else raw_view(dz.data_ptr(), quads, np.int64, dz)
     index = g.device.index if g.device.index is not None else torch.cuda.current_device()
-    with on_device(index, torch.cuda.device_count() > 1), warnings.catch_warnings():
-        # Numba warns of a grid smaller than twice the SM count (the column sums' always is): not the user's concern
-        warnings.simplefilter("ignore", NumbaPerformanceWarning)
-        stream = _STREAMS(torch.cuda.current_stream(g.device).cuda_stream)
-        kernels.launch(
-            kind, gv, sv, dv, raw_view(partials.data_ptr(), (rows, n), np.float32, partials),
-            raw_view(sums.data_ptr(), (n,), np.int16, sums), stream,
+    saved_shape = tuple(saved.shape) if kind == "relu_bits" else None
+    plan = _plan(kind, m, n, saved_shape, index)
+    try:
+        dz = None if kind == "none" else torch.empty_like(g)
+        partials = torch.empty((plan.partial_rows, n), device=g.device, dtype=torch.float32)
+        sums = torch.empty((n,), device=g.device, dtype=torch.bfloat16)
+        gp = g.data_ptr()
+        plan(
+            torch.cuda.current_stream(g.device).cuda_stream, gp, gp if saved is None else saved.data_ptr(),
+            gp if dz is None else dz.data_ptr(), partials.data_ptr(), sums.data_ptr(),
         )  # fmt: skip
+    finally:
+        plan_cache.let_go(plan)
     return dz, sums
+
+
+def _plan(kind: str, m: int, n: int, saved_shape, index: int):
+    """The cached plan of this problem (pinned until ``plan_cache.let_go``), made on its first call."""
+    from ..executors import cuda_activation_grad as executor
+
+    key = executor.key(kind, m, n, saved_shape, index)
+    plan = plan_cache.acquire(key)
+    if plan is None:
+        several = torch.cuda.device_count() > 1
+        plan = plan_cache.acquire_or_create(
+            key, lambda _tuning: executor.ActivationGradPlan(kind, m, n, saved_shape, index, several)
+        )
+    return plan
 
 
 def chosen(key: tuple) -> str | None:
