@@ -4,7 +4,9 @@ Strategies, best first (``explain()`` names the one taken and why the others do 
 
 ``device-fused``
     One generated Numba kernel per plan (:mod:`nvdispatch.device.fft_callback_kernel`): load -> prolog ->
-    block FFT -> norm -> epilog -> store, the callbacks inlined; one launch per call. Taken for 1-D
+    block FFT -> norm -> epilog -> store, the callbacks inlined; one launch per call, prepared with the plan
+    (:class:`~nvdispatch.executors.cuda_numba_launch.StepLauncher`: the data arrays' parameters packed from
+    their layouts in the plan's key, only pointers and the stream handed per call). Taken for 1-D
     transforms along the last axis of a C-contiguous operand, of a length the device engine has
     (2**a 3**b 5**c 7**d up to 4096), except hfft/ihfft. Padding/trimming by ``n`` and real input to a
     complex transform are done in the load.
@@ -28,7 +30,8 @@ import numpy as np
 from .._fft_callbacks import Callback, CallbackFFTProblem
 from ..errors import CallbackError
 from .cuda_fft import CudaFFTPlan, layout
-from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device
+from .cuda_numba import c_contiguous, numba_reason, on_device
+from .cuda_numba_launch import StepLauncher
 
 
 def fused_reason(problem: CallbackFFTProblem) -> str | None:
@@ -145,14 +148,31 @@ def check_callback(cb: Callback | None, value_dtype: str) -> None:
 
 
 # -- device-fused -------------------------------------------------------------------------------------------
+def fused_step(problem: CallbackFFTProblem, kernel, rows: int):
+    """The launch of the generated kernel (a :class:`~nvdispatch.device.fft_callback_kernel.CallbackKernel`) over
+    ``rows`` rows, on the operands ``(x, out, *prolog_data, *epilog_data)`` by number: ``x`` ``(rows, m_in)``,
+    ``out`` ``(rows, n_out)``, each data array of its layout in the problem (part of the plan's key: a call's
+    data arrays are laid out so)."""
+    from ..device.kernel_steps import ArrayArg, KernelStep
+
+    p = problem.fft
+    args = [
+        ArrayArg(0, (rows, p.shape[-1]), np.dtype(p.dtype)),
+        ArrayArg(1, (rows, kernel.spec.n_out), np.dtype(p.result_dtype)),
+    ]
+    data = [d for cb in (problem.prolog, problem.epilog) if cb is not None for d in cb.data]
+    for i, d in enumerate(data):
+        dt = np.dtype(d.dtype)
+        strides = None if d.c_contiguous else tuple(st * dt.itemsize for st in d.strides)
+        args.append(ArrayArg(2 + i, tuple(d.shape), dt, strides))
+    return KernelStep(kernel.kernel, (kernel.grid(rows),), kernel.block_dim, kernel.shared_memory_size, tuple(args))
+
+
 class FusedCallbackPlan:
     """One generated kernel: load -> prolog -> block FFT -> norm -> epilog -> store."""
 
     def __init__(self, problem: CallbackFFTProblem, strategy: str):
-        from numba.cuda import types
-        from numba.np.numpy_support import from_dtype
-
-        from .._cuda import runtime
+        from .._cuda import arrays, runtime
         from ..device.fft_callback_kernel import KernelSpec, build_callback_kernel
 
         self.problem = problem
@@ -179,23 +199,20 @@ class FusedCallbackPlan:
         self.kernel = build_callback_kernel(
             spec, None if pro is None else pro.function, None if epi is None else epi.function
         )
-        argtypes = [
-            types.Array(from_dtype(np.dtype(p.dtype)), 2, "C"),
-            types.Array(from_dtype(np.dtype(p.result_dtype)), 2, "C"),
-            *(_array_type(d) for d in (pro.data if pro else ())),
-            *(_array_type(d) for d in (epi.data if epi else ())),
-        ]
+        step = fused_step(problem, self.kernel, self.rows)
         self._several = runtime.device_count() > 1
         try:
             with on_device(self.device_index, self._several):
-                self.kernel.compile(argtypes)
+                self.kernel.compile(step.argument_types())
         except Exception as exc:  # noqa: BLE001
             raise CallbackError(
                 "prolog" if pro is not None else "epilog",
                 "callbacks that compile into the generated FFT kernel",
                 f"{type(exc).__name__}: {' '.join(str(exc).strip().splitlines()[:6])}",
             ) from exc
-        self._streams = NumbaStreams()
+        launches = (step,) if self.rows else ()
+        self.launcher = StepLauncher(launches, len(step.args), self.device_index, self._several, "fft_callbacks")
+        self._pointer = arrays.pointer_getter(p.framework)
         F = self.kernel.first
         steps = [
             f"one generated Numba kernel per call: load x ({p.dtype}, rows of {m_in}"
@@ -208,26 +225,22 @@ class FusedCallbackPlan:
             + " -> store",
             f"grid {self.kernel.grid(self.rows)} x block {self.kernel.block_dim}, "
             f"{self.kernel.shared_memory_size} B shared memory, on the caller's stream",
+            self.launcher.how,
         ]
         self.steps = (*steps, problem.describe())
 
     def execute(self, operands, stream=None):
         from .._cuda import arrays, streams
 
-        p, spec = self.problem.fft, self.spec
+        p, pointer = self.problem.fft, self._pointer
         fw = p.framework
         x = operands["x"]
         s = streams.stream_pointer(stream, fw, self.device_index)
-        kind = arrays.result_kind(x, fw)
-        out, _ = arrays.empty(kind, p.out_shape, p.result_dtype, self.device_index, s)
+        out, out_ptr = arrays.empty(arrays.result_kind(x, fw), p.out_shape, p.result_dtype, self.device_index, s)
         if self.rows == 0:
             return out
-        with on_device(self.device_index, self._several):
-            xv = numba_view(x, fw, (self.rows, p.shape[-1]))
-            ov = numba_view(out, kind, (self.rows, spec.n_out))
-            pdata = tuple(numba_view(d, fw) for d in operands.get("prolog_data", ()))
-            edata = tuple(numba_view(d, fw) for d in operands.get("epilog_data", ()))
-            self.kernel.launch(xv, ov, None, pdata, edata, self._streams(s))
+        data = (*operands.get("prolog_data", ()), *operands.get("epilog_data", ()))
+        self.launcher(s, (pointer(x), out_ptr, *[pointer(d) for d in data]))
         return out
 
     def release(self) -> None:
