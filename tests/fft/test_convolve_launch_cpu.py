@@ -2,11 +2,10 @@
 device-fused, pairs and four-step strategies against an independent layout (NumPy's strides and scalar bytes
 laid out as Numba's kernel ABI documents: meminfo, parent, nitems, itemsize, data, shape, strides), and the
 compiled launcher (``_hotpath_launch.c``) driving a stand-in ``cuLaunchKernel`` that records what it was
-given."""
+given (:mod:`tests.fft.kernel_launch_stand_in`)."""
 
 from __future__ import annotations
 
-import ctypes
 import struct
 
 import numpy as np
@@ -20,29 +19,7 @@ from nvdispatch.device.fft_filter import permute_step
 from nvdispatch.device.fft_four_step import FourStepConvolution
 from nvdispatch.device.kernel_steps import ArrayArg, KernelStep
 from nvdispatch.executors.cuda_numba_launch import step_parameters
-
-
-def _slot(raw: bytes) -> bytes:
-    return raw + bytes(SLOT - len(raw))
-
-
-def _expected(step: KernelStep, pointers) -> tuple[bytes, list[int]]:
-    """Numba's parameters for ``step`` with the operands at ``pointers``, from NumPy arrays of the same shapes."""
-    values, sizes = b"", []
-    for arg in step.args:
-        if isinstance(arg, ArrayArg):
-            a = np.empty(arg.shape, arg.dtype)
-            fields = [0, 0, a.size, a.itemsize, pointers[arg.operand], *a.shape, *a.strides]
-            values += b"".join(_slot(np.int64(v).tobytes()) for v in fields)
-            sizes += [8] * len(fields)
-        elif np.iscomplexobj(arg):
-            for part in (arg.real, arg.imag):
-                values += _slot(part.tobytes())
-                sizes.append(part.itemsize)
-        else:
-            values += _slot(np.asarray(arg).tobytes())
-            sizes.append(np.asarray(arg).itemsize)
-    return values, sizes
+from tests.fft.kernel_launch_stand_in import FakeDriver, needs_extension, numba_abi_parameters, received
 
 
 def _patched(step: KernelStep, pointers) -> tuple[bytes, tuple[int, ...]]:
@@ -82,7 +59,7 @@ STRATEGY_STEPS = _steps_of_every_strategy()
 def test_packed_parameters_are_numbas_layout(label, steps, operands):
     pointers = [0x7F0000000000 + 0x100000 * i for i in range(operands)]
     for step in steps:
-        want_values, want_sizes = _expected(step, pointers)
+        want_values, want_sizes = numba_abi_parameters(step, pointers)
         got_values, got_sizes = _patched(step, pointers)
         assert got_sizes == tuple(want_sizes), label
         assert got_values == want_values, label
@@ -112,55 +89,9 @@ def test_steps_describe_the_launches_of_the_four_step():
 
 
 # -- the compiled launcher, with a stand-in for the driver ------------------------------------------------------
-LAUNCH = ctypes.CFUNCTYPE(
-    ctypes.c_int,
-    ctypes.c_void_p,
-    *[ctypes.c_uint] * 7,
-    ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_void_p),
-    ctypes.c_void_p,
-)
-GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
-PUSH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-
-
-class FakeDriver:
-    """cuLaunchKernel and the context calls, recording what they get (parameters read by the given sizes)."""
-
-    def __init__(self, sizes_of: dict, current: int = 0, fail_at: int | None = None):
-        self.calls, self.events, self.current = [], [], current
-        self.sizes_of, self.fail_at = sizes_of, fail_at
-
-        def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-            sizes = self.sizes_of[f]
-            values = b"".join(ctypes.string_at(params[i], size) for i, size in enumerate(sizes))
-            self.calls.append((f, (gx, gy, gz), (bx, by, bz), shared, stream or 0, values))
-            return 700 if len(self.calls) == self.fail_at else 0
-
-        def get(out):
-            out[0] = self.current
-            return 0
-
-        def push(ctx):
-            self.events.append(("push", ctx))
-            return 0
-
-        def pop(out):
-            self.events.append(("pop",))
-            return 0
-
-        self._fns = [LAUNCH(launch), GET(get), PUSH(push), GET(pop)]
-        self.addresses = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self._fns)
-
-
 def _compiled_launches(driver: FakeDriver, context: int, operands: int, specs):
     items = [(s.function, s.grid, s.block, s.shared, s.parameters.values, s.patches) for s in specs]
     return hotpath().make_kernel_launches(driver.addresses, context, operands, items)
-
-
-needs_extension = pytest.mark.skipif(
-    hotpath() is None or not hasattr(hotpath(), "make_kernel_launches"), reason="the compiled extension is not built"
-)
 
 
 @needs_extension
@@ -181,13 +112,7 @@ def test_the_compiled_launcher_hands_the_driver_numbas_parameters(label, steps, 
     for call, step, spec in zip(driver.calls, steps, specs):
         function, grid, block, shared, stream, values = call
         assert (function, grid, block, shared, stream) == (spec.function, spec.grid, spec.block, step.shared, 0xABC)
-        assert values == b"".join(
-            v[: sizes_of[function][i]] for i, v in enumerate(_chunks(_expected(step, pointers)[0]))
-        ), label
-
-
-def _chunks(values: bytes):
-    return [values[i : i + SLOT] for i in range(0, len(values), SLOT)]
+        assert values == received(numba_abi_parameters(step, pointers)[0], sizes_of[function]), label
 
 
 @needs_extension
