@@ -156,3 +156,85 @@ def test_gpu_callbacks_that_do_not_compile_raise_at_plan_time():
         nfft.rfft(x, prolog=uses_a_dict)
     with pytest.raises(CallbackError, match="real"):
         nfft.rfft(x, prolog=lambda v, i: v * 1j)
+
+
+# -- the prepared launch (cuLaunchKernel from the compiled extension) against Numba's launch -----------------------
+def weighted(v, i, w, table):
+    return v * w[i % 8] + table[0, i % 3]
+
+
+def shifted(v, i, s):
+    return v + s[i % 4]
+
+
+@pytest.mark.parametrize("func,shape,n", [("fft", (9, 64), None), ("irfft", (5, 33), 64)])
+def test_the_prepared_callback_launch_matches_numbas_launch_and_numpy(func, shape, n, monkeypatch):
+    """Data arrays C-contiguous, Fortran-ordered and strided: one plan's kernel launched by cuLaunchKernel (on the
+    default and on a side stream) and by Numba on the same operands, bit for bit, and float64 NumPy."""
+    from nvdispatch._fft_callbacks import prepare
+    from nvdispatch.executors import cuda_fft_callbacks as op
+    from nvdispatch.executors import cuda_numba_launch
+
+    x = _c(shape)
+    w = _c((8,))
+    table = _cuda(_r((3, 4))).T  # (4, 3), Fortran-ordered
+    s = _cuda(RNG.standard_normal((4, 2)))[:, 1]  # float64, a stride of two elements
+    xt, wt = _cuda(x), _cuda(w)
+    problem, operands = prepare(func, xt, n, -1, None, None, "backward", weighted, shifted, (wt, table), (s,))
+    assert "device-fused" in op.strategies(problem), op.decline(problem)
+    plan = op.plan(problem, "device-fused")
+    assert plan.launcher.prepared, plan.launcher.how
+    assert "cuLaunchKernel" in " ".join(plan.steps)
+    got = plan.execute(operands)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        got_side = plan.execute(operands, stream=side)
+    side.synchronize()
+    with monkeypatch.context() as m:
+        m.setattr(cuda_numba_launch, "unavailable", lambda: "the test launches by Numba")
+        by_numba = cuda_numba_launch.StepLauncher(plan.launcher.steps, 5, plan.device_index, False, "by Numba")
+    assert not by_numba.prepared  # the same compiled kernel, launched by Numba on views of the same memory
+    want = torch.empty_like(got)
+    by_numba(0, [xt.data_ptr(), want.data_ptr(), wt.data_ptr(), table.data_ptr(), s.data_ptr()])
+    torch.cuda.synchronize()
+    assert torch.equal(got, want) and torch.equal(got_side, want)
+    pointers = [xt.data_ptr(), got.data_ptr(), wt.data_ptr(), table.data_ptr(), s.data_ptr()]
+    assert _packed(plan.launcher.steps[0], pointers) == _numbas_parameters(plan, [xt, got, wt, table, s])
+    tn, sn = table.cpu().numpy(), s.cpu().numpy()
+    kw = {} if n is None else {"n": n}
+    _check(got, _reference(func, x, kw, weighted, (w, tn), shifted, (sn,)), tol=2e-4)
+
+
+def _packed(step, pointers) -> bytes:
+    import struct
+
+    from nvdispatch._cuda.kernel_params import SLOT
+    from nvdispatch.executors.cuda_numba_launch import step_parameters
+
+    packed, patches = step_parameters(step)
+    ours = bytearray(packed.values)
+    for param, operand in patches:
+        struct.pack_into("<Q", ours, SLOT * param, pointers[operand])
+    return bytes(ours)
+
+
+def _numbas_parameters(plan, tensors) -> bytes:
+    """What Numba's own ``_Kernel._prepare_args`` makes of Numba views of ``tensors`` (x and the result as the
+    kernel's rows), the kernel compiled for the plan's argument types (ints: 8 bytes; ctypes scalars: theirs)."""
+    import ctypes
+    import struct
+
+    from nvdispatch._cuda.kernel_params import SLOT
+    from nvdispatch.executors.cuda_numba import numba_view
+
+    step = plan.launcher.steps[0]
+    argtypes = step.argument_types()
+    kernel = step.dispatcher.compile(argtypes)
+    views = [numba_view(t, "torch", a.shape if i < 2 else None) for i, (t, a) in enumerate(zip(tensors, step.args))]
+    kernelargs = []
+    for t, v in zip(argtypes, views):
+        kernel._prepare_args(t, v, 0, [], kernelargs)
+    return b"".join(
+        struct.pack("<q", v) if isinstance(v, int) else bytes(v) + bytes(SLOT - ctypes.sizeof(v)) for v in kernelargs
+    )
