@@ -20,7 +20,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 #: benchmarks that need an NVIDIA GPU (the others run on the CPU)
 GPU_BENCHMARKS = {
     "autotune_bench.py", "compiled_mlp_bench.py", "convolve_bench.py", "convolve_launch_host.py", "device_fft_bench.py", "fft_callbacks_bench.py",
-    "fft_gpu.py", "fp8_bench.py", "gpu_fft_host_bench.py", "gpu_host_profile.py", "gpu_matmul_bench.py", "jax_mlp_bench.py", "lt_launch_bench.py",
+    "fft_gpu.py", "fp8_bench.py", "gpu_fft_host_bench.py", "gpu_host_profile.py", "gpu_matmul_bench.py", "jax_mlp_bench.py", "launch_host_mlp_callbacks.py", "lt_launch_bench.py",
     "precision_bench.py",
 }  # fmt: skip
 CPU_BENCHMARKS = {"cpu_matmul_bench.py", "dask_bench.py", "fft_cpu.py", "host_overhead_cpu.py", "host_overhead_wrapped.py",

@@ -120,14 +120,14 @@ def test_the_plan_is_kept_in_the_plan_cache_by_its_problem(monkeypatch):
     monkeypatch.setattr(executor, "ActivationGradPlan", lambda *a: made.append(a) or real(*a))
     plan_cache.clear()
     try:
-        first = one_pass._plan("relu_bits", 70, 12, (70, 16), 0)
-        assert one_pass._plan("relu_bits", 70, 12, (70, 16), 0) is first
+        first = one_pass.plan_for("relu_bits", 70, 12, (70, 16), 0)
+        assert one_pass.plan_for("relu_bits", 70, 12, (70, 16), 0) is first
         assert plan_cache.peek(executor.key("relu_bits", 70, 12, (70, 16), 0)) is first
-        assert one_pass._plan("relu_bits", 70, 12, (70, 32), 0) is not first
-        assert one_pass._plan("relu_bits", 70, 12, (70, 16), 1) is not first
+        assert one_pass.plan_for("relu_bits", 70, 12, (70, 32), 0) is not first
+        assert one_pass.plan_for("relu_bits", 70, 12, (70, 16), 1) is not first
         assert made == [("relu_bits", 70, 12, (70, 16), 0, False), ("relu_bits", 70, 12, (70, 32), 0, False),
                         ("relu_bits", 70, 12, (70, 16), 1, False)]  # fmt: skip
         plan_cache.clear()
-        assert one_pass._plan("relu_bits", 70, 12, (70, 16), 0) is not first
+        assert one_pass.plan_for("relu_bits", 70, 12, (70, 16), 0) is not first
     finally:
         plan_cache.clear()

@@ -22,7 +22,9 @@ from .._plan_cache import plan_cache
 from ..errors import NvdispatchError
 from ..executors.cuda_numba import numba_reason
 
-__all__ = ["activation_backward", "one_pass_reason", "choose", "chosen", "choices", "forget_choices", "ROUNDS"]
+__all__ = [
+    "activation_backward", "plan_for", "one_pass_reason", "choose", "chosen", "choices", "forget_choices", "ROUNDS",
+]  # fmt: skip
 
 log = logging.getLogger("nvdispatch")
 
@@ -76,7 +78,7 @@ def activation_backward(
     m, n = g.shape
     index = g.device.index if g.device.index is not None else torch.cuda.current_device()
     saved_shape = tuple(saved.shape) if kind == "relu_bits" else None
-    plan = _plan(kind, m, n, saved_shape, index)
+    plan = plan_for(kind, m, n, saved_shape, index)
     try:
         dz = None if kind == "none" else torch.empty_like(g)
         partials = torch.empty((plan.partial_rows, n), device=g.device, dtype=torch.float32)
@@ -91,8 +93,9 @@ def activation_backward(
     return dz, sums
 
 
-def _plan(kind: str, m: int, n: int, saved_shape, index: int):
-    """The cached plan of this problem (pinned until ``plan_cache.let_go``), made on its first call."""
+def plan_for(kind: str, m: int, n: int, saved_shape: tuple[int, ...] | None, index: int):
+    """The plan of the ``(m, n)`` problem of ``kind`` on GPU ``index`` (``saved_shape``: the mask's, for
+    ``"relu_bits"``) from the plan cache, made there on its first call; pinned until ``plan_cache.let_go``."""
     from ..executors import cuda_activation_grad as executor
 
     key = executor.key(kind, m, n, saved_shape, index)
