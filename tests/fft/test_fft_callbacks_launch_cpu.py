@@ -100,11 +100,18 @@ def cpu_plan(monkeypatch):
         return t, t.data_ptr()
 
     monkeypatch.setattr(arrays, "empty", empty)
-    return lambda problem: op.plan(problem, "device-fused")
+
+    def make(problem, as_keyed=True):
+        plan = op.plan(problem, "device-fused")
+        plan._as_keyed = as_keyed  # CPU tensors stand for device memory (True) or a coercing backend's copies
+        return plan
+
+    return make
 
 
 @needs_extension
-def test_execute_hands_the_driver_every_operands_pointer_on_the_callers_stream(monkeypatch, cpu_plan):
+@pytest.mark.parametrize("as_keyed", [True, False], ids=["device-operands", "coerced-copies"])
+def test_execute_hands_the_driver_every_operands_pointer_on_the_callers_stream(monkeypatch, cpu_plan, as_keyed):
     driver = stand_in_launcher(monkeypatch, context=0x5000)
     packs = []
     from nvdispatch.executors import cuda_numba_launch
@@ -112,7 +119,7 @@ def test_execute_hands_the_driver_every_operands_pointer_on_the_callers_stream(m
     counted = cuda_numba_launch.step_parameters
     monkeypatch.setattr(cuda_numba_launch, "step_parameters", lambda step: packs.append(step) or counted(step))
     problem, operands = _problem()
-    plan = cpu_plan(problem)
+    plan = cpu_plan(problem, as_keyed)
     assert plan.launcher.prepared and "cuLaunchKernel" in " ".join(plan.steps)
     assert len(packs) == 1
     data = [*operands["prolog_data"], *operands["epilog_data"]]
@@ -147,3 +154,41 @@ def test_an_empty_batch_prepares_no_launch(cpu_plan):
     plan = cpu_plan(problem)
     assert plan.launcher.steps == () and "no launches" in plan.launcher.how
     assert plan.execute(operands, stream=0).shape == (0, 16)
+
+
+@needs_extension
+def test_coerced_operands_laid_out_unlike_the_key_are_launched_by_numba_for_that_call(monkeypatch, cpu_plan, caplog):
+    """A coercing backend's copies are read per call: where a data array's layout is not the one packed (a
+    contiguous copy of a strided array), that call goes through Numba on views of the arrays as they are."""
+    driver = stand_in_launcher(monkeypatch)
+    problem, operands = _problem()
+    plan = cpu_plan(problem, as_keyed=False)
+    launched = []
+    monkeypatch.setattr(op, "numba_view", lambda a, fw, shape=None: (a, shape))
+    monkeypatch.setattr(plan.kernel, "launch", lambda *args: launched.append(args))
+    monkeypatch.setattr(plan, "_streams", lambda s: ("stream", s))
+    copies = {**operands, "prolog_data": tuple(d.contiguous() for d in operands["prolog_data"])}
+    with caplog.at_level("DEBUG", logger="nvdispatch"):
+        out = plan.execute(copies, stream=0xABC)
+    assert driver.calls == [] and len(launched) == 1
+    (xv, x_shape), (ov, out_shape), _, pdata, edata, stream = launched[0]
+    assert xv is copies["x"] and x_shape == (5, 16) and ov is out and out_shape == (5, 16)
+    assert [d for d, _ in pdata] == list(copies["prolog_data"]) and stream == ("stream", 0xABC)
+    assert [d for d, _ in edata] == list(operands["epilog_data"])
+    assert "laid out unlike the plan's key" in caplog.text
+    plan.execute(operands, stream=0xABC)  # laid out as the key says: the prepared launch
+    assert len(driver.calls) == 1 and len(launched) == 1
+
+
+def test_laid_out_as_compares_dtype_shape_and_byte_strides():
+    from nvdispatch._cuda.arrays import DeviceView
+
+    c = ArrayArg(0, (5, 16), np.dtype(np.complex64))
+    a = ArrayArg(2, (4, 3), np.dtype(np.float32), strides=(4, 16))
+    assert op.laid_out_as(DeviceView(0, "complex64", (5, 16), (16, 1)), c)
+    assert op.laid_out_as(DeviceView(0, "complex64", (80,), (1,)), c)  # the rows of a C-contiguous whole
+    assert not op.laid_out_as(DeviceView(0, "complex64", (16, 5), (1, 16)), c)
+    assert not op.laid_out_as(DeviceView(0, "complex128", (5, 16), (16, 1)), c)
+    assert op.laid_out_as(DeviceView(0, "float32", (4, 3), (1, 4)), a)
+    assert not op.laid_out_as(DeviceView(0, "float32", (4, 3), (3, 1)), a)
+    assert op.laid_out_as(DeviceView(0, "float32", (1, 3), (7, 1)), ArrayArg(1, (1, 3), np.dtype(np.float32)))

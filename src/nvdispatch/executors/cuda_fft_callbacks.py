@@ -23,15 +23,19 @@ compile, or that returns the wrong kind of value, raises :class:`~nvdispatch.err
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 
 from .._fft_callbacks import Callback, CallbackFFTProblem
+from .._memory import CUDA
 from ..errors import CallbackError
 from .cuda_fft import CudaFFTPlan, layout
-from .cuda_numba import c_contiguous, numba_reason, on_device
+from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device
 from .cuda_numba_launch import StepLauncher
+
+_log = logging.getLogger("nvdispatch")
 
 
 def fused_reason(problem: CallbackFFTProblem) -> str | None:
@@ -168,6 +172,29 @@ def fused_step(problem: CallbackFFTProblem, kernel, rows: int):
     return KernelStep(kernel.kernel, (kernel.grid(rows),), kernel.block_dim, kernel.shared_memory_size, tuple(args))
 
 
+def laid_out_as(view, arg) -> bool:
+    """Whether device array ``view`` (a ``_cuda.arrays.DeviceView``: strides in elements) is what ``arg`` (an
+    :class:`~nvdispatch.device.kernel_steps.ArrayArg`) describes: its dtype and elements, C-contiguous where
+    ``arg`` is, else of its shape and byte strides (extents of one: any stride)."""
+    dt = np.dtype(view.dtype)
+    if dt != arg.dtype or math.prod(view.shape) != arg.size:
+        return False
+    if arg.strides is None:
+        shape, want = tuple(view.shape), None
+    else:
+        shape, want = arg.shape, arg.strides
+        if tuple(view.shape) != shape:
+            return False
+    if want is None:  # C order over the view's own shape
+        want, step = [], dt.itemsize
+        for extent in reversed(shape):
+            want.append(step)
+            step *= extent
+        want.reverse()
+    got = [st * dt.itemsize for st in view.strides]
+    return all(e <= 1 or g == w for e, g, w in zip(shape, got, want))
+
+
 class FusedCallbackPlan:
     """One generated kernel: load -> prolog -> block FFT -> norm -> epilog -> store."""
 
@@ -213,6 +240,9 @@ class FusedCallbackPlan:
         launches = (step,) if self.rows else ()
         self.launcher = StepLauncher(launches, len(step.args), self.device_index, self._several, "fft_callbacks")
         self._pointer = arrays.pointer_getter(p.framework)
+        # device operands reach execute as the key describes them; a coercing backend's copies may not
+        self._as_keyed = CUDA in p.memory
+        self._streams = NumbaStreams()
         F = self.kernel.first
         steps = [
             f"one generated Numba kernel per call: load x ({p.dtype}, rows of {m_in}"
@@ -240,7 +270,22 @@ class FusedCallbackPlan:
         if self.rows == 0:
             return out
         data = (*operands.get("prolog_data", ()), *operands.get("epilog_data", ()))
-        self.launcher(s, (pointer(x), out_ptr, *[pointer(d) for d in data]))
+        if self._as_keyed:
+            self.launcher(s, (pointer(x), out_ptr, *[pointer(d) for d in data]))
+            return out
+        # copies a coercing backend made: their layouts are read, and the prepared parameters taken where they match
+        views = [arrays.view(a, fw) for a in (x, *data)]
+        args = self.launcher.steps[0].args
+        if all(laid_out_as(v, a) for v, a in zip(views, (args[0], *args[2:]))):
+            self.launcher(s, (views[0].ptr, out_ptr, *[v.ptr for v in views[1:]]))
+            return out
+        _log.debug("fft_callbacks: operands laid out unlike the plan's key, this call launched by Numba")
+        with on_device(self.device_index, self._several):
+            xv = numba_view(x, fw, (self.rows, p.shape[-1]))
+            ov = numba_view(out, arrays.result_kind(x, fw), (self.rows, self.spec.n_out))
+            pdata = tuple(numba_view(d, fw) for d in operands.get("prolog_data", ()))
+            edata = tuple(numba_view(d, fw) for d in operands.get("epilog_data", ()))
+            self.kernel.launch(xv, ov, None, pdata, edata, self._streams(s))
         return out
 
     def release(self) -> None:
