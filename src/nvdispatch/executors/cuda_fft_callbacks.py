@@ -155,8 +155,7 @@ def check_callback(cb: Callback | None, value_dtype: str) -> None:
 def fused_step(problem: CallbackFFTProblem, kernel, rows: int):
     """The launch of the generated kernel (a :class:`~nvdispatch.device.fft_callback_kernel.CallbackKernel`) over
     ``rows`` rows, on the operands ``(x, out, *prolog_data, *epilog_data)`` by number: ``x`` ``(rows, m_in)``,
-    ``out`` ``(rows, n_out)``, each data array of its layout in the problem (part of the plan's key: a call's
-    data arrays are laid out so)."""
+    ``out`` ``(rows, n_out)``, each data array of its layout in the problem (part of the plan's key)."""
     from ..device.kernel_steps import ArrayArg, KernelStep
 
     p = problem.fft
