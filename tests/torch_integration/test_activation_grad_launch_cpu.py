@@ -131,3 +131,47 @@ def test_the_plan_is_kept_in_the_plan_cache_by_its_problem(monkeypatch):
         assert one_pass.plan_for("relu_bits", 70, 12, (70, 16), 0) is not first
     finally:
         plan_cache.clear()
+
+
+@needs_extension
+@pytest.mark.parametrize("kind", KINDS)
+def test_activation_backward_hands_its_plan_every_tensors_pointer(kind, monkeypatch):
+    """``activation_backward`` on stand-ins for CUDA tensors (CPU tensors; Torch's stream and device stood in for):
+    the launches get g, the saved tensor, dz, the partial rows and the sums it allocates, on Torch's current
+    stream; a repeated call finds the plan in the cache and packs nothing again."""
+    torch = pytest.importorskip("torch")
+    from nvdispatch.integrations import torch_activation_grad as one_pass
+
+    driver = stand_in_launcher(monkeypatch)
+    packs = []
+    counted = cuda_numba_launch.step_parameters
+    monkeypatch.setattr(cuda_numba_launch, "step_parameters", lambda step: packs.append(step) or counted(step))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0xABC}))
+    m, n = 70, 12
+    g = torch.randn(m, n).to(torch.bfloat16)
+    saved = {"relu": torch.relu(g), "gelu": g.clone(), "none": None}.get(kind)
+    if kind == "relu_bits":
+        saved = torch.zeros(_mask_shape(m, n), dtype=torch.uint8)
+    plan_cache.clear()
+    try:
+        for _ in range(2):
+            dz, db = one_pass.activation_backward(kind, g, saved)
+            assert db.shape == (n,) and db.dtype == torch.bfloat16
+            assert (dz is None) if kind == "none" else (dz.shape == g.shape and dz.dtype == torch.bfloat16)
+            (f1, _, _, _, s1, pass_values), (f2, _, _, _, s2, sums_values) = driver.calls[-2:]
+            assert s1 == s2 == 0xABC
+            column_pass, column_sums = plan_cache.peek(
+                executor.key(kind, m, n, _mask_shape(m, n) if kind == "relu_bits" else None, 0)
+            ).launcher.steps
+            gp = g.data_ptr()
+            partials_ptr = int.from_bytes(sums_values[32:40], "little")  # the sums kernel's first array's data
+            pointers = [gp, gp if saved is None else saved.data_ptr(), gp if dz is None else dz.data_ptr(),
+                        partials_ptr, db.data_ptr()]  # fmt: skip
+            arrays = _operands(kind, m, n)
+            assert pass_values == received(numba_abi_parameters(column_pass, pointers, arrays)[0], driver.sizes_of[f1])
+            assert sums_values == received(numba_abi_parameters(column_sums, pointers, arrays)[0], driver.sizes_of[f2])
+        assert len(driver.calls) == 4 and len(packs) == 2
+    finally:
+        plan_cache.clear()
