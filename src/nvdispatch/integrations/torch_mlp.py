@@ -217,6 +217,69 @@ class FusedMLP(torch.nn.Module):
             "FusedMLP %s: hidden layers %s, relu_backward=%s, weights (out, in)", list(widths), epilog, relu_backward
         )
 
+    @classmethod
+    def from_sequential(cls, layers, *, relu_backward: str = "mask") -> FusedMLP:
+        """The ``FusedMLP`` of an existing Torch model: ``layers`` (a ``torch.nn.Sequential``, or any iterable of
+        modules) ``Linear, act, Linear, act, ..., Linear``, the same activation between every two Linear layers
+        (``torch.nn.ReLU``, or ``torch.nn.GELU(approximate="tanh")``) and every Linear with a bias. The new model
+        holds the Linear layers' own parameters (not copies): the same tensors, so an optimizer made over the old
+        model's parameters trains the new one, and the gradients land where they did.
+
+        Raises
+        ------
+        InvalidArgumentError
+            Naming ``layers[i]`` when a module is not what its place needs (or a Linear has no bias, or a GELU is
+            not the tanh approximation, which cuBLASLt's epilogs compute).
+        ShapeMismatchError
+            When a Linear's inputs differ from the previous one's outputs.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from nvdispatch.integrations.torch_mlp import FusedMLP
+        >>> seq = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        >>> mlp = FusedMLP.from_sequential(seq)
+        >>> mlp.extra_repr()
+        "widths=[16, 32, 4], activation='relu', relu_backward='mask'"
+        >>> mlp.weights[0] is seq[0].weight
+        True
+        >>> x = torch.randn(8, 16)
+        >>> bool(torch.allclose(mlp(x), seq(x), atol=1e-5))
+        True
+        """
+        modules = list(layers)
+        if len(modules) % 2 == 0 or not modules:
+            raise InvalidArgumentError(
+                "layers", "Linear, act, ..., Linear: an odd number of modules", f"{len(modules)} modules"
+            )
+        linears = modules[::2]
+        activation = None
+        for i, module in enumerate(modules):
+            where = f"layers[{i}]"
+            if i % 2 == 0:
+                if not isinstance(module, torch.nn.Linear):
+                    raise InvalidArgumentError(where, "a torch.nn.Linear", type(module).__name__)
+                if module.bias is None:
+                    raise InvalidArgumentError(where, "a Linear with a bias", "a Linear without one (bias=False)")
+                if i and module.in_features != modules[i - 2].out_features:
+                    raise ShapeMismatchError(
+                        where, f"{modules[i - 2].out_features} in_features", f"{module.in_features}"
+                    )
+                continue
+            found = _activation_of(module)
+            if found is None:
+                raise InvalidArgumentError(
+                    where, "torch.nn.ReLU or torch.nn.GELU(approximate='tanh')", _describe_module(module)
+                )
+            if activation is not None and found != activation:
+                raise InvalidArgumentError(where, f"the same activation as layers[1] ({activation})", found)
+            activation = found
+        widths = [linears[0].in_features] + [lin.out_features for lin in linears]
+        model = cls(widths, activation or "relu", relu_backward=relu_backward, device="meta")  # no storage made
+        model.weights = torch.nn.ParameterList([lin.weight for lin in linears])
+        model.biases = torch.nn.ParameterList([lin.bias for lin in linears])
+        return model
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return fused_mlp(x, _listed(self.weights), _listed(self.biases), self.activation,
                          relu_backward=self.relu_backward)  # fmt: skip
@@ -224,6 +287,21 @@ class FusedMLP(torch.nn.Module):
     def extra_repr(self) -> str:
         widths = [w.shape[1] for w in self.weights] + [self.weights[-1].shape[0]]
         return f"widths={widths}, activation={self.activation!r}, relu_backward={self.relu_backward!r}"
+
+
+def _activation_of(module) -> str | None:
+    """``"relu"``/``"gelu"`` for the activation modules FusedMLP computes, else None."""
+    if type(module) is torch.nn.ReLU:  # in place or not: the same function of the Linear's output
+        return "relu"
+    if type(module) is torch.nn.GELU and module.approximate == "tanh":
+        return "gelu"
+    return None
+
+
+def _describe_module(module) -> str:
+    if type(module) is torch.nn.GELU:
+        return f"GELU(approximate={module.approximate!r}) (FusedMLP's GELU is the tanh approximation)"
+    return type(module).__name__
 
 
 def _listed(params: torch.nn.ParameterList) -> list:
