@@ -96,16 +96,20 @@ def fft_tolerance(dtype: Any, n: int, scale: float) -> float:
     return FFT_FACTOR * eps_of(dtype) * max(math.log2(max(n, 2)), 1.0) * scale
 
 
-def gemm_tolerance(dtype: Any, k: int, scale: float) -> float:
-    """The largest difference two correct GEMMs of depth ``k`` computed in ``dtype`` may show at an element,
-    ``scale`` bounding ``|a[i, l] * b[l, j]|`` (e.g. ``max|a| * max|b|``).
+def gemm_tolerance(dtype: Any, k: int, scale: float, result_dtype: Any = None, result_scale: float = 0.0) -> float:
+    """The largest difference two correct GEMMs of depth ``k`` accumulated in ``dtype`` may show at an element,
+    ``scale`` bounding ``|alpha * a[i, l] * b[l, j]|`` (e.g. ``max|a| * max|b|``), plus the rounding of a
+    ``result_dtype`` result (and epilog terms) of magnitude ``result_scale``.
 
     Examples
     --------
     >>> gemm_tolerance("float32", 256, 1.0) == 4 * 2.0**-23 * 256
     True
+    >>> gemm_tolerance("float32", 256, 1.0, "bfloat16", 8.0) == 4 * (2.0**-23 * 256 + 2.0**-8 * 8)
+    True
     """
-    return GEMM_FACTOR * eps_of(dtype) * max(k, 1) * scale
+    out = eps_of(result_dtype) * result_scale if result_dtype is not None else 0.0
+    return GEMM_FACTOR * (eps_of(dtype) * max(k, 1) * scale + out)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,13 +111,24 @@ def _validator(kind: str | None) -> tuple[Check | None, str]:
 
 class StrategyChoice:
     """The strategy ``Matmul.autotune`` chose for a problem (recorded under the dispatcher's choice key):
-    ``{"strategy": name, "plan": the chosen plan's tuning, for the record}``."""
+    ``{"strategy": name, "plan": the chosen plan's tuning, for the record, "rejected": {strategy: why}}`` (the
+    strategies left out because their results disagreed with the reference's; ``explain()`` shows them)."""
 
     tuning_kind = STRATEGY_CHOICE
 
     @staticmethod
     def validate_tuning(value: Any) -> str | None:
-        return check_object(value, {"strategy": a_string(STRATEGIES), "plan": anything}, required=("strategy",))
+        return check_object(
+            value,
+            {"strategy": a_string(STRATEGIES), "plan": anything, "rejected": _reasons},
+            required=("strategy",),
+        )
+
+
+def _reasons(value: Any) -> str | None:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return f"expected an object of strings by strategy, got {value!r}"
+    return None
 
 
 register_kind(STRATEGY_CHOICE, lambda: StrategyChoice)

@@ -18,6 +18,7 @@ from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import run, run_direct
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
+from ._matmul_agreement import agreeing
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -785,8 +786,10 @@ class Matmul:
 
     def autotune(self, iterations: int = 3, *, stream: Stream = None) -> dict[str, float]:
         """Time each strategy the executor offers (and each plan's own knobs) on the actual operands and
-        keep the fastest. Returns ``{strategy: seconds}`` per call: ``iterations`` samples of each strategy,
-        taken in turns, their median (on the CPU the fastest, since other load only adds time). The choice is
+        keep the fastest. A strategy whose result disagrees with the plainest one's beyond rounding is left
+        out first, with a WARNING (see ``nvdispatch._matmul_agreement``; ``explain_matmul`` names it).
+        Returns ``{strategy: seconds}`` per call (of the strategies kept): ``iterations`` samples of each, taken
+        in turns, their median (on the CPU the fastest, since other load only adds time). The choice is
         recorded for ``plan_cache.save()``, and stateless calls of the problem take it from their next call.
 
         Interrupted (``KeyboardInterrupt``) or failing part-way, it leaves this object and every cached plan
@@ -812,10 +815,13 @@ class Matmul:
                     if proposal is not None:
                         proposals[strategy] = proposal
                 trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
+                trials, rejected = agreeing(trials, problem, operands, stream)
                 timings = _time_in_turns(trials, problem, operands, iterations, stream)
                 chosen = min(timings, key=timings.get)
                 get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
                 record = {"strategy": chosen, "plan": get() if callable(get) else None}
+                if rejected:
+                    record["rejected"] = {s: r.reason() for s, r in rejected.items()}
                 key = choice_key(ex, "matmul", problem)
                 if problem.autocast is None:
                     hold = plan_cache.hold(plans[chosen])

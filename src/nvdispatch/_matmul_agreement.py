@@ -1,0 +1,114 @@
+"""``Matmul.autotune``'s check that the strategies it times compute what the plainest one computes.
+
+Before the strategies are timed, each runs once on the call's operands and a sample of its result
+(:mod:`nvdispatch._agreement`) is compared with the reference strategy's: ``plain`` (the framework's own
+matmul, then the epilog's steps one by one) where the executor offers it, else ``inplace``. A strategy that
+disagrees beyond :func:`~nvdispatch._agreement.gemm_tolerance` (``k``, the operands' magnitudes, plus the
+result's own rounding) is left out of the choice with a WARNING. Host results are sampled in place; device
+results through :mod:`nvdispatch._cuda.result_sample` (only the sample is copied). Where a result or operand
+cannot be sampled (a dtype the host cannot read), nothing is checked and the timing goes on as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._agreement import Rejection, disagreement, gemm_tolerance, magnitude, position, sample_host, warn
+from ._matmul_problem import scalar_value
+
+__all__ = ["REFERENCES", "reference_of", "agreeing"]
+
+#: the strategies trusted as the reference, most trusted first
+REFERENCES = ("plain", "inplace")
+_log = logging.getLogger("nvdispatch")
+
+
+def reference_of(strategies) -> str | None:
+    """The reference among ``strategies``, None where there is none."""
+    return next((s for s in REFERENCES if s in strategies), None)
+
+
+def _sampler(problem, stream) -> Callable[[Any], np.ndarray]:
+    if problem.device.kind == "cpu":
+        return sample_host
+    from ._cuda import arrays, result_sample, streams
+
+    fw = problem.framework
+    pointer = streams.stream_pointer(stream, fw, problem.device.index)
+    return lambda x: result_sample.sample_device(arrays.view(x, fw), pointer)
+
+
+def _compute_dtype(problem) -> str:
+    """The dtype whose rounding the products accumulate in (TF32's on a GPU, where float32 may take it)."""
+    dt = problem.result_dtype
+    if dt in ("float16", "bfloat16"):
+        return "float32"
+    if dt in ("float32", "complex64") and problem.device.kind != "cpu":
+        return "tf32"
+    return dt
+
+
+def _number(value) -> float:
+    try:
+        return abs(complex(scalar_value(value)))
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def agreeing(plans: dict[str, Any], problem, operands: dict, stream) -> tuple[dict[str, Any], dict[str, Rejection]]:
+    """``(the plans whose results agree with the reference's, {strategy: rejection})``: see the module docstring.
+    A plan failing when checked is left for the timing to report."""
+    ref = reference_of(plans)
+    if ref is None or len(plans) < 2:
+        return plans, {}
+    try:
+        sample = _sampler(problem, stream)
+        expected = sample(_result(plans[ref].execute(operands, stream)))
+        a, b = sample(operands["a"]), sample(operands["b"])
+        extra = [sample(operands[name]) for name, _ in problem.inputs if name in operands]
+        c_scale = _number(operands.get("beta") or 0) * (magnitude(sample(operands["c"])) if "c" in operands else 0.0)
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - what cannot be sampled is not checked
+        _log.debug("matmul autotune: results not checked for %s (%s)", _describe(problem), exc)
+        return plans, {}
+    scale = _number(operands.get("alpha", 1)) * magnitude(a) * magnitude(b)
+    result_scale = magnitude(expected) + c_scale + magnitude(*extra)
+    tolerance = gemm_tolerance(_compute_dtype(problem), problem.k, scale, problem.result_dtype, result_scale)
+    kept, rejected = {ref: plans[ref]}, {}
+    shape = tuple(problem.result_shape)
+    for strategy, plan in plans.items():
+        if strategy == ref:
+            continue
+        try:
+            got = sample(_result(plan.execute(operands, stream)))
+        except (KeyboardInterrupt, SystemExit, MemoryError):
+            raise
+        except Exception:  # noqa: BLE001 - the timing runs it again and reports the failure
+            kept[strategy] = plan
+            continue
+        bad = disagreement(expected, got, tolerance)
+        if bad is None:
+            kept[strategy] = plan
+            continue
+        where = position(shape, bad[1]) if shape else f"sample element {bad[1]}"
+        rejected[strategy] = Rejection(strategy, ref, bad[0], tolerance, where)
+        warn("matmul autotune", _describe(problem), rejected[strategy])
+    return {s: kept[s] for s in plans if s in kept}, rejected
+
+
+def _describe(problem) -> str:
+    steps = " + ".join(problem.epilog.steps) or "none"
+    c = f" + beta * c{list(problem.c.shape)}" if problem.c is not None else ""
+    return (
+        f"matmul({problem.a.dtype}{list(problem.a.shape)} @ {problem.b.dtype}{list(problem.b.shape)}{c}, "
+        f"epilog {steps}) -> {problem.result_dtype}{list(problem.result_shape)}"
+    )
+
+
+def _result(got):
+    return got[0] if isinstance(got, tuple) else got
