@@ -20,7 +20,7 @@ import numpy as np
 from ._agreement import Rejection, disagreement, gemm_tolerance, magnitude, position, sample_host, warn
 from ._matmul_problem import scalar_value
 
-__all__ = ["REFERENCES", "reference_of", "agreeing"]
+__all__ = ["REFERENCES", "reference_of", "agreeing", "compute_dtype", "describe", "scalar_magnitude"]
 
 #: the strategies trusted as the reference, most trusted first
 REFERENCES = ("plain", "inplace")
@@ -42,8 +42,9 @@ def _sampler(problem, stream) -> Callable[[Any], np.ndarray]:
     return lambda x: result_sample.sample_device(arrays.view(x, fw), pointer)
 
 
-def _compute_dtype(problem) -> str:
-    """The dtype whose rounding the products accumulate in (TF32's on a GPU, where float32 may take it)."""
+def compute_dtype(problem) -> str:
+    """The dtype whose rounding the products accumulate in, taken loosely: TF32's for float32 on a GPU (cuBLAS
+    may take it), float32's for half types."""
     dt = problem.result_dtype
     if dt in ("float16", "bfloat16"):
         return "float32"
@@ -52,7 +53,8 @@ def _compute_dtype(problem) -> str:
     return dt
 
 
-def _number(value) -> float:
+def scalar_magnitude(value) -> float:
+    """``|value|`` of a scalar operand (``alpha``, ``beta``); 1 where it is no number here (a device scalar)."""
     try:
         return abs(complex(scalar_value(value)))
     except (TypeError, ValueError):
@@ -70,15 +72,17 @@ def agreeing(plans: dict[str, Any], problem, operands: dict, stream) -> tuple[di
         expected = sample(_result(plans[ref].execute(operands, stream)))
         a, b = sample(operands["a"]), sample(operands["b"])
         extra = [sample(operands[name]) for name, _ in problem.inputs if name in operands]
-        c_scale = _number(operands.get("beta") or 0) * (magnitude(sample(operands["c"])) if "c" in operands else 0.0)
+        beta = operands.get("beta")
+        c = magnitude(sample(operands["c"])) if operands.get("c") is not None else 0.0
+        c_scale = c * (1.0 if beta is None else scalar_magnitude(beta))
     except (KeyboardInterrupt, SystemExit, MemoryError):
         raise
     except Exception as exc:  # noqa: BLE001 - what cannot be sampled is not checked
-        _log.debug("matmul autotune: results not checked for %s (%s)", _describe(problem), exc)
+        _log.debug("matmul autotune: results not checked for %s (%s)", describe(problem), exc)
         return plans, {}
-    scale = _number(operands.get("alpha", 1)) * magnitude(a) * magnitude(b)
+    scale = scalar_magnitude(operands.get("alpha", 1)) * magnitude(a) * magnitude(b)
     result_scale = magnitude(expected) + c_scale + magnitude(*extra)
-    tolerance = gemm_tolerance(_compute_dtype(problem), problem.k, scale, problem.result_dtype, result_scale)
+    tolerance = gemm_tolerance(compute_dtype(problem), problem.k, scale, problem.result_dtype, result_scale)
     kept, rejected = {ref: plans[ref]}, {}
     shape = tuple(problem.result_shape)
     for strategy, plan in plans.items():
@@ -97,11 +101,11 @@ def agreeing(plans: dict[str, Any], problem, operands: dict, stream) -> tuple[di
             continue
         where = position(shape, bad[1]) if shape else f"sample element {bad[1]}"
         rejected[strategy] = Rejection(strategy, ref, bad[0], tolerance, where)
-        warn("matmul autotune", _describe(problem), rejected[strategy])
+        warn("matmul autotune", describe(problem), rejected[strategy])
     return {s: kept[s] for s in plans if s in kept}, rejected
 
 
-def _describe(problem) -> str:
+def describe(problem) -> str:
     steps = " + ".join(problem.epilog.steps) or "none"
     c = f" + beta * c{list(problem.c.shape)}" if problem.c is not None else ""
     return (

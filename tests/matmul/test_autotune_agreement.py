@@ -114,3 +114,36 @@ def test_the_tolerance_separates_rounding_from_a_wrong_element():
 def test_no_reference_no_check():
     assert _matmul_agreement.reference_of(("native", "framework_fused")) is None
     assert _matmul_agreement.reference_of(("native", "inplace", "plain")) == "plain"
+
+
+def test_the_cublaslt_check_reads_device_samples_and_bounds_rounding(monkeypatch):
+    """``lt_result_check.result_check`` (what the GPU autotune checks its winner with), over host memory offered
+    as device memory: the runtime's copy is the one stand-in."""
+    import ctypes
+
+    from nvdispatch._cuda import arrays, lt_result_check, runtime
+
+    def copy_to_host(dst, src, stream, pitch=None):
+        for i in range(len(dst)):
+            ctypes.memmove(dst.ctypes.data + i * dst.itemsize, src + i * (pitch or dst.itemsize), dst.itemsize)
+        return dst
+
+    monkeypatch.setattr(runtime, "copy_to_host", copy_to_host)
+    a, b, _ = _operands(np.float32, m=130, k=512, n=70)
+    problem = nvdispatch.Matmul(a, b).plan()._problem
+
+    def view(x):
+        return arrays.DeviceView(x.ctypes.data, x.dtype.name, x.shape, tuple(s // x.itemsize for s in x.strides))
+
+    exact = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    latest = [a @ b]
+    check = lt_result_check.result_check(problem, lambda: view(latest[0]), exact.shape, {"a": view(a), "b": view(b)}, 0)
+    expected = check.read()
+    np.testing.assert_array_equal(expected, _agreement.sample_host(latest[0]))
+    tol = check.tolerance(expected)
+    assert np.abs(exact.astype(np.float64) - latest[0]).max() < tol
+    wrong = exact.copy()
+    wrong[-1, 0] += 1.0
+    latest[0] = wrong
+    bad = _agreement.disagreement(expected, check.read(), tol)
+    assert bad is not None and _agreement.position(check.shape, bad[1]) == f"[{a.shape[0] - 1}, 0]"
