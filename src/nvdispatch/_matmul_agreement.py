@@ -61,10 +61,13 @@ def scalar_magnitude(value) -> float:
         return 1.0
 
 
-def agreeing(plans: dict[str, Any], problem, operands: dict, stream) -> tuple[dict[str, Any], dict[str, Rejection]]:
-    """``(the plans whose results agree with the reference's, {strategy: rejection})``: see the module docstring.
-    A plan failing when checked is left for the timing to report."""
-    ref = reference_of(plans)
+def agreeing(
+    plans: dict[str, Any], problem, operands: dict, stream, reference: str | None = None, what: str = "matmul autotune"
+) -> tuple[dict[str, Any], dict[str, Rejection]]:
+    """``(the plans whose results agree with the reference's, {name: rejection})``: see the module docstring.
+    ``reference`` names the trusted plan (default: :func:`reference_of` the names); ``what`` is the choice being
+    made, for the WARNING. A plan failing when checked is left for the timing to report."""
+    ref = reference if reference in plans else reference_of(plans)
     if ref is None or len(plans) < 2:
         return plans, {}
     try:
@@ -101,7 +104,7 @@ def agreeing(plans: dict[str, Any], problem, operands: dict, stream) -> tuple[di
             continue
         where = position(shape, bad[1]) if shape else f"sample element {bad[1]}"
         rejected[strategy] = Rejection(strategy, ref, bad[0], tolerance, where)
-        warn("matmul autotune", describe(problem), rejected[strategy])
+        warn(what, describe(problem), rejected[strategy])
     return {s: kept[s] for s in plans if s in kept}, rejected
 
 

@@ -147,3 +147,35 @@ def test_the_cublaslt_check_reads_device_samples_and_bounds_rounding(monkeypatch
     latest[0] = wrong
     bad = _agreement.disagreement(expected, check.read(), tol)
     assert bad is not None and _agreement.position(check.shape, bad[1]) == f"[{a.shape[0] - 1}, 0]"
+
+
+class WrongEngine(Wrong):
+    direct = None  # (the calibration's hot call then runs execute)
+
+
+def test_the_engine_calibration_ranks_an_engine_with_a_wrong_result_last(caplog):
+    from nvdispatch.executors import numpy_matmul_calibration as calibration
+
+    a, b, bias = _operands(np.float32, m=200, k=64, n=96)
+    problem = nvdispatch.Matmul(a, b).plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})._problem
+    candidates = numpy_matmul.candidates(problem)
+    assert calibration.REFERENCE in candidates and len(candidates) > 1
+    broken = next(e for e in candidates if e != calibration.REFERENCE)
+
+    def make_plan(rep, engine):
+        got = numpy_matmul.engine_plan(rep, engine)
+        return WrongEngine(got) if engine == broken else got
+
+    calibration.clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="nvdispatch"):
+            ranked = calibration.calibrate(problem, candidates, make_plan, persist=False)
+        assert ranked.order[-1] == broken and broken not in ranked.seconds and ranked.rejected == (broken,)
+        assert set(ranked.order) == set(candidates)
+        assert f"{broken} last: results disagreed with ufunc's" in ranked.describe()
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert "CPU engine calibration" in warning and broken in warning
+        honest = calibration.calibrate(problem, candidates, numpy_matmul.engine_plan, persist=False)
+        assert honest.rejected == () and set(honest.seconds) == set(candidates)
+    finally:
+        calibration.clear()
