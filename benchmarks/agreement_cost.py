@@ -1,8 +1,8 @@
 """What the result-agreement check costs the CPU timed choices that run it: ``Matmul.autotune`` (each strategy's
 result compared with ``plain``'s before timing) and the CPU engine calibration (each engine's with ``ufunc``'s).
 
-Each case is timed with the check and without it (``nvdispatch._matmul_agreement.agreeing`` replaced by a
-pass-through in this process), from a cold start each time (plan cache and tunings cleared, so the autotune
+Each case is timed with the check and without it (``nvdispatch._matmul_agreement.agreeing`` and
+``result_sampler`` replaced by pass-throughs in this process), from a cold start each time (plan cache and tunings cleared, so the autotune
 plans and times again), interleaved round by round; we report the median seconds of each and their ratio
 (with / without) from the same run. Plain calls never run the check (it runs only when a choice is made and
 cached), so a repeated call's host time is that of ``benchmarks/host_overhead_cpu.py``.
@@ -63,13 +63,17 @@ def main() -> None:
     from nvdispatch import _matmul_agreement, linalg
     from nvdispatch.executors import numpy_matmul_calibration
 
-    real = _matmul_agreement.agreeing
+    real, real_sampler = _matmul_agreement.agreeing, _matmul_agreement.result_sampler
 
     def skip(plans, *a, **k):
         return plans, {}
 
+    def no_sampler(problem, stream):
+        return lambda got: None
+
     def use(check):
         linalg.agreeing = numpy_matmul_calibration.agreeing = real if check else skip
+        linalg.result_sampler = numpy_matmul_calibration.result_sampler = real_sampler if check else no_sampler
 
     cases = _cases(nvd)
     samples = {name: {"with check": [], "without": []} for name in cases}

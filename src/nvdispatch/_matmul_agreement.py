@@ -1,7 +1,8 @@
 """``Matmul.autotune``'s check that the strategies it times compute what the plainest one computes.
 
-Before the strategies are timed, each runs once on the call's operands and a sample of its result
-(:mod:`nvdispatch._agreement`) is compared with the reference strategy's: ``plain`` (the framework's own
+Each strategy's result on the call's operands (of a run the timing makes anyway, where the caller keeps its
+sample, else of a run of its own) is compared on a sample (:mod:`nvdispatch._agreement`) with the reference
+strategy's: ``plain`` (the framework's own
 matmul, then the epilog's steps one by one) where the executor offers it, else ``inplace``. A strategy that
 disagrees beyond :func:`~nvdispatch._agreement.gemm_tolerance` (``k``, the operands' magnitudes, plus the
 result's own rounding) is left out of the choice with a WARNING. Host results are sampled in place; device
@@ -20,7 +21,7 @@ import numpy as np
 from ._agreement import Rejection, disagreement, gemm_tolerance, magnitude, position, sample_host, warn
 from ._matmul_problem import scalar_value
 
-__all__ = ["REFERENCES", "reference_of", "agreeing", "compute_dtype", "describe", "scalar_magnitude"]
+__all__ = ["REFERENCES", "reference_of", "agreeing", "result_sampler", "compute_dtype", "describe", "scalar_magnitude"]
 
 #: the strategies trusted as the reference, most trusted first
 REFERENCES = ("plain", "inplace")
@@ -62,17 +63,26 @@ def scalar_magnitude(value) -> float:
 
 
 def agreeing(
-    plans: dict[str, Any], problem, operands: dict, stream, reference: str | None = None, what: str = "matmul autotune"
+    plans: dict[str, Any],
+    problem,
+    operands: dict,
+    stream,
+    reference: str | None = None,
+    what: str = "matmul autotune",
+    samples: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Rejection]]:
     """``(the plans whose results agree with the reference's, {name: rejection})``: see the module docstring.
     ``reference`` names the trusted plan (default: :func:`reference_of` the names); ``what`` is the choice being
-    made, for the WARNING. A plan failing when checked is left for the timing to report."""
+    made, for the WARNING; ``samples`` the samples (:func:`result_sampler`) of results the caller already has
+    (of the runs it times: those plans are not run again). A plan failing when checked is left for the timing to
+    report."""
     ref = reference if reference in plans else reference_of(plans)
     if ref is None or len(plans) < 2:
         return plans, {}
+    samples = dict(samples or {})
     try:
         sample = _sampler(problem, stream)
-        expected = sample(_result(plans[ref].execute(operands, stream)))
+        expected = samples[ref] if ref in samples else sample(_result(plans[ref].execute(operands, stream)))
         a, b = sample(operands["a"]), sample(operands["b"])
         extra = [sample(operands[name]) for name, _ in problem.inputs if name in operands]
         beta = operands.get("beta")
@@ -81,31 +91,50 @@ def agreeing(
     except (KeyboardInterrupt, SystemExit, MemoryError):
         raise
     except Exception as exc:  # noqa: BLE001 - what cannot be sampled is not checked
-        _log.debug("matmul autotune: results not checked for %s (%s)", describe(problem), exc)
+        _log.debug("%s: results not checked for %s (%s)", what, describe(problem), exc)
         return plans, {}
     scale = scalar_magnitude(operands.get("alpha", 1)) * magnitude(a) * magnitude(b)
     result_scale = magnitude(expected) + c_scale + magnitude(*extra)
     tolerance = gemm_tolerance(compute_dtype(problem), problem.k, scale, problem.result_dtype, result_scale)
     kept, rejected = {ref: plans[ref]}, {}
     shape = tuple(problem.result_shape)
-    for strategy, plan in plans.items():
-        if strategy == ref:
+    for name, plan in plans.items():
+        if name == ref:
             continue
         try:
-            got = sample(_result(plan.execute(operands, stream)))
+            got = samples[name] if name in samples else sample(_result(plan.execute(operands, stream)))
         except (KeyboardInterrupt, SystemExit, MemoryError):
             raise
         except Exception:  # noqa: BLE001 - the timing runs it again and reports the failure
-            kept[strategy] = plan
+            kept[name] = plan
             continue
         bad = disagreement(expected, got, tolerance)
         if bad is None:
-            kept[strategy] = plan
+            kept[name] = plan
             continue
         where = position(shape, bad[1]) if shape else f"sample element {bad[1]}"
-        rejected[strategy] = Rejection(strategy, ref, bad[0], tolerance, where)
-        warn(what, describe(problem), rejected[strategy])
+        rejected[name] = Rejection(name, ref, bad[0], tolerance, where)
+        warn(what, describe(problem), rejected[name])
     return {s: kept[s] for s in plans if s in kept}, rejected
+
+
+def result_sampler(problem, stream) -> Callable[[Any], np.ndarray | None]:
+    """A function giving the sample of a plan's result (a ``(result, aux)`` pair's result), None where it
+    cannot be sampled: for callers that keep the samples of runs they make anyway (``agreeing(samples=)``)."""
+    try:
+        sample = _sampler(problem, stream)
+    except Exception:  # noqa: BLE001 - no sampling here: agreeing runs what it needs itself
+        return lambda got: None
+
+    def sampled(got):
+        try:
+            return sample(_result(got))
+        except (KeyboardInterrupt, SystemExit, MemoryError):
+            raise
+        except Exception:  # noqa: BLE001
+            return None
+
+    return sampled
 
 
 def describe(problem) -> str:

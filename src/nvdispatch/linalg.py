@@ -18,7 +18,7 @@ from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import run, run_direct
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
-from ._matmul_agreement import agreeing
+from ._matmul_agreement import agreeing, result_sampler
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -815,8 +815,11 @@ class Matmul:
                     if proposal is not None:
                         proposals[strategy] = proposal
                 trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
-                trials, rejected = agreeing(trials, problem, operands, stream)
-                timings = _time_in_turns(trials, problem, operands, iterations, stream)
+                samples: dict[str, Any] = {}
+                sample = result_sampler(problem, stream)
+                timings = _time_in_turns(trials, problem, operands, iterations, stream, samples, sample)
+                kept, rejected = agreeing(trials, problem, operands, stream, samples=samples)
+                timings = {s: t for s, t in timings.items() if s in kept}
                 chosen = min(timings, key=timings.get)
                 get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
                 record = {"strategy": chosen, "plan": get() if callable(get) else None}
@@ -1050,11 +1053,14 @@ def _undo(proposals) -> None:
         proposal.undo()
 
 
-def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:
+def _time_in_turns(
+    plans: dict[str, Any], problem, operands, iterations: int, stream, samples: dict | None = None, sample=None
+) -> dict[str, float]:
     """Seconds per call of each plan on ``operands``: ``iterations`` samples of each, taken in turns (one of
     every plan per round), so that load or clocks changing meanwhile weigh on all alike; on the CPU the fastest
     sample (other load only ever adds time, and a 2-core box has plenty), elsewhere the median. A plan's own
-    ``time`` takes its sample (CUDA events); else one run after a warm one, timed to completion."""
+    ``time`` takes its sample (CUDA events); else one run after a warm one, timed to completion. With
+    ``samples``, ``sample(result)`` of each plan's first warm run is kept there (the agreement check's)."""
     cpu = problem.device.kind == "cpu"
     sync = _device_sync(problem)
     samples: dict[str, list[float]] = {name: [] for name in plans}
@@ -1066,8 +1072,11 @@ def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, st
             if callable(timer):
                 samples[name].append(float(timer(operands, 1, stream)))
                 continue
-            plan.execute(operands, stream)  # warm: caches, BLAS workers, allocator
+            got = plan.execute(operands, stream)  # warm: caches, BLAS workers, allocator
             sync()
+            if samples is not None and name not in samples and (kept := sample(got)) is not None:
+                samples[name] = kept
+            del got
             t0 = time.perf_counter()
             plan.execute(operands, stream)
             sync()  # GPU work is asynchronous: time it to completion

@@ -42,7 +42,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._matmul_agreement import agreeing
+from .._matmul_agreement import agreeing, result_sampler
 from .._matmul_problem import ArraySig, MatmulProblem
 from . import blas_threads, cpu_caches
 from .cpu_calibration_store import store
@@ -403,19 +403,22 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
     ops = _operands(rep)
     calls, reps, runs, threaded = {}, {}, {}, set()
     plans = {name: make_plan(rep, name) for name in candidates}
-    hot = {name: _hot_call(plan, ops) for name, plan in plans.items()}
-    runners = {name: _Runner(fn) for name, fn in hot.items()}  # what is timed is what is checked
-    kept, _ = agreeing(runners, rep, ops, None, REFERENCE, "CPU engine calibration")
-    candidates = tuple(kept)
+    sample = result_sampler(rep, None)
+    samples = {}
     for name in candidates:
         if getattr(plans[name], "own_threads", 1) > 1:
             threaded.add(name)
-        fn = hot[name]
+        fn = _hot_call(plans[name], ops)
         t0 = time.perf_counter()
-        fn()  # warm-up (and first-touch of the output pages)
+        got = fn()  # warm-up (and first-touch of the output pages)
         once = max(time.perf_counter() - t0, 1e-7)
+        if (kept := sample(got)) is not None:  # what is timed is what is checked
+            samples[name] = kept
         calls[name], reps[name] = fn, max(1, min(2000, int(_ROUND_SECONDS / once)))
         runs[name] = max(_MIN_BLOCK_ROUNDS, min(_BLOCK_ROUNDS, int(_BLOCK_SECONDS / (once * reps[name]))))
+    runners = {name: _Runner(calls[name]) for name in candidates}
+    kept_plans, _ = agreeing(runners, rep, ops, None, REFERENCE, "CPU engine calibration", samples)
+    candidates = tuple(kept_plans)
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     if threaded:
         # an engine running its own threads would share the cores with the BLAS workers the engine timed before
