@@ -45,7 +45,14 @@ def _sampler(problem, stream) -> Callable[[Any], np.ndarray]:
 
 def compute_dtype(problem) -> str:
     """The dtype whose rounding the products accumulate in, taken loosely: TF32's for float32 on a GPU (cuBLAS
-    may take it), float32's for half types."""
+    may take it) and for FP8 products (fast accumulation), float32's for half types, or the reduced type of a
+    compute type asked for."""
+    if getattr(problem, "quantization", None) is not None:
+        return "tf32"
+    asked = str(getattr(getattr(problem, "options", None), "compute_type", None) or "")
+    for marker, dtype in (("16BF", "bfloat16"), ("16F", "float16"), ("TF32", "tf32")):
+        if marker in asked:  # a reduced-precision compute type asked for (e.g. COMPUTE_32F_FAST_16BF)
+            return dtype
     dt = problem.result_dtype
     if dt in ("float16", "bfloat16"):
         return "float32"

@@ -815,10 +815,10 @@ class Matmul:
                     if proposal is not None:
                         proposals[strategy] = proposal
                 trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
-                samples: dict[str, Any] = {}
+                results: dict[str, Any] = {}  # samples of the strategies' results, from their timed warm-ups
                 sample = result_sampler(problem, stream)
-                timings = _time_in_turns(trials, problem, operands, iterations, stream, samples, sample)
-                kept, rejected = agreeing(trials, problem, operands, stream, samples=samples)
+                timings = _time_in_turns(trials, problem, operands, iterations, stream, results, sample)
+                kept, rejected = agreeing(trials, problem, operands, stream, samples=results)
                 timings = {s: t for s, t in timings.items() if s in kept}
                 chosen = min(timings, key=timings.get)
                 get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
@@ -1054,13 +1054,13 @@ def _undo(proposals) -> None:
 
 
 def _time_in_turns(
-    plans: dict[str, Any], problem, operands, iterations: int, stream, samples: dict | None = None, sample=None
+    plans: dict[str, Any], problem, operands, iterations: int, stream, results: dict | None = None, sample=None
 ) -> dict[str, float]:
     """Seconds per call of each plan on ``operands``: ``iterations`` samples of each, taken in turns (one of
     every plan per round), so that load or clocks changing meanwhile weigh on all alike; on the CPU the fastest
     sample (other load only ever adds time, and a 2-core box has plenty), elsewhere the median. A plan's own
     ``time`` takes its sample (CUDA events); else one run after a warm one, timed to completion. With
-    ``samples``, ``sample(result)`` of each plan's first warm run is kept there (the agreement check's)."""
+    ``results``, ``sample(result)`` of each plan's first warm run is kept there (for the agreement check)."""
     cpu = problem.device.kind == "cpu"
     sync = _device_sync(problem)
     samples: dict[str, list[float]] = {name: [] for name in plans}
@@ -1074,8 +1074,8 @@ def _time_in_turns(
                 continue
             got = plan.execute(operands, stream)  # warm: caches, BLAS workers, allocator
             sync()
-            if samples is not None and name not in samples and (kept := sample(got)) is not None:
-                samples[name] = kept
+            if results is not None and name not in results and (kept := sample(got)) is not None:
+                results[name] = kept
             del got
             t0 = time.perf_counter()
             plan.execute(operands, stream)

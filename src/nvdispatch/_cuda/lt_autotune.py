@@ -412,7 +412,7 @@ class ResultSample:
     problem: str = ""
 
 
-def _agreeing_best(plan, cands, finalists, seconds, launch, check) -> tuple[int | None, dict[str, str]]:
+def _agreeing_best(cands, finalists, seconds, launch, check) -> tuple[int | None, dict[str, str]]:
     """The fastest finalist whose result agrees with the heuristic's first answer's (see the module docstring),
     None when none can be kept; ``{label: why}`` of those rejected on the way (their seconds set to inf)."""
     order = sorted((i for i in finalists if math.isfinite(seconds[i])), key=seconds.__getitem__)
@@ -505,7 +505,7 @@ def autotune(
                 samples[i].append(timed(i, 1))
         for i, got in samples.items():
             seconds[i] = statistics.median(got)
-        best, rejected = _agreeing_best(plan, cands, finalists, seconds, launch, check)
+        best, rejected = _agreeing_best(cands, finalists, seconds, launch, check)
     except BaseException:  # interrupted: the shared plan keeps the algorithm it had, not a trial one
         plan.algorithm = original
         raise
