@@ -56,7 +56,7 @@ def test_the_device_sample_is_the_host_sample(dtype):
     elif dtype != "float32":
         host = host.to(getattr(torch, dtype))
     dev = host.cuda()
-    for t, h in ((dev, host), (dev[:, ::-3], host[:, ::-3]), (dev.T, host.T)):
+    for t, h in ((dev, host), (dev[:, 1::3], host[:, 1::3]), (dev.T, host.T)):  # (Torch has no negative steps)
         s = streams.stream_pointer(None, "torch", 0)
         got = result_sample.sample_device(arrays.view(t, "torch"), s)
         want = _agreement.sample_host((h.float() if dtype == "bfloat16" else h).numpy())
@@ -77,7 +77,7 @@ def _timed(x, h, monkeypatch, extra=None):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "complex64", "float64", "complex128"])
-@pytest.mark.parametrize("n", [1024, 4096, 16384])
+@pytest.mark.parametrize("n", [1024, 16384])  # the one-kernel and the four-step strategies among the candidates
 def test_every_real_strategy_agrees_with_unfused(dtype, n, monkeypatch):
     x = _signal(64, n, dtype)
     m = n // 2 + 1 if np.dtype(dtype).kind == "f" else n
