@@ -33,7 +33,8 @@ Weights are stored as ``torch.nn.Linear`` stores them, ``W_i`` of shape ``(out, 
 
 The whole chain is one autograd node: its forward runs the layers' fused calls back to back, its backward all the
 backward GEMMs (:mod:`.torch_mlp_ops`). Under ``torch.compile`` it is two operators in the graph
-(``nvdispatch::mlp_forward`` and ``nvdispatch::mlp_backward``), with exact fake kernels, so ``fullgraph=True``
+(``nvdispatch::mlp_forward_kernel`` and ``nvdispatch::mlp_backward_kernel``, below ``nvdispatch::mlp_forward``'s
+autograd), with exact fake kernels, so ``fullgraph=True``
 traces it with no graph break, with static or dynamic shapes, and ``mode="reduce-overhead"`` captures it in the
 step's CUDA graph. Each GEMM is a cached call of nvdispatch's compiled front (on the GPU one cuBLASLt launch).
 Gradients of the input, weights and biases are those of the same model written with
