@@ -8,8 +8,8 @@ backward). Contenders: ``torch``/``fused`` x ``eager``/``compile``/``compile dyn
 fullgraph=True)``, inductor, static or ``dynamic=True``; the probe fails on a graph break). All are warmed up, then
 timed in turns, ``--rounds`` rounds of ``--steps`` steps (the thread's CPU time), medians.
 
-``breakdown``: the compiled FusedMLP step (and the eager one) with timers around inductor's graph calls, the
-``nvdispatch::`` operator calls inside them and the kernels' bodies, medians per step; and one operator call
+``breakdown``: the compiled FusedMLP step (the eager one, the compiled Torch one) with timers around inductor's
+graph calls, the ``nvdispatch::`` operator calls inside them and the kernels' bodies, medians per step; one call
 timed apart (no grad): the forward and backward kernel called directly, through the public operator
 (``mlp_forward``/``mlp_backward``: ``register_autograd``'s Python autograd kernel, redispatch) and through the kernel
 operator where the tree has one. ``graphs``: the saved tensors and the backward graph's inputs and outputs of each
@@ -126,14 +126,15 @@ def measure(args) -> dict:
 
 
 def breakdown(torch, args, x) -> dict:
-    """Per step of the fused contenders (eager, compile): time inside inductor's graph calls, inside the nvdispatch
-    operator calls, inside the kernels' bodies (``_forward``/``_backward``), and the whole step; medians."""
+    """Per step of FusedMLP eager and compiled, and of the compiled Torch model: time inside inductor's graph
+    calls, inside the nvdispatch operator calls, inside the kernels' bodies (``_forward``/``_backward``), and the
+    whole step; medians."""
     from torch._inductor import output_code
 
     from nvdispatch.integrations import torch_mlp_ops as ops
 
     acc: dict[str, float] = {}
-    clock = time.perf_counter
+    clock = time.thread_time  # CPU time: a timer open while another process runs counts none of it
 
     def timer(label, fn):
         def run(*a, **k):
@@ -151,9 +152,9 @@ def breakdown(torch, args, x) -> dict:
     saved += [(packet, "default", packet.default) for packet in packets]
     result = {}
     try:
-        for mode in ("eager", "compile"):
-            _, fused = _models(torch, args.width)
-            step = _step(torch, fused, mode)
+        for kind, mode in (("fused", "eager"), ("fused", "compile"), ("torch", "compile")):
+            plain, fused = _models(torch, args.width)
+            step = _step(torch, fused if kind == "fused" else plain, mode)
             for _ in range(5):  # compiled before the timers go in (traced on the operators as they are)
                 step(x)
             output_code.CompiledFxGraph.__call__ = timer("inside inductor graphs", saved[0][2])
@@ -167,7 +168,7 @@ def breakdown(torch, args, x) -> dict:
                 rows.setdefault("step", []).append(total)
                 for label, seconds in acc.items():
                     rows.setdefault(label, []).append(seconds / args.steps * 1e6)
-            result[f"fused {mode}"] = {label: statistics.median(v) for label, v in rows.items()}
+            result[f"{kind} {mode}"] = {label: statistics.median(v) for label, v in rows.items()}
             for owner, attr, value in saved:
                 setattr(owner, attr, value)
     finally:
