@@ -325,3 +325,23 @@ def test_a_fused_models_own_optimizer_checkpoint_round_trips(tmp_path):
     for got, want in zip([*again.weights, *again.biases], [m.weight for m in linears] + [m.bias for m in linears]):
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12)
     assert [s["exp_avg"].shape for s in opt2.state.values()] == [p.shape for p in again.parameters()]
+
+
+def test_a_model_from_sequential_or_copied_accepts_sequential_checkpoints():
+    state = _sequential(seed=21).state_dict()
+    adopted = FusedMLP.from_sequential(_sequential(seed=22))
+    copied = copy.deepcopy(FusedMLP(WIDTHS, dtype=torch.float64))
+    x = _x()
+    ws, bs = _sequential_keys(3)
+    want = _numpy_forward(_state_arrays(state, ws), _state_arrays(state, bs), x.numpy(), "relu")
+    for model in (adopted, copied):
+        assert model.load_state_dict(state).missing_keys == []
+        np.testing.assert_allclose(model(x).detach().numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_whole_pickled_model_keeps_accepting_sequential_checkpoints(tmp_path):
+    torch.save(FusedMLP(WIDTHS, dtype=torch.float64), tmp_path / "model.pt")
+    model = torch.load(tmp_path / "model.pt", weights_only=False)  # the whole module, pickled
+    seq = _sequential(seed=23)
+    assert model.load_state_dict(seq.state_dict()).unexpected_keys == []
+    np.testing.assert_array_equal(model.weights[2].detach().numpy(), seq[4].weight.detach().numpy())
