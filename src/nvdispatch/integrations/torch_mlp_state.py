@@ -12,12 +12,15 @@ Sequential over the FusedMLP's own parameters, whose ``state_dict()`` is a plain
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["accept_sequential_keys", "report_sequential_keys", "sequential_of"]
+__all__ = ["accept_sequential_keys", "activation_module", "report_sequential_keys", "sequential_of"]
+
+log = logging.getLogger("nvdispatch")
 
 _PENDING = "_nvdispatch_sequential_loads"  # the instance attribute a load's pre-hook leaves for its post-hook
 
@@ -47,9 +50,10 @@ def accept_sequential_keys(
         return
     own = set(names.values())
     sequential_form = not any(key in own for key in state_dict)
-    for key in found:
-        if names[key] not in state_dict:
-            state_dict[names[key]] = state_dict.pop(key)
+    renamed = [key for key in found if names[key] not in state_dict]
+    for key in renamed:
+        state_dict[names[key]] = state_dict.pop(key)
+    log.debug("FusedMLP at %r: %d of a Sequential checkpoint's keys loaded as its own", prefix, len(renamed))
     if sequential_form:
         module.__dict__.setdefault(_PENDING, []).append((names, error_msgs, len(error_msgs)))
 
