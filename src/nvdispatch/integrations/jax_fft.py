@@ -13,10 +13,12 @@ transforms (:func:`~.jax_fft_kernel.fft_kernel`, nvdispatch's executors on XLA's
 * ``hfft`` as ``irfft`` of the conjugate, ``ihfft`` as the conjugate of ``rfft`` (what ``numpy.fft`` does);
 * the scaling of ``norm`` as one multiplication (XLA fuses it with its neighbours).
 
-Gradients: the kernel is a ``jax.custom_vjp`` whose backward pass is a transform again (the transposes of
-``jax.lax.fft``: a complex transform is its own transpose; ``rfft``'s is the real part of a complex transform of
-the zero-padded cotangent; ``irfft``'s the conjugate of a weighted ``rfft``), so derivatives of any order run on
-nvdispatch's transforms too; everything around the kernel is differentiated by JAX. :func:`traced_convolve`
+Derivatives: the kernel is a ``jax.custom_jvp``; a transform is linear, so its tangent is the transform of the
+tangent, staged as a primitive of its own that JAX can transpose (the transposes of ``jax.lax.fft``: a complex
+transform is its own transpose; ``rfft``'s is the real part of a complex transform of the zero-padded cotangent;
+``irfft``'s the conjugate of a weighted ``rfft``), batch and lower as the kernel. So forward mode (``jax.jvp``,
+``jax.jacfwd``), reverse mode (``jax.grad``, ``jax.vjp``) and their compositions, to any order, run on
+nvdispatch's transforms; everything around the kernel is differentiated by JAX. :func:`traced_convolve`
 composes the transforms and the multiplication as ``nvdispatch.fft.convolve`` defines them;
 :func:`traced_shift` and :func:`traced_freq` are XLA operations. What cannot be staged (``stream``, ``out``,
 prolog/epilog callbacks) raises at trace time, naming the argument.
@@ -29,6 +31,8 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from .._backends import get_state
 from .._detect import CPU, OperandInfo
@@ -159,25 +163,30 @@ def _untrail(x, k: int, count: int):
     return jnp.moveaxis(x, tuple(range(x.ndim - count, x.ndim)), tuple(range(start, start + count)))
 
 
-# -- the kernel and its gradient -----------------------------------------------------------------------------------
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+# -- the kernel and its derivatives ------------------------------------------------------------------------------
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _kernel(call: FFTCall, x):
     return fft_kernel(call, x)
 
 
-def _kernel_forward(call: FFTCall, x):
-    return fft_kernel(call, x), None
+@_kernel.defjvp
+def _kernel_jvp(call: FFTCall, primals, tangents):
+    """The transform is linear: its tangent is the transform of the tangent, staged as :data:`_tangent_p`, which
+    JAX can transpose (reverse mode) where it cannot transpose the kernel's buffer callback."""
+    (x,), (t,) = primals, tangents
+    return _kernel(call, x), _tangent_p.bind(t, call=call)
 
 
-def _kernel_backward(call: FFTCall, _, ct):
+def _transpose(ct, t, *, call: FFTCall):
     """The transpose of the unnormalised transform (``jax.lax.fft``'s rules, JAX's convention for complex
-    cotangents)."""
+    cotangents: the transpose, not the adjoint)."""
     if call.kind == "c2c":  # the DFT matrix is symmetric
-        return (_kernel(call, ct),)
+        return [_kernel(call, ct)]
     halved, n = call.negative_axes[-1], call.lengths[-1]
     if call.kind == "r2c":  # x -> T(x)[:n//2+1 along the halved axis]: pad the cotangent back, transform, real part
         full = _resize(ct, (ct.ndim + halved,), (n,))
-        return (jnp.real(_kernel(FFTCall("c2c", "forward", call.lengths, call.where, call.state), full)),)
+        spectrum = _kernel(FFTCall("c2c", "forward", call.lengths, call.where, call.state), full)
+        return [jnp.real(spectrum).astype(t.aval.dtype)]
     # c2r: the conjugate of rfft(ct) with the half spectrum's interior counted twice
     spectrum = _kernel(FFTCall("r2c", "forward", call.lengths, call.where, call.state), ct)
     half = spectrum.shape[halved]
@@ -186,10 +195,28 @@ def _kernel_backward(call: FFTCall, _, ct):
     if n % 2 == 0:
         weight[-1] = 1.0
     weight = weight.reshape((half,) + (1,) * (-halved - 1)).astype(np.dtype(ct.dtype).type)
-    return (jnp.conj(spectrum * weight),)
+    return [jnp.conj(spectrum * weight).astype(t.aval.dtype)]
 
 
-_kernel.defvjp(_kernel_forward, _kernel_backward)
+def _tangent_abstract(t, *, call: FFTCall):
+    problem = call.problem(t.shape, str(t.dtype))
+    return jax.core.ShapedArray(problem.out_shape, np.dtype(problem.result_dtype))
+
+
+def _tangent_batched(args, dims, *, call: FFTCall):
+    """The transformed axes are counted from the end: the batch axis goes in front."""
+    (t,), (dim,) = args, dims
+    return _tangent_p.bind(jnp.moveaxis(t, dim, 0) if dim else t, call=call), 0
+
+
+#: the transform applied to a tangent: linear, so its JVP is itself and its transpose :func:`_transpose`; it runs
+#: as the kernel does
+_tangent_p = Primitive("nvdispatch_fft_tangent")
+_tangent_p.def_impl(lambda t, *, call: _kernel(call, t))
+_tangent_p.def_abstract_eval(_tangent_abstract)
+mlir.register_lowering(_tangent_p, mlir.lower_fun(lambda t, *, call: fft_kernel(call, t), multiple_results=False))
+ad.deflinear2(_tangent_p, _transpose)
+batching.primitive_batchers[_tangent_p] = _tangent_batched
 
 
 # -- convolve, shifts, frequencies ------------------------------------------------------------------------------
