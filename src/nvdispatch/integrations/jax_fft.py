@@ -13,20 +13,18 @@ transforms (:func:`~.jax_fft_kernel.fft_kernel`, nvdispatch's executors on XLA's
 * ``hfft`` as ``irfft`` of the conjugate, ``ihfft`` as the conjugate of ``rfft`` (what ``numpy.fft`` does);
 * the scaling of ``norm`` as one multiplication (XLA fuses it with its neighbours).
 
-Derivatives: the kernel is a ``jax.custom_jvp``; a transform is linear, so its tangent is the transform of the
-tangent, staged as a primitive of its own that JAX can transpose (the transposes of ``jax.lax.fft``: a complex
-transform is its own transpose; ``rfft``'s is the real part of a complex transform of the zero-padded cotangent;
-``irfft``'s the conjugate of a weighted ``rfft``), batch and lower as the kernel. So forward mode (``jax.jvp``,
-``jax.jacfwd``), reverse mode (``jax.grad``, ``jax.vjp``) and their compositions, to any order, run on
-nvdispatch's transforms; everything around the kernel is differentiated by JAX. :func:`traced_convolve`
-composes the transforms and the multiplication as ``nvdispatch.fft.convolve`` defines them;
-:func:`traced_shift` and :func:`traced_freq` are XLA operations. What cannot be staged (``stream``, ``out``,
-prolog/epilog callbacks) raises at trace time, naming the argument.
+Derivatives: the kernel is a JAX primitive of nvdispatch's; a transform is linear, so its JVP is the transform of
+the tangent and its transpose is a transform again (the transposes of ``jax.lax.fft``: a complex transform is its
+own transpose; ``rfft``'s is the real part of a complex transform of the zero-padded cotangent; ``irfft``'s the
+conjugate of a weighted ``rfft``); it batches with the batch axis in front and lowers to the kernel. So forward
+mode (``jax.jvp``, ``jax.jacfwd``), reverse mode (``jax.grad``, ``jax.vjp``), ``jax.linear_transpose`` and their
+compositions, to any order, run on nvdispatch's transforms; everything around the kernel is differentiated by
+JAX. :func:`traced_convolve` composes the transforms and the multiplication as ``nvdispatch.fft.convolve``
+defines them; :func:`traced_shift` and :func:`traced_freq` are XLA operations. What cannot be staged
+(``stream``, ``out``, prolog/epilog callbacks) raises at trace time, naming the argument.
 """
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -164,17 +162,8 @@ def _untrail(x, k: int, count: int):
 
 
 # -- the kernel and its derivatives ------------------------------------------------------------------------------
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _kernel(call: FFTCall, x):
-    return fft_kernel(call, x)
-
-
-@_kernel.defjvp
-def _kernel_jvp(call: FFTCall, primals, tangents):
-    """The transform is linear: its tangent is the transform of the tangent, staged as :data:`_tangent_p`, which
-    JAX can transpose (reverse mode) where it cannot transpose the kernel's buffer callback."""
-    (x,), (t,) = primals, tangents
-    return _kernel(call, x), _tangent_p.bind(t, call=call)
+    return _fft_p.bind(x, call=call)
 
 
 def _transpose(ct, t, *, call: FFTCall):
@@ -198,25 +187,30 @@ def _transpose(ct, t, *, call: FFTCall):
     return [jnp.conj(spectrum * weight).astype(t.aval.dtype)]
 
 
-def _tangent_abstract(t, *, call: FFTCall):
+def _output_aval(t, *, call: FFTCall):
     problem = call.problem(t.shape, str(t.dtype))
     return jax.core.ShapedArray(problem.out_shape, np.dtype(problem.result_dtype))
 
 
-def _tangent_batched(args, dims, *, call: FFTCall):
+def _batched(args, dims, *, call: FFTCall):
     """The transformed axes are counted from the end: the batch axis goes in front."""
     (t,), (dim,) = args, dims
-    return _tangent_p.bind(jnp.moveaxis(t, dim, 0) if dim else t, call=call), 0
+    return _fft_p.bind(jnp.moveaxis(t, dim, 0) if dim else t, call=call), 0
 
 
-#: the transform applied to a tangent: linear, so its JVP is itself and its transpose :func:`_transpose`; it runs
-#: as the kernel does
-_tangent_p = Primitive("nvdispatch_fft_tangent")
-_tangent_p.def_impl(lambda t, *, call: _kernel(call, t))
-_tangent_p.def_abstract_eval(_tangent_abstract)
-mlir.register_lowering(_tangent_p, mlir.lower_fun(lambda t, *, call: fft_kernel(call, t), multiple_results=False))
-ad.deflinear2(_tangent_p, _transpose)
-batching.primitive_batchers[_tangent_p] = _tangent_batched
+def _run(x, *, call: FFTCall):
+    return fft_kernel(call, x)
+
+
+#: the unnormalised transform ``call`` as a JAX primitive: linear, so its JVP is itself and its transpose
+#: :func:`_transpose` (``jax.grad``, ``jax.jvp``, ``jax.linear_transpose``, to any order); it runs (eagerly and
+#: compiled) as the kernel
+_fft_p = Primitive("nvdispatch_fft")
+_fft_p.def_impl(_run)
+_fft_p.def_abstract_eval(_output_aval)
+mlir.register_lowering(_fft_p, mlir.lower_fun(_run, multiple_results=False))
+ad.deflinear2(_fft_p, _transpose)
+batching.primitive_batchers[_fft_p] = _batched
 
 
 # -- convolve, shifts, frequencies ------------------------------------------------------------------------------

@@ -303,7 +303,15 @@ def _backward(call: MatmulCall, residuals, cotangents):
 
 # -- the tangent primitive ----------------------------------------------------------------------------------------
 def _tangent_abstract(*args, call: MatmulCall, residuals, linear, outputs):
-    ops = {name: x for name, x in zip(residuals, args) if name in _OPERANDS}
+    signature = tuple((name, tuple(x.shape), np.dtype(x.dtype)) for name, x in zip(residuals, args))
+    return _output_shapes(call, signature, outputs)
+
+
+@functools.lru_cache(maxsize=256)
+def _output_shapes(call: MatmulCall, signature: tuple, outputs: tuple[str, ...]) -> list:
+    """The shapes and dtypes of the outputs named ``outputs`` of ``call`` on operands of ``signature`` (name,
+    shape, dtype): the staged call's (remembered: each differentiated call binds its tangent again)."""
+    ops = {name: jax.ShapeDtypeStruct(shape, dtype) for name, shape, dtype in signature if name in _OPERANDS}
     spec = spec_of(call.epilog)
     avals = output_avals(abstract_problem("jax", CPU, ops, spec, call.options, call.alpha, call.beta, call.transpose))
     return [jax.core.ShapedArray(avals[name].shape, np.dtype(avals[name].dtype)) for name in outputs]
