@@ -446,13 +446,20 @@ def test_donated_and_sharded_inputs(x64):
     _close(jax.grad(lambda a: jnp.sum(nvdispatch.matmul(a, b)))(sa), np.ones((4, 5)) @ b.T)
 
 
-def test_traced_spacing_and_stream_errors_name_the_argument():
+def test_what_cannot_be_traced_is_refused_naming_the_argument():
     with pytest.raises(InvalidArgumentError, match="device"):
         jax.jit(lambda d: fft.fftfreq(4, d=d, device=jax.devices("cpu")[0]))(1.0)
     with pytest.raises(InvalidArgumentError, match="stream"):
         jax.jvp(lambda v: fft.fft(v, stream=0), (jnp.ones(4, jnp.complex64),), (jnp.ones(4, jnp.complex64),))
     with pytest.raises(InvalidArgumentError, match="alpha"):
         jax.jvp(lambda s: nvdispatch.matmul(jnp.ones((2, 2)), jnp.ones((2, 2)), alpha=s), (1.0,), (1.0,))
+    with pytest.raises(InvalidArgumentError, match="beta"):
+        jax.jit(lambda s: nvdispatch.matmul(jnp.ones((2, 2)), jnp.ones((2, 2)), jnp.ones((2, 2)), beta=s))(1.0)
+    x = jnp.ones((4, 6))
+    for shift in (fft.fftshift, fft.ifftshift):
+        for axes in (lambda ax: ax, lambda ax: (ax,)):
+            with pytest.raises(InvalidArgumentError, match="axes.*static"):
+                jax.jit(lambda x, ax, shift=shift, axes=axes: shift(x, axes=axes(ax)))(x, 0)
 
 
 # -- the same on the GPU (XLA's GPU device: cuFFT and cuBLASLt plans on XLA's buffers) ------------------------------

@@ -233,14 +233,18 @@ def traced_shift(x, axes=None, inverse: bool = False):
         axes_t = tuple(range(ndim))
     else:
         seq = (axes,) if isinstance(axes, int) and not isinstance(axes, bool) else axes
+        if isinstance(seq, jax.core.Tracer):
+            _axis(seq, ndim)
         if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
-            raise InvalidArgumentError("axes", "an int, a sequence of ints, or None", repr(axes))
+            raise InvalidArgumentError("axes", "an int, a sequence of ints, or None", describe(axes))
         axes_t = tuple(_axis(a, ndim) for a in seq)
     shifts = tuple(-(x.shape[a] // 2) if inverse else x.shape[a] // 2 for a in axes_t)
     return jnp.roll(x, shifts, axes_t) if axes_t else x
 
 
 def _axis(value, ndim: int) -> int:
+    if isinstance(value, jax.core.Tracer):
+        raise InvalidArgumentError("axes", "Python ints (static: the axes shape the program)", describe(value))
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not -ndim <= value < ndim:
         raise InvalidArgumentError("axes", f"axes in [{-ndim}, {ndim}) for a {ndim}-D input", repr(value))
     return int(value) % ndim
