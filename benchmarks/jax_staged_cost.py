@@ -3,7 +3,8 @@
 
 Cases (each a repeated call, timed per call): tracing (``jax.make_jaxpr`` of a fresh function, so nothing is
 served from JAX's trace cache) a 16x16 float32 ``RELU_BIAS`` matmul and a 64-point complex64 fft, forward alone,
-under ``jax.grad`` and under ``jax.jvp``; calling the jitted forward and gradient programs (compiled once); and
+under ``jax.grad`` and under ``jax.jvp``; tracing and lowering the gradient to XLA's input (``.lower``: a kernel
+staged as a primitive is traced when lowered); calling the jitted forward and gradient programs (compiled once); and
 the eager call on JAX arrays (no tracer: the route's cached path). Peers: ``jax.nn.relu(a @ b + bias)`` and
 ``jnp.fft.fft`` in the same transformations. Contenders are interleaved round by round; each sample is the calling
 thread's CPU time over ``--number`` calls; we report medians and the ratio to the peer.
@@ -61,6 +62,7 @@ def _cases(nvd):
             "trace": lambda: jax.make_jaxpr(lambda *xs: f(*xs))(*args),
             "trace grad": lambda: jax.make_jaxpr(jax.grad(loss(lambda *xs: f(*xs))))(*args),
             "trace jvp": lambda: jax.make_jaxpr(lambda *xs: jax.jvp(f, xs, xs))(*args),
+            "lower grad": lambda: jax.jit(jax.grad(loss(lambda *xs: f(*xs)))).lower(*args),
             "jitted": lambda: forward(*args).block_until_ready(),
             "jitted grad": lambda: gradient(*args).block_until_ready(),
             "eager": lambda: jax.block_until_ready(f(*args)),

@@ -305,6 +305,19 @@ def test_linear_transpose_of_a_matmul(x64):
     jax.linear_transpose(lambda b: nvdispatch.matmul(a, b), b)(jnp.ones((3, 2)))
 
 
+def test_complex_and_half_precision_products(x64):
+    rng = np.random.default_rng(16)
+    a, b = (jnp.asarray(rng.standard_normal(s) + 1j * rng.standard_normal(s)) for s in ((3, 4), (4, 2)))
+    check_grads(jax.jit(nvdispatch.matmul), (a, b), order=2, modes=("fwd", "rev"))  # JAX's complex convention
+    a16, b16 = a.real.astype(jnp.bfloat16), b.real.astype(jnp.bfloat16)
+    y, dy = jax.jit(lambda a, b: jax.jvp(lambda a: nvdispatch.matmul(a, b, epilog="GELU"), (a,), (a,)))(a16, b16)
+    assert y.dtype == dy.dtype == jnp.bfloat16
+    wide = [np.asarray(v, np.float64) for v in (a16, b16)]
+    z = wide[0] @ wide[1]
+    want = np.asarray(jax.jvp(_gelu, (jnp.asarray(z),), (jnp.asarray(z),))[1])
+    np.testing.assert_allclose(np.asarray(dy, np.float64), want, rtol=3e-2, atol=3e-2)
+
+
 def test_integer_products_have_float0_tangents():
     a, b = jnp.arange(6, dtype=jnp.int32).reshape(2, 3), jnp.ones((3, 2), jnp.int32)
     y, dy = jax.jvp(lambda a: nvdispatch.matmul(a, b), (a,), (np.zeros(a.shape, jax.dtypes.float0),))
