@@ -423,7 +423,7 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     (``nvdispatch._traced``), with its key: the integration may keep a plan under it that serves the call's
     repeats from the route's hit."""
     inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
-    handler = traced_handler("matmul", (a, b, c, *inputs), key)
+    handler = traced_handler("matmul", (a, b, c, *inputs, alpha, beta), key)  # a traced scale is refused there
     if handler is not None:
         result = handler(
             a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
