@@ -19,8 +19,6 @@ results. Writes ``jax_staged_cost.json`` (and a PNG with matplotlib). Needs jax 
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
 import _host_overhead as host_overhead
@@ -95,14 +93,7 @@ def measure(rounds: int, number: int) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=11)
-    ap.add_argument("--number", type=int, default=30, help="calls per timed sample")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    ap.add_argument("--quick", action="store_true", help="a smoke test: few rounds and calls")
-    ap.add_argument("--compare", nargs="+", metavar="SRC", help="nvdispatch source trees to compare")
-    ap.add_argument("--repeats", type=int, default=3, help="child runs per source tree with --compare")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap = host_overhead.parser(__doc__, __file__, rounds=11, number=30, repeats=3)
     args = ap.parse_args(argv)
     try:
         import jax  # noqa: F401
