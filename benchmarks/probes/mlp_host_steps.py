@@ -11,7 +11,11 @@ kernels, torch.profiler). ``--profile``: a cProfile of 20 steps of each (own tim
 ``--per-gemm-route`` adds FusedMLP contenders (eager, compile) whose kernels run every GEMM through the public
 ``nvdispatch.matmul`` (a call key per GEMM, the compiled front; ``linalg.prepare_call`` patched to hand out such
 calls, the plan cache cleared whenever the route changes). ``--graph-logs`` turns on Torch's cudagraphs and
-perf-hints logs and prints dynamo's counters after each reduce-overhead contender's warm-up.
+perf-hints logs and prints dynamo's counters after each reduce-overhead contender's warm-up. ``--backward-nodes``:
+the host time of each contender's backward per autograd node (torch.profiler CPU events: the engine's
+``evaluate_function`` of the compiled backward, each AccumulateGrad, the loss's nodes) and the ATen ops under
+AccumulateGrad (a copy there: a gradient not taken as it came) and under the compiled backward (copies: CUDA-graph
+inputs into static buffers).
 
     python benchmarks/probes/mlp_host_steps.py --contenders "torch eager" "fused eager" --rounds 7 --kernels
 """
@@ -85,13 +89,7 @@ def host_and_wall(torch, step, x, steps: int) -> tuple[float, float]:
         step(x)
     host = (time.perf_counter() - t) / steps * 1e6
     torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        step(x)
-    stop.record()
-    stop.synchronize()
-    return host, start.elapsed_time(stop) * 1e3 / steps
+    return host, B.time_step(torch, step, x, steps, 1, 0)[0] * 1e6
 
 
 def profile_text(torch, step, x, rows: int) -> str:
@@ -119,6 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=25, help="profile rows printed")
     ap.add_argument("--per-gemm-route", action="store_true", help="also FusedMLP with a matmul call per GEMM")
     ap.add_argument("--graph-logs", action="store_true", help="cudagraphs/perf-hints logs, dynamo counters")
+    ap.add_argument("--backward-nodes", action="store_true", help="host time per backward node (torch.profiler)")
     ap.add_argument("--out", default=None, help="JSON of the figures")
     args = ap.parse_args(argv)
     torch = require_cuda_torch()
@@ -183,6 +182,21 @@ def main(argv=None) -> int:
             print(f"  {label:36s} {total:7.0f} us ({sum(r[1] for r in rows)} launches)", flush=True)
             for us, n, name in rows[:6]:
                 print(f"      {us:7.1f} us {n:3d}x  {name}", flush=True)
+    if args.backward_nodes:
+        sys.path.insert(0, os.path.dirname(__file__))
+        from _profile import backward_nodes
+
+        print("\nbackward host time per autograd node (torch.profiler CPU events, 5 steps):", flush=True)
+        for label in labels:
+            route.set(label.endswith(ROUTED))
+            for _ in range(3):
+                steps[label](x)
+            got = results[label]["backward_nodes"] = backward_nodes(lambda: steps[label](x), 5)  # noqa: B023
+            print(f"  {label}:", flush=True)
+            for node, (us, count) in got["nodes"].items():
+                print(f"      {us:8.1f} us {count:4.1f}x  {node}", flush=True)
+            print(f"      under AccumulateGrad: {got['accumulate']}", flush=True)
+            print(f"      under the compiled backward: {got['in_backward']}", flush=True)
     if args.profile:
         for label in labels:
             route.set(label.endswith(ROUTED))

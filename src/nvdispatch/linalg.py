@@ -18,6 +18,7 @@ from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import run, run_direct
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
+from ._matmul_agreement import agreeing, result_sampler
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -422,7 +423,7 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     (``nvdispatch._traced``), with its key: the integration may keep a plan under it that serves the call's
     repeats from the route's hit."""
     inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
-    handler = traced_handler("matmul", (a, b, c, *inputs), key)
+    handler = traced_handler("matmul", (a, b, c, *inputs, alpha, beta), key)  # a traced scale is refused there
     if handler is not None:
         result = handler(
             a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
@@ -785,8 +786,10 @@ class Matmul:
 
     def autotune(self, iterations: int = 3, *, stream: Stream = None) -> dict[str, float]:
         """Time each strategy the executor offers (and each plan's own knobs) on the actual operands and
-        keep the fastest. Returns ``{strategy: seconds}`` per call: ``iterations`` samples of each strategy,
-        taken in turns, their median (on the CPU the fastest, since other load only adds time). The choice is
+        keep the fastest. A strategy whose result disagrees with the plainest one's beyond rounding is left
+        out first, with a WARNING (see ``nvdispatch._matmul_agreement``; ``explain_matmul`` names it).
+        Returns ``{strategy: seconds}`` per call (of the strategies kept): ``iterations`` samples of each, taken
+        in turns, their median (on the CPU the fastest, since other load only adds time). The choice is
         recorded for ``plan_cache.save()``, and stateless calls of the problem take it from their next call.
 
         Interrupted (``KeyboardInterrupt``) or failing part-way, it leaves this object and every cached plan
@@ -812,10 +815,16 @@ class Matmul:
                     if proposal is not None:
                         proposals[strategy] = proposal
                 trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
-                timings = _time_in_turns(trials, problem, operands, iterations, stream)
+                results: dict[str, Any] = {}  # samples of the strategies' results, from their timed warm-ups
+                sample = result_sampler(problem, stream)
+                timings = _time_in_turns(trials, problem, operands, iterations, stream, results, sample)
+                kept, rejected = agreeing(trials, problem, operands, stream, samples=results)
+                timings = {s: t for s, t in timings.items() if s in kept}
                 chosen = min(timings, key=timings.get)
                 get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
                 record = {"strategy": chosen, "plan": get() if callable(get) else None}
+                if rejected:
+                    record["rejected"] = {s: r.reason() for s, r in rejected.items()}
                 key = choice_key(ex, "matmul", problem)
                 if problem.autocast is None:
                     hold = plan_cache.hold(plans[chosen])
@@ -1044,11 +1053,14 @@ def _undo(proposals) -> None:
         proposal.undo()
 
 
-def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:
+def _time_in_turns(
+    plans: dict[str, Any], problem, operands, iterations: int, stream, results: dict | None = None, sample=None
+) -> dict[str, float]:
     """Seconds per call of each plan on ``operands``: ``iterations`` samples of each, taken in turns (one of
     every plan per round), so that load or clocks changing meanwhile weigh on all alike; on the CPU the fastest
     sample (other load only ever adds time, and a 2-core box has plenty), elsewhere the median. A plan's own
-    ``time`` takes its sample (CUDA events); else one run after a warm one, timed to completion."""
+    ``time`` takes its sample (CUDA events); else one run after a warm one, timed to completion. With
+    ``results``, ``sample(result)`` of each plan's first warm run is kept there (for the agreement check)."""
     cpu = problem.device.kind == "cpu"
     sync = _device_sync(problem)
     samples: dict[str, list[float]] = {name: [] for name in plans}
@@ -1060,8 +1072,11 @@ def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, st
             if callable(timer):
                 samples[name].append(float(timer(operands, 1, stream)))
                 continue
-            plan.execute(operands, stream)  # warm: caches, BLAS workers, allocator
+            got = plan.execute(operands, stream)  # warm: caches, BLAS workers, allocator
             sync()
+            if results is not None and name not in results and (kept := sample(got)) is not None:
+                results[name] = kept
+            del got
             t0 = time.perf_counter()
             plan.execute(operands, stream)
             sync()  # GPU work is asynchronous: time it to completion

@@ -21,18 +21,27 @@ str relu_backward, str weight_layout, bool input_grad) -> Tensor[]``
     the bias gradient come from one pass (:mod:`.torch_activation_grad`) after a plain GEMM, and the weight
     gradients from plain GEMMs.
 
+``nvdispatch::mlp_forward_kernel`` / ``nvdispatch::mlp_backward_kernel`` (the same schemas)
+    The same kernels as operators that autograd passes by (a fallthrough at the ``Autograd`` key, the kernels
+    run with autograd off): never differentiated. ``mlp_forward``'s autograd records one node whose forward and
+    backward call them, so a traced program holds these two, and a compiled graph reaches each kernel through the
+    dispatcher alone, with no Python autograd step (``torch.library.register_autograd``'s kernel and redispatch)
+    per call.
+
 Registered as the other operators are (:mod:`.torch_ops`: ``torch.library.Library`` schemas, one
-``CompositeExplicitAutograd`` kernel for every device, exact fake kernels, ``register_autograd``), in the same
-namespace. In a compiled graph the step is two opaque nodes, whatever the number of layers. A kernel runs its
-problem's prepared plan (:mod:`.torch_mlp_plan`, in the plan cache under a key holding the backend state and
-precision settings current when it runs): each GEMM the plan ``nvdispatch.matmul`` would run for it, called
+``CompositeExplicitAutograd`` kernel for every device, exact fake kernels), in the same namespace; ``mlp_forward``'s
+``Autograd`` kernel is the chain's autograd Function, ``mlp_backward`` refuses a derivative
+(``register_autograd``). In a compiled graph the step is two opaque nodes, whatever the number of layers. A kernel
+runs its problem's prepared plan (:mod:`.torch_mlp_plan`, in the plan cache under a key holding the backend state
+and precision settings current when it runs): each GEMM the plan ``nvdispatch.matmul`` would run for it, called
 directly (on CUDA one compiled cuBLASLt launch), under :func:`.torch_reentry.in_kernel`.
 
 Eagerly, :func:`apply` runs the same kernels as one autograd Function (its forward takes ``ctx``, so
-``Function.apply`` binds no arguments with ``inspect``; no dispatcher in between): one autograd node per step.
-Neither the operator's nor the Function's extra outputs take part in autograd (they are saved for the backward,
-not differentiated), so no zero gradient is ever made for them. The backward is not differentiable itself: a
-second backward pass through it is refused with an error.
+``Function.apply`` binds no arguments with ``inspect``; no dispatcher in between): one autograd node per step, and
+without one (no input requiring grad, or grad mode off) the forward kernel alone. Neither the operator's nor the
+Function's extra outputs take part in autograd (they are saved for the backward, not differentiated), so no zero
+gradient is ever made for them. The backward is not differentiable itself: a second backward pass through it is
+refused with an error.
 """
 
 from __future__ import annotations
@@ -58,6 +67,8 @@ __all__ = [
     "WEIGHT_LAYOUTS",
     "mlp_forward_op",
     "mlp_backward_op",
+    "mlp_forward_kernel_op",
+    "mlp_backward_kernel_op",
     "apply",
     "hidden_epilog",
     "forward_operand",
@@ -78,6 +89,14 @@ _LIB.define(
 )
 _LIB.define(
     "mlp_backward(Tensor grad, Tensor x, Tensor[] weights, Tensor[] hidden, Tensor[] aux, str activation, "
+    "str relu_backward, str weight_layout, bool input_grad) -> Tensor[]"
+)
+_LIB.define(
+    "mlp_forward_kernel(Tensor x, Tensor[] weights, Tensor[] biases, str activation, str relu_backward, "
+    "str weight_layout, bool for_backward) -> Tensor[]"
+)
+_LIB.define(
+    "mlp_backward_kernel(Tensor grad, Tensor x, Tensor[] weights, Tensor[] hidden, Tensor[] aux, str activation, "
     "str relu_backward, str weight_layout, bool input_grad) -> Tensor[]"
 )
 
@@ -342,12 +361,32 @@ def _backward_fake(grad, x, weights, hidden, aux, activation, relu_backward, wei
     return ([x.new_empty(x.shape)] if input_grad else []) + dws + dbs
 
 
-_LIB.impl("mlp_forward", _forward_kernel, "CompositeExplicitAutograd")
-_LIB.impl("mlp_backward", _backward_kernel, "CompositeExplicitAutograd")
-torch.library.register_fake("nvdispatch::mlp_forward", _forward_fake, lib=_LIB)
-torch.library.register_fake("nvdispatch::mlp_backward", _backward_fake, lib=_LIB)
+def _below_autograd(kernel):
+    """``kernel`` with autograd off for the Torch ops it runs (a kernel operator's outputs are never
+    differentiated, whatever its inputs require)."""
+
+    def run(*args):
+        with torch._C._AutoDispatchBelowAutograd():
+            return kernel(*args)
+
+    return functools.update_wrapper(run, kernel)
+
+
+for _name, _kernel, _fake in (
+    ("mlp_forward", _forward_kernel, _forward_fake),
+    ("mlp_backward", _backward_kernel, _backward_fake),
+    ("mlp_forward_kernel", _below_autograd(_forward_kernel), _forward_fake),
+    ("mlp_backward_kernel", _below_autograd(_backward_kernel), _backward_fake),
+):
+    _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"nvdispatch::{_name}", _fake, lib=_LIB)
+# the kernel operators are not differentiated: the dispatcher passes their autograd key by, no Python step
+_LIB.impl("mlp_forward_kernel", torch.library.fallthrough_kernel, "Autograd")
+_LIB.impl("mlp_backward_kernel", torch.library.fallthrough_kernel, "Autograd")
 mlp_forward_op = torch.ops.nvdispatch.mlp_forward.default
 mlp_backward_op = torch.ops.nvdispatch.mlp_backward.default
+mlp_forward_kernel_op = torch.ops.nvdispatch.mlp_forward_kernel.default
+mlp_backward_kernel_op = torch.ops.nvdispatch.mlp_backward_kernel.default
 
 
 # -- autograd -----------------------------------------------------------------------------------------------------
@@ -369,65 +408,61 @@ def _saved(ctx):
     return x, weights, rest[: n - 1], rest[n - 1 :]
 
 
-def _setup_context(ctx, inputs, output):
-    x, weights, biases, activation, relu_backward, weight_layout, for_backward = inputs
-    if not for_backward:
-        raise InvalidArgumentError(
-            "for_backward", "True where autograd records the call (an input requires grad, grad mode on)", "False"
-        )
-    _save(ctx, x, weights, output, activation, relu_backward, weight_layout)
+def _chain_forward(ctx, x, activation, relu_backward, weight_layout, by_operators, n, *params):
+    weights, biases = params[:n], params[n:]
+    if by_operators:
+        outputs = mlp_forward_kernel_op(x, list(weights), list(biases), activation, relu_backward, weight_layout, True)
+    else:
+        outputs = _forward_kernel(x, weights, biases, activation, relu_backward, weight_layout, True)
+    _save(ctx, x, weights, outputs, activation, relu_backward, weight_layout)
+    ctx.by_operators = by_operators
+    return tuple(outputs) if by_operators else outputs[0]
 
 
-def _op_backward(ctx, grads):
-    needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
+@torch.autograd.function.once_differentiable
+def _chain_backward(ctx, gy, *_not_differentiated):
     n = ctx.layers
-    gy = grads[0]
-    if gy is None or not (needs_x or any(needs_w) or any(needs_b)):
-        return None, [None] * n, [None] * n, None, None, None, None
+    needs = ctx.needs_input_grad
+    if gy is None:
+        return None, None, None, None, None, None, *([None] * (2 * n))
     x, weights, hidden, aux = _saved(ctx)
-    layout = ctx.weight_layout
-    got = mlp_backward_op(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, layout, bool(needs_x))
-    dx = got[0] if needs_x else None
-    dws, dbs = got[-2 * n : -n], got[-n:]
-    return dx, [g if k else None for g, k in zip(dws, needs_w)], [g if k else None for g, k in zip(dbs, needs_b)], \
-        None, None, None, None  # fmt: skip
+    args = (gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, ctx.weight_layout, needs[0])
+    got = mlp_backward_kernel_op(*args) if ctx.by_operators else _backward_kernel(*args)
+    dx = got[0] if needs[0] else None
+    params = got[-2 * n :]
+    return dx, None, None, None, None, None, *(g if k else None for g, k in zip(params, needs[6:]))
+
+
+#: the chain as one autograd Function: ``apply(x, activation, relu_backward, weight_layout, by_operators,
+#: n_layers, *weights, *biases)``; eagerly (``by_operators`` False) it runs the kernels and returns the output,
+#: as ``nvdispatch::mlp_forward``'s autograd kernel (True) the kernel operators, returning every output
+_Chain = type(
+    "nvdispatch_mlp",
+    (torch.autograd.Function,),
+    {"forward": staticmethod(_chain_forward), "backward": staticmethod(_chain_backward), "__module__": __name__},
+)
+
+
+def _forward_autograd(x, weights, biases, activation, relu_backward, weight_layout, for_backward):
+    """``nvdispatch::mlp_forward``'s Autograd kernel: recorded as one :data:`_Chain` node where an input requires
+    grad (grad mode on), else the kernel operator."""
+    if torch.is_grad_enabled() and (
+        x.requires_grad or any(w.requires_grad for w in weights) or any(b.requires_grad for b in biases)
+    ):
+        if not for_backward:
+            raise InvalidArgumentError(
+                "for_backward", "True where autograd records the call (an input requires grad, grad mode on)", "False"
+            )
+        return list(_Chain.apply(x, activation, relu_backward, weight_layout, True, len(weights), *weights, *biases))
+    return mlp_forward_kernel_op(x, weights, biases, activation, relu_backward, weight_layout, for_backward)
 
 
 def _no_double_backward(ctx, grads):
     raise RuntimeError("nvdispatch::mlp_backward has no derivative: FusedMLP supports one backward pass, not two")
 
 
-torch.library.register_autograd("nvdispatch::mlp_forward", _op_backward, setup_context=_setup_context, lib=_LIB)
+_LIB.impl("mlp_forward", _forward_autograd, "Autograd")
 torch.library.register_autograd("nvdispatch::mlp_backward", _no_double_backward, lib=_LIB)
-
-
-def _eager_forward(ctx, x, activation, relu_backward, weight_layout, for_backward, n, *params):
-    weights, biases = params[:n], params[n:]
-    outputs = _forward_kernel(x, weights, biases, activation, relu_backward, weight_layout, for_backward)
-    _save(ctx, x, weights, outputs, activation, relu_backward, weight_layout)
-    return outputs[0]
-
-
-@torch.autograd.function.once_differentiable
-def _eager_backward(ctx, gy):
-    n = ctx.layers
-    needs = ctx.needs_input_grad
-    if gy is None:
-        return None, None, None, None, None, None, *([None] * (2 * n))
-    x, weights, hidden, aux = _saved(ctx)
-    got = _backward_kernel(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, ctx.weight_layout, needs[0])
-    dx = got[0] if needs[0] else None
-    params = got[-2 * n :]
-    return dx, None, None, None, None, None, *(g if k else None for g, k in zip(params, needs[6:]))
-
-
-#: the two kernels as one autograd Function: ``apply(x, activation, relu_backward, weight_layout, for_backward,
-#: n_layers, *weights, *biases)``
-_Chain = type(
-    "nvdispatch_mlp",
-    (torch.autograd.Function,),
-    {"forward": staticmethod(_eager_forward), "backward": staticmethod(_eager_backward), "__module__": __name__},
-)
 
 
 def apply(
@@ -445,4 +480,6 @@ def apply(
     )
     if torch.compiler.is_compiling():
         return mlp_forward_op(x, list(weights), list(biases), activation, relu_backward, weight_layout, for_backward)[0]
-    return _Chain.apply(x, activation, relu_backward, weight_layout, for_backward, len(weights), *weights, *biases)
+    if not for_backward:
+        return _forward_kernel(x, weights, biases, activation, relu_backward, weight_layout, False)[0]
+    return _Chain.apply(x, activation, relu_backward, weight_layout, False, len(weights), *weights, *biases)
