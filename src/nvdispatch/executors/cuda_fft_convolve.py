@@ -260,7 +260,7 @@ def _fused_alternative(problem: ConvolveProblem) -> int | None:
         ffts_per_block="suggested",
     ).elements_per_thread
     options = valid_elements_per_thread(n, p.kind)
-    return next((e for e in (8, 16) if e != suggested and e in options), None)
+    return next((e for e in (8, 16, 32) if e != suggested and e in options), None)
 
 
 def candidates(problem: ConvolveProblem) -> list[Candidate]:
