@@ -19,6 +19,7 @@ def needs_opt_in(shared_bytes: int) -> bool:
 
     Examples
     --------
+    >>> from nvdispatch.device import needs_opt_in
     >>> needs_opt_in(48 * 1024), needs_opt_in(64 * 1024)
     (False, True)
     """
