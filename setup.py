@@ -1,9 +1,10 @@
 """The one compiled part, optional: nvdispatch._hotpath (_hotpath.c: matmul's cached hit; _hotpath_fft.c: the
 transforms' cached hit; _hotpath_lt.c, _hotpath_cufft.c: the cuBLASLt and cuFFT launches; _hotpath_ffi.c: the XLA
 FFI handler that runs cuBLASLt plans inside ``jax.jit`` on the GPU; _hotpath_epilog.c: the CPU linear layer's bias
-and activation in one sweep), built for the stable ABI (one build serves CPython 3.10 and later). Where it cannot
-be built the package installs without it: ``nvdispatch.matmul`` and the transforms take the same route in Python,
-cuBLASLt and cuFFT are launched through ctypes, and the CPU linear layer uses its other engines.
+and activation in one sweep; _hotpath_launch.c: prepared launches of the Numba kernels of ``fft.convolve``), built
+for the stable ABI (one build serves CPython 3.10 and later). Where it cannot be built the package installs without
+it: ``nvdispatch.matmul`` and the transforms take the same route in Python, cuBLASLt and cuFFT are launched through
+ctypes, Numba launches the convolution kernels, and the CPU linear layer uses its other engines.
 
 The XLA FFI handler is compiled against the XLA FFI C API header of the jaxlib installed where the extension is
 built (``jaxlib/include/xla/ffi/api/c_api.h``, found without importing JAX); without jaxlib there (an isolated
@@ -73,6 +74,7 @@ setup(
                 "src/nvdispatch/_hotpath_cufft.c",
                 "src/nvdispatch/_hotpath_ffi.c",
                 "src/nvdispatch/_hotpath_epilog.c",
+                "src/nvdispatch/_hotpath_launch.c",
             ],
             include_dirs=["src/nvdispatch"] + ([_ffi] if _ffi else []),
             py_limited_api=True,

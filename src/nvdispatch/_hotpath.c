@@ -435,6 +435,7 @@ int nvd_add_fft(PyObject *module);   /* _hotpath_fft.c: the transforms' front */
 int nvd_add_cufft(PyObject *module); /* _hotpath_cufft.c: the cuFFT launch */
 int nvd_add_ffi(PyObject *module);   /* _hotpath_ffi.c: the XLA FFI handler and its plan table */
 int nvd_add_epilog(PyObject *module); /* _hotpath_epilog.c: the CPU bias + activation sweep */
+int nvd_add_launch(PyObject *module); /* _hotpath_launch.c: prepared kernel launches (cuLaunchKernel) */
 
 static PyMethodDef methods[] = {
     {"make_matmul_front", make_matmul_front, METH_O,
@@ -470,7 +471,8 @@ PyInit__hotpath(void)
     if (module == NULL)
         return NULL;
     if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_fft(module) < 0 ||
-        nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0 || nvd_add_epilog(module) < 0) {
+        nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0 || nvd_add_epilog(module) < 0 ||
+        nvd_add_launch(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

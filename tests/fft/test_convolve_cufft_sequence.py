@@ -12,10 +12,11 @@ from nvdispatch._adapters import CPU, OperandInfo
 from nvdispatch._cuda import arrays, cufft, memory, runtime, streams
 from nvdispatch._fft_convolve import build_convolve_problem
 from nvdispatch.device import fft_filter
+from nvdispatch.device.kernel_steps import ArrayArg
 from nvdispatch.executors import cuda_fft_convolve as op
 from nvdispatch.executors import cuda_fft_convolve_unfused as unfused
 
-STREAM, SPECTRUM, X, OUT = 7, 1000, 3000, 2000
+STREAM, SPECTRUM, X, OUT, H = 7, 1000, 3000, 2000, 4000
 
 
 class FakeCufftPlan:
@@ -42,6 +43,17 @@ class FakeCufftPlan:
 
     def release(self):
         self.log.append(("release", self.name))
+
+
+class FakeLauncher:
+    """The launcher of the multiply kernel: records the steps it is given and each call's stream and pointers."""
+
+    def __init__(self, steps, operands, device_index, several, what):
+        self.steps, self.how = tuple(steps), "launched by the test"
+        FakeCufftPlan.log.append(("launcher", len(self.steps), operands))
+
+    def __call__(self, stream, pointers):
+        FakeCufftPlan.log.append(("multiply", stream, tuple(pointers)))
 
 
 class FakeScratch:
@@ -76,15 +88,10 @@ def log(monkeypatch):
     monkeypatch.setattr(arrays, "view", lambda a, fw: type("View", (), {"ptr": X})())
     monkeypatch.setattr(arrays, "result_kind", lambda x, fw: "cai")
     monkeypatch.setattr(arrays, "empty", empty)
-    # the multiply kernel of ``unfused``: views of the spectrum and of h, and the launch
+    # the multiply kernel of ``unfused``: its launch on the pointers of the spectrum and of h
     monkeypatch.setattr(unfused.UnfusedConvolvePlan, "_compile", lambda self: log.append(("compile multiply",)))
-    monkeypatch.setattr(unfused, "raw_view", lambda ptr, shape, dtype, owner: ("spectrum", ptr, shape, dtype))
-    monkeypatch.setattr(unfused, "numba_view", lambda a, fw, shape: ("h", a, shape))
-    monkeypatch.setattr(
-        fft_filter,
-        "launch_multiply",
-        lambda y, h, per_row, scale, stream, real_n: log.append(("multiply", y, h, per_row, scale, stream, real_n)),
-    )
+    monkeypatch.setattr(unfused, "StepLauncher", FakeLauncher)
+    monkeypatch.setattr(arrays, "pointer_getter", lambda fw: {"h": H}.__getitem__)
     return log
 
 
@@ -142,8 +149,7 @@ def test_cufft_lto_load_points_the_load_callback_at_h_between_the_transforms(log
 def test_unfused_multiplies_the_spectrum_in_place_between_the_transforms(log, dtype, per_signal):
     problem, m, item = _problem(5, 16, dtype, per_signal)
     plan = unfused.UnfusedConvolvePlan(problem, "unfused")
-    assert log == [("plan", "forward"), ("plan", "inverse"), ("compile multiply",)]
-    plan._streams = lambda stream: ("numba stream", stream)
+    assert log == [("plan", "forward"), ("plan", "inverse"), ("compile multiply",), ("launcher", 1, 2)]
     cdtype = "complex128" if dtype == "complex128" else "complex64"
     scale = np.float64(1 / 16) if dtype == "complex128" else np.float32(1 / 16)
     ran = _run(plan)
@@ -151,20 +157,20 @@ def test_unfused_multiplies_the_spectrum_in_place_between_the_transforms(log, dt
         ("context", 0),
         ("scratch", 5 * m * item, STREAM),
         ("exec", "forward", X, SPECTRUM, STREAM, cufft.FORWARD),
-        (
-            "multiply",
-            ("spectrum", SPECTRUM, (5, m), cdtype),
-            ("h", "h", (5 if per_signal else 1, m)),
-            per_signal,
-            scale,
-            ("numba stream", STREAM),
-            16 if dtype == "float32" else 0,  # real signals: the DC and Nyquist products keep their real parts
-        ),
+        ("multiply", STREAM, (SPECTRUM, H)),
         ("result", "cai", (5, 16), dtype, STREAM),
         ("exec", "inverse", SPECTRUM, OUT, STREAM, cufft.INVERSE),
         ("scratch released",),
     ]
-    assert type(ran[3][4]) is type(scale)  # 1/n in the working precision
+    (step,) = plan.launcher.steps
+    y, h, per_row, step_scale, real_n = step.args
+    assert step.dispatcher is fft_filter.multiply_by_filter
+    assert y == ArrayArg(0, (5, m), np.dtype(cdtype)) and h == ArrayArg(
+        1, (5 if per_signal else 1, m), np.dtype(cdtype)
+    )
+    assert per_row == per_signal and step_scale == scale and type(step_scale) is type(scale)  # 1/n, working precision
+    assert real_n == (16 if dtype == "float32" else 0)  # real signals: the DC and Nyquist products keep real parts
+    assert step.grid == (1, 5) and step.block == (256,)
 
 
 @pytest.mark.parametrize(

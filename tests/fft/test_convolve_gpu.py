@@ -231,3 +231,97 @@ def test_device_fused_pairs_of_real_rows_match_numpy(rows, n, dtype):
     torch.cuda.synchronize()
     _check(got, _reference(x, h, n), dtype)
     assert "two real rows" in " ".join(plan.steps)
+
+
+# -- the prepared launch (cuLaunchKernel from the compiled extension) against Numba's launch -----------------------
+# strategy, rows, n, x dtype: small kernels (each compiles for seconds); the real four-step reuses the complex one's
+LAUNCH_CASES = [
+    ("device-fused", 9, 64, "complex64"),
+    ("device-fused pairs", 17, 64, "float32"),
+    ("four-step", 5, 2048, "complex64"),
+    ("four-step", 3, 2048, "float32"),
+    ("unfused", 9, 64, "float32"),  # the multiply between cuFFT's transforms
+]
+
+
+def _launch_plan(strategy, problem):
+    from nvdispatch.executors.cuda_fft_convolve import FusedConvolvePlan
+
+    if strategy == "device-fused pairs":
+        return FusedConvolvePlan(problem, "device-fused", pairs=True)
+    return op.plan(problem, strategy)
+
+
+@pytest.mark.parametrize("strategy,rows,n,dtype", LAUNCH_CASES)
+def test_prepared_launch_matches_numbas_launch_and_numpy(strategy, rows, n, dtype, monkeypatch):
+    from nvdispatch.executors import cuda_numba_launch
+
+    x = _signal(rows, n, dtype)
+    m = n // 2 + 1 if np.dtype(dtype).kind == "f" else n
+    h = _filter((m,), _complex_of(dtype))
+    xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
+    problem, operands = prepare(xt, ht, None, -1)
+    prepared = _launch_plan(strategy, problem)
+    assert prepared.launcher.prepared, prepared.launcher.how
+    assert "cuLaunchKernel" in " ".join(prepared.steps)
+    got = prepared.execute(operands)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()  # the caller's stream is honoured
+    with torch.cuda.stream(side):
+        got_side = prepared.execute(operands, stream=side)
+    side.synchronize()
+    monkeypatch.setattr(cuda_numba_launch, "unavailable", lambda: "the test launches by Numba")
+    by_numba = _launch_plan(strategy, problem)
+    assert not by_numba.launcher.prepared and "by Numba" in by_numba.launcher.how
+    want = by_numba.execute(operands)
+    torch.cuda.synchronize()
+    assert torch.equal(got, want) and torch.equal(got_side, want)  # the same kernels on the same operands
+    _check(got, _reference(x, h, n), dtype)
+
+
+def test_packed_parameters_are_what_numba_prepares():
+    """The parameters the prepared launch packs, against Numba's own ``_Kernel._prepare_args`` on device arrays
+    at the same addresses (ints as cuda.core passes them: 8 bytes; ctypes scalars: their bytes)."""
+    import ctypes
+    import struct
+
+    from numba import cuda
+
+    from nvdispatch._cuda.kernel_params import SLOT
+    from nvdispatch.device.fft_four_step import FourStepConvolution
+    from nvdispatch.device.kernel_steps import ArrayArg
+    from nvdispatch.executors.cuda_numba_launch import step_parameters
+
+    engine = FourStepConvolution(2048, "float32", True)
+    engine.compile(np.complex64)
+    steps = engine.steps(3, np.float32, np.complex64)
+    shapes = {}
+    for step in steps:
+        for a in step.args:
+            if isinstance(a, ArrayArg):
+                shapes[a.operand] = max(shapes.get(a.operand, 0), a.size * a.itemsize)
+    buffers = {i: cuda.device_array(nbytes, np.uint8) for i, nbytes in shapes.items()}
+    pointers = {i: b.device_ctypes_pointer.value for i, b in buffers.items()}
+    for step in steps:
+        argtypes = step.argument_types()
+        kernel = step.dispatcher.compile(argtypes)
+        values = [
+            cuda.from_cuda_array_interface(
+                {"shape": a.shape, "strides": None, "typestr": a.dtype.str, "data": (pointers[a.operand], False),
+                 "version": 3}, owner=buffers[a.operand], sync=False)
+            if isinstance(a, ArrayArg) else a
+            for a in step.args
+        ]  # fmt: skip
+        kernelargs = []
+        for t, v in zip(argtypes, values):
+            kernel._prepare_args(t, v, 0, [], kernelargs)
+        numba_bytes = b"".join(
+            struct.pack("<q", v) if isinstance(v, int) else bytes(v) + bytes(SLOT - ctypes.sizeof(v))
+            for v in kernelargs
+        )
+        packed, patches = step_parameters(step)
+        ours = bytearray(packed.values)
+        for param, operand in patches:
+            struct.pack_into("<Q", ours, SLOT * param, pointers[operand])
+        assert bytes(ours) == numba_bytes
+        assert packed.sizes == tuple(8 if isinstance(v, int) else ctypes.sizeof(v) for v in kernelargs)

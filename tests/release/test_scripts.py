@@ -19,7 +19,7 @@ BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 #: benchmarks that need an NVIDIA GPU (the others run on the CPU)
 GPU_BENCHMARKS = {
-    "autotune_bench.py", "compiled_mlp_bench.py", "convolve_bench.py", "device_fft_bench.py", "fft_callbacks_bench.py",
+    "autotune_bench.py", "compiled_mlp_bench.py", "convolve_bench.py", "convolve_launch_host.py", "device_fft_bench.py", "fft_callbacks_bench.py",
     "fft_gpu.py", "fp8_bench.py", "gpu_fft_host_bench.py", "gpu_host_profile.py", "gpu_matmul_bench.py", "jax_mlp_bench.py", "lt_launch_bench.py",
     "precision_bench.py",
 }  # fmt: skip

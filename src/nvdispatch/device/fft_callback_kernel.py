@@ -40,6 +40,7 @@ import numpy as np
 
 from .fft import FFT
 from .fft_config import MAX_SIZE, is_smooth
+from .kernel_steps import ArrayArg, KernelStep
 from .shared_opt_in import allow_shared_memory
 from .simulator_compat import simulator_active
 
@@ -315,6 +316,10 @@ class CallbackKernel:
         if not simulator_active():
             self.kernel.compile(tuple(argtypes))
             allow_shared_memory(self.kernel, tuple(argtypes), self.shared_memory_size)
+
+    def convolution_step(self, x: ArrayArg, out: ArrayArg, h: ArrayArg) -> KernelStep:
+        """The launch of a convolution kernel (no callbacks) over the rows of ``x``."""
+        return KernelStep(self.kernel, (self.grid(x.shape[0]),), self.block_dim, self.shared_memory_size, (x, out, h))
 
     def launch(self, x, out, h=None, prolog_data=(), epilog_data=(), stream=0) -> None:
         args = [x, out, *([h] if self.spec.convolve else []), *prolog_data, *epilog_data]

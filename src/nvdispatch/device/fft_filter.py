@@ -24,12 +24,16 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from .kernel_steps import ArrayArg, KernelStep, launch_with_numba
+
 __all__ = [
     "multiply_by_filter",
     "permute_complex_filter",
     "permute_real_filter",
     "permute_kernel",
+    "multiply_step",
     "launch_multiply",
+    "permute_step",
     "launch_permute",
 ]
 
@@ -87,14 +91,24 @@ def permute_real_filter(h, hp, n1, hermitian, scale):
             hp[k1, k2] = h[k] * scale
 
 
+def multiply_step(y: ArrayArg, h: ArrayArg, per_row: bool, scale, real_n: int = 0) -> KernelStep:
+    """The launch of ``y *= h * scale`` (see the module docstring) on a non-empty ``y``; ``scale`` a NumPy scalar
+    of ``y``'s real precision; ``real_n`` the length of the real signals ``y`` is the half-spectrum of (0: complex
+    signals)."""
+    rows, m = y.shape
+    grid = (-(-m // _THREADS), min(rows, _MAX_GRID_Y))
+    args = (y, h, np.int64(per_row), scale, np.int64(real_n))
+    return KernelStep(multiply_by_filter, grid, (_THREADS,), 0, args)
+
+
 def launch_multiply(y, h, per_row: bool, scale, stream=0, real_n: int = 0) -> None:
-    """``y *= h * scale`` (see the module docstring); ``scale`` a NumPy scalar of ``y``'s real precision;
-    ``real_n`` the length of the real signals ``y`` is the half-spectrum of (0: complex signals)."""
+    """``y *= h * scale`` (see :func:`multiply_step`) on Numba stream ``stream``."""
     rows, m = y.shape
     if rows == 0 or m == 0:
         return
-    grid = (-(-m // _THREADS), min(rows, _MAX_GRID_Y))
-    multiply_by_filter[grid, _THREADS, stream](y, h, int(per_row), scale, int(real_n))
+    y_arg = ArrayArg(0, tuple(y.shape), np.dtype(y.dtype))
+    h_arg = ArrayArg(1, tuple(h.shape), np.dtype(h.dtype))
+    launch_with_numba((multiply_step(y_arg, h_arg, per_row, scale, real_n),), (y, h), stream)
 
 
 def permute_kernel(h_dtype) -> object:
@@ -102,11 +116,20 @@ def permute_kernel(h_dtype) -> object:
     return permute_complex_filter if np.dtype(h_dtype).kind == "c" else permute_real_filter
 
 
+def permute_step(h: ArrayArg, hp: ArrayArg, hermitian: bool, scale) -> KernelStep:
+    """The launch filling ``hp`` (``(n1, n2)``) from the 1-D filter ``h`` times ``scale`` (a NumPy scalar of
+    ``hp``'s real precision)."""
+    n1, n2 = hp.shape
+    grid = (-(-(n1 * n2) // _THREADS),)
+    args = (h, hp, np.int64(n1), np.int64(hermitian), scale)
+    return KernelStep(permute_kernel(h.dtype), grid, (_THREADS,), 0, args)
+
+
 def launch_permute(h, hp, hermitian: bool, stream=0, scale=None) -> None:
     """Fill ``hp`` (``(n1, n2)``) from the 1-D filter ``h`` times ``scale`` (see the module docstring; a NumPy
     scalar of ``hp``'s real precision, 1 by default)."""
-    n1, n2 = hp.shape
-    total = n1 * n2
     if scale is None:
         scale = np.dtype(hp.dtype).type(0).real.dtype.type(1)
-    permute_kernel(h.dtype)[-(-total // _THREADS), _THREADS, stream](h, hp, n1, int(hermitian), scale)
+    h_arg = ArrayArg(0, tuple(h.shape), np.dtype(h.dtype))
+    hp_arg = ArrayArg(1, tuple(hp.shape), np.dtype(hp.dtype))
+    launch_with_numba((permute_step(h_arg, hp_arg, hermitian, scale),), (h, hp), stream)

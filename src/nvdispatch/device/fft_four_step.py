@@ -45,8 +45,9 @@ from .errors import DeviceConfigurationError
 from .fft import FFT
 from .fft_callback_kernel import KernelSpec, convolution_kernel, covers, launch_bounds
 from .fft_config import DEFAULT_SHARED_MEMORY, MAX_SHARED_MEMORY, MAX_THREADS_PER_BLOCK, FFTConfig
-from .fft_filter import launch_permute, permute_kernel
+from .fft_filter import permute_kernel, permute_step
 from .kernel_object import sincospi_function
+from .kernel_steps import ArrayArg, KernelStep, launch_with_numba
 from .shared_opt_in import allow_shared_memory
 from .simulator_compat import simulator_active
 
@@ -413,12 +414,12 @@ class ColumnKernel:
             self.kernel.compile(self.argtypes())
             allow_shared_memory(self.kernel, self.argtypes(), self.shared_memory_size)
 
-    def launch(
+    def step(
         self,
-        src_c,
-        src_r,
-        dst_c,
-        dst_r,
+        src_c: ArrayArg,
+        src_r: ArrayArg,
+        dst_c: ArrayArg,
+        dst_r: ArrayArg,
         *,
         signals: int,
         n2: int,
@@ -427,26 +428,14 @@ class ColumnKernel:
         real_out: bool,
         rows_r: int,
         step: float,
-        stream=0,
-    ) -> None:
+    ) -> KernelStep:
+        """The launch of one pass over ``signals`` signals (see :func:`generate_column_source` for the
+        arguments)."""
         tiles = n2 // self.spec.columns
-        grid = signals * tiles
-        if grid == 0:
-            return
-        real = self._real
-        self.kernel[grid, self.block_dim, stream, self.shared_memory_size](
-            src_c,
-            src_r,
-            dst_c,
-            dst_r,
-            n2,
-            tiles,
-            int(inverse),
-            int(real_in),
-            int(real_out),
-            rows_r,
-            real(step),
-        )
+        i64 = np.int64
+        args = (src_c, src_r, dst_c, dst_r, i64(n2), i64(tiles), i64(inverse), i64(real_in), i64(real_out),
+                i64(rows_r), self._real(step))  # fmt: skip
+        return KernelStep(self.kernel, (signals * tiles,), self.block_dim, self.shared_memory_size, args)
 
 
 @functools.lru_cache(maxsize=64)
@@ -521,48 +510,42 @@ class FourStepConvolution:
         real = from_dtype(np.dtype(self.precision))
         permute_kernel(h_dtype).compile((h1, c2, types.int64, types.int64, real))
 
+    def steps(self, rows: int, x_dtype, h_dtype) -> tuple[KernelStep, ...]:
+        """The launches convolving ``rows`` signals of ``x_dtype`` with a filter of ``h_dtype``, on the operands
+        ``(x, out, h, work, hp, dummy_real)`` of :meth:`launch` (nothing for an empty batch)."""
+        signals = self.signals(rows)
+        if signals == 0:
+            return ()
+        n, n1, n2, real = self.n, self.n1, self.n2, self.real_signal
+        work_shape, hp_shape = self.work_shapes(rows)
+        cplx, real_dtype = self.complex_dtype, np.dtype(self.precision)
+        x = ArrayArg(0, (rows, n), np.dtype(x_dtype))
+        out = ArrayArg(1, (rows, n), real_dtype if real else cplx)
+        h = ArrayArg(2, (n // 2 + 1 if real else n,), np.dtype(h_dtype))
+        work = ArrayArg(3, work_shape, cplx)
+        hp = ArrayArg(4, hp_shape, cplx)
+        dummy = ArrayArg(5, (1, 1), real_dtype)
+        rows_view = ArrayArg(3, (signals * n1, n2), cplx)
+        common = {"signals": signals, "n2": n2, "rows_r": rows, "step": 2.0 / n}
+        return (
+            permute_step(h, hp, real, real_dtype.type(1.0 / n)),
+            self.column.step(
+                work if real else x, x if real else dummy, work, dummy,
+                inverse=False, real_in=real, real_out=False, **common,
+            ),
+            self.middle.convolution_step(rows_view, rows_view, hp),
+            self.column.step(
+                work, dummy, work if real else out, out if real else dummy,
+                inverse=True, real_in=False, real_out=real, **common,
+            ),
+        )  # fmt: skip
+
     def launch(self, x, out, h, work, hp, dummy_real, stream=0) -> None:
         """Queue the convolution of ``x`` with ``h`` into ``out``. ``work``/``hp``: arrays of
         :meth:`work_shapes` (complex); ``dummy_real``: any ``(1, 1)`` C-contiguous array of the real precision
         (what the column kernel gets for the real arrays a pass does not use)."""
-        rows = x.shape[0]
-        signals = self.signals(rows)
-        if signals == 0:
-            return
-        n, n2 = self.n, self.n2
-        step = 2.0 / n
-        launch_permute(h, hp, self.real_signal, stream, np.dtype(self.precision).type(1.0 / n))
-        real = self.real_signal
-        self.column.launch(
-            work if real else x,
-            x if real else dummy_real,
-            work,
-            dummy_real,
-            signals=signals,
-            n2=n2,
-            inverse=False,
-            real_in=real,
-            real_out=False,
-            rows_r=rows,
-            step=step,
-            stream=stream,
-        )
-        rows_view = work.reshape(signals * self.n1, n2)
-        self.middle.launch(rows_view, rows_view, hp, (), (), stream)
-        self.column.launch(
-            work,
-            dummy_real,
-            work if real else out,
-            out if real else dummy_real,
-            signals=signals,
-            n2=n2,
-            inverse=True,
-            real_in=False,
-            real_out=real,
-            rows_r=rows,
-            step=step,
-            stream=stream,
-        )
+        steps = self.steps(x.shape[0], x.dtype, h.dtype)
+        launch_with_numba(steps, (x, out, h, work, hp, dummy_real), stream)
 
     def describe(self) -> tuple[str, ...]:
         c, f = self.column.spec, self.column.fft

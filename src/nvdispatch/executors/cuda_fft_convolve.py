@@ -59,7 +59,8 @@ from .cuda_fft_callbacks import LtoCallbackPlan, decline_by, lto_reason, strateg
 from .cuda_fft_convolve_cufft import CufftConvolvePlan
 from .cuda_fft_convolve_four_step import FourStepConvolvePlan, four_step_reason
 from .cuda_fft_convolve_unfused import UnfusedConvolvePlan, unfused_reason
-from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device, raw_view
+from .cuda_numba import c_contiguous, numba_reason, on_device
+from .cuda_numba_launch import StepLauncher
 from .timed_choice import Candidate, TimedChoicePlan
 
 _log = logging.getLogger("nvdispatch")
@@ -410,7 +411,7 @@ class FusedConvolvePlan:
         from numba.cuda import types
         from numba.np.numpy_support import from_dtype
 
-        from .._cuda import runtime
+        from .._cuda import arrays, runtime
         from ..device.fft_callback_kernel import KernelSpec, convolution_kernel
         from ..device.fft_filter import permute_kernel
 
@@ -455,7 +456,10 @@ class FusedConvolvePlan:
                     permute_kernel(problem.filter.dtype).compile((h1, argtypes[2], types.int64, types.int64, real))
         except Exception as exc:  # noqa: BLE001
             raise CallbackError("h", "a filter the generated convolution kernel compiles for", str(exc)) from exc
-        self._streams = NumbaStreams()
+        self._pointer = arrays.pointer_getter(p.framework)
+        self.launcher = StepLauncher(
+            self._steps(), 4 if pairs else 3, self.device_index, self._several, f"convolve {strategy}"
+        )
         F = self.kernel.first
         pair_steps = (
             f"complete h to a Hermitian filter of {n} values, times 1/{n} (two real rows x[2r] + i x[2r+1] are one "
@@ -470,36 +474,49 @@ class FusedConvolvePlan:
             f"({F.elements_per_thread} elements/thread, {F.ffts_per_block} FFTs/block)",
             f"grid {self.kernel.grid(self.rows)} x block {self.kernel.block_dim}, "
             f"{self.kernel.shared_memory_size} B shared memory, on the caller's stream",
+            self.launcher.how,
             problem.describe(),
+        )
+
+    def _steps(self) -> tuple:
+        """The launches on the operands ``(x, out, h[, the completed filter])``."""
+        from ..device.fft_filter import permute_step
+        from ..device.kernel_steps import ArrayArg
+
+        p, problem = self.problem.forward, self.problem
+        x = ArrayArg(0, (self.rows, p.shape[-1]), np.dtype(p.dtype))
+        out = ArrayArg(1, (self.rows, self.spec.n_out), np.dtype(problem.inverse.result_dtype))
+        h_dtype = np.dtype(problem.filter.dtype)
+        if not self.pairs:
+            h = ArrayArg(2, (self.rows if self.per_row else 1, self.n_mid), h_dtype)
+            return (self.kernel.convolution_step(x, out, h),)
+        n = p.lengths[0]
+        completed = ArrayArg(3, (1, n), self.complex_dtype)
+        scale = np.dtype(p.real_dtype).type(1.0 / n)
+        return (
+            permute_step(ArrayArg(2, (self.n_mid,), h_dtype), completed, True, scale),
+            self.kernel.convolution_step(x, out, completed),
         )
 
     def execute(self, operands, stream=None):
         from .._cuda import arrays, memory, streams
-        from ..device.fft_filter import launch_permute
 
         p, inv = self.problem.forward, self.problem.inverse
         fw = p.framework
         x, h = operands["x"], operands["h"]
         s = streams.stream_pointer(stream, fw, self.device_index)
-        kind = arrays.result_kind(x, fw)
-        out, _ = arrays.empty(kind, inv.out_shape, inv.result_dtype, self.device_index, s)
+        out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, self.device_index, s)
         if self.rows == 0:
             return out
-        scratch = None
-        with on_device(self.device_index, self._several):
-            xv = numba_view(x, fw, (self.rows, p.shape[-1]))
-            ov = numba_view(out, kind, (self.rows, self.spec.n_out))
-            ns = self._streams(s)
-            if self.pairs:
-                n = p.lengths[0]
-                scratch = memory.scratch(n * self.complex_dtype.itemsize, fw, self.device_index, s)
-                hv = raw_view(scratch.ptr, (1, n), self.complex_dtype, scratch)
-                scale = np.dtype(p.real_dtype).type(1.0 / n)
-                launch_permute(numba_view(h, fw, (self.n_mid,)), hv, True, ns, scale)
-            else:
-                hv = numba_view(h, fw, (self.rows if self.per_row else 1, self.n_mid))
-            self.kernel.launch(xv, ov, hv, (), (), ns)
-        if scratch is not None:
+        pointer = self._pointer
+        if not self.pairs:
+            self.launcher(s, (pointer(x), out_ptr, pointer(h)))
+            return out
+        n = p.lengths[0]
+        scratch = memory.scratch(n * self.complex_dtype.itemsize, fw, self.device_index, s)
+        try:
+            self.launcher(s, (pointer(x), out_ptr, pointer(h), scratch.ptr))
+        finally:
             scratch.release()  # stream-ordered: reused only after the kernel
         return out
 

@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 from .._fft_convolve import ConvolveProblem
-from .cuda_numba import NumbaStreams, c_contiguous, numba_reason, numba_view, on_device, raw_view
+from .cuda_numba import c_contiguous, numba_reason, on_device
+from .cuda_numba_launch import StepLauncher
 
 __all__ = ["SHORTEST", "four_step_reason", "FourStepConvolvePlan"]
 
@@ -55,7 +56,7 @@ class FourStepConvolvePlan:
     def __init__(self, problem: ConvolveProblem, strategy: str, variant=None):
         """``variant``: a :class:`~nvdispatch.device.fft_four_step.FourStepVariant` (the split and the knobs of
         the passes), else the engine's defaults."""
-        from .._cuda import runtime
+        from .._cuda import arrays, runtime
         from ..device.fft_four_step import FourStepConvolution
 
         self.problem, self.strategy = problem, strategy
@@ -67,14 +68,20 @@ class FourStepConvolvePlan:
         self.complex_dtype = np.dtype(f.compute_dtype)
         work, hp = self.engine.work_shapes(self.rows)
         item = self.complex_dtype.itemsize
-        self.work_shape, self.filter_shape = work, hp
         self.filter_offset = -(-math.prod(work) * item // 256) * 256
         self.scratch_bytes = self.filter_offset + math.prod(hp) * item + 16  # + the (1, 1) dummy
         self._several = runtime.device_count() > 1
-        self._streams = NumbaStreams()
         with on_device(self.device_index, self._several):
             self.engine.compile(problem.filter.dtype)
-        self.steps = (*self.engine.describe(), f"result {inv.result_dtype}{list(inv.out_shape)}", problem.describe())
+        steps = self.engine.steps(self.rows, f.dtype, problem.filter.dtype)
+        self.launcher = StepLauncher(steps, 6, self.device_index, self._several, f"convolve {strategy}")
+        self._pointer = arrays.pointer_getter(f.framework)
+        self.steps = (
+            *self.engine.describe(),
+            self.launcher.how,
+            f"result {inv.result_dtype}{list(inv.out_shape)}",
+            problem.describe(),
+        )
 
     def execute(self, operands, stream=None):
         from .._cuda import arrays, memory, streams
@@ -83,27 +90,18 @@ class FourStepConvolvePlan:
         fw, dev = f.framework, self.device_index
         x, h = operands["x"], operands["h"]
         s = streams.stream_pointer(stream, fw, dev)
-        kind = arrays.result_kind(x, fw)
-        out, _ = arrays.empty(kind, inv.out_shape, inv.result_dtype, dev, s)
+        out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, dev, s)
         if self.rows == 0:
             return out
-        n = f.lengths[0]
         scratch = memory.scratch(self.scratch_bytes, fw, dev, s)
-        with on_device(dev, self._several):
-            work = raw_view(scratch.ptr, self.work_shape, self.complex_dtype, scratch)
-            hp = raw_view(scratch.ptr + self.filter_offset, self.filter_shape, self.complex_dtype, scratch)
-            dummy = raw_view(scratch.ptr + self.scratch_bytes - 16, (1, 1), f.real_dtype, scratch)
-            xv = numba_view(x, fw, (self.rows, n))
-            ov = numba_view(out, kind, (self.rows, n))
-            hv = numba_view(h, fw, (problem_filter_length(self.problem),))
-            self.engine.launch(xv, ov, hv, work, hp, dummy, self._streams(s))
-        scratch.release()  # stream-ordered: reused only after the passes
+        try:
+            base = scratch.ptr  # the intermediate, then the permuted filter, then the (1, 1) dummy
+            pointer = self._pointer
+            work = (base, base + self.filter_offset, base + self.scratch_bytes - 16)
+            self.launcher(s, (pointer(x), out_ptr, pointer(h), *work))
+        finally:
+            scratch.release()  # stream-ordered: reused only after the passes
         return out
 
     def release(self) -> None:
         pass
-
-
-def problem_filter_length(problem: ConvolveProblem) -> int:
-    """Values in the (one-row) filter: ``n``, or ``n // 2 + 1`` for real signals."""
-    return problem.forward.out_shape[-1]

@@ -18,7 +18,8 @@ import numpy as np
 from .._fft_convolve import ConvolveProblem
 from .cuda_fft import CudaFFTPlan, layout
 from .cuda_fft_convolve_cufft import CufftConvolvePlan
-from .cuda_numba import NumbaStreams, numba_reason, numba_view, on_device, raw_view
+from .cuda_numba import numba_reason, on_device
+from .cuda_numba_launch import StepLauncher
 
 __all__ = ["unfused_reason", "UnfusedConvolvePlan"]
 
@@ -57,21 +58,32 @@ class UnfusedConvolvePlan(CufftConvolvePlan):
         self.per_row = problem.filter_rows == "each"
         self.scale = np.dtype(f.real_dtype).type(1.0 / f.lengths[0])
         self.real_n = f.lengths[0] if f.kind == "r2c" else 0
-        from .._cuda import runtime
+        from .._cuda import arrays, runtime
 
         self._several = runtime.device_count() > 1
-        self._streams = NumbaStreams()
         self._multiply = multiply_by_filter
         self._compile()
+        self.launcher = StepLauncher(self._steps(), 2, self.device_index, self._several, f"convolve {strategy}")
+        self._pointer = arrays.pointer_getter(f.framework)
         self.steps = (
             self.forward.steps[0],
             f"cufftExec on the caller's stream into a scratch spectrum ({f.compute_dtype}{list(f.out_shape)})",
             f"multiply the spectrum by h / {f.lengths[0]} in place (one kernel; "
-            f"{'one row per signal' if self.per_row else 'one row for all'})",
+            f"{'one row per signal' if self.per_row else 'one row for all'}; {self.launcher.how})",
             self.inverse.steps[0],
             "cufftExec of the inverse on the caller's stream (it may overwrite the scratch spectrum)",
             problem.describe(),
         )
+
+    def _steps(self) -> tuple:
+        """The multiply's launch on the operands ``(spectrum, h)``."""
+        from ..device.fft_filter import multiply_step
+        from ..device.kernel_steps import ArrayArg
+
+        f = self.problem.forward
+        y = ArrayArg(0, (self.rows, self.n_mid), np.dtype(f.compute_dtype))
+        h = ArrayArg(1, (self.rows if self.per_row else 1, self.n_mid), np.dtype(self.problem.filter.dtype))
+        return (multiply_step(y, h, self.per_row, self.scale, self.real_n),)
 
     def _compile(self) -> None:
         from numba.cuda import types
@@ -89,10 +101,4 @@ class UnfusedConvolvePlan(CufftConvolvePlan):
             self._multiply.compile(argtypes)
 
     def between_transforms(self, spectrum, operands: dict, stream: int) -> None:
-        from ..device.fft_filter import launch_multiply
-
-        f, dev = self.problem.forward, self.device_index
-        with on_device(dev, self._several):
-            y = raw_view(spectrum.ptr, (self.rows, self.n_mid), f.compute_dtype, spectrum)
-            hv = numba_view(operands["h"], f.framework, (self.rows if self.per_row else 1, self.n_mid))
-            launch_multiply(y, hv, self.per_row, self.scale, self._streams(stream), self.real_n)
+        self.launcher(stream, (spectrum.ptr, self._pointer(operands["h"])))
