@@ -1,9 +1,11 @@
-"""What the host-overhead benchmarks (``host_overhead_cpu.py``, ``host_overhead_wrapped.py``) share: timing
-repeated cached calls against their peers, the same measurement under several nvdispatch source trees in
+"""What the host-overhead benchmarks (``host_overhead_cpu.py``, ``host_overhead_wrapped.py``, ``mlp_host_cpu.py``,
+``jax_staged_cost.py``) share: their command line, timing repeated cached calls against their peers, the same
+measurement under several nvdispatch source trees in
 alternating child processes, and the report (JSON, a table, a plot)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -17,6 +19,22 @@ import numpy as np
 from _bench import output_dir, progress, save_plot
 
 _KEYS = ("nvdispatch_us", "peer_us", "ratio")
+
+
+def parser(
+    doc: str, script: str, rounds: int, number: int, repeats: int, unit: str = "calls"
+) -> argparse.ArgumentParser:
+    """The scripts' shared options (``--rounds``, ``--number``, ``--out``, ``--quick``, ``--compare``, ``--repeats``)
+    with each script's defaults; a script adds its own before parsing."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--number", type=int, default=number, help=f"{unit} per timed sample")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(script), "results"))
+    ap.add_argument("--quick", action="store_true", help=f"a smoke test: few rounds and {unit}")
+    ap.add_argument("--compare", nargs="+", metavar="SRC", help="nvdispatch source trees to compare")
+    ap.add_argument("--repeats", type=int, default=repeats, help="child runs per source tree with --compare")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return ap
 
 
 def measure(cases: dict, rounds: int, number: int, warmup: int, desc: str) -> dict:

@@ -16,6 +16,9 @@ input requires none). Contenders, each in this one process on the same weights a
   pass that applies the derivative and writes the bias gradient, the weight-gradient GEMM then plain);
 * ``nvdispatch fused drelu compile`` / ``nvdispatch fused drelu reduce-overhead`` (ReLU models only): the same
   with ``relu_backward="drelu"`` (forward ``RELU_AUX_BIAS``, backward ``DRELU`` GEMMs on its bit masks);
+* ``torch graphed`` / ``nvdispatch fused graphed``: each model through ``torch.cuda.make_graphed_callables`` (its
+  forward and backward each one CUDA graph replay, no inductor): Torch's own whole-network CUDA-graph API, the
+  lowest host cost either model can have; reported beside the goal's ratio (``ratio_with_graphed``);
 * ``nvdispatch ops compile``: the model written with ``nvdispatch.matmul(x, w.mT, epilog="RELU_BIAS"/"GELU_BIAS")``
   per layer, ``w`` in Linear's layout (each layer's backward: the activation's derivative, one BGRADB GEMM and one
   GEMM).
@@ -37,6 +40,7 @@ and ``compiled_mlp_bench.png``. Without a CUDA GPU it prints one line and exits 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -49,6 +53,8 @@ import traceback
 from _bench import output_dir, parser, progress, require_cuda_torch, save_plot
 
 TORCH_MODES = ("torch eager", "torch compile", "torch reduce-overhead")
+#: whole-network CUDA graphs through ``torch.cuda.make_graphed_callables``: outside the goal's modes, compared apart
+GRAPHED = ("torch graphed", "nvdispatch fused graphed")
 NVD_MODES = ("nvdispatch fused compile", "nvdispatch fused reduce-overhead", "nvdispatch fused eager",
              "nvdispatch ops compile", "nvdispatch fused drelu compile",
              "nvdispatch fused drelu reduce-overhead")  # fmt: skip
@@ -113,9 +119,13 @@ def make_models(torch, width: int, layers: int, activation: str, dtype):
     return plain, fused, ops, drelu
 
 
-def make_step(torch, model, mode: str | None):
-    """One training step of ``model`` (``mode``: None eagerly, else torch.compile's mode)."""
-    fn = model if mode is None else torch.compile(model, mode=None if mode == "default" else mode)
+def make_step(torch, model, mode: str | None, sample=None):
+    """One training step of ``model`` (``mode``: None eagerly, ``"graphed"`` through
+    ``torch.cuda.make_graphed_callables`` on ``sample`` (it patches ``model``), else torch.compile's mode)."""
+    if mode == "graphed":
+        fn = torch.cuda.make_graphed_callables(model, (sample,))
+    else:
+        fn = model if mode is None else torch.compile(model, mode=None if mode == "default" else mode)
     params = list(model.parameters())
     graphs = mode == "reduce-overhead"
 
@@ -169,6 +179,8 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         "nvdispatch ops compile": (ops, "default"),
         "nvdispatch fused drelu compile": (drelu, "default"),
         "nvdispatch fused drelu reduce-overhead": (drelu, "reduce-overhead"),
+        "torch graphed": (plain, "graphed"),
+        "nvdispatch fused graphed": (fused, "graphed"),
     }
     if activation != "relu":
         modes = set(modes) - set(RELU_ONLY)
@@ -179,8 +191,10 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         entry = out["contenders"][name] = {}
         torch._dynamo.reset()
         try:
+            if mode == "graphed":
+                model = copy.deepcopy(model)  # make_graphed_callables patches the module it graphs
             t0 = time.perf_counter()
-            step = make_step(torch, model, mode)
+            step = make_step(torch, model, mode, x)
             step(x)  # compiles
             torch.cuda.synchronize()
             entry["first_step_seconds"] = time.perf_counter() - t0
@@ -204,6 +218,11 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         if times:
             winner = min(times, key=times.get)
             best[group] = {"contender": winner, "seconds": times[winner]}
+    graphed = {n: out["contenders"][n]["seconds"] for n in GRAPHED if "seconds" in out["contenders"].get(n, {})}
+    if len(graphed) == 2 and len(best) == 2:
+        best_torch = min(best["torch"]["seconds"], graphed["torch graphed"])
+        best_nvd = min(best["nvdispatch compiled"]["seconds"], graphed["nvdispatch fused graphed"])
+        out["ratio_with_graphed"] = best_nvd / best_torch
     out["best"] = best
     if len(best) == 2:
         out["ratio_nvdispatch_to_best_torch"] = best["nvdispatch compiled"]["seconds"] / best["torch"]["seconds"]
@@ -281,7 +300,7 @@ def plot(results: dict, path: str) -> None:
     def draw(plt):
         fig, axes = plt.subplots(1, max(len(configs), 1), figsize=(4.2 * max(len(configs), 1), 4.2), squeeze=False)
         for ax, cfg in zip(axes[0], configs):
-            names = [n for n in (*TORCH_MODES, *NVD_MODES) if "seconds" in cfg["contenders"].get(n, {})]
+            names = [n for n in (*TORCH_MODES, *NVD_MODES, *GRAPHED) if "seconds" in cfg["contenders"].get(n, {})]
             times = [cfg["contenders"][n]["seconds"] * 1e3 for n in names]
             colors = ["tab:gray" if n.startswith("torch") else "tab:green" for n in names]
             ax.barh(range(len(names)), times, color=colors)
@@ -309,6 +328,8 @@ def summary(results: dict) -> None:
         if "ratio_nvdispatch_to_best_torch" in cfg:
             met = "" if "goal" not in cfg else f" (goal <= {cfg['goal']}: {'met' if cfg['goal_met'] else 'NOT met'})"
             print(f"  best nvdispatch compiled / best Torch: {cfg['ratio_nvdispatch_to_best_torch']:.3f}{met}")
+        if "ratio_with_graphed" in cfg:
+            print(f"  the same, CUDA-graphed modules included on both sides: {cfg['ratio_with_graphed']:.3f}")
     small = results.get("small_mlp")
     if small and "ratio" in small:
         print(f"small MLP reduce-overhead step nvdispatch / Torch: {small['ratio']:.3f} (goal <= 1.02)")
@@ -328,7 +349,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="samples per contender (the median is reported)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--host-number", type=int, default=2000, help="calls per host-time loop")
-    ap.add_argument("--contenders", nargs="+", default=[*TORCH_MODES, *NVD_MODES], choices=[*TORCH_MODES, *NVD_MODES])
+    ap.add_argument("--contenders", nargs="+", default=[*TORCH_MODES, *NVD_MODES, *GRAPHED],
+                    choices=[*TORCH_MODES, *NVD_MODES, *GRAPHED])  # fmt: skip
     ap.add_argument("--skip", nargs="*", default=[], choices=["mlp", "small", "host"], help="parts not to run")
     ap.add_argument("--quick", action="store_true", help="smoke test: width 256, batch 512, few steps")
     args = ap.parse_args(argv)

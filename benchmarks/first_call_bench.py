@@ -15,10 +15,17 @@ by round, so that load on the machine weighs on all alike:
     ran. Goal: at most 150 ms beyond numpy's first call.
 
 nvdispatch's import is timed apart (as NumPy's is): the goals are about the call. The processes find their cache
-directory as a user's would (``platformdirs``, here under a temporary ``XDG_CACHE_HOME``; Linux). Writes JSON
-(medians, ratios, every sample) and a PNG.
+directory as a user's would (``platformdirs``, here under a temporary ``XDG_CACHE_HOME``; Linux).
 
-    python benchmarks/first_call_bench.py [--rounds 15] [--out benchmarks/results] [--full] [--quick]
+Bytecode: an installed package runs from compiled bytecode (pip compiles a wheel's modules when it installs it, and
+Python caches what it imports), and NumPy's first call here is timed that way. So that both sides run alike, the
+processes cache bytecode under a temporary ``PYTHONPYCACHEPREFIX`` (even where ``PYTHONDONTWRITEBYTECODE`` is
+set, as on the machines this is developed on, or the source is an editable checkout), and one discarded round of
+each kind fills it before the timed rounds. ``--source-only`` keeps the environment as it is instead: with
+``PYTHONDONTWRITEBYTECODE`` set and no bytecode next to the sources, every process compiles the modules its first
+call imports. Writes JSON (medians, ratios, every sample, the bytecode condition) and a PNG.
+
+    python benchmarks/first_call_bench.py [--rounds 15] [--out benchmarks/results] [--full] [--quick] [--source-only]
 """
 
 from __future__ import annotations
@@ -64,11 +71,19 @@ print(json.dumps(got))
 """
 
 
+#: the children's bytecode cache (``PYTHONPYCACHEPREFIX``), or None to keep the environment's condition
+_BYTECODE: list[str | None] = [None]
+
+
 def _env(cache: str) -> dict:
-    """The child's environment: the user cache directory (platformdirs' XDG_CACHE_HOME) in ``cache``, and no
-    NVDISPATCH_CACHE_DIR, so that nvdispatch finds its calibration as in a user's process."""
+    """The child's environment: the user cache directory (platformdirs' XDG_CACHE_HOME) in ``cache``, no
+    NVDISPATCH_CACHE_DIR, so that nvdispatch finds its calibration as in a user's process, and the bytecode
+    condition of the run."""
     env = dict(os.environ, XDG_CACHE_HOME=cache)
     env.pop("NVDISPATCH_CACHE_DIR", None)
+    if _BYTECODE[0] is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = _BYTECODE[0]
     return env
 
 
@@ -97,11 +112,17 @@ def _calibrate(cache: str, shape: tuple[int, int, int], full: bool) -> float:
     return time.perf_counter() - t0
 
 
-def measure(rounds: int, shape: tuple[int, int, int], full: bool) -> dict:
+def measure(rounds: int, shape: tuple[int, int, int], full: bool, source_only: bool = False) -> dict:
     calibrated = tempfile.mkdtemp(prefix="nvdispatch-first-call-")
+    _BYTECODE[0] = None if source_only else tempfile.mkdtemp(prefix="nvdispatch-first-call-bytecode-")
     try:
         calibration_seconds = _calibrate(calibrated, shape, full)
         samples: dict[str, list[dict]] = {"numpy": [], "calibrated": [], "first-ever": []}
+        if not source_only:  # one discarded round: the bytecode of every module the timed processes import
+            warm = tempfile.mkdtemp(prefix="nvdispatch-first-ever-")
+            for kind, cache in (("numpy", calibrated), ("nvdispatch", calibrated), ("nvdispatch", warm)):
+                _run(kind, shape, cache)
+            shutil.rmtree(warm, ignore_errors=True)
         for _ in progress(range(rounds), "fresh processes (numpy, calibrated, first-ever)"):
             samples["numpy"].append(_run("numpy", shape, calibrated))
             samples["calibrated"].append(_run("nvdispatch", shape, calibrated))
@@ -112,6 +133,8 @@ def measure(rounds: int, shape: tuple[int, int, int], full: bool) -> dict:
                 shutil.rmtree(empty, ignore_errors=True)
     finally:
         shutil.rmtree(calibrated, ignore_errors=True)
+        if _BYTECODE[0] is not None:
+            shutil.rmtree(_BYTECODE[0], ignore_errors=True)
 
     def med(kind: str, what: str) -> float:
         return statistics.median(s[what] for s in samples[kind])
@@ -122,6 +145,11 @@ def measure(rounds: int, shape: tuple[int, int, int], full: bool) -> dict:
         "shape": dict(zip("mkn", shape)),
         "rounds": rounds,
         "calibration": {"full": full, "seconds": calibration_seconds},
+        "bytecode": (
+            "as the environment has it (source only: compiled by every process where PYTHONDONTWRITEBYTECODE is set)"
+            if source_only
+            else "cached ahead under a temporary PYTHONPYCACHEPREFIX, as an installed package runs"
+        ),
         "median_seconds": {
             "numpy first np.matmul": np_first,
             "numpy first maximum(x @ w + bias, 0)": med("numpy", "with_epilog"),
@@ -164,18 +192,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15, help="fresh processes of each kind")
     ap.add_argument("--full", action="store_true", help="calibrate with the full python -m nvdispatch calibrate")
     ap.add_argument("--quick", action="store_true", help="a small shape and 2 rounds: checks the script runs")
+    ap.add_argument(
+        "--source-only",
+        action="store_true",
+        help="keep the environment's bytecode condition (no bytecode cache made ahead: see above)",
+    )
     args = ap.parse_args()
     out = output_dir(args.out)
     shape = (256, 64, 128) if args.quick else (8192, 256, 1024)
     results = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
-        "first_call": measure(2 if args.quick else args.rounds, shape, args.full),
+        "first_call": measure(2 if args.quick else args.rounds, shape, args.full, args.source_only),
     }
     with open(os.path.join(out, "first_call.json"), "w") as fh:
         json.dump(results, fh, indent=1)
     save_plot(lambda plt: plot(results["first_call"], plt), os.path.join(out, "first_call.png"))
     f = results["first_call"]
     print(json.dumps({k: round(v * 1e3, 2) for k, v in f["median_seconds"].items()}, indent=1), "(ms)")
+    print("bytecode:", f["bytecode"])
     for goal, value in f["goals"].items():
         print(f"{goal}: {value:.3f}")
 

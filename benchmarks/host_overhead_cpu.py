@@ -21,9 +21,6 @@ Writes ``host_overhead_cpu.json`` (and a PNG with matplotlib).
 
 from __future__ import annotations
 
-import argparse
-import os
-
 import _host_overhead as host_overhead
 import numpy as np
 
@@ -107,14 +104,7 @@ def measure(rounds: int, number: int) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=41)
-    ap.add_argument("--number", type=int, default=2000, help="calls per timed sample")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    ap.add_argument("--quick", action="store_true", help="a smoke test: few rounds and calls")
-    ap.add_argument("--compare", nargs="+", metavar="SRC", help="nvdispatch source trees to compare")
-    ap.add_argument("--repeats", type=int, default=5, help="child runs per source tree with --compare")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap = host_overhead.parser(__doc__, __file__, rounds=41, number=2000, repeats=5)
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.number, args.repeats = 3, 50, 1

@@ -16,8 +16,6 @@ Writes ``host_overhead_wrapped.json`` (and a PNG with matplotlib). Needs jax and
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
 import _host_overhead as host_overhead
@@ -81,14 +79,7 @@ def measure(rounds: int, number: int) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--number", type=int, default=300, help="calls per timed sample")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    ap.add_argument("--quick", action="store_true", help="a smoke test: few rounds and calls")
-    ap.add_argument("--compare", nargs="+", metavar="SRC", help="nvdispatch source trees to compare")
-    ap.add_argument("--repeats", type=int, default=3, help="child runs per source tree with --compare")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap = host_overhead.parser(__doc__, __file__, rounds=21, number=300, repeats=3)
     args = ap.parse_args(argv)
     try:
         import array_api_strict  # noqa: F401

@@ -17,9 +17,6 @@ Writes ``mlp_host_cpu.json`` (and a PNG with matplotlib).
 
 from __future__ import annotations
 
-import argparse
-import os
-
 import _host_overhead as host_overhead
 from _bench import require
 
@@ -64,16 +61,9 @@ def _cases(width: int, batch: int, layers: int = 4) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = host_overhead.parser(__doc__, __file__, rounds=15, number=50, repeats=3, unit="steps")
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--number", type=int, default=50, help="steps per timed sample")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    ap.add_argument("--quick", action="store_true", help="a smoke test: few rounds and steps")
-    ap.add_argument("--compare", nargs="+", metavar="SRC", help="nvdispatch source trees to compare")
-    ap.add_argument("--repeats", type=int, default=3, help="child runs per source tree with --compare")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     require("torch", "pip install 'nvdispatch[torch]'")  # else one line and exit status 2
     if args.quick:

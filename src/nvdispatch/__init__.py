@@ -18,6 +18,7 @@ from ._backends import (
     skip_backend,
     unregister_backend,
 )
+from ._environment import show_config
 from ._epilog import Epilog
 from ._explain import explain
 from ._fp8 import MatmulQuantizationScales
@@ -49,6 +50,7 @@ __all__ = [
     "get_state",
     "set_state",
     "reset_backends",
+    "show_config",
     "errors",
     "fft",
     "CudaArray",

@@ -18,13 +18,13 @@ from . import _calibrate_command, _demo
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m nvdispatch",
-        description="Without a command: the demo. " + _demo.__doc__.splitlines()[0],
+        description="Without a command: the demo. " + _demo.DESCRIPTION,
     )
     parser.add_argument("--version", action="version", version=f"nvdispatch {nvdispatch.__version__}")
     _demo.add_arguments(parser)
     parser.set_defaults(run=_demo.run)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command")
-    demo = commands.add_parser("demo", help="the demo (the default)", description=_demo.__doc__.splitlines()[0])
+    demo = commands.add_parser("demo", help="the demo (the default)", description=_demo.DESCRIPTION)
     _demo.add_arguments(demo)
     demo.set_defaults(run=_demo.run)
     calibrate = commands.add_parser(

@@ -45,6 +45,7 @@ __all__ = [
     "class_keys",
     "SCALARS",
     "short_form",
+    "call_state",
     "short_key",
     "long_key",
     "fft_form",
@@ -137,6 +138,20 @@ def _signature_of(cls: type):
     """The signature function of array class ``cls`` (its :class:`ClassKeys`, looked up once per class)."""
     entry = call_key_classes.get(cls)
     return (entry if entry is not None else class_keys(cls))[1]
+
+
+def call_state(entry: ClassKeys) -> tuple:
+    """What of a matmul call's key is not its arrays' but chooses its plan now: the backend state and the
+    framework's precision settings (for keys that prepared calls of class ``entry`` are kept under).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> len(call_state(class_keys(np.ndarray)))
+    3
+    """
+    read = entry[6]
+    return _current_state().key, registry.global_key, None if read is None else read()
 
 
 def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):

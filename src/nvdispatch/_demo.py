@@ -9,11 +9,7 @@ times nvdispatch and each framework's own call side by side).
 from __future__ import annotations
 
 import argparse
-import ctypes
-import importlib
-import importlib.util
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,55 +17,15 @@ from typing import Any
 import numpy as np
 
 import nvdispatch
-from nvdispatch import Epilog
-from nvdispatch.executors import BUILTIN, builtin
+from nvdispatch import Epilog, _environment
 
-#: module -> the extra that installs it (shown next to a framework that is missing)
-_EXTRA = {"scipy": "scipy", "torch": "torch", "cupy": "cupy", "cuda.bindings": "cuda", "numba": "numba",
-          "dask": "dask", "distributed": "dask"}  # fmt: skip
-_MODULES = ("numpy", "scipy", "torch", "cupy", "cuda.bindings", "numba", "dask", "distributed", "dask_cuda")
 WARMUP = 2
 
-
-def _gpus() -> list[str]:
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return []
-    if lib.cuInit(0) != 0:
-        return []
-    count = ctypes.c_int(0)
-    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return []
-    names = []
-    for i in range(count.value):
-        dev = ctypes.c_int(0)
-        lib.cuDeviceGet(ctypes.byref(dev), i)
-        buf = ctypes.create_string_buffer(256)
-        lib.cuDeviceGetName(buf, 256, dev)
-        names.append(f"cuda:{i} {buf.value.decode()}")
-    return names
-
-
-def _version(module: str) -> str | None:
-    try:
-        if importlib.util.find_spec(module) is None:
-            return None
-    except ModuleNotFoundError:  # the parent package of a dotted name is missing
-        return None
-    try:
-        mod = importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - a broken install is reported, not fatal
-        return f"broken ({type(exc).__name__})"
-    return getattr(mod, "__version__", "installed")
-
-
-def _executor_status(name: str) -> str:
-    ex = builtin(name)
-    if ex is None:
-        return "not in this build"
-    why = getattr(ex, "unavailable", lambda: None)()
-    return "available" if why is None else f"unavailable: {why}"
+DESCRIPTION = (
+    "What this machine offers (frameworks, executors, GPUs), then one fused linear layer, relu(x @ w + bias), run "
+    "by nvdispatch on every framework and device found, checked against NumPy, with the median time of its warm "
+    "calls and the plan each one ran."
+)
 
 
 def _operands(library: str, device: str, m: int, k: int, n: int):
@@ -153,17 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo with the parsed ``args``; returns the exit status (1 if any result is wrong)."""
     m, k, n = args.shape
-    print(f"nvdispatch {nvdispatch.__version__} on Python {sys.version.split()[0]}")
-    print("\nframeworks:")
-    versions = {mod: _version(mod) for mod in _MODULES}
-    for mod, ver in versions.items():
-        missing = f"not installed (pip install 'nvdispatch[{_EXTRA[mod]}]')" if mod in _EXTRA else "not installed"
-        print(f"  {mod:14s} {ver or missing}")
-    gpus = _gpus()
-    print("\nGPUs:", ", ".join(gpus) if gpus else "none found")
-    print("\nexecutors:")
-    for name in BUILTIN:
-        print(f"  {name:6s} {_executor_status(name)}")
+    found = _environment.environment()
+    print(found)
+    versions, gpus = found.frameworks, found.gpus
 
     runs = [("numpy", "cpu")]
     if versions["torch"]:

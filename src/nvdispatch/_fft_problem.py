@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._detect import Device
-from .errors import InvalidArgumentError, ShapeMismatchError, UnsupportedDtypeError
+from .errors import AxisError, InvalidArgumentError, ShapeMismatchError, UnsupportedDtypeError
 
 __all__ = ["FFTProblem", "build_fft_problem", "result_layout", "result_dtype", "FUNCS", "NORMS"]
 
@@ -147,7 +147,7 @@ def _as_int(value, argument: str) -> int:
 def normalize_axis(value, ndim: int, argument: str) -> int:
     ax = _as_int(value, argument)
     if not -ndim <= ax < ndim:
-        raise InvalidArgumentError(argument, f"an axis in [{-ndim}, {ndim}) for a {ndim}-D input", repr(value))
+        raise AxisError(argument, f"an axis in [{-ndim}, {ndim}) for a {ndim}-D input", repr(value))
     return ax % ndim
 
 
@@ -188,8 +188,8 @@ def resolve_axes(func: str, shape: tuple[int, ...], n=None, axis=-1, s=None, axe
     kind, _, nd = FUNCS[func]
     ndim = len(shape)
     if not nd:
-        if ndim == 0:
-            raise ShapeMismatchError("x", f"an array of at least 1 dimension for {func}", "a 0-d array")
+        if ndim == 0:  # no axis to transform: an axis error, as in NumPy, SciPy and Torch
+            raise AxisError("x", f"an array of at least 1 dimension for {func}", "a 0-d array")
         ax = normalize_axis(axis, ndim, "axis")
         if n is not None:
             n = _as_int(n, "n")

@@ -327,6 +327,9 @@ def explain_selected(name: str, op: str, problem: Any, sel: Selection, strategy:
         steps = tuple(plan.steps)
     finally:
         plan_cache.let_go(plan)
+    tuned = plan_cache.tuning_for(choice_key(sel.executor, op, problem)) if plan_cache.has_tunings() else None
+    if isinstance(tuned, dict) and isinstance(tuned.get("rejected"), dict):
+        steps += tuple(f"rejected {s} when autotuned: {why}" for s, why in tuned["rejected"].items())
     return Explanation(
         name,
         sel.executor.name,

@@ -71,6 +71,7 @@ __all__ = [
     "an_int",
     "a_string",
     "a_number",
+    "strings_by_name",
     "ints",
     "an_object",
     "anything",
@@ -111,13 +112,19 @@ def _validator(kind: str | None) -> tuple[Check | None, str]:
 
 class StrategyChoice:
     """The strategy ``Matmul.autotune`` chose for a problem (recorded under the dispatcher's choice key):
-    ``{"strategy": name, "plan": the chosen plan's tuning, for the record}``."""
+    ``{"strategy": name, "plan": the chosen plan's tuning, for the record, "rejected": {strategy: why}}`` (the
+    strategies left out because their results disagreed with the reference's; ``explain()`` shows them)."""
 
     tuning_kind = STRATEGY_CHOICE
 
     @staticmethod
     def validate_tuning(value: Any) -> str | None:
-        return check_object(value, {"strategy": a_string(STRATEGIES), "plan": anything}, required=("strategy",))
+        return check_object(
+            value,
+            {"strategy": a_string(STRATEGIES), "plan": anything, "rejected": strings_by_name()},
+            required=("strategy",),
+        )
+
 
 
 register_kind(STRATEGY_CHOICE, lambda: StrategyChoice)
@@ -163,6 +170,17 @@ def a_string(choices: Iterable[str] | None = None) -> Check:
     def check(value: Any) -> str | None:
         if not isinstance(value, str) or (options is not None and value not in options):
             return f"expected {'a string' if options is None else f'one of {list(options)}'}, got {_json_type(value)}"
+        return None
+
+    return check
+
+
+def strings_by_name() -> Check:
+    """An object whose values are strings (e.g. why each candidate was rejected, by its name)."""
+
+    def check(value: Any) -> str | None:
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            return f"expected an object of strings, got {_json_type(value)}"
         return None
 
     return check

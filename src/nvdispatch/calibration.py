@@ -43,6 +43,7 @@ class CalibrationReport:
     path: str | None
     seconds: float
     load: float | None = None  # the system's load average (1 minute) at the end, where the OS says
+    fft_skipped: str | None = None  # why the FFT threads threshold was not measured (asked for, but no SciPy)
 
     def __str__(self) -> str:
         lines = [f"CPU calibration: {len(self.matmul)} matmul problem classes in {self.seconds:.1f} s"]
@@ -53,6 +54,8 @@ class CalibrationReport:
             )
         if self.fft_min_work is not None:
             lines.append(f"  pocketfft threads from work {self.fft_min_work:.3g}")
+        if self.fft_skipped is not None:
+            lines.append(f"  FFT threads threshold not measured: {self.fft_skipped}")
         lines.append(f"  kept in {self.path}" if self.path else "  not kept (NVDISPATCH_CACHE_DIR is empty)")
         return "\n".join(lines)
 
@@ -105,11 +108,23 @@ def calibrate(
         name = repr(numpy_matmul_calibration.problem_class(problem))
         if name not in done:
             done[name] = numpy_matmul.calibrate(problem).order
-    min_work = None
-    if fft:
+    min_work = fft_skipped = None
+    if fft and not _scipy_installed():
+        fft_skipped = (
+            "SciPy is not installed: the CPU FFT is NumPy's, on one thread "
+            "(pip install 'nvdispatch[scipy]' for pocketfft's threads)"
+        )
+    elif fft:
         min_work = numpy_fft_workers.calibrate(lambda it: show(it, "fft threads", len(it))).min_work
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return CalibrationReport(done, min_work, store().path, time.perf_counter() - start, load)
+    return CalibrationReport(done, min_work, store().path, time.perf_counter() - start, load, fft_skipped)
+
+
+def _scipy_installed() -> bool:
+    """Whether SciPy is there: the FFT threads threshold is that of its pocketfft (``scipy.fft``)."""
+    import importlib.util
+
+    return importlib.util.find_spec("scipy") is not None
 
 
 def _import_torch_if_installed() -> None:

@@ -10,6 +10,7 @@ crosses process boundaries in Dask and multiprocessing workers).
     NvdispatchError
     ├── InvalidArgumentError (ValueError)
     │   ├── ShapeMismatchError
+    │   ├── AxisError (IndexError)              an axis out of range, as NumPy's, SciPy's and Torch's IndexError
     │   ├── EpilogInputError
     │   ├── TuningsFileError
     │   └── DeviceConfigurationError            (nvdispatch.device)
@@ -39,6 +40,7 @@ __all__ = [
     "NvdispatchError",
     "InvalidArgumentError",
     "ShapeMismatchError",
+    "AxisError",
     "UnsupportedDtypeError",
     "UnsupportedOperandError",
     "MixedOperandsError",
@@ -122,6 +124,11 @@ class InvalidArgumentError(NvdispatchError, ValueError):
 
 class ShapeMismatchError(InvalidArgumentError):
     """Operand shapes do not fit together (inner dimensions, broadcasting, epilog input shapes)."""
+
+
+class AxisError(InvalidArgumentError, IndexError):
+    """An axis outside the array's dimensions (an ``IndexError`` too, as NumPy's ``AxisError`` and the
+    ``IndexError`` of ``numpy.fft``, ``scipy.fft`` and ``torch.fft``)."""
 
 
 class UnsupportedDtypeError(NvdispatchError, TypeError):

@@ -18,6 +18,7 @@ from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import run, run_direct
 from ._fp8 import MatmulQuantizationScales, build_fp8_problem, scale_values, wants_fp8
+from ._matmul_agreement import agreeing, result_sampler
 from ._matmul_problem import (
     ComputeType,
     MatmulOptions,
@@ -422,7 +423,7 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
     (``nvdispatch._traced``), with its key: the integration may keep a plan under it that serves the call's
     repeats from the route's hit."""
     inputs = epilog_inputs.values() if epilog_inputs.__class__ is dict else ()
-    handler = traced_handler("matmul", (a, b, c, *inputs), key)
+    handler = traced_handler("matmul", (a, b, c, *inputs, alpha, beta), key)  # a traced scale is refused there
     if handler is not None:
         result = handler(
             a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=epilog_inputs, options=options,
@@ -452,12 +453,59 @@ def hold_call_plan(a: Array, b: Array, epilog: Epilog | str | None = None, epilo
     np.float64(3.0)
     >>> hold.close()
     """
+    return _hold_and_selection(a, b, epilog, epilog_inputs)[0]
+
+
+def _hold_and_selection(a, b, epilog, epilog_inputs) -> tuple[Any, Any]:
+    """``(hold, selection)`` of :func:`hold_call_plan` (the selection: how the executor was chosen)."""
     mm = Matmul._for_call(a, b, None, 1, None, None, None, None)
     try:
         mm._plan_with(epilog, epilog_inputs, None, None)
-        return plan_cache.hold(mm._plan)
+        return plan_cache.hold(mm._plan), mm._selection
     finally:
         mm.free()
+
+
+def prepare_call(a: Array, b: Array, epilog: Epilog | str | None = None, epilog_inputs=None) -> tuple[Any, Any]:
+    """``(hold, call)``: a hold on the plan ``matmul(a, b, epilog=epilog, epilog_inputs=epilog_inputs)`` runs now
+    (:func:`hold_call_plan`) and the call that runs it on arrays with the signatures of these,
+    ``call(a, b, *inputs)`` (the epilog's inputs in ``epilog_inputs``' order) returning what ``matmul`` returns:
+    the plan's direct call itself where the route's hit would take it (arrays executors take as they are, a
+    plan with a direct call), else the hit's run step (views, the plan's direct call or execute path, the
+    result wrapped), or where a coercing backend chose the executor the public function itself. For
+    integrations that run a fixed sequence of calls (a fused MLP's chain) without a key per call; they keep the
+    hold as long as the call.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> hold, call = prepare_call(np.ones((2, 3)), np.ones((3, 4)), "BIAS", {"bias": np.zeros(4)})
+    >>> call(np.ones((2, 3)), np.full((3, 4), 2.0), np.ones(4))[1, 3]
+    np.float64(7.0)
+    >>> hold.close()
+    """
+    hold, selection = _hold_and_selection(a, b, epilog, epilog_inputs)
+    plan = hold.plan
+    entry = _classes.get(a.__class__)
+    if entry is None:
+        entry = class_keys(a.__class__)
+    names = () if not epilog_inputs else tuple(epilog_inputs)
+    if selection.coerce:  # the executor converts the operands first: the call takes the public path each time
+
+        def public(a, b, *inputs):
+            return matmul(a, b, epilog=epilog, epilog_inputs=dict(zip(names, inputs)) if names else None)
+
+        return hold, public
+    direct = getattr(plan, "direct", None)
+    arrays = (b, *([] if not epilog_inputs else epilog_inputs.values()))
+    if direct is not None and entry.plain and len(names) <= 1 and all(class_keys(x.__class__).plain for x in arrays):
+        return hold, direct
+
+    def call(a, b, *inputs):
+        given = dict(zip(names, inputs)) if names else None
+        return _run_cached(plan, False, entry, a, b, None, 1, None, given, None, None)
+
+    return hold, call
 
 
 def _compiled_front():
@@ -738,8 +786,10 @@ class Matmul:
 
     def autotune(self, iterations: int = 3, *, stream: Stream = None) -> dict[str, float]:
         """Time each strategy the executor offers (and each plan's own knobs) on the actual operands and
-        keep the fastest. Returns ``{strategy: seconds}`` per call: ``iterations`` samples of each strategy,
-        taken in turns, their median (on the CPU the fastest, since other load only adds time). The choice is
+        keep the fastest. A strategy whose result disagrees with the plainest one's beyond rounding is left
+        out first, with a WARNING (see ``nvdispatch._matmul_agreement``; ``explain_matmul`` names it).
+        Returns ``{strategy: seconds}`` per call (of the strategies kept): ``iterations`` samples of each, taken
+        in turns, their median (on the CPU the fastest, since other load only adds time). The choice is
         recorded for ``plan_cache.save()``, and stateless calls of the problem take it from their next call.
 
         Interrupted (``KeyboardInterrupt``) or failing part-way, it leaves this object and every cached plan
@@ -765,10 +815,16 @@ class Matmul:
                     if proposal is not None:
                         proposals[strategy] = proposal
                 trials = {s: proposals[s].plan if s in proposals else plan for s, plan in plans.items()}
-                timings = _time_in_turns(trials, problem, operands, iterations, stream)
+                results: dict[str, Any] = {}  # samples of the strategies' results, from their timed warm-ups
+                sample = result_sampler(problem, stream)
+                timings = _time_in_turns(trials, problem, operands, iterations, stream, results, sample)
+                kept, rejected = agreeing(trials, problem, operands, stream, samples=results)
+                timings = {s: t for s, t in timings.items() if s in kept}
                 chosen = min(timings, key=timings.get)
                 get = getattr(trials[chosen], "tuning", None)  # (the proposal's copy: as the plan will be)
                 record = {"strategy": chosen, "plan": get() if callable(get) else None}
+                if rejected:
+                    record["rejected"] = {s: r.reason() for s, r in rejected.items()}
                 key = choice_key(ex, "matmul", problem)
                 if problem.autocast is None:
                     hold = plan_cache.hold(plans[chosen])
@@ -997,11 +1053,14 @@ def _undo(proposals) -> None:
         proposal.undo()
 
 
-def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, stream) -> dict[str, float]:
+def _time_in_turns(
+    plans: dict[str, Any], problem, operands, iterations: int, stream, results: dict | None = None, sample=None
+) -> dict[str, float]:
     """Seconds per call of each plan on ``operands``: ``iterations`` samples of each, taken in turns (one of
     every plan per round), so that load or clocks changing meanwhile weigh on all alike; on the CPU the fastest
     sample (other load only ever adds time, and a 2-core box has plenty), elsewhere the median. A plan's own
-    ``time`` takes its sample (CUDA events); else one run after a warm one, timed to completion."""
+    ``time`` takes its sample (CUDA events); else one run after a warm one, timed to completion. With
+    ``results``, ``sample(result)`` of each plan's first warm run is kept there (for the agreement check)."""
     cpu = problem.device.kind == "cpu"
     sync = _device_sync(problem)
     samples: dict[str, list[float]] = {name: [] for name in plans}
@@ -1013,8 +1072,11 @@ def _time_in_turns(plans: dict[str, Any], problem, operands, iterations: int, st
             if callable(timer):
                 samples[name].append(float(timer(operands, 1, stream)))
                 continue
-            plan.execute(operands, stream)  # warm: caches, BLAS workers, allocator
+            got = plan.execute(operands, stream)  # warm: caches, BLAS workers, allocator
             sync()
+            if results is not None and name not in results and (kept := sample(got)) is not None:
+                results[name] = kept
+            del got
             t0 = time.perf_counter()
             plan.execute(operands, stream)
             sync()  # GPU work is asynchronous: time it to completion

@@ -64,3 +64,21 @@ def test_the_report_says_when_the_machine_was_busy():
 
     assert "busy" in str(CalibrationReport({}, None, None, 1.0, load=1000.0))
     assert "busy" not in str(CalibrationReport({}, None, "/x", 1.0, load=0.0))
+
+
+def test_without_scipy_the_fft_threshold_is_skipped_and_said_so(monkeypatch):
+    """A base install (no SciPy) is told by explain() to calibrate: the run measures the matmul classes and says
+    why the FFT threshold (scipy.fft's pocketfft threads) is not measured, instead of failing on the import."""
+    import nvdispatch.calibration as calibration
+
+    monkeypatch.setenv("NVDISPATCH_CACHE_DIR", "")
+    monkeypatch.setattr(calibration, "_scipy_installed", lambda: False)
+    monkeypatch.setattr(numpy_fft_workers, "calibrate", lambda *a, **k: pytest.fail("measured the FFT threshold"))
+    numpy_matmul_calibration.clear()
+    try:
+        report = calibrate([(20, 12, 8)], quick=True)
+        assert len(report.matmul) == 2 and report.fft_min_work is None
+        assert "FFT threads threshold not measured: SciPy is not installed" in str(report)
+    finally:
+        numpy_matmul_calibration.clear()
+        nvdispatch.plan_cache.clear()

@@ -90,7 +90,7 @@ def test_main_module_reports_and_runs(capsys):
 
 
 def test_main_module_copes_with_missing_packages():
-    from nvdispatch._demo import _version
+    from nvdispatch._environment import version
 
-    assert _version("no_such_package_anywhere.bindings") is None
-    assert _version("no_such_package_anywhere") is None
+    assert version("no_such_package_anywhere.bindings") is None
+    assert version("no_such_package_anywhere") is None

@@ -34,10 +34,10 @@ def test_small_shape_runs(capsys):
 
 
 def test_missing_framework_names_its_extra(monkeypatch, capsys):
-    import nvdispatch._demo as demo
+    import nvdispatch._environment as environment
 
-    monkeypatch.setattr(demo, "_version", lambda mod: None if mod == "torch" else "1.0")
-    monkeypatch.setattr(demo, "_gpus", lambda: [])
+    monkeypatch.setattr(environment, "version", lambda mod: None if mod == "torch" else "1.0")
+    monkeypatch.setattr(environment, "gpus", lambda: [])
     main(["--shape", "2", "2", "2"])
     assert "torch          not installed (pip install 'nvdispatch[torch]')" in capsys.readouterr().out
 

@@ -160,6 +160,9 @@ def test_block_fft_one_shared_plane_when_two_exceed_48k(kind, direction):
         (1024, np.float32, "c2r", "inverse"),
     ],
 )
+# The kernel leaves the storage slots it does not load uninitialised, as they are on a GPU: the simulator's
+# arithmetic on that garbage may overflow (RuntimeWarnings), and the results, checked here, must not depend on it.
+@pytest.mark.filterwarnings("ignore:.*(overflow|invalid value) encountered:RuntimeWarning")
 def test_suggested_configuration_of_large_sizes(size, precision, kind, direction):
     F = device.FFT(size, precision, kind, "Block", direction=direction)
     assert F.shared_memory_size % (2 * np.dtype(precision).itemsize) == 0  # whole value_type elements

@@ -12,6 +12,7 @@ from fft_reference import assert_close, make
 import nvdispatch
 import nvdispatch.fft as F
 from nvdispatch.errors import (
+    AxisError,
     InvalidArgumentError,
     MixedOperandsError,
     PlanStateError,
@@ -58,6 +59,58 @@ def test_typed_errors_name_the_argument(call, err, arg):
     assert str(info.value).startswith(f"{arg}: expected")
 
 
+_AXIS_ERRORS = [
+    ("fft axis", lambda xp, x: xp.fft(x, None, 2)),
+    ("fft 0-d", lambda xp, x: xp.fft(x[0, 0])),
+    ("rfft 0-d", lambda xp, x: xp.rfft(x.real[0, 0])),
+    ("fftn axes", lambda xp, x: xp.fftn(x, None, (0, -3))),
+    ("irfftn axes", lambda xp, x: xp.irfftn(x, None, (5,))),
+    ("fftshift axes", lambda xp, x: xp.fftshift(x, axes=2)),
+]
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("call", [c[1] for c in _AXIS_ERRORS], ids=[c[0] for c in _AXIS_ERRORS])
+def test_an_axis_out_of_range_is_an_index_error_as_in_numpy_and_torch(call, framework):
+    x = make((4, 6), "complex64")
+    if framework == "torch":
+        if torch is None:
+            pytest.skip("needs torch")
+        x = torch.from_numpy(x)
+        with pytest.raises(IndexError):  # Torch's own error, read off Torch
+            call(_TorchFFT, x)
+    else:
+        with pytest.raises(IndexError):  # NumPy's own error, read off NumPy
+            call(np.fft, x)
+    with pytest.raises(AxisError) as info:
+        call(F, x)
+    assert isinstance(info.value, IndexError) and isinstance(info.value, ValueError)
+
+
+class _TorchFFT:
+    """``torch.fft`` under the positional signature of ``numpy.fft``."""
+
+    @staticmethod
+    def fft(x, n=None, axis=-1):
+        return torch.fft.fft(x, n, axis)
+
+    @staticmethod
+    def rfft(x, n=None, axis=-1):
+        return torch.fft.rfft(x, n, axis)
+
+    @staticmethod
+    def fftn(x, s=None, axes=None):
+        return torch.fft.fftn(x, s, axes)
+
+    @staticmethod
+    def irfftn(x, s=None, axes=None):
+        return torch.fft.irfftn(x, s, axes)
+
+    @staticmethod
+    def fftshift(x, axes=None):
+        return torch.fft.fftshift(x, axes)
+
+
 _NONE_OPERANDS = [
     ("fft", lambda: F.fft(None), "x"),
     ("fftn", lambda: F.fftn(None), "x"),
@@ -91,7 +144,7 @@ def test_common_placement_of_no_operands_is_typed():
 
 
 def test_zero_d_input():
-    with pytest.raises(ShapeMismatchError):
+    with pytest.raises(AxisError):  # no axis to transform: numpy.fft.fft raises an IndexError
         F.fft(np.array(1.0 + 0j))
 
 

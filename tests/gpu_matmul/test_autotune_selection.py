@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
 import pytest
 
 from nvdispatch._cuda import lt_autotune
@@ -40,7 +41,7 @@ def _setup(monkeypatch, screen: dict, refined: dict, fail: tuple = ()):
         return screen[name] if count == 1 else refined[name]
 
     monkeypatch.setattr(lt_autotune, "gpu_seconds", gpu_seconds)
-    monkeypatch.setattr(lt_autotune, "record", lambda plan, r, label, seconds: recorded.append((label, seconds)))
+    monkeypatch.setattr(lt_autotune, "record", lambda plan, r, label, seconds, rejected=None: recorded.append((label, seconds)))
     return sampled, recorded
 
 
@@ -126,3 +127,65 @@ def test_screening_stops_when_its_budget_is_spent(monkeypatch):
     screened = [name for name, t in times.items() if math.isfinite(t)]
     assert screened == ["heuristic #0", "c0", "c1", "c2", "c3"]  # then the clock said 5 s had passed
     assert times["c19"] == math.inf and "c19" not in sampled and plan.algorithm == "c3"
+
+
+# -- the winner's result checked against the heuristic's first answer's ------------------------------------
+def _checked(monkeypatch, screen: dict, results: dict, read_fails: tuple = ()):
+    """``results[name]``: the sample the result of candidate ``name`` reads back as."""
+    sampled, recorded = _setup(monkeypatch, screen, screen)
+    latest: list = []
+
+    def launch(r):
+        latest[:] = [r]
+        return r
+
+    def read():
+        if latest[0] in read_fails:
+            raise RuntimeError("an illegal address")
+        return np.array(results[latest[0]])
+
+    check = lt_autotune.ResultSample(read, lambda expected: 1e-3, (2, 3), "matmul(the test's problem)")
+    return launch, check, recorded
+
+
+def test_a_winner_wrong_in_one_element_is_rejected_for_the_next_fastest(monkeypatch, caplog):
+    right = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    wrong = right[:-1] + [6.5]  # the last row's last element
+    screen = {"heuristic #0": 10.0, "fast but wrong": 5.0, "close": 6.0}
+    results = {"heuristic #0": right, "fast but wrong": wrong, "close": [v + 1e-4 for v in right]}
+    launch, check, recorded = _checked(monkeypatch, screen, results)
+    plan = _Plan()
+    with caplog.at_level(logging.WARNING, logger="nvdispatch"):
+        times = dict(lt_autotune.autotune(plan, launch, stream=0, iterations=2, check=check))
+    assert plan.algorithm == "close" and recorded == [("close", 6.0)]
+    assert times["fast but wrong"] == math.inf
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "fast but wrong" in warning and "matmul(the test's problem)" in warning and "[1, 2]" in warning
+
+
+def test_when_every_faster_one_is_wrong_the_heuristics_first_is_kept(monkeypatch):
+    right = [1.0, 2.0]
+    screen = {"heuristic #0": 10.0, "wrong a": 5.0, "wrong b": 6.0}
+    results = {"heuristic #0": right, "wrong a": [1.0, 3.0], "wrong b": [np.nan, 2.0]}
+    launch, check, recorded = _checked(monkeypatch, screen, results)
+    plan = _Plan()
+    lt_autotune.autotune(plan, launch, stream=0, iterations=1, check=check)
+    assert plan.algorithm == "heuristic #0" and recorded == [("heuristic #0", 10.0)]
+
+
+def test_a_reference_that_cannot_be_read_keeps_the_plans_algorithm(monkeypatch, caplog):
+    screen = {"heuristic #0": 10.0, "fast": 5.0}
+    launch, check, recorded = _checked(monkeypatch, screen, {"fast": [1.0]}, read_fails=("heuristic #0",))
+    plan = _Plan()
+    with caplog.at_level(logging.WARNING, logger="nvdispatch"):
+        lt_autotune.autotune(plan, launch, stream=0, iterations=1, check=check)
+    assert plan.algorithm == "original" and recorded == []
+    assert any("could not be checked" in r.getMessage() for r in caplog.records)
+
+
+def test_the_heuristics_first_winning_needs_no_check(monkeypatch):
+    screen = {"heuristic #0": 1.0, "slower": 5.0}
+    launch, check, recorded = _checked(monkeypatch, screen, {}, read_fails=("heuristic #0", "slower"))
+    plan = _Plan()
+    lt_autotune.autotune(plan, launch, stream=0, iterations=1, check=check)
+    assert plan.algorithm == "heuristic #0"

@@ -133,6 +133,8 @@ def test_candidates_run_on_filled_buffers_of_the_problem_and_all_is_given_back(d
     assert got == [("candidate 1", 2.0), ("candidate 2", 1.0)]
     (stream,) = device.streams
     assert seen["stream"] == stream and seen["iterations"] == 4 and seen["limit"] == 8
+    check = seen["bounds"].pop("check")  # the winner's result is checked on the scratch output
+    assert isinstance(check, lt_autotune.ResultSample) and check.shape == (33, 40)
     assert seen["bounds"] == {"max_candidates": 9, "budget": 1.5, "busy_wait": seen["bounds"]["busy_wait"]}
     (first, pointers, outputs, on, alpha, beta), (second, *_), released = plan.launched
     assert (first, second, on, alpha, beta, released) == ("candidate 1", "candidate 2", stream, 2.0, None, "released")

@@ -338,7 +338,9 @@ def test_autotune_reaches_the_entries_within_their_workspace(staged):
     for listener in plan.algorithm_listeners:
         listener(plan)
     jax.block_until_ready(f(a, b, bias))  # the entry kept the algorithms it had
-    assert ctypes.string_at(hp.probe_record()[0][12], 64) == ctypes.string_at(calls[12], 64)
+    calls = hp.probe_record()[0]  # this call's operands may be aligned otherwise: its own pick among them
+    align = _alignment(calls[3], calls[5], calls[10])
+    assert ctypes.string_at(calls[12], 64) == next(algo for al, algo, _ in tuned if al <= align)
 
 
 def test_explain_says_which_route_a_staged_matmul_takes():

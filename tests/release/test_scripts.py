@@ -24,7 +24,8 @@ GPU_BENCHMARKS = {
     "precision_bench.py",
 }  # fmt: skip
 CPU_BENCHMARKS = {"cpu_matmul_bench.py", "dask_bench.py", "fft_cpu.py", "host_overhead_cpu.py", "host_overhead_wrapped.py",
-                  "first_call_bench.py", "fft_shape_cost_bench.py", "scipy_signal_bench.py", "mlp_host_cpu.py"}  # fmt: skip
+                  "first_call_bench.py", "fft_shape_cost_bench.py", "scipy_signal_bench.py", "mlp_host_cpu.py",
+                  "agreement_cost.py", "jax_staged_cost.py"}  # fmt: skip
 # runs a script as `python SCRIPT` would (its folder first on sys.path), with the listed top-level modules made
 # unimportable, as in a base install
 _WITHOUT = (

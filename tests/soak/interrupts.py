@@ -358,9 +358,10 @@ def run(phase: str, seconds: float, seed: int, watchdog_seconds: float, min_inte
             report.add("leaked_state", f"interrupted at {landed}")
         if backend_state_active():
             nvdispatch.reset_backends()
-        for what in changed_plans(before):
+        done = phase == "autotune" and _autotune_done(fn)
+        for what in [] if done else changed_plans(before):  # a finished autotune's changes are its result
             report.add("plans_changed", f"interrupted at {landed}: {what}")
-        if phase == "autotune" and plan_cache.has_tunings() and not _autotune_done(fn):
+        if phase == "autotune" and plan_cache.has_tunings() and not done:
             report.add("tunings_recorded", f"interrupted at {landed}: {sorted(plan_cache.tunings())[:1]}")
         held = [
             f"{type(plan).__name__} ({users[key]} -> {plan_cache.users(plan)} users)"

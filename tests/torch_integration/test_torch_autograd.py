@@ -326,3 +326,21 @@ def test_convolve_gradients(case, mode):
 
 def test_gelu_reference_is_the_tanh_form():
     assert math.isclose(gelu(np.array(1.0)), 0.8411919906082768, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((5, 0), (0, 6)), ((2, 5, 0), (0, 6)), ((0, 4), (4, 6)),
+                                                  ((2, 0, 4), (4, 6)), ((0,), (0, 6))])  # fmt: skip
+def test_zero_size_products_have_gradients(a_shape, b_shape, bias):
+    # an empty inner (or outer) dimension: the gradients are the NumPy products of empty operands, zeros or empty
+    a, b = _t(*a_shape), _t(*b_shape, seed=1)
+    kwargs = {"epilog": "BIAS", "epilog_inputs": {"bias": _t(b_shape[-1], seed=2)}} if bias else {}
+    w = _t(*np.matmul(np.empty(a_shape), np.empty(b_shape)).shape, seed=3, grad=False)
+    (nvdispatch.matmul(a, b, **kwargs) * w).sum().backward()
+    na, nb, nw = _n(a), _n(b), _n(w)
+    pa = na[None] if na.ndim == 1 else na
+    gw = nw[None] if na.ndim == 1 else nw
+    np.testing.assert_array_equal(_n(a.grad), (gw @ nb.T).reshape(a_shape))
+    np.testing.assert_array_equal(_n(b.grad), _sum_to(np.swapaxes(pa, -1, -2) @ gw, b_shape))
+    if bias:
+        np.testing.assert_allclose(_n(kwargs["epilog_inputs"]["bias"].grad), _sum_to(gw, (1, b_shape[-1]))[0])

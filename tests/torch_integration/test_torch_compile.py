@@ -187,6 +187,26 @@ def test_every_transform_compiles_into_one_graph_of_operators(dynamic):
         np.testing.assert_allclose(got.numpy(), w, rtol=2e-5, atol=2e-5 * max(1, np.abs(w).max()), err_msg=key)
 
 
+_CONJUGATING = ["hfft-complex", "ihfft-real", "ifft-real", "fft-real", "irfft-complex", "ifftn-real", "hfft-real"]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+@pytest.mark.parametrize("case", _CONJUGATING)
+def test_transforms_whose_torch_kernels_conjugate_lazily_compile_right(case, grad):
+    # torch.fft conjugates lazily inside hfft (its input), ihfft and ifft of real input (their results); in a
+    # compiled graph the operator's kernel runs below functionalization, which excludes the Conjugate key
+    func, kind = case.split("-")
+    x = _r(3, 4, dtype=torch.float64, seed=3)
+    if kind == "complex":  # (_r's complex values are real)
+        x = torch.complex(x, _r(3, 4, dtype=torch.float64, seed=4))
+    x.requires_grad_(grad)
+    for norm in ("backward", "ortho", "forward"):
+        fn = lambda x, norm=norm: getattr(nvdispatch.fft, func)(x, norm=norm)  # noqa: E731
+        got = torch.compile(fn, backend=BACKEND, fullgraph=True)(x)
+        want = getattr(np.fft, func)(x.detach().numpy(), norm=norm)
+        np.testing.assert_allclose(got.detach().resolve_conj().numpy(), want, rtol=1e-12, atol=1e-12, err_msg=norm)
+
+
 def test_out_is_written_inside_a_compiled_function():
     x = _r(6, 8, dtype=torch.complex64)
     out = torch.empty(6, 8, dtype=torch.complex64)

@@ -222,14 +222,22 @@ def test_the_chain_is_one_autograd_node():
 
 
 def _count_calls(monkeypatch):
+    """The epilog of every GEMM the chains run from now on (each a call prepared by ``linalg.prepare_call``, the
+    plan cache emptied so that every chain prepares its GEMMs afresh)."""
     calls = []
-    matmul = nvdispatch.linalg.matmul
+    prepare = nvdispatch.linalg.prepare_call
 
-    def counting(a, b, *args, **kwargs):
-        calls.append(str(kwargs.get("epilog") or "DEFAULT"))
-        return matmul(a, b, *args, **kwargs)
+    def counting(a, b, epilog=None, epilog_inputs=None):
+        hold, call = prepare(a, b, epilog, epilog_inputs)
 
-    monkeypatch.setattr(nvdispatch.linalg, "matmul", counting)
+        def counted(*args):
+            calls.append(str(epilog or "DEFAULT"))
+            return call(*args)
+
+        return hold, counted
+
+    nvdispatch.plan_cache.clear()
+    monkeypatch.setattr(nvdispatch.linalg, "prepare_call", counting)
     return calls
 
 
@@ -291,8 +299,9 @@ def _nvdispatch_nodes(gm):
 def test_a_compiled_step_holds_two_operators_and_no_zero_fill(activation):
     mlp = FusedMLP([8, 16, 16, 16, 4], activation=activation)
     forward, backward = _graphs(mlp, torch.randn(5, 8))
-    assert _nvdispatch_nodes(forward) == ["nvdispatch.mlp_forward.default"]
-    assert _nvdispatch_nodes(backward) == ["nvdispatch.mlp_backward.default"]
+    # the kernel operators: no Python autograd step between the compiled graphs and the kernels
+    assert _nvdispatch_nodes(forward) == ["nvdispatch.mlp_forward_kernel.default"]
+    assert _nvdispatch_nodes(backward) == ["nvdispatch.mlp_backward_kernel.default"]
     for gm in (forward, backward):
         targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
         assert not {t for t in targets if "zeros" in t or "fill" in t or "full" in t}, targets
@@ -367,6 +376,10 @@ def _operands(activation, relu_backward, grad, weight_layout="out_in"):
     return x, ws, bs
 
 
+#: opcheck of an operator registered as not differentiated, on inputs that require grad
+NOT_DIFFERENTIATED = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
 @pytest.mark.parametrize("weight_layout", ["out_in", "in_out"])
 @pytest.mark.parametrize(("activation", "relu_backward"), [("relu", "mask"), ("relu", "drelu"), ("gelu", "mask")])
 def test_the_operators_pass_opcheck(activation, relu_backward, weight_layout):
@@ -382,6 +395,13 @@ def test_the_operators_pass_opcheck(activation, relu_backward, weight_layout):
     for input_grad in (True, False):
         args = (grad, x0, ws0, hidden, aux, activation, relu_backward, layout, input_grad)
         torch.library.opcheck(torch_mlp_ops.mlp_backward_op, args)
+        torch.library.opcheck(torch_mlp_ops.mlp_backward_kernel_op, args)
+    # the kernel operators (what compiled graphs call): registered as not differentiated, whatever requires grad
+    kernel = torch_mlp_ops.mlp_forward_kernel_op
+    for for_backward in (True, False):
+        torch.library.opcheck(kernel, (x0, ws0, bs0, activation, relu_backward, layout, for_backward))
+    torch.library.opcheck(kernel, (x, ws, bs, activation, relu_backward, layout, True), test_utils=NOT_DIFFERENTIATED)
+    assert not any(t.requires_grad for t in kernel(x, ws, bs, activation, relu_backward, layout, True))
 
 
 def test_a_recorded_forward_needs_for_backward():
@@ -451,6 +471,10 @@ def test_the_operators_pass_opcheck_on_cuda(activation, relu_backward):
     plain = [w.detach() for w in ws]
     args = (grad, x.detach(), plain, outs[1:3], outs[3:], activation, relu_backward, "out_in", True)
     torch.library.opcheck(torch_mlp_ops.mlp_backward_op, args)
+    torch.library.opcheck(torch_mlp_ops.mlp_backward_kernel_op, args)
+    plain_x = x.detach()
+    torch.library.opcheck(torch_mlp_ops.mlp_forward_kernel_op, (plain_x, plain, [b.detach() for b in bs], activation,
+                                                                relu_backward, "out_in", True))  # fmt: skip
 
 
 @pytest.mark.gpu

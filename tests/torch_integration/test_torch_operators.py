@@ -69,6 +69,18 @@ def test_fft_passes_opcheck(args):
     torch.library.opcheck(OPS["fft"], args)
 
 
+@pytest.mark.parametrize(("func", "dtype"), [("ifft", torch.float64), ("fft", torch.float64), ("hfft", torch.complex128),
+                                           ("ihfft", torch.float64), ("ifftn", torch.float64)])  # fmt: skip
+def test_transforms_torch_conjugates_lazily_pass_opcheck(func, dtype):
+    # torch.fft returns conjugate views (ifft of real input, ihfft) or conjugates its input lazily (hfft): the
+    # operator's output is a plain tensor (as its fake kernel says), right below functionalization too
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 2, generator=g, dtype=torch.float64)
+    x = (torch.view_as_complex(x) if dtype.is_complex else x[..., 0].contiguous()).requires_grad_()
+    one_d = func in ("ifft", "fft", "hfft", "ihfft")
+    torch.library.opcheck(OPS["fft"], (x, func, None, -1, None, [0, 1] if not one_d else None, "ortho"))
+
+
 @pytest.mark.parametrize("args", [a for _, a in convolve_cases(grad=True)], ids=_ids(convolve_cases()))
 def test_convolve_passes_opcheck(args):
     torch.library.opcheck(OPS["convolve"], args)

@@ -19,6 +19,13 @@ there). Timing is two-staged: one short sample of every candidate (screening), t
 the fastest few and of the heuristic's first answer, taken in turns, and the lowest median wins — so a
 candidate that was lucky once among hundreds is not chosen on that luck.
 
+Before the winner is kept, its result is compared with the heuristic's first answer's (the algorithm an
+untuned plan runs) on a sample read back from the device (:mod:`nvdispatch._agreement`), when the caller
+passes a ``check`` (:class:`ResultSample`): a kernel that disagrees beyond a GEMM rounding bound is rejected
+with a WARNING (and listed under ``"rejected"`` in the record) and the next fastest finalist is checked in
+its place. Only finalists are checked, and only until one agrees: a run and a small copy each. Where the
+heuristic's first answer itself fails, nothing can be checked and the plan keeps the algorithm it had.
+
 The choice is recorded in the plan cache under a key holding the GPU (name and compute
 capability), the driver, the cuBLASLt version and the problem, so ``plan_cache.save()``/``load()`` carry it
 to another process on an identical machine and nowhere else: cuBLASLt documents its algorithm structure as
@@ -29,6 +36,7 @@ call included — starts with the recorded algorithm after one ``cublasLtMatmulA
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import logging
 import math
@@ -37,8 +45,9 @@ import time
 import types
 from collections.abc import Callable
 
+from .._agreement import Rejection, disagreement, position, warn
 from .._plan_cache import plan_cache
-from .._tunings import a_number, a_string, an_int, an_object, check_object, ints, require_valid
+from .._tunings import a_number, a_string, an_int, an_object, check_object, ints, require_valid, strings_by_name
 
 __all__ = [
     "environment",
@@ -52,6 +61,7 @@ __all__ = [
     "validate_choice",
     "CANDIDATES",
     "TUNING_KIND",
+    "ResultSample",
 ]
 
 #: the kind of the tunings :func:`record` makes (see nvdispatch._tunings)
@@ -390,6 +400,55 @@ def gpu_seconds(
     return float(statistics.median(samples))
 
 
+@dataclasses.dataclass(frozen=True)
+class ResultSample:
+    """How :func:`autotune` checks a candidate's result: ``read()`` returns the sample of the result of the
+    latest launch (on the host, after the launch finished), ``tolerance(reference_sample)`` the largest
+    difference rounding explains; ``shape`` is the result's (to name the element of a disagreement)."""
+
+    read: Callable[[], object]
+    tolerance: Callable[[object], float]
+    shape: tuple[int, ...] = ()
+    problem: str = ""
+
+
+def _agreeing_best(cands, finalists, seconds, launch, check) -> tuple[int | None, dict[str, str]]:
+    """The fastest finalist whose result agrees with the heuristic's first answer's (see the module docstring),
+    None when none can be kept; ``{label: why}`` of those rejected on the way (their seconds set to inf)."""
+    order = sorted((i for i in finalists if math.isfinite(seconds[i])), key=seconds.__getitem__)
+    if not order or order[0] == 0 or check is None:
+        return (order[0] if order else None), {}
+    try:
+        launch(cands[0][1])
+        expected = check.read()
+        tolerance = check.tolerance(expected)
+    except Exception as exc:  # noqa: BLE001 - documented rule: unchecked, the plan keeps its algorithm
+        _log.warning("cuBLASLt autotune for %s: the results could not be checked (the heuristic's first answer "
+                     "failed: %s); the plan keeps its algorithm", check.problem, exc)
+        return None, {}
+    rejected: dict[str, str] = {}
+    for i in order:
+        if i == 0:
+            return 0, rejected
+        label = cands[i][0]
+        try:
+            launch(cands[i][1])
+            got = check.read()
+        except Exception as exc:  # noqa: BLE001 - an algorithm failing now is not kept
+            rejected[label] = f"failed when checked: {type(exc).__name__}: {exc}"
+            seconds[i] = math.inf
+            continue
+        bad = disagreement(expected, got, tolerance)
+        if bad is None:
+            return i, rejected
+        where = position(check.shape, bad[1]) if check.shape else f"sample element {bad[1]}"
+        rejection = Rejection(label, cands[0][0], bad[0], tolerance, where)
+        warn("cuBLASLt autotune", check.problem, rejection)
+        rejected[label] = rejection.reason()
+        seconds[i] = math.inf
+    return None, rejected
+
+
 def autotune(
     plan,
     launch: Callable[[object], None],
@@ -400,13 +459,15 @@ def autotune(
     max_candidates: int | None = None,
     budget: float | None = None,
     busy_wait: bool = True,
+    check: ResultSample | None = None,
 ):
     """Time every candidate of ``plan`` (``launch(result)`` queues one matmul with it on ``stream``); set and
     record the fastest. Two stages: one short sample of each candidate, then ``iterations`` samples, in turns,
     of the :data:`FINALISTS` fastest and the heuristic's first answer; the lowest median wins. Returns
     ``[(label, seconds)]`` in candidate order: a finalist's median, another candidate's one sample (inf for a
     candidate that failed or was not timed). Bounds: the first ``max_candidates`` candidates only, and no
-    candidate screened once screening has taken ``budget`` seconds; ``busy_wait``: see :func:`gpu_seconds`."""
+    candidate screened once screening has taken ``budget`` seconds; ``busy_wait``: see :func:`gpu_seconds`;
+    ``check``: the winner's result is checked against the heuristic's first answer's (module docstring)."""
     cands = candidates(plan.core, plan.handle, limit)
     found = len(cands)
     if max_candidates is not None:
@@ -444,14 +505,14 @@ def autotune(
                 samples[i].append(timed(i, 1))
         for i, got in samples.items():
             seconds[i] = statistics.median(got)
+        best, rejected = _agreeing_best(cands, finalists, seconds, launch, check)
     except BaseException:  # interrupted: the shared plan keeps the algorithm it had, not a trial one
         plan.algorithm = original
         raise
-    best = min(finalists, key=seconds.__getitem__) if cands else None
     if best is not None and math.isfinite(seconds[best]):
         label, r = cands[best]
         plan.algorithm = r
-        record(plan, r, label, seconds[best])
+        record(plan, r, label, seconds[best], rejected)
     else:
         plan.algorithm = original
     _log.debug(
@@ -478,6 +539,7 @@ _CHOICE = {
     "ws": an_int(0),
     "label": a_string(),
     "seconds": a_number(optional=True),
+    "rejected": strings_by_name(),
 }
 
 
@@ -486,8 +548,9 @@ def validate_choice(value) -> str | None:
     return check_object(value, _CHOICE, required=("env", "data", "ws"))
 
 
-def record(plan, result, label: str = "", seconds: float | None = None) -> dict:
-    """Record ``result`` as ``plan``'s tuned algorithm (for later plans and ``plan_cache.save``)."""
+def record(plan, result, label: str = "", seconds: float | None = None, rejected: dict | None = None) -> dict:
+    """Record ``result`` as ``plan``'s tuned algorithm (for later plans and ``plan_cache.save``); ``rejected``:
+    the candidates whose results disagreed, and why."""
     choice = {
         "env": environment(plan.device_index),
         "data": list(_key(result)),
@@ -495,6 +558,8 @@ def record(plan, result, label: str = "", seconds: float | None = None) -> dict:
         "label": label,
         "seconds": seconds,
     }
+    if rejected:
+        choice["rejected"] = dict(rejected)
     plan.tuned = choice
     plan_cache.record_tuning(tuning_key(plan), choice, TUNING_KIND)
     return choice

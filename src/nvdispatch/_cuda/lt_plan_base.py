@@ -76,13 +76,29 @@ class LtPlanBase:
     def autotune(self, operands, iterations: int = 3, stream=None):
         """Time the heuristic's candidates, smaller-workspace and split-K variants (see :mod:`.lt_autotune`)
         with CUDA events on ``stream``; keep and record the fastest. Returns ``[(label, seconds)]``."""
+        from . import arrays
+        from .lt_result_check import result_check
+
         sp = stream_pointer(stream, self.framework, self.device_index)
+        latest: list = []  # the latest launch's result (read by the winner's check)
 
         def launch(result):
             self.algorithm = result
-            self.execute(operands, sp)
+            got = self.execute(operands, sp)
+            latest[:] = [got[0] if isinstance(got, tuple) else got]
 
-        return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit)
+        fw = self.framework
+        views = {k: arrays.view(v, fw) for k, v in operands.items() if k not in ("alpha", "beta") and _is_array(v)}
+        check = result_check(
+            self.problem,
+            lambda: arrays.view(latest[0], fw),
+            tuple(self.problem.result_shape),
+            views,
+            sp,
+            operands.get("alpha", 1),
+            operands.get("beta"),
+        )
+        return lt_autotune.autotune(self, launch, sp, iterations, self.problem.plan_preferences.limit, check=check)
 
     def time(self, operands, iterations: int = 3, stream=None) -> float:
         """GPU seconds of one call (CUDA events)."""
@@ -109,3 +125,7 @@ class LtPlanBase:
     def release(self) -> None:
         """Give workspaces back in stream order (safe while launches using them are queued)."""
         self.launch.release()
+
+
+def _is_array(value) -> bool:
+    return hasattr(value, "shape") and getattr(value, "ndim", 0) > 0

@@ -7,7 +7,8 @@ allocated with ``cudaMallocAsync`` on a stream created for the purpose (no frame
 involved), filled with finite values of each dtype (a repeated pseudo-random pattern in ``[-1, 1)``: GEMM
 timings depend on the data through power draw and clocks, so zeros would flatter every candidate alike), then
 :func:`.lt_autotune.autotune` times the candidates there, at most ``max_candidates`` of them and
-screening for at most ``budget`` seconds. Everything is given back before it returns, the workspace the
+screening for at most ``budget`` seconds, and checks the winner's result against the heuristic's first
+answer's there (:mod:`.lt_result_check`). Everything is given back before it returns, the workspace the
 launches took for the private stream included; the plan keeps the winner (and the plan cache's record of it).
 """
 
@@ -20,7 +21,10 @@ import sys
 
 import numpy as np
 
+from .._strides import c_strides
 from . import lt_autotune, runtime
+from .arrays import DeviceView
+from .lt_result_check import result_check
 from .lt_setup import output_layouts
 
 __all__ = ["autotune_on_scratch", "pattern"]
@@ -75,6 +79,12 @@ def _fill(rt, ptr: int, nbytes: int, dtype: str, stream: int, seed: int) -> None
         done += step
 
 
+def _view(ptr: int, sig) -> DeviceView:
+    shape = tuple(int(d) for d in sig.shape)
+    strides = c_strides(shape) if sig.strides is None else tuple(int(st) for st in sig.strides)
+    return DeviceView(ptr, sig.dtype, shape, strides)
+
+
 def autotune_on_scratch(plan, alpha=1, beta=None, *, iterations: int = 3, max_candidates: int | None = None,
                         budget: float | None = None) -> list[tuple[str, float]]:
     """Time ``plan``'s candidates (see :func:`.lt_autotune.autotune`) on scratch buffers of its problem's
@@ -107,8 +117,12 @@ def autotune_on_scratch(plan, alpha=1, beta=None, *, iterations: int = 3, max_ca
             plan.execute_into(pointers, outputs, stream, alpha, beta)
 
         limit = p.plan_preferences.limit
+        out_shape, out_dtype = output_layouts(p, plan.setup)["out"]
+        views = {name: _view(pointers[name], sig) for name, sig in sigs}
+        check = result_check(p, lambda: DeviceView(outputs["out"], out_dtype, out_shape, c_strides(out_shape)),
+                             out_shape, views, stream, alpha, beta)
         timed = lt_autotune.autotune(plan, launch, stream, iterations, limit, max_candidates=max_candidates,
-                                     budget=budget, busy_wait="torch" in sys.modules)
+                                     budget=budget, busy_wait="torch" in sys.modules, check=check)
         runtime.check(rt.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
         return timed
     finally:

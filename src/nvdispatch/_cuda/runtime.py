@@ -1,4 +1,5 @@
-"""cuda-bindings runtime helpers: availability, error checks, stream-ordered memory, event timing.
+"""cuda-bindings runtime helpers: availability, error checks, stream-ordered memory, small device-to-host
+copies, event timing.
 
 All functions import ``cuda.bindings`` on first use; :func:`unavailable` says, without raising, why they
 cannot work here.
@@ -22,6 +23,7 @@ __all__ = [
     "free_async",
     "pointer_device",
     "bind_context",
+    "copy_to_host",
     "EventTimer",
 ]
 
@@ -113,6 +115,24 @@ def pointer_device(ptr: int) -> int:
     """The device ordinal owning device pointer ``ptr``."""
     attrs = check(cudart().cudaPointerGetAttributes(ptr), "cudaPointerGetAttributes")
     return int(attrs.device)
+
+
+def copy_to_host(dst: Any, src: int, stream: int, pitch: int | None = None) -> Any:
+    """Copy ``len(dst)`` elements from device address ``src`` into ``dst`` (a contiguous 1-D NumPy array), the
+    source's elements ``pitch`` bytes apart (default: adjacent), queued on ``stream`` (a raw handle) after the
+    work before it, and wait for the copy. Returns ``dst``."""
+    rt = cudart()
+    itemsize, count = dst.itemsize, len(dst)
+    if count == 0:
+        return dst
+    kind = rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+    if pitch is None or pitch == itemsize or count == 1:
+        check(rt.cudaMemcpyAsync(dst.ctypes.data, src, itemsize * count, kind, stream), "cudaMemcpyAsync")
+    else:  # one element per "row" of a 2-D copy: a strided gather in one call
+        check(rt.cudaMemcpy2DAsync(dst.ctypes.data, itemsize, src, pitch, itemsize, count, kind, stream),
+              "cudaMemcpy2DAsync")
+    check(rt.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+    return dst
 
 
 class EventTimer:

@@ -8,6 +8,9 @@ Strategies (``explain()`` names the one that runs, and why):
     (:mod:`.cuda_fft_convolve_model`: the memory each moves, weighted by how fast). The first call of a
     problem times the candidates the model does not rule out (``unfused`` always among them, so no fused
     strategy can lose to the three-kernel form), on that call's operands and stream, and keeps the fastest.
+    Before timing, each candidate's result is compared with ``unfused``'s on a sample (rows across the
+    batch, both ends and the tile seams of each): one that disagrees beyond rounding is rejected (a WARNING,
+    and ``explain()`` says so), never chosen.
     The choice is recorded for ``plan_cache.save`` and, loaded on a machine with the same GPU, driver and
     cuFFT, taken without timing. Problems under :data:`TIMING_MIN_BYTES` take the model's first. Planning a
     timed choice compiles every candidate's kernels (seconds each, once per process and kernel); with a
@@ -50,6 +53,7 @@ import math
 
 import numpy as np
 
+from .._agreement import ResultCheck, fft_tolerance, magnitude
 from .._fft_callbacks import Callback, CallbackFFTProblem, DataLayout
 from .._fft_convolve import ConvolveProblem
 from .._version import __version__
@@ -341,6 +345,26 @@ def _clock_for(problem: ConvolveProblem, device_index: int):
     return clock_for
 
 
+def _result_check(problem: ConvolveProblem, device_index: int) -> ResultCheck:
+    """The timed choice's check of its candidates against ``unfused`` (cuFFT, one multiply, cuFFT): a sample
+    of each result read back, within :func:`~nvdispatch._fft_tolerance` of results as large as the
+    reference's sample or as ``max|x| * max|h|`` (``h`` scales the spectrum: the result's rounding follows
+    the signal's size even where the filter makes the result small)."""
+    fw = problem.framework
+
+    def sample(result, stream):
+        from .._cuda import arrays, result_sample, streams
+
+        return result_sample.sample_device(arrays.view(result, fw), streams.stream_pointer(stream, fw, device_index))
+
+    def tolerance(expected, operands, stream):
+        inputs = [sample(operands[name], stream) for name in ("x", "h")]
+        scale = max(magnitude(expected), magnitude(inputs[0]) * magnitude(inputs[1]))
+        return fft_tolerance(problem.forward.real_dtype, problem.forward.lengths[0], scale)
+
+    return ResultCheck("unfused", sample, tolerance, tuple(problem.inverse.out_shape))
+
+
 def _timed_plan(problem: ConvolveProblem, tuning) -> TimedChoicePlan:
     from .._cuda import runtime
 
@@ -364,6 +388,7 @@ def _timed_plan(problem: ConvolveProblem, tuning) -> TimedChoicePlan:
         tuning=tuning,
         time_it=time_it,
         why_not_timed=why,
+        check=_result_check(problem, dev),
     )
 
 

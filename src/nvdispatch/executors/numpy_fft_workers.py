@@ -67,7 +67,7 @@ class Model:
     def describe(self, workers: int) -> str:
         how = "on all cores" if workers != 1 else "on one thread"
         if self.source == "default":
-            why = "by the default threshold: python -m nvdispatch calibrate measures this machine's"
+            why = "by the default threshold (python -m nvdispatch calibrate measures this machine's own)"
         elif self.source == "fresh":
             why = "by the threshold this process measured"
         else:

@@ -13,7 +13,9 @@ a short pause (``blas_threads.let_workers_sleep``: a loop of calls of one class,
 threads still spinning), and each call right after a bare product on the BLAS's own threads (a program that
 mixes the call with other BLAS work: the BLAS's workers still spin for a while after each call, and an
 engine running threads of its own shares the cores with them). The engine ranked first is the one never far
-from the best in either.
+from the best in either. Before any timing, each engine's result on those operands is compared with the
+:data:`REFERENCE` engine's (NumPy's matmul, then ufuncs; :mod:`nvdispatch._matmul_agreement`): an engine that
+disagrees beyond rounding is not timed and ranks last, with a WARNING.
 
 **When.** :func:`ranking` is a query: it never measures. It answers from this process's rankings, else from
 the store (``cpu_calibration_store``: a ranking measured before on this machine, with this software), else
@@ -40,6 +42,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._matmul_agreement import agreeing, result_sampler
 from .._matmul_problem import ArraySig, MatmulProblem
 from . import blas_threads, cpu_caches
 from .cpu_calibration_store import store
@@ -61,6 +64,7 @@ __all__ = [
     "BUDGET_MACS",
     "CACHE_BUDGET_MACS",
     "FULL_BUDGET_MACS",
+    "REFERENCE",
 ]
 
 #: one calibration run does about this many multiply-adds (rows are capped to stay near it)
@@ -89,6 +93,8 @@ _BLOCK_PASSES = 3
 DEFAULT_PREFERENCE = ("sweep", "ufunc", "blas", "panels", "torch")
 SWEEP_FIRST_BYTES = 1 << 20
 _SECTION, _PENDING = "matmul", "matmul_pending"
+#: the engine every other's result is checked against when calibrating (NumPy's matmul, then ufuncs)
+REFERENCE = "ufunc"
 _CPUS = CPUS
 _log = logging.getLogger("nvdispatch")
 _lock = threading.Lock()
@@ -109,6 +115,7 @@ class Ranking:
     where: str | None = None  # the store's file
     seconds: dict | None = None
     why: str = ""
+    rejected: tuple[str, ...] = ()  # engines whose results disagreed with the reference's (ranked last)
 
     def describe(self) -> str:
         """One line for ``explain()``: the order and its origin."""
@@ -117,7 +124,8 @@ class Ranking:
         if self.source == "persisted":
             return f"engine order {order}: calibrated on this machine{kept}"
         if self.source == "fresh":
-            return f"engine order {order}: calibrated by this process{kept}"
+            wrong = f"; {', '.join(self.rejected)} last: results disagreed with {REFERENCE}'s" if self.rejected else ""
+            return f"engine order {order}: calibrated by this process{kept}{wrong}"
         why = self.why or "this problem class is not calibrated on this machine yet: python -m nvdispatch calibrate"
         return f"engine order {order}: the default order ({why})"
 
@@ -196,7 +204,8 @@ def calibrate(
     if len(candidates) < 2 or rep is None:
         return ranking(problem, candidates)
     seconds = _measure(rep, candidates, make_plan)
-    order = tuple(sorted(candidates, key=lambda s: (seconds[s], candidates.index(s))))
+    rejected = tuple(e for e in candidates if e not in seconds)  # (their results disagreed: last, whatever fast)
+    order = (*sorted(seconds, key=lambda s: (seconds[s], candidates.index(s))), *rejected)
     _log.debug("numpy matmul calibration %s: %s -> %s", cls, seconds, order[0])
     name = repr(cls)
     if persist:
@@ -207,7 +216,8 @@ def calibrate(
         _pending.pop(name, None)
         for memo in [m for m in _rankings if m[1] == cls]:
             del _rankings[memo]
-        got = _rankings[(kept.path, cls, candidates)] = Ranking(order, "fresh", kept.path if persist else None, seconds)
+        where = kept.path if persist else None
+        got = _rankings[(kept.path, cls, candidates)] = Ranking(order, "fresh", where, seconds, rejected=rejected)
     return got
 
 
@@ -350,6 +360,16 @@ def _operands(p: MatmulProblem) -> dict:
     return ops
 
 
+class _Runner:
+    """A hot call as a plan :func:`~nvdispatch._matmul_agreement.agreeing` can run."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def execute(self, operands, stream=None):
+        return self.fn()
+
+
 def _hot_call(plan, ops: dict) -> Callable:
     """What a repeated call runs: the plan's direct call where the route would take it (alpha 1, no c)."""
     direct = getattr(plan, "direct", None)
@@ -382,16 +402,23 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
     """Seconds per call of each candidate engine on ``rep``-shaped synthetic operands (see the module notes)."""
     ops = _operands(rep)
     calls, reps, runs, threaded = {}, {}, {}, set()
+    plans = {name: make_plan(rep, name) for name in candidates}
+    sample = result_sampler(rep, None)
+    samples = {}
     for name in candidates:
-        plan = make_plan(rep, name)
-        if getattr(plan, "own_threads", 1) > 1:
+        if getattr(plans[name], "own_threads", 1) > 1:
             threaded.add(name)
-        fn = _hot_call(plan, ops)
+        fn = _hot_call(plans[name], ops)
         t0 = time.perf_counter()
-        fn()  # warm-up (and first-touch of the output pages)
+        got = fn()  # warm-up (and first-touch of the output pages)
         once = max(time.perf_counter() - t0, 1e-7)
+        if (kept := sample(got)) is not None:  # what is timed is what is checked
+            samples[name] = kept
         calls[name], reps[name] = fn, max(1, min(2000, int(_ROUND_SECONDS / once)))
         runs[name] = max(_MIN_BLOCK_ROUNDS, min(_BLOCK_ROUNDS, int(_BLOCK_SECONDS / (once * reps[name]))))
+    runners = {name: _Runner(calls[name]) for name in candidates}
+    kept_plans, _ = agreeing(runners, rep, ops, None, REFERENCE, "CPU engine calibration", samples)
+    candidates = tuple(kept_plans)
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     if threaded:
         # an engine running its own threads would share the cores with the BLAS workers the engine timed before

@@ -17,6 +17,13 @@ of the executor's cost model:
   straight to the winner. While the stream is being captured into a CUDA graph the executor's clock is
   None: the call runs the model's first and the timing waits for a later call.
 
+With a ``check`` (:class:`~nvdispatch._agreement.ResultCheck`), the first call first runs the reference
+candidate and every other once on its operands, and leaves out (before timing) each whose result disagrees
+with the reference's on the check's sample beyond the check's tolerance: a WARNING names it, the problem
+and the error, and ``steps`` show it as rejected. Where the reference itself cannot plan or run, no
+candidate can be checked: the choice is not timed, the model's first candidate that planned runs (as for a
+problem too small to time, so the check never makes a call fail that would have run), with a WARNING.
+
 ``steps`` (what ``explain()`` shows) say which candidate runs and why: the timings, the recorded tuning, or
 the model's estimates.
 """
@@ -30,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .._agreement import Rejection, ResultCheck, disagreement, position, warn
 from .._plan_cache import plan_cache, workspace_bytes_of
 from .._tunings import a_string, check_object, require_valid
 from ..errors import PlanStateError
@@ -114,6 +122,7 @@ class TimedChoicePlan:
         tuning: Any = None,
         time_it: bool = True,
         why_not_timed: str = "",
+        check: ResultCheck | None = None,
     ):
         if not candidates:
             raise ValueError("a timed choice needs at least one candidate")
@@ -127,6 +136,8 @@ class TimedChoicePlan:
         self._failed: dict[str, str] = {}
         self._errors: dict[str, BaseException] = {}
         self.why_not_timed = why_not_timed
+        self._check = check
+        self.rejected: dict[str, Rejection] = {}
         self._record: dict[str, Any] | None = None
         self._run: Callable[[dict, Any], Any] | None = None
         self.chosen: str | None = None
@@ -215,11 +226,55 @@ class TimedChoicePlan:
         execute = self._plans[label].execute
         return lambda: execute(operands, stream)
 
+    def _agreeing(self, operands: dict, stream: Any) -> bool:
+        """Leave out the candidates whose result disagrees with the reference's (see the module docstring);
+        False when the reference cannot run (then nothing can be checked)."""
+        check = self._check
+        if check is None or list(self._plans) == [check.reference]:
+            return True
+        ref = check.reference
+        try:
+            if ref not in self._plans:
+                why = self._failed.get(ref, "not a candidate")
+                raise LookupError(f"the reference {ref} did not plan ({why})")
+            expected = check.sample(self._plans[ref].execute(operands, stream), stream)
+            tolerance = check.tolerance(expected, operands, stream)
+        except (KeyboardInterrupt, SystemExit, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - documented rule: unchecked, the model's first runs
+            self.why_not_timed = f"the results could not be checked: the reference {ref} failed: {exc}"
+            _log.warning("timed choice for %s: %s; the model's first runs", self.problem.describe(),
+                         self.why_not_timed)
+            return False
+        for label in [k for k in self._plans if k != ref]:
+            try:
+                got = check.sample(self._plans[label].execute(operands, stream), stream)
+            except (KeyboardInterrupt, SystemExit, MemoryError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a candidate failing on these operands is left out
+                self._failed[label] = f"failed when checked: {type(exc).__name__}: {exc}"
+                self._plans.pop(label).release()
+                continue
+            bad = disagreement(expected, got, tolerance)
+            if bad is not None:
+                where = position(check.shape, bad[1]) if check.shape else f"sample element {bad[1]}"
+                rejection = Rejection(label, ref, bad[0], tolerance, where)
+                self.rejected[label] = rejection
+                warn("timed choice", self.problem.describe(), rejection)
+                self._plans.pop(label).release()
+        return True
+
     def _choose(self, operands: dict, stream: Any) -> bool:
         """Time the candidates and adopt the fastest; False when the clock says not now."""
         clock = self._clock_for(operands, stream)
         if clock is None:
             return False
+        if not self._agreeing(operands, stream):
+            first = next(label for label in self.candidates if label in self._plans)
+            self._adopt(first, "model")
+            for label in [k for k in self._plans if k != first]:
+                self._plans.pop(label).release()
+            return True
         medians = self._time(clock, operands, stream)
         order = list(self.candidates)
         chosen = fastest(medians, order)
@@ -296,6 +351,7 @@ class TimedChoicePlan:
                 head = f"chose {self.chosen}, the model's first ({self.why_not_timed})"
             lines = [head, model, *self._chosen_steps[:-1]]
         lines += [f"left out {label}: {why}" for label, why in self._failed.items()]
+        lines += [f"rejected {label}: {r.reason()}" for label, r in self.rejected.items()]
         return (*lines, self.problem.describe())
 
     def release(self) -> None:

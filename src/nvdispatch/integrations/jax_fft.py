@@ -13,22 +13,24 @@ transforms (:func:`~.jax_fft_kernel.fft_kernel`, nvdispatch's executors on XLA's
 * ``hfft`` as ``irfft`` of the conjugate, ``ihfft`` as the conjugate of ``rfft`` (what ``numpy.fft`` does);
 * the scaling of ``norm`` as one multiplication (XLA fuses it with its neighbours).
 
-Gradients: the kernel is a ``jax.custom_vjp`` whose backward pass is a transform again (the transposes of
-``jax.lax.fft``: a complex transform is its own transpose; ``rfft``'s is the real part of a complex transform of
-the zero-padded cotangent; ``irfft``'s the conjugate of a weighted ``rfft``), so derivatives of any order run on
-nvdispatch's transforms too; everything around the kernel is differentiated by JAX. :func:`traced_convolve`
-composes the transforms and the multiplication as ``nvdispatch.fft.convolve`` defines them;
-:func:`traced_shift` and :func:`traced_freq` are XLA operations. What cannot be staged (``stream``, ``out``,
-prolog/epilog callbacks) raises at trace time, naming the argument.
+Derivatives: the kernel is a JAX primitive of nvdispatch's; a transform is linear, so its JVP is the transform of
+the tangent and its transpose is a transform again (the transposes of ``jax.lax.fft``: a complex transform is its
+own transpose; ``rfft``'s is the real part of a complex transform of the zero-padded cotangent; ``irfft``'s the
+conjugate of a weighted ``rfft``); it batches with the batch axis in front and lowers to the kernel. So forward
+mode (``jax.jvp``, ``jax.jacfwd``), reverse mode (``jax.grad``, ``jax.vjp``), ``jax.linear_transpose`` and their
+compositions, to any order, run on nvdispatch's transforms; everything around the kernel is differentiated by
+JAX. :func:`traced_convolve` composes the transforms and the multiplication as ``nvdispatch.fft.convolve``
+defines them; :func:`traced_shift` and :func:`traced_freq` are XLA operations. What cannot be staged
+(``stream``, ``out``, prolog/epilog callbacks) raises at trace time, naming the argument.
 """
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from .._backends import get_state
 from .._detect import CPU, OperandInfo
@@ -159,25 +161,21 @@ def _untrail(x, k: int, count: int):
     return jnp.moveaxis(x, tuple(range(x.ndim - count, x.ndim)), tuple(range(start, start + count)))
 
 
-# -- the kernel and its gradient -----------------------------------------------------------------------------------
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+# -- the kernel and its derivatives ------------------------------------------------------------------------------
 def _kernel(call: FFTCall, x):
-    return fft_kernel(call, x)
+    return _fft_p.bind(x, call=call)
 
 
-def _kernel_forward(call: FFTCall, x):
-    return fft_kernel(call, x), None
-
-
-def _kernel_backward(call: FFTCall, _, ct):
+def _transpose(ct, t, *, call: FFTCall):
     """The transpose of the unnormalised transform (``jax.lax.fft``'s rules, JAX's convention for complex
-    cotangents)."""
+    cotangents: the transpose, not the adjoint)."""
     if call.kind == "c2c":  # the DFT matrix is symmetric
-        return (_kernel(call, ct),)
+        return [_kernel(call, ct)]
     halved, n = call.negative_axes[-1], call.lengths[-1]
     if call.kind == "r2c":  # x -> T(x)[:n//2+1 along the halved axis]: pad the cotangent back, transform, real part
         full = _resize(ct, (ct.ndim + halved,), (n,))
-        return (jnp.real(_kernel(FFTCall("c2c", "forward", call.lengths, call.where, call.state), full)),)
+        spectrum = _kernel(FFTCall("c2c", "forward", call.lengths, call.where, call.state), full)
+        return [jnp.real(spectrum).astype(t.aval.dtype)]
     # c2r: the conjugate of rfft(ct) with the half spectrum's interior counted twice
     spectrum = _kernel(FFTCall("r2c", "forward", call.lengths, call.where, call.state), ct)
     half = spectrum.shape[halved]
@@ -186,10 +184,33 @@ def _kernel_backward(call: FFTCall, _, ct):
     if n % 2 == 0:
         weight[-1] = 1.0
     weight = weight.reshape((half,) + (1,) * (-halved - 1)).astype(np.dtype(ct.dtype).type)
-    return (jnp.conj(spectrum * weight),)
+    return [jnp.conj(spectrum * weight).astype(t.aval.dtype)]
 
 
-_kernel.defvjp(_kernel_forward, _kernel_backward)
+def _output_aval(t, *, call: FFTCall):
+    problem = call.problem(t.shape, str(t.dtype))
+    return jax.core.ShapedArray(problem.out_shape, np.dtype(problem.result_dtype))
+
+
+def _batched(args, dims, *, call: FFTCall):
+    """The transformed axes are counted from the end: the batch axis goes in front."""
+    (t,), (dim,) = args, dims
+    return _fft_p.bind(jnp.moveaxis(t, dim, 0) if dim else t, call=call), 0
+
+
+def _run(x, *, call: FFTCall):
+    return fft_kernel(call, x)
+
+
+#: the unnormalised transform ``call`` as a JAX primitive: linear, so its JVP is itself and its transpose
+#: :func:`_transpose` (``jax.grad``, ``jax.jvp``, ``jax.linear_transpose``, to any order); it runs (eagerly and
+#: compiled) as the kernel
+_fft_p = Primitive("nvdispatch_fft")
+_fft_p.def_impl(_run)
+_fft_p.def_abstract_eval(_output_aval)
+mlir.register_lowering(_fft_p, mlir.lower_fun(_run, multiple_results=False))
+ad.deflinear2(_fft_p, _transpose)
+batching.primitive_batchers[_fft_p] = _batched
 
 
 # -- convolve, shifts, frequencies ------------------------------------------------------------------------------
@@ -212,14 +233,18 @@ def traced_shift(x, axes=None, inverse: bool = False):
         axes_t = tuple(range(ndim))
     else:
         seq = (axes,) if isinstance(axes, int) and not isinstance(axes, bool) else axes
+        if isinstance(seq, jax.core.Tracer):
+            _axis(seq, ndim)
         if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
-            raise InvalidArgumentError("axes", "an int, a sequence of ints, or None", repr(axes))
+            raise InvalidArgumentError("axes", "an int, a sequence of ints, or None", describe(axes))
         axes_t = tuple(_axis(a, ndim) for a in seq)
     shifts = tuple(-(x.shape[a] // 2) if inverse else x.shape[a] // 2 for a in axes_t)
     return jnp.roll(x, shifts, axes_t) if axes_t else x
 
 
 def _axis(value, ndim: int) -> int:
+    if isinstance(value, jax.core.Tracer):
+        raise InvalidArgumentError("axes", "Python ints (static: the axes shape the program)", describe(value))
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not -ndim <= value < ndim:
         raise InvalidArgumentError("axes", f"axes in [{-ndim}, {ndim}) for a {ndim}-D input", repr(value))
     return int(value) % ndim

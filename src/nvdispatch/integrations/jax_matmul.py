@@ -5,7 +5,9 @@ A call whose operands include JAX tracers reaches :func:`traced_matmul` (install
 operands' abstract values (what fails eagerly fails here, at trace time, with the same typed error), brings the
 operands to one canonical form (PEP 465 promotion, every operand of the result's rank: reshapes XLA makes for
 free) and stages one :func:`~.jax_matmul_kernel.matmul_kernel` — nvdispatch's executors on XLA's buffers —
-inside a ``jax.custom_vjp`` whose backward pass is built on nvdispatch's epilogs:
+inside a ``jax.custom_jvp``. Its tangent is a primitive of its own, linear in the operands' tangents: forward
+mode (``jax.jvp``, ``jax.jacfwd``) evaluates it as staged products and XLA operations (the epilog's derivative);
+reverse mode (``jax.grad``) transposes it into a backward pass built on nvdispatch's epilogs:
 
 * ``RELU*`` keep their result for the backward pass (``y > 0`` is the mask: the result is kept anyway, as the
   next layer's input, where a mask would be one more buffer); ``GELU*`` run as ``GELU_AUX*``, which keep the
@@ -19,7 +21,7 @@ inside a ``jax.custom_vjp`` whose backward pass is built on nvdispatch's epilogs
 Differences from an eager call: ``relu_aux`` is a boolean mask of the result's shape on every platform (eager
 GPU calls return cuBLASLt's bit mask), and ``DRELU`` takes that mask. What cannot be staged raises at trace
 time, naming the argument: ``stream`` (XLA's stream is used), FP8 operands, scales and options, traced
-``alpha``/``beta``. Forward-mode differentiation (``jax.jvp``) is not defined (a ``custom_vjp``).
+``alpha``/``beta``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from .._backends import get_state
 from .._detect import CPU
@@ -43,12 +48,15 @@ from ..errors import EpilogInputError, InvalidArgumentError, UnsupportedDtypeErr
 from .jax_autotune import autotune_mode
 from .jax_ffi import route
 from .jax_matmul_kernel import MatmulCall, matmul_kernel
-from .jax_matmul_shapes import abstract_problem, output_avals
+from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals
 
 __all__ = ["traced_matmul", "staged_product"]
 
 #: operands of the canonical call, in the order the staged function takes them
 _OPERANDS = ("a", "b", "c", "bias", "relu_aux", "gelu_aux")
+#: the operands with tangents (``relu_aux`` is a mask), and what the forward pass keeps for the derivatives
+_LINEAR = ("a", "b", "c", "bias", "gelu_aux")
+_RESIDUALS = (*_OPERANDS, "y", "pre")
 _WIDE = ("float64", "complex128", "int64", "uint64")
 
 
@@ -190,12 +198,49 @@ def _canonical(problem: MatmulProblem, arrays: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-# -- the staged call and its gradient ---------------------------------------------------------------------------
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+# -- the staged call and its derivatives -------------------------------------------------------------------------
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _staged(call: MatmulCall, a, b, c, bias, relu_aux, gelu_aux):
     """``call`` on canonical operands (None where absent): ``(result, *auxiliary outputs)``."""
     operands = dict(zip(_OPERANDS, (a, b, c, bias, relu_aux, gelu_aux)))
     return matmul_kernel(call, {k: v for k, v in operands.items() if v is not None})
+
+
+@functools.partial(_staged.defjvp, symbolic_zeros=True)
+def _staged_jvp(call: MatmulCall, primals, tangents):
+    """The forward pass (:func:`_forward`) and the outputs' tangents as one :data:`_tangent_p`: forward mode
+    evaluates it; reverse mode transposes it into :func:`_backward`, the fused backward products."""
+    outputs, residuals = _forward(call, *primals)
+    spec = spec_of(call.epilog)
+    names = ("out", *spec.outputs)
+    moving = tuple(
+        name
+        for name, x, t in zip(_OPERANDS, primals, tangents)
+        if name in _LINEAR and x is not None and _inexact(x) and not isinstance(t, SymbolicZero)
+    )
+    floating = tuple(name for name, y in zip(names, outputs) if _inexact(y))
+    got = {}
+    if moving and floating:
+        kept = tuple(name for name, x in zip(_RESIDUALS, residuals) if x is not None)
+        values = _tangent_p.bind(
+            *(x for x in residuals if x is not None),
+            *(t for name, t in zip(_OPERANDS, tangents) if name in moving),
+            call=call,
+            residuals=kept,
+            linear=moving,
+            outputs=floating,
+        )
+        got = dict(zip(floating, values))
+    out_tangents = tuple(got[name] if name in got else _zero_tangent(y) for name, y in zip(names, outputs))
+    return tuple(outputs), out_tangents
+
+
+def _inexact(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def _zero_tangent(y):
+    return jnp.zeros(y.shape, y.dtype) if _inexact(y) else np.zeros(y.shape, jax.dtypes.float0)
 
 
 def _forward(call: MatmulCall, a, b, c, bias, relu_aux, gelu_aux):
@@ -217,13 +262,17 @@ def _forward(call: MatmulCall, a, b, c, bias, relu_aux, gelu_aux):
 
 
 def _backward(call: MatmulCall, residuals, cotangents):
+    """The cotangents of ``(a, b, c, bias, relu_aux, gelu_aux)`` from those of the outputs (None: zero) and the
+    forward pass's residuals."""
     a, b, c, bias, relu_aux, gelu_aux, y, pre = residuals
     spec = spec_of(call.epilog)
     dt = y.dtype
     g = cotangents[0]
-    aux_ct = dict(zip(spec.outputs, cotangents[1:]))
+    if g is None:
+        g = jnp.zeros(y.shape, dt)
+    aux_ct = {name: ct for name, ct in zip(spec.outputs, cotangents[1:]) if ct is not None}
     bgrad = next((name for name in spec.outputs if OUTPUTS[name].kind == "bias_gradient"), None)
-    if bgrad is not None:  # the result also feeds its own sum
+    if bgrad in aux_ct:  # the result also feeds its own sum
         summed = aux_ct[bgrad]
         g = g + (jnp.expand_dims(summed, -2) if call.options.bgrad_axis == "n" else summed).astype(dt)
     zero = jnp.zeros((), dt)
@@ -252,7 +301,121 @@ def _backward(call: MatmulCall, residuals, cotangents):
     return da, db, dc, dbias, None, d_gelu_aux
 
 
-_staged.defvjp(_forward, _backward)
+# -- the tangent primitive ----------------------------------------------------------------------------------------
+def _tangent_abstract(*args, call: MatmulCall, residuals, linear, outputs):
+    signature = tuple((name, tuple(x.shape), np.dtype(x.dtype)) for name, x in zip(residuals, args))
+    return _output_shapes(call, signature, outputs)
+
+
+@functools.lru_cache(maxsize=256)
+def _output_shapes(call: MatmulCall, signature: tuple, outputs: tuple[str, ...]) -> list:
+    """The shapes and dtypes of the outputs named ``outputs`` of ``call`` on operands of ``signature`` (name,
+    shape, dtype): the staged call's (remembered: each differentiated call binds its tangent again)."""
+    ops = {name: jax.ShapeDtypeStruct(shape, dtype) for name, shape, dtype in signature if name in _OPERANDS}
+    spec = spec_of(call.epilog)
+    avals = output_avals(abstract_problem("jax", CPU, ops, spec, call.options, call.alpha, call.beta, call.transpose))
+    return [jax.core.ShapedArray(avals[name].shape, np.dtype(avals[name].dtype)) for name in outputs]
+
+
+def _tangent_values(*args, call: MatmulCall, residuals, linear, outputs):
+    """The tangents of the outputs named ``outputs`` from those of the ``linear`` operands: the product's tangent
+    ``alpha (op(da) op(b) + op(a) op(db)) + beta dc`` as staged products, pushed through the epilog's XLA form
+    (``jax.jvp`` of :func:`~.jax_matmul_shapes.apply_epilog`)."""
+    res = dict(zip(residuals, args))
+    tan = dict(zip(linear, args[len(residuals) :]))
+    spec = spec_of(call.epilog)
+    ops = {name: res[name] for name in _OPERANDS if name in res}
+    problem = abstract_problem("jax", CPU, ops, spec, call.options, call.alpha, call.beta, call.transpose)
+    dt = jnp.dtype(problem.result_dtype)
+    plain = dataclasses.replace(call, epilog="DEFAULT", beta=None)
+
+    def product(x, y):  # alpha op(x) op(y)
+        return _staged(plain, x, y, None, None, None, None)[0].astype(dt)
+
+    beta = 1 if call.beta is None else call.beta
+    a, b = res["a"], res["b"]
+    terms = ([product(tan["a"], b)] if "a" in tan else []) + ([product(a, tan["b"])] if "b" in tan else [])
+    if "c" in tan:
+        terms.append((beta * tan["c"]).astype(dt))
+    dd = functools.reduce(jnp.add, terms) if terms else jnp.zeros(problem.promoted_shape, dt)
+    # the epilog reads the product itself only where it is not affine in it
+    if spec.activation is not None and not (spec.backward and "gelu_aux" not in tan):
+        d = product(a, b)
+        if "c" in res:
+            d = d + (beta * res["c"]).astype(dt)
+        d, dd = _together(d, dd)
+    else:
+        d = jnp.zeros_like(dd)
+    fixed = {name: res[name] for name in ("relu_aux",) if name in res}
+    moving = {name: res[name] for name in ("bias", "gelu_aux") if name in res}
+
+    def epilog(d, la, lb, inputs):
+        return apply_epilog(problem, d, la, lb, {**inputs, **fixed})
+
+    la, lb = _read(a, call.transpose_a), _read(b, call.transpose_b)
+    la, dla = _together(la, _read(tan["a"], call.transpose_a) if "a" in tan else jnp.zeros_like(la))
+    lb, dlb = _together(lb, _read(tan["b"], call.transpose_b) if "b" in tan else jnp.zeros_like(lb))
+    pairs = {name: _together(x, tan[name] if name in tan else jnp.zeros_like(x)) for name, x in moving.items()}
+    moving, dmoving = {n: p[0] for n, p in pairs.items()}, {n: p[1] for n, p in pairs.items()}
+    _, got = jax.jvp(epilog, (d, la, lb, moving), (dd, dla, dlb, dmoving))
+    got = dict(zip(("out", *spec.outputs), got))
+    want = _tangent_abstract(*args, call=call, residuals=residuals, linear=linear, outputs=outputs)
+    return [jnp.broadcast_to(got[name], aval.shape).astype(aval.dtype) for name, aval in zip(outputs, want)]
+
+
+def _together(x, t):
+    """A primal and its tangent broadcast to one shape (under ``jax.vmap`` either may lack the batch)."""
+    shape = jnp.broadcast_shapes(x.shape, t.shape)
+    return jnp.broadcast_to(x, shape), jnp.broadcast_to(t, shape)
+
+
+def _read(x, transposed: bool):
+    return jnp.swapaxes(x, -1, -2) if transposed else x
+
+
+def _tangent_transpose(cts, *args, call: MatmulCall, residuals, linear, outputs):
+    """The transpose: :func:`_backward` (the fused backward products) on the residuals."""
+    res = dict(zip(residuals, args))
+    spec = spec_of(call.epilog)
+    given = {name: None if isinstance(ct, ad.Zero) else ct for name, ct in zip(outputs, cts)}
+    got = _backward(call, tuple(res.get(name) for name in _RESIDUALS), [given.get(n) for n in ("out", *spec.outputs)])
+    got = dict(zip(_OPERANDS, got))
+    out = [None] * len(residuals)
+    for name, primal in zip(linear, args[len(residuals) :]):
+        aval = primal.aval
+        ct = got[name]
+        out.append(ad.Zero(aval.to_ct_aval()) if ct is None else _sum_to(ct, aval.shape).astype(aval.dtype))
+    return out
+
+
+def _tangent_jvp(primals, tangents, **params):
+    """Forward mode over a tangent (second derivatives): its XLA form differentiated."""
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    return jax.jvp(lambda *xs: _tangent_values(*xs, **params), tuple(primals), tuple(tangents))
+
+
+def _tangent_batched(args, dims, *, call: MatmulCall, residuals, linear, outputs):
+    """The batch axis in front of every operand, each broadcast along it (an auxiliary output's tangent may be
+    batched by a tangent alone, e.g. a sum over ``b`` whose tangent only is batched)."""
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    moved = [
+        jnp.broadcast_to(x, (size, *x.shape)) if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims)
+    ]
+    outs = _tangent_p.bind(*moved, call=call, residuals=residuals, linear=linear, outputs=outputs)
+    return outs, [0] * len(outs)
+
+
+#: the outputs' tangents of a staged call (residuals, then the tangents of the ``linear`` operands): linear in
+#: the latter; transposed by the fused backward products, evaluated (forward mode) as staged products and XLA
+#: operations
+_tangent_p = Primitive("nvdispatch_matmul_tangent")
+_tangent_p.multiple_results = True
+_tangent_p.def_impl(_tangent_values)
+_tangent_p.def_abstract_eval(_tangent_abstract)
+mlir.register_lowering(_tangent_p, mlir.lower_fun(_tangent_values, multiple_results=True))
+ad.primitive_jvps[_tangent_p] = _tangent_jvp
+ad.primitive_transposes[_tangent_p] = _tangent_transpose
+batching.primitive_batchers[_tangent_p] = _tangent_batched
 
 
 def staged_product(call: MatmulCall, a, b, *, bias=None, relu_aux=None, gelu_aux=None) -> tuple:

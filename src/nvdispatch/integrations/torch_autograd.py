@@ -194,7 +194,7 @@ def matmul_grads(ctx, saved, grads, needs):
     real = not gt.is_complex()
     if need["b"]:
         if b_p.dim() == 2 and real:
-            a2, g2 = a_p.reshape(-1, a_p.shape[-1]), gt.reshape(-1, gt.shape[-1])
+            a2, g2 = a_p.flatten(0, -2), gt.flatten(0, -2)  # not reshape(-1, k): k may be 0
             if _column_major(b_p):  # b a transposed view (a Linear weight's W^T): its gradient in that layout
                 got = _mm(g2.mT, a2, "BGRADA" if need["bias"] and bias_n else "DEFAULT", alpha)
                 gb = got[0].mT

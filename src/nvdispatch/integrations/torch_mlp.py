@@ -33,7 +33,8 @@ Weights are stored as ``torch.nn.Linear`` stores them, ``W_i`` of shape ``(out, 
 
 The whole chain is one autograd node: its forward runs the layers' fused calls back to back, its backward all the
 backward GEMMs (:mod:`.torch_mlp_ops`). Under ``torch.compile`` it is two operators in the graph
-(``nvdispatch::mlp_forward`` and ``nvdispatch::mlp_backward``), with exact fake kernels, so ``fullgraph=True``
+(``nvdispatch::mlp_forward_kernel`` and ``nvdispatch::mlp_backward_kernel``, below ``nvdispatch::mlp_forward``'s
+autograd), with exact fake kernels, so ``fullgraph=True``
 traces it with no graph break, with static or dynamic shapes, and ``mode="reduce-overhead"`` captures it in the
 step's CUDA graph. Each GEMM is a cached call of nvdispatch's compiled front (on the GPU one cuBLASLt launch).
 Gradients of the input, weights and biases are those of the same model written with
@@ -60,7 +61,7 @@ from collections.abc import Sequence
 import torch
 
 from ..errors import InvalidArgumentError, ShapeMismatchError
-from . import torch_mlp_ops
+from . import torch_mlp_ops, torch_mlp_state
 from .mlp_epilogs import check_activation
 
 __all__ = ["FusedMLP", "fused_mlp"]
@@ -188,6 +189,25 @@ class FusedMLP(torch.nn.Module):
     >>> x = torch.randn(8, 16)
     >>> bool(torch.allclose(mlp(x), linears[1](torch.relu(linears[0](x))), atol=1e-5))
     True
+
+    Checkpoints: ``load_state_dict`` takes this model's own state dict (keys ``weights.0``, ``biases.0``, ...)
+    and that of the ``torch.nn.Sequential`` it replaces (``Linear, act, ..., Linear``: keys ``0.weight``,
+    ``0.bias``, ``2.weight``, ...), here or inside a larger model, with Torch's ``strict`` checks (a strict
+    load of a Sequential checkpoint names what is missing or unexpected by that checkpoint's keys);
+    :meth:`to_sequential` gives the plain model, whose ``state_dict()`` loads without nvdispatch.
+
+    >>> seq = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    >>> list(seq.state_dict())
+    ['0.weight', '0.bias', '2.weight', '2.bias']
+    >>> mlp = FusedMLP([16, 32, 4])
+    >>> mlp.load_state_dict(seq.state_dict())
+    <All keys matched successfully>
+    >>> bool(torch.allclose(mlp(x), seq(x), atol=1e-5))
+    True
+    >>> list(mlp.state_dict())
+    ['weights.0', 'weights.1', 'biases.0', 'biases.1']
+    >>> list(mlp.to_sequential().state_dict())
+    ['0.weight', '0.bias', '2.weight', '2.bias']
     """
 
     def __init__(
@@ -212,14 +232,147 @@ class FusedMLP(torch.nn.Module):
             bound = 1 / math.sqrt(fan_in)  # torch.nn.Linear's initialisation
             self.weights.append(torch.nn.Parameter(torch.empty(fan_out, fan_in, **kw).uniform_(-bound, bound)))
             self.biases.append(torch.nn.Parameter(torch.empty(fan_out, **kw).uniform_(-bound, bound)))
+        self.register_load_state_dict_pre_hook(torch_mlp_state.accept_sequential_keys)
+        self.register_load_state_dict_post_hook(torch_mlp_state.report_sequential_keys)
         epilog, _ = torch_mlp_ops.hidden_epilog(activation, relu_backward, True)
         log.debug(
             "FusedMLP %s: hidden layers %s, relu_backward=%s, weights (out, in)", list(widths), epilog, relu_backward
         )
 
+    @classmethod
+    def from_sequential(cls, layers, *, relu_backward: str = "mask") -> FusedMLP:
+        """The ``FusedMLP`` of an existing Torch model: ``layers`` (a ``torch.nn.Sequential``, or any iterable of
+        modules) ``Linear, act, Linear, act, ..., Linear``, the same activation between every two Linear layers
+        (``torch.nn.ReLU``, or ``torch.nn.GELU(approximate="tanh")``) and every Linear with a bias. The new model
+        holds the Linear layers' own parameters (not copies): the same tensors, so an optimizer made over the old
+        model's parameters trains the new one, and the gradients land where they did.
+
+        Raises
+        ------
+        InvalidArgumentError
+            Naming ``layers[i]`` when a module is not what its place needs (or a Linear has no bias, or a GELU is
+            not the tanh approximation, which cuBLASLt's epilogs compute).
+        ShapeMismatchError
+            When a Linear's inputs differ from the previous one's outputs.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from nvdispatch.integrations.torch_mlp import FusedMLP
+        >>> seq = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        >>> mlp = FusedMLP.from_sequential(seq)
+        >>> mlp.extra_repr()
+        "widths=[16, 32, 4], activation='relu', relu_backward='mask'"
+        >>> mlp.weights[0] is seq[0].weight
+        True
+        >>> x = torch.randn(8, 16)
+        >>> bool(torch.allclose(mlp(x), seq(x), atol=1e-5))
+        True
+        """
+        modules = list(layers)
+        if len(modules) % 2 == 0 or not modules:
+            raise InvalidArgumentError(
+                "layers", "Linear, act, ..., Linear: an odd number of modules", f"{len(modules)} modules"
+            )
+        linears = modules[::2]
+        activation = None
+        for i, module in enumerate(modules):
+            where = f"layers[{i}]"
+            if i % 2 == 0:
+                if not isinstance(module, torch.nn.Linear):
+                    raise InvalidArgumentError(where, "a torch.nn.Linear", type(module).__name__)
+                if module.bias is None:
+                    raise InvalidArgumentError(where, "a Linear with a bias", "a Linear without one (bias=False)")
+                if i and module.in_features != modules[i - 2].out_features:
+                    raise ShapeMismatchError(
+                        where, f"{modules[i - 2].out_features} in_features", f"{module.in_features}"
+                    )
+                continue
+            found = _activation_of(module)
+            if found is None:
+                raise InvalidArgumentError(
+                    where, "torch.nn.ReLU or torch.nn.GELU(approximate='tanh')", _describe_module(module)
+                )
+            if activation is not None and found != activation:
+                raise InvalidArgumentError(where, f"the same activation as layers[1] ({activation})", found)
+            activation = found
+        widths = [linears[0].in_features] + [lin.out_features for lin in linears]
+        model = cls(widths, activation or "relu", relu_backward=relu_backward, device="meta")  # no storage made
+        model.weights = torch.nn.ParameterList([lin.weight for lin in linears])
+        model.biases = torch.nn.ParameterList([lin.bias for lin in linears])
+        return model
+
+    def to_sequential(self) -> torch.nn.Sequential:
+        """The plain Torch model this one computes: ``torch.nn.Sequential(Linear, act, Linear, ..., Linear)``
+        over this model's own parameters (the same tensors, not copies; the inverse of :meth:`from_sequential`),
+        ``act`` ``torch.nn.ReLU()`` or ``torch.nn.GELU(approximate="tanh")``, in this model's training mode.
+
+        Its ``state_dict()`` is a plain checkpoint (keys ``0.weight``, ``0.bias``, ``2.weight``, ...) that loads
+        into a model built without nvdispatch, and its ``parameters()`` come in that model's order (layer by
+        layer, weight then bias), which is the order an optimizer's checkpoint must match: an optimizer of this
+        model whose state is saved for, or loaded from, the plain model is made over
+        ``mlp.to_sequential().parameters()`` (``mlp.parameters()`` lists every weight, then every bias).
+
+        Examples
+        --------
+        >>> import io
+        >>> import torch
+        >>> from nvdispatch.integrations.torch_mlp import FusedMLP
+        >>> mlp = FusedMLP([16, 32, 4], activation="gelu")
+        >>> seq = mlp.to_sequential()
+        >>> seq
+        Sequential(
+          (0): Linear(in_features=16, out_features=32, bias=True)
+          (1): GELU(approximate='tanh')
+          (2): Linear(in_features=32, out_features=4, bias=True)
+        )
+        >>> seq[0].weight is mlp.weights[0]
+        True
+        >>> buffer = io.BytesIO()
+        >>> torch.save(seq.state_dict(), buffer)
+        >>> _ = buffer.seek(0)
+        >>> plain = torch.nn.Sequential(
+        ...     torch.nn.Linear(16, 32), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(32, 4))
+        >>> plain.load_state_dict(torch.load(buffer))
+        <All keys matched successfully>
+        >>> x = torch.randn(8, 16)
+        >>> bool(torch.allclose(plain(x), mlp(x), atol=1e-5))
+        True
+        """
+        return torch_mlp_state.sequential_of(_listed(self.weights), _listed(self.biases), self.activation,
+                                             self.training)  # fmt: skip
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return fused_mlp(x, list(self.weights), list(self.biases), self.activation, relu_backward=self.relu_backward)
+        return fused_mlp(x, _listed(self.weights), _listed(self.biases), self.activation,
+                         relu_backward=self.relu_backward)  # fmt: skip
 
     def extra_repr(self) -> str:
         widths = [w.shape[1] for w in self.weights] + [self.weights[-1].shape[0]]
         return f"widths={widths}, activation={self.activation!r}, relu_backward={self.relu_backward!r}"
+
+
+def _activation_of(module) -> str | None:
+    """``"relu"``/``"gelu"`` for the activation modules FusedMLP computes, else None."""
+    if type(module) is torch.nn.ReLU:  # in place or not: the same function of the Linear's output
+        return "relu"
+    if type(module) is torch.nn.GELU and module.approximate == "tanh":
+        return "gelu"
+    return None
+
+
+def _describe_module(module) -> str:
+    if type(module) is torch.nn.GELU:
+        return f"GELU(approximate={module.approximate!r}) (FusedMLP's GELU is the tanh approximation)"
+    return type(module).__name__
+
+
+def _listed(params: torch.nn.ParameterList) -> list:
+    """``list(params)``: eagerly read from the list's own parameter dict (in order: it holds them by index), which
+    costs a tenth of iterating ``ParameterList`` (a string index and a module attribute lookup per item); while
+    Torch traces a program, iterated as it is."""
+    if torch.compiler.is_compiling():
+        return list(params)
+    own = params.__dict__.get("_parameters")
+    if own is None or len(own) != len(params):  # not a ParameterList as this Torch lays it out
+        return list(params)
+    return [*own.values()]

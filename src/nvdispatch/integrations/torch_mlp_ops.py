@@ -21,17 +21,27 @@ str relu_backward, str weight_layout, bool input_grad) -> Tensor[]``
     the bias gradient come from one pass (:mod:`.torch_activation_grad`) after a plain GEMM, and the weight
     gradients from plain GEMMs.
 
+``nvdispatch::mlp_forward_kernel`` / ``nvdispatch::mlp_backward_kernel`` (the same schemas)
+    The same kernels as operators that autograd passes by (a fallthrough at the ``Autograd`` key, the kernels
+    run with autograd off): never differentiated. ``mlp_forward``'s autograd records one node whose forward and
+    backward call them, so a traced program holds these two, and a compiled graph reaches each kernel through the
+    dispatcher alone, with no Python autograd step (``torch.library.register_autograd``'s kernel and redispatch)
+    per call.
+
 Registered as the other operators are (:mod:`.torch_ops`: ``torch.library.Library`` schemas, one
-``CompositeExplicitAutograd`` kernel for every device, exact fake kernels, ``register_autograd``), in the same
-namespace. In a compiled graph the step is two opaque nodes, whatever the number of layers. The kernels call the
-public :func:`nvdispatch.matmul` under :func:`.torch_reentry.in_kernel`: each GEMM is a cached call of the compiled
-front, and the backend state current when a kernel runs chooses its executor.
+``CompositeExplicitAutograd`` kernel for every device, exact fake kernels), in the same namespace; ``mlp_forward``'s
+``Autograd`` kernel is the chain's autograd Function, ``mlp_backward`` refuses a derivative
+(``register_autograd``). In a compiled graph the step is two opaque nodes, whatever the number of layers. A kernel
+runs its problem's prepared plan (:mod:`.torch_mlp_plan`, in the plan cache under a key holding the backend state
+and precision settings current when it runs): each GEMM the plan ``nvdispatch.matmul`` would run for it, called
+directly (on CUDA one compiled cuBLASLt launch), under :func:`.torch_reentry.in_kernel`.
 
 Eagerly, :func:`apply` runs the same kernels as one autograd Function (its forward takes ``ctx``, so
-``Function.apply`` binds no arguments with ``inspect``; no dispatcher in between): one autograd node per step.
-Neither the operator's nor the Function's extra outputs take part in autograd (they are saved for the backward,
-not differentiated), so no zero gradient is ever made for them. The backward is not differentiable itself: a
-second backward pass through it is refused with an error.
+``Function.apply`` binds no arguments with ``inspect``; no dispatcher in between): one autograd node per step, and
+without one (no input requiring grad, or grad mode off) the forward kernel alone. Neither the operator's nor the
+Function's extra outputs take part in autograd (they are saved for the backward, not differentiated), so no zero
+gradient is ever made for them. The backward is not differentiable itself: a second backward pass through it is
+refused with an error.
 """
 
 from __future__ import annotations
@@ -43,10 +53,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .. import linalg
 from ..errors import InvalidArgumentError
 from . import torch_activation_grad as one_pass
 from . import torch_layouts as layouts
+from . import torch_mlp_plan as chain_plan
 from .mlp_epilogs import ACTIVATIONS, RELU_BACKWARDS, chain_epilogs
 from .torch_ops import matmul_layout
 from .torch_reentry import in_kernel
@@ -57,6 +67,8 @@ __all__ = [
     "WEIGHT_LAYOUTS",
     "mlp_forward_op",
     "mlp_backward_op",
+    "mlp_forward_kernel_op",
+    "mlp_backward_kernel_op",
     "apply",
     "hidden_epilog",
     "forward_operand",
@@ -68,6 +80,7 @@ log = logging.getLogger("nvdispatch")
 #: how ``weights[i]`` is stored: ``"out_in"`` (``(out, in)``, as ``torch.nn.Linear``) or ``"in_out"`` (``(in, out)``)
 WEIGHT_LAYOUTS = ("out_in", "in_out")
 _INFERENCE = {"relu": "RELU_BIAS", "gelu": "GELU_BIAS"}
+_THRESHOLD_BACKWARD = torch.ops.aten.threshold_backward.default
 
 _LIB = torch.library.Library("nvdispatch", "FRAGMENT")  # kept: the registrations live as long as this module
 _LIB.define(
@@ -76,6 +89,14 @@ _LIB.define(
 )
 _LIB.define(
     "mlp_backward(Tensor grad, Tensor x, Tensor[] weights, Tensor[] hidden, Tensor[] aux, str activation, "
+    "str relu_backward, str weight_layout, bool input_grad) -> Tensor[]"
+)
+_LIB.define(
+    "mlp_forward_kernel(Tensor x, Tensor[] weights, Tensor[] biases, str activation, str relu_backward, "
+    "str weight_layout, bool for_backward) -> Tensor[]"
+)
+_LIB.define(
+    "mlp_backward_kernel(Tensor grad, Tensor x, Tensor[] weights, Tensor[] hidden, Tensor[] aux, str activation, "
     "str relu_backward, str weight_layout, bool input_grad) -> Tensor[]"
 )
 
@@ -117,23 +138,31 @@ def out_features(w: Tensor, weight_layout: str) -> int:
 def _forward_kernel(
     x, weights, biases, activation: str, relu_backward: str, weight_layout: str, for_backward: bool
 ) -> list[Tensor]:
+    form = (len(weights), len(biases), activation, relu_backward, weight_layout, for_backward)
+    with in_kernel():
+        plan = chain_plan.acquire("nvdispatch::mlp_forward", form, (x, *weights, *biases))
+        try:
+            return _forward(plan, x, weights, biases, activation, relu_backward, weight_layout, for_backward)
+        finally:
+            chain_plan.let_go(plan)
+
+
+def _forward(plan, x, weights, biases, activation: str, relu_backward: str, weight_layout: str, for_backward: bool):
     epilog, aux_name = hidden_epilog(activation, relu_backward, for_backward)
     hidden: list[Tensor] = []
     aux: list[Tensor] = []
     h = x
     last = len(weights) - 1
-    with in_kernel():
-        for i in range(last):
-            h_in, w, b = h, forward_operand(weights[i], weight_layout), biases[i]
-            if aux_name is None:
-                h = layouts.dense(linalg.matmul(h_in, w, epilog=epilog, epilog_inputs={"bias": b}), x)
-            else:
-                h, extra = linalg.matmul(h_in, w, epilog=epilog, epilog_inputs={"bias": b})
-                h = layouts.dense(h, x)
-                aux.append(_aux_output(extra[aux_name], aux_name, h_in, w, b, epilog))
-            hidden.append(h)
-        w = forward_operand(weights[last], weight_layout)
-        y = layouts.dense(linalg.matmul(h, w, epilog="BIAS", epilog_inputs={"bias": biases[last]}), x)
+    for i in range(last):
+        h_in, w, b = h, forward_operand(weights[i], weight_layout), biases[i]
+        if aux_name is None:
+            h = plan.gemm(("forward", i), h_in, w, epilog, "bias", b)
+        else:
+            h, extra = plan.gemm(("forward", i), h_in, w, epilog, "bias", b)
+            aux.append(_aux_output(extra[aux_name], aux_name, h_in, w, b, epilog))
+        hidden.append(h)
+    w = forward_operand(weights[last], weight_layout)
+    y = plan.gemm(("forward", last), h, w, "BIAS", "bias", biases[last])
     return [y, *hidden, *aux] if for_backward else [y]
 
 
@@ -149,49 +178,62 @@ def _aux_output(t, name: str, a, w, b, epilog: str) -> Tensor:
 def _backward_kernel(
     grad, x, weights, hidden, aux, activation: str, relu_backward: str, weight_layout: str, input_grad: bool
 ):
+    form = (len(weights), len(hidden), len(aux), activation, relu_backward, weight_layout, input_grad)
+    with in_kernel():
+        plan = chain_plan.acquire("nvdispatch::mlp_backward", form, (grad, x, *weights, *hidden, *aux))
+        try:
+            return _backward(plan, grad, x, weights, hidden, aux, activation, weight_layout, input_grad)
+        finally:
+            chain_plan.let_go(plan)
+
+
+def _backward(plan, grad, x, weights, hidden, aux, activation: str, weight_layout: str, input_grad: bool):
     n = len(weights)
     dws: list = [None] * n
     dbs: list = [None] * n
     dx = None
     dz = grad
-    with in_kernel():
-        db = _top_bias_gradient(grad, hidden[-1] if n > 1 else x, weight_layout)
-        for i in range(n - 1, -1, -1):
-            w = weights[i]
-            h_in = hidden[i - 1] if i else x
-            dw, db = _weight_gradients(dz, h_in, weight_layout, db)
-            dws[i] = layouts.dense(dw.to(w.dtype), x)
-            dbs[i] = layouts.dense(db.reshape(out_features(w, weight_layout)).to(w.dtype), x)
-            w_t = forward_operand(w, weight_layout).mT  # dz @ W^T of the forward's h @ W
-            if i:
-                h_below = hidden[i - 2] if i > 1 else x
-                dz, db = _layer_below(dz, w_t, hidden[i - 1], aux[i - 1] if aux else None, activation, h_below,
-                                      weight_layout)  # fmt: skip
-            elif input_grad:
-                dx = layouts.dense(linalg.matmul(dz, w_t).to(x.dtype), x)
+    db = _top_bias_gradient(plan, n - 1, grad, hidden[-1] if n > 1 else x, weight_layout)
+    for i in range(n - 1, -1, -1):
+        w = weights[i]
+        h_in = hidden[i - 1] if i else x
+        dw, db = _weight_gradients(plan, i, dz, h_in, weight_layout, db)
+        dws[i] = dw if dw.dtype == w.dtype else layouts.dense(dw.to(w.dtype), x)
+        dbs[i] = db if db.dtype == w.dtype and db.dim() == 1 and db.is_contiguous() else \
+            layouts.dense(db.reshape(out_features(w, weight_layout)).to(w.dtype), x)  # fmt: skip
+        w_t = w if weight_layout == "out_in" else w.mT  # dz @ W^T of the forward's h @ W
+        if i:
+            h_below = hidden[i - 2] if i > 1 else x
+            dz, db = _layer_below(plan, i, dz, w_t, hidden[i - 1], aux[i - 1] if aux else None, activation, h_below,
+                                  weight_layout)  # fmt: skip
+        elif input_grad:
+            dx = plan.gemm(("below", 0, "DEFAULT"), dz, w_t)
+            dx = dx if dx.dtype == x.dtype else layouts.dense(dx.to(x.dtype), x)
     return ([dx] if input_grad else []) + dws + dbs
 
 
-def _weight_gradients(dz, h_in, weight_layout: str, db):
-    """``(dW, db)`` of a layer from its pre-activation gradient ``dz``: one GEMM with the bias-gradient epilogue
-    (``"out_in"``: ``dz^T @ h_in``, the bias gradient the sums of ``dz^T`` along K, ``BGRADA``; ``"in_out"``:
-    ``h_in^T @ dz``, ``BGRADB``), or a plain GEMM where ``db`` is already known."""
+def _weight_gradients(plan, i: int, dz, h_in, weight_layout: str, db):
+    """``(dW, db)`` of layer ``i`` from its pre-activation gradient ``dz``: one GEMM with the bias-gradient
+    epilogue (``"out_in"``: ``dz^T @ h_in``, the bias gradient the sums of ``dz^T`` along K, ``BGRADA``;
+    ``"in_out"``: ``h_in^T @ dz``, ``BGRADB``), or a plain GEMM where ``db`` is already known."""
     out_in = weight_layout == "out_in"
     a, b = (dz.mT, h_in) if out_in else (h_in.mT, dz)
     if db is not None:
-        return linalg.matmul(a, b), db
+        return plan.gemm(("weights", i, "DEFAULT"), a, b), db
     epilog = "BGRADA" if out_in else "BGRADB"
-    dw, extra = linalg.matmul(a, b, epilog=epilog)
-    return dw, extra[epilog.lower()]
+    dw, extra = plan.gemm(("weights", i, epilog), a, b, epilog)
+    db = extra[epilog.lower()]
+    return dw, db if isinstance(db, Tensor) else layouts.dense(db, dz)  # a coercing backend's executor's array
 
 
-def _derivative_epilogue(dz, w_t, h, aux, activation: str):
-    """The gradient of the pre-activation below: ``(dz @ w_t) * act'(z)``, the derivative fused into the GEMM where
-    ``aux`` is given, else (ReLU) the plain GEMM masked by the saved output ``h > 0``."""
+def _derivative_epilogue(plan, i: int, dz, w_t, h, aux, activation: str):
+    """The gradient of the pre-activation below layer ``i``: ``(dz @ w_t) * act'(z)``, the derivative fused into
+    the GEMM where ``aux`` is given, else (ReLU) the plain GEMM masked by the saved output ``h > 0``."""
     if aux is None:
-        return torch.ops.aten.threshold_backward(linalg.matmul(dz, w_t), h, 0)
+        return _THRESHOLD_BACKWARD(plan.gemm(("below", i, "DEFAULT"), dz, w_t), h, 0)
     below = chain_epilogs(2, activation, "drelu")[0]  # an aux was kept: the derivative's epilog takes it
-    return linalg.matmul(dz, w_t, epilog=below.backward_epilog, epilog_inputs={below.aux: aux})
+    epilog = below.backward_epilog
+    return plan.gemm(("below", i, epilog), dz, w_t, epilog, below.aux, aux)
 
 
 def _one_pass_kind(dz, h, aux, activation: str):
@@ -209,22 +251,26 @@ def _one_pass_kind(dz, h, aux, activation: str):
     return (kind, saved) if one_pass.one_pass_reason(h, saved) is None else None
 
 
-def _layer_below(dz, w_t, h, aux, activation: str, h_below, weight_layout: str):
-    """``(dz_below, db_below or None)``: the gradient of the pre-activation below, and its bias gradient where the
-    form that runs gives it (then the weight gradients below need no bias-gradient epilogue). On CUDA the forms
-    :func:`_below_labels` offers are timed once per problem, each with the weight gradients of the layer below,
-    and the fastest kept (:func:`.torch_activation_grad.choose`); later calls look the choice up."""
+def _layer_below(plan, i: int, dz, w_t, h, aux, activation: str, h_below, weight_layout: str):
+    """``(dz_below, db_below or None)``: the gradient of the pre-activation below layer ``i``, and its bias
+    gradient where the form that runs gives it (then the weight gradients below need no bias-gradient epilogue).
+    On CUDA the forms :func:`_below_labels` offers are timed once per problem, each with the weight gradients of
+    the layer below, and the fastest kept (:func:`.torch_activation_grad.choose`); later calls look the choice
+    up."""
     if not dz.is_cuda:
-        return _derivative_epilogue(dz, w_t, h, aux, activation), None
-    key = ("layer", dz.device, dz.dtype, dz.shape, w_t.shape, h_below.shape, activation, aux is None, weight_layout)
+        return _derivative_epilogue(plan, i, dz, w_t, h, aux, activation), None
+    key = plan.memo.get(("layer", i))
+    if key is None:
+        key = plan.memo[("layer", i)] = ("layer", dz.device, dz.dtype, dz.shape, w_t.shape, h_below.shape,
+                                         activation, aux is None, weight_layout)  # fmt: skip
     label = one_pass.chosen(key)
     if label is None:
         forms = {}
         for form in _below_labels(dz, h, aux, activation):
-            run = functools.partial(_below_form, form, dz, w_t, h, aux, activation)
-            forms[form] = functools.partial(_with_weights, run, h_below, weight_layout)
+            run = functools.partial(_below_form, plan, i, form, dz, w_t, h, aux, activation)
+            forms[form] = functools.partial(_with_weights, plan, i - 1, run, h_below, weight_layout)
         label = one_pass.choose(key, forms, dz.device)
-    return _below_form(label, dz, w_t, h, aux, activation)
+    return _below_form(plan, i, label, dz, w_t, h, aux, activation)
 
 
 def _below_labels(dz, h, aux, activation: str) -> list[str]:
@@ -238,41 +284,44 @@ def _below_labels(dz, h, aux, activation: str) -> list[str]:
     return labels
 
 
-def _below_form(label: str, dz, w_t, h, aux, activation: str):
-    """``(dz_below, db_below or None)`` by form ``label``: ``"epilogue"`` (:func:`_derivative_epilogue`, no bias
-    gradient); ``"epilogue-bgrad"`` (``DGELU_BGRAD``/``DRELU_BGRAD``: the bias gradient from the same GEMM);
-    ``"one-pass"`` (a plain GEMM, then :func:`.torch_activation_grad.activation_backward`)."""
+def _below_form(plan, i: int, label: str, dz, w_t, h, aux, activation: str):
+    """``(dz_below, db_below or None)`` below layer ``i`` by form ``label``: ``"epilogue"``
+    (:func:`_derivative_epilogue`, no bias gradient); ``"epilogue-bgrad"`` (``DGELU_BGRAD``/``DRELU_BGRAD``: the
+    bias gradient from the same GEMM); ``"one-pass"`` (a plain GEMM, then
+    :func:`.torch_activation_grad.activation_backward`)."""
     if label == "epilogue":
-        return _derivative_epilogue(dz, w_t, h, aux, activation), None
+        return _derivative_epilogue(plan, i, dz, w_t, h, aux, activation), None
     if label == "epilogue-bgrad":
         below = chain_epilogs(2, activation, "drelu")[0]
         name = below.backward_epilog + "_BGRAD"
-        d, extra = linalg.matmul(dz, w_t, epilog=name, epilog_inputs={below.aux: aux})
+        d, extra = plan.gemm(("below", i, name), dz, w_t, name, below.aux, aux)
         return d, extra[name.lower()]
     one = _one_pass_kind(dz, h, aux, activation)
     if one is None:  # chosen for this problem, but these tensors are not as the kernels need them
-        return _derivative_epilogue(dz, w_t, h, aux, activation), None
-    return one_pass.activation_backward(one[0], layouts.dense(linalg.matmul(dz, w_t), dz), one[1])
+        return _derivative_epilogue(plan, i, dz, w_t, h, aux, activation), None
+    return one_pass.activation_backward(one[0], plan.gemm(("below", i, "DEFAULT"), dz, w_t), one[1])
 
 
-def _with_weights(form, h_below, weight_layout: str):
-    """One form of a layer's backward, then the weight gradients of the layer below (what a choice times)."""
+def _with_weights(plan, i: int, form, h_below, weight_layout: str):
+    """One form of a layer's backward, then the weight gradients of layer ``i`` below (what a choice times)."""
     dz, db = form()
-    return _weight_gradients(dz, h_below, weight_layout, db)
+    return _weight_gradients(plan, i, dz, h_below, weight_layout, db)
 
 
-def _top_bias_gradient(grad, h_in, weight_layout: str):
-    """The output layer's bias gradient (the column sums of ``grad``) by the one-pass kernel where it runs and,
-    with the plain weight-gradient GEMM, is faster for this problem than the GEMM's bias-gradient epilogue; else
-    None (the epilogue gives it)."""
+def _top_bias_gradient(plan, top: int, grad, h_in, weight_layout: str):
+    """The output layer's (``top``'s) bias gradient (the column sums of ``grad``) by the one-pass kernel where it
+    runs and, with the plain weight-gradient GEMM, is faster for this problem than the GEMM's bias-gradient
+    epilogue; else None (the epilogue gives it)."""
     if not grad.is_cuda:
         return None
-    key = ("output", grad.device, grad.dtype, grad.shape, h_in.shape, weight_layout)
+    key = plan.memo.get("output")
+    if key is None:
+        key = plan.memo["output"] = ("output", grad.device, grad.dtype, grad.shape, h_in.shape, weight_layout)
     label = one_pass.chosen(key)
     if label is None:
-        forms = {"epilogue": lambda: _weight_gradients(grad, h_in, weight_layout, None)}
+        forms = {"epilogue": lambda: _weight_gradients(plan, top, grad, h_in, weight_layout, None)}
         if grad.dtype == torch.bfloat16 and grad.dim() == 2 and one_pass.one_pass_reason(grad, None) is None:
-            forms["one-pass"] = lambda: _weight_gradients(grad, h_in, weight_layout, _column_sums(grad))
+            forms["one-pass"] = lambda: _weight_gradients(plan, top, grad, h_in, weight_layout, _column_sums(grad))
         label = one_pass.choose(key, forms, grad.device)
     return _column_sums(grad) if label == "one-pass" else None
 
@@ -312,12 +361,32 @@ def _backward_fake(grad, x, weights, hidden, aux, activation, relu_backward, wei
     return ([x.new_empty(x.shape)] if input_grad else []) + dws + dbs
 
 
-_LIB.impl("mlp_forward", _forward_kernel, "CompositeExplicitAutograd")
-_LIB.impl("mlp_backward", _backward_kernel, "CompositeExplicitAutograd")
-torch.library.register_fake("nvdispatch::mlp_forward", _forward_fake, lib=_LIB)
-torch.library.register_fake("nvdispatch::mlp_backward", _backward_fake, lib=_LIB)
+def _below_autograd(kernel):
+    """``kernel`` with autograd off for the Torch ops it runs (a kernel operator's outputs are never
+    differentiated, whatever its inputs require)."""
+
+    def run(*args):
+        with torch._C._AutoDispatchBelowAutograd():
+            return kernel(*args)
+
+    return functools.update_wrapper(run, kernel)
+
+
+for _name, _kernel, _fake in (
+    ("mlp_forward", _forward_kernel, _forward_fake),
+    ("mlp_backward", _backward_kernel, _backward_fake),
+    ("mlp_forward_kernel", _below_autograd(_forward_kernel), _forward_fake),
+    ("mlp_backward_kernel", _below_autograd(_backward_kernel), _backward_fake),
+):
+    _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"nvdispatch::{_name}", _fake, lib=_LIB)
+# the kernel operators are not differentiated: the dispatcher passes their autograd key by, no Python step
+_LIB.impl("mlp_forward_kernel", torch.library.fallthrough_kernel, "Autograd")
+_LIB.impl("mlp_backward_kernel", torch.library.fallthrough_kernel, "Autograd")
 mlp_forward_op = torch.ops.nvdispatch.mlp_forward.default
 mlp_backward_op = torch.ops.nvdispatch.mlp_backward.default
+mlp_forward_kernel_op = torch.ops.nvdispatch.mlp_forward_kernel.default
+mlp_backward_kernel_op = torch.ops.nvdispatch.mlp_backward_kernel.default
 
 
 # -- autograd -----------------------------------------------------------------------------------------------------
@@ -339,65 +408,61 @@ def _saved(ctx):
     return x, weights, rest[: n - 1], rest[n - 1 :]
 
 
-def _setup_context(ctx, inputs, output):
-    x, weights, biases, activation, relu_backward, weight_layout, for_backward = inputs
-    if not for_backward:
-        raise InvalidArgumentError(
-            "for_backward", "True where autograd records the call (an input requires grad, grad mode on)", "False"
-        )
-    _save(ctx, x, weights, output, activation, relu_backward, weight_layout)
+def _chain_forward(ctx, x, activation, relu_backward, weight_layout, by_operators, n, *params):
+    weights, biases = params[:n], params[n:]
+    if by_operators:
+        outputs = mlp_forward_kernel_op(x, list(weights), list(biases), activation, relu_backward, weight_layout, True)
+    else:
+        outputs = _forward_kernel(x, weights, biases, activation, relu_backward, weight_layout, True)
+    _save(ctx, x, weights, outputs, activation, relu_backward, weight_layout)
+    ctx.by_operators = by_operators
+    return tuple(outputs) if by_operators else outputs[0]
 
 
-def _op_backward(ctx, grads):
-    needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
+@torch.autograd.function.once_differentiable
+def _chain_backward(ctx, gy, *_not_differentiated):
     n = ctx.layers
-    gy = grads[0]
-    if gy is None or not (needs_x or any(needs_w) or any(needs_b)):
-        return None, [None] * n, [None] * n, None, None, None, None
+    needs = ctx.needs_input_grad
+    if gy is None:
+        return None, None, None, None, None, None, *([None] * (2 * n))
     x, weights, hidden, aux = _saved(ctx)
-    layout = ctx.weight_layout
-    got = mlp_backward_op(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, layout, bool(needs_x))
-    dx = got[0] if needs_x else None
-    dws, dbs = got[-2 * n : -n], got[-n:]
-    return dx, [g if k else None for g, k in zip(dws, needs_w)], [g if k else None for g, k in zip(dbs, needs_b)], \
-        None, None, None, None  # fmt: skip
+    args = (gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, ctx.weight_layout, needs[0])
+    got = mlp_backward_kernel_op(*args) if ctx.by_operators else _backward_kernel(*args)
+    dx = got[0] if needs[0] else None
+    params = got[-2 * n :]
+    return dx, None, None, None, None, None, *(g if k else None for g, k in zip(params, needs[6:]))
+
+
+#: the chain as one autograd Function: ``apply(x, activation, relu_backward, weight_layout, by_operators,
+#: n_layers, *weights, *biases)``; eagerly (``by_operators`` False) it runs the kernels and returns the output,
+#: as ``nvdispatch::mlp_forward``'s autograd kernel (True) the kernel operators, returning every output
+_Chain = type(
+    "nvdispatch_mlp",
+    (torch.autograd.Function,),
+    {"forward": staticmethod(_chain_forward), "backward": staticmethod(_chain_backward), "__module__": __name__},
+)
+
+
+def _forward_autograd(x, weights, biases, activation, relu_backward, weight_layout, for_backward):
+    """``nvdispatch::mlp_forward``'s Autograd kernel: recorded as one :data:`_Chain` node where an input requires
+    grad (grad mode on), else the kernel operator."""
+    if torch.is_grad_enabled() and (
+        x.requires_grad or any(w.requires_grad for w in weights) or any(b.requires_grad for b in biases)
+    ):
+        if not for_backward:
+            raise InvalidArgumentError(
+                "for_backward", "True where autograd records the call (an input requires grad, grad mode on)", "False"
+            )
+        return list(_Chain.apply(x, activation, relu_backward, weight_layout, True, len(weights), *weights, *biases))
+    return mlp_forward_kernel_op(x, weights, biases, activation, relu_backward, weight_layout, for_backward)
 
 
 def _no_double_backward(ctx, grads):
     raise RuntimeError("nvdispatch::mlp_backward has no derivative: FusedMLP supports one backward pass, not two")
 
 
-torch.library.register_autograd("nvdispatch::mlp_forward", _op_backward, setup_context=_setup_context, lib=_LIB)
+_LIB.impl("mlp_forward", _forward_autograd, "Autograd")
 torch.library.register_autograd("nvdispatch::mlp_backward", _no_double_backward, lib=_LIB)
-
-
-def _eager_forward(ctx, x, activation, relu_backward, weight_layout, for_backward, n, *params):
-    weights, biases = params[:n], params[n:]
-    outputs = _forward_kernel(x, weights, biases, activation, relu_backward, weight_layout, for_backward)
-    _save(ctx, x, weights, outputs, activation, relu_backward, weight_layout)
-    return outputs[0]
-
-
-@torch.autograd.function.once_differentiable
-def _eager_backward(ctx, gy):
-    n = ctx.layers
-    needs = ctx.needs_input_grad
-    if gy is None:
-        return None, None, None, None, None, None, *([None] * (2 * n))
-    x, weights, hidden, aux = _saved(ctx)
-    got = _backward_kernel(gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, ctx.weight_layout, needs[0])
-    dx = got[0] if needs[0] else None
-    params = got[-2 * n :]
-    return dx, None, None, None, None, None, *(g if k else None for g, k in zip(params, needs[6:]))
-
-
-#: the two kernels as one autograd Function: ``apply(x, activation, relu_backward, weight_layout, for_backward,
-#: n_layers, *weights, *biases)``
-_Chain = type(
-    "nvdispatch_mlp",
-    (torch.autograd.Function,),
-    {"forward": staticmethod(_eager_forward), "backward": staticmethod(_eager_backward), "__module__": __name__},
-)
 
 
 def apply(
@@ -415,4 +480,6 @@ def apply(
     )
     if torch.compiler.is_compiling():
         return mlp_forward_op(x, list(weights), list(biases), activation, relu_backward, weight_layout, for_backward)[0]
-    return _Chain.apply(x, activation, relu_backward, weight_layout, for_backward, len(weights), *weights, *biases)
+    if not for_backward:
+        return _forward_kernel(x, weights, biases, activation, relu_backward, weight_layout, False)[0]
+    return _Chain.apply(x, activation, relu_backward, weight_layout, False, len(weights), *weights, *biases)

@@ -186,7 +186,8 @@ def _fft_kernel(x, func, n, axis, s, axes, norm):
             y = getattr(fft_module, func)(x, n, axis, norm)
         else:
             y = getattr(fft_module, func)(x, s, axes, norm)
-    return layouts.dense(y, x)
+        # torch.fft's ifft of real input is a lazily conjugated view: the operator's output is a plain tensor
+        return layouts.dense(y, x).resolve_conj()
 
 
 def _fft_fake(x, func, n, axis, s, axes, norm):
