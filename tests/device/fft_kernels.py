@@ -113,7 +113,12 @@ def run_fft(F: device.FFT, batch: int, seed: int = 0):
         thread_kernel(F)[(batch + threads - 1) // threads, threads](x_d, out_d)
     else:
         blocks = (batch + F.ffts_per_block - 1) // F.ffts_per_block
-        block_kernel(F)[blocks, F.block_dim, 0, F.shared_memory_size](x_d, out_d)
+        kernel = block_kernel(F)
+        if device.needs_opt_in(F.shared_memory_size):  # more than 48 KiB of shared memory
+            from numba import typeof
+
+            device.allow_shared_memory(kernel, (typeof(x_d), typeof(out_d)), F.shared_memory_size)
+        kernel[blocks, F.block_dim, 0, F.shared_memory_size](x_d, out_d)
     return out_d.copy_to_host(), ref
 
 

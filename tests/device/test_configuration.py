@@ -23,7 +23,7 @@ def make(**overrides):
         ({"direction": "backward"}, "direction"),
         ({"execution": "Grid"}, "execution"),
         ({"size": 11}, "size"),
-        ({"size": 8192}, "size"),
+        ({"size": 32768}, "size"),
         ({"size": 128, "execution": "Thread"}, "size"),
         ({"precision": np.int32}, "precision"),
         ({"elements_per_thread": 3}, "elements_per_thread"),

@@ -132,9 +132,30 @@ def test_fused_convolution_matches_fft_multiply_ifft(kind, per_row):
     assert np.abs(out - want).max() <= 2e-5 * np.abs(want).max()
 
 
+@pytest.mark.parametrize("kind,precision", [("c2c", "float32"), ("r2c", "float64")])
+def test_fused_convolution_of_a_block_beyond_48k_of_shared_memory(kind, precision):
+    """16384 points a block: one shared-memory plane of more than 48 KiB (the kernel opts in on a GPU)."""
+    n, rows = 16384, 2
+    spec = KernelSpec(kind, n, precision, "forward", n, scale=1.0 / n, convolve=True, elements_per_thread=32)
+    kernel = build_callback_kernel(spec)
+    assert kernel.shared_memory_size > 48 * 1024
+    n_mid = n // 2 + 1 if kind == "r2c" else n
+    x = _input(kind, rows, n, np.dtype(precision).type)
+    h = _input("c2c", 1, n_mid, np.dtype(precision).type)
+    complex_dtype = np.result_type(np.dtype(precision), np.complex64)
+    out = np.zeros((rows, n), precision if kind == "r2c" else complex_dtype)
+    kernel.launch(x, out, h, (), (), 0)
+    if kind == "r2c":
+        want = np.fft.irfft(np.fft.rfft(x.astype(np.float64)) * h, n)
+    else:
+        want = np.fft.ifft(np.fft.fft(x.astype(np.complex128)) * h)
+    tolerance = 2e-5 if precision == "float32" else 1e-12
+    assert np.abs(out - want).max() <= tolerance * np.abs(want).max()
+
+
 def test_covers_the_device_engine_sizes():
-    assert covers(1024) and covers(4096) and covers(7 * 9 * 5)
-    assert not covers(8192) and not covers(11) and not covers(1)
+    assert covers(1024) and covers(16384) and covers(7 * 9 * 5) and not covers(32768)
+    assert covers(8192) and not covers(11) and not covers(1)
 
 
 def test_generated_source_calls_the_callbacks_once_per_element():

@@ -65,6 +65,8 @@ def _run_strategy(strategy, x, h):
 CASES = [
     ("device-fused", 64, 1024, "complex64", "one"),
     ("device-fused", 17, 64, "float32", "one"),
+    ("device-fused", 9, 16384, "complex64", "one"),  # a block beyond 48 KiB of shared memory
+    ("device-fused", 5, 8192, "float64", "each"),
     ("four-step", 5, 2048, "complex64", "one"),  # 2 x 1024: a thread per column
     ("four-step", 3, 65536, "complex64", "one"),  # 64 x 1024: tiles of columns
     ("four-step", 3, 65536, "float32", "one"),  # two real rows a signal, an odd batch

@@ -36,11 +36,14 @@ from .dim3 import Dim3  # noqa: E402
 from .errors import DeviceConfigurationError, DeviceLaunchError, UnsupportedConfigurationError  # noqa: E402
 from .fft import FFT, fft, valid  # noqa: E402
 from .matmul import Matmul, matmul  # noqa: E402
+from .shared_opt_in import allow_shared_memory, needs_opt_in  # noqa: E402
 
 __all__ = [
     "FFT",
     "Matmul",
     "Dim3",
+    "allow_shared_memory",
+    "needs_opt_in",
     "DeviceConfigurationError",
     "DeviceLaunchError",
     "UnsupportedConfigurationError",

@@ -26,7 +26,7 @@ class FFT(KernelObject):
     Parameters
     ----------
     size : int
-        Transform length: ``2**a * 3**b * 5**c * 7**d``, at most 4096 (Block) or 64 (Thread).
+        Transform length: ``2**a * 3**b * 5**c * 7**d``, at most 16384 (Block) or 64 (Thread).
     precision : numpy floating type or str
         ``np.float32`` or ``np.float64``.
     fft_type : {"c2c", "r2c", "c2r"}
@@ -51,7 +51,9 @@ class FFT(KernelObject):
     stride : int
         Distance between consecutive elements a thread holds (Block: ``size // elements_per_thread``).
     block_dim : Dim3
-        Block dimensions to launch with. ``shared_memory_size`` is the dynamic shared memory in bytes.
+        Block dimensions to launch with. ``shared_memory_size`` is the dynamic shared memory in bytes; above
+        48 KiB (Block FFTs longer than 8192 points in float32, 4096 in float64) the kernel must opt in before it
+        is launched: ``nvdispatch.device.allow_shared_memory(kernel, argtypes, f.shared_memory_size)``.
     files : list
         Files to link (empty: the code is generated Numba, nothing to link).
 

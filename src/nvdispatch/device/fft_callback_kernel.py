@@ -2,7 +2,7 @@
 
 One launch transforms a batch of rows. The prolog and epilog are the user's Python functions compiled by
 Numba as device functions and inlined into the kernel (``value`` a scalar, ``index`` an int64); the FFTs
-are :class:`nvdispatch.device.FFT` Block configurations (sizes up to 4096), whose per-thread layout
+are :class:`nvdispatch.device.FFT` Block configurations (sizes up to ``MAX_SIZE``), whose per-thread layout
 (thread ``t`` holds element ``t + i * stride`` in slot ``i``) the load and store follow, so nothing but
 the transform itself goes through shared memory.
 
@@ -101,7 +101,7 @@ def launch_bounds(threads: int) -> dict:
 
 
 def covers(size: int) -> bool:
-    """Whether the device engine has a Block FFT of this length (2**a 3**b 5**c 7**d, 2..4096)."""
+    """Whether the device engine has a Block FFT of this length (2**a 3**b 5**c 7**d, 2..MAX_SIZE)."""
     return 2 <= size <= MAX_SIZE and is_smooth(size)
 
 

@@ -29,7 +29,7 @@ FFT_TYPES = ("c2c", "r2c", "c2r")
 DIRECTIONS = ("forward", "inverse")
 EXECUTIONS = ("Block", "Thread")
 #: Largest transform a block computes.
-MAX_SIZE = 4096
+MAX_SIZE = 16384
 #: Largest transform a single thread computes in its registers.
 MAX_THREAD_SIZE = 64
 #: Most elements one thread holds in Block execution (register budget).

@@ -78,6 +78,8 @@ _THREAD_COLUMNS = {"float32": 32, "float64": 16}
 _MAX_TILE_COLUMNS = 16
 _THREADS_PER_TILE = 256
 _THREAD_COLUMN_BLOCK = 128
+#: the longest column and row of a split (longer Block FFTs need more than the default shared memory)
+_MAX_PART = 4096
 KERNEL_NAME = "four_step_column_kernel"
 
 
@@ -95,7 +97,8 @@ def split(n: int, row_length: int = ROW_LENGTH) -> tuple[int, int] | None:
     >>> split(11 * 4096) is None
     True
     """
-    options = [d for d in range(2, min(n // 2, 4096) + 1) if n % d == 0 and covers(d) and covers(n // d)]
+    options = [d for d in range(2, min(n // 2, _MAX_PART) + 1) if n % d == 0 and n // d <= _MAX_PART]
+    options = [d for d in options if covers(d) and covers(n // d)]
     if not options:
         return None
     below = [d for d in options if d <= row_length]

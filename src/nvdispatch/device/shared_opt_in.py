@@ -19,6 +19,7 @@ def needs_opt_in(shared_bytes: int) -> bool:
 
     Examples
     --------
+    >>> from nvdispatch.device import needs_opt_in
     >>> needs_opt_in(48 * 1024), needs_opt_in(64 * 1024)
     (False, True)
     """
@@ -27,7 +28,17 @@ def needs_opt_in(shared_bytes: int) -> bool:
 
 def allow_shared_memory(dispatcher, argtypes: tuple, shared_bytes: int) -> None:
     """Let ``dispatcher``'s kernel for ``argtypes`` (compiled first if it is not) launch with ``shared_bytes``
-    of dynamic shared memory in the current context. Raises what the driver says when the GPU has less."""
+    of dynamic shared memory in the current context. Raises what the driver says when the GPU has less.
+
+    Examples
+    --------
+    A kernel running a 16384-point float32 Block FFT (69632 bytes of shared memory)::
+
+        f = nvdispatch.device.FFT(16384, np.float32, "c2c", "Block", direction="forward")
+        argtypes = (numba.cuda.types.Array(numba.cuda.types.complex64, 2, "C"),)
+        nvdispatch.device.allow_shared_memory(kernel, argtypes, f.shared_memory_size)
+        kernel[blocks, f.block_dim, stream, f.shared_memory_size](data)
+    """
     if simulator_active() or not needs_opt_in(shared_bytes):
         return
     from cuda.bindings import driver as binding

@@ -68,7 +68,7 @@ COLUMN_BY_THREAD = 0.95
 _COLUMN_BY_TILE = ((32, 0.35), (64, 0.5), (1 << 30, 0.7))
 _COLUMN_BY_LENGTH = ((64, 0.7), (256, 0.5), (1 << 30, 0.37))
 #: the one-kernel convolution (two block FFTs) by length, up to the key (fp32; fp64 at FP64_FACTOR)
-_FUSED = ((256, 0.8), (512, 0.65), (1024, 0.63), (2048, 0.45), (4096, 0.3))
+_FUSED = ((256, 0.8), (512, 0.65), (1024, 0.63), (2048, 0.45), (4096, 0.3), (8192, 0.3), (16384, 0.3))
 FP64_FACTOR = 0.8
 #: the one-kernel convolution of real rows each transformed as a complex signal (twice the work per byte)
 REAL_UNPAIRED = 0.5

@@ -15,7 +15,7 @@ def convolve(x: Array, h: Array, /, *, n: int | None = None, axis: int = -1, str
     * h, n)`` for real ``x``), a circular convolution of ``x`` with the filter whose spectrum is ``h``.
 
     ``h`` broadcasts against the spectrum (``n`` values along ``axis``, ``n//2 + 1`` for real ``x``). On the
-    GPU the convolution is one generated kernel for lengths up to 4096 (the multiply between the two FFTs
+    GPU the convolution is one generated kernel for lengths up to 16384 (the multiply between the two FFTs
     happens in registers), three kernels for longer signals (a four-step FFT with the multiply in its middle
     pass), or cuFFT with one multiply kernel or an LTO callback; the first call of a large problem times them
     and keeps the fastest (:mod:`nvdispatch.executors.cuda_fft_convolve`). Elsewhere it is the executor's
