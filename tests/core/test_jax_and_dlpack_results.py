@@ -188,3 +188,23 @@ def test_mixed_operand_errors_name_jax_not_dlpack():
 def test_a_stream_is_refused_for_jax_cpu_arrays():
     with pytest.raises(InvalidArgumentError, match="stream"):
         nvdispatch.matmul(jnp.asarray(A), jnp.asarray(B), stream=3.5)
+
+
+def test_a_jax_device_pointer_is_read_once_jax_has_written_the_array():
+    """JAX writes arrays on its own streams: the pointer a plan launches on (every repeated call) is taken only
+    after the array is ready, as the DLPack export of the first call waits."""
+    from nvdispatch._adapters.jax import JaxAdapter
+
+    events = []
+
+    class Pending:
+        def block_until_ready(self):
+            events.append("ready")
+            return self
+
+        def unsafe_buffer_pointer(self):
+            events.append("pointer")
+            return 0x1000
+
+    assert JaxAdapter().data_ptr(Pending()) == 0x1000
+    assert events == ["ready", "pointer"]

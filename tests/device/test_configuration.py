@@ -80,6 +80,16 @@ def test_blocks_beyond_48_kib_are_valid_but_never_suggested():
         make(size=4096, elements_per_thread=4, ffts_per_block=2)  # 2048 threads
 
 
+def test_double_precision_blocks_stop_at_4096_points():
+    """A float64 element takes twice a float32's registers: longer blocks fail to launch on an H200."""
+    assert device.FFT(4096, np.float64, "c2c", "Block", direction="forward").size == 4096
+    assert device.FFT(16384, np.float32, "c2c", "Block", direction="forward").size == 16384
+    with pytest.raises(device.DeviceConfigurationError, match=r"size.*\[2, 4096\] for Block in float64"):
+        device.FFT(8192, np.float64, "c2c", "Block", direction="forward")
+    assert device.valid("size", size=2, precision="float64")[-1] == 4096
+    assert device.valid("size", size=2)[-1] == 16384
+
+
 def test_attributes_of_seed_configuration():
     F = make(size=128, elements_per_thread=2, ffts_per_block=1)
     assert (F.storage_size, F.stride, F.elements_per_thread, F.ffts_per_block) == (2, 64, 2, 1)

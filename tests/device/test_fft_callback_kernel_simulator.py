@@ -156,6 +156,7 @@ def test_fused_convolution_of_a_block_beyond_48k_of_shared_memory(kind, precisio
 def test_covers_the_device_engine_sizes():
     assert covers(1024) and covers(16384) and covers(7 * 9 * 5) and not covers(32768)
     assert covers(8192) and not covers(11) and not covers(1)
+    assert covers(4096, "float64") and not covers(8192, "float64") and not covers(8192, "complex128")
 
 
 def test_generated_source_calls_the_callbacks_once_per_element():

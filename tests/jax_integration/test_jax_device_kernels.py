@@ -297,3 +297,22 @@ def test_integer_products_on_the_device_branch_are_xla_s(on_the_gpu_branch):
     got = jax.jit(lambda a, b: nvdispatch.matmul(a, b, epilog="RELU"))(a, b)
     np.testing.assert_array_equal(np.asarray(got), np.maximum(a @ b, 0))
     _LAUNCHES.append("xla")  # no kernel staged: XLA's own product
+
+
+def test_device_branch_nested_transformations_read_operands_in_place(on_the_gpu_branch, x64):
+    """jacrev of jacfwd batches the tangent products along two vmapped axes, an operand batched along one and
+    broadcast along the other: the staged kernel (which copies nothing) must still read every operand in place."""
+    rng = np.random.default_rng(5)
+    a, b, bias = (jnp.asarray(rng.standard_normal(s)) for s in ((4, 3), (3, 2), (2,)))
+
+    def loss(b, nv):
+        f = nvdispatch.matmul if nv else lambda a, b, **kw: jax.nn.gelu(a @ b + kw["epilog_inputs"]["bias"], approximate=True)
+        return jnp.sum(f(a, b, epilog="GELU_BIAS", epilog_inputs={"bias": bias}) ** 2)
+
+    want = np.asarray(jax.hessian(loss)(b, False))
+    for transform in (jax.hessian, lambda f: jax.jacrev(jax.jacfwd(f))):
+        got = np.asarray(jax.jit(transform(loss), static_argnums=1)(b, True))
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    x, y = (jnp.asarray(rng.standard_normal(s)) for s in ((5, 1, 4, 3), (7, 3, 2)))
+    got = jax.jit(lambda x, y: nvdispatch.matmul(x, y))(x, y)
+    np.testing.assert_allclose(np.asarray(got), np.matmul(np.asarray(x), np.asarray(y)), rtol=1e-12)

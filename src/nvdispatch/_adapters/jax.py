@@ -131,6 +131,9 @@ class JaxAdapter(Adapter):
         return PrecisionConvention(compute, f"JAX default_matmul_precision {shown}: {name} on an NVIDIA GPU")
 
     def data_ptr(self, x) -> int:
+        # JAX writes its arrays on its own streams (a device_put, a jitted call may still be running): a launch
+        # on another stream may read x only once it is written. The slow path's DLPack export waits the same way.
+        x.block_until_ready()
         return int(x.unsafe_buffer_pointer())
 
     def to_numpy(self, x):

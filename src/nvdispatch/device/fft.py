@@ -11,6 +11,7 @@ from .dim3 import Dim3
 from .errors import DeviceConfigurationError, UnsupportedConfigurationError
 from .fft_config import FFTConfig, valid_elements_per_thread, valid_sizes
 from .fft_source import FUNCTION_NAME, generate_fft_source
+from .precision import normalize_precision
 from .kernel_object import KernelObject, compile_device_source
 from .launch_checks import checks_enabled, fft_checks
 from .precision import complex_of
@@ -285,7 +286,9 @@ def _check_real_fft_options(options: dict | None) -> None:
         raise DeviceConfigurationError("real_fft_options", f"keys among {sorted(default)}", options)
 
 
-def valid(*knobs: str, size: int, fft_type: str = "c2c", execution: str = "Block") -> list[Any]:
+def valid(
+    *knobs: str, size: int, fft_type: str = "c2c", execution: str = "Block", precision: Any = np.float32
+) -> list[Any]:
     """Valid values of one knob, or tuples of values of several knobs, for a given size.
 
     Examples
@@ -300,7 +303,7 @@ def valid(*knobs: str, size: int, fft_type: str = "c2c", execution: str = "Block
         if knob not in _KNOBS:
             raise DeviceConfigurationError("knobs", _KNOBS, knob)
     if knobs == ("size",):
-        return valid_sizes(execution)
+        return valid_sizes(execution, normalize_precision(precision))
     ept_options = [size] if execution == "Thread" else valid_elements_per_thread(size, fft_type)
     rows = []
     for ept in ept_options:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .fft import FFT
-from .fft_config import MAX_SIZE, is_smooth
+from .fft_config import is_smooth, max_block_size
 from .kernel_steps import ArrayArg, KernelStep
 from .shared_opt_in import allow_shared_memory
 from .simulator_compat import simulator_active
@@ -100,9 +100,10 @@ def launch_bounds(threads: int) -> dict:
     return {"launch_bounds": threads}
 
 
-def covers(size: int) -> bool:
-    """Whether the device engine has a Block FFT of this length (2**a 3**b 5**c 7**d, 2..MAX_SIZE)."""
-    return 2 <= size <= MAX_SIZE and is_smooth(size)
+def covers(size: int, precision: str = "float32") -> bool:
+    """Whether the device engine has a Block FFT of this length in ``precision`` (2**a 3**b 5**c 7**d, from 2
+    to :func:`~nvdispatch.device.fft_config.max_block_size`)."""
+    return 2 <= size <= max_block_size(precision) and is_smooth(size)
 
 
 def device_function(fn):

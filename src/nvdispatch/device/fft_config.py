@@ -18,6 +18,8 @@ __all__ = [
     "DIRECTIONS",
     "EXECUTIONS",
     "MAX_SIZE",
+    "MAX_SIZE_FLOAT64",
+    "max_block_size",
     "MAX_THREAD_SIZE",
     "DEFAULT_SHARED_MEMORY",
     "MAX_SHARED_MEMORY",
@@ -28,8 +30,11 @@ __all__ = [
 FFT_TYPES = ("c2c", "r2c", "c2r")
 DIRECTIONS = ("forward", "inverse")
 EXECUTIONS = ("Block", "Thread")
-#: Largest transform a block computes.
+#: Largest transform a block computes (single precision).
 MAX_SIZE = 16384
+#: Largest double-precision transform a block computes: a float64 element takes twice the registers, and the
+#: longer blocks' threads run out of them at launch (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).
+MAX_SIZE_FLOAT64 = 4096
 #: Largest transform a single thread computes in its registers.
 MAX_THREAD_SIZE = 64
 #: Most elements one thread holds in Block execution (register budget).
@@ -46,15 +51,29 @@ TWO_REGION_SHARED_LIMIT = 24 * 1024
 _PRIMES = (2, 3, 5, 7)
 
 
-def valid_sizes(execution: str = "Block") -> list[int]:
-    """Transform sizes supported for ``execution``: every 2**a 3**b 5**c 7**d from 2 up to the limit.
+def max_block_size(precision: Any = np.float32) -> int:
+    """The longest Block transform in ``precision`` (``np.float32``/``np.float64`` or their names).
+
+    Examples
+    --------
+    >>> max_block_size("float32"), max_block_size("float64")
+    (16384, 4096)
+    """
+    return MAX_SIZE_FLOAT64 if np.dtype(precision).itemsize >= 8 else MAX_SIZE
+
+
+def valid_sizes(execution: str = "Block", precision: Any = np.float32) -> list[int]:
+    """Transform sizes supported for ``execution`` in ``precision``: every 2**a 3**b 5**c 7**d from 2 up to
+    the limit.
 
     Examples
     --------
     >>> valid_sizes("Thread")[:8]
     [2, 3, 4, 5, 6, 7, 8, 9]
+    >>> valid_sizes("Block", np.float64)[-1]
+    4096
     """
-    limit = MAX_THREAD_SIZE if execution == "Thread" else MAX_SIZE
+    limit = MAX_THREAD_SIZE if execution == "Thread" else max_block_size(precision)
     return [n for n in range(2, limit + 1) if is_smooth(n)]
 
 
@@ -207,10 +226,12 @@ class FFTConfig:
                 "direction", ["forward" if fft_type == "r2c" else "inverse"], direction
             )
         precision = normalize_precision(precision)
-        sizes = valid_sizes(execution)
+        sizes = valid_sizes(execution, precision)
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or int(size) not in sizes:
             raise DeviceConfigurationError(
-                "size", f"an integer 2**a * 3**b * 5**c * 7**d in [2, {sizes[-1]}] for {execution}", size
+                "size",
+                f"an integer 2**a * 3**b * 5**c * 7**d in [2, {sizes[-1]}] for {execution} in {precision.__name__}",
+                size,
             )
         size = int(size)
         if execution == "Thread":

@@ -19,7 +19,7 @@ Strategies (``explain()`` names the one that runs, and why):
     One generated kernel per call (:mod:`nvdispatch.device.fft_callback_kernel`): load -> block FFT ->
     multiply by ``h`` in registers -> inverse block FFT -> scale -> store. The signal is read once and
     written once. Along the last axis of a C-contiguous ``x``, for lengths the device engine has
-    (2**a 3**b 5**c 7**d up to 16384; above 8192 points in float32 and 4096 in float64 the kernel
+    (2**a 3**b 5**c 7**d up to 16384 in float32, 4096 in float64; above 8192 points the kernel
     opts in to more than 48 KiB of shared memory), with a C-contiguous filter that is one row for all signals (shape
     ``(m,)``, ``(1, ..., m)``) or one row per signal (the spectrum's shape). The timed choice also tries the
     kernel with other block-FFT knobs and, for real signals with one filter row, ``device-fused pairs``: two
@@ -106,13 +106,14 @@ def fused_reason(problem: ConvolveProblem) -> str | None:
     if why:
         return why
     from ..device.fft_callback_kernel import covers
-    from ..device.fft_config import MAX_SIZE
+    from ..device.fft_config import max_block_size
 
     p = problem.forward
     if p.axes[0] != len(p.shape) - 1:
         return "the device engine transforms along the last axis"
-    if not covers(p.lengths[0]):
-        return f"n={p.lengths[0]} is not a device-engine length (2**a 3**b 5**c 7**d, 2..{MAX_SIZE})"
+    if not covers(p.lengths[0], p.real_dtype):
+        limit = max_block_size(p.real_dtype)
+        return f"n={p.lengths[0]} is not a device-engine length in {p.real_dtype} (2**a 3**b 5**c 7**d, 2..{limit})"
     if not c_contiguous(p):
         return "x is not C-contiguous"
     if problem.filter_rows is None or not problem.filter.c_contiguous:

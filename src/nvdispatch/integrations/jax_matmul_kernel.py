@@ -220,6 +220,7 @@ def _device(call: MatmulCall, names, problem: MatmulProblem, avals, values):
     for orientation in orientations(problem):
         inputs, views = _device_operands(call, names, problem, values, orientation)
         dev_problem = _device_problem(call, options, inputs, views, Device("cuda"))
+        inputs, dev_problem = _read_in_place(call, options, inputs, views, dev_problem, orientation)
         if _fused_here(dev_problem, orientation):
             break
     else:  # this GPU's cuBLASLt has no fused kernel for the case
@@ -319,6 +320,23 @@ def _device_operands(call: MatmulCall, names, problem: MatmulProblem, values, or
         inputs[name] = x
         views[name] = rule
     return inputs, views
+
+
+def _read_in_place(call: MatmulCall, options, inputs: dict, views, problem: MatmulProblem, orientation: str):
+    """``(operands, problem)`` with every operand cuBLASLt would need copied (the staged kernel launches into XLA's
+    buffers and copies nothing) broadcast to the full batch by XLA: an ``a``/``b`` whose batch axes no single
+    stride describes (batched along one vmapped axis, broadcast along another: nested ``jacfwd``/``jacrev``), a
+    ``c`` not laid out as the result."""
+    s = setup(problem, orientation)
+    copied = {o.source: o.copy for o in (s.lt_a, s.lt_b)} | {"c": s.c_mode == "copy"}
+    batch = tuple(problem.result_shape[:-2])
+    changed = dict(inputs)
+    for name, x in inputs.items():
+        if copied.get(name) and x.ndim >= 2 and batch and tuple(x.shape[:-2]) != batch:
+            changed[name] = jnp.broadcast_to(x, batch + tuple(x.shape[-2:]))
+    if all(changed[name] is x for name, x in inputs.items()):
+        return inputs, problem
+    return changed, _device_problem(call, options, changed, views, Device("cuda", problem.device.index))
 
 
 def _fused_here(problem: MatmulProblem, orientation: str) -> bool:
