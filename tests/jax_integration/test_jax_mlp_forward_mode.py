@@ -87,6 +87,7 @@ def test_second_derivatives_match_the_jnp_network(x64, activation, relu_backward
         return lambda x, ws, bs: jnp.sum(jnp.tanh(f(x, ws, bs)) * gy)
 
     ours, theirs = loss(_ours(activation, relu_backward)), loss(_theirs(activation))
+
     def of_middle_weight(g):
         return lambda w, x, ws, bs: g(x, [ws[0], w, ws[2]], bs)
 
@@ -133,9 +134,12 @@ def test_per_example_forward_mode(x64, activation, relu_backward):
             "jvp of vmap": jax.jvp(jax.vmap(lambda x: f(x, ws, bs)), (x,), (tx,))[1],
             "tangent batched alone": jax.vmap(lambda t: jvp_x(x[0], t))(tx),
             "per-example jacfwd": jax.vmap(jax.jacfwd(lambda x: f(x, ws, bs)))(x),
-            "nested, weights batched": jax.vmap(jax.vmap(
-                lambda x, s: jax.jvp(lambda x: f(x, [s * ws[0], *ws[1:]], bs), (x,), (x,))[1],
-                in_axes=(0, None)), in_axes=(None, 0))(x[0], jnp.asarray([1.0, -0.5])),
+            "nested, weights batched": jax.vmap(
+                jax.vmap(
+                    lambda x, s: jax.jvp(lambda x: f(x, [s * ws[0], *ws[1:]], bs), (x,), (x,))[1], in_axes=(0, None)
+                ),
+                in_axes=(None, 0),
+            )(x[0], jnp.asarray([1.0, -0.5])),
         }
 
     got = jax.jit(lambda: cases(ours))()
@@ -171,13 +175,18 @@ def test_reverse_mode_keeps_the_fused_backward(monkeypatch, activation, relu_bac
     jvp = lambda x, ws, bs: jax.jvp(f, (x, ws, bs), (x, ws, bs))  # noqa: E731
     assert "nvdispatch_mlp_tangent" not in str(jax.make_jaxpr(grad)(x, ws, bs))
     assert "nvdispatch_mlp_tangent" in str(jax.make_jaxpr(jvp)(x, ws, bs))
-    hidden = {"relu": ("RELU_BIAS", "DEFAULT"), "drelu": ("RELU_AUX_BIAS", "DRELU"),
-              "gelu": ("GELU_AUX_BIAS", "DGELU")}["drelu" if relu_backward == "drelu" else activation]
+    hidden = {
+        "relu": ("RELU_BIAS", "DEFAULT"),
+        "drelu": ("RELU_AUX_BIAS", "DRELU"),
+        "gelu": ("GELU_AUX_BIAS", "DGELU"),
+    }["drelu" if relu_backward == "drelu" else activation]
     forward = [(hidden[0], False, False)] * 2 + [("BIAS", False, False)]
-    backward = [("BGRADB", True, False), (hidden[1], False, True)] * 2 + [("BGRADB", True, False),
-                                                                          ("DEFAULT", False, True)]
+    backward = [("BGRADB", True, False), (hidden[1], False, True)] * 2 + [
+        ("BGRADB", True, False),
+        ("DEFAULT", False, True),
+    ]
     seen = staged_epilogs(monkeypatch, grad, x, ws, bs)
-    assert seen[-len(backward):] == backward and set(seen[: -len(backward)]) == set(forward), seen
+    assert seen[-len(backward) :] == backward and set(seen[: -len(backward)]) == set(forward), seen
     seen = staged_epilogs(monkeypatch, jvp, x, ws, bs)
     assert set(seen) == set(forward), seen
     # lowered, forward mode adds plain products only (the tangents of the GEMMs: no backward epilog)
@@ -194,8 +203,11 @@ def _lowered_epilogs(monkeypatch, fn, *args) -> set:
     from nvdispatch.integrations import jax_matmul
 
     seen, kernel = set(), jax_matmul.matmul_kernel
-    monkeypatch.setattr(jax_matmul, "matmul_kernel",
-                        lambda call, ops: seen.add((call.epilog, call.transpose_a, call.transpose_b)) or kernel(call, ops))
+    monkeypatch.setattr(
+        jax_matmul,
+        "matmul_kernel",
+        lambda call, ops: seen.add((call.epilog, call.transpose_a, call.transpose_b)) or kernel(call, ops),
+    )
     jax.clear_caches()
     jax.jit(fn).lower(*args)
     return seen
