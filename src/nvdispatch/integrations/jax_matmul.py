@@ -347,7 +347,7 @@ def _backward(call: MatmulCall, res: dict[str, Any], cotangents, wanted: frozens
 
 # -- the tangent primitive ----------------------------------------------------------------------------------------
 def _tangent_abstract(*args, call: MatmulCall, residuals, linear, outputs):
-    # a linear operand that is no residual (a linear function's unknown, :func:`_linear_part`): its tangent's
+    # an operand that is no residual (an unknown of a linear function, :func:`_linear_part`): its tangent's shape
     signature = tuple((name, tuple(x.shape), np.dtype(x.dtype)) for name, x in zip(residuals, args))
     signature += tuple(
         (name, tuple(x.shape), np.dtype(x.dtype))
