@@ -220,8 +220,8 @@ def _jitted(chain: _Chain, x, weights, biases):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _chain(chain: _Chain, x, weights, biases):
-    """The chain on 2-D ``x``: its output."""
-    return _kept_forward(chain)(x, weights, biases)[0]
+    """The chain on 2-D ``x``: its output (JAX differentiates the rule below, never this)."""
+    return _folded_forward(chain)(x, weights, biases)[0]
 
 
 @functools.partial(_chain.defjvp, symbolic_zeros=True)
@@ -408,9 +408,8 @@ batching.primitive_batchers[_tangent_p] = _tangent_batched
 
 # -- the forward and backward passes --------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
-def _kept_forward(chain: _Chain):
-    """:func:`_forward` of ``chain``: under :func:`jax.vmap` a batch axis of ``x`` alone folds into its rows;
-    differentiated (second derivatives of the chain) by :data:`_tangent_p`, all the tangents."""
+def _folded_forward(chain: _Chain):
+    """:func:`_forward` of ``chain`` whose :func:`jax.vmap` folds a batch axis of ``x`` alone into its rows."""
 
     @jax.custom_batching.custom_vmap
     def forward(x, weights, biases):
@@ -432,11 +431,16 @@ def _kept_forward(chain: _Chain):
             )
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
-    # a custom_vmap is not linearized by JAX (grad of grad): a custom_jvp whose primal is the folded forward (so
-    # batched as its rule says, as JAX expects of a JVP rule) and whose tangents are the linear primitive's
-    @jax.custom_jvp
-    def differentiable(x, weights, biases):
-        return forward(x, weights, biases)
+    return forward
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_forward(chain: _Chain):
+    """:func:`_folded_forward` of ``chain`` differentiable (second derivatives of the chain): JAX does not linearize
+    a custom_vmap, so a custom_jvp whose primal is the folded forward (batched as its rule says, as JAX expects of
+    a JVP rule) and whose tangents are those of :data:`_tangent_p`, all of them."""
+    forward = _folded_forward(chain)
+    differentiable = jax.custom_jvp(forward)
 
     @functools.partial(differentiable.defjvp, symbolic_zeros=True)
     def _jvp(primals, tangents):
