@@ -358,6 +358,8 @@ def _tangent_transpose(cts, *args, chain: _Chain, moving: _Moving, everything: b
         return [None] * count + [ad.Zero(x.aval.to_ct_aval()) for x in linear]
     backward = _batchable_backward(dataclasses.replace(chain, wanted=moving.wanted))
     n = len(chain.layers)
+    log.debug("fused_mlp: tangent transposed into the fused backward (gradients wanted: x %s, layers %s)",
+              moving.wanted.x, list(moving.wanted.layers))
 
     def rows(*args):
         it = iter(args[count:])
