@@ -356,6 +356,39 @@ def test_linear_transpose_of_what_is_not_linear_is_refused_naming_the_operand(x6
     assert info.value.argument == "epilog_inputs['gelu_aux']"
 
 
+@pytest.mark.parametrize(
+    "argnums, backward",
+    [
+        (0, [("DEFAULT", False, True)]),  # a's gradient dz b^T alone
+        (1, [("DEFAULT", True, False)]),  # b's: a^T dz
+        (2, [("BGRADB", True, False)]),  # the bias's: out of the product that carries its sum
+        ((1, 2), [("BGRADB", True, False)]),
+        ((0, 1, 2), [("BGRADB", True, False), ("DEFAULT", False, True)]),
+    ],
+)
+def test_the_backward_stages_only_the_gradients_asked_for(monkeypatch, argnums, backward):
+    from nvdispatch.integrations import jax_matmul
+
+    seen, kernel = [], jax_matmul.matmul_kernel
+    monkeypatch.setattr(
+        jax_matmul,
+        "matmul_kernel",
+        lambda call, ops: seen.append((call.epilog, call.transpose_a, call.transpose_b)) or kernel(call, ops),
+    )
+    rng = np.random.default_rng(20)
+    a, b, bias = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in ((4, 3), (3, 5), (5,)))
+
+    def loss(a, b, bias):
+        return jnp.sum(nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}) ** 2)
+
+    jax.make_jaxpr(jax.grad(loss, argnums=argnums))(a, b, bias)
+    assert seen == [("RELU_BIAS", False, False), *backward]
+    got = jax.jit(jax.grad(loss, argnums=argnums))(a, b, bias)
+    want = jax.grad(lambda a, b, bias: jnp.sum(jax.nn.relu(a @ b + bias) ** 2), argnums=argnums)(a, b, bias)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+
+
 def test_complex_and_half_precision_products(x64):
     rng = np.random.default_rng(16)
     a, b = (jnp.asarray(rng.standard_normal(s) + 1j * rng.standard_normal(s)) for s in ((3, 4), (4, 2)))
