@@ -2,12 +2,14 @@
 ``jax.numpy``.
 
 Cases (each a repeated call, timed per call): tracing (``jax.make_jaxpr`` of a fresh function, so nothing is
-served from JAX's trace cache) a 16x16 float32 ``RELU_BIAS`` matmul and a 64-point complex64 fft, forward alone,
-under ``jax.grad`` and under ``jax.jvp``; tracing and lowering the gradient to XLA's input (``.lower``: a kernel
+served from JAX's trace cache) a 16x16 float32 ``RELU_BIAS`` matmul, a 64-point complex64 fft and a 3-layer GELU
+``jax_mlp.fused_mlp`` (64 rows, widths 16-32-32-8, its jitted chain traced inline), forward alone, under
+``jax.grad`` and under ``jax.jvp``; tracing and lowering the gradient to XLA's input (``.lower``: a kernel
 staged as a primitive is traced when lowered); calling the jitted forward and gradient programs (compiled once); and
-the eager call on JAX arrays (no tracer: the route's cached path). Peers: ``jax.nn.relu(a @ b + bias)`` and
-``jnp.fft.fft`` in the same transformations. Contenders are interleaved round by round; each sample is the calling
-thread's CPU time over ``--number`` calls; we report medians and the ratio to the peer.
+the eager call on JAX arrays (no tracer: the route's cached path). Peers: ``jax.nn.relu(a @ b + bias)``,
+``jnp.fft.fft`` and the same MLP in ``jnp``, in the same transformations. Contenders are interleaved round by
+round; each sample is the calling thread's CPU time over ``--number`` calls; we report medians and the ratio to
+the peer.
 
     python benchmarks/jax_staged_cost.py [--rounds 11] [--number 30] [--out benchmarks/results] [--quick]
     python benchmarks/jax_staged_cost.py --compare SRC_A SRC_B   # two source trees, alternately
@@ -19,6 +21,7 @@ results. Writes ``jax_staged_cost.json`` (and a PNG with matplotlib). Needs jax 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import _host_overhead as host_overhead
@@ -46,32 +49,62 @@ def _cases(nvd):
     def peer_fft(x):
         return jnp.fft.fft(x)
 
+    widths = (16, 32, 32, 8)
+    ws = [jnp.asarray(rng.standard_normal((i, o), dtype=np.float32) / np.sqrt(i)) for i, o in zip(widths, widths[1:])]
+    bs = [jnp.zeros(o, jnp.float32) for o in widths[1:]]
+    h = jnp.asarray(rng.standard_normal((64, widths[0]), dtype=np.float32))
+
+    def ours_mlp(h, ws, bs):
+        from nvdispatch.integrations.jax_mlp import fused_mlp
+
+        return fused_mlp(h, ws, bs, activation="gelu")
+
+    def peer_mlp(h, ws, bs):
+        for i, (w, b) in enumerate(zip(ws, bs)):
+            h = h @ w + b
+            h = h if i == len(ws) - 1 else jax.nn.gelu(h, approximate=True)
+        return h
+
+    def mlp_loss(mlp):
+        return lambda h, ws, bs: jnp.sum(mlp(h, ws, bs) ** 2)
+
     def matmul_loss(mm):
         return lambda a, b, bias: jnp.sum(mm(a, b, bias) ** 2)
 
     def spectrum_loss(transform):
         return lambda x: jnp.sum(jnp.abs(transform(x)) ** 2)
 
-    def family(f, loss, args):
+    def family(f, loss, args, fresh=contextlib.nullcontext):
         """The case's calls of ``f`` on ``args``: tracing a fresh function each time (JAX's trace cache serves
-        nothing), compiled programs, the eager call."""
+        nothing; ``fresh``: the context that keeps ``f``'s own jitted parts from being served from it), compiled
+        programs, the eager call."""
         forward, gradient = jax.jit(f), jax.jit(jax.grad(loss(f)))
+
+        def traced(transform):
+            def trace():
+                with fresh():
+                    return jax.make_jaxpr(transform(lambda *xs: f(*xs)))(*args)
+
+            return trace
+
         return {
-            "trace": lambda: jax.make_jaxpr(lambda *xs: f(*xs))(*args),
-            "trace grad": lambda: jax.make_jaxpr(jax.grad(loss(lambda *xs: f(*xs))))(*args),
-            "trace jvp": lambda: jax.make_jaxpr(lambda *xs: jax.jvp(f, xs, xs))(*args),
+            "trace": traced(lambda g: g),
+            "trace grad": traced(lambda g: jax.grad(loss(g))),
+            "trace jvp": traced(lambda g: lambda *xs: jax.jvp(g, xs, xs)),
             "lower grad": lambda: jax.jit(jax.grad(loss(lambda *xs: f(*xs)))).lower(*args),
             "jitted": lambda: forward(*args).block_until_ready(),
-            "jitted grad": lambda: gradient(*args).block_until_ready(),
+            "jitted grad": lambda: jax.block_until_ready(gradient(*args)),
             "eager": lambda: jax.block_until_ready(f(*args)),
         }
 
     cases = {}
-    for label, ours, peer, loss, args in (
-        ("matmul RELU_BIAS", ours_mm, peer_mm, matmul_loss, (a, b, bias)),
-        ("fft 64", ours_fft, peer_fft, spectrum_loss, (x,)),
+    for label, ours, peer, loss, args, fresh in (
+        ("matmul RELU_BIAS", ours_mm, peer_mm, matmul_loss, (a, b, bias), contextlib.nullcontext),
+        ("fft 64", ours_fft, peer_fft, spectrum_loss, (x,), contextlib.nullcontext),
+        # fused_mlp runs its chain as a jitted function: traced inline (jax.disable_jit), not served from its cache
+        ("fused_mlp 3 GELU layers", ours_mlp, peer_mlp, mlp_loss, (h, ws, bs), jax.disable_jit),
     ):
-        mine, theirs = family(ours, loss, args), family(peer, loss, args)
+        mine, theirs = family(ours, loss, args, fresh), family(peer, loss, args, fresh)
         cases.update({f"{kind} {label}": (mine[kind], theirs[kind]) for kind in mine})
     runnable = {}
     for name, (ours, peer) in cases.items():

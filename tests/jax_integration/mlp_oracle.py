@@ -145,3 +145,16 @@ def check_grads(got, x, ws, bs, activation, gy, tol, dtypes: bool = True):
         assert_close(got[2][i], dbs[i], tol, f"db[{i}]")
         if dtypes:
             assert got[1][i].dtype == ws[i].dtype and got[2][i].dtype == bs[i].dtype
+
+
+def jnp_network(x, ws, bs, activation: str):
+    """The same model in ``jax.numpy`` (GELU: the tanh approximation): the oracle of derivatives by JAX's own
+    rules (forward mode, second order) the hand-written float64 gradients do not cover."""
+    import jax
+    import jax.numpy as jnp
+
+    h = x
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        z = jnp.dot(h, w, precision="highest") + b
+        h = z if i == len(ws) - 1 else (jax.nn.relu(z) if activation == "relu" else jax.nn.gelu(z, approximate=True))
+    return h

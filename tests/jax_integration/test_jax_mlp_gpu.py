@@ -16,7 +16,16 @@ import pytest
 from nvdispatch.integrations import jax_ffi
 from nvdispatch.integrations.jax_mlp import fused_mlp
 
-from .mlp_oracle import assert_close, chain_loss, check_grads, check_staged_gemms, forward, gradients, model
+from .mlp_oracle import (
+    assert_close,
+    chain_loss,
+    check_grads,
+    check_staged_gemms,
+    forward,
+    gradients,
+    jnp_network,
+    model,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -98,3 +107,30 @@ def test_every_gemm_of_the_step_is_one_staged_call(_placed, activation, relu_bac
     # a training step (the parameters' gradients only): no GEMM for x's
     hlo = jax.jit(jax.grad(_loss(activation, relu_backward), argnums=(1, 2))).lower(x, ws, bs, gy).compile().as_text()
     assert len(re.findall(rf'custom_call_target="{target}"', hlo)) == 3 * layers - 2
+
+
+@pytest.mark.parametrize("activation,relu_backward", CASES)
+def test_forward_mode_and_second_derivatives_on_the_gpu(_placed, activation, relu_backward):
+    """``jvp`` and a Hessian-vector product (forward over the fused backward) against the ``jnp`` network, in float32
+    at full precision (no TF32: ReLU masks agree with the oracle's); every GEMM staged on nvdispatch's route."""
+    x, ws, bs, gy = jax.device_put(model(np.random.default_rng(3), WIDTHS, 128, "float32"), _placed)
+    ours = lambda x, ws, bs: fused_mlp(x, ws, bs, activation, relu_backward=relu_backward)  # noqa: E731
+    theirs = lambda x, ws, bs: jnp_network(x, ws, bs, activation)  # noqa: E731
+    with jax.default_matmul_precision("float32"):
+        y, dy = jax.jit(lambda p: jax.jvp(ours, p, p))((x, ws, bs))
+        want_y, want_dy = jax.jvp(theirs, (x, ws, bs), (x, ws, bs))
+        assert y.devices() == {_placed}
+        assert_close(y, np.asarray(want_y, np.float64), 1e-4, "y")
+        assert_close(dy, np.asarray(want_dy, np.float64), 1e-4, "dy")
+
+        def hvp(f):
+            grad = jax.grad(lambda ws: jax.numpy.sum(f(x, ws, bs) * gy))
+            return jax.jvp(grad, (ws,), (ws,))[1]
+
+        got, want = jax.jit(lambda: hvp(ours))(), hvp(theirs)
+        for i in range(len(ws)):
+            assert_close(got[i], np.asarray(want[i], np.float64), 1e-3, f"hvp[{i}]")
+        program = jax.jit(lambda p: jax.jvp(ours, p, p)).lower((x, ws, bs)).compile().as_text()
+    target = jax_ffi.TARGET_GRAPHS if jax_ffi.route()[0] == "ffi-graphs" else jax_ffi.TARGET
+    if jax_ffi.route()[0] != "callback":
+        assert "cublas" not in program.lower() and re.search(rf'custom_call_target="{target}"', program)

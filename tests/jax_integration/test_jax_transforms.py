@@ -296,13 +296,97 @@ def test_bias_along_m_forward_and_reverse(x64):
     )
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="the staged matmul is a custom_jvp around its kernel (a custom_vmap over buffer callbacks), "
-                          "which JAX transposes only through the JVP (grad, vjp, linearize); linear_transpose "
-                          "transposes the kernel itself")
-def test_linear_transpose_of_a_matmul(x64):
+#: (epilog, the operand transposed): the calls linear in one operand, the others constants of the function
+LINEAR_CASES = [
+    ("DEFAULT", "a"), ("DEFAULT", "b"), ("BIAS", "bias"), ("BIAS", "b"), ("BGRADB", "b"), ("BGRADA", "a"),
+    ("DRELU", "a"), ("DRELU_BGRAD", "b"), ("DGELU", "b"), ("DGELU_BGRAD", "a"),
+]
+
+
+@pytest.mark.parametrize("epilog, name", LINEAR_CASES)
+def test_linear_transpose_of_a_matmul(x64, epilog, name):
+    """A call linear in one operand (the others, the mask and the pre-activation constants) transposes: as
+    ``jax.linear_transpose`` of the same function in ``jnp``, under ``jit``, batched, and under ``vmap``."""
+    floats, fixed = _matmul_case(epilog, seed=17, batch=(2,))
+    order = ("a", "b", *_INPUT_ORDER[epilog])
+    at = order.index(name)
+
+    def linear(fn):
+        return lambda x: _float_outputs(fn(*(x if i == at else floats[n] for i, n in enumerate(order))))
+
+    ours, theirs = linear(_matmul_fn(epilog, fixed)), linear(_reference(epilog, fixed))
+    x = floats[name]
+    y = jax.eval_shape(ours, x)
+    rng = np.random.default_rng(18)
+    ct = jax.tree.map(lambda v: jnp.asarray(rng.standard_normal(v.shape)), y)
+    want = jax.linear_transpose(theirs if isinstance(y, tuple) else lambda x: theirs(x)[0], x)(ct)
+    _close(jax.jit(jax.linear_transpose(ours, x))(ct), want, 1e-12, 1e-12)
+    _close(jax.linear_transpose(ours, x)(ct), want, 1e-12, 1e-12)
+    # per-example cotangents: vmap of the transpose
+    cts = jax.tree.map(lambda v: jnp.stack([v, -2 * v]), ct)
+    got = jax.jit(jax.vmap(jax.linear_transpose(ours, x)))(cts)
+    _close(got, jax.tree.map(lambda v: jnp.stack([v, -2 * v]), want), 1e-12, 1e-12)
+
+
+def test_linear_transpose_of_transposed_reads_and_c(x64):
+    rng = np.random.default_rng(19)
+    a, b, c = (jnp.asarray(rng.standard_normal(s)) for s in ((3, 4), (5, 3), (4, 5)))
+    ct = jnp.asarray(rng.standard_normal((4, 5)))
+    for fn, ref, x in (
+        (lambda b: nvdispatch.matmul(a.T, b.T), lambda b: a.T @ b.T, b),
+        (lambda a: nvdispatch.matmul(a.T, b.T, alpha=0.5), lambda a: 0.5 * a.T @ b.T, a),
+        (lambda c: nvdispatch.matmul(a.T, b.T, c, beta=2.0), lambda c: 2.0 * c, c),
+    ):
+        _close(jax.jit(jax.linear_transpose(fn, x))(ct), jax.linear_transpose(ref, x)(ct), 1e-12, 1e-12)
+
+
+def test_linear_transpose_of_what_is_not_linear_is_refused_naming_the_operand(x64):
     a, b = jnp.ones((3, 4)), jnp.ones((4, 2))
-    jax.linear_transpose(lambda b: nvdispatch.matmul(a, b), b)(jnp.ones((3, 2)))
+    with pytest.raises(InvalidArgumentError, match="linear") as info:
+        jax.linear_transpose(lambda b: nvdispatch.matmul(a, b, epilog="GELU"), b)(jnp.ones((3, 2)))
+    assert info.value.argument == "b"
+    with pytest.raises(InvalidArgumentError, match="linear") as info:  # a product of two unknowns
+        jax.linear_transpose(lambda a, b: nvdispatch.matmul(a, b), a, b)(jnp.ones((3, 2)))
+    assert info.value.argument == "a"
+    aux = jnp.ones((3, 2))
+    with pytest.raises(InvalidArgumentError) as info:  # DGELU is not linear in its pre-activation
+        jax.linear_transpose(
+            lambda g: nvdispatch.matmul(a, b, epilog="DGELU", epilog_inputs={"gelu_aux": g}), aux
+        )(jnp.ones((3, 2)))
+    assert info.value.argument == "epilog_inputs['gelu_aux']"
+
+
+@pytest.mark.parametrize(
+    "argnums, backward",
+    [
+        (0, [("DEFAULT", False, True)]),  # a's gradient dz b^T alone
+        (1, [("DEFAULT", True, False)]),  # b's: a^T dz
+        (2, [("BGRADB", True, False)]),  # the bias's: out of the product that carries its sum
+        ((1, 2), [("BGRADB", True, False)]),
+        ((0, 1, 2), [("BGRADB", True, False), ("DEFAULT", False, True)]),
+    ],
+)
+def test_the_backward_stages_only_the_gradients_asked_for(monkeypatch, argnums, backward):
+    from nvdispatch.integrations import jax_matmul
+
+    seen, kernel = [], jax_matmul.matmul_kernel
+    monkeypatch.setattr(
+        jax_matmul,
+        "matmul_kernel",
+        lambda call, ops: seen.append((call.epilog, call.transpose_a, call.transpose_b)) or kernel(call, ops),
+    )
+    rng = np.random.default_rng(20)
+    a, b, bias = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in ((4, 3), (3, 5), (5,)))
+
+    def loss(a, b, bias):
+        return jnp.sum(nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}) ** 2)
+
+    jax.make_jaxpr(jax.grad(loss, argnums=argnums))(a, b, bias)
+    assert seen == [("RELU_BIAS", False, False), *backward]
+    got = jax.jit(jax.grad(loss, argnums=argnums))(a, b, bias)
+    want = jax.grad(lambda a, b, bias: jnp.sum(jax.nn.relu(a @ b + bias) ** 2), argnums=argnums)(a, b, bias)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
 
 
 def test_complex_and_half_precision_products(x64):

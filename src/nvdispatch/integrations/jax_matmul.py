@@ -16,7 +16,11 @@ reverse mode (``jax.grad``) transposes it into a backward pass built on nvdispat
   a bias along M): the bias gradient comes out of the GEMM instead of a reduction over the batch;
 * the backward products read transposed operands in place (no transposed copy) and are staged calls
   themselves, so they are differentiable again; ``DRELU*``/``DGELU*``, ``BGRADA``/``BGRADB``, ``c``,
-  ``alpha`` and ``beta`` have their gradients too.
+  ``alpha`` and ``beta`` have their gradients too; only the gradients of operands that have a tangent are
+  staged.
+
+``jax.linear_transpose`` traces a function with unknown operands and transposes what it staged: a call met so is
+staged as its tangent in those operands (linear where the call is), which transposes into the products above.
 
 Differences from an eager call: ``relu_aux`` is a boolean mask of the result's shape on every platform (eager
 GPU calls return cuBLASLt's bit mask), and ``DRELU`` takes that mask. What cannot be staged raises at trace
@@ -37,6 +41,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jax.interpreters import partial_eval as pe
 
 from .._backends import get_state
 from .._detect import CPU
@@ -202,8 +207,40 @@ def _canonical(problem: MatmulProblem, arrays: dict[str, Any]) -> dict[str, Any]
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _staged(call: MatmulCall, a, b, c, bias, relu_aux, gelu_aux):
     """``call`` on canonical operands (None where absent): ``(result, *auxiliary outputs)``."""
-    operands = dict(zip(_OPERANDS, (a, b, c, bias, relu_aux, gelu_aux)))
-    return matmul_kernel(call, {k: v for k, v in operands.items() if v is not None})
+    operands = {k: v for k, v in zip(_OPERANDS, (a, b, c, bias, relu_aux, gelu_aux)) if v is not None}
+    unknown = tuple(name for name, x in operands.items() if isinstance(x, pe.JaxprTracer) and not x.is_known())
+    if unknown:
+        return _linear_part(call, operands, unknown)
+    return matmul_kernel(call, operands)
+
+
+def _linear_part(call: MatmulCall, operands: dict[str, Any], unknown: tuple[str, ...]) -> tuple:
+    """The call met while JAX partially evaluates a function with ``unknown`` operands: what JAX does only to build
+    a linear function (``jax.linear_transpose``), which it then transposes. Staged as the call's tangent in the
+    unknown operands (:data:`_tangent_p`, whose transpose is the other product), what it is where the call is
+    linear in them; refused, naming the operand, where it is not."""
+    spec = spec_of(call.epilog)
+    nonlinear = spec.activation is not None and not (spec.backward and "gelu_aux" not in unknown)
+    for name in unknown:
+        argument = name if name in ("a", "b", "c") else f"epilog_inputs[{name!r}]"
+        if name not in _LINEAR or nonlinear or {"a", "b"} <= set(unknown):
+            raise InvalidArgumentError(
+                argument,
+                "an operand the product is linear in, inside a function JAX transposes (jax.linear_transpose)",
+                f"epilog {spec.epilog.name} with {' and '.join(unknown)} unknown",
+                "products of two unknowns and activations (RELU*, GELU*) are not linear: use jax.vjp",
+            )
+    residuals = tuple(name for name in _OPERANDS if name in operands and name not in unknown)
+    return tuple(
+        _tangent_p.bind(
+            *(operands[name] for name in residuals),
+            *(operands[name] for name in unknown),
+            call=call,
+            residuals=residuals,
+            linear=unknown,
+            outputs=("out", *spec.outputs),
+        )
+    )
 
 
 @functools.partial(_staged.defjvp, symbolic_zeros=True)
@@ -261,29 +298,32 @@ def _forward(call: MatmulCall, a, b, c, bias, relu_aux, gelu_aux):
     return outputs, (a, b, c, bias, relu_aux, gelu_aux, outputs[0], pre)
 
 
-def _backward(call: MatmulCall, residuals, cotangents):
-    """The cotangents of ``(a, b, c, bias, relu_aux, gelu_aux)`` from those of the outputs (None: zero) and the
-    forward pass's residuals."""
-    a, b, c, bias, relu_aux, gelu_aux, y, pre = residuals
+def _backward(call: MatmulCall, res: dict[str, Any], cotangents, wanted: frozenset, result, shapes) -> dict:
+    """The cotangents of the ``wanted`` operands (by name: ``a``, ``b``, ``c``, ``bias``, ``gelu_aux``; absent where
+    zero) from those of the outputs (None: zero) and the forward pass's residuals ``res`` (by name, among
+    :data:`_RESIDUALS`; a wanted operand may be absent, as ``y`` and ``pre`` where the epilog needs neither).
+    ``result``: the shape and dtype of the result; ``shapes``: the operands' (by name)."""
+    a, b, c, bias, relu_aux, gelu_aux, y, pre = (res.get(name) for name in _RESIDUALS)
     spec = spec_of(call.epilog)
-    dt = y.dtype
+    dt = result.dtype
     g = cotangents[0]
     if g is None:
-        g = jnp.zeros(y.shape, dt)
+        g = jnp.zeros(result.shape, dt)
     aux_ct = {name: ct for name, ct in zip(spec.outputs, cotangents[1:]) if ct is not None}
     bgrad = next((name for name in spec.outputs if OUTPUTS[name].kind == "bias_gradient"), None)
     if bgrad in aux_ct:  # the result also feeds its own sum
         summed = aux_ct[bgrad]
         g = g + (jnp.expand_dims(summed, -2) if call.options.bgrad_axis == "n" else summed).astype(dt)
     zero = jnp.zeros((), dt)
-    d_gelu_aux = None
+    got = {}
     # dz: the cotangent of z, the value the epilog's activation (or its derivative) is applied to
     if spec.backward and spec.activation == "relu":
         dz = jnp.where(relu_aux, g, zero)
     elif spec.backward:  # DGELU: y = z * gelu'(gelu_aux)
         dz = (g * _gelu_first(gelu_aux)).astype(dt)
-        z = _staged(dataclasses.replace(call, epilog="DEFAULT"), a, b, c, None, None, None)[0]
-        d_gelu_aux = (g * z * _gelu_second(gelu_aux)).astype(gelu_aux.dtype)
+        if "gelu_aux" in wanted:
+            z = _staged(dataclasses.replace(call, epilog="DEFAULT"), a, b, c, None, None, None)[0]
+            got["gelu_aux"] = (g * z * _gelu_second(gelu_aux)).astype(gelu_aux.dtype)
     elif spec.activation == "relu":
         dz = jnp.where(y > 0, g, zero)
     elif spec.activation == "gelu":
@@ -292,18 +332,28 @@ def _backward(call: MatmulCall, residuals, cotangents):
             dz = dz + aux_ct["gelu_aux"].astype(dt)
     else:
         dz = g
-    da, db, dbias = _product_grads(call, a, b, bias, dz)
-    if "bgrada" in aux_ct:
-        da = da + jnp.broadcast_to(jnp.expand_dims(aux_ct["bgrada"], -1), da.shape).astype(da.dtype)
-    if "bgradb" in aux_ct:
-        db = db + jnp.broadcast_to(jnp.expand_dims(aux_ct["bgradb"], -2), db.shape).astype(db.dtype)
-    dc = None if c is None else (dz * (1 if call.beta is None else call.beta)).astype(c.dtype)
-    return da, db, dc, dbias, None, d_gelu_aux
+    along_n = None if "bias" not in wanted else shapes["bias"][-2] == 1 and shapes["bias"][-1] == dz.shape[-1]
+    got.update(_product_grads(call, a, b, dz, wanted, along_n))
+    for name, axis in (("a", -1), ("b", -2)):  # an operand's sum: its cotangent added once, not per batch
+        if name in got:
+            got[name] = _sum_to(got[name], shapes[name])
+            if f"bgrad{name}" in aux_ct:
+                summed = jnp.expand_dims(aux_ct[f"bgrad{name}"], axis)
+                got[name] = got[name] + jnp.broadcast_to(summed, got[name].shape).astype(got[name].dtype)
+    if "c" in wanted:
+        got["c"] = dz * (1 if call.beta is None else call.beta)
+    return got
 
 
 # -- the tangent primitive ----------------------------------------------------------------------------------------
 def _tangent_abstract(*args, call: MatmulCall, residuals, linear, outputs):
+    # an operand that is no residual (an unknown of a linear function, :func:`_linear_part`): its tangent's shape
     signature = tuple((name, tuple(x.shape), np.dtype(x.dtype)) for name, x in zip(residuals, args))
+    signature += tuple(
+        (name, tuple(x.shape), np.dtype(x.dtype))
+        for name, x in zip(linear, args[len(residuals) :])
+        if name not in residuals
+    )
     return _output_shapes(call, signature, outputs)
 
 
@@ -324,7 +374,10 @@ def _tangent_values(*args, call: MatmulCall, residuals, linear, outputs):
     res = dict(zip(residuals, args))
     tan = dict(zip(linear, args[len(residuals) :]))
     spec = spec_of(call.epilog)
-    ops = {name: res[name] for name in _OPERANDS if name in res}
+    # an operand that is no residual (a linear function's unknown) is described, and stood in for where the epilog's
+    # jvp reads a primal, by its tangent (zeros)
+    known = res.keys() | tan.keys()
+    ops = {name: res[name] if name in res else jnp.zeros_like(tan[name]) for name in _OPERANDS if name in known}
     problem = abstract_problem("jax", CPU, ops, spec, call.options, call.alpha, call.beta, call.transpose)
     dt = jnp.dtype(problem.result_dtype)
     plain = dataclasses.replace(call, epilog="DEFAULT", beta=None)
@@ -333,7 +386,7 @@ def _tangent_values(*args, call: MatmulCall, residuals, linear, outputs):
         return _staged(plain, x, y, None, None, None, None)[0].astype(dt)
 
     beta = 1 if call.beta is None else call.beta
-    a, b = res["a"], res["b"]
+    a, b = ops["a"], ops["b"]
     terms = ([product(tan["a"], b)] if "a" in tan else []) + ([product(a, tan["b"])] if "b" in tan else [])
     if "c" in tan:
         terms.append((beta * tan["c"]).astype(dt))
@@ -341,13 +394,13 @@ def _tangent_values(*args, call: MatmulCall, residuals, linear, outputs):
     # the epilog reads the product itself only where it is not affine in it
     if spec.activation is not None and not (spec.backward and "gelu_aux" not in tan):
         d = product(a, b)
-        if "c" in res:
-            d = d + (beta * res["c"]).astype(dt)
+        if "c" in ops:
+            d = d + (beta * ops["c"]).astype(dt)
         d, dd = _together(d, dd)
     else:
         d = jnp.zeros_like(dd)
-    fixed = {name: res[name] for name in ("relu_aux",) if name in res}
-    moving = {name: res[name] for name in ("bias", "gelu_aux") if name in res}
+    fixed = {name: ops[name] for name in ("relu_aux",) if name in ops}
+    moving = {name: ops[name] for name in ("bias", "gelu_aux") if name in ops}
 
     def epilog(d, la, lb, inputs):
         return apply_epilog(problem, d, la, lb, {**inputs, **fixed})
@@ -374,17 +427,25 @@ def _read(x, transposed: bool):
 
 
 def _tangent_transpose(cts, *args, call: MatmulCall, residuals, linear, outputs):
-    """The transpose: :func:`_backward` (the fused backward products) on the residuals."""
+    """The transpose: :func:`_backward` (the fused backward products) on the residuals, for the linear operands
+    JAX transposes (undefined)."""
     res = dict(zip(residuals, args))
     spec = spec_of(call.epilog)
     given = {name: None if isinstance(ct, ad.Zero) else ct for name, ct in zip(outputs, cts)}
-    got = _backward(call, tuple(res.get(name) for name in _RESIDUALS), [given.get(n) for n in ("out", *spec.outputs)])
-    got = dict(zip(_OPERANDS, got))
-    out = [None] * len(residuals)
-    for name, primal in zip(linear, args[len(residuals) :]):
-        aval = primal.aval
-        ct = got[name]
-        out.append(ad.Zero(aval.to_ct_aval()) if ct is None else _sum_to(ct, aval.shape).astype(aval.dtype))
+    undefined = {name: x for name, x in zip(linear, args[len(residuals) :]) if ad.is_undefined_primal(x)}
+    avals = [x.aval if ad.is_undefined_primal(x) else x for x in args]
+    result = _tangent_abstract(*avals, call=call, residuals=residuals, linear=linear, outputs=("out",))[0]
+    got = {}
+    if any(ct is not None for ct in given.values()):
+        cotangents = [given.get(n) for n in ("out", *spec.outputs)]
+        shapes = {name: x.shape for name, x in zip((*residuals, *linear), avals)}
+        got = _backward(call, res, cotangents, frozenset(undefined), result, shapes)
+    out = [None] * len(args)
+    for i, (name, x) in enumerate(zip(linear, args[len(residuals) :]), start=len(residuals)):
+        if name in undefined:
+            aval = x.aval
+            ct = got.get(name)
+            out[i] = ad.Zero(aval.to_ct_aval()) if ct is None else _sum_to(ct, aval.shape).astype(aval.dtype)
     return out
 
 
@@ -446,34 +507,36 @@ def _mm(call: MatmulCall, x, tx: bool, y, ty: bool, epilog: str):
     return _staged(product, x, y, None, None, None, None)
 
 
-def _product_grads(call: MatmulCall, a, b, bias, dz):
-    """Gradients of ``a``, ``b`` and the bias from ``dz``, the cotangent of ``alpha op(a) @ op(b) (+ bias)``:
-    ``op(a)`` gets ``alpha dz op(b)^T``, ``op(b)`` gets ``alpha op(a)^T dz`` (each computed directly in the
-    stored orientation of its operand); the bias gradient, a sum of ``dz`` over M (over N for a bias along M),
-    comes out of one of these products as its ``BGRADB``/``BGRADA`` epilog."""
+def _product_grads(call: MatmulCall, a, b, dz, wanted: frozenset, along_n: bool | None) -> dict[str, Any]:
+    """The ``wanted`` gradients among ``a``'s, ``b``'s and the bias's (``along_n``: its orientation, None where it
+    is not wanted) from ``dz``, the cotangent of ``alpha op(a) @ op(b) (+ bias)``: ``op(a)`` gets
+    ``alpha dz op(b)^T``, ``op(b)`` gets ``alpha op(a)^T dz`` (each computed directly in the stored orientation of
+    its operand, not summed over broadcast axes); the bias gradient, a sum of ``dz`` over M (over N for a bias
+    along M), comes out of one of these products as its ``BGRADB``/``BGRADA`` epilog (the product staged for it
+    alone where its operand's gradient is not wanted)."""
     ta, tb = call.transpose_a, call.transpose_b
-    along_n = bias is not None and bias.shape[-2] == 1 and bias.shape[-1] == dz.shape[-1]
-    along_m = bias is not None and not along_n
+    got = {}
     # b's gradient: op(a)^T dz, or its transpose dz^T op(a) where b is stored transposed
-    if not tb:
-        got = _mm(call, a, not ta, dz, False, "BGRADB" if along_n else "DEFAULT")
-    else:
-        got = _mm(call, dz, True, a, ta, "BGRADA" if along_n else "DEFAULT")
-    db = got[0]
-    dbias = None
-    if along_n:
-        dbias = got[1].reshape((*dz.shape[:-2], 1, dz.shape[-1]))
+    if "b" in wanted or along_n is True:
+        if not tb:
+            out = _mm(call, a, not ta, dz, False, "BGRADB" if along_n else "DEFAULT")
+        else:
+            out = _mm(call, dz, True, a, ta, "BGRADA" if along_n else "DEFAULT")
+        if "b" in wanted:
+            got["b"] = out[0]
+        if along_n:
+            got["bias"] = out[1].reshape((*dz.shape[:-2], 1, dz.shape[-1]))
     # a's gradient: dz op(b)^T, or its transpose op(b) dz^T where a is stored transposed
-    if not ta:
-        got = _mm(call, dz, False, b, not tb, "BGRADA" if along_m else "DEFAULT")
-    else:
-        got = _mm(call, b, tb, dz, True, "BGRADB" if along_m else "DEFAULT")
-    da = got[0]
-    if along_m:
-        dbias = got[1].reshape((*dz.shape[:-2], dz.shape[-2], 1))
-    da = _sum_to(da, a.shape).astype(a.dtype)
-    db = _sum_to(db, b.shape).astype(b.dtype)
-    return da, db, None if dbias is None else _sum_to(dbias, bias.shape).astype(bias.dtype)
+    if "a" in wanted or along_n is False:
+        if not ta:
+            out = _mm(call, dz, False, b, not tb, "BGRADA" if along_n is False else "DEFAULT")
+        else:
+            out = _mm(call, b, tb, dz, True, "BGRADB" if along_n is False else "DEFAULT")
+        if "a" in wanted:
+            got["a"] = out[0]
+        if along_n is False:
+            got["bias"] = out[1].reshape((*dz.shape[:-2], dz.shape[-2], 1))
+    return got
 
 
 def _sum_to(x, shape):
