@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nvdispatch.errors import ShapeMismatchError  # noqa: E402
+from nvdispatch.errors import InvalidArgumentError, ShapeMismatchError  # noqa: E402
 from nvdispatch.integrations import torch_mlp_ops  # noqa: E402
 from nvdispatch.integrations.torch_mlp import FusedMLP, fused_mlp  # noqa: E402
 
@@ -245,6 +245,15 @@ def test_fused_mlp_of_an_empty_batch_compiles_without_breaks(shape):
     assert y.shape == (*shape[:-1], 3) and x.grad.shape == x.shape and not x.grad.any()
     np.testing.assert_array_equal(mlp[0].weight.grad.numpy(), np.zeros((10, 6)))
     torch.compiler.reset()
+
+
+def test_widths_are_checked_and_numpy_ints_accepted():
+    assert FusedMLP(np.array([6, 4, 2])).widths == [6, 4, 2]
+    assert FusedMLP((np.int64(3), 2)).widths == [3, 2]
+    for widths, argument in [("64", "widths"), ([5], "widths"), (5, "widths"), ([4, -1], r"widths\[1\]"),
+                             ([4, 2.0], r"widths\[1\]"), ([True, 2], r"widths\[0\]")]:  # fmt: skip
+        with pytest.raises(InvalidArgumentError, match=argument):
+            FusedMLP(widths)
 
 
 def test_a_zero_dimensional_input_is_a_typed_error():

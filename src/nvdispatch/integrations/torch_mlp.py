@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -224,12 +225,7 @@ class FusedMLP(torch.nn.Sequential):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or len(widths) < 2:
-            raise InvalidArgumentError("widths", "a sequence of at least two widths (inputs and outputs)",
-                                       repr(widths))  # fmt: skip
-        for i, width in enumerate(widths):
-            if isinstance(width, bool) or not isinstance(width, int) or width < 0:
-                raise InvalidArgumentError(f"widths[{i}]", "a non-negative int", repr(width))
+        widths = _checked_widths(widths)
         _check_choices(activation, relu_backward)
         modules = []
         for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
@@ -380,6 +376,21 @@ class FusedMLP(torch.nn.Sequential):
 
     def extra_repr(self) -> str:
         return f"relu_backward={self.relu_backward!r}"
+
+
+def _checked_widths(widths: object) -> list[int]:
+    if isinstance(widths, (str, bytes)) or not hasattr(widths, "__len__") or len(widths) < 2:
+        raise InvalidArgumentError("widths", "a sequence of at least two widths (inputs and outputs)", repr(widths))
+    checked = []
+    for i, width in enumerate(widths):
+        try:
+            value = None if isinstance(width, bool) else operator.index(width)
+        except TypeError:
+            value = None
+        if value is None or value < 0:
+            raise InvalidArgumentError(f"widths[{i}]", "a non-negative int", repr(width))
+        checked.append(value)
+    return checked
 
 
 def _chain(model: torch.nn.Module) -> tuple[list, list, str] | None:
