@@ -393,3 +393,53 @@ def test_a_whole_pickled_model_keeps_accepting_sequential_checkpoints(tmp_path):
     seq = _sequential(seed=23)
     assert model.load_state_dict(seq.state_dict()).unexpected_keys == []
     np.testing.assert_array_equal(model.weights[2].detach().numpy(), seq[4].weight.detach().numpy())
+
+
+def test_an_earlier_fused_mlps_optimizer_checkpoint_continues_after_reordering():
+    """An earlier FusedMLP listed every weight, then every bias; its optimizer's checkpoint, reordered by
+    ``earlier_optimizer_state``, continues training to the plain model's values (Adam, float64)."""
+    from nvdispatch.integrations.torch_mlp_state import earlier_optimizer_state
+
+    plain = _sequential(seed=41)
+    earlier = FusedMLP(WIDTHS, dtype=torch.float64)
+    earlier.load_state_dict(plain.state_dict())
+    rng = np.random.default_rng(42)
+    batches = [torch.from_numpy(rng.standard_normal((8, WIDTHS[0]))) for _ in range(5)]
+    opt = torch.optim.Adam([*earlier.weights, *earlier.biases], lr=1e-2)  # the earlier parameters() order
+    plain_opt = torch.optim.Adam(plain.parameters(), lr=1e-2)
+
+    def step(model, optimizer, x):
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        optimizer.step()
+
+    for x in batches[:2]:
+        step(earlier, opt, x)
+        step(plain, plain_opt, x)
+    saved = copy.deepcopy(opt.state_dict())
+    before = copy.deepcopy(saved)
+    converted = earlier_optimizer_state(saved, layers=3)
+    assert saved["param_groups"] == before["param_groups"]  # not modified
+    mlp = FusedMLP(WIDTHS, dtype=torch.float64)
+    mlp.load_state_dict(_earlier_form(earlier.state_dict()))
+    resumed = torch.optim.Adam(mlp.parameters(), lr=1e-2)
+    resumed.load_state_dict(converted)
+    for x in batches[2:]:
+        step(mlp, resumed, x)
+        step(plain, plain_opt, x)
+    for got, want in zip(mlp.parameters(), plain.parameters()):
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_earlier_optimizer_state_refuses_what_it_cannot_reorder():
+    from nvdispatch.errors import InvalidArgumentError
+    from nvdispatch.integrations.torch_mlp_state import earlier_optimizer_state
+
+    mlp = FusedMLP(WIDTHS, dtype=torch.float64)
+    state = torch.optim.SGD(mlp.parameters(), lr=0.1).state_dict()
+    with pytest.raises(InvalidArgumentError, match=r"state_dict.*one group of 4 parameters.*\[6\]"):
+        earlier_optimizer_state(state, layers=2)
+    with pytest.raises(InvalidArgumentError, match="state_dict"):
+        earlier_optimizer_state({"weights.0": 1}, layers=3)
+    with pytest.raises(InvalidArgumentError, match="layers"):
+        earlier_optimizer_state(state, layers=True)

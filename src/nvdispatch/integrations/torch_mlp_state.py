@@ -5,18 +5,23 @@ parameters under ``{2i}.weight`` and ``{2i}.bias`` (the activations sit at the o
 a Sequential's checkpoint loads as it is. Earlier FusedMLPs kept them under ``weights.{i}`` and ``biases.{i}``;
 their checkpoints load too: a load-state-dict pre-hook renames those keys to the Sequential's before Torch reads
 them, and a post-hook renames them back in what Torch reports (missing keys, size mismatches), so a strict load
-of such a checkpoint fails naming that checkpoint's own keys.
+of such a checkpoint fails naming that checkpoint's own keys. An optimizer's checkpoint holds no keys, only the
+parameters' order, which was every weight, then every bias: :func:`earlier_optimizer_state` puts it in the
+Sequential's order.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import re
 
 import torch
 
-__all__ = ["accept_fused_keys", "activation_module", "report_fused_keys"]
+from ..errors import InvalidArgumentError
+
+__all__ = ["accept_fused_keys", "activation_module", "earlier_optimizer_state", "report_fused_keys"]
 
 log = logging.getLogger("nvdispatch")
 
@@ -79,3 +84,50 @@ def _renamed(back: dict[str, str], match: re.Match) -> str:
 def activation_module(activation: str) -> torch.nn.Module:
     """The Torch module computing FusedMLP's ``activation`` (GELU: the tanh approximation)."""
     return torch.nn.ReLU() if activation == "relu" else torch.nn.GELU(approximate="tanh")
+
+
+def earlier_optimizer_state(state_dict: dict, layers: int) -> dict:
+    """An optimizer's ``state_dict()`` made over an earlier FusedMLP's ``parameters()`` (every weight, then every
+    bias: ``weights.0``, ..., ``biases.0``, ...), as one made over the Sequential's order (layer by layer, weight
+    then bias), which today's FusedMLP lists. ``state_dict`` is not modified.
+
+    Parameters
+    ----------
+    state_dict : dict
+        ``optimizer.state_dict()`` of an optimizer with one parameter group over the earlier model's
+        ``parameters()``.
+    layers : int
+        The model's Linear layers (``len(widths) - 1``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        When ``state_dict`` is not an optimizer's state dict with one group of ``2 * layers`` parameters.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nvdispatch.integrations.torch_mlp import FusedMLP
+    >>> from nvdispatch.integrations.torch_mlp_state import earlier_optimizer_state
+    >>> mlp = FusedMLP([4, 8, 2])
+    >>> earlier = torch.optim.SGD([*mlp.weights, *mlp.biases], lr=0.1).state_dict()  # an earlier FusedMLP's order
+    >>> earlier["param_groups"][0]["params"]
+    [0, 1, 2, 3]
+    >>> state = earlier_optimizer_state(earlier, layers=2)
+    >>> state["param_groups"][0]["params"]
+    [0, 2, 1, 3]
+    >>> torch.optim.SGD(mlp.parameters(), lr=0.1).load_state_dict(state)
+    """
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise InvalidArgumentError("layers", "a positive int", repr(layers))
+    groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+    if not isinstance(groups, list) or len(groups) != 1 or len(groups[0].get("params", ())) != 2 * layers:
+        found = "not an optimizer's state dict" if not isinstance(groups, list) else \
+            f"{len(groups)} groups of {[len(g.get('params', ())) for g in groups]} parameters"  # fmt: skip
+        raise InvalidArgumentError("state_dict", f"an optimizer's state dict, one group of {2 * layers} parameters",
+                                   found)  # fmt: skip
+    earlier = groups[0]["params"]
+    ordered = [pid for layer in range(layers) for pid in (earlier[layer], earlier[layers + layer])]
+    converted = copy.copy(state_dict)
+    converted["param_groups"] = [{**groups[0], "params": ordered}]
+    return converted
