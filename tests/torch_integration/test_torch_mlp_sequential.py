@@ -259,3 +259,29 @@ def test_widths_are_checked_and_numpy_ints_accepted():
 def test_a_zero_dimensional_input_is_a_typed_error():
     with pytest.raises(ShapeMismatchError, match=r"\bx\b.*0-d"):
         fused_mlp(torch.tensor(1.0), [torch.ones(2, 1)], [torch.ones(2)])
+
+
+# -- CUDA (run on a GPU machine) -----------------------------------------------------------------------------------
+CUDA_SHAPES = [((33, 64), (64, 128, 32)), ((0, 64), (64, 128, 32)), ((2, 0, 64), (64, 128, 32)),
+               ((5, 0), (0, 128, 32)), ((3, 4, 0), (0, 128, 32))]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch with CUDA")
+@pytest.mark.parametrize("shape,widths", CUDA_SHAPES, ids=[f"{s}-{w}" for s, w in CUDA_SHAPES])
+@pytest.mark.parametrize("activation,relu_backward", [("relu", "mask"), ("relu", "drelu"), ("gelu", "mask")])
+def test_on_cuda_the_children_in_order_are_the_oracle(shape, widths, activation, relu_backward):
+    torch.manual_seed(13)
+    mlp = FusedMLP(widths, activation=activation, relu_backward=relu_backward, device="cuda", dtype=torch.float32)
+    plain = copy.deepcopy(mlp.to_sequential()).double()
+    x = torch.randn(shape, device="cuda", requires_grad=True)
+    x_ref = x.detach().double().requires_grad_()
+    got, want = mlp(x), plain(x_ref)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got.double(), want, rtol=2e-3, atol=2e-3)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad.double(), x_ref.grad, rtol=2e-3, atol=2e-3)
+    for (name, p), q in zip(mlp.named_parameters(), plain.parameters()):
+        assert p.grad is not None, name
+        torch.testing.assert_close(p.grad.double(), q.grad, rtol=2e-3, atol=2e-3, msg=name)
