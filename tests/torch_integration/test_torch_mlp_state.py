@@ -110,14 +110,62 @@ def test_to_sequential_keeps_the_training_mode_and_gradients_land_on_the_shared_
     assert all(w.grad is not None for w in mlp.weights)
 
 
-def test_the_fused_models_own_checkpoint_still_loads():
+def _earlier_form(state, layers=3, prefix=""):
+    """``state`` (the Sequential's keys) as an earlier FusedMLP kept it: every ``weights.i``, then ``biases.i``."""
+    ws, bs = _sequential_keys(layers)
+    return {**{f"{prefix}weights.{i}": state[k] for i, k in enumerate(ws)},
+            **{f"{prefix}biases.{i}": state[k] for i, k in enumerate(bs)}}  # fmt: skip
+
+
+def test_the_fused_models_own_checkpoint_is_the_sequentials():
     src = FusedMLP(WIDTHS, activation="gelu", dtype=torch.float64)
     state = src.state_dict()
-    assert list(state) == ["weights.0", "weights.1", "weights.2", "biases.0", "biases.1", "biases.2"]
+    assert list(state) == list(_sequential("gelu").state_dict())
     dst = FusedMLP(WIDTHS, activation="gelu", dtype=torch.float64)
     assert dst.load_state_dict(state).missing_keys == []
     for p, q in zip(dst.parameters(), src.parameters()):
         np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_an_earlier_fused_mlp_checkpoint_still_loads(activation):
+    seq = _sequential(activation, seed=31)
+    state = _earlier_form(seq.state_dict())
+    assert list(state) == ["weights.0", "weights.1", "weights.2", "biases.0", "biases.1", "biases.2"]
+    mlp = FusedMLP(WIDTHS, activation=activation, dtype=torch.float64)
+    result = mlp.load_state_dict(state)
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    assert list(state) == ["weights.0", "weights.1", "weights.2", "biases.0", "biases.1", "biases.2"]  # not modified
+    x = _x()
+    ws, bs = _sequential_keys(3)
+    want = _numpy_forward(_state_arrays(seq.state_dict(), ws), _state_arrays(seq.state_dict(), bs), x.numpy(),
+                          activation)  # fmt: skip
+    np.testing.assert_allclose(mlp(x).detach().numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_strict_reports_an_earlier_checkpoints_own_keys():
+    state = _earlier_form(_sequential().state_dict())
+    del state["biases.1"]
+    state["weights.0"] = torch.zeros(11, 6, dtype=torch.float64)
+    mlp = FusedMLP(WIDTHS, dtype=torch.float64)
+    with pytest.raises(RuntimeError) as info:
+        mlp.load_state_dict(state)
+    message = str(info.value)
+    assert 'Missing key(s) in state_dict: "biases.1"' in message
+    assert "size mismatch for weights.0: copying a param with shape torch.Size([11, 6])" in message
+    assert "2.bias" not in message and "0.weight" not in message
+    assert mlp.load_state_dict(_earlier_form(_sequential().state_dict())).missing_keys == []  # the hook's state reset
+
+
+def test_an_earlier_checkpoint_loads_inside_a_larger_model():
+    seq = _sequential(seed=32)
+    model = _Model(FusedMLP(WIDTHS, dtype=torch.float64))
+    state = {"embed.weight": model.embed.weight.detach().clone(), "embed.bias": model.embed.bias.detach().clone(),
+             **_earlier_form(seq.state_dict(), prefix="mlp.")}  # fmt: skip
+    assert model.load_state_dict(state).missing_keys == []
+    assert list(model.state_dict()) == ["embed.weight", "embed.bias", *[f"mlp.{k}" for k in seq.state_dict()]]
+    for got, want in zip(model.mlp.parameters(), seq.parameters()):
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
 
 
 def test_strict_reports_a_sequential_checkpoints_own_keys():
@@ -155,11 +203,11 @@ def test_a_size_mismatch_names_the_checkpoints_key():
 
 
 def test_a_checkpoint_holding_both_forms_reports_the_duplicate():
-    state = {**FusedMLP(WIDTHS, dtype=torch.float64).state_dict(), "0.weight": torch.zeros(10, 6)}
+    state = {**FusedMLP(WIDTHS, dtype=torch.float64).state_dict(), "weights.0": torch.zeros(10, 6)}
     mlp = FusedMLP(WIDTHS, dtype=torch.float64)
-    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "0\.weight"'):
+    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "weights\.0"'):
         mlp.load_state_dict(state)
-    assert mlp.load_state_dict(state, strict=False).unexpected_keys == ["0.weight"]
+    assert mlp.load_state_dict(state, strict=False).unexpected_keys == ["weights.0"]
 
 
 class _Model(nn.Module):
@@ -345,3 +393,53 @@ def test_a_whole_pickled_model_keeps_accepting_sequential_checkpoints(tmp_path):
     seq = _sequential(seed=23)
     assert model.load_state_dict(seq.state_dict()).unexpected_keys == []
     np.testing.assert_array_equal(model.weights[2].detach().numpy(), seq[4].weight.detach().numpy())
+
+
+def test_an_earlier_fused_mlps_optimizer_checkpoint_continues_after_reordering():
+    """An earlier FusedMLP listed every weight, then every bias; its optimizer's checkpoint, reordered by
+    ``earlier_optimizer_state``, continues training to the plain model's values (Adam, float64)."""
+    from nvdispatch.integrations.torch_mlp_state import earlier_optimizer_state
+
+    plain = _sequential(seed=41)
+    earlier = FusedMLP(WIDTHS, dtype=torch.float64)
+    earlier.load_state_dict(plain.state_dict())
+    rng = np.random.default_rng(42)
+    batches = [torch.from_numpy(rng.standard_normal((8, WIDTHS[0]))) for _ in range(5)]
+    opt = torch.optim.Adam([*earlier.weights, *earlier.biases], lr=1e-2)  # the earlier parameters() order
+    plain_opt = torch.optim.Adam(plain.parameters(), lr=1e-2)
+
+    def step(model, optimizer, x):
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        optimizer.step()
+
+    for x in batches[:2]:
+        step(earlier, opt, x)
+        step(plain, plain_opt, x)
+    saved = copy.deepcopy(opt.state_dict())
+    before = copy.deepcopy(saved)
+    converted = earlier_optimizer_state(saved, layers=3)
+    assert saved["param_groups"] == before["param_groups"]  # not modified
+    mlp = FusedMLP(WIDTHS, dtype=torch.float64)
+    mlp.load_state_dict(_earlier_form(earlier.state_dict()))
+    resumed = torch.optim.Adam(mlp.parameters(), lr=1e-2)
+    resumed.load_state_dict(converted)
+    for x in batches[2:]:
+        step(mlp, resumed, x)
+        step(plain, plain_opt, x)
+    for got, want in zip(mlp.parameters(), plain.parameters()):
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_earlier_optimizer_state_refuses_what_it_cannot_reorder():
+    from nvdispatch.errors import InvalidArgumentError
+    from nvdispatch.integrations.torch_mlp_state import earlier_optimizer_state
+
+    mlp = FusedMLP(WIDTHS, dtype=torch.float64)
+    state = torch.optim.SGD(mlp.parameters(), lr=0.1).state_dict()
+    with pytest.raises(InvalidArgumentError, match=r"state_dict.*one group of 4 parameters.*\[6\]"):
+        earlier_optimizer_state(state, layers=2)
+    with pytest.raises(InvalidArgumentError, match="state_dict"):
+        earlier_optimizer_state({"weights.0": 1}, layers=3)
+    with pytest.raises(InvalidArgumentError, match="layers"):
+        earlier_optimizer_state(state, layers=True)

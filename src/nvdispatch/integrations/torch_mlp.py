@@ -56,6 +56,8 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -81,6 +83,8 @@ def _check_choices(activation: object, relu_backward: object) -> None:
 def _check_layers(x, weights: Sequence, biases: Sequence, weight_layout: str) -> None:
     if len(weights) != len(biases) or not weights:
         raise InvalidArgumentError("biases", f"{len(weights)} biases, one per weight (at least one)", str(len(biases)))
+    if x.dim() == 0:
+        raise ShapeMismatchError("x", "a tensor of shape (..., in_0)", "a 0-d tensor")
     width = x.shape[-1]
     out_in = weight_layout == "out_in"
     for i, (w, b) in enumerate(zip(weights, biases)):
@@ -157,57 +161,59 @@ def fused_mlp(
     _check_layers(x, weights, biases, weight_layout)
     if x.dim() == 2:
         return torch_mlp_ops.apply(x, weights, biases, activation, relu_backward, weight_layout)
-    rows = x.reshape(-1, x.shape[-1])  # the layers' GEMMs are 2-D
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # 2-D for the GEMMs; no -1: features may be 0
     y = torch_mlp_ops.apply(rows, weights, biases, activation, relu_backward, weight_layout)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-class FusedMLP(torch.nn.Module):
-    """Linear layers of ``widths`` (``widths[0]`` inputs, ``widths[-1]`` outputs), ``activation`` between them;
-    forward and backward GEMMs fused by nvdispatch, the whole chain one autograd node (:func:`fused_mlp`, whose
-    ``relu_backward`` this takes). ``weights[i]`` and ``biases[i]`` are stored and initialised as
-    ``torch.nn.Linear``'s ``weight`` (shape ``(out, in)``) and ``bias``, so a Linear layer's tensors copy in as
-    they are, and their gradients land in ``.grad`` in that layout (the weight-gradient GEMM writes ``(out, in)``).
+class FusedMLP(torch.nn.Sequential):
+    """``torch.nn.Sequential(Linear, act, Linear, act, ..., Linear)`` of ``widths`` (``widths[0]`` inputs,
+    ``widths[-1]`` outputs) whose forward and backward GEMMs are fused by nvdispatch, the whole chain one autograd
+    node (:func:`fused_mlp`, whose ``relu_backward`` this takes).
+
+    It *is* that Sequential: its children are ``torch.nn.Linear`` layers at ``"0"``, ``"2"``, ... and the
+    activation modules (``torch.nn.ReLU`` or ``torch.nn.GELU(approximate="tanh")``) at the odd indices, built and
+    initialised as the Sequential builds them, so ``state_dict()`` keys (``0.weight``, ``0.bias``, ``2.weight``,
+    ...), ``parameters()`` order (layer by layer, weight then bias), and hence an optimizer's checkpoint, are the
+    Sequential's, and indexing, iteration, ``len`` and the Sequential's editing methods behave as a Sequential's.
+    The fused forward is only an optimization of calling the children in order: it runs while the children are
+    such a chain (every Linear of exactly that class with a bias, one activation between every two, no forward or
+    backward hooks on a child); a FusedMLP edited into anything else (another activation, a Dropout appended, a
+    hook registered on a layer) computes ``torch.nn.Sequential.forward``, the children one by one. A slice is a
+    plain ``torch.nn.Sequential`` over the same modules.
 
     Examples
     --------
     >>> import torch
     >>> from nvdispatch.integrations.torch_mlp import FusedMLP
     >>> mlp = FusedMLP([16, 32, 4], activation="gelu")
-    >>> mlp(torch.randn(8, 16)).shape
-    torch.Size([8, 4])
-    >>> FusedMLP([16, 32, 4], relu_backward="drelu").relu_backward
-    'drelu'
-
-    The weights of ``torch.nn.Linear`` layers, as they are:
-
-    >>> linears = [torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)]
-    >>> mlp = FusedMLP([16, 32, 4])
-    >>> with torch.no_grad():
-    ...     for lin, w, b in zip(linears, mlp.weights, mlp.biases):
-    ...         _ = w.copy_(lin.weight), b.copy_(lin.bias)
+    >>> mlp
+    FusedMLP(
+      relu_backward='mask'
+      (0): Linear(in_features=16, out_features=32, bias=True)
+      (1): GELU(approximate='tanh')
+      (2): Linear(in_features=32, out_features=4, bias=True)
+    )
+    >>> isinstance(mlp, torch.nn.Sequential), len(mlp), mlp.widths, mlp.activation
+    (True, 3, [16, 32, 4], 'gelu')
     >>> x = torch.randn(8, 16)
-    >>> bool(torch.allclose(mlp(x), linears[1](torch.relu(linears[0](x))), atol=1e-5))
+    >>> bool(torch.allclose(mlp(x), mlp[2](mlp[1](mlp[0](x))), atol=1e-5))
     True
 
-    Checkpoints: ``load_state_dict`` takes this model's own state dict (keys ``weights.0``, ``biases.0``, ...)
-    and that of the ``torch.nn.Sequential`` it replaces (``Linear, act, ..., Linear``: keys ``0.weight``,
-    ``0.bias``, ``2.weight``, ...), here or inside a larger model, with Torch's ``strict`` checks (a strict
-    load of a Sequential checkpoint names what is missing or unexpected by that checkpoint's keys);
-    :meth:`to_sequential` gives the plain model, whose ``state_dict()`` loads without nvdispatch.
+    Checkpoints are the Sequential's: the state dict of the ``torch.nn.Sequential`` it replaces loads as it is,
+    and the other way round.
 
     >>> seq = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    >>> list(seq.state_dict())
-    ['0.weight', '0.bias', '2.weight', '2.bias']
     >>> mlp = FusedMLP([16, 32, 4])
     >>> mlp.load_state_dict(seq.state_dict())
     <All keys matched successfully>
+    >>> list(mlp.state_dict())
+    ['0.weight', '0.bias', '2.weight', '2.bias']
     >>> bool(torch.allclose(mlp(x), seq(x), atol=1e-5))
     True
-    >>> list(mlp.state_dict())
-    ['weights.0', 'weights.1', 'biases.0', 'biases.1']
-    >>> list(mlp.to_sequential().state_dict())
-    ['0.weight', '0.bias', '2.weight', '2.bias']
+
+    A checkpoint of an earlier FusedMLP, which kept its parameters as ``weights.0``, ``biases.0``, ..., loads too
+    (a load-state-dict pre-hook renames its keys; what a strict load reports is named by that checkpoint's keys).
     """
 
     def __init__(
@@ -219,33 +225,32 @@ class FusedMLP(torch.nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        if len(widths) < 2:
-            raise InvalidArgumentError("widths", "at least two widths (inputs and outputs)", repr(list(widths)))
+        widths = _checked_widths(widths)
         _check_choices(activation, relu_backward)
-        self.activation = activation
+        modules = []
+        for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
+            if i:
+                modules.append(torch_mlp_state.activation_module(activation))
+            modules.append(torch.nn.Linear(fan_in, fan_out, device=device, dtype=dtype))
+        super().__init__(*modules)
+        self._adopt(relu_backward)
+
+    def _adopt(self, relu_backward: str) -> None:
+        """What ``__init__`` adds to the Sequential of the children already in place."""
         self.relu_backward = relu_backward
-        kw = {"device": device, "dtype": dtype}
-        self.weights = torch.nn.ParameterList()
-        self.biases = torch.nn.ParameterList()
-        for fan_in, fan_out in zip(widths[:-1], widths[1:]):
-            bound = 1 / math.sqrt(fan_in)  # torch.nn.Linear's initialisation
-            self.weights.append(torch.nn.Parameter(torch.empty(fan_out, fan_in, **kw).uniform_(-bound, bound)))
-            self.biases.append(torch.nn.Parameter(torch.empty(fan_out, **kw).uniform_(-bound, bound)))
-        self.register_load_state_dict_pre_hook(torch_mlp_state.accept_sequential_keys)
-        self.register_load_state_dict_post_hook(torch_mlp_state.report_sequential_keys)
-        epilog, _ = torch_mlp_ops.hidden_epilog(activation, relu_backward, True)
-        log.debug(
-            "FusedMLP %s: hidden layers %s, relu_backward=%s, weights (out, in)", list(widths), epilog, relu_backward
-        )
+        self.register_load_state_dict_pre_hook(torch_mlp_state.accept_fused_keys)
+        self.register_load_state_dict_post_hook(torch_mlp_state.report_fused_keys)
+        epilog, _ = torch_mlp_ops.hidden_epilog(self.activation or "relu", relu_backward, True)
+        log.debug("FusedMLP %s: hidden layers %s, relu_backward=%s, weights (out, in)", self.widths, epilog,
+                  relu_backward)  # fmt: skip
 
     @classmethod
     def from_sequential(cls, layers, *, relu_backward: str = "mask") -> FusedMLP:
         """The ``FusedMLP`` of an existing Torch model: ``layers`` (a ``torch.nn.Sequential``, or any iterable of
         modules) ``Linear, act, Linear, act, ..., Linear``, the same activation between every two Linear layers
         (``torch.nn.ReLU``, or ``torch.nn.GELU(approximate="tanh")``) and every Linear with a bias. The new model
-        holds the Linear layers' own parameters (not copies): the same tensors, so an optimizer made over the old
-        model's parameters trains the new one, and the gradients land where they did.
+        holds the modules themselves (not copies) as its children, so it holds the same parameter tensors: an
+        optimizer made over the old model's parameters trains the new one, and the gradients land where they did.
 
         Raises
         ------
@@ -262,19 +267,19 @@ class FusedMLP(torch.nn.Module):
         >>> seq = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
         >>> mlp = FusedMLP.from_sequential(seq)
         >>> mlp.extra_repr()
-        "widths=[16, 32, 4], activation='relu', relu_backward='mask'"
-        >>> mlp.weights[0] is seq[0].weight
-        True
+        "relu_backward='mask'"
+        >>> mlp[0] is seq[0], mlp[0].weight is seq[0].weight
+        (True, True)
         >>> x = torch.randn(8, 16)
         >>> bool(torch.allclose(mlp(x), seq(x), atol=1e-5))
         True
         """
+        _check_choices("relu", relu_backward)
         modules = list(layers)
         if len(modules) % 2 == 0 or not modules:
             raise InvalidArgumentError(
                 "layers", "Linear, act, ..., Linear: an odd number of modules", f"{len(modules)} modules"
             )
-        linears = modules[::2]
         activation = None
         for i, module in enumerate(modules):
             where = f"layers[{i}]"
@@ -296,22 +301,15 @@ class FusedMLP(torch.nn.Module):
             if activation is not None and found != activation:
                 raise InvalidArgumentError(where, f"the same activation as layers[1] ({activation})", found)
             activation = found
-        widths = [linears[0].in_features] + [lin.out_features for lin in linears]
-        model = cls(widths, activation or "relu", relu_backward=relu_backward, device="meta")  # no storage made
-        model.weights = torch.nn.ParameterList([lin.weight for lin in linears])
-        model.biases = torch.nn.ParameterList([lin.bias for lin in linears])
+        model = cls.__new__(cls)
+        torch.nn.Sequential.__init__(model, *modules)
+        model._adopt(relu_backward)
         return model
 
     def to_sequential(self) -> torch.nn.Sequential:
-        """The plain Torch model this one computes: ``torch.nn.Sequential(Linear, act, Linear, ..., Linear)``
-        over this model's own parameters (the same tensors, not copies; the inverse of :meth:`from_sequential`),
-        ``act`` ``torch.nn.ReLU()`` or ``torch.nn.GELU(approximate="tanh")``, in this model's training mode.
-
-        Its ``state_dict()`` is a plain checkpoint (keys ``0.weight``, ``0.bias``, ``2.weight``, ...) that loads
-        into a model built without nvdispatch, and its ``parameters()`` come in that model's order (layer by
-        layer, weight then bias), which is the order an optimizer's checkpoint must match: an optimizer of this
-        model whose state is saved for, or loaded from, the plain model is made over
-        ``mlp.to_sequential().parameters()`` (``mlp.parameters()`` lists every weight, then every bias).
+        """The plain Torch model this one computes: a ``torch.nn.Sequential`` over this model's own children (the
+        same modules, so the same parameters, not copies; the inverse of :meth:`from_sequential`), in this model's
+        training mode. Its ``state_dict()`` and ``parameters()`` are this model's, and load without nvdispatch.
 
         Examples
         --------
@@ -326,7 +324,7 @@ class FusedMLP(torch.nn.Module):
           (1): GELU(approximate='tanh')
           (2): Linear(in_features=32, out_features=4, bias=True)
         )
-        >>> seq[0].weight is mlp.weights[0]
+        >>> seq[0] is mlp[0]
         True
         >>> buffer = io.BytesIO()
         >>> torch.save(seq.state_dict(), buffer)
@@ -339,16 +337,89 @@ class FusedMLP(torch.nn.Module):
         >>> bool(torch.allclose(plain(x), mlp(x), atol=1e-5))
         True
         """
-        return torch_mlp_state.sequential_of(_listed(self.weights), _listed(self.biases), self.activation,
-                                             self.training)  # fmt: skip
+        return torch.nn.Sequential(OrderedDict(self._modules)).train(self.training)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):  # a part of the chain need not be an MLP: a plain Sequential of those modules
+            return torch.nn.Sequential(OrderedDict(list(self._modules.items())[idx]))
+        return super().__getitem__(idx)
+
+    @property
+    def weights(self) -> list[torch.nn.Parameter]:
+        """The Linear layers' weights, in order (``self[0].weight``, ``self[2].weight``, ...)."""
+        return [module.weight for module in list(self._modules.values())[::2]]
+
+    @property
+    def biases(self) -> list[torch.nn.Parameter]:
+        """The Linear layers' biases, in order (``self[0].bias``, ``self[2].bias``, ...)."""
+        return [module.bias for module in list(self._modules.values())[::2]]
+
+    @property
+    def widths(self) -> list[int]:
+        """``[in_features of the first Linear, out_features of each Linear...]``."""
+        linears = list(self._modules.values())[::2]
+        return [linears[0].in_features] + [linear.out_features for linear in linears]
+
+    @property
+    def activation(self) -> str | None:
+        """``"relu"`` or ``"gelu"`` while the children are a chain the fused forward computes, else None."""
+        chain = _chain(self)
+        return chain[2] if chain is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return fused_mlp(x, _listed(self.weights), _listed(self.biases), self.activation,
-                         relu_backward=self.relu_backward)  # fmt: skip
+        chain = _chain(self)
+        if chain is None:
+            log.debug("FusedMLP: children are not a fusable Linear/activation chain; forward is Sequential's")
+            return super().forward(x)
+        weights, biases, activation = chain
+        return fused_mlp(x, weights, biases, activation, relu_backward=self.relu_backward)
 
     def extra_repr(self) -> str:
-        widths = [w.shape[1] for w in self.weights] + [self.weights[-1].shape[0]]
-        return f"widths={widths}, activation={self.activation!r}, relu_backward={self.relu_backward!r}"
+        return f"relu_backward={self.relu_backward!r}"
+
+
+def _checked_widths(widths: object) -> list[int]:
+    if isinstance(widths, (str, bytes)) or not hasattr(widths, "__len__") or len(widths) < 2:
+        raise InvalidArgumentError("widths", "a sequence of at least two widths (inputs and outputs)", repr(widths))
+    checked = []
+    for i, width in enumerate(widths):
+        try:
+            value = None if isinstance(width, bool) else operator.index(width)
+        except TypeError:
+            value = None
+        if value is None or value < 0:
+            raise InvalidArgumentError(f"widths[{i}]", "a non-negative int", repr(width))
+        checked.append(value)
+    return checked
+
+
+def _chain(model: torch.nn.Module) -> tuple[list, list, str] | None:
+    """The weights, biases and activation of ``model``'s children when they are ``Linear, act, ..., Linear`` the
+    fused forward computes exactly (no hooks on a child, each Linear of that class with a bias), else None."""
+    modules = model.__dict__["_modules"].values()  # read as Module.__getattr__ would, without its lookup
+    weights, biases = [], []
+    activation = None
+    for i, module in enumerate(modules):
+        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or \
+                module._backward_pre_hooks:  # fmt: skip
+            return None
+        if i % 2:
+            found = _activation_of(module)
+            if found is None or (activation is not None and found != activation):
+                return None
+            activation = found
+            continue
+        if type(module) is not torch.nn.Linear:
+            return None
+        params = module._parameters
+        weight, bias = params["weight"], params["bias"]
+        if bias is None:
+            return None
+        weights.append(weight)
+        biases.append(bias)
+    if not weights or len(modules) % 2 == 0:
+        return None
+    return weights, biases, activation or "relu"
 
 
 def _activation_of(module) -> str | None:
@@ -364,15 +435,3 @@ def _describe_module(module) -> str:
     if type(module) is torch.nn.GELU:
         return f"GELU(approximate={module.approximate!r}) (FusedMLP's GELU is the tanh approximation)"
     return type(module).__name__
-
-
-def _listed(params: torch.nn.ParameterList) -> list:
-    """``list(params)``: eagerly read from the list's own parameter dict (in order: it holds them by index), which
-    costs a tenth of iterating ``ParameterList`` (a string index and a module attribute lookup per item); while
-    Torch traces a program, iterated as it is."""
-    if torch.compiler.is_compiling():
-        return list(params)
-    own = params.__dict__.get("_parameters")
-    if own is None or len(own) != len(params):  # not a ParameterList as this Torch lays it out
-        return list(params)
-    return [*own.values()]

@@ -1,70 +1,74 @@
-"""A :class:`~.torch_mlp.FusedMLP`'s checkpoints and the ``torch.nn.Sequential`` it stands for.
+"""Checkpoints of earlier :class:`~.torch_mlp.FusedMLP` layouts.
 
-A FusedMLP keeps layer ``i``'s parameters under ``weights.{i}`` and ``biases.{i}``; the ``Sequential`` of
-``Linear, act, Linear, ...`` that :meth:`~.torch_mlp.FusedMLP.from_sequential` takes keeps them under
-``{2i}.weight`` and ``{2i}.bias`` (the activations sit at the odd indices and hold nothing). Loading accepts
-both: a load-state-dict pre-hook renames a Sequential's keys to the FusedMLP's before Torch reads them, and a
-post-hook renames them back in what Torch reports (missing keys, size mismatches), so a strict load of a
-Sequential checkpoint fails naming that checkpoint's own keys. The other way, :func:`sequential_of` builds the
-Sequential over the FusedMLP's own parameters, whose ``state_dict()`` is a plain Torch checkpoint.
+A FusedMLP is the ``torch.nn.Sequential`` of ``Linear, act, Linear, ...`` it replaces, so it keeps layer ``i``'s
+parameters under ``{2i}.weight`` and ``{2i}.bias`` (the activations sit at the odd indices and hold nothing), and
+a Sequential's checkpoint loads as it is. Earlier FusedMLPs kept them under ``weights.{i}`` and ``biases.{i}``;
+their checkpoints load too: a load-state-dict pre-hook renames those keys to the Sequential's before Torch reads
+them, and a post-hook renames them back in what Torch reports (missing keys, size mismatches), so a strict load
+of such a checkpoint fails naming that checkpoint's own keys. An optimizer's checkpoint holds no keys, only the
+parameters' order, which was every weight, then every bias: :func:`earlier_optimizer_state` puts it in the
+Sequential's order.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import re
-from collections.abc import Sequence
 
 import torch
 
-__all__ = ["accept_sequential_keys", "activation_module", "report_sequential_keys", "sequential_of"]
+from ..errors import InvalidArgumentError
+
+__all__ = ["accept_fused_keys", "activation_module", "earlier_optimizer_state", "report_fused_keys"]
 
 log = logging.getLogger("nvdispatch")
 
-_PENDING = "_nvdispatch_sequential_loads"  # the instance attribute a load's pre-hook leaves for its post-hook
+_PENDING = "_nvdispatch_fused_loads"  # the instance attribute a load's pre-hook leaves for its post-hook
 
 
 def _key_names(prefix: str, layers: int) -> dict[str, str]:
-    """The Sequential's key -> the FusedMLP's key, for every parameter of ``layers`` layers under ``prefix``."""
+    """The earlier FusedMLP's key -> the Sequential's, for every parameter of ``layers`` layers under ``prefix``."""
     names = {}
     for i in range(layers):
-        names[f"{prefix}{2 * i}.weight"] = f"{prefix}weights.{i}"
-        names[f"{prefix}{2 * i}.bias"] = f"{prefix}biases.{i}"
+        names[f"{prefix}weights.{i}"] = f"{prefix}{2 * i}.weight"
+        names[f"{prefix}biases.{i}"] = f"{prefix}{2 * i}.bias"
     return names
 
 
-def accept_sequential_keys(
+def accept_fused_keys(
     module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
 ) -> None:
-    """Load-state-dict pre-hook: rename a Sequential checkpoint's keys under ``prefix`` to the FusedMLP's.
+    """Load-state-dict pre-hook: rename an earlier FusedMLP checkpoint's keys under ``prefix`` to the Sequential's.
 
-    A key is renamed only where the FusedMLP's own key is absent: a checkpoint holding both forms of one
-    parameter keeps the Sequential's as it is, which Torch then reports as unexpected. When the checkpoint holds
-    no key of the FusedMLP's form under ``prefix``, :func:`report_sequential_keys` names what Torch reports by
-    the Sequential's keys.
+    A key is renamed only where the Sequential's own key is absent: a checkpoint holding both forms of one
+    parameter keeps the earlier form as it is, which Torch then reports as unexpected. When the checkpoint holds
+    no key of the Sequential's form under ``prefix``, :func:`report_fused_keys` names what Torch reports by the
+    earlier keys.
     """
-    names = _key_names(prefix, len(module.weights))
+    names = _key_names(prefix, (len(module) + 1) // 2)
     found = [key for key in names if key in state_dict]
     if not found:
         return
     own = set(names.values())
-    sequential_form = not any(key in own for key in state_dict)
+    earlier_form = not any(key in own for key in state_dict)
     renamed = [key for key in found if names[key] not in state_dict]
     for key in renamed:
         state_dict[names[key]] = state_dict.pop(key)
-    log.debug("FusedMLP at %r: %d of a Sequential checkpoint's keys loaded as its own", prefix, len(renamed))
-    if sequential_form:
+    log.debug("FusedMLP at %r: %d keys of an earlier FusedMLP checkpoint loaded as the Sequential's", prefix,
+              len(renamed))  # fmt: skip
+    if earlier_form:
         module.__dict__.setdefault(_PENDING, []).append((names, error_msgs, len(error_msgs)))
 
 
-def report_sequential_keys(module, incompatible_keys) -> None:
-    """Load-state-dict post-hook: the keys of a Sequential checkpoint's load, as that checkpoint names them."""
+def report_fused_keys(module, incompatible_keys) -> None:
+    """Load-state-dict post-hook: the keys of an earlier FusedMLP checkpoint's load, as that checkpoint names them."""
     pending = module.__dict__.pop(_PENDING, None)
     if not pending:
         return
     for names, error_msgs, first_message in pending:
-        back = {fused: sequential for sequential, fused in names.items()}
+        back = {sequential: earlier for earlier, sequential in names.items()}
         missing = incompatible_keys.missing_keys
         missing[:] = [back.get(key, key) for key in missing]
         pattern = re.compile("|".join(rf"(?<![\w.]){re.escape(key)}(?![\w.])" for key in back))
@@ -82,14 +86,48 @@ def activation_module(activation: str) -> torch.nn.Module:
     return torch.nn.ReLU() if activation == "relu" else torch.nn.GELU(approximate="tanh")
 
 
-def sequential_of(weights: Sequence, biases: Sequence, activation: str, training: bool) -> torch.nn.Sequential:
-    """``Linear, act, Linear, ..., Linear`` over ``weights[i]`` (``(out, in)``) and ``biases[i]`` themselves."""
-    modules = []
-    for i, (weight, bias) in enumerate(zip(weights, biases)):
-        if i:
-            modules.append(activation_module(activation))
-        fan_out, fan_in = weight.shape
-        linear = torch.nn.Linear(fan_in, fan_out, device="meta", dtype=weight.dtype)  # no storage made
-        linear.weight, linear.bias = weight, bias
-        modules.append(linear)
-    return torch.nn.Sequential(*modules).train(training)
+def earlier_optimizer_state(state_dict: dict, layers: int) -> dict:
+    """An optimizer's ``state_dict()`` made over an earlier FusedMLP's ``parameters()`` (every weight, then every
+    bias: ``weights.0``, ..., ``biases.0``, ...), as one made over the Sequential's order (layer by layer, weight
+    then bias), which today's FusedMLP lists. ``state_dict`` is not modified.
+
+    Parameters
+    ----------
+    state_dict : dict
+        ``optimizer.state_dict()`` of an optimizer with one parameter group over the earlier model's
+        ``parameters()``.
+    layers : int
+        The model's Linear layers (``len(widths) - 1``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        When ``state_dict`` is not an optimizer's state dict with one group of ``2 * layers`` parameters.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nvdispatch.integrations.torch_mlp import FusedMLP
+    >>> from nvdispatch.integrations.torch_mlp_state import earlier_optimizer_state
+    >>> mlp = FusedMLP([4, 8, 2])
+    >>> earlier = torch.optim.SGD([*mlp.weights, *mlp.biases], lr=0.1).state_dict()  # an earlier FusedMLP's order
+    >>> earlier["param_groups"][0]["params"]
+    [0, 1, 2, 3]
+    >>> state = earlier_optimizer_state(earlier, layers=2)
+    >>> state["param_groups"][0]["params"]
+    [0, 2, 1, 3]
+    >>> torch.optim.SGD(mlp.parameters(), lr=0.1).load_state_dict(state)
+    """
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise InvalidArgumentError("layers", "a positive int", repr(layers))
+    groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+    if not isinstance(groups, list) or len(groups) != 1 or len(groups[0].get("params", ())) != 2 * layers:
+        found = "not an optimizer's state dict" if not isinstance(groups, list) else \
+            f"{len(groups)} groups of {[len(g.get('params', ())) for g in groups]} parameters"  # fmt: skip
+        raise InvalidArgumentError("state_dict", f"an optimizer's state dict, one group of {2 * layers} parameters",
+                                   found)  # fmt: skip
+    earlier = groups[0]["params"]
+    ordered = [pid for layer in range(layers) for pid in (earlier[layer], earlier[layers + layer])]
+    converted = copy.copy(state_dict)
+    converted["param_groups"] = [{**groups[0], "params": ordered}]
+    return converted
