@@ -295,3 +295,21 @@ def test_export_of_complex_views_runs_right_for_other_inputs_and_batches(strict)
     for z in (_complex(6, 8, seed=1), _complex(9, 8, seed=2).conj(), _complex(3, 16, seed=3)[:, ::2]):
         for k, (g, w) in enumerate(zip(ep.module()(z), _spectral_numpy(model, z))):
             _close(g, w, 1e-12, f"output {k} of a {z.shape} input (conj={z.is_conj()})")
+
+
+# -- CUDA (GPU machine) ----------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch with CUDA")
+@pytest.mark.parametrize("mode", ["eager", "inductor"])
+def test_lazy_views_on_cuda(mode):
+    run = (lambda fn: fn) if mode == "eager" else (lambda fn: torch.compile(fn, fullgraph=True))
+    z = _complex(6, 8)
+    views = {name: make(z.cuda()) for name, make in VIEWS.items()}
+    got = run(every_transform_of_every_view)(views, _complex(4, 6, seed=1).cuda())
+    want = numpy_of_every_view({k: _numpy(v.cpu()) for k, v in views.items()}, _numpy(_complex(4, 6, seed=1)))
+    for key, w in want.items():
+        _close(got[key].cpu(), w, 1e-12, str(key))
+    operands = _operands(torch.complex128)
+    got = run(products)([tuple(x.cuda() for x in abc) for abc in operands], OPERAND_VIEWS)
+    for key, w in numpy_products(operands, OPERAND_VIEWS).items():
+        _close(got[key].cpu(), w, 1e-12, f"{SHAPES[key[0]]} {key[1:]}")
