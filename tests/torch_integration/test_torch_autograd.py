@@ -21,8 +21,10 @@ MODES = ["eager", "compiled"]
 
 def _t(*shape, seed=0, dtype=torch.float64, grad=True):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
-    return x.requires_grad_(grad)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    if dtype.is_complex:  # an imaginary part of its own: a conjugation shows
+        x = torch.complex(x, torch.randn(*shape, generator=g, dtype=torch.float64))
+    return x.to(dtype).requires_grad_(grad)
 
 
 def _run(fn, mode):

@@ -21,7 +21,10 @@ M, K, N = 5, 4, 6
 
 def _r(*shape, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    if dtype.is_complex:  # an imaginary part of its own: a conjugation shows
+        x = torch.complex(x, torch.randn(*shape, generator=g, dtype=torch.float64))
+    return x.to(dtype)
 
 
 def _graphs(fn, *args, dynamic=False):
@@ -196,10 +199,7 @@ def test_transforms_whose_torch_kernels_conjugate_lazily_compile_right(case, gra
     # torch.fft conjugates lazily inside hfft (its input), ihfft and ifft of real input (their results); in a
     # compiled graph the operator's kernel runs below functionalization, which excludes the Conjugate key
     func, kind = case.split("-")
-    x = _r(3, 4, dtype=torch.float64, seed=3)
-    if kind == "complex":  # (_r's complex values are real)
-        x = torch.complex(x, _r(3, 4, dtype=torch.float64, seed=4))
-    x.requires_grad_(grad)
+    x = _r(3, 4, dtype=torch.complex128 if kind == "complex" else torch.float64, seed=3).requires_grad_(grad)
     for norm in ("backward", "ortho", "forward"):
         fn = lambda x, norm=norm: getattr(nvdispatch.fft, func)(x, norm=norm)  # noqa: E731
         got = torch.compile(fn, backend=BACKEND, fullgraph=True)(x)

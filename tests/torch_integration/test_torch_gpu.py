@@ -40,7 +40,10 @@ def _ids(cases):
 
 def _r(*shape, dtype=torch.float32, seed=0, grad=False):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).cuda().requires_grad_(grad)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    if dtype.is_complex:  # an imaginary part of its own: a conjugation shows
+        x = torch.complex(x, torch.randn(*shape, generator=g, dtype=torch.float64))
+    return x.to(dtype).cuda().requires_grad_(grad)
 
 
 def _bits_to_mask(bits, n):

@@ -21,7 +21,10 @@ torch = pytest.importorskip("torch")
 
 def _r(*shape, dtype=torch.float32, seed=0, grad=False):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).requires_grad_(grad)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    if dtype.is_complex:  # an imaginary part of its own: a conjugation shows
+        x = torch.complex(x, torch.randn(*shape, generator=g, dtype=torch.float64))
+    return x.to(dtype).requires_grad_(grad)
 
 
 def test_nothing_of_torch_is_imported_or_registered_before_a_call_needs_it():

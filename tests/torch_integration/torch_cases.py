@@ -22,8 +22,12 @@ def mm_args(
 
 
 def _randn(*shape, dtype=torch.float32, device="cpu", grad=False, seed=0):
+    """Standard normal values; complex ones with an imaginary part of their own (a conjugation shows)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).to(device)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    if dtype.is_complex:
+        x = torch.complex(x, torch.randn(*shape, generator=g, dtype=torch.float64))
+    x = x.to(dtype).to(device)
     return x.requires_grad_(grad) if grad else x
 
 
