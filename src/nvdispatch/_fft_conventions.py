@@ -92,10 +92,12 @@ def promote(x: Any, func: str, convention: str, naxes: int = 1) -> tuple[Any, An
             return x.astype(np.float32), (np.float16 if half_out else None)
         return x, None  # anything else: the problem builder names it in a typed error
     dtype = getattr(x, "dtype", None)
-    if dtype is None or str(dtype).rpartition(".")[2] in _TRANSFORMED:
+    name = str(dtype).rpartition(".")[2]  # torch.float16 -> float16
+    if dtype is None or name in _TRANSFORMED:
         return x, None
-    rule = framework_promotion(func, x)
+    rule = framework_promotion(func, x, name)
     if rule is not None:
+        _log.debug("fft %s: %s input computed in %s, the result cast to %s (its framework's rule)", func, name, *rule)
         return adapter_for(x).cast(x, rule[0]), rule[1]
     try:
         xp = array_api_compat.array_namespace(x)
