@@ -12,8 +12,10 @@ Promotion, per convention (the caller's library decides, so results match it dty
   except that the real output of ``irfft``/``hfft`` (and a one-axis ``irfftn``) is float16 again, as
   ``numpy.fft`` returns it.
 * ``"scipy"`` (the ``scipy.fft`` backend on NumPy input): booleans and integers → float64, float16 → float32.
-* any other framework: booleans and integers → the framework's default real floating dtype (array-API
-  inspection, e.g. Torch's ``torch.get_default_dtype()``, JAX's float32), as its own fft module does.
+* any other framework: the framework's own rule where its adapter gives one (``Adapter.fft_promotion``: Torch
+  computes float16/complex32 in float32/complex64 and returns float16 or complex32); else booleans and integers
+  → the framework's default real floating dtype (array-API inspection, e.g. Torch's
+  ``torch.get_default_dtype()``, JAX's float32), as its own fft module does.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import array_api_compat
 import numpy as np
 
 from ._adapters import adapter_for
-from ._fft_problem import normalize_axis, result_dtype, result_layout
+from ._fft_problem import FUNCS, normalize_axis, result_dtype, result_layout
 from .errors import (
     InvalidArgumentError,
     ShapeMismatchError,
@@ -36,12 +38,24 @@ from .errors import (
     describe,
 )
 
-__all__ = ["as_operand", "promote", "numpy_nd_args", "numpy_way_steps", "run_nd_numpy_way", "check_out", "write_out"]
+__all__ = [
+    "as_operand",
+    "promote",
+    "framework_promotion",
+    "cast_result",
+    "numpy_nd_args",
+    "numpy_way_steps",
+    "run_nd_numpy_way",
+    "check_out",
+    "write_out",
+]
 
 _log = logging.getLogger("nvdispatch")
 
 #: transforms whose real output numpy.fft gives in float16 for float16 input
 _HALF_REAL_OUT = frozenset({"irfft", "hfft"})
+#: dtypes every framework's transforms take as they are (by name: ``torch.float32`` is ``float32``)
+_TRANSFORMED = frozenset({"float32", "float64", "complex64", "complex128"})
 _ARRAY_PROTOCOLS = ("__array_namespace__", "__dlpack__", "__cuda_array_interface__")
 
 
@@ -65,7 +79,8 @@ def as_operand(x: Any) -> Any:
 
 def promote(x: Any, func: str, convention: str, naxes: int = 1) -> tuple[Any, Any]:
     """``(operand, final dtype or None)``: integer/boolean/half input promoted by ``convention``'s rules
-    (see the module docstring); the final dtype is what the result must be cast to afterwards."""
+    (see the module docstring); the final dtype is what the result must be cast to afterwards
+    (:func:`cast_result`: a NumPy dtype for NumPy input, else the dtype's name)."""
     if isinstance(x, np.ndarray):
         kind = x.dtype.kind
         if kind in "fc" and x.dtype.itemsize > 2:
@@ -77,8 +92,13 @@ def promote(x: Any, func: str, convention: str, naxes: int = 1) -> tuple[Any, An
             return x.astype(np.float32), (np.float16 if half_out else None)
         return x, None  # anything else: the problem builder names it in a typed error
     dtype = getattr(x, "dtype", None)
-    if dtype is None:
+    name = str(dtype).rpartition(".")[2]  # torch.float16 -> float16
+    if dtype is None or name in _TRANSFORMED:
         return x, None
+    rule = framework_promotion(func, x, name)
+    if rule is not None:
+        _log.debug("fft %s: %s input computed in %s, the result cast to %s (its framework's rule)", func, name, *rule)
+        return adapter_for(x).cast(x, rule[0]), rule[1]
     try:
         xp = array_api_compat.array_namespace(x)
         if not xp.isdtype(dtype, ("bool", "integral")):
@@ -87,6 +107,27 @@ def promote(x: Any, func: str, convention: str, naxes: int = 1) -> tuple[Any, An
         return xp.astype(x, default), None
     except Exception:  # noqa: BLE001 - a namespace without inspection: the dtype error explains
         return x, None
+
+
+def framework_promotion(func: str, x: Any, dtype: str | None = None) -> tuple[str, str] | None:
+    """``(the dtype x is computed in, the result's dtype)`` by the rule of ``x``'s framework for ``func`` (dtype
+    names; see ``Adapter.fft_promotion``), or None where the framework has none for ``x``'s dtype. ``dtype``:
+    ``x``'s dtype name, where the caller has it."""
+    adapter = adapter_for(x)
+    hook = getattr(adapter, "fft_promotion", None)
+    if hook is None:
+        return None
+    if dtype is None:
+        dtype = adapter.info("x", x).dtype
+    return hook(FUNCS[func][0], dtype)
+
+
+def cast_result(result: Any, final: Any) -> Any:
+    """``result`` cast to ``final``, the dtype :func:`promote` said (a NumPy dtype, or a dtype name for arrays of
+    other frameworks, which their adapter casts)."""
+    if isinstance(result, np.ndarray):
+        return result.astype(final)
+    return adapter_for(result).cast(result, final)
 
 
 def numpy_nd_args(func: str, shape: tuple[int, ...], s, axes, stacklevel: int = 4):
@@ -191,8 +232,8 @@ def check_out(out, x, func: str, final=None, n=None, axis=-1, s=None, axes=None,
         raise
     if numpy:
         dtype = np.dtype(dtype if final is None else final)
-    else:
-        dtype = getattr(array_api_compat.array_namespace(x), dtype, None)  # None: write_out checks it
+    else:  # None: write_out checks it
+        dtype = getattr(array_api_compat.array_namespace(x), dtype if final is None else final, None)
     _check_out(out, x, dtype, want, last_axis)
 
 

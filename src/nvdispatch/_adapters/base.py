@@ -28,6 +28,9 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     reading that call keys hold, and what they ask of a product on ``device``
     (:class:`~nvdispatch._precision.PrecisionConvention`); ``cast(x, dtype)`` casts an operand where an
     autocast region asks for it;
+``fft_promotion(kind, dtype)`` (optional)
+    the dtypes the framework's own FFTs compute in and return where they widen an operand (Torch's half
+    precision: float16/complex32 computed in float32/complex64, the result cast back);
 ``guard(*arrays)`` (optional)
     one native check that arrays still have the signatures these had, where reading several signatures
     costs more than the rest of a cached call (see :mod:`nvdispatch._call_key_memo`);
@@ -182,6 +185,14 @@ class Adapter:
         """``x`` (an array of this framework) converted to ``dtype``, as the framework's autocast casts operands
         (autograd records it)."""
         raise NotImplementedError(f"{self.name} arrays cannot be cast")
+
+    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
+        """Where this framework's FFTs compute an operand of ``dtype`` in a wider dtype, for a transform of ``kind``
+        (``"c2c"``, ``"r2c"``, ``"c2r"``): ``(the dtype the operand is cast to, the dtype the result is cast back
+        to)``, the result's dtype being the framework's; None (the default): the operand is transformed as it is
+        (the problem builder names a dtype no transform takes). Arrays of this framework support :meth:`cast`
+        where this gives a promotion."""
+        return None
 
     # -- placement ---------------------------------------------------------------------------------------
     def device(self, x: Any) -> Device:

@@ -18,6 +18,8 @@ from .torch_autocast import autocast_dtype
 __all__ = ["TorchAdapter", "tf32_allowed"]
 
 
+#: torch.fft's half precision: the operand's dtype -> the dtype the transform computes in
+_HALF_FFT_COMPUTE = {"float16": "float32", "complex32": "complex64"}
 _ON_CPU = frozenset({TORCH_TENSOR})
 _ON_CUDA = frozenset({TORCH_TENSOR, CUDA})
 
@@ -143,6 +145,24 @@ class TorchAdapter(Adapter):
 
     def cast(self, x, dtype: str):
         return x.to(getattr(sys.modules["torch"], dtype))
+
+    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
+        """torch.fft's rule for half precision (on CUDA; Torch's CPU build refuses it, nvdispatch takes it there
+        too): float16 and complex32 operands computed in float32/complex64, a real result in float16, a complex
+        one in complex32. bfloat16, which torch.fft does not transform, is refused naming it."""
+        compute = _HALF_FFT_COMPUTE.get(dtype)
+        if compute is None:
+            if dtype == "bfloat16":
+                raise UnsupportedDtypeError(
+                    "x",
+                    "a dtype torch.fft transforms (float16, float32, float64, complex32, complex64, complex128)",
+                    dtype,
+                    "torch.fft does not transform bfloat16: cast to float32 (or float16) first",
+                )
+            return None
+        if kind == "r2c" and dtype == "complex32":
+            return None  # complex input to a real-input transform: the problem builder refuses it
+        return compute, ("float16" if kind == "c2r" else "complex32")
 
     def device(self, x) -> Device:
         dev = x.device

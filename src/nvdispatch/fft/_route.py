@@ -18,7 +18,16 @@ from .._call_key import any_length_key, class_keys, fft_form, int_seq
 from .._compiled import hotpath
 from .._detect import detect
 from .._execute import run, run_direct
-from .._fft_conventions import as_operand, check_out, numpy_nd_args, promote, run_nd_numpy_way, write_out
+from .._fft_conventions import (
+    as_operand,
+    cast_result,
+    check_out,
+    framework_promotion,
+    numpy_nd_args,
+    promote,
+    run_nd_numpy_way,
+    write_out,
+)
 from .._fft_problem import FUNCS, build_fft_problem
 from .._plan_cache import plan_cache
 from .._route import (
@@ -45,8 +54,12 @@ _handle = plan_cache.handle
 _ANY_LENGTH = any_length_key((), None)[1]
 
 
-def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
+def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", compute_dtype=None):
+    """``(problem, selection)`` of a call; ``compute_dtype``: the dtype ``x`` is cast to first, where its
+    framework's rule widens it (:func:`~nvdispatch._fft_conventions.framework_promotion`)."""
     infos = {"x": detect("x", x)}  # x is required: None is an error, not an absent operand
+    if compute_dtype is not None:
+        infos["x"] = dataclasses.replace(infos["x"], dtype=compute_dtype)
     framework, device = placement(infos)
     problem = build_fft_problem(func, infos["x"], framework, device, n, axis, s, axes, norm)
     return problem, select("fft", problem)
@@ -161,9 +174,17 @@ def explain_fft(
     >>> nvdispatch.fft.explain_fft("rfft", np.ones(64)).problem.out_shape
     (33,)
     """
-    problem, sel = _prepare(func, x, n, axis, s, axes, norm)
+    promotion = framework_promotion(func, x)
+    problem, sel = _prepare(func, x, n, axis, s, axes, norm, None if promotion is None else promotion[0])
     check_stream(stream, x)
     explanation = explain_selected(func, "fft", problem, sel)
+    if promotion is not None:
+        note = (
+            f"{problem.framework}'s rule for {str(x.dtype).rpartition('.')[2]} input: "
+            f"computed in {problem.real_dtype} ({problem.compute_dtype} transform), the result cast to "
+            f"{promotion[1]}"
+        )
+        explanation = dataclasses.replace(explanation, precision=note)
     general = _any_length_plan(func, x, n, axis, s, axes, norm)
     if general is not None:  # what the call would run: the plan kept for every length
         explanation = dataclasses.replace(explanation, steps=tuple(general.steps), cached=True)
@@ -230,7 +251,7 @@ def call_transform(
             check_out(out, x, func, final, n, axis, s, axes)
         result = _run(func, x, n=n, axis=axis, s=s, axes=axes, norm=norm, stream=stream)
     if final is not None:
-        result = result.astype(final)
+        result = cast_result(result, final)
     return result if out is None else write_out(result, out)
 
 

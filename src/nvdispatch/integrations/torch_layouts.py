@@ -24,6 +24,7 @@ without aux outputs needs only :func:`dense`: its result's shape and dtype are t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from typing import Any
 from .._cuda.lt_layout import relu_aux_ld_bits
 from .._detect import common_placement, detect
 from .._epilog import OUTPUTS, spec_of
+from .._fft_conventions import framework_promotion
 from .._fft_convolve import ConvolveProblem
 from .._fft_convolve import prepare as prepare_convolve
 from .._fft_problem import FFTProblem, build_fft_problem
@@ -83,9 +85,16 @@ def matmul_problem(a, b, c, inputs: dict, alpha, beta, epilog: str, options, pre
 
 
 def fft_problem(func: str, x, n, axis: int, s, axes, norm: str) -> FFTProblem:
-    """The :class:`FFTProblem` of ``nvdispatch.fft.<func>`` on tensor ``x`` (fake or real)."""
+    """The :class:`FFTProblem` of ``nvdispatch.fft.<func>`` on tensor ``x`` (fake or real). A half-precision
+    operand's (Torch's rule, ``framework_promotion``): the transform of its float32/complex64 cast, with the
+    caller's ``dtype`` and the half-precision ``result_dtype`` the public function returns."""
     info = detect("x", x)
-    return build_fft_problem(func, info, info.framework, info.device, n, axis, s, axes, norm)
+    promotion = framework_promotion(func, x, info.dtype)
+    if promotion is None:
+        return build_fft_problem(func, info, info.framework, info.device, n, axis, s, axes, norm)
+    computed = dataclasses.replace(info, dtype=promotion[0])
+    p = build_fft_problem(func, computed, info.framework, info.device, n, axis, s, axes, norm)
+    return dataclasses.replace(p, dtype=info.dtype, result_dtype=promotion[1])
 
 
 def convolve_problem(x, h, n, axis: int) -> ConvolveProblem:
