@@ -22,7 +22,9 @@ import argparse
 import email
 import os
 import pathlib
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -30,6 +32,11 @@ import tempfile
 import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: paths never released: caches, build outputs, compiled files (setuptools' own egg-info is left out apart)
+JUNK = re.compile(
+    r"(^|/)(__pycache__|\.hypothesis|\.pytest_cache|\.ruff_cache|\.git|build|dist|_build|\.old|\.gpu|\.whl|"
+    r"\.benchmarks)(/|$)|\.(pyc|pyo|so|o)$"
+)
 #: what --upload requires of the metadata's Project-URL entries
 UPLOAD_URLS = ("Homepage", "Documentation", "Source", "Issues", "Changelog")
 
@@ -74,6 +81,26 @@ def _clean_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NVDISPATCH_PURE_PYTHON")}
 
 
+def tracked_files(root: pathlib.Path) -> set[str]:
+    """The files of ``root`` as its repository tracks them; without git (an unpacked sdist), the files on disk
+    less caches, build outputs and setuptools' generated files."""
+    if (root / ".git").exists() and shutil.which("git"):
+        done = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True)
+        if done.returncode == 0:
+            return {f for f in done.stdout.split("\0") if f and (root / f).is_file()}
+    found = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    return {f for f in found if not JUNK.search(f) and ".egg-info/" not in f and f not in ("PKG-INFO", "setup.cfg")}
+
+
+def clean_copy(root: pathlib.Path, dest: pathlib.Path) -> pathlib.Path:
+    """``root``'s tracked files copied into ``dest``: what is built from it is what the repository holds (a build
+    in the tree itself would also take every file an earlier build listed in its egg-info)."""
+    for name in tracked_files(root):
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, dest / name)
+    return dest
+
+
 def _check_installed(python: pathlib.Path, version: str, cwd: pathlib.Path, env: dict) -> None:
     """The environment of ``python`` imports the nvdispatch installed into it, of the version built."""
     code = "import nvdispatch, sys; print(nvdispatch.__version__, nvdispatch.__file__, sys.prefix, sep='\\n')"
@@ -84,7 +111,8 @@ def _check_installed(python: pathlib.Path, version: str, cwd: pathlib.Path, env:
 
 def build(work: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     dist = work / "dist"
-    _run([sys.executable, "-m", "build", "--outdir", dist, ROOT], env=_clean_env())
+    source = clean_copy(ROOT, work / "source")
+    _run([sys.executable, "-m", "build", "--outdir", dist, source], env=_clean_env())
     (sdist,), (wheel,) = dist.glob("*.tar.gz"), dist.glob("*.whl")
     return sdist, wheel
 
