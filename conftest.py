@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -20,6 +21,12 @@ os.environ["NVDISPATCH_CACHE_DIR"] = _CACHE_DIR
 def pytest_unconfigure(config):
     os.environ["NVDISPATCH_CACHE_DIR"] = ""  # (what processes write at exit goes nowhere from here on)
     shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+
+
+#: the directory holding the nvdispatch these tests import (found without importing it): the checkout's src/ in
+#: development, site-packages where the tests of an unpacked sdist run against an installed copy. Subprocesses
+#: put it first on PYTHONPATH so that they run the same copy.
+NVDISPATCH_PATH = os.path.dirname(os.path.dirname(importlib.util.find_spec("nvdispatch").origin))
 
 
 def _cuda_device_count() -> int:

@@ -24,9 +24,9 @@ from .executors.cpu_calibration_store import store
 __all__ = ["Environment", "environment", "show_config"]
 
 #: the modules reported, in order
-MODULES = ("numpy", "scipy", "torch", "cupy", "cuda.bindings", "numba", "dask", "distributed", "dask_cuda")
+MODULES = ("numpy", "scipy", "torch", "cupy", "jax", "cuda.bindings", "numba", "dask", "distributed", "dask_cuda")
 #: module -> the extra that installs it (shown next to a framework that is missing)
-EXTRA = {"scipy": "scipy", "torch": "torch", "cupy": "cupy", "cuda.bindings": "cuda", "numba": "numba",
+EXTRA = {"scipy": "scipy", "torch": "torch", "cupy": "cupy", "jax": "jax", "cuda.bindings": "cuda", "numba": "numba",
          "dask": "dask", "distributed": "dask"}  # fmt: skip
 #: module -> the package that installs it, where no extra does
 PACKAGE = {"dask_cuda": "dask-cuda"}

@@ -11,8 +11,10 @@ import sys
 
 import pytest
 
+from conftest import NVDISPATCH_PATH
+
 BENCH = pathlib.Path(__file__).parents[2] / "benchmarks"
-SRC = pathlib.Path(__file__).parents[2] / "src"
+SRC = NVDISPATCH_PATH
 
 # runs a benchmark script as __main__ with matplotlib (and tqdm) made unimportable
 _WITHOUT = "import runpy, sys; sys.modules.update({m: None for m in sys.argv[1].split(',') if m}); " \

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from conftest import NVDISPATCH_PATH
+
 ROOT = pathlib.Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 OPTIONAL = ("scipy", "torch", "cupy", "numba", "cuda", "matplotlib", "tqdm")
@@ -24,7 +26,7 @@ _WITHOUT = (
 
 
 def _run(script: pathlib.Path, without: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([NVDISPATCH_PATH, os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(
         [sys.executable, "-c", _WITHOUT, ",".join(without), str(script)],
         capture_output=True, text=True, timeout=600, env=env, cwd=script.parent,

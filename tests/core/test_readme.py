@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import HAS_GPU
+from conftest import HAS_GPU, NVDISPATCH_PATH
 
 ROOT = pathlib.Path(__file__).parents[2]
 BLOCKS = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
@@ -34,7 +34,7 @@ def test_readme_has_python_blocks():
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{_line_of(b)}" for b in BLOCKS])
 def test_readme_block_runs(block, tmp_path):
     needs_gpu = "needs a GPU" in block.splitlines()[0] and not HAS_GPU
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([NVDISPATCH_PATH, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(
         [sys.executable, "-c", block], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
     )

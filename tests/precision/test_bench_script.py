@@ -11,8 +11,10 @@ import sys
 
 import pytest
 
+from conftest import NVDISPATCH_PATH
+
 BENCH = pathlib.Path(__file__).parents[2] / "benchmarks"
-SRC = pathlib.Path(__file__).parents[2] / "src"
+SRC = NVDISPATCH_PATH
 
 
 def _run(*args: str, cwd) -> subprocess.CompletedProcess:

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from conftest import NVDISPATCH_PATH
+
 pytest.importorskip("sphinx", reason="the [docs] extra (in [test]) installs Sphinx")
 pytest.importorskip("myst_parser", reason="the [docs] extra (in [test]) installs myst-parser")
 pytest.importorskip("furo", reason="the [docs] extra (in [test]) installs furo")
@@ -30,7 +32,7 @@ PUBLIC = [
 
 
 def _sphinx(builder: str, out: pathlib.Path, doctrees: pathlib.Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([NVDISPATCH_PATH, os.environ.get("PYTHONPATH", "")]))
     args = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, "-c", str(ROOT / "docs"),
             "-d", str(doctrees), str(ROOT), str(out)]  # fmt: skip
     return subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)

@@ -21,11 +21,13 @@ import tarfile
 import zipfile
 
 import pytest
+from release_tool import release_check
 
 import nvdispatch
 
 ROOT = pathlib.Path(__file__).parents[2]
 pytest.importorskip("build", reason="the [test] extra installs build")
+tomllib = pytest.importorskip("tomllib")
 
 SMOKE = """
 import pathlib, sys
@@ -84,7 +86,8 @@ def _pip_install(python: pathlib.Path, artefact: pathlib.Path, env: dict | None 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> dict[str, pathlib.Path]:
     out = tmp_path_factory.mktemp("dist")
-    cmd = [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)]
+    source = release_check.clean_copy(ROOT, tmp_path_factory.mktemp("source"))  # what the repository holds
+    cmd = [sys.executable, "-m", "build", "--outdir", str(out), str(source)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_clean_env())
     if done.returncode and re.search(r"No matching distribution found for setuptools", done.stdout + done.stderr):
         pytest.skip("python -m build cannot fetch its build requirement (setuptools) here: no package index")
@@ -109,6 +112,11 @@ def test_wheel_carries_the_extension_type_hints_and_licence(dist):
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "nvdispatch/py.typed" in names and "nvdispatch/__main__.py" in names
     assert not [n for n in names if n.endswith((".c", ".h"))], "C sources belong in the sdist only"
+    assert {n.split("/")[0] for n in names} == {"nvdispatch", f"nvdispatch-{nvdispatch.__version__}.dist-info"}
+    assert not [n for n in names if release_check.JUNK.search(n) and not n.endswith("_hotpath.abi3.so")], names
+    assert set(meta.get_all("Provides-Extra")) == set(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                                                      ["project"]["optional-dependencies"])  # fmt: skip
+    assert meta["Description-Content-Type"] == "text/markdown" and meta["Summary"]
     if _compiler_works():
         assert "nvdispatch/_hotpath.abi3.so" in names and "-cp310-abi3-" in dist["wheel"].name
 

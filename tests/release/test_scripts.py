@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import HAS_GPU
+from conftest import HAS_GPU, NVDISPATCH_PATH
 
 ROOT = pathlib.Path(__file__).parents[2]
 BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
@@ -37,7 +37,7 @@ OPTIONAL = "scipy,torch,cupy,numba,cuda,dask,distributed,jax,matplotlib,tqdm"
 
 
 def _run(script: pathlib.Path, *args: str, without: str = "", cwd=None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([NVDISPATCH_PATH, os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(
         [sys.executable, "-c", _WITHOUT, without, str(script), *args],
         capture_output=True, text=True, timeout=300, env=env, cwd=cwd or script.parent,

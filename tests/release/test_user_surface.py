@@ -4,7 +4,6 @@ and ``explain()`` at the REPL showing the readable report rather than a dataclas
 from __future__ import annotations
 
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -12,8 +11,8 @@ import numpy as np
 import pytest
 
 import nvdispatch
+from conftest import NVDISPATCH_PATH
 
-ROOT = pathlib.Path(__file__).parents[2]
 OPTIONAL = ("scipy", "torch", "cupy", "numba", "cuda", "jax", "dask", "distributed", "matplotlib", "tqdm")
 
 
@@ -25,7 +24,7 @@ def test_star_import_works_on_a_base_install():
         "assert (matmul(np.eye(2), np.ones((2, 2))) == 1).all() and fft.rfft(np.ones(4))[0] == 4\n"
         "print(sorted(k for k in dir() if not k.startswith('_') and k not in ('np', 'sys')))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([NVDISPATCH_PATH, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", code, *OPTIONAL], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert eval(done.stdout) == sorted(nvdispatch.__all__)

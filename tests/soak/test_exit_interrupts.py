@@ -10,13 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import NVDISPATCH_PATH
+
 SCRIPT = Path(__file__).with_name("exit_interrupts.py")
 
 
 def _report(timer_runs: int) -> dict:
     env = dict(os.environ)
-    src = Path(__file__).resolve().parents[2] / "src"
-    env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([NVDISPATCH_PATH, env.get("PYTHONPATH", "")])
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--timer-runs", str(timer_runs)],
         capture_output=True,

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import NVDISPATCH_PATH
+
 SOAK = Path(__file__).with_name("interrupts.py")
 
 #: phase -> seconds of interrupts (half swept points, half timers)
@@ -23,8 +25,7 @@ MIN_INTERRUPTS = 11
 
 def _phase(name: str) -> dict:
     env = dict(os.environ)
-    src = Path(__file__).resolve().parents[2] / "src"
-    env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([NVDISPATCH_PATH, env.get("PYTHONPATH", "")])
     proc = subprocess.run(
         [
             sys.executable,

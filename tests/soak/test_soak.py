@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import NVDISPATCH_PATH
+
 pytest.importorskip("torch")
 
 SOAK = Path(__file__).with_name("soak.py")
@@ -19,8 +21,7 @@ SOAK = Path(__file__).with_name("soak.py")
 def test_soak_threads_tasks_interrupts_and_cache_churn():
     seconds = float(os.environ.get("NVDISPATCH_SOAK_SECONDS", "10"))
     env = dict(os.environ)
-    src = Path(__file__).resolve().parents[2] / "src"
-    env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([NVDISPATCH_PATH, env.get("PYTHONPATH", "")])
     proc = subprocess.run(
         [sys.executable, str(SOAK), "--seconds", str(seconds), "--seed", "0"],
         capture_output=True,
