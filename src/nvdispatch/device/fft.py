@@ -11,10 +11,9 @@ from .dim3 import Dim3
 from .errors import DeviceConfigurationError, UnsupportedConfigurationError
 from .fft_config import FFTConfig, valid_elements_per_thread, valid_sizes
 from .fft_source import FUNCTION_NAME, generate_fft_source
-from .precision import normalize_precision
 from .kernel_object import KernelObject, compile_device_source
 from .launch_checks import checks_enabled, fft_checks
-from .precision import complex_of
+from .precision import complex_of, normalize_precision
 
 __all__ = ["FFT", "fft", "valid"]
 
