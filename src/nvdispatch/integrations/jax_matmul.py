@@ -39,8 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
-from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad
 from jax.interpreters import partial_eval as pe
 
 from .._backends import get_state
@@ -52,6 +51,7 @@ from .._route import log
 from ..errors import EpilogInputError, InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from .jax_autotune import autotune_mode
 from .jax_ffi import route
+from .jax_linear_primitive import linear_primitive
 from .jax_matmul_kernel import MatmulCall, matmul_kernel
 from .jax_matmul_shapes import abstract_problem, apply_epilog, output_avals
 
@@ -469,14 +469,9 @@ def _tangent_batched(args, dims, *, call: MatmulCall, residuals, linear, outputs
 #: the outputs' tangents of a staged call (residuals, then the tangents of the ``linear`` operands): linear in
 #: the latter; transposed by the fused backward products, evaluated (forward mode) as staged products and XLA
 #: operations
-_tangent_p = Primitive("nvdispatch_matmul_tangent")
-_tangent_p.multiple_results = True
-_tangent_p.def_impl(_tangent_values)
-_tangent_p.def_abstract_eval(_tangent_abstract)
-mlir.register_lowering(_tangent_p, mlir.lower_fun(_tangent_values, multiple_results=True))
-ad.primitive_jvps[_tangent_p] = _tangent_jvp
-ad.primitive_transposes[_tangent_p] = _tangent_transpose
-batching.primitive_batchers[_tangent_p] = _tangent_batched
+_tangent_p = linear_primitive(
+    "nvdispatch_matmul_tangent", _tangent_values, _tangent_abstract, _tangent_jvp, _tangent_transpose, _tangent_batched
+)
 
 
 def staged_product(call: MatmulCall, a, b, *, bias=None, relu_aux=None, gelu_aux=None) -> tuple:

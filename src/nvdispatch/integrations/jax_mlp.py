@@ -54,8 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
-from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad
 
 from .._backends import get_state
 from .._epilog import gelu_tanh_grad
@@ -63,6 +62,7 @@ from .._matmul_problem import as_options, as_preferences
 from .._route import log
 from ..errors import ShapeMismatchError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from .jax_ffi import route
+from .jax_linear_primitive import linear_primitive
 from .jax_matmul import staged_product
 from .jax_matmul_kernel import MatmulCall
 from .mlp_epilogs import WEIGHT_GRADIENT, LayerEpilogs, chain_epilogs, check_activation
@@ -398,14 +398,9 @@ def _tangent_batched(args, dims, *, chain: _Chain, moving: _Moving, everything: 
 
 #: the chain's tangents (residuals, then the tangents of the inputs that have one): linear in the latter;
 #: transposed by the fused backward GEMMs, evaluated (forward mode) as staged products and XLA operations
-_tangent_p = Primitive("nvdispatch_mlp_tangent")
-_tangent_p.multiple_results = True
-_tangent_p.def_impl(_tangent_values)
-_tangent_p.def_abstract_eval(_tangent_abstract)
-mlir.register_lowering(_tangent_p, mlir.lower_fun(_tangent_values, multiple_results=True))
-ad.primitive_jvps[_tangent_p] = _tangent_jvp
-ad.primitive_transposes[_tangent_p] = _tangent_transpose
-batching.primitive_batchers[_tangent_p] = _tangent_batched
+_tangent_p = linear_primitive(
+    "nvdispatch_mlp_tangent", _tangent_values, _tangent_abstract, _tangent_jvp, _tangent_transpose, _tangent_batched
+)
 
 
 # -- the forward and backward passes --------------------------------------------------------------------------------
