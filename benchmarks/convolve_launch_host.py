@@ -28,6 +28,7 @@ Writes ``DIR/convolve_launch_host.json`` after every cell. Needs an NVIDIA GPU, 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -212,18 +213,30 @@ def run_cell(name: str, torch, loops: int, number: int, variants: bool = False) 
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = parser(__doc__)
-    ap.add_argument("--cells", default=",".join(CELLS), help="comma-separated cells (default: %(default)s)")
+def launch_parser(doc: str, cells) -> argparse.ArgumentParser:
+    """The launch-host scripts' options: ``--out``, ``--cells`` (among ``cells``), ``--loops``, ``--number``."""
+    ap = parser(doc)
+    ap.add_argument("--cells", default=",".join(cells), help="comma-separated cells (default: %(default)s)")
     ap.add_argument("--loops", type=int, default=5, help="timed loops or bursts per case (default: %(default)s)")
     ap.add_argument("--number", type=int, default=50, help="calls per loop (default: %(default)s)")
+    return ap
+
+
+def chosen_cells(ap: argparse.ArgumentParser, args, cells) -> list[str]:
+    """The cells ``--cells`` names, in its order; a usage error for one not among ``cells``."""
+    names = [c for c in args.cells.split(",") if c]
+    unknown = [c for c in names if c not in cells]
+    if unknown:
+        ap.error(f"unknown cells {unknown}; choose from {list(cells)}")
+    return names
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = launch_parser(__doc__, CELLS)
     ap.add_argument("--budget", type=float, default=100.0, help="seconds for the run (default: %(default)s)")
     ap.add_argument("--variants", action="store_true", help="time the four-step's other configurations too")
     args = ap.parse_args(argv)
-    names = [c for c in args.cells.split(",") if c]
-    unknown = [c for c in names if c not in CELLS]
-    if unknown:
-        ap.error(f"unknown cells {unknown}; choose from {list(CELLS)}")
+    names = chosen_cells(ap, args, CELLS)
     torch = require_cuda_torch()
     require_numba_gpu()
     out_path = os.path.join(output_dir(args.out), "convolve_launch_host.json")

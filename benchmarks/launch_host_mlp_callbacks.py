@@ -23,8 +23,8 @@ import os
 from unittest import mock
 
 import numpy as np
-from _bench import output_dir, parser, progress, require_cuda_torch, require_numba_gpu
-from convolve_launch_host import best_host_us, burst_us
+from _bench import output_dir, progress, require_cuda_torch, require_numba_gpu
+from convolve_launch_host import best_host_us, burst_us, chosen_cells, launch_parser
 
 CELLS = {
     "relu-256x1024": ("relu", 256, 1024),
@@ -125,15 +125,9 @@ def run_cell(name: str, torch, loops: int, number: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = parser(__doc__)
-    ap.add_argument("--cells", default=",".join(CELLS), help="comma-separated cells (default: %(default)s)")
-    ap.add_argument("--loops", type=int, default=5, help="timed loops or bursts per case (default: %(default)s)")
-    ap.add_argument("--number", type=int, default=50, help="calls per loop (default: %(default)s)")
+    ap = launch_parser(__doc__, CELLS)
     args = ap.parse_args(argv)
-    names = [c for c in args.cells.split(",") if c]
-    unknown = [c for c in names if c not in CELLS]
-    if unknown:
-        ap.error(f"unknown cells {unknown}; choose from {list(CELLS)}")
+    names = chosen_cells(ap, args, CELLS)
     torch = require_cuda_torch()
     require_numba_gpu()
     out_path = os.path.join(output_dir(args.out), "launch_host_mlp_callbacks.json")
