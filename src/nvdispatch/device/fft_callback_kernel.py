@@ -106,6 +106,14 @@ def covers(size: int, precision: str = "float32") -> bool:
     return 2 <= size <= max_block_size(precision) and is_smooth(size)
 
 
+def length_reason(size: int, precision: str = "float32") -> str | None:
+    """Why the device engine has no Block FFT of this length in ``precision``, or None (:func:`covers`)."""
+    if covers(size, precision):
+        return None
+    limit = max_block_size(precision)
+    return f"n={size} is not a device-engine length in {precision} (2**a 3**b 5**c 7**d, 2..{limit})"
+
+
 def device_function(fn):
     """``fn`` as a Numba CUDA device function, inlined where it is called (``forceinline`` when available)."""
     from numba import cuda

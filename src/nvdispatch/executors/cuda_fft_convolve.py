@@ -105,15 +105,14 @@ def fused_reason(problem: ConvolveProblem) -> str | None:
     why = numba_reason()
     if why:
         return why
-    from ..device.fft_callback_kernel import covers
-    from ..device.fft_config import max_block_size
+    from ..device.fft_callback_kernel import length_reason
 
     p = problem.forward
     if p.axes[0] != len(p.shape) - 1:
         return "the device engine transforms along the last axis"
-    if not covers(p.lengths[0], p.real_dtype):
-        limit = max_block_size(p.real_dtype)
-        return f"n={p.lengths[0]} is not a device-engine length in {p.real_dtype} (2**a 3**b 5**c 7**d, 2..{limit})"
+    why = length_reason(p.lengths[0], p.real_dtype)
+    if why:
+        return why
     if not c_contiguous(p):
         return "x is not C-contiguous"
     if problem.filter_rows is None or not problem.filter.c_contiguous:
