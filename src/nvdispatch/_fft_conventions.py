@@ -13,9 +13,11 @@ Promotion, per convention (the caller's library decides, so results match it dty
   ``numpy.fft`` returns it.
 * ``"scipy"`` (the ``scipy.fft`` backend on NumPy input): booleans and integers → float64, float16 → float32.
 * any other framework: the framework's own rule where its adapter gives one (``Adapter.fft_promotion``: Torch
-  computes float16/complex32 in float32/complex64 and returns float16 or complex32); else booleans and integers
-  → the framework's default real floating dtype (array-API inspection, e.g. Torch's
-  ``torch.get_default_dtype()``, JAX's float32), as its own fft module does.
+  computes float16/complex32 in float32/complex64 and returns float16 or complex32; JAX's rule is asked of
+  ``jax.numpy.fft`` itself (booleans, integers, float16 and bfloat16 → float32, 64-bit integers → float64
+  under ``jax_enable_x64``); CuPy computes float16 in float32 and returns complex64/float32); else booleans
+  and integers → the framework's default real floating dtype (array-API inspection, e.g. Torch's
+  ``torch.get_default_dtype()``), as its own fft module does.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ def _tf32_env() -> bool:
     except ValueError:
         return False
 
+
 _MEMORY = frozenset({CUPY_ARRAY, CUDA})
 
 
@@ -88,6 +89,17 @@ class CupyAdapter(Adapter):
         env = os.environ.get("CUPY_TF32")
         shown = "unset" if env is None else repr(env)
         return PrecisionConvention(float32, f"CuPy compute type {_cupy_name(compute_type)} (CUPY_TF32 {shown})")
+
+    def cast(self, x, dtype: str):
+        return x.astype(dtype)
+
+    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
+        """``cupy.fft``'s rule for float16 (``_output_dtype`` there): computed in float32, the result complex64
+        (a real one float32), never cast back to half precision. Booleans and integers: float64, CuPy's default
+        floating dtype, as the shared rule gives them."""
+        if dtype != "float16":
+            return None
+        return "float32", ("float32" if kind == "c2r" else "complex64")
 
     def data_ptr(self, x) -> int:
         return x.data.ptr

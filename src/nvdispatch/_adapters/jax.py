@@ -12,6 +12,7 @@ hold no memory, and the call is staged into the traced program by ``nvdispatch.i
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import replace
 from typing import Any
@@ -75,7 +76,24 @@ def float32_compute_type(setting) -> tuple[str, str]:
         name = _PRECISION_NAMES.get(name.lower(), name)
     return _XLA_GPU_FLOAT32.get(name, _FP32), str(name)
 
+
 _HOST = frozenset({HOST})
+#: the jax.numpy.fft function of each transform kind, whose result dtype is JAX's rule for that kind
+_FFT_OF_KIND = {"c2c": "fft", "r2c": "rfft", "c2r": "irfft"}
+_REAL_OF = {"complex64": "float32", "complex128": "float64"}
+
+
+@functools.cache
+def _jax_fft_result(kind: str, dtype: str, x64: bool) -> str | None:
+    """The dtype ``jax.numpy.fft``'s transform of ``kind`` returns for ``dtype`` input (JAX itself answers,
+    abstractly: no data), or None where JAX refuses the dtype. ``x64``: JAX's ``jax_enable_x64`` (it keys the
+    cache only: the answer is read under the setting active now)."""
+    jax = sys.modules["jax"]
+    try:
+        out = jax.eval_shape(getattr(jax.numpy.fft, _FFT_OF_KIND[kind]), jax.ShapeDtypeStruct((2,), dtype))
+    except (TypeError, ValueError):
+        return None
+    return str(out.dtype)
 
 
 class JaxAdapter(Adapter):
@@ -93,7 +111,6 @@ class JaxAdapter(Adapter):
             return replace(self._dlpack.info(name, x), framework=self.name)
         view = np.asarray(x)  # zero-copy (read-only); cheaper than NumPy's DLPack import
         if view.dtype.isbuiltin != 1:  # bfloat16 and the other ml_dtypes: NumPy cannot compute on them
-
             raise UnsupportedDtypeError(
                 name,
                 "a dtype NumPy computes with (JAX arrays on the CPU run on NumPy's executor)",
@@ -130,6 +147,27 @@ class JaxAdapter(Adapter):
         shown = "unset (DEFAULT)" if setting is None else repr(setting)
         return PrecisionConvention(compute, f"JAX default_matmul_precision {shown}: {name} on an NVIDIA GPU")
 
+    def cast(self, x, dtype: str):
+        return x.astype(dtype)
+
+    def promote_types(self, x: str, y: str, argument: str) -> str:
+        """``jax.numpy.promote_types``: JAX's type lattice (float16 with int32 is float16, bfloat16 with float16
+        float32; NumPy would give float64 and refuse bfloat16)."""
+        jnp = sys.modules["jax"].numpy
+        try:
+            return str(jnp.promote_types(x, y))
+        except (TypeError, ValueError) as exc:
+            raise UnsupportedDtypeError(argument, f"a dtype JAX promotes with {x}", y, str(exc)) from None
+
+    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
+        """``jax.numpy.fft``'s rule, asked of JAX: booleans and integers computed in the floating dtype JAX gives
+        them (float32, or float64 for 64-bit integers under ``jax_enable_x64``), float16 and bfloat16 in float32
+        (their real-input transforms JAX refuses: None, so the problem builder names the dtype)."""
+        result = _jax_fft_result(kind, dtype, bool(sys.modules["jax"].config.jax_enable_x64))
+        if result is None:
+            return None
+        return _REAL_OF.get(result, result), result
+
     def data_ptr(self, x) -> int:
         # JAX writes its arrays on its own streams (a device_put, a jitted call may still be running): a launch
         # on another stream may read x only once it is written. The slow path's DLPack export waits the same way.
@@ -162,6 +200,10 @@ class JaxTracerAdapter(Adapter):
     name = "jax_tracer"
     wraps = True
     traced_framework = "jax"
+    #: traced arrays follow JAX's rules as concrete ones do (the casts are staged)
+    cast = JaxAdapter.cast
+    fft_promotion = JaxAdapter.fft_promotion
+    promote_types = JaxAdapter.promote_types
 
     def claims(self, cls: type) -> bool:
         jax = sys.modules.get("jax")
