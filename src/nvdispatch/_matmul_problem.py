@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ._adapter_registry import adapter_named
 from ._detect import Device, OperandInfo
 from ._epilog import STRATEGIES, EpilogSpec, Shapes, validate_inputs
 from ._fp8_types import check_operand_types, check_result_type
@@ -430,10 +431,16 @@ class MatmulProblem:
         return x
 
 
-def promote_dtypes(x: str, y: str, argument: str = "b") -> str:
-    """Result dtype of ``x`` and ``y`` (NumPy's rules, with bfloat16 as Torch promotes it)."""
+def promote_dtypes(x: str, y: str, argument: str = "b", framework: str | None = None) -> str:
+    """Result dtype of ``x`` and ``y``: the rule of the operands' ``framework`` where its adapter has one
+    (``Adapter.promote_types``: Torch's ``torch.promote_types``, JAX's ``jax.numpy.promote_types``, so a mixed
+    product has the dtype the framework's own arithmetic gives it), else NumPy's, with bfloat16 as Torch
+    promotes it."""
     if x == y:
         return x
+    rule = getattr(adapter_named(framework), "promote_types", None) if framework is not None else None
+    if rule is not None:
+        return rule(x, y, argument)
     if "bfloat16" in (x, y):
         other = y if x == "bfloat16" else x
         if other in ("float16",):
@@ -578,7 +585,7 @@ def build_problem(
         if info.ndim == 0:  # a shape error, as NumPy's (and fft's of a 0-d array)
             raise ShapeMismatchError(name, "an array with at least 1 dimension", "a 0-d array")
         _check_dtype(name, info.dtype)
-    result_dtype = promote_dtypes(a.dtype, b.dtype)
+    result_dtype = promote_dtypes(a.dtype, b.dtype, "b", framework)
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     pa = (1, *a.shape) if a_vec else a.shape
     pb = (*b.shape, 1) if b_vec else b.shape
@@ -594,7 +601,7 @@ def build_problem(
     if "c" in infos:
         c = infos["c"]
         _check_dtype("c", c.dtype)
-        if promote_dtypes(result_dtype, c.dtype, "c") != result_dtype:
+        if promote_dtypes(result_dtype, c.dtype, "c", framework) != result_dtype:
             raise UnsupportedDtypeError("c", f"a dtype that does not widen the result ({result_dtype})", c.dtype)
         try:
             ok = broadcast_shapes(c.shape, result_shape) == tuple(result_shape)

@@ -31,6 +31,9 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
 ``fft_promotion(kind, dtype)`` (optional)
     the dtypes the framework's own FFTs compute in and return where they widen an operand (Torch's half
     precision: float16/complex32 computed in float32/complex64, the result cast back);
+``promote_types(x, y, argument)`` (optional)
+    the dtype the framework's own arithmetic gives a mixed ``x``/``y`` pair (dtype names), or a typed error
+    naming ``argument`` where it has none; without it, NumPy's rule;
 ``guard(*arrays)`` (optional)
     one native check that arrays still have the signatures these had, where reading several signatures
     costs more than the rest of a cached call (see :mod:`nvdispatch._call_key_memo`);

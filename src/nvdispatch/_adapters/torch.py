@@ -146,6 +146,15 @@ class TorchAdapter(Adapter):
     def cast(self, x, dtype: str):
         return x.to(getattr(sys.modules["torch"], dtype))
 
+    def promote_types(self, x: str, y: str, argument: str) -> str:
+        """``torch.promote_types``: what Torch's arithmetic gives a mixed pair (int32 with float32 is float32,
+        float16 with an integer float16; NumPy would widen both to float64)."""
+        torch = sys.modules["torch"]
+        try:
+            return str(torch.promote_types(getattr(torch, x), getattr(torch, y))).rpartition(".")[2]
+        except (AttributeError, TypeError, RuntimeError) as exc:
+            raise UnsupportedDtypeError(argument, f"a dtype Torch promotes with {x}", y, str(exc)) from None
+
     def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
         """torch.fft's rule for half precision (on CUDA; Torch's CPU build refuses it, nvdispatch takes it there
         too): float16 and complex32 operands computed in float32/complex64, a real result in float16, a complex

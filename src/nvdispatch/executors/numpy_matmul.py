@@ -197,8 +197,10 @@ class NumpyMatmulPlan:
         self.ops = NumpyEpilogOps(inplace=strategy == "inplace", dtype=self.dtype)
         spec = problem.epilog
         #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul (a 1-D @ 1-D product
-        #: a NumPy scalar, as numpy.matmul gives it)
-        plain = not spec.steps and not spec.outputs and problem.c is None
+        #: a NumPy scalar, as numpy.matmul gives it), where NumPy's promotion gives the problem's result dtype (a
+        #: framework promoting otherwise, e.g. JAX's float16 with int32, is cast by execute)
+        same = np.result_type(np.dtype(problem.a.dtype), np.dtype(problem.b.dtype)) == self.dtype
+        plain = not spec.steps and not spec.outputs and problem.c is None and same
         vector = problem.a_vector or problem.b_vector
         self.direct = (np.matmul if vector else _product_of(problem)) if plain else None
 
