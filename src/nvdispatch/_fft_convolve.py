@@ -7,7 +7,8 @@ The problem (:class:`ConvolveProblem`) is the forward transform of ``x`` (``fft`
 * ``"cuda"``: the fastest of its strategies, timed on the first call of a large problem (one generated
   kernel for lengths up to 4096, the four-step kernels for longer signals, cuFFT with one multiply kernel or
   an LTO callback), see :mod:`nvdispatch.executors.cuda_fft_convolve`;
-* NumPy, Torch, CuPy: the executor's forward FFT, one multiply, its inverse FFT.
+* NumPy, Torch, CuPy: the executor's forward FFT, one multiply, its inverse FFT;
+* Dask: the same, lazily, block by block (:mod:`nvdispatch.executors.dask_fft_convolve`).
 
 The result is the same for every ``norm`` pair of the array API (the two factors multiply to ``1/n``), so
 there is no ``norm`` argument.

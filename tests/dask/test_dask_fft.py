@@ -175,3 +175,20 @@ def test_integer_input_is_promoted_lazily(dask_compute):
     assert isinstance(y, da.Array) and y.dtype == np.complex128
     (got,) = dask_compute(y)
     close(got, np.fft.fft(x), "complex128")
+
+
+@pytest.mark.parametrize("x_chunks", [2, (2, 8), -1])
+@pytest.mark.parametrize("h_dask", [False, True])
+def test_convolve_is_lazy_and_right_for_any_chunking(x_chunks, h_dask):
+    rng = np.random.default_rng(31)
+    r = rng.standard_normal((4, 8)).astype(np.float32)
+    h = np.fft.rfft(rng.standard_normal(8)).astype(np.complex64)
+    y = nvdispatch.fft.convolve(da.from_array(r, chunks=x_chunks), da.from_array(h, chunks=2) if h_dask else h)
+    assert isinstance(y, da.Array) and y.dtype == np.float32
+    want = np.fft.irfft(np.fft.rfft(r.astype(np.float64)) * h, 8)
+    np.testing.assert_allclose(y.compute(scheduler="sync"), want, rtol=1e-5, atol=1e-5)
+    z = (rng.standard_normal((8, 4)) + 1j * rng.standard_normal((8, 4))).astype(np.complex128)
+    hz = np.fft.fft(rng.standard_normal((12, 1)), axis=0)
+    got = nvdispatch.fft.convolve(da.from_array(z, chunks=x_chunks), hz, n=12, axis=0)
+    want = np.fft.ifft(np.fft.fft(z, 12, axis=0) * hz, axis=0)
+    np.testing.assert_allclose(got.compute(scheduler="sync"), want, rtol=1e-10, atol=1e-10)

@@ -4,7 +4,7 @@ Dask is the engine: calls return Dask arrays whose graphs run each block through
 on the worker holding it, so the chunks' framework (NumPy, CuPy, Torch) picks the block executor there,
 with that worker's plan cache. The caller's backend state (``set_backend``/``skip_backend``, global and
 registered backends) is carried into the graph as a value. Operations: ``executors/dask_matmul.py``,
-``executors/dask_fft.py``.
+``executors/dask_fft.py``, ``executors/dask_fft_convolve.py``.
 
 Under ``set_backend("dask", coerce=True)`` plain operands are wrapped as single-block Dask arrays.
 
