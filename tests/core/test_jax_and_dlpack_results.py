@@ -168,15 +168,22 @@ def test_the_stateful_fft_shifts_convolve_and_callbacks_return_jax_arrays():
         np.testing.assert_allclose(np.asarray(got), np.fft.fft(A) * (np.arange(4) < 2), rtol=1e-4, atol=1e-4)
 
 
-def test_jax_bfloat16_on_the_cpu_is_a_typed_error_naming_the_operand():
+def test_jax_bfloat16_on_the_cpu_follows_jax():
+    """jnp.matmul of bfloat16 gives bfloat16 (computed in float32 here, rounded once); jnp.fft.rfft refuses
+    bfloat16, and so does nvdispatch, naming the operand; float8, which NumPy cannot compute on, is a typed error."""
     from nvdispatch.errors import UnsupportedDtypeError
 
     a = jnp.asarray(A, dtype=jnp.bfloat16)
+    got = nvdispatch.matmul(a, a.T)
+    assert _is_jax(got) and got.dtype == jnp.bfloat16
+    wide = np.asarray(a, np.float64)
+    np.testing.assert_allclose(np.asarray(got, np.float64), wide @ wide.T, rtol=1e-2, atol=1e-2)
     with pytest.raises(UnsupportedDtypeError, match="bfloat16") as info:
-        nvdispatch.matmul(a, a.T)
-    assert info.value.argument == "a"
-    with pytest.raises(UnsupportedDtypeError, match="bfloat16"):
         nvdispatch.fft.rfft(a)
+    assert info.value.argument == "x"
+    with pytest.raises(UnsupportedDtypeError, match="float8") as info:
+        nvdispatch.matmul(a.astype(jnp.float8_e4m3fn), a.T.astype(jnp.float8_e4m3fn))
+    assert info.value.argument == "a"
 
 
 def test_mixed_operand_errors_name_jax_not_dlpack():

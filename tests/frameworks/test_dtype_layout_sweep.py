@@ -108,6 +108,11 @@ def _values(dtype, shape):
     return x + 1j * RNG.integers(-4, 5, shape) if dtype.startswith("complex") else x
 
 
+def _host_dtype(dtype: str) -> str:
+    """The NumPy dtype holding a framework dtype's values here (bfloat16's in float32)."""
+    return "float32" if dtype == "bfloat16" else dtype
+
+
 def _name(dtype) -> str:
     return str(dtype).rpartition(".")[2]
 
@@ -320,7 +325,7 @@ def test_stateful_fft_and_convolve(fw):
 MATMUL_DTYPES = {
     "numpy": ["float16", "float32", "float64", "complex64", "complex128", "int32", "int64"],
     "torch": ["float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int32", "int64"],
-    "jax": ["float16", "float32", "complex64", "int32"],
+    "jax": ["float16", "bfloat16", "float32", "complex64", "int32"],
     "strict": ["float32", "float64", "complex64", "complex128", "int32", "int64"],
     "dask": ["float16", "float32", "float64", "complex64", "complex128", "int64"],
 }
@@ -359,7 +364,7 @@ def test_matmul_dtypes_shapes_and_promotion(fw):
             assert _name(got.dtype) == want, (da_, db_, sa, sb, got.dtype, want)
         oracle = np.matmul(host(a).astype(np.complex128), host(b).astype(np.complex128))
         _close(host(got), oracle, _tolerance(da_, db_))
-        np.testing.assert_array_equal(host(a), va.astype(np.float32 if da_ == "bfloat16" else da_))
+        np.testing.assert_array_equal(host(a), va.astype(_host_dtype(da_)))
 
 
 def _gelu(x):
@@ -388,11 +393,11 @@ def _epilog_oracle(epilog, d, bias, mask, pre, a, b):
 EPILOG_CASES = ["BIAS", "RELU_BIAS", "RELU_AUX_BIAS", "GELU_AUX_BIAS", "DRELU_BGRAD", "DGELU", "BGRADA", "BGRADB"]
 
 
-@pytest.mark.parametrize("fw", list(FRAMEWORKS))
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+EPILOG_DTYPES = [(fw, d) for fw in FRAMEWORKS for d in ("float32", "float64") if (fw, d) != ("jax", "float64")]
+
+
+@pytest.mark.parametrize(("fw", "dtype"), [*EPILOG_DTYPES, ("torch", "bfloat16"), ("jax", "bfloat16")])
 def test_matmul_epilogs_alpha_beta_c_and_batches(fw, dtype):
-    if fw == "jax" and dtype == "float64":
-        pytest.skip("JAX holds float64 only under jax_enable_x64")
     make, host, _, _ = _framework(fw)
     m, k, n = 4, 3, 5
     for epilog in EPILOG_CASES:
@@ -400,7 +405,7 @@ def test_matmul_epilogs_alpha_beta_c_and_batches(fw, dtype):
             va, vb = _values(dtype, (*batch, m, k)), _values(dtype, (k, n))
             vc = _values(dtype, (m, n))
             bias, mask, pre = (
-                _values(dtype, n).astype(dtype),
+                _values(dtype, n).astype(_host_dtype(dtype)),
                 RNG.random((*batch, m, n)) > 0.5,
                 _values(dtype, (*batch, m, n)) / 4,
             )
@@ -408,8 +413,9 @@ def test_matmul_epilogs_alpha_beta_c_and_batches(fw, dtype):
                 continue  # their bias gradients are of unbatched products
             inputs = {"bias": bias} if "BIAS" in epilog and "BGRAD" not in epilog else {}
             inputs |= {"relu_aux": mask} if epilog.startswith("DRELU") else {}
-            inputs |= {"gelu_aux": pre.astype(dtype)} if epilog == "DGELU" else {}
-            kwargs = {"epilog": epilog, "epilog_inputs": {k_: make(v, v.dtype.name) for k_, v in inputs.items()}}
+            inputs |= {"gelu_aux": pre.astype(_host_dtype(dtype))} if epilog == "DGELU" else {}
+            made = {k_: make(v, "bool" if v.dtype == bool else dtype) for k_, v in inputs.items()}
+            kwargs = {"epilog": epilog, "epilog_inputs": made}
             plain = epilog in ("BIAS", "BGRADA", "BGRADB", "RELU_BIAS")
             if plain:
                 kwargs |= {"alpha": 2.0, "beta": 0.5}
@@ -426,7 +432,7 @@ def test_matmul_epilogs_alpha_beta_c_and_batches(fw, dtype):
             for name, value in want_aux.items():
                 assert type(aux[name]) is type(a) or fw == "dask", (epilog, name, type(aux[name]))
                 _close(host(aux[name]).astype(value.dtype), value, _tolerance(dtype) * 10)
-            np.testing.assert_array_equal(host(a), va.astype(dtype))
+            np.testing.assert_array_equal(host(a), va.astype(_host_dtype(dtype)))
 
 
 @pytest.mark.parametrize("fw", list(FRAMEWORKS))

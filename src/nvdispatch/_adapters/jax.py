@@ -110,7 +110,8 @@ class JaxAdapter(Adapter):
         if x.__dlpack_device__()[0] != DLPACK_CPU:
             return replace(self._dlpack.info(name, x), framework=self.name)
         view = np.asarray(x)  # zero-copy (read-only); cheaper than NumPy's DLPack import
-        if view.dtype.isbuiltin != 1:  # bfloat16 and the other ml_dtypes: NumPy cannot compute on them
+        # float8 and the other ml_dtypes: NumPy cannot compute on them (bfloat16 the NumPy executor computes in float32)
+        if view.dtype.isbuiltin != 1 and view.dtype.name != "bfloat16":
             raise UnsupportedDtypeError(
                 name,
                 "a dtype NumPy computes with (JAX arrays on the CPU run on NumPy's executor)",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 import itertools
 import math
 
@@ -35,6 +36,7 @@ DEFAULT_BLOCK_BYTES = 1 << 18
 _BLOCK_CHOICES = (1 << 16, 1 << 18, 1 << 20, 0)  # 0: the whole result at once
 #: results at least this large get their epilog pass on all cores
 _THREADED_BYTES = 1 << 22
+_BF16 = "bfloat16"
 _CPUS = CPUS
 
 
@@ -45,19 +47,25 @@ def _pool():
 def decline(problem: MatmulProblem) -> str | None:
     if problem.quantization is not None:
         return "NumPy has no FP8 matmul (Torch tensors run the FP8 reference path on the CPU)"
-    if problem.result_dtype == "bfloat16" or "bfloat16" in (problem.a.dtype, problem.b.dtype):
-        return "NumPy has no bfloat16"
-    if any(sig.dtype == "bfloat16" for _, sig in problem.inputs):
-        return "NumPy has no bfloat16"
+    if _widened(problem) and importlib.util.find_spec("ml_dtypes") is None:
+        return "NumPy has no bfloat16 (ml_dtypes, which gives it one, is not installed)"
     return declined_mask_format(problem, "NumPy")
 
 
+def _widened(problem: MatmulProblem) -> bool:
+    """bfloat16 anywhere in the call (host arrays of ml_dtypes' bfloat16, e.g. JAX's on the CPU): computed in
+    float32 by the ``plain`` strategy and rounded to bfloat16 once at the end, as Torch's and XLA's CPU kernels
+    accumulate it (NumPy's ufuncs on ml_dtypes' type round every step and have no BLAS)."""
+    sigs = (problem.a, problem.b, problem.c, *(sig for _, sig in problem.inputs))
+    return problem.result_dtype == _BF16 or any(sig is not None and sig.dtype == _BF16 for sig in sigs)
+
+
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
-    """``plain`` alone for a bare product; else the strategies of the engines this machine has for the
-    epilog (``native``: BLAS gemm with beta=1, ``framework_fused``: Torch's addmm family, ``inplace``: the
-    row-panel engine or this module's pass, see ``numpy_matmul_engines``), fastest first as ranked for the
-    problem's class (:func:`engine_choice`), then ``plain``."""
-    if not problem.epilog.steps and problem.c is None:
+    """``plain`` alone for a bare product (and for bfloat16, see :func:`_widened`); else the strategies of the
+    engines this machine has for the epilog (``native``: BLAS gemm with beta=1, ``framework_fused``: Torch's addmm
+    family, ``inplace``: the row-panel engine or this module's pass, see ``numpy_matmul_engines``), fastest first
+    as ranked for the problem's class (:func:`engine_choice`), then ``plain``."""
+    if (not problem.epilog.steps and problem.c is None) or _widened(problem):
         return ("plain",)
     ranked = dict.fromkeys(engines.STRATEGY_OF[e] for e in engine_choice(problem).order)
     return (*ranked, "plain")
@@ -184,7 +192,10 @@ class NumpyMatmulPlan:
             require_valid(self, tuning)
         self.problem = problem
         self.strategy = strategy
-        self.dtype = np.dtype(problem.result_dtype)
+        #: the dtype computed in; the result is rounded to ``result_dtype`` (bfloat16) at the end, if it differs
+        self.widened = _widened(problem)
+        self.result_dtype = np.dtype(problem.result_dtype)
+        self.dtype = np.dtype(np.float32) if self.result_dtype.name == _BF16 else self.result_dtype
         itemsize = self.dtype.itemsize
         tuning = tuning or {}
         block_rows = self._rows_for(int(tuning.get("block_bytes", DEFAULT_BLOCK_BYTES)), problem.n * itemsize)
@@ -199,7 +210,7 @@ class NumpyMatmulPlan:
         #: the Plan protocol's direct call (alpha 1, no c): a plain product is one np.matmul (a 1-D @ 1-D product
         #: a NumPy scalar, as numpy.matmul gives it), where NumPy's promotion gives the problem's result dtype (a
         #: framework promoting otherwise, e.g. JAX's float16 with int32, is cast by execute)
-        same = np.result_type(np.dtype(problem.a.dtype), np.dtype(problem.b.dtype)) == self.dtype
+        same = not self.widened and np.result_type(np.dtype(problem.a.dtype), np.dtype(problem.b.dtype)) == self.dtype
         plain = not spec.steps and not spec.outputs and problem.c is None and same
         vector = problem.a_vector or problem.b_vector
         self.direct = (np.matmul if vector else _product_of(problem)) if plain else None
@@ -250,6 +261,8 @@ class NumpyMatmulPlan:
     # -- execution ------------------------------------------------------------------------------------
     def execute(self, operands, stream=None):
         p = self.problem
+        if self.widened:
+            operands = {k: self._widen(v) for k, v in operands.items()}
         a = _promote(operands["a"], 0 if p.a_vector else None)
         b = _promote(operands["b"], 1 if p.b_vector else None)
         alpha = scalar_value(operands.get("alpha", 1))
@@ -393,8 +406,17 @@ class NumpyMatmulPlan:
             full[index][rows] = value
         return full
 
+    @staticmethod
+    def _widen(x):
+        """A bfloat16 array in float32 (other operands and scalars as they are)."""
+        dtype = getattr(x, "dtype", None)
+        return x.astype(np.float32) if dtype is not None and dtype.name == _BF16 else x
+
     def _finish(self, out, aux):
         p = self.problem
+        if self.widened:  # rounded once, to the result's dtype; masks stay boolean
+            out = out.astype(self.result_dtype)
+            aux = {k: v.astype(self.result_dtype) if v.dtype == self.dtype else v for k, v in aux.items()}
         result = p.squeeze(out)
         if not p.epilog.outputs:
             return result
