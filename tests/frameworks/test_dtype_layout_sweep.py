@@ -314,6 +314,10 @@ def test_stateful_fft_and_convolve(fw):
         _close(host(f.execute(direction="inverse")), np.fft.ifft(z, axis=1), 2e-5)
         f.reset_operand(make(2 * z, "complex64"))
         _close(host(f.execute()), 2 * np.fft.fft(z, axis=1), 2e-5)
+    for dtype in ("int32", "bool"):  # the stateful object takes floating operands only: a typed error saying so
+        with pytest.raises(errors.UnsupportedDtypeError, match="float32/float64") as info:
+            nf.FFT(make(_values(dtype, (4, 8)), dtype))
+        assert info.value.argument == "x"
     r = _values("float64", (4, 8)).astype(np.float32)
     h = np.fft.rfft(_values("float64", 8)).astype(np.complex64)
     got = nf.convolve(make(r, "float32"), make(h, "complex64"))

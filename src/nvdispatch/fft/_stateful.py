@@ -219,6 +219,14 @@ class FFT:
     def _infer_type(self, dtype: str) -> str:
         t = self._options.fft_type
         real = dtype in ("float32", "float64")
+        if t is None and not real and dtype not in ("complex64", "complex128"):
+            raise UnsupportedDtypeError(
+                "x",
+                "a floating operand (float32/float64: an R2C FFT; complex64/complex128: a C2C FFT)",
+                dtype,
+                "cast it first; the stateless nvdispatch.fft functions promote integer, boolean and half-precision "
+                "input by its framework's rule",
+            )
         if t is None:
             t = "R2C" if real else "C2C"
         if t == "R2C" and not real:
