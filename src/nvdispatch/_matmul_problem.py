@@ -558,8 +558,23 @@ def _check_addressable(infos: dict[str, OperandInfo], result_shape: tuple[int, .
 
 
 def _check_dtype(name: str, dtype: str) -> None:
-    if dtype not in MATMUL_DTYPES:
-        raise UnsupportedDtypeError(name, f"a numeric dtype ({', '.join(MATMUL_DTYPES)})", dtype)
+    if dtype not in MATMUL_DTYPES and dtype != "bool":
+        raise UnsupportedDtypeError(name, f"a numeric or boolean dtype ({', '.join(MATMUL_DTYPES)}, bool)", dtype)
+
+
+def _check_boolean_product(spec: EpilogSpec, alpha: Any, beta: Any) -> None:
+    """A boolean product (both operands boolean: ``numpy.matmul``'s logical OR of ANDs, a boolean result) takes
+    no epilog and no scaling: ``alpha`` 1, ``beta`` 0, 1 or None (``+ c`` is a logical OR, as NumPy adds booleans).
+    """
+    if spec.steps or spec.outputs or spec.inputs:
+        raise UnsupportedDtypeError("epilog", f"a numeric result for {spec.epilog.name}", "a bool product")
+    for name, value, allowed in (("alpha", alpha, (1,)), ("beta", beta, (0, 1))):
+        if value is None:
+            continue
+        ok = isinstance(value, numbers.Number) or getattr(value, "ndim", None) == 0
+        if not ok or scalar_value(value) not in allowed:
+            want = "1" if name == "alpha" else "0, 1 or None"
+            raise InvalidArgumentError(name, f"{want} for a bool product (no scaling of booleans)", repr(value))
 
 
 def build_problem(
@@ -596,6 +611,8 @@ def build_problem(
     batch = _broadcast([pa[:-2], pb[:-2]], ["a", "b"])
     result_shape = (*batch, *(() if a_vec else (m,)), *(() if b_vec else (n,)))
     _check_addressable(infos, result_shape, result_dtype)
+    if result_dtype == "bool":
+        _check_boolean_product(spec, alpha, beta)
 
     c_sig = None
     if "c" in infos:
@@ -611,9 +628,11 @@ def build_problem(
             raise ShapeMismatchError("c", f"a shape broadcastable to the result's {result_shape}", str(c.shape))
         c_sig = ArraySig.of(c)
 
-    check_scalar("alpha", alpha, result_dtype)
+    if result_dtype != "bool":
+        check_scalar("alpha", alpha, result_dtype)
+        if beta is not None:
+            check_scalar("beta", beta, result_dtype)
     if beta is not None:
-        check_scalar("beta", beta, result_dtype)
         if c_sig is None and scalar_value(beta) != 0:
             raise InvalidArgumentError("beta", "0 or None when c is not given", repr(beta))
 

@@ -327,21 +327,27 @@ def test_stateful_fft_and_convolve(fw):
 
 # -- matmul ---------------------------------------------------------------------------------------------------------
 MATMUL_DTYPES = {
-    "numpy": ["float16", "float32", "float64", "complex64", "complex128", "int32", "int64"],
-    "torch": ["float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int32", "int64"],
-    "jax": ["float16", "bfloat16", "float32", "complex64", "int32"],
+    "numpy": ["float16", "float32", "float64", "complex64", "complex128", "int32", "int64", "bool"],
+    "torch": ["float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int32", "int64", "bool"],
+    "jax": ["float16", "bfloat16", "float32", "complex64", "int32", "bool"],
     "strict": ["float32", "float64", "complex64", "complex128", "int32", "int64"],
-    "dask": ["float16", "float32", "float64", "complex64", "complex128", "int64"],
+    "dask": ["float16", "float32", "float64", "complex64", "complex128", "int64", "bool"],
 }
 SHAPES = [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 1, 3, 4), (3, 4, 5)), ((0, 4), (4, 5))]
 
 
 def _own_matmul_dtype(fw, own, a, b):
-    """The dtype the framework's own matmul gives; Torch's refuses mixed dtypes: its promotion rule then."""
-    if fw == "torch" and a.dtype != b.dtype:
+    """The dtype the framework's own matmul gives (asked of 1×1 operands: an empty product runs no kernel and
+    refuses nothing); Torch's refuses mixed dtypes: its promotion rule then. Dask's chunks are NumPy's: NumPy's
+    rule (``dask.array.matmul`` sums boolean partial products into int64, where ``numpy.matmul`` gives bool)."""
+    if fw == "torch":
         import torch
 
-        return _name(torch.promote_types(a.dtype, b.dtype))
+        if a.dtype != b.dtype:
+            return _name(torch.promote_types(a.dtype, b.dtype))
+        a = b = torch.ones(1, 1, dtype=a.dtype)
+    if fw == "dask":
+        own, a, b = np.matmul, np.ones((1, 1), a.dtype), np.ones((1, 1), b.dtype)
     result = _own(own, a, b)
     return None if result is None else _name(result.dtype)
 
@@ -360,12 +366,16 @@ def test_matmul_dtypes_shapes_and_promotion(fw):
             got = nvdispatch.matmul(a, b)
         except errors.NvdispatchError as exc:
             assert want is None, f"{da_} x {db_} {sa}@{sb}: nvdispatch refused ({exc}), {fw} gives {want}"
-            assert exc.argument in ("a", "b"), str(exc)
+            assert exc.argument in ("a", "b") or isinstance(exc, errors.NoExecutorError), str(exc)
+            assert "expected" in str(exc) and "got" in str(exc)
             continue
         if fw != "dask":
             assert type(got) is type(a) or (sa == sb == (4,) and fw == "numpy"), (type(got), type(a))
         if want is not None:
             assert _name(got.dtype) == want, (da_, db_, sa, sb, got.dtype, want)
+        if da_ == db_ == "bool":
+            assert np.array_equal(host(got), np.matmul(host(a), host(b)))  # a logical OR of ANDs
+            continue
         oracle = np.matmul(host(a).astype(np.complex128), host(b).astype(np.complex128))
         _close(host(got), oracle, _tolerance(da_, db_))
         np.testing.assert_array_equal(host(a), va.astype(_host_dtype(da_)))
@@ -521,3 +531,13 @@ def test_cupy_half_precision_rule_is_cupys():
     assert rule("c2c", "float16") == rule("r2c", "float16") == ("float32", "complex64")
     assert rule("c2r", "float16") == ("float32", "float32")
     assert rule("c2c", "int32") is None  # integers: CuPy's default float64, the shared rule
+
+
+def test_boolean_products_take_no_scaling_or_epilog():
+    a, b = RNG.random((3, 4)) > 0.5, RNG.random((4, 5)) > 0.5
+    c = RNG.random((3, 5)) > 0.5
+    np.testing.assert_array_equal(nvdispatch.matmul(a, b, c), np.matmul(a, b) | c)  # NumPy adds booleans as OR
+    for kwargs, argument in [({"epilog": "RELU"}, "epilog"), ({"alpha": 2}, "alpha"), ({"c": c, "beta": 2}, "beta")]:
+        with pytest.raises(errors.NvdispatchError) as info:
+            nvdispatch.matmul(a, b, **kwargs)
+        assert info.value.argument == argument and "bool" in str(info.value)

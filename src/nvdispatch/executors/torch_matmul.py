@@ -15,7 +15,7 @@ from .cuda_matmul import decline as cuda_decline
 from .torch import stream_context
 from .torch_addmm import can_fuse
 
-_NO_TORCH_MATMUL = {"uint16", "uint32", "uint64"}
+_NO_TORCH_MATMUL = {"uint16", "uint32", "uint64", "bool"}
 
 
 def _torch_dtype(name: str):
