@@ -572,7 +572,7 @@ def _check_boolean_product(spec: EpilogSpec, alpha: Any, beta: Any) -> None:
         if value is None:
             continue
         ok = isinstance(value, numbers.Number) or getattr(value, "ndim", None) == 0
-        if not ok or scalar_value(value) not in allowed:
+        if not ok or isinstance(value, bool) or scalar_value(value) not in allowed:  # a bool is no scalar here
             want = "1" if name == "alpha" else "0, 1 or None"
             raise InvalidArgumentError(name, f"{want} for a bool product (no scaling of booleans)", repr(value))
 

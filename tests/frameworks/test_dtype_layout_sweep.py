@@ -537,7 +537,13 @@ def test_boolean_products_take_no_scaling_or_epilog():
     a, b = RNG.random((3, 4)) > 0.5, RNG.random((4, 5)) > 0.5
     c = RNG.random((3, 5)) > 0.5
     np.testing.assert_array_equal(nvdispatch.matmul(a, b, c), np.matmul(a, b) | c)  # NumPy adds booleans as OR
-    for kwargs, argument in [({"epilog": "RELU"}, "epilog"), ({"alpha": 2}, "alpha"), ({"c": c, "beta": 2}, "beta")]:
+    cases = [
+        ({"epilog": "RELU"}, "epilog"),
+        ({"alpha": 2}, "alpha"),
+        ({"alpha": True}, "alpha"),
+        ({"c": c, "beta": 2}, "beta"),
+    ]
+    for kwargs, argument in cases:
         with pytest.raises(errors.NvdispatchError) as info:
             nvdispatch.matmul(a, b, **kwargs)
         assert info.value.argument == argument and "bool" in str(info.value)
