@@ -547,3 +547,29 @@ def test_boolean_products_take_no_scaling_or_epilog():
         with pytest.raises(errors.NvdispatchError) as info:
             nvdispatch.matmul(a, b, **kwargs)
         assert info.value.argument == argument and "bool" in str(info.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fw", ["cupy", "jax"])
+def test_half_precision_transforms_on_the_gpu_follow_the_framework(fw):
+    """On CUDA arrays: CuPy's float16 comes back complex64/float32 as cupy.fft gives it; JAX's as jnp.fft's."""
+    if fw == "cupy":
+        xp = pytest.importorskip("cupy")
+        x = xp.asarray(_values("float64", (4, 8)), dtype=xp.float16)
+        own, host = xp.fft, xp.asnumpy
+    else:
+        jax = pytest.importorskip("jax")
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
+        if not gpus:
+            pytest.skip("JAX sees no GPU")
+        x = jax.device_put(jax.numpy.asarray(_values("float64", (4, 8)), jax.numpy.float16), gpus[0])
+        own, host = jax.numpy.fft, np.asarray
+    for func in ("fft", "ifft", "irfft", "hfft", "fftn", "rfft"):
+        want = _own(getattr(own, func), x)
+        if want is None:
+            with pytest.raises(errors.UnsupportedDtypeError):
+                getattr(nf, func)(x)
+            continue
+        got = getattr(nf, func)(x)
+        assert type(got) is type(x) and _name(got.dtype) == _name(want.dtype), (func, got.dtype, want.dtype)
+        _close(host(got), _oracle_fft(func, host(x)), 2e-2)
