@@ -272,6 +272,21 @@ def test_torch_layouts_conjugate_views_and_arguments(dtype):
         assert x.is_conj() == ("conj" in layout)
 
 
+@pytest.mark.parametrize("fw", ["jax", "strict", "dask"])
+def test_arguments_on_the_other_frameworks(fw):
+    """n/s, axis/axes (negative ones included), norm on JAX, array-api-strict and Dask (chunked across the
+    transformed axes) against the oracle."""
+    make, host, _, _ = _framework(fw)
+    for dtype in ("complex64", "float32"):
+        values = _values(dtype, (6, 8))
+        for func in ONE_DIM + N_DIM:
+            if func in ("rfft", "ihfft", "rfft2", "rfftn") and dtype == "complex64":
+                continue
+            for kwargs in [*_arguments(func), {"axis": -2} if func in ONE_DIM else {"s": (4,), "axes": (-2,)}]:
+                got = getattr(nf, func)(make(values, dtype), **kwargs)
+                _close(host(got), _oracle_fft(func, values, **kwargs), 2e-5)
+
+
 def test_zero_size_and_one_dimensional_operands():
     for x in (np.zeros((0, 8), np.complex64), np.ones(7, np.float32), np.zeros((3, 0, 4))):
         for func in ("fft", "ifft", "fftn"):
