@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 import itertools
 import math
 
@@ -47,9 +46,17 @@ def _pool():
 def decline(problem: MatmulProblem) -> str | None:
     if problem.quantization is not None:
         return "NumPy has no FP8 matmul (Torch tensors run the FP8 reference path on the CPU)"
-    if _widened(problem) and importlib.util.find_spec("ml_dtypes") is None:
-        return "NumPy has no bfloat16 (ml_dtypes, which gives it one, is not installed)"
+    if _widened(problem) and not _numpy_has_bfloat16():
+        return "NumPy has no bfloat16 (none is registered with it: ml_dtypes, which JAX imports, registers one)"
     return declined_mask_format(problem, "NumPy")
+
+
+def _numpy_has_bfloat16() -> bool:
+    try:
+        np.dtype(_BF16)
+    except TypeError:
+        return False
+    return True
 
 
 def _widened(problem: MatmulProblem) -> bool:
