@@ -588,3 +588,29 @@ def test_half_precision_transforms_on_the_gpu_follow_the_framework(fw):
         got = getattr(nf, func)(x)
         assert type(got) is type(x) and _name(got.dtype) == _name(want.dtype), (func, got.dtype, want.dtype)
         _close(host(got), _oracle_fft(func, host(x)), 2e-2)
+
+
+@pytest.mark.parametrize("fw", ["numpy", "torch"])
+def test_epilog_inputs_in_strided_and_transposed_layouts(fw):
+    """A strided bias, a bias along M in column-major order, a transposed relu_aux mask and a column-major
+    gelu_aux: values against the oracle, the inputs unmodified."""
+    make, host, _, _ = _framework(fw)
+    va, vb = _values("float32", (5, 4)).astype(np.float32), _values("float32", (4, 6)).astype(np.float32)
+    d = va.astype(np.float64) @ vb
+    bias = np.repeat(_values("float32", 6).astype(np.float32), 2)
+    bias_m = _values("float32", (1, 5)).astype(np.float32)
+    mask = RNG.random((6, 5)) > 0.5
+    pre = (_values("float32", (6, 5)) / 4).astype(np.float32)
+    u = np.sqrt(2 / np.pi) * (pre.T + 0.044715 * pre.T**3)
+    dgelu = 0.5 * (1 + np.tanh(u)) + 0.5 * pre.T * np.sqrt(2 / np.pi) * (1 + 3 * 0.044715 * pre.T**2) / np.cosh(u) ** 2
+    cases = [
+        ("BIAS", "bias", make(bias, "float32")[::2], d + bias[::2]),
+        ("RELU_BIAS", "bias", make(bias_m, "float32").T, np.maximum(d + bias_m.T, 0)),
+        ("DRELU", "relu_aux", make(mask, "bool").T, np.where(mask.T, d, 0)),
+        ("DGELU", "gelu_aux", make(pre, "float32").T, d * dgelu),
+    ]
+    for epilog, name, value, want in cases:
+        before = host(value).copy()
+        got = nvdispatch.matmul(make(va, "float32"), make(vb, "float32"), epilog=epilog, epilog_inputs={name: value})
+        _close(host(got[0] if isinstance(got, tuple) else got), want, 1e-5)
+        np.testing.assert_array_equal(host(value), before)
