@@ -91,7 +91,7 @@ def _jax_fft_result(kind: str, dtype: str, x64: bool) -> str | None:
     jax = sys.modules["jax"]
     try:
         out = jax.eval_shape(getattr(jax.numpy.fft, _FFT_OF_KIND[kind]), jax.ShapeDtypeStruct((2,), dtype))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, NotImplementedError):  # JAX refuses the dtype for this kind
         return None
     return str(out.dtype)
 
