@@ -5,7 +5,23 @@ symbolic instead of being fixed to the sizes seen first."""
 
 from __future__ import annotations
 
-__all__ = ["broadcast_shapes"]
+import operator
+
+__all__ = ["broadcast_shapes", "as_size"]
+
+
+def as_size(value):
+    """``value`` as an integer size: ``operator.index(value)``, except that a symbolic integer (a type with the
+    symbolic-number protocol's ``__sym_float__``, as a Torch ``SymInt`` of a traced program) is kept as it is:
+    indexing it would fix the traced program to the value seen first. ``TypeError`` for what is no integer.
+
+    >>> import numpy as np
+    >>> as_size(np.int64(5)), as_size(7)
+    (5, 7)
+    """
+    if not isinstance(value, int) and hasattr(type(value), "__sym_float__"):
+        return value
+    return operator.index(value)
 
 
 def broadcast_shapes(*shapes: tuple) -> tuple:

@@ -258,3 +258,68 @@ def test_a_model_trains_through_inductor(dynamic):
         for name, param in model.named_parameters():
             np.testing.assert_allclose(param.grad.numpy(), ps[name].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
         model.zero_grad()
+
+
+# -- dynamic=True: lengths taken from the input's sizes stay symbolic ---------------------------------------------
+def transforms_of_sized_lengths(x, z):
+    """Every transform with ``n``/``s`` computed from the inputs' (symbolic, under ``dynamic=True``) sizes."""
+    F = nvdispatch.fft
+    rows, cols = x.shape
+    return {
+        "fft": F.fft(z, n=cols + 2),
+        "ifft": F.ifft(z, n=rows - 1, axis=0, norm="ortho"),
+        "rfft": F.rfft(x, n=2 * cols),
+        "irfft": F.irfft(z, n=2 * cols - 3),
+        "hfft": F.hfft(z, n=cols + 1, norm="forward"),
+        "ihfft": F.ihfft(x, n=cols - 1),
+        "fftn": F.fftn(z, s=(rows + 1, cols)),
+        "ifftn": F.ifftn(z, s=(cols, rows), axes=(1, 0)),
+        "rfftn": F.rfftn(x, s=(rows, cols + 3)),
+        "irfftn": F.irfftn(z, s=(rows, 2 * cols)),
+        "fft2": F.fft2(x, s=(rows - 1, cols - 1)),
+        "ifft2": F.ifft2(z, s=(2 * rows, cols)),
+        "rfft2": F.rfft2(x, s=(rows, cols + 1), norm="ortho"),
+        "irfft2": F.irfft2(z, s=(rows, cols + 5)),
+        "convolve": F.convolve(x, F.rfft(x[0], n=cols + 4), n=cols + 4),
+    }
+
+
+def numpy_of_sized_lengths(x, z):
+    f = np.fft
+    rows, cols = x.shape
+    return {
+        "fft": f.fft(z, n=cols + 2),
+        "ifft": f.ifft(z, n=rows - 1, axis=0, norm="ortho"),
+        "rfft": f.rfft(x, n=2 * cols),
+        "irfft": f.irfft(z, n=2 * cols - 3),
+        "hfft": f.hfft(z, n=cols + 1, norm="forward"),
+        "ihfft": f.ihfft(x, n=cols - 1),
+        "fftn": f.fftn(z, s=(rows + 1, cols), axes=(0, 1)),
+        "ifftn": f.ifftn(z, s=(cols, rows), axes=(1, 0)),
+        "rfftn": f.rfftn(x, s=(rows, cols + 3), axes=(0, 1)),
+        "irfftn": f.irfftn(z, s=(rows, 2 * cols), axes=(0, 1)),
+        "fft2": f.fft2(x, s=(rows - 1, cols - 1)),
+        "ifft2": f.ifft2(z, s=(2 * rows, cols)),
+        "rfft2": f.rfft2(x, s=(rows, cols + 1), norm="ortho"),
+        "irfft2": f.irfft2(z, s=(rows, cols + 5)),
+        "convolve": f.irfft(f.rfft(x, n=cols + 4) * f.rfft(x[0], n=cols + 4), n=cols + 4),
+    }
+
+
+def test_lengths_computed_from_dynamic_sizes_stay_symbolic_for_every_transform():
+    # a length derived from a symbolic size (n=2 * x.shape[-1]) must not fix the graph to the size seen first:
+    # one graph serves every size (before: each new size recompiled, dynamic=True or not)
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(transforms_of_sized_lengths, backend=BACKEND, fullgraph=True, dynamic=True)
+    for rows, cols in ((5, 6), (7, 9), (4, 12)):
+        x = _r(rows, cols, dtype=torch.float64, seed=rows)
+        z = _r(rows, cols, dtype=torch.complex128, seed=cols)
+        out = compiled(x, z)
+        for key, want in numpy_of_sized_lengths(x.numpy(), z.numpy()).items():
+            got = out[key]
+            assert tuple(got.shape) == want.shape, (key, rows, cols)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-10, err_msg=f"{key} {rows}x{cols}")
+    assert counters["stats"]["unique_graphs"] == 1
