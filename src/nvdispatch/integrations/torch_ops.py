@@ -35,7 +35,7 @@ from .._plan_cache import plan_cache
 from . import torch_autocast, torch_autograd, torch_recorded
 from . import torch_layouts as layouts
 from .torch_arguments import SCALE_NAMES, decode, encode, epilog_inputs, epilog_name
-from .torch_errors import describe, refuse
+from .torch_errors import describe, fake_kernel, refuse
 from .torch_reentry import in_kernel
 
 __all__ = [
@@ -211,7 +211,7 @@ for _name, _kernel, _fake in (
 ):
     # one kernel for every device: the public function dispatches by the operands' device itself
     _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"nvdispatch::{_name}", _fake, lib=_LIB)
+    torch.library.register_fake(f"nvdispatch::{_name}", fake_kernel(_fake), lib=_LIB)
 del _name, _kernel, _fake
 
 matmul_op = torch.ops.nvdispatch.matmul.default
