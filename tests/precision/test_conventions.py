@@ -532,6 +532,44 @@ def test_the_matmul_operator_follows_the_region_eager_and_compiled_fullgraph(dty
     torch._dynamo.reset()
 
 
+def _every_epilog(a, b, bias, mask_like):
+    out = {}
+    for spec in EPILOGS.values():
+        name = spec.epilog.name
+        out[name] = nvdispatch.matmul(a, b, epilog=name, epilog_inputs=_inputs_for(spec, a, b, bias, mask_like) or None)
+    return out
+
+
+def test_a_compiled_graph_follows_the_region_for_every_epilog_as_torchs_own_ops_do():
+    # compiled with fullgraph outside a region, then called inside one: Dynamo's guard on the autocast state traces
+    # it again, and every epilog's result (and aux outputs) has the dtype of Torch's own op in the region, with the
+    # values of the operands cast to it
+    a, b, bias = _operands()
+    mask_like = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    compiled = torch.compile(_every_epilog, backend="aot_eager", fullgraph=True)
+    outside = compiled(a, b, bias, mask_like)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = compiled(a, b, bias, mask_like)
+        eager = _every_epilog(a, b, bias, mask_like)
+    for spec in EPILOGS.values():
+        name = spec.epilog.name
+        inputs = _inputs_for(spec, a, b, bias, mask_like)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch_dtype = _torch_analog(name, a, b, bias, inputs).dtype
+        got, aux = inside[name] if spec.outputs else (inside[name], {})
+        want_eager, eager_aux = eager[name] if spec.outputs else (eager[name], {})
+        assert got.dtype == want_eager.dtype == torch_dtype == torch.bfloat16, name
+        assert {k: v.dtype for k, v in aux.items()} == {k: v.dtype for k, v in eager_aux.items()}, name
+        assert (outside[name][0] if spec.outputs else outside[name]).dtype == torch.float32, name
+        cast = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in inputs.items()}
+        want, want_aux = expected(a.bfloat16(), b.bfloat16(), None, 1, None, Epilog[name], cast)
+        assert_close(got, want, "bfloat16", name, scale=2.0)
+        for k, v in aux.items():
+            assert_close(v, want_aux[k], "bfloat16" if v.is_floating_point() else "bool", f"{name} {k}", scale=4.0)
+    torch._dynamo.reset()
+
+
 def test_a_recorded_call_in_a_region_computes_in_its_dtype_and_its_gradients_reach_the_float32_leaves():
     a, b, bias = (x.requires_grad_() for x in _operands())
     with torch.autocast("cpu", dtype=torch.bfloat16):

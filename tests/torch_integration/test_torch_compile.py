@@ -323,3 +323,27 @@ def test_lengths_computed_from_dynamic_sizes_stay_symbolic_for_every_transform()
             assert tuple(got.shape) == want.shape, (key, rows, cols)
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-10, err_msg=f"{key} {rows}x{cols}")
     assert counters["stats"]["unique_graphs"] == 1
+
+
+# -- FP8 ----------------------------------------------------------------------------------------------------------------
+def test_fp8_products_with_scales_amax_and_aux_outputs_compile_into_one_graph():
+    # the FP8 path's values are checked against its oracle eagerly (tests/fp8): compiled, the same bits come back
+    e4m3 = torch.float8_e4m3fn
+    a, b = _r(16, 32).clamp(-4, 4).to(e4m3), _r(32, 16, seed=1).clamp(-4, 4).to(e4m3)
+    scale_d, bias = torch.tensor(2.0), _r(16, dtype=torch.bfloat16, seed=2)
+
+    def fp8(a, b, scale_d, bias):
+        amaxed = nvdispatch.matmul(a, b, epilog="RELU", quantization_scales={"a": 0.5, "d": scale_d},
+                                   options={"result_type": e4m3, "result_amax": True})  # fmt: skip
+        aux = nvdispatch.matmul(a, b, epilog="GELU_AUX_BIAS", epilog_inputs={"bias": bias},
+                                options={"result_type": torch.bfloat16})  # fmt: skip
+        return amaxed, aux
+
+    out, graphs = _graphs(fp8, a, b, scale_d, bias, dynamic=True)
+    assert len(graphs) == 1 and _targets(graphs).count("nvdispatch.matmul.default") == 2
+    eager = fp8(a, b, scale_d, bias)
+    for (got, got_aux), (want, want_aux) in zip(out, eager):
+        assert got.dtype == want.dtype and torch.equal(got.float(), want.float())
+        assert sorted(got_aux) == sorted(want_aux)
+        for k, v in want_aux.items():
+            assert got_aux[k].dtype == v.dtype and torch.equal(got_aux[k].float(), v.float()), k
