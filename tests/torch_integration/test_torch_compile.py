@@ -347,3 +347,37 @@ def test_fp8_products_with_scales_amax_and_aux_outputs_compile_into_one_graph():
         assert sorted(got_aux) == sorted(want_aux)
         for k, v in want_aux.items():
             assert got_aux[k].dtype == v.dtype and torch.equal(got_aux[k].float(), v.float()), k
+
+
+def _spectral_layer(x, w, b, F):
+    """A GELU layer, then 2-D and 1-D transforms with lengths from the sizes and a filtered convolution whose
+    filter (one row) is broadcast over the rows: ``F`` is ``nvdispatch.fft`` or ``torch.fft``."""
+    h = nvdispatch.matmul(x, w, epilog="GELU_BIAS", epilog_inputs={"bias": b}) if F is nvdispatch.fft else (
+        torch.nn.functional.gelu(x @ w + b, approximate="tanh"))  # fmt: skip
+    rows, cols = x.shape[0], h.shape[1]
+    y = F.irfftn(F.rfft2(h, s=(rows + 1, 2 * cols)) * 0.5, s=(rows, cols))
+    n = cols + 2
+    if F is nvdispatch.fft:
+        c = F.convolve(y, F.rfft(y[0], n=n), n=n)
+    else:
+        c = F.irfft(F.rfft(y, n=n) * F.rfft(y[0], n=n), n=n)
+    return (c * c).sum()
+
+
+def test_backward_through_a_dynamic_graph_keeps_one_graph_and_matches_float64():
+    # the backward formulas compare no unrelated symbolic sizes: rows == the filter's length (5, at rows=5) is a
+    # size like any other, not a recompile
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda x, w, b: _spectral_layer(x, w, b, nvdispatch.fft), backend=BACKEND, fullgraph=True,
+                             dynamic=True)  # fmt: skip
+    w, b = _r(4, 6, dtype=torch.float64, seed=1).requires_grad_(), _r(6, dtype=torch.float64, seed=2).requires_grad_()
+    for rows in (3, 5, 8):
+        x = _r(rows, 4, dtype=torch.float64, seed=rows).requires_grad_()
+        got = torch.autograd.grad(compiled(x, w, b), (x, w, b))
+        want = torch.autograd.grad(_spectral_layer(x, w, b, torch.fft), (x, w, b))
+        for g, r, name in zip(got, want, "xwb"):
+            np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-10, atol=1e-10, err_msg=f"{name} rows={rows}")
+    assert counters["stats"]["unique_graphs"] == 1

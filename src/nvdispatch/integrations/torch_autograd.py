@@ -85,13 +85,11 @@ def _squeeze(t, p):
 def _reduce_to(t, shape):
     """``t`` summed over the dimensions it was broadcast along from ``shape``."""
     shape = tuple(shape)
-    if tuple(t.shape) == shape:
-        return t
-    return (
-        t.sum_to_size(shape)
-        if len(shape) == t.dim()
-        else t.sum_to_size((1,) * (t.dim() - len(shape)) + shape).reshape(shape)
-    )
+    # no comparison of the sizes here (sum_to_size returns t where they are equal): in a traced program each one
+    # would add a guard relating two unrelated symbolic sizes, and recompile where they happen to be equal
+    if len(shape) == t.dim():
+        return t.sum_to_size(shape)
+    return t.sum_to_size((1,) * (t.dim() - len(shape)) + shape).reshape(shape)
 
 
 def _mask(aux, p):
