@@ -295,6 +295,29 @@ def test_a_tf32_setting_changed_between_two_calls_changes_the_plan(front, tf32_s
     assert _misses_of(lambda: nvdispatch.matmul(a, b, c, beta=0.5)) == 1
 
 
+@pytest.mark.usefixtures("cpu_follows_tf32")
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+def test_a_tf32_setting_changed_between_two_calls_of_a_compiled_graph_changes_the_plan(front, tf32_setting, grad):
+    # a graph traced once (fullgraph) reads the setting when its operators run, as an eager call does: never the
+    # plan of the setting current when it was traced
+    a, b, bias = (x.requires_grad_(grad) for x in _operands())
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b, bias: nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}),
+                             backend="aot_eager", fullgraph=True)  # fmt: skip
+    want = np.maximum(a.detach().double().numpy() @ b.detach().double().numpy() + bias.detach().double().numpy(), 0)
+    misses = []
+    for setting in ("highest", "high", "highest", "high"):
+        torch.set_float32_matmul_precision(setting)
+        before = plan_cache.misses
+        got = compiled(a, b, bias)
+        misses.append(plan_cache.misses - before)
+        np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+    assert misses == [1, 1, 0, 0]  # one plan per setting, each found again when the setting comes back
+    compute_types = {plan.problem.options.compute_type for plan in plan_cache.plans() if hasattr(plan, "problem")}
+    assert compute_types == {None, TF32}
+    torch._dynamo.reset()
+
+
 def test_an_autocast_region_entered_between_two_calls_changes_the_plan_and_the_dtype(front):
     a, b, bias = _operands()
 
