@@ -131,15 +131,17 @@ def test_fp8_calls_autograd_records_are_refused_with_a_typed_error():
 
 # -- the backend state inside compiled graphs ----------------------------------------------------------------------
 class RecordingTorch(Executor):
-    """The Torch executor under another name, counting the calls its plans run."""
+    """The Torch executor (or another built-in one) under another name, counting the calls its plans run."""
 
-    name = "recording-torch"
-
-    def __init__(self):
-        self.inner, self.runs = builtin("torch"), 0
+    def __init__(self, inner="torch"):
+        self.name = f"recording-{inner}"
+        self.inner, self.runs = builtin(inner), 0
 
     def decline(self, op, problem, *, coerce=False):
         return self.inner.decline(op, problem, coerce=coerce)
+
+    def coerce_operand(self, array):
+        return self.inner.coerce_operand(array)
 
     def strategies(self, op, problem):
         return self.inner.strategies(op, problem)
@@ -178,6 +180,30 @@ def test_the_backend_state_current_when_a_compiled_graph_runs_decides_its_execut
     assert recorder.runs == 2
     with nvdispatch.skip_backend("torch"), pytest.raises(NoExecutorError):
         compiled(x)
+
+
+def test_a_coercing_backend_chooses_the_executor_of_a_compiled_graph_whose_results_stay_tensors():
+    # set_backend(..., coerce=True) makes an eager call on tensors return the backend's arrays (NumPy's here); in a
+    # graph the operators' outputs are tensors: the coercing executor runs them, traced outside the block or in it
+    a = _r(4, 3)
+    want = np.maximum(a.double().numpy() @ a.double().numpy().T, 0)
+
+    def layer(a):
+        return nvdispatch.matmul(a, a.T, epilog="RELU")
+
+    traced_outside = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    traced_outside(a)
+    recorder = RecordingTorch("numpy")
+    with nvdispatch.set_backend(recorder, coerce=True):
+        assert isinstance(layer(a), np.ndarray)  # eagerly: the backend's arrays
+        runs = recorder.runs
+        traced_inside = torch.compile(lambda a: nvdispatch.matmul(a, a.T, epilog="RELU"), backend="aot_eager",
+                                      fullgraph=True)  # fmt: skip
+        for compiled in (traced_outside, traced_inside):
+            got = compiled(a)
+            assert isinstance(got, torch.Tensor)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+    assert recorder.runs == runs + 2
 
 
 # -- what cannot be compiled -------------------------------------------------------------------------------------------
