@@ -113,6 +113,20 @@ def test_every_epilog_compiles_into_one_graph_of_operators(dtype, dynamic):
     _check_every_epilog(out, *args, dtype)
 
 
+def test_every_epilog_keeps_one_dynamic_graph_over_other_sizes():
+    # dynamic=True traced once: other M, K, N (and batch) run the same graph, every epilog and bias orientation
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(every_epilog, backend=BACKEND, fullgraph=True, dynamic=True)
+    for m, k, n in ((M, K, N), (7, 3, 9), (4, 8, 5)):
+        args = (_r(m, k), _r(k, n, seed=1), _r(2, m, k, seed=2), _r(n, seed=3), _r(m, 1, seed=4), _r(m, n, seed=5),
+                _r(m, n, seed=6) > 0, _r(m, n, seed=7))  # fmt: skip
+        _check_every_epilog(compiled(*args), *args, "float32")
+    assert counters["stats"]["unique_graphs"] == 1
+
+
 def test_dynamic_shapes_stay_symbolic_for_batch_and_matrix_sizes():
     w, bias = _r(K, N), _r(N)
     compiled = torch.compile(
