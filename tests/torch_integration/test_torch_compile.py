@@ -11,6 +11,7 @@ import pytest
 
 import nvdispatch
 from nvdispatch._epilog import EPILOGS
+from nvdispatch.errors import InvalidArgumentError, UnsupportedDtypeError
 from tests.matmul.matmul_reference import assert_close, expected, to_numpy
 
 torch = pytest.importorskip("torch")
@@ -395,3 +396,48 @@ def test_backward_through_a_dynamic_graph_keeps_one_graph_and_matches_float64():
         for g, r, name in zip(got, want, "xwb"):
             np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-10, atol=1e-10, err_msg=f"{name} rows={rows}")
     assert counters["stats"]["unique_graphs"] == 1
+
+
+# -- the sample frequencies ----------------------------------------------------------------------------------------
+def frequencies(x):
+    F = nvdispatch.fft
+    n = x.shape[-1]
+    return (
+        F.fftfreq(n, d=0.25, device=x.device),
+        F.rfftfreq(n + 1, device=x.device, dtype=x.dtype),
+        F.fftfreq(2 * n - 1, dtype=torch.float32, device=x.device) * 3,
+    )
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_frequencies_on_a_torch_device_compile_with_the_eager_values(dynamic):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(frequencies, backend=BACKEND, fullgraph=True, dynamic=dynamic)
+    for n in (6, 9, 16):
+        x = _r(2, n, dtype=torch.float64)
+        got = compiled(x)
+        want = (np.fft.fftfreq(n, 0.25), np.fft.rfftfreq(n + 1), np.fft.fftfreq(2 * n - 1).astype(np.float32) * 3)
+        for g, e, w in zip(got, frequencies(x), want):
+            assert g.dtype == e.dtype and torch.equal(g, e)  # the eager function's dtype and bits
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-6 if g.dtype == torch.float32 else 1e-15)
+    if dynamic:
+        assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_frequencies_refuse_bad_arguments_at_trace_time_and_numpy_ones_break_the_graph():
+    x = _r(2, 4)
+    for call, error, argument in (
+        (lambda x: nvdispatch.fft.fftfreq(0, device=x.device), InvalidArgumentError, "n"),
+        (lambda x: nvdispatch.fft.rfftfreq(4, d=0.0, device=x.device), InvalidArgumentError, "d"),
+        (lambda x: nvdispatch.fft.fftfreq(4, dtype=torch.int32, device=x.device), UnsupportedDtypeError, "dtype"),
+    ):
+        torch._dynamo.reset()
+        with pytest.raises(error) as err:
+            torch.compile(call, backend=BACKEND, fullgraph=True)(x)
+        assert err.value.argument == argument
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="graph_break"):  # a NumPy result (no device): not a graph's value
+        torch.compile(lambda x: x * torch.as_tensor(nvdispatch.fft.fftfreq(4)), backend=BACKEND, fullgraph=True)(x)

@@ -564,6 +564,39 @@ def _convolve_entry(fallback):
     return convolve
 
 
+def _on_torch(device) -> bool:
+    """Whether ``fftfreq``'s ``device`` asks for a Torch tensor (the Torch adapter's ``native_device`` rule: a
+    ``torch.device``, or a ``"cuda[:N]"`` string; ``"cpu"`` and None ask for NumPy)."""
+    return isinstance(device, torch.device) or (isinstance(device, str) and device.startswith("cuda"))
+
+
+def _freq_entry(real: bool, fallback):
+    """``fftfreq``/``rfftfreq`` for a Torch device as Torch ops (what the public function computes: the
+    integer frequencies divided by ``n * d`` in float64, cast to ``dtype``), so that ``n`` may be a symbolic
+    size; other devices, spacings that are not Python numbers and ``chunks`` take the public function."""
+
+    def freq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
+        if chunks is not None or not _on_torch(device) or isinstance(d, bool) or not isinstance(d, (int, float)):
+            return fallback(n, d=d, dtype=dtype, device=device, chunks=chunks)
+        if isinstance(n, bool) or not isinstance(n, (int, torch.SymInt)):
+            refuse("InvalidArgumentError", "n", "an int >= 1", repr(n))
+        if n < 1:
+            refuse("InvalidArgumentError", "n", "an int >= 1", repr(n))
+        if d == 0:
+            refuse("InvalidArgumentError", "d", "a non-zero sample spacing", repr(d))
+        dt = torch.float64 if dtype is None else dtype
+        if not (isinstance(dt, torch.dtype) and dt.is_floating_point):
+            refuse("UnsupportedDtypeError", "dtype", "a real floating torch.dtype", str(dtype))
+        if real:
+            k = torch.arange(n // 2 + 1, dtype=torch.float64, device=device)
+        else:
+            k = torch.cat([torch.arange((n - 1) // 2 + 1, dtype=torch.float64, device=device),
+                           torch.arange(-(n // 2), 0, dtype=torch.float64, device=device)])  # fmt: skip
+        return (k / (n * float(d))).to(dt)
+
+    return freq
+
+
 def _eager(fn):
     """``fn`` called where Dynamo cannot take the call into the graph (operands that are not Torch tensors): a
     graph break, so the call runs eagerly (an error under ``fullgraph=True``)."""
@@ -583,6 +616,8 @@ def _entries() -> dict[str, Any]:
         entries[func] = _fft_nd_entry(func, _eager(getattr(fft_module, func)), None)
         entries[func[:-1] + "2"] = _fft_nd_entry(func, _eager(getattr(fft_module, func[:-1] + "2")), (-2, -1))
     entries["convolve"] = _convolve_entry(_eager(fft_module.convolve))
+    entries["fftfreq"] = _freq_entry(False, _eager(fft_module.fftfreq))
+    entries["rfftfreq"] = _freq_entry(True, _eager(fft_module.rfftfreq))
     return entries
 
 
