@@ -7,7 +7,18 @@ from __future__ import annotations
 
 import operator
 
-__all__ = ["broadcast_shapes", "as_size"]
+__all__ = ["broadcast_shapes", "as_size", "is_symbolic"]
+
+
+def is_symbolic(value) -> bool:
+    """Whether ``value`` is a traced program's symbolic number (a type with the symbolic-number protocol's
+    ``__sym_float__``, as Torch's ``SymInt``/``SymFloat``/``SymBool``), which a check may compare or order but
+    must not convert (that would fix the program to the value seen first).
+
+    >>> is_symbolic(3), is_symbolic(2.5)
+    (False, False)
+    """
+    return not isinstance(value, (int, float, complex)) and hasattr(type(value), "__sym_float__")
 
 
 def as_size(value):
@@ -19,9 +30,7 @@ def as_size(value):
     >>> as_size(np.int64(5)), as_size(7)
     (5, 7)
     """
-    if not isinstance(value, int) and hasattr(type(value), "__sym_float__"):
-        return value
-    return operator.index(value)
+    return value if is_symbolic(value) else operator.index(value)
 
 
 def broadcast_shapes(*shapes: tuple) -> tuple:

@@ -441,3 +441,39 @@ def test_frequencies_refuse_bad_arguments_at_trace_time_and_numpy_ones_break_the
     torch._dynamo.reset()
     with pytest.raises(Exception, match="graph_break"):  # a NumPy result (no device): not a graph's value
         torch.compile(lambda x: x * torch.as_tensor(nvdispatch.fft.fftfreq(4)), backend=BACKEND, fullgraph=True)(x)
+
+
+# -- scalars computed from dynamic sizes -----------------------------------------------------------------------------
+def _scaled_attention(q, k, v, c, matmul):
+    """``relu(softmax(q k^T / sqrt(d)) v + c / L)``: alpha and beta computed from the (symbolic) sizes."""
+    s = matmul(q, k.mT, alpha=q.shape[-1] ** -0.5)
+    return matmul(torch.softmax(s, -1), v, c, beta=1.0 / q.shape[-2], epilog="RELU")
+
+
+def _torch_matmul(a, b, c=None, *, alpha=1.0, beta=None, epilog=None):
+    out = alpha * (a @ b) + (0 if c is None else beta * c)
+    return torch.relu(out) if epilog == "RELU" else out
+
+
+def test_alpha_and_beta_computed_from_dynamic_sizes_stay_symbolic():
+    # alpha=q.shape[-1] ** -0.5 is a symbolic float under dynamic=True: taken as it is (one graph for every size;
+    # before, a typed error), forward and backward
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda q, k, v, c: _scaled_attention(q, k, v, c, nvdispatch.matmul), backend=BACKEND,
+                             fullgraph=True, dynamic=True)  # fmt: skip
+    for length, d in ((5, 4), (7, 8), (3, 6)):
+        q, k, v, c = (_r(2, length, d, dtype=torch.float64, seed=s).requires_grad_() for s in range(4))
+        out = compiled(q, k, v, c)
+        qn, kn, vn, cn = (t.detach().numpy() for t in (q, k, v, c))
+        s = qn @ kn.transpose(0, 2, 1) / np.sqrt(d)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = np.maximum((p / p.sum(-1, keepdims=True)) @ vn + cn / length, 0)
+        np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-10)
+        got = torch.autograd.grad(out.sum(), (q, k, v, c))
+        ref = torch.autograd.grad(_scaled_attention(q, k, v, c, _torch_matmul).sum(), (q, k, v, c))
+        for g, r in zip(got, ref):
+            np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-9, atol=1e-9)
+    assert counters["stats"]["unique_graphs"] == 1

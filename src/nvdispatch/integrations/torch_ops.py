@@ -257,8 +257,10 @@ def register_fft_autocast(device_types=torch_autocast.DEVICE_TYPES) -> None:
 
 
 def _number(value: Any, argument: str):
-    """A Python number for the operator's schema (NumPy scalars too; a 0-d tensor is read eagerly only)."""
-    if value is None or (isinstance(value, (int, float, complex)) and not isinstance(value, bool)):
+    """A Python number for the operator's schema (NumPy scalars too; a 0-d tensor is read eagerly only). A traced
+    program's symbolic number (``alpha=x.shape[-1] ** -0.5`` under ``dynamic=True``) stays symbolic."""
+    if value is None or (isinstance(value, (int, float, complex, torch.SymInt, torch.SymFloat))
+                         and not isinstance(value, bool)):  # fmt: skip
         return value
     if isinstance(value, Tensor):
         if torch.compiler.is_compiling():
