@@ -260,6 +260,30 @@ def test_a_bad_argument_is_the_typed_error_at_trace_time(fullgraph):
         assert str(err.value).startswith(f"{argument}: expected")
 
 
+def test_numpy_integer_lengths_and_axes_are_taken_eagerly_and_refused_by_name_when_compiled():
+    # the public functions take NumPy integers (operator.index); a call autograd records (through the operators)
+    # takes them too. Dynamo traces a NumPy scalar as an array: refused naming the argument, saying what to pass
+    x = _r(4, 8, dtype=torch.float64, grad=True)
+    calls = {
+        "n": lambda x: nvdispatch.fft.rfft(x, n=np.int64(10), axis=1),
+        "s": lambda x: nvdispatch.fft.rfftn(x, s=(np.int32(4), 6), axes=(0, 1)),
+        "axis": lambda x: nvdispatch.fft.convolve(x, torch.ones(5, dtype=torch.float64), axis=np.int64(-1)),
+    }
+    wants = {
+        "n": np.fft.rfft(x.detach().numpy(), n=10, axis=1),
+        "s": np.fft.rfftn(x.detach().numpy(), s=(4, 6), axes=(0, 1)),
+        "axis": np.fft.irfft(np.fft.rfft(x.detach().numpy()) * np.ones(5), 8),
+    }
+    for argument, call in calls.items():
+        got = call(x)
+        assert got.grad_fn is not None  # recorded: through the operators
+        np.testing.assert_allclose(got.detach().numpy(), wants[argument], rtol=1e-12, atol=1e-12)
+        torch._dynamo.reset()
+        with pytest.raises(InvalidArgumentError, match="pass a Python int") as err:
+            torch.compile(call, backend="aot_eager", fullgraph=True)(x)
+        assert err.value.argument == argument
+
+
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 def test_a_bad_argument_is_the_typed_error_when_exporting(strict):
     class Bad(torch.nn.Module):

@@ -23,6 +23,7 @@ takes the route (the executors the backend state selects when the kernel runs), 
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -364,10 +365,24 @@ def _run_recorded(call_key, a, b, named: dict, op_epilog: str, name: str):
     return outs[0], dict(zip(_OUTPUT_NAMES[name], outs[1:]))
 
 
-def _int_or_none(value: Any, argument: str):
+def _int_or_none(value: Any, argument: str, expected: str = "an int (or None)"):
+    """``value`` as an int (a symbolic one stays symbolic). Eagerly NumPy integers are taken as the public
+    functions take them; Dynamo traces a NumPy scalar as an array, which is refused naming the argument."""
     if value is None or (isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)):
         return value
-    refuse("InvalidArgumentError", argument, "an int (or None)", repr(value))
+    if not torch.compiler.is_compiling() and not isinstance(value, (bool, float, complex, str, bytes)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    refuse("InvalidArgumentError", argument, expected, describe(value),
+           "inside torch.compile pass a Python int (int(value)): Dynamo traces NumPy scalars as arrays")  # fmt: skip
+
+
+def _int(value: Any, argument: str):
+    if value is None:
+        refuse("InvalidArgumentError", argument, "an int", "None")
+    return _int_or_none(value, argument, "an int")
 
 
 def _ints(value: Any, argument: str, none_as: int | None = None):
@@ -391,8 +406,7 @@ def call_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     floating dtype first, as ``torch.fft`` (and the public function on Torch tensors) does."""
     if not (x.is_floating_point() or x.is_complex()):
         x = x.to(torch.get_default_dtype())
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        refuse("InvalidArgumentError", "axis", "an int", repr(axis))
+    axis = _int(axis, "axis")
     norm = "backward" if norm is None else norm
     if not isinstance(norm, str):
         refuse("InvalidArgumentError", "norm", "'backward', 'ortho' or 'forward'", repr(norm))
@@ -401,8 +415,7 @@ def call_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
 
 def call_convolve(x, h, n=None, axis=-1):
     """``nvdispatch.fft.convolve`` through ``nvdispatch::convolve``."""
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        refuse("InvalidArgumentError", "axis", "an int", repr(axis))
+    axis = _int(axis, "axis")
     return _call("convolve", x, h, _int_or_none(n, "n"), axis)
 
 
