@@ -250,9 +250,11 @@ def _bad_calls():
 
 @pytest.mark.parametrize("fullgraph", [True, False])
 def test_a_bad_argument_is_the_typed_error_at_trace_time(fullgraph):
-    # the eager call's error class, argument and message, whether the entry or a fake kernel finds it
+    # the eager call's error class, argument and message, whether the entry or a fake kernel finds it (without
+    # fullgraph one of each: Dynamo's fallback from a fake kernel's error retraces, slowly)
     a = _r(4, 3)
-    for call, error, argument in _bad_calls():
+    calls = _bad_calls()
+    for call, error, argument in calls if fullgraph else (calls[0], calls[3]):
         torch._dynamo.reset()
         with pytest.raises(error) as err:
             torch.compile(call, backend="aot_eager", fullgraph=fullgraph)(a)
