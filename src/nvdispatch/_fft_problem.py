@@ -25,11 +25,11 @@ gives ``complex64``/``float32`` out.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._detect import Device
+from ._shapes import as_size
 from .errors import AxisError, InvalidArgumentError, ShapeMismatchError, UnsupportedDtypeError
 
 __all__ = ["FFTProblem", "build_fft_problem", "result_layout", "result_dtype", "FUNCS", "NORMS"]
@@ -139,7 +139,7 @@ def _as_int(value, argument: str) -> int:
     if isinstance(value, bool):
         raise InvalidArgumentError(argument, "an int", repr(value))
     try:
-        return operator.index(value)
+        return as_size(value)  # a traced program's symbolic length stays symbolic
     except TypeError:
         raise InvalidArgumentError(argument, "an int", repr(value)) from None
 

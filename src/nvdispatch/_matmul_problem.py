@@ -21,7 +21,7 @@ from ._epilog import STRATEGIES, EpilogSpec, Shapes, validate_inputs
 from ._fp8_types import check_operand_types, check_result_type
 from ._memory import common_memory
 from ._precision import PrecisionConvention
-from ._shapes import broadcast_shapes
+from ._shapes import broadcast_shapes, is_symbolic
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -458,6 +458,10 @@ def check_scalar(name: str, value: Any, result_dtype: str) -> None:
     """Raise :class:`InvalidArgumentError` naming ``name`` unless ``value`` (a Python, NumPy or 0-d array
     scalar) can scale a ``result_dtype`` result: real for a real result; for an integer result, an integer
     within its range; for a floating result, a number a float can hold (not an int beyond ~1.8e308)."""
+    if is_symbolic(value):  # a traced program's size-derived number (real), never converted (see _shapes)
+        if result_dtype in _FLOATING | _COMPLEX:
+            return
+        raise InvalidArgumentError(name, f"a concrete number for a {result_dtype} result", describe(value))
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         value = value.item()
     if not isinstance(value, numbers.Number) or isinstance(value, bool):

@@ -7,6 +7,8 @@ gradient ``g`` of a real loss gives the directional derivative ``Re(sum(g * v))`
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,6 +128,45 @@ def test_vmap_with_positive_axes(in_axis, func, kw):
     got = jax.jit(jax.vmap(lambda v: getattr(fft, func)(v, **kw), in_axes=in_axis))(x)
     for i in range(x.shape[in_axis]):
         assert_close(np.asarray(got[i]), _numpy(func, np.take(x, i, axis=in_axis), kw), dtype)
+
+
+def _weighted_power(transform, kw):
+    """A real loss of ``transform(v, **kw)``: its power weighted along the last axis."""
+
+    def loss(v):
+        y = transform(v, **kw)
+        return jnp.sum(jnp.abs(y) ** 2 * jnp.arange(1.0, 1.0 + y.shape[-1]))
+
+    return loss
+
+
+def test_vmap_of_every_transform_and_of_its_gradient(x64):
+    # every transform of CASES (n/s/axes/norm as given) under jit(vmap) over a batch axis inserted in the middle:
+    # values against numpy.fft per example; per-example gradients of a real loss against jax.numpy.fft's (for the
+    # cases with arguments, every other one: compiles are slow on CI's two cores)
+    for i, (func, kind, kw) in enumerate(CASES):
+        xs, dtype = _input(kind, dtype_single=False, shape=(4, 3, 5, 6), seed=i)
+        transform = getattr(fft, func)
+        got = jax.jit(jax.vmap(functools.partial(transform, **kw), in_axes=1))(xs)
+        for j in range(xs.shape[1]):
+            assert_close(np.asarray(got[j]), _numpy(func, np.take(xs, j, axis=1), kw), dtype)
+        if not kw:
+            continue
+        grads = jax.jit(jax.vmap(jax.grad(_weighted_power(transform, kw)), in_axes=1, out_axes=1))(xs)
+        want = jax.jit(jax.vmap(jax.grad(_weighted_power(getattr(jnp.fft, func), kw)), in_axes=1, out_axes=1))(xs)
+        np.testing.assert_allclose(np.asarray(grads), np.asarray(want), rtol=1e-9, atol=1e-9, err_msg=f"{func} {kw}")
+
+
+@pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (1, 0)])
+def test_vmap_of_convolve_over_the_signal_the_filter_or_both(x64, in_axes):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal({None: (3, 8), 0: (4, 3, 8), 1: (3, 4, 8)}[in_axes[0]])
+    h = rng.standard_normal((4, 5)) + 1j * rng.standard_normal((4, 5)) if in_axes[1] is not None else rng.standard_normal(5)
+    got = jax.jit(jax.vmap(fft.convolve, in_axes=in_axes))(x, h)
+    for j in range(4):
+        xj = x if in_axes[0] is None else np.take(x, j, axis=in_axes[0])
+        hj = h if in_axes[1] is None else h[j]
+        np.testing.assert_allclose(np.asarray(got[j]), np.fft.irfft(np.fft.rfft(xj) * hj, 8), rtol=1e-10, atol=1e-10)
 
 
 def test_per_example_gradients(x64):

@@ -295,6 +295,29 @@ def test_a_tf32_setting_changed_between_two_calls_changes_the_plan(front, tf32_s
     assert _misses_of(lambda: nvdispatch.matmul(a, b, c, beta=0.5)) == 1
 
 
+@pytest.mark.usefixtures("cpu_follows_tf32")
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+def test_a_tf32_setting_changed_between_two_calls_of_a_compiled_graph_changes_the_plan(front, tf32_setting, grad):
+    # a graph traced once (fullgraph) reads the setting when its operators run, as an eager call does: never the
+    # plan of the setting current when it was traced
+    a, b, bias = (x.requires_grad_(grad) for x in _operands())
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b, bias: nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}),
+                             backend="aot_eager", fullgraph=True)  # fmt: skip
+    want = np.maximum(a.detach().double().numpy() @ b.detach().double().numpy() + bias.detach().double().numpy(), 0)
+    misses = []
+    for setting in ("highest", "high", "highest", "high"):
+        torch.set_float32_matmul_precision(setting)
+        before = plan_cache.misses
+        got = compiled(a, b, bias)
+        misses.append(plan_cache.misses - before)
+        np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-5, atol=1e-6)
+    assert misses == [1, 1, 0, 0]  # one plan per setting, each found again when the setting comes back
+    compute_types = {plan.problem.options.compute_type for plan in plan_cache.plans() if hasattr(plan, "problem")}
+    assert compute_types == {None, TF32}
+    torch._dynamo.reset()
+
+
 def test_an_autocast_region_entered_between_two_calls_changes_the_plan_and_the_dtype(front):
     a, b, bias = _operands()
 
@@ -529,6 +552,44 @@ def test_the_matmul_operator_follows_the_region_eager_and_compiled_fullgraph(dty
     with torch.autocast("cpu", dtype=dtype):
         assert _operator_call(a64, b64, bias64).dtype == torch.float64  # the rule leaves float64 products alone
     assert _operator_call(a, b, bias).dtype == torch.float32  # outside a region
+    torch._dynamo.reset()
+
+
+def _every_epilog(a, b, bias, mask_like):
+    out = {}
+    for spec in EPILOGS.values():
+        name = spec.epilog.name
+        out[name] = nvdispatch.matmul(a, b, epilog=name, epilog_inputs=_inputs_for(spec, a, b, bias, mask_like) or None)
+    return out
+
+
+def test_a_compiled_graph_follows_the_region_for_every_epilog_as_torchs_own_ops_do():
+    # compiled with fullgraph outside a region, then called inside one: Dynamo's guard on the autocast state traces
+    # it again, and every epilog's result (and aux outputs) has the dtype of Torch's own op in the region, with the
+    # values of the operands cast to it
+    a, b, bias = _operands()
+    mask_like = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    compiled = torch.compile(_every_epilog, backend="aot_eager", fullgraph=True)
+    outside = compiled(a, b, bias, mask_like)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = compiled(a, b, bias, mask_like)
+        eager = _every_epilog(a, b, bias, mask_like)
+    for spec in EPILOGS.values():
+        name = spec.epilog.name
+        inputs = _inputs_for(spec, a, b, bias, mask_like)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch_dtype = _torch_analog(name, a, b, bias, inputs).dtype
+        got, aux = inside[name] if spec.outputs else (inside[name], {})
+        want_eager, eager_aux = eager[name] if spec.outputs else (eager[name], {})
+        assert got.dtype == want_eager.dtype == torch_dtype == torch.bfloat16, name
+        assert {k: v.dtype for k, v in aux.items()} == {k: v.dtype for k, v in eager_aux.items()}, name
+        assert (outside[name][0] if spec.outputs else outside[name]).dtype == torch.float32, name
+        cast = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in inputs.items()}
+        want, want_aux = expected(a.bfloat16(), b.bfloat16(), None, 1, None, Epilog[name], cast)
+        assert_close(got, want, "bfloat16", name, scale=2.0)
+        for k, v in aux.items():
+            assert_close(v, want_aux[k], "bfloat16" if v.is_floating_point() else "bool", f"{name} {k}", scale=4.0)
     torch._dynamo.reset()
 
 

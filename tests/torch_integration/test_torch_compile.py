@@ -11,6 +11,7 @@ import pytest
 
 import nvdispatch
 from nvdispatch._epilog import EPILOGS
+from nvdispatch.errors import InvalidArgumentError, UnsupportedDtypeError
 from tests.matmul.matmul_reference import assert_close, expected, to_numpy
 
 torch = pytest.importorskip("torch")
@@ -111,6 +112,20 @@ def test_every_epilog_compiles_into_one_graph_of_operators(dtype, dynamic):
     calls = _targets(graphs).count("nvdispatch.matmul.default")
     assert calls == sum(3 if s.has_bias else 1 for s in EPILOGS.values()) + 2
     _check_every_epilog(out, *args, dtype)
+
+
+def test_every_epilog_keeps_one_dynamic_graph_over_other_sizes():
+    # dynamic=True traced once: other M, K, N (and batch) run the same graph, every epilog and bias orientation
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(every_epilog, backend=BACKEND, fullgraph=True, dynamic=True)
+    for m, k, n in ((M, K, N), (7, 3, 9), (4, 8, 5)):
+        args = (_r(m, k), _r(k, n, seed=1), _r(2, m, k, seed=2), _r(n, seed=3), _r(m, 1, seed=4), _r(m, n, seed=5),
+                _r(m, n, seed=6) > 0, _r(m, n, seed=7))  # fmt: skip
+        _check_every_epilog(compiled(*args), *args, "float32")
+    assert counters["stats"]["unique_graphs"] == 1
 
 
 def test_dynamic_shapes_stay_symbolic_for_batch_and_matrix_sizes():
@@ -258,3 +273,207 @@ def test_a_model_trains_through_inductor(dynamic):
         for name, param in model.named_parameters():
             np.testing.assert_allclose(param.grad.numpy(), ps[name].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
         model.zero_grad()
+
+
+# -- dynamic=True: lengths taken from the input's sizes stay symbolic ---------------------------------------------
+def transforms_of_sized_lengths(x, z):
+    """Every transform with ``n``/``s`` computed from the inputs' (symbolic, under ``dynamic=True``) sizes."""
+    F = nvdispatch.fft
+    rows, cols = x.shape
+    return {
+        "fft": F.fft(z, n=cols + 2),
+        "ifft": F.ifft(z, n=rows - 1, axis=0, norm="ortho"),
+        "rfft": F.rfft(x, n=2 * cols),
+        "irfft": F.irfft(z, n=2 * cols - 3),
+        "hfft": F.hfft(z, n=cols + 1, norm="forward"),
+        "ihfft": F.ihfft(x, n=cols - 1),
+        "fftn": F.fftn(z, s=(rows + 1, cols)),
+        "ifftn": F.ifftn(z, s=(cols, rows), axes=(1, 0)),
+        "rfftn": F.rfftn(x, s=(rows, cols + 3)),
+        "irfftn": F.irfftn(z, s=(rows, 2 * cols)),
+        "fft2": F.fft2(x, s=(rows - 1, cols - 1)),
+        "ifft2": F.ifft2(z, s=(2 * rows, cols)),
+        "rfft2": F.rfft2(x, s=(rows, cols + 1), norm="ortho"),
+        "irfft2": F.irfft2(z, s=(rows, cols + 5)),
+        "convolve": F.convolve(x, F.rfft(x[0], n=cols + 4), n=cols + 4),
+    }
+
+
+def numpy_of_sized_lengths(x, z):
+    f = np.fft
+    rows, cols = x.shape
+    return {
+        "fft": f.fft(z, n=cols + 2),
+        "ifft": f.ifft(z, n=rows - 1, axis=0, norm="ortho"),
+        "rfft": f.rfft(x, n=2 * cols),
+        "irfft": f.irfft(z, n=2 * cols - 3),
+        "hfft": f.hfft(z, n=cols + 1, norm="forward"),
+        "ihfft": f.ihfft(x, n=cols - 1),
+        "fftn": f.fftn(z, s=(rows + 1, cols), axes=(0, 1)),
+        "ifftn": f.ifftn(z, s=(cols, rows), axes=(1, 0)),
+        "rfftn": f.rfftn(x, s=(rows, cols + 3), axes=(0, 1)),
+        "irfftn": f.irfftn(z, s=(rows, 2 * cols), axes=(0, 1)),
+        "fft2": f.fft2(x, s=(rows - 1, cols - 1)),
+        "ifft2": f.ifft2(z, s=(2 * rows, cols)),
+        "rfft2": f.rfft2(x, s=(rows, cols + 1), norm="ortho"),
+        "irfft2": f.irfft2(z, s=(rows, cols + 5)),
+        "convolve": f.irfft(f.rfft(x, n=cols + 4) * f.rfft(x[0], n=cols + 4), n=cols + 4),
+    }
+
+
+def test_lengths_computed_from_dynamic_sizes_stay_symbolic_for_every_transform():
+    # a length derived from a symbolic size (n=2 * x.shape[-1]) must not fix the graph to the size seen first:
+    # one graph serves every size (before: each new size recompiled, dynamic=True or not)
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(transforms_of_sized_lengths, backend=BACKEND, fullgraph=True, dynamic=True)
+    for rows, cols in ((5, 6), (7, 9), (4, 12)):
+        x = _r(rows, cols, dtype=torch.float64, seed=rows)
+        z = _r(rows, cols, dtype=torch.complex128, seed=cols)
+        out = compiled(x, z)
+        for key, want in numpy_of_sized_lengths(x.numpy(), z.numpy()).items():
+            got = out[key]
+            assert tuple(got.shape) == want.shape, (key, rows, cols)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-10, err_msg=f"{key} {rows}x{cols}")
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+# -- FP8 ----------------------------------------------------------------------------------------------------------------
+def test_fp8_products_with_scales_amax_and_aux_outputs_compile_into_one_graph():
+    # the FP8 path's values are checked against its oracle eagerly (tests/fp8): compiled, the same bits come back
+    e4m3 = torch.float8_e4m3fn
+    a, b = _r(16, 32).clamp(-4, 4).to(e4m3), _r(32, 16, seed=1).clamp(-4, 4).to(e4m3)
+    scale_d, bias = torch.tensor(2.0), _r(16, dtype=torch.bfloat16, seed=2)
+
+    def fp8(a, b, scale_d, bias):
+        amaxed = nvdispatch.matmul(a, b, epilog="RELU", quantization_scales={"a": 0.5, "d": scale_d},
+                                   options={"result_type": e4m3, "result_amax": True})  # fmt: skip
+        aux = nvdispatch.matmul(a, b, epilog="GELU_AUX_BIAS", epilog_inputs={"bias": bias},
+                                options={"result_type": torch.bfloat16})  # fmt: skip
+        return amaxed, aux
+
+    out, graphs = _graphs(fp8, a, b, scale_d, bias, dynamic=True)
+    assert len(graphs) == 1 and _targets(graphs).count("nvdispatch.matmul.default") == 2
+    eager = fp8(a, b, scale_d, bias)
+    for (got, got_aux), (want, want_aux) in zip(out, eager):
+        assert got.dtype == want.dtype and torch.equal(got.float(), want.float())
+        assert sorted(got_aux) == sorted(want_aux)
+        for k, v in want_aux.items():
+            assert got_aux[k].dtype == v.dtype and torch.equal(got_aux[k].float(), v.float()), k
+
+
+def _spectral_layer(x, w, b, F):
+    """A GELU layer, then 2-D and 1-D transforms with lengths from the sizes and a filtered convolution whose
+    filter (one row) is broadcast over the rows: ``F`` is ``nvdispatch.fft`` or ``torch.fft``."""
+    h = nvdispatch.matmul(x, w, epilog="GELU_BIAS", epilog_inputs={"bias": b}) if F is nvdispatch.fft else (
+        torch.nn.functional.gelu(x @ w + b, approximate="tanh"))  # fmt: skip
+    rows, cols = x.shape[0], h.shape[1]
+    y = F.irfftn(F.rfft2(h, s=(rows + 1, 2 * cols)) * 0.5, s=(rows, cols))
+    n = cols + 2
+    if F is nvdispatch.fft:
+        c = F.convolve(y, F.rfft(y[0], n=n), n=n)
+    else:
+        c = F.irfft(F.rfft(y, n=n) * F.rfft(y[0], n=n), n=n)
+    return (c * c).sum()
+
+
+def test_backward_through_a_dynamic_graph_keeps_one_graph_and_matches_float64():
+    # the backward formulas compare no unrelated symbolic sizes: rows == the filter's length (5, at rows=5) is a
+    # size like any other, not a recompile
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda x, w, b: _spectral_layer(x, w, b, nvdispatch.fft), backend=BACKEND, fullgraph=True,
+                             dynamic=True)  # fmt: skip
+    w, b = _r(4, 6, dtype=torch.float64, seed=1).requires_grad_(), _r(6, dtype=torch.float64, seed=2).requires_grad_()
+    for rows in (3, 5, 8):
+        x = _r(rows, 4, dtype=torch.float64, seed=rows).requires_grad_()
+        got = torch.autograd.grad(compiled(x, w, b), (x, w, b))
+        want = torch.autograd.grad(_spectral_layer(x, w, b, torch.fft), (x, w, b))
+        for g, r, name in zip(got, want, "xwb"):
+            np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-10, atol=1e-10, err_msg=f"{name} rows={rows}")
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+# -- the sample frequencies ----------------------------------------------------------------------------------------
+def frequencies(x):
+    F = nvdispatch.fft
+    n = x.shape[-1]
+    return (
+        F.fftfreq(n, d=0.25, device=x.device),
+        F.rfftfreq(n + 1, device=x.device, dtype=x.dtype),
+        F.fftfreq(2 * n - 1, dtype=torch.float32, device=x.device) * 3,
+    )
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_frequencies_on_a_torch_device_compile_with_the_eager_values(dynamic):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(frequencies, backend=BACKEND, fullgraph=True, dynamic=dynamic)
+    for n in (6, 9, 16):
+        x = _r(2, n, dtype=torch.float64)
+        got = compiled(x)
+        want = (np.fft.fftfreq(n, 0.25), np.fft.rfftfreq(n + 1), np.fft.fftfreq(2 * n - 1).astype(np.float32) * 3)
+        for g, e, w in zip(got, frequencies(x), want):
+            assert g.dtype == e.dtype and torch.equal(g, e)  # the eager function's dtype and bits
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-6 if g.dtype == torch.float32 else 1e-15)
+    if dynamic:
+        assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_frequencies_refuse_bad_arguments_at_trace_time_and_numpy_ones_break_the_graph():
+    x = _r(2, 4)
+    for call, error, argument in (
+        (lambda x: nvdispatch.fft.fftfreq(0, device=x.device), InvalidArgumentError, "n"),
+        (lambda x: nvdispatch.fft.rfftfreq(4, d=0.0, device=x.device), InvalidArgumentError, "d"),
+        (lambda x: nvdispatch.fft.fftfreq(4, dtype=torch.int32, device=x.device), UnsupportedDtypeError, "dtype"),
+    ):
+        torch._dynamo.reset()
+        with pytest.raises(error) as err:
+            torch.compile(call, backend=BACKEND, fullgraph=True)(x)
+        assert err.value.argument == argument
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="graph_break"):  # a NumPy result (no device): not a graph's value
+        torch.compile(lambda x: x * torch.as_tensor(nvdispatch.fft.fftfreq(4)), backend=BACKEND, fullgraph=True)(x)
+
+
+# -- scalars computed from dynamic sizes -----------------------------------------------------------------------------
+def _scaled_attention(q, k, v, c, matmul):
+    """``relu(softmax(q k^T / sqrt(d)) v + c / L)``: alpha and beta computed from the (symbolic) sizes."""
+    s = matmul(q, k.mT, alpha=q.shape[-1] ** -0.5)
+    return matmul(torch.softmax(s, -1), v, c, beta=1.0 / q.shape[-2], epilog="RELU")
+
+
+def _torch_matmul(a, b, c=None, *, alpha=1.0, beta=None, epilog=None):
+    out = alpha * (a @ b) + (0 if c is None else beta * c)
+    return torch.relu(out) if epilog == "RELU" else out
+
+
+def test_alpha_and_beta_computed_from_dynamic_sizes_stay_symbolic():
+    # alpha=q.shape[-1] ** -0.5 is a symbolic float under dynamic=True: taken as it is (one graph for every size;
+    # before, a typed error), forward and backward
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda q, k, v, c: _scaled_attention(q, k, v, c, nvdispatch.matmul), backend=BACKEND,
+                             fullgraph=True, dynamic=True)  # fmt: skip
+    for length, d in ((5, 4), (7, 8), (3, 6)):
+        q, k, v, c = (_r(2, length, d, dtype=torch.float64, seed=s).requires_grad_() for s in range(4))
+        out = compiled(q, k, v, c)
+        qn, kn, vn, cn = (t.detach().numpy() for t in (q, k, v, c))
+        s = qn @ kn.transpose(0, 2, 1) / np.sqrt(d)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = np.maximum((p / p.sum(-1, keepdims=True)) @ vn + cn / length, 0)
+        np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-10)
+        got = torch.autograd.grad(out.sum(), (q, k, v, c))
+        ref = torch.autograd.grad(_scaled_attention(q, k, v, c, _torch_matmul).sum(), (q, k, v, c))
+        for g, r in zip(got, ref):
+            np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-9, atol=1e-9)
+    assert counters["stats"]["unique_graphs"] == 1

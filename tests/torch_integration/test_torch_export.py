@@ -98,3 +98,36 @@ def test_a_saved_export_loads_in_a_process_that_registers_the_operators(tmp_path
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+class EveryTransform(torch.nn.Module):
+    """Every ``nvdispatch.fft`` transform and ``convolve`` (the calls of the compile tests)."""
+
+    def forward(self, x, z, h):
+        from .test_torch_compile import every_transform
+
+        return every_transform(x, z, h)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_export_of_every_transform_and_convolve_with_a_dynamic_batch_runs(strict):
+    from .test_torch_compile import numpy_transforms
+
+    g = torch.Generator().manual_seed(3)
+
+    def operands(rows):
+        x = torch.randn(rows, 8, generator=g)
+        z = torch.complex(torch.randn(rows, 8, generator=g), torch.randn(rows, 8, generator=g))
+        return x, z, torch.complex(torch.randn(5, generator=g), torch.randn(5, generator=g))
+
+    rows = torch.export.Dim("rows", min=2, max=64)
+    ep = torch.export.export(EveryTransform(), operands(6), strict=strict,
+                             dynamic_shapes={"x": {0: rows}, "z": {0: rows}, "h": None})  # fmt: skip
+    assert _operators(ep) == {"nvdispatch.fft.default", "nvdispatch.convolve.default"}
+    for n in (6, 3, 11):
+        x, z, h = operands(n)
+        got = ep.module()(x, z, h)
+        want = numpy_transforms(x.double().numpy(), z.numpy().astype(np.complex128), h.numpy().astype(np.complex128))
+        for key, w in want.items():
+            np.testing.assert_allclose(got[key].numpy(), w, rtol=2e-5, atol=2e-5 * max(1, np.abs(w).max()),
+                                       err_msg=f"{key} rows={n}")  # fmt: skip

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 import nvdispatch
-from nvdispatch.errors import CallbackError, InvalidArgumentError, NoExecutorError, UnsupportedDtypeError
+from nvdispatch.errors import (
+    CallbackError,
+    EpilogInputError,
+    InvalidArgumentError,
+    NoExecutorError,
+    ShapeMismatchError,
+    UnsupportedDtypeError,
+)
 from nvdispatch.executors import builtin
 from nvdispatch.executors.base import Executor
 
@@ -124,15 +131,17 @@ def test_fp8_calls_autograd_records_are_refused_with_a_typed_error():
 
 # -- the backend state inside compiled graphs ----------------------------------------------------------------------
 class RecordingTorch(Executor):
-    """The Torch executor under another name, counting the calls its plans run."""
+    """The Torch executor (or another built-in one) under another name, counting the calls its plans run."""
 
-    name = "recording-torch"
-
-    def __init__(self):
-        self.inner, self.runs = builtin("torch"), 0
+    def __init__(self, inner="torch"):
+        self.name = f"recording-{inner}"
+        self.inner, self.runs = builtin(inner), 0
 
     def decline(self, op, problem, *, coerce=False):
         return self.inner.decline(op, problem, coerce=coerce)
+
+    def coerce_operand(self, array):
+        return self.inner.coerce_operand(array)
 
     def strategies(self, op, problem):
         return self.inner.strategies(op, problem)
@@ -173,43 +182,129 @@ def test_the_backend_state_current_when_a_compiled_graph_runs_decides_its_execut
         compiled(x)
 
 
+def test_a_coercing_backend_chooses_the_executor_of_a_compiled_graph_whose_results_stay_tensors():
+    # set_backend(..., coerce=True) makes an eager call on tensors return the backend's arrays (NumPy's here); in a
+    # graph the operators' outputs are tensors: the coercing executor runs them, traced outside the block or in it
+    a = _r(4, 3)
+    want = np.maximum(a.double().numpy() @ a.double().numpy().T, 0)
+
+    def layer(a):
+        return nvdispatch.matmul(a, a.T, epilog="RELU")
+
+    traced_outside = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    traced_outside(a)
+    recorder = RecordingTorch("numpy")
+    with nvdispatch.set_backend(recorder, coerce=True):
+        assert isinstance(layer(a), np.ndarray)  # eagerly: the backend's arrays
+        runs = recorder.runs
+        traced_inside = torch.compile(lambda a: nvdispatch.matmul(a, a.T, epilog="RELU"), backend="aot_eager",
+                                      fullgraph=True)  # fmt: skip
+        for compiled in (traced_outside, traced_inside):
+            got = compiled(a)
+            assert isinstance(got, torch.Tensor)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+    assert recorder.runs == runs + 2
+
+
 # -- what cannot be compiled -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("fullgraph", [True, False])
 def test_an_fft_callback_is_a_typed_error_at_trace_time_naming_the_argument(fullgraph):
-    # never a silent graph break: with or without fullgraph, the trace stops with the typed error's message
+    # never a silent graph break: with or without fullgraph, the trace stops with the typed error itself (a caller's
+    # except nvdispatch.errors.CallbackError catches it), its message naming the argument
     x = _r(4, 8)
     for argument, kwargs in (("prolog", {"prolog": lambda v, i: v}), ("epilog_data", {"epilog_data": x})):
-        expected = f"{CallbackError.__name__}: {argument}: expected no FFT callback inside torch.compile"
-        with pytest.raises(Exception, match=expected):
+        torch._dynamo.reset()
+        with pytest.raises(CallbackError, match=f"^{argument}: expected no FFT callback inside torch.compile") as err:
             torch.compile(lambda x, kw=kwargs: nvdispatch.fft.fft(x, **kw), backend="aot_eager", fullgraph=fullgraph)(x)
+        assert err.value.argument == argument
     with pytest.raises(CallbackError):  # the same call made eagerly through the operators' entry is refused too
         from nvdispatch.integrations.torch_ops import ENTRIES
 
         ENTRIES["fft"](x, prolog=lambda v, i: v)
 
 
-def test_a_stream_is_a_typed_error_at_trace_time():
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_a_stream_is_a_typed_error_at_trace_time(fullgraph):
     a = _r(4, 3)
-    with pytest.raises(Exception, match=f"{InvalidArgumentError.__name__}: stream: expected None inside torch.compile"):
-        torch.compile(lambda a: nvdispatch.matmul(a, a.T, stream=0), backend="aot_eager", fullgraph=True)(a)
+    torch._dynamo.reset()
+    with pytest.raises(InvalidArgumentError, match="^stream: expected None inside torch.compile"):
+        torch.compile(lambda a: nvdispatch.matmul(a, a.T, stream=0), backend="aot_eager", fullgraph=fullgraph)(a)
 
 
-def test_a_bad_argument_is_a_typed_error_at_trace_time():
+def _bad_calls():
+    """(call, error class, argument): refused by the entry Dynamo traces, then by the operators' fake kernels."""
+    return [
+        (lambda a: nvdispatch.matmul(a, a.T, epilog="NOPE"), InvalidArgumentError, "epilog"),
+        (lambda a: nvdispatch.matmul(a, a.T, epilog="BIAS", epilog_inputs={"bais": a}), EpilogInputError,
+         "epilog_inputs"),
+        (lambda a: nvdispatch.matmul(a, a.T, alpha=torch.tensor(2.0)), InvalidArgumentError, "alpha"),
+        (lambda a: nvdispatch.matmul(a, a.T, epilog="BIAS", epilog_inputs={"bias": a}), EpilogInputError,
+         "epilog_inputs['bias']"),
+        (lambda a: nvdispatch.matmul(a, a), ShapeMismatchError, "b"),
+        (lambda a: nvdispatch.fft.rfft(a.bfloat16()), UnsupportedDtypeError, "x"),
+        (lambda a: nvdispatch.fft.fft(a, norm="nope"), InvalidArgumentError, "norm"),
+        (lambda a: nvdispatch.fft.irfftn(a, s=(2, 3, 4)), ShapeMismatchError, "s"),
+        (lambda a: nvdispatch.fft.convolve(a, a), ShapeMismatchError, "h"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_a_bad_argument_is_the_typed_error_at_trace_time(fullgraph):
+    # the eager call's error class, argument and message, whether the entry or a fake kernel finds it (without
+    # fullgraph one of each: Dynamo's fallback from a fake kernel's error retraces, slowly)
     a = _r(4, 3)
-    with pytest.raises(Exception, match="InvalidArgumentError: epilog: expected an Epilog"):
-        torch.compile(lambda a: nvdispatch.matmul(a, a.T, epilog="NOPE"), backend="aot_eager", fullgraph=True)(a)
-    with pytest.raises(Exception, match="EpilogInputError: epilog_inputs: expected keys among"):
-        torch.compile(
-            lambda a: nvdispatch.matmul(a, a.T, epilog="BIAS", epilog_inputs={"bais": a}),
-            backend="aot_eager",
-            fullgraph=True,
-        )(a)
-    with pytest.raises(Exception, match="epilog_inputs\\['bias'\\]: expected shape"):  # the fake kernel's checks
-        torch.compile(
-            lambda a: nvdispatch.matmul(a, a.T, epilog="BIAS", epilog_inputs={"bias": a}),
-            backend="aot_eager",
-            fullgraph=True,
-        )(a)
+    calls = _bad_calls()
+    for call, error, argument in calls if fullgraph else (calls[0], calls[3]):
+        torch._dynamo.reset()
+        with pytest.raises(error) as err:
+            torch.compile(call, backend="aot_eager", fullgraph=fullgraph)(a)
+        assert err.value.argument == argument, (argument, str(err.value))
+        assert str(err.value).startswith(f"{argument}: expected")
+
+
+def test_numpy_integer_lengths_and_axes_are_taken_eagerly_and_refused_by_name_when_compiled():
+    # the public functions take NumPy integers (operator.index); a call autograd records (through the operators)
+    # takes them too. Dynamo traces a NumPy scalar as an array: refused naming the argument, saying what to pass
+    x = _r(4, 8, dtype=torch.float64, grad=True)
+    calls = {
+        "n": lambda x: nvdispatch.fft.rfft(x, n=np.int64(10), axis=1),
+        "s": lambda x: nvdispatch.fft.rfftn(x, s=(np.int32(4), 6), axes=(0, 1)),
+        "axis": lambda x: nvdispatch.fft.convolve(x, torch.ones(5, dtype=torch.float64), axis=np.int64(-1)),
+    }
+    wants = {
+        "n": np.fft.rfft(x.detach().numpy(), n=10, axis=1),
+        "s": np.fft.rfftn(x.detach().numpy(), s=(4, 6), axes=(0, 1)),
+        "axis": np.fft.irfft(np.fft.rfft(x.detach().numpy()) * np.ones(5), 8),
+    }
+    for argument, call in calls.items():
+        got = call(x)
+        assert got.grad_fn is not None  # recorded: through the operators
+        np.testing.assert_allclose(got.detach().numpy(), wants[argument], rtol=1e-12, atol=1e-12)
+        torch._dynamo.reset()
+        with pytest.raises(InvalidArgumentError, match="pass a Python int") as err:
+            torch.compile(call, backend="aot_eager", fullgraph=True)(x)
+        assert err.value.argument == argument
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_a_bad_argument_is_the_typed_error_when_exporting(strict):
+    class Bad(torch.nn.Module):
+        def forward(self, a):
+            return nvdispatch.matmul(a, a.T, epilog="BIAS", epilog_inputs={"bias": a})
+
+    with pytest.raises(EpilogInputError, match=r"^epilog_inputs\['bias'\]: expected shape"):
+        torch.export.export(Bad(), (_r(4, 3),), strict=strict)
+
+
+def test_a_typed_error_raised_at_trace_time_pickles_as_its_own_class():
+    import pickle
+
+    with pytest.raises(CallbackError) as err:
+        torch.compile(lambda x: nvdispatch.fft.fft(x, prolog=lambda v, i: v), backend="aot_eager", fullgraph=True)(
+            _r(4, 8)
+        )
+    again = pickle.loads(pickle.dumps(err.value))
+    assert type(again) is CallbackError and again.argument == "prolog" and str(again) == str(err.value).split("\n")[0]
 
 
 def test_numpy_operands_inside_a_compiled_function_stay_eager():

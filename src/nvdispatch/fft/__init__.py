@@ -96,6 +96,7 @@ def _public(obj) -> None:
 
 for _name in __all__:
     _public(globals()[_name])
-for _name in __all__[:14] + ["convolve"]:  # the transforms: framework integrations may mark them for compilers
+# the transforms and the frequencies: framework integrations may mark them for compilers
+for _name in __all__[:16] + ["convolve"]:
     announce(_name, globals()[_name])
 del _name

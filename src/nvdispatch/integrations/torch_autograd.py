@@ -85,13 +85,14 @@ def _squeeze(t, p):
 def _reduce_to(t, shape):
     """``t`` summed over the dimensions it was broadcast along from ``shape``."""
     shape = tuple(shape)
-    if tuple(t.shape) == shape:
-        return t
-    return (
-        t.sum_to_size(shape)
-        if len(shape) == t.dim()
-        else t.sum_to_size((1,) * (t.dim() - len(shape)) + shape).reshape(shape)
-    )
+    if len(shape) == t.dim():
+        # traced, the sizes are not compared (sum_to_size returns t where they are equal): each comparison would
+        # add a guard relating two unrelated symbolic sizes, and recompile where they happen to be equal; eagerly
+        # the comparison is the cheaper test
+        if not torch.compiler.is_compiling() and tuple(t.shape) == shape:
+            return t
+        return t.sum_to_size(shape)
+    return t.sum_to_size((1,) * (t.dim() - len(shape)) + shape).reshape(shape)
 
 
 def _mask(aux, p):

@@ -1,18 +1,31 @@
-"""Typed errors from the code Dynamo traces in place of the public functions.
+"""Typed errors from the code Torch traces: the entries Dynamo traces in place of the public functions, and the
+operators' fake kernels.
 
 Dynamo cannot build nvdispatch's error classes inside a traced frame (their ``__init__`` chains to built-in
 exceptions), so those errors are raised by :func:`refuse`, a function Dynamo runs for real when it meets it
-(``torch.compiler.assume_constant_result``): the trace stops with the typed error, its message naming the argument,
-as its cause. Called eagerly, it simply raises.
+(``torch.compiler.assume_constant_result``). Called eagerly, it simply raises.
+
+Dynamo rewraps what it does not know as its own exceptions (``InternalTorchDynamoError``, or
+``TorchRuntimeError`` for a fake kernel's), which a caller's ``except nvdispatch.errors.…`` would not catch.
+While Torch compiles, an error is therefore raised as :func:`traced_error` makes it: an instance of its own
+class that is also one of the exceptions Dynamo lets through unchanged, with the same message and fields:
+``torch._dynamo.exc.TorchRuntimeError`` from :func:`refuse` (the trace stops there, with or without
+``fullgraph``: the call is never silently run eagerly with what could not be compiled; Dynamo's ``Unsupported``
+and ``UserError`` would fall back to eager without ``fullgraph``), ``torch._dynamo.exc.Unsupported`` from a fake
+kernel (the only kind Dynamo lets out of one; without ``fullgraph`` the operator's eager run raises the same
+error). ``torch.compile`` and ``torch.export`` (strict or not) thus raise the typed error, naming the argument,
+at trace time.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
 from .. import errors
 
-__all__ = ["refuse", "describe"]
+__all__ = ["refuse", "describe", "traced_error", "fake_kernel"]
 
 
 def describe(value) -> str:
@@ -25,7 +38,52 @@ def describe(value) -> str:
     return f"a {type(value).__name__}"
 
 
+@functools.cache
+def _traced_class(cls: type, through: type) -> type:
+    """``cls`` (an nvdispatch error class) joined with ``through`` (a Dynamo exception), pickled as ``cls``."""
+
+    def __reduce__(self):  # the error as raised, without Dynamo's fields and the user stack it adds to the message
+        return self._untraced.__reduce__()
+
+    return type(cls.__name__, (cls, through), {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                                               "__reduce__": __reduce__})  # fmt: skip
+
+
+def traced_error(error: errors.NvdispatchError, graph_break: bool = False) -> errors.NvdispatchError:
+    """``error`` as Torch's compilers let it through while they trace (see the module notes): joined with
+    Dynamo's ``Unsupported`` where ``graph_break`` (a fake kernel's), else with its ``TorchRuntimeError``;
+    ``error`` itself in eager code."""
+    if not torch.compiler.is_compiling() or isinstance(error, IndexError):  # IndexError: let through already
+        return error
+    try:
+        from torch._dynamo.exc import TorchRuntimeError, Unsupported
+    except ImportError:  # a Torch without these exceptions: as it is
+        return error
+    through = Unsupported if graph_break else TorchRuntimeError
+    traced = Exception.__new__(_traced_class(type(error), through))
+    through.__init__(traced, str(error))  # Dynamo's fields (message; for Unsupported its stack and stats)
+    traced.__dict__.update(error.__dict__)
+    traced._untraced = error
+    return traced
+
+
 @torch.compiler.assume_constant_result
 def refuse(kind: str, argument: str, expected: str, got: str, hint: str = "") -> None:
     """Raise ``nvdispatch.errors.<kind>(argument, expected, got, hint)``."""
-    raise getattr(errors, kind)(argument, expected, got, hint)
+    raise traced_error(getattr(errors, kind)(argument, expected, got, hint))
+
+
+def fake_kernel(fake):
+    """``fake`` (an operator's fake kernel) raising its nvdispatch errors as :func:`traced_error` makes them."""
+
+    @functools.wraps(fake)
+    def run(*args):
+        try:
+            return fake(*args)
+        except errors.NvdispatchError as error:
+            traced = traced_error(error, graph_break=True)
+            if traced is error:
+                raise
+            raise traced.with_traceback(error.__traceback__) from None
+
+    return run

@@ -58,6 +58,7 @@ from . import torch_activation_grad as one_pass
 from . import torch_layouts as layouts
 from . import torch_mlp_plan as chain_plan
 from .mlp_epilogs import ACTIVATIONS, RELU_BACKWARDS, chain_epilogs
+from .torch_errors import fake_kernel
 from .torch_ops import matmul_layout
 from .torch_reentry import in_kernel
 
@@ -379,7 +380,7 @@ for _name, _kernel, _fake in (
     ("mlp_backward_kernel", _below_autograd(_backward_kernel), _backward_fake),
 ):
     _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"nvdispatch::{_name}", _fake, lib=_LIB)
+    torch.library.register_fake(f"nvdispatch::{_name}", fake_kernel(_fake), lib=_LIB)
 # the kernel operators are not differentiated: the dispatcher passes their autograd key by, no Python step
 _LIB.impl("mlp_forward_kernel", torch.library.fallthrough_kernel, "Autograd")
 _LIB.impl("mlp_backward_kernel", torch.library.fallthrough_kernel, "Autograd")

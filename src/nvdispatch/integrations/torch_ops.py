@@ -23,6 +23,7 @@ takes the route (the executors the backend state selects when the kernel runs), 
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -35,7 +36,7 @@ from .._plan_cache import plan_cache
 from . import torch_autocast, torch_autograd, torch_recorded
 from . import torch_layouts as layouts
 from .torch_arguments import SCALE_NAMES, decode, encode, epilog_inputs, epilog_name
-from .torch_errors import describe, refuse
+from .torch_errors import describe, fake_kernel, refuse
 from .torch_reentry import in_kernel
 
 __all__ = [
@@ -211,7 +212,7 @@ for _name, _kernel, _fake in (
 ):
     # one kernel for every device: the public function dispatches by the operands' device itself
     _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"nvdispatch::{_name}", _fake, lib=_LIB)
+    torch.library.register_fake(f"nvdispatch::{_name}", fake_kernel(_fake), lib=_LIB)
 del _name, _kernel, _fake
 
 matmul_op = torch.ops.nvdispatch.matmul.default
@@ -257,8 +258,10 @@ def register_fft_autocast(device_types=torch_autocast.DEVICE_TYPES) -> None:
 
 
 def _number(value: Any, argument: str):
-    """A Python number for the operator's schema (NumPy scalars too; a 0-d tensor is read eagerly only)."""
-    if value is None or (isinstance(value, (int, float, complex)) and not isinstance(value, bool)):
+    """A Python number for the operator's schema (NumPy scalars too; a 0-d tensor is read eagerly only). A traced
+    program's symbolic number (``alpha=x.shape[-1] ** -0.5`` under ``dynamic=True``) stays symbolic."""
+    if value is None or (isinstance(value, (int, float, complex, torch.SymInt, torch.SymFloat))
+                         and not isinstance(value, bool)):  # fmt: skip
         return value
     if isinstance(value, Tensor):
         if torch.compiler.is_compiling():
@@ -362,10 +365,24 @@ def _run_recorded(call_key, a, b, named: dict, op_epilog: str, name: str):
     return outs[0], dict(zip(_OUTPUT_NAMES[name], outs[1:]))
 
 
-def _int_or_none(value: Any, argument: str):
+def _int_or_none(value: Any, argument: str, expected: str = "an int (or None)"):
+    """``value`` as an int (a symbolic one stays symbolic). Eagerly NumPy integers are taken as the public
+    functions take them; Dynamo traces a NumPy scalar as an array, which is refused naming the argument."""
     if value is None or (isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)):
         return value
-    refuse("InvalidArgumentError", argument, "an int (or None)", repr(value))
+    if not torch.compiler.is_compiling() and not isinstance(value, (bool, float, complex, str, bytes)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    refuse("InvalidArgumentError", argument, expected, describe(value),
+           "inside torch.compile pass a Python int (int(value)): Dynamo traces NumPy scalars as arrays")  # fmt: skip
+
+
+def _int(value: Any, argument: str):
+    if value is None:
+        refuse("InvalidArgumentError", argument, "an int", "None")
+    return _int_or_none(value, argument, "an int")
 
 
 def _ints(value: Any, argument: str, none_as: int | None = None):
@@ -389,8 +406,7 @@ def call_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
     floating dtype first, as ``torch.fft`` (and the public function on Torch tensors) does."""
     if not (x.is_floating_point() or x.is_complex()):
         x = x.to(torch.get_default_dtype())
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        refuse("InvalidArgumentError", "axis", "an int", repr(axis))
+    axis = _int(axis, "axis")
     norm = "backward" if norm is None else norm
     if not isinstance(norm, str):
         refuse("InvalidArgumentError", "norm", "'backward', 'ortho' or 'forward'", repr(norm))
@@ -399,8 +415,7 @@ def call_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"):
 
 def call_convolve(x, h, n=None, axis=-1):
     """``nvdispatch.fft.convolve`` through ``nvdispatch::convolve``."""
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        refuse("InvalidArgumentError", "axis", "an int", repr(axis))
+    axis = _int(axis, "axis")
     return _call("convolve", x, h, _int_or_none(n, "n"), axis)
 
 
@@ -564,6 +579,39 @@ def _convolve_entry(fallback):
     return convolve
 
 
+def _on_torch(device) -> bool:
+    """Whether ``fftfreq``'s ``device`` asks for a Torch tensor (the Torch adapter's ``native_device`` rule: a
+    ``torch.device``, or a ``"cuda[:N]"`` string; ``"cpu"`` and None ask for NumPy)."""
+    return isinstance(device, torch.device) or (isinstance(device, str) and device.startswith("cuda"))
+
+
+def _freq_entry(real: bool, fallback):
+    """``fftfreq``/``rfftfreq`` for a Torch device as Torch ops (what the public function computes: the
+    integer frequencies divided by ``n * d`` in float64, cast to ``dtype``), so that ``n`` may be a symbolic
+    size; other devices, spacings that are not Python numbers and ``chunks`` take the public function."""
+
+    def freq(n, /, *, d=1.0, dtype=None, device=None, chunks=None):
+        if chunks is not None or not _on_torch(device) or isinstance(d, bool) or not isinstance(d, (int, float)):
+            return fallback(n, d=d, dtype=dtype, device=device, chunks=chunks)
+        if isinstance(n, bool) or not isinstance(n, (int, torch.SymInt)):
+            refuse("InvalidArgumentError", "n", "an int >= 1", repr(n))
+        if n < 1:
+            refuse("InvalidArgumentError", "n", "an int >= 1", repr(n))
+        if d == 0:
+            refuse("InvalidArgumentError", "d", "a non-zero sample spacing", repr(d))
+        dt = torch.float64 if dtype is None else dtype
+        if not (isinstance(dt, torch.dtype) and dt.is_floating_point):
+            refuse("UnsupportedDtypeError", "dtype", "a real floating torch.dtype", str(dtype))
+        if real:
+            k = torch.arange(n // 2 + 1, dtype=torch.float64, device=device)
+        else:
+            k = torch.cat([torch.arange((n - 1) // 2 + 1, dtype=torch.float64, device=device),
+                           torch.arange(-(n // 2), 0, dtype=torch.float64, device=device)])  # fmt: skip
+        return (k / (n * float(d))).to(dt)
+
+    return freq
+
+
 def _eager(fn):
     """``fn`` called where Dynamo cannot take the call into the graph (operands that are not Torch tensors): a
     graph break, so the call runs eagerly (an error under ``fullgraph=True``)."""
@@ -583,6 +631,8 @@ def _entries() -> dict[str, Any]:
         entries[func] = _fft_nd_entry(func, _eager(getattr(fft_module, func)), None)
         entries[func[:-1] + "2"] = _fft_nd_entry(func, _eager(getattr(fft_module, func[:-1] + "2")), (-2, -1))
     entries["convolve"] = _convolve_entry(_eager(fft_module.convolve))
+    entries["fftfreq"] = _freq_entry(False, _eager(fft_module.fftfreq))
+    entries["rfftfreq"] = _freq_entry(True, _eager(fft_module.rfftfreq))
     return entries
 
 
