@@ -8,7 +8,7 @@
  *
  * The addresses are ints the caller took from arrays it owns and keeps alive for the call (the executor's
  * numpy_matmul_engines checks dtype, layout and shapes); nothing here can check them. Plain C, vectorised by the
- * compiler for the baseline instruction set of the build.
+ * compiler for the build's baseline instruction set and, where the loader can choose at run time, AVX2/AVX-512.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000
@@ -16,8 +16,21 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Where the compiler and the loader can dispatch at run time (GCC/Clang on x86-64 glibc: ifunc; musl has none),
+ * each sweep is also built for AVX2 and AVX-512 and the loader picks the widest the processor has: in cache, the
+ * baseline build's 4-wide SSE sweep was slower than NumPy's own run-time dispatched in-place ufuncs (figures:
+ * benchmarks/README.md, CPU matmul). */
+#if defined(__x86_64__) && defined(__ELF__) && defined(__GLIBC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define NVD_WIDEST __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef NVD_WIDEST
+#define NVD_WIDEST
+#endif
+
 #define SWEEP(T, NAME)                                                                                             \
-    static void NAME(T *out, const T *bias, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t ld, int relu)             \
+    NVD_WIDEST static void NAME(T *out, const T *bias, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t ld, int relu)             \
     {                                                                                                              \
         for (Py_ssize_t i = 0; i < rows; i++) {                                                                    \
             T *restrict o = out + i * ld;                                                                          \

@@ -130,6 +130,31 @@ def test_kernel_alone_on_a_padded_matrix(dtype, with_bias, relu):
 
 
 @needs_kernel
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("cols", [1, 15, 16, 17, 63, 64, 65, 257])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_kernel_vector_body_matches_numpy(dtype, cols, offset):
+    """Rows as wide as the widest vector build (the sweep is also built for AVX2 and AVX-512, chosen at load time)
+    and wider, starting off vector alignment, with NaN, infinities and signed zeros scattered through: the
+    vector body and its remainder agree with NumPy's add and maximum element for element."""
+    rows, ld = 5, cols + offset + 3
+    rng = np.random.default_rng(cols * 7 + offset)
+    buffer = rng.standard_normal(rows * ld + offset).astype(dtype)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], dtype)
+    where = rng.choice(buffer.size, size=max(1, buffer.size // 9), replace=False)
+    buffer[where] = specials[np.arange(where.size) % specials.size]
+    full = buffer[offset:].reshape(rows, ld)  # (starts ``offset`` elements past the allocation's alignment)
+    bias = rng.standard_normal(cols).astype(dtype)
+    bias[::11] = -np.inf
+    before = full.copy()
+    with np.errstate(invalid="ignore"):
+        want = np.maximum(full[:, :cols] + bias, 0)  # np.maximum keeps NaN, as the sweep must
+    KERNEL(full.__array_interface__["data"][0], bias.__array_interface__["data"][0], rows, cols, ld, dtype == "float64", True)
+    np.testing.assert_array_equal(full[:, :cols], want)
+    np.testing.assert_array_equal(full[:, cols:], before[:, cols:])  # beyond cols: untouched
+
+
+@needs_kernel
 def test_kernel_rejects_bad_arguments():
     with pytest.raises(TypeError):
         KERNEL(0, None, 1, 1)
