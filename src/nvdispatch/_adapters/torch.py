@@ -28,6 +28,12 @@ def _grad_enabled() -> bool:
     return sys.modules["torch"].is_grad_enabled()
 
 
+def _functorch_wrapped(x) -> bool:
+    global _functorch_wrapped
+    _functorch_wrapped = sys.modules["torch"]._C._functorch.is_functorch_wrapped_tensor  # bound once
+    return _functorch_wrapped(x)
+
+
 def tf32_allowed() -> bool:
     """Whether Torch runs float32 products on CUDA on TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``,
     set by ``torch.set_float32_matmul_precision("high")`` or ``"medium"``, or ``fp32_precision = "tf32"``)."""
@@ -84,8 +90,11 @@ class TorchAdapter(Adapter):
 
     @staticmethod
     def signature(x):
-        # get_device() (-1 on the CPU) and is_cuda: cheaper to read and hash than a torch.device; size() than shape
-        return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled())
+        # get_device() (-1 on the CPU) and is_cuda: cheaper to read and hash than a torch.device; size() than shape.
+        # A torch.func wrapper (vmap's batched tensor, grad's/jvp's tracking tensor) has the sizes of one sample:
+        # its key must not find a plain tensor's plan (the Torch integration takes those calls)
+        return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled(),
+                _functorch_wrapped(x))  # fmt: skip
 
     @staticmethod
     def guard(*tensors):
