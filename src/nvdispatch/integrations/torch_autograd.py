@@ -40,6 +40,7 @@ import torch
 from .._epilog import GELU_C, GELU_K
 from .._fft_problem import FUNCS
 from .torch_arguments import decode
+from .torch_func import call
 
 __all__ = ["register", "matmul_context", "matmul_grads"]
 
@@ -47,14 +48,13 @@ _DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 
 def _mm(x, y, epilog: str = "DEFAULT", alpha: Any = 1):
-    """``x @ y`` through ``nvdispatch::matmul`` (a list: the result, then the epilog's aux output)."""
-    return torch.ops.nvdispatch.matmul(
-        x, y, None, None, None, None, None, None, None, None, alpha, None, epilog, "", "", ""
-    )
+    """``x @ y`` through ``nvdispatch::matmul`` (a list: the result, then the epilog's aux output); under a
+    ``torch.func`` transform through its Function (:mod:`.torch_func`), so that transforms compose."""
+    return call("matmul", x, y, None, None, None, None, None, None, None, None, alpha, None, epilog, "", "", "")
 
 
 def _fft(x, func: str, s, axes, norm: str):
-    return torch.ops.nvdispatch.fft(x, func, None, -1, list(s), list(axes), norm)
+    return call("fft", x, func, None, -1, list(s), list(axes), norm)
 
 
 def _conj(value):
@@ -289,13 +289,13 @@ def _fft_backward(ctx, g):
         gx = _fft(g, "ifftn" if direction == "forward" else "fftn", lengths, axes, _DUAL[norm])
         gx = _resize_back(gx, ctx.x_shape, axes, lengths)
     elif p.func == "ihfft":  # conj(rfft(x, n, dual norm))
-        gx = _r2c_adjoint(torch.conj_physical(g), axes, lengths, _DUAL[norm])
+        gx = _r2c_adjoint(g.conj().resolve_conj(), axes, lengths, _DUAL[norm])
         gx = _resize_back(gx, ctx.x_shape, axes, lengths)
     elif kind == "r2c":
         gx = _resize_back(_r2c_adjoint(g, axes, lengths, norm), ctx.x_shape, axes, lengths)
     else:
         if p.func == "hfft":  # irfft(conj(x), n, dual norm)
-            gx = torch.conj_physical(_c2r_adjoint(g, axes, lengths, _DUAL[norm]))
+            gx = _c2r_adjoint(g, axes, lengths, _DUAL[norm]).conj().resolve_conj()
         else:
             gx = _c2r_adjoint(g, axes, lengths, norm)
         gx = _resize_back(gx, ctx.x_shape, axes, p.in_lengths)
@@ -324,7 +324,7 @@ def _convolve_backward(ctx, g):
     spectrum = getattr(torch, fwd.result_dtype)
     gx = gh = None
     if ctx.needs_input_grad[0]:
-        gxh = (gz * torch.conj_physical(h)).to(spectrum)
+        gxh = (gz * h.conj().resolve_conj()).to(spectrum)
         if real:
             gx = _r2c_adjoint(gxh, axes, lengths, "backward")
         else:
@@ -332,7 +332,7 @@ def _convolve_backward(ctx, g):
         gx = _resize_back(gx, ctx.x_shape, axes, lengths).to(ctx.x_dtype)
     if ctx.needs_input_grad[1]:
         xh = _fft(x, "rfftn" if real else "fftn", lengths, axes, "backward")
-        gh = _reduce_to(gz * torch.conj_physical(xh), ctx.h_shape)
+        gh = _reduce_to(gz * xh.conj().resolve_conj(), ctx.h_shape)
         if not ctx.h_dtype.is_complex:
             gh = torch.real(gh)
         gh = gh.to(ctx.h_dtype)

@@ -61,6 +61,8 @@ def _taken(operands: list, stream) -> bool:
     torch = sys.modules["torch"]
     if inside_kernel() or stream is not None or not all(isinstance(x, torch.Tensor) for x in operands):
         return False
+    if torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0:
+        return True  # torch.func transforms, forward-mode AD: the operators' batching rules and formulas
     recorded = torch.is_grad_enabled() and any(x.requires_grad for x in operands)
     if recorded:
         return not any_coercing()  # under a coercing backend the caller asked another framework: its result

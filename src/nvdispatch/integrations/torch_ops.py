@@ -33,7 +33,7 @@ from .. import fft as fft_module
 from .. import linalg
 from .._epilog import EPILOGS
 from .._plan_cache import plan_cache
-from . import torch_autocast, torch_autograd, torch_recorded
+from . import torch_autocast, torch_autograd, torch_func, torch_jvp, torch_recorded
 from . import torch_layouts as layouts
 from .torch_arguments import SCALE_NAMES, decode, encode, epilog_inputs, epilog_name
 from .torch_errors import describe, fake_kernel, refuse
@@ -225,6 +225,9 @@ torch_autocast.install(_LIB, "matmul", matmul_op, torch_autocast.matmul_cast)
 _functions = torch_autograd.register(
     _LIB, {"matmul": _matmul_kernel, "fft": _fft_kernel, "convolve": _convolve_kernel}, matmul_layout
 )
+#: torch.func: the operators' batching rules, and their formulas (backward and jvp) as Functions for transforms
+torch_func.register_batching_rules(_LIB, matmul_layout)
+torch_jvp.install(matmul_layout)
 
 
 # -- the calls: public arguments -> operators -> public results -------------------------------------------------
@@ -237,6 +240,8 @@ def _call(name: str, *args):
     dispatcher's Python autograd kernel."""
     if torch.compiler.is_compiling():
         return _OPS[name](*args)
+    if torch_func.transforms_active():  # torch.func: the formulas (with a jvp) as a Function with a vmap rule
+        return torch_func.call(name, *args)
     if name == "matmul":  # the operator's autocast kernel, which the Function does not pass through
         device_type = args[0].device.type
         if device_type in torch_autocast.DEVICE_TYPES and torch.is_autocast_enabled(device_type):
@@ -316,8 +321,9 @@ def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scal
             str(a.dtype if a.dtype in _FP8 else b.dtype),
             "run it under torch.no_grad(), or detach the operands that require grad",
         )
-    op_epilog = _KEEP_PRE_ACTIVATION.get(name, name) if recorded else name
-    if recorded and call_key is not None and not torch.compiler.is_compiling():
+    transformed = torch_func.transforms_active()  # torch.func: its jvp needs the pre-activation too
+    op_epilog = _KEEP_PRE_ACTIVATION.get(name, name) if recorded or transformed else name
+    if recorded and call_key is not None and not transformed and not torch.compiler.is_compiling():
         named = _named(bias, relu_aux, gelu_aux)
         if torch_recorded.keeps(a, alpha, c, beta, named, options, preferences, scales):
             return _run_recorded(call_key, a, b, named, op_epilog, name)

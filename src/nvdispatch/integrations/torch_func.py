@@ -1,0 +1,208 @@
+"""``torch.func`` over the ``nvdispatch::`` Torch operators: batching rules, and the autograd Functions that carry
+the operators' formulas (reverse and forward mode) through ``vmap``, ``grad``, ``jacrev``, ``jacfwd``, ``jvp``...
+
+* **Batching rules** (``torch.library.register_vmap``). The vmapped dimension becomes one more batch dimension of
+  the one operator call, so a vmapped call stays one fused call: for ``matmul`` a leading batch dimension of every
+  batched operand (``a``, ``b``, ``c``, the epilog inputs), aligned with the others' batch dimensions as PEP 465
+  broadcasts them (a 1-D operand is promoted to a matrix first, and a batched vector ``a`` times an unbatched
+  matrix is one ``(B, k) @ (k, n)`` product); for the transforms a leading axis that is not transformed (the
+  transformed axes are renumbered from the end); for ``convolve`` a leading axis of the signal, with a batched
+  filter aligned to it.
+* **Formulas under transforms.** Inside a ``torch.func`` transform (or an eager ``torch.autograd.forward_ad``
+  level) an operator call goes through :func:`call`: an autograd Function whose ``setup_context``/``backward``
+  are the operators' own formulas (:mod:`.torch_autograd`), with a ``jvp`` (:mod:`.torch_jvp`), and whose vmap
+  rule is generated (``generate_vmap_rule``: its forward, backward and jvp run under ``vmap``, where the
+  operators' batching rules fold the vmapped dimension in). The formulas call the operators through
+  :func:`call` too, so transforms compose (``vmap(grad(f))``, ``jacfwd(jacrev(f))``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .torch_errors import refuse
+
+__all__ = ["transforms_active", "call", "install", "register_batching_rules"]
+
+_OPS = {
+    "matmul": lambda: torch.ops.nvdispatch.matmul.default,
+    "fft": lambda: torch.ops.nvdispatch.fft.default,
+    "convolve": lambda: torch.ops.nvdispatch.convolve.default,
+}
+#: operator name -> its autograd Function for calls under transforms (see :func:`install`)
+_FUNCTIONS: dict[str, type] = {}
+_forward_ad = torch.autograd.forward_ad
+
+
+def transforms_active() -> bool:
+    """Whether a ``torch.func`` transform is active, or an eager forward-mode AD level is open."""
+    return torch._C._are_functorch_transforms_active() or getattr(_forward_ad, "_current_level", -1) >= 0
+
+
+def call(name: str, *args):
+    """Operator ``name`` on ``args``; under a transform (:func:`transforms_active`) its autograd Function."""
+    if transforms_active() and not torch.compiler.is_compiling():
+        return _FUNCTIONS[name].apply(*args)
+    return _OPS[name]()(*args)
+
+
+def install(name: str, setup_context, backward, jvp, many: bool) -> None:
+    """Build operator ``name``'s Function for transforms: ``setup_context(ctx, inputs, output)`` and
+    ``backward(ctx, grads)`` (``grads`` a list where ``many``: the operator returns a list), ``jvp(ctx, *tangents)``
+    (a list where ``many``)."""
+    op = _OPS[name]
+
+    def forward(*args):
+        out = op()(*args)
+        return tuple(out) if many else out
+
+    def backward_(ctx, *grads):
+        return backward(ctx, list(grads) if many else grads[0])
+
+    def jvp_(ctx, *tangents):
+        out = jvp(ctx, *tangents)
+        return tuple(out) if many else out
+
+    body = {
+        "generate_vmap_rule": True,
+        "forward": staticmethod(forward),
+        "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(backward_),
+        "jvp": staticmethod(jvp_),
+    }
+    _FUNCTIONS[name] = type(f"nvdispatch_{name}_func", (torch.autograd.Function,), body)
+
+
+# -- batching rules ---------------------------------------------------------------------------------------------
+def _front(x, bdim):
+    """``x`` with its vmapped dimension first (None: not batched)."""
+    return x if x is None or bdim is None else x.movedim(bdim, 0)
+
+
+def _align(x, rank: int):
+    """A batched ``x`` (vmapped dimension first) with size-1 dims inserted after it, up to ``rank`` + 1 dims, so
+    that its vmapped dimension lines up with the others' when the per-sample shapes broadcast from the right."""
+    missing = rank + 1 - x.dim()
+    return x.reshape(x.shape[0], *([1] * missing), *x.shape[1:]) if missing > 0 else x
+
+
+def _outputs(outs, samples, size: int):
+    """``(outputs, out_dims)``: each batched output reshaped to the vmapped dimension then the per-sample shape
+    ``samples[i]`` (the shape one call on one sample returns); an output of one sample's size is unbatched."""
+    results, dims = [], []
+    for out, shape in zip(outs, samples):
+        per = math.prod(shape)
+        if out.dim() >= 1 and out.numel() == size * per and (out.shape[0] == size or per == 0):
+            results.append(out.reshape(size, *shape))
+            dims.append(0)
+        else:
+            results.append(out.reshape(shape))
+            dims.append(None)
+    return results, dims
+
+
+def _matmul_rule(layout):
+    def rule(info, in_dims, a, b, c, bias, relu_aux, gelu_aux, sa, sb, sc, sd, alpha, beta, epilog, options,
+             preferences, host_scales):  # fmt: skip
+        from .torch_arguments import decode
+
+        size = info.batch_size
+        for name, d in zip(("scale_a", "scale_b", "scale_c", "scale_d"), in_dims[6:10]):
+            if d is not None:
+                refuse("InvalidArgumentError", f"quantization_scales[{name[-1]!r}]", "a scale that is not vmapped",
+                       "a batched tensor")  # fmt: skip
+        tensors = [a, b, c, bias, relu_aux, gelu_aux]
+        fronted = [_front(x, d) for x, d in zip(tensors, in_dims[:6])]
+        batched = [d is not None for d in in_dims[:6]]
+        # one sample's problem: the shapes each output has for one call (metadata only)
+        one = [x[0] if bd else x for x, bd in zip(fronted, batched)]
+        named = {k: v for k, v in zip(("bias", "relu_aux", "gelu_aux"), one[3:]) if v is not None}
+        scales = {k: v for k, v in zip("abcd", (sa, sb, sc, sd)) if v is not None}
+        scales.update(decode(host_scales) or {})
+        p, specs = layout(one[0], one[1], one[2], named, alpha, beta, epilog, decode(options), decode(preferences),
+                          scales or None)  # fmt: skip
+        a_, b_, c_, bias_, relu_, gelu_ = fronted
+        ba, bb = batched[0], batched[1]
+        a_vec, b_vec = p.a_vector, p.b_vector
+        if not (ba and a_vec and not any(batched[1:]) and b_.dim() <= 2 and relu_ is None and gelu_ is None):
+            # (B, k) @ b is the vmapped product as it is (the vmapped dimension its M); elsewhere 1-D operands
+            # become matrices, and every operand shaped like the result is promoted as the result is
+            if a_vec:
+                a_ = a_.unsqueeze(-2)
+            if b_vec:
+                b_ = b_.unsqueeze(-1)
+            rank = max(a_.dim() - ba, b_.dim() - bb)  # the promoted product's rank, per sample
+
+            def result_like(x, bd):
+                if x is None or x.dtype == torch.uint8:  # cuBLASLt's packed mask: no PEP 465 axes to add
+                    return x
+                if x.dim() - bd == 0:
+                    return x.reshape(*x.shape, 1, 1) if a_vec and b_vec else x
+                return x.unsqueeze(-2) if a_vec else x.unsqueeze(-1) if b_vec else x
+
+            c_ = result_like(c_, batched[2])
+            relu_, gelu_ = result_like(relu_, batched[4]), result_like(gelu_, batched[5])
+            if bias_ is not None and bias_.dim() - batched[3] == 1:
+                bias_ = bias_.unsqueeze(-2)  # (n,) -> (1, n): one bias row per vmapped sample
+            if not (ba or bb):  # only c or an epilog input is vmapped: the product is broadcast over them
+                a_, ba = a_.expand(size, *a_.shape), True
+            a_ = _align(a_, rank) if ba else a_
+            b_ = _align(b_, rank) if bb else b_
+            c_ = _align(c_, rank) if batched[2] else c_
+            bias_ = _align(bias_, rank) if batched[3] else bias_
+            # the aux inputs have the result's exact shape
+            full = (*torch.broadcast_shapes(a_.shape[:-2], b_.shape[:-2]), a_.shape[-2], b_.shape[-1])
+            if relu_ is not None and (batched[4] or relu_.dtype == torch.bool):
+                relu_ = (_align(relu_, rank) if batched[4] else relu_).expand(full)
+            if gelu_ is not None:
+                gelu_ = (_align(gelu_, rank) if batched[5] else gelu_).expand(full)
+        op = torch.ops.nvdispatch.matmul.default
+        outs = op(a_, b_, c_, bias_, relu_, gelu_, sa, sb, sc, sd, alpha, beta, epilog, options, preferences,
+                  host_scales)  # fmt: skip
+        return _outputs(outs, [s.shape for s in specs], size)
+
+    return rule
+
+
+def _axis(ax: int, ndim: int, argument: str) -> int:
+    """A per-sample axis as a negative index (unchanged by a leading vmapped dimension)."""
+    if not -ndim <= ax < ndim:
+        refuse("InvalidArgumentError", argument, f"an axis in [-{ndim}, {ndim}) (the per-sample rank)", str(ax))
+    return ax - ndim if ax >= 0 else ax
+
+
+def _fft_rule(info, in_dims, x, func, n, axis, s, axes, norm):
+    """The transform's batching rule: the vmapped dimension leads, the transformed axes count from the end."""
+    ndim = x.dim() - 1
+    x = x.movedim(in_dims[0], 0)
+    if func in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft"):
+        axis = _axis(axis, ndim, "axis")
+    else:
+        if axes is None:
+            count = ndim if s is None else len(s)
+            axes = list(range(ndim - count, ndim))
+        axes = [_axis(a, ndim, "axes") for a in axes]
+    return torch.ops.nvdispatch.fft.default(x, func, n, axis, s, axes, norm), 0
+
+
+def _convolve_rule(info, in_dims, x, h, n, axis):
+    """The convolution's batching rule: the signal's vmapped dimension leads, a batched filter lined up with it."""
+    xd, hd = in_dims[:2]
+    ndim = x.dim() - (xd is not None)
+    axis = _axis(axis, ndim, "axis")
+    if xd is None:
+        x = x.expand(info.batch_size, *x.shape)
+    else:
+        x = x.movedim(xd, 0)
+    if hd is not None:
+        h = _align(h.movedim(hd, 0), ndim)
+    return torch.ops.nvdispatch.convolve.default(x, h, n, axis), 0
+
+
+def register_batching_rules(lib, matmul_layout) -> None:
+    """Register the three operators' batching rules on ``lib`` (``matmul_layout`` as :mod:`.torch_ops` gives)."""
+    torch.library.register_vmap("nvdispatch::matmul", _matmul_rule(matmul_layout), lib=lib)
+    torch.library.register_vmap("nvdispatch::fft", _fft_rule, lib=lib)
+    torch.library.register_vmap("nvdispatch::convolve", _convolve_rule, lib=lib)
