@@ -169,7 +169,7 @@ def _matmul_rule(layout):
 def _axis(ax: int, ndim: int, argument: str) -> int:
     """A per-sample axis as a negative index (unchanged by a leading vmapped dimension)."""
     if not -ndim <= ax < ndim:
-        refuse("InvalidArgumentError", argument, f"an axis in [-{ndim}, {ndim}) (the per-sample rank)", str(ax))
+        refuse("AxisError", argument, f"an axis in [-{ndim}, {ndim}) (the per-sample rank)", str(ax))
     return ax - ndim if ax >= 0 else ax
 
 
