@@ -366,7 +366,8 @@ def test_derivatives_convolve(complex_):
 
 
 # -- compiled ------------------------------------------------------------------------------------------------------
-def test_compiled_vmap_fullgraph():
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiled_vmap_fullgraph(dynamic):
     a, b, bias, x = _rand(4, 3, 5), _rand(5, 2), _rand(2), _rand(4, 16)
 
     def f(a, x):
@@ -374,5 +375,5 @@ def test_compiled_vmap_fullgraph():
         return y, vmap(nfft.rfft)(x)
 
     torch._dynamo.reset()
-    got = torch.compile(f, fullgraph=True, backend="aot_eager")(a, x)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=dynamic)(a, x)
     _close(got, (torch.relu(a @ b + bias), torch.fft.rfft(x)))
