@@ -365,6 +365,23 @@ def test_derivatives_convolve(complex_):
     _close(vmap(grad(loss(nv)), in_dims=(0, None))(xs, h), vmap(grad(loss(_ref_convolve)), in_dims=(0, None))(xs, h))
 
 
+def test_eager_forward_ad_after_plain_calls():
+    """torch.autograd.forward_ad's dual tensors get their tangents, also where plain calls cached their plans."""
+    fw = torch.autograd.forward_ad
+    a, b, bias, x = _rand(3, 5), _rand(5, 4), _rand(4), _rand(2, 16)
+    da, dx = _rand(3, 5), _rand(2, 16)
+    for _ in range(3):  # the plain calls' plans, cached and remembered
+        nvdispatch.matmul(a, b, epilog="GELU_BIAS", epilog_inputs={"bias": bias})
+        nfft.rfft(x, norm="ortho")
+    with fw.dual_level():
+        y = nvdispatch.matmul(fw.make_dual(a, da), b, epilog="GELU_BIAS", epilog_inputs={"bias": bias})
+        s = nfft.rfft(fw.make_dual(x, dx), norm="ortho")
+        got = (fw.unpack_dual(y).tangent, fw.unpack_dual(s).tangent)
+    t = a @ b + bias
+    want = (torch.ops.aten.gelu_backward(da @ b, t, approximate="tanh"), torch.fft.rfft(dx, norm="ortho"))
+    _close(got, want)
+
+
 # -- compiled ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_compiled_vmap_fullgraph(dynamic):
