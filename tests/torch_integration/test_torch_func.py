@@ -220,6 +220,28 @@ def test_jacobians_backward_epilogs(epilog):
         _close(transform(nv, argnums=argnums)(a, b, g), transform(ref, argnums=argnums)(a, b, g))
 
 
+@pytest.mark.parametrize("epilog", ["DRELU", "DGELU_BGRAD"])
+@pytest.mark.parametrize("in_dims", [(0, 0), (0, None), (None, 0)])
+def test_vmap_backward_epilogs(epilog, in_dims):
+    a, b = _rand(4, 3, 5) if in_dims[0] == 0 else _rand(3, 5), _rand(5, 2)
+    g = _rand(4, 3, 2) if in_dims[1] == 0 else _rand(3, 2)
+    name = "gelu_aux" if "GELU" in epilog else "relu_aux"
+
+    def nv(a, g):
+        out = nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs={name: g if "GELU" in epilog else g > 0})
+        return out if isinstance(out, tuple) else (out, {})
+
+    def ref(a, g):
+        t = a @ b
+        y = torch.ops.aten.gelu_backward(t, g, approximate="tanh") if "GELU" in epilog else torch.where(g > 0, t, 0.0)
+        return y, ({"dgelu_bgrad": y.sum(-2)} if epilog == "DGELU_BGRAD" else {})
+
+    got, want = vmap(nv, in_dims=in_dims)(a, g), vmap(ref, in_dims=in_dims)(a, g)
+    _close(got[0], want[0])
+    assert got[1].keys() == want[1].keys()
+    _close([got[1][k] for k in want[1]], [want[1][k] for k in want[1]])
+
+
 def test_vmapped_call_is_one_fused_call(monkeypatch):
     """The batching rules fold the vmapped dimension into the operation: one public call, not one per sample."""
     from nvdispatch.integrations import torch_ops

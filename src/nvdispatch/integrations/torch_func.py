@@ -154,8 +154,10 @@ def _matmul_rule(layout):
             bias_ = _align(bias_, rank) if batched[3] else bias_
             # the aux inputs have the result's exact shape
             full = (*torch.broadcast_shapes(a_.shape[:-2], b_.shape[:-2]), a_.shape[-2], b_.shape[-1])
-            if relu_ is not None and (batched[4] or relu_.dtype == torch.bool):
-                relu_ = (_align(relu_, rank) if batched[4] else relu_).expand(full)
+            if relu_ is not None:
+                relu_ = _align(relu_, rank) if batched[4] else relu_
+                # a boolean mask has the result's shape; cuBLASLt's packed one (..., m, bytes) its batch dims
+                relu_ = relu_.expand(full if relu_.dtype == torch.bool else (*full[:-2], *relu_.shape[-2:]))
             if gelu_ is not None:
                 gelu_ = (_align(gelu_, rank) if batched[5] else gelu_).expand(full)
         op = torch.ops.nvdispatch.matmul.default
