@@ -47,7 +47,7 @@ __all__ = ["register", "matmul_context", "matmul_grads"]
 _DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 
-def _mm(x, y, epilog: str = "DEFAULT", alpha: Any = 1):
+def product(x, y, epilog: str = "DEFAULT", alpha: Any = 1):
     """``x @ y`` through ``nvdispatch::matmul`` (a list: the result, then the epilog's aux output); under a
     ``torch.func`` transform through its Function (:mod:`.torch_func`), so that transforms compose."""
     return call("matmul", x, y, None, None, None, None, None, None, None, None, alpha, None, epilog, "", "", "")
@@ -67,7 +67,7 @@ def _column_major(t) -> bool:
     return t.dim() == 2 and t.shape[0] > 1 and t.shape[1] > 1 and t.stride(0) == 1 and t.stride(1) >= t.shape[0]
 
 
-def _promote(t, p):
+def promoted(t, p):
     """A result-shaped tensor in the promoted ``(..., m, n)`` shape (PEP 465's added axes back)."""
     if p.a_vector and p.b_vector:
         return t[..., None, None]
@@ -78,7 +78,7 @@ def _promote(t, p):
     return t
 
 
-def _squeeze(t, p):
+def squeezed(t, p):
     return p.squeeze(t)
 
 
@@ -95,7 +95,7 @@ def _reduce_to(t, shape):
     return t.sum_to_size((1,) * (t.dim() - len(shape)) + shape).reshape(shape)
 
 
-def _mask(aux, p):
+def relu_mask(aux, p):
     """A relu mask input (boolean of the result's shape, or cuBLASLt's bits) as a boolean ``(..., m, n)``."""
     if aux.dtype == torch.bool:
         return aux.reshape(*p.batch_shape, p.m, p.n)
@@ -107,7 +107,7 @@ def _mask(aux, p):
     return ops.unpack_mask(aux.transpose(-1, -2).contiguous(), p.m).transpose(-1, -2)
 
 
-def _gelu_second(x):
+def gelu_second(x):
     """The second derivative of the tanh-approximated GELU at ``x``."""
     u = GELU_K * (x + GELU_C * x * x * x)
     du = GELU_K * (1 + 3 * GELU_C * x * x)
@@ -130,7 +130,7 @@ def matmul_context(ctx, problem, specs, a, b, c, bias, alpha, beta) -> None:
     }
 
 
-def _matmul_setup(layout):
+def matmul_setup(layout):
     def setup_context(ctx, inputs, output):
         a, b, c, bias, relu_aux, gelu_aux, sa, sb, sc, sd, alpha, beta, epilog, options, preferences, hs = inputs
         named = {k: v for k, v in (("bias", bias), ("relu_aux", relu_aux), ("gelu_aux", gelu_aux)) if v is not None}
@@ -142,7 +142,7 @@ def _matmul_setup(layout):
     return setup_context
 
 
-def _matmul_backward(ctx, grads):
+def matmul_backward(ctx, grads):
     a, b, c, bias, gelu_in = matmul_grads(ctx, ctx.saved_tensors, grads, ctx.needs_input_grad[:6])
     return (a, b, c, bias, None, gelu_in, *([None] * 10))
 
@@ -160,29 +160,29 @@ def matmul_grads(ctx, saved, grads, needs):
     named = dict(zip(ctx.names, grads))
     gy = named["result"]
     gy = torch.zeros_like(y) if gy is None else gy
-    gy = _promote(gy, p)
+    gy = promoted(gy, p)
     # the gradient of the bias-gradient outputs of DRELU_BGRAD/DGELU_BGRAD flows back into the result
     gbg = next((named[k] for k in ("drelu_bgrad", "dgelu_bgrad") if named.get(k) is not None), None)
     if gbg is not None:
         gy = gy + (gbg.unsqueeze(-2) if p.options.bgrad_axis == "n" else gbg)
     gelu_in_grad = None
     if p.epilog.activation == "relu" and not p.epilog.backward:
-        gt = torch.ops.aten.threshold_backward(gy, _promote(y, p), 0)
+        gt = torch.ops.aten.threshold_backward(gy, promoted(y, p), 0)
     elif p.epilog.activation == "gelu" and not p.epilog.backward:
-        gt = torch.ops.aten.gelu_backward(gy, _promote(pre, p), approximate="tanh")
+        gt = torch.ops.aten.gelu_backward(gy, promoted(pre, p), approximate="tanh")
         if named.get("gelu_aux") is not None:
-            gt = gt + _promote(named["gelu_aux"], p)
+            gt = gt + promoted(named["gelu_aux"], p)
     elif name in ("DRELU", "DRELU_BGRAD"):
-        gt = torch.where(_mask(relu_in, p), gy, torch.zeros((), dtype=gy.dtype, device=gy.device))
+        gt = torch.where(relu_mask(relu_in, p), gy, torch.zeros((), dtype=gy.dtype, device=gy.device))
     elif name in ("DGELU", "DGELU_BGRAD"):
-        g_aux = _promote(gelu_in, p)
+        g_aux = promoted(gelu_in, p)
         gt = torch.ops.aten.gelu_backward(gy, g_aux, approximate="tanh")
         if need["gelu_aux"]:
-            z = _mm(a, b, alpha=ctx.alpha)[0]
-            z = _promote(z, p)
+            z = product(a, b, alpha=ctx.alpha)[0]
+            z = promoted(z, p)
             if c is not None:
                 z = z + ctx.beta * c.broadcast_to(p.result_shape).reshape(z.shape)
-            gelu_in_grad = _squeeze(gy * z * _gelu_second(g_aux), p).to(gelu_in.dtype)
+            gelu_in_grad = squeezed(gy * z * gelu_second(g_aux), p).to(gelu_in.dtype)
     else:
         gt = gy
     alpha = _conj(ctx.alpha)
@@ -197,30 +197,30 @@ def matmul_grads(ctx, saved, grads, needs):
         if b_p.dim() == 2 and real:
             a2, g2 = a_p.flatten(0, -2), gt.flatten(0, -2)  # not reshape(-1, k): k may be 0
             if _column_major(b_p):  # b a transposed view (a Linear weight's W^T): its gradient in that layout
-                got = _mm(g2.mT, a2, "BGRADA" if need["bias"] and bias_n else "DEFAULT", alpha)
+                got = product(g2.mT, a2, "BGRADA" if need["bias"] and bias_n else "DEFAULT", alpha)
                 gb = got[0].mT
                 if need["bias"] and bias_n:  # the sums of g^T along K, g's column sums
                     grad["bias"] = got[1].reshape(bias_shape)
             elif need["bias"] and bias_n:  # weight and bias gradient from one GEMM
-                gb, bg = _mm(a2.mT, g2, "BGRADB", alpha)
+                gb, bg = product(a2.mT, g2, "BGRADB", alpha)
                 grad["bias"] = bg.reshape(bias_shape)
             else:
-                gb = _mm(a2.mT, g2, alpha=alpha)[0]
+                gb = product(a2.mT, g2, alpha=alpha)[0]
         else:
-            gb = _reduce_to(_mm(a_p.mH, gt, alpha=alpha)[0], b_p.shape)
+            gb = _reduce_to(product(a_p.mH, gt, alpha=alpha)[0], b_p.shape)
         grad["b"] = gb.reshape(b.shape)
     if need["a"]:
         if need["bias"] and bias_m and gt.dim() == 2 and real:  # input and bias gradient from one GEMM
-            ga, bg = _mm(gt, b_p.mH, "BGRADA", alpha)
+            ga, bg = product(gt, b_p.mH, "BGRADA", alpha)
             grad["bias"] = bg.reshape(bias_shape)
         else:
-            ga = _mm(gt, b_p.mH, alpha=alpha)[0]
+            ga = product(gt, b_p.mH, alpha=alpha)[0]
         grad["a"] = _reduce_to(ga, a_p.shape).reshape(a.shape)
     if need["bias"] and grad["bias"] is None:
         shape = (1, bias_shape[0]) if len(bias_shape) == 1 else bias_shape
         grad["bias"] = _reduce_to(gt, shape).reshape(bias_shape)
     if need["c"]:
-        grad["c"] = _reduce_to(_squeeze(gt, p) * _conj(ctx.beta), ctx.shapes["c"])
+        grad["c"] = _reduce_to(squeezed(gt, p) * _conj(ctx.beta), ctx.shapes["c"])
     if named.get("bgrada") is not None and need["a"]:
         extra = named["bgrada"].unsqueeze(-1)
         grad["a"] = grad["a"] + (extra.reshape(-1) if p.a_vector else extra)
@@ -273,7 +273,7 @@ def _r2c_adjoint(g, axes, lengths, norm):
     return torch.real(_fft(_pad_last(g, axes[-1], lengths[-1]), "ifftn", lengths, axes, _DUAL[norm]))
 
 
-def _fft_setup(ctx, inputs, output):
+def fft_setup(ctx, inputs, output):
     from .torch_layouts import fft_problem
 
     x, func, n, axis, s, axes, norm = inputs
@@ -281,7 +281,7 @@ def _fft_setup(ctx, inputs, output):
     ctx.problem, ctx.x_dtype, ctx.x_shape = p, x.dtype, tuple(x.shape)
 
 
-def _fft_backward(ctx, g):
+def fft_backward(ctx, g):
     p = ctx.problem
     kind, direction, _ = FUNCS[p.func]
     axes, lengths, norm = p.axes, p.lengths, p.norm
@@ -305,7 +305,7 @@ def _fft_backward(ctx, g):
 
 
 # -- convolve -------------------------------------------------------------------------------------------------
-def _convolve_setup(ctx, inputs, output):
+def convolve_setup(ctx, inputs, output):
     from .torch_layouts import convolve_problem
 
     x, h, n, axis = inputs
@@ -314,7 +314,7 @@ def _convolve_setup(ctx, inputs, output):
     ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, h)
 
 
-def _convolve_backward(ctx, g):
+def convolve_backward(ctx, g):
     p = ctx.problem
     x, h = ctx.saved_tensors
     fwd = p.forward
@@ -361,9 +361,9 @@ def register(lib, kernels: dict, matmul_layout) -> dict[str, type]:
     c, inputs, alpha, beta, epilog, options, preferences, scales)`` gives a matmul call's problem and output
     specs); returns, per operator, an autograd Function running its real kernel with the same formula."""
     formulas = {
-        "matmul": (_matmul_setup(matmul_layout), _matmul_backward, True),
-        "fft": (_fft_setup, _fft_backward, False),
-        "convolve": (_convolve_setup, _convolve_backward, False),
+        "matmul": (matmul_setup(matmul_layout), matmul_backward, True),
+        "fft": (fft_setup, fft_backward, False),
+        "convolve": (convolve_setup, convolve_backward, False),
     }
     functions = {}
     for name, (setup, backward, many) in formulas.items():

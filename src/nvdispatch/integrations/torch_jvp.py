@@ -24,7 +24,7 @@ def _sum(x, y):
     return y if x is None else x + y
 
 
-def _matmul_setup(setup):
+def matmul_setup(setup):
     def setup_context(ctx, inputs, output):
         setup(ctx, inputs, output)
         a, b, c, _bias, relu_aux, gelu_aux = inputs[:6]
@@ -41,15 +41,15 @@ def _matmul_jvp(ctx, da, db, dc, dbias, _drelu, dgelu, *_scales):
     a, b, c, y, pre, _relu_in, gelu_in = ctx.saved_tensors
     name = p.epilog.epilog.name
     alpha, beta = ctx.alpha, ctx.beta
-    y_p = formulas._promote(y, p)
+    y_p = formulas.promoted(y, p)
     dt = None
     if da is not None:
-        dt = formulas._mm(da, b, alpha=alpha)[0]
+        dt = formulas.product(da, b, alpha=alpha)[0]
     if db is not None:
-        dt = _sum(dt, formulas._mm(a, db, alpha=alpha)[0])
+        dt = _sum(dt, formulas.product(a, db, alpha=alpha)[0])
     if dc is not None:
         dt = _sum(dt, beta * dc)
-    dt = torch.zeros_like(y_p) if dt is None else formulas._promote(dt.broadcast_to(y.shape), p)
+    dt = torch.zeros_like(y_p) if dt is None else formulas.promoted(dt.broadcast_to(y.shape), p)
     if dbias is not None:
         dt = dt + (dbias.reshape(-1, 1) if dbias.dim() == 1 and p.bias_axis == "m" else dbias)
     dt = dt.to(y.dtype).broadcast_to(y_p.shape)
@@ -58,18 +58,18 @@ def _matmul_jvp(ctx, da, db, dc, dbias, _drelu, dgelu, *_scales):
     elif p.epilog.activation == "gelu" and not p.epilog.backward:
         if pre is None:
             raise RuntimeError(f"nvdispatch::matmul's jvp needs the pre-activation of {name} (a *_AUX epilog)")
-        dy = torch.ops.aten.gelu_backward(dt, formulas._promote(pre, p), approximate="tanh")
+        dy = torch.ops.aten.gelu_backward(dt, formulas.promoted(pre, p), approximate="tanh")
     elif name in ("DRELU", "DRELU_BGRAD"):
-        dy = torch.where(formulas._mask(_relu_in, p), dt, torch.zeros((), dtype=dt.dtype, device=dt.device))
+        dy = torch.where(formulas.relu_mask(_relu_in, p), dt, torch.zeros((), dtype=dt.dtype, device=dt.device))
     elif name in ("DGELU", "DGELU_BGRAD"):
-        g = formulas._promote(gelu_in, p)
+        g = formulas.promoted(gelu_in, p)
         dy = torch.ops.aten.gelu_backward(dt, g, approximate="tanh")
         if dgelu is not None:
-            t = formulas._mm(a, b, alpha=alpha)[0]
+            t = formulas.product(a, b, alpha=alpha)[0]
             if c is not None:
                 t = t + beta * c
-            t = formulas._promote(t.broadcast_to(y.shape), p)
-            dy = dy + t * formulas._gelu_second(g) * formulas._promote(dgelu, p)
+            t = formulas.promoted(t.broadcast_to(y.shape), p)
+            dy = dy + t * formulas.gelu_second(g) * formulas.promoted(dgelu, p)
     else:
         dy = dt
     a_p = a.unsqueeze(0) if p.a_vector else a
@@ -77,9 +77,9 @@ def _matmul_jvp(ctx, da, db, dc, dbias, _drelu, dgelu, *_scales):
     tangents = []
     for out_name, shape in zip(ctx.names, ctx.out_shapes):
         if out_name == "result":
-            t = formulas._squeeze(dy, p)
+            t = formulas.squeezed(dy, p)
         elif out_name == "gelu_aux":
-            t = formulas._squeeze(dt, p)
+            t = formulas.squeezed(dt, p)
         elif out_name in ("drelu_bgrad", "dgelu_bgrad"):
             t = dy.sum(-2) if p.options.bgrad_axis == "n" else dy.sum(-1, keepdim=True)
         elif out_name == "bgrada":
@@ -93,8 +93,8 @@ def _matmul_jvp(ctx, da, db, dc, dbias, _drelu, dgelu, *_scales):
     return tangents
 
 
-def _fft_setup(ctx, inputs, output):
-    formulas._fft_setup(ctx, inputs, output)
+def fft_setup(ctx, inputs, output):
+    formulas.fft_setup(ctx, inputs, output)
     ctx.arguments = tuple(inputs[1:])
 
 
@@ -102,8 +102,8 @@ def _fft_jvp(ctx, dx, *_):
     return torch_func.call("fft", dx, *ctx.arguments)
 
 
-def _convolve_setup(ctx, inputs, output):
-    formulas._convolve_setup(ctx, inputs, output)
+def convolve_setup(ctx, inputs, output):
+    formulas.convolve_setup(ctx, inputs, output)
     x, h, n, axis = inputs
     ctx.save_for_backward(x, h)  # the same tensors for the backward formula and the jvp (both read saved_tensors)
     ctx.save_for_forward(x, h)
@@ -122,7 +122,7 @@ def _convolve_jvp(ctx, dx, dh, *_):
 
 def install(matmul_layout) -> None:
     """Build the operators' Functions for transforms (:func:`.torch_func.install`) with these formulas."""
-    torch_func.install("matmul", _matmul_setup(formulas._matmul_setup(matmul_layout)), formulas._matmul_backward,
+    torch_func.install("matmul", matmul_setup(formulas.matmul_setup(matmul_layout)), formulas.matmul_backward,
                        _matmul_jvp, many=True)  # fmt: skip
-    torch_func.install("fft", _fft_setup, formulas._fft_backward, _fft_jvp, many=False)
-    torch_func.install("convolve", _convolve_setup, formulas._convolve_backward, _convolve_jvp, many=False)
+    torch_func.install("fft", fft_setup, formulas.fft_backward, _fft_jvp, many=False)
+    torch_func.install("convolve", convolve_setup, formulas.convolve_backward, _convolve_jvp, many=False)
