@@ -7,6 +7,7 @@ import ctypes
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -44,6 +45,16 @@ def _cuda_device_count() -> int:
 
 
 HAS_GPU = _cuda_device_count() > 0
+
+
+@pytest.fixture(autouse=True)
+def _no_tunings_left_behind():
+    """Tuned choices are process-wide state (autotuning records them): one test's may not change what the tests
+    after it see (which plans are kept, which strategy is chosen), so they are forgotten after every test."""
+    yield
+    cache = sys.modules.get("nvdispatch._plan_cache")  # (not imported here where the test did not)
+    if cache is not None and cache.plan_cache.has_tunings():
+        cache.plan_cache.clear_tunings()
 
 # Device-side Numba code runs under Numba's CUDA simulator where no GPU exists. The variable must be set
 # before numba.cuda is first imported, so it is set here, at collection start.

@@ -602,9 +602,12 @@ class PlanCache:
         """The tuned choice known for ``key``, or None."""
         return self._tuned.get(key)
 
-    def has_tunings(self) -> bool:
-        """Whether any tuned choice is known (loaded or recorded)."""
-        return bool(self._tuned)
+    def has_tunings(self, op: str | None = None) -> bool:
+        """Whether any tuned choice is known (loaded or recorded); given ``op`` (``"matmul"``, ``"fft"``, ...),
+        whether one keyed by that operation is (its plan key or its strategy choice)."""
+        if op is None or not self._tuned:
+            return bool(self._tuned)
+        return self._tuned.concern(op)
 
     def tunings(self) -> dict[str, Any]:
         """A copy of the tuned choices known, by the canonical text of their keys (see :mod:`nvdispatch._tunings`)."""

@@ -240,14 +240,15 @@ def acquire_plan(executor: Any, op: str, problem: Any, strategy: str, call_key: 
     return plan
 
 
-def keep_any_length(plan: Any, sel: Selection, key: Hashable, lengths_given: bool) -> None:
+def keep_any_length(plan: Any, sel: Selection, op: str, key: Hashable, lengths_given: bool) -> None:
     """Keep ``plan``'s any-length form under ``key`` (an any-length key, :func:`nvdispatch._call_key.any_length_key`)
     unless a plan is cached there: the plan its ``any_length(lengths_given)`` returns (the Plan protocol's, where a
     plan has it and gives one), which runs every operand extent the key covers, of the transform length the calls
     give (``lengths_given``) or of the operand's. Kept only where the executor was the first the backend state
     asks (it declined nothing before it: other extents select it again, as it takes every extent where it offers
-    such a plan) and no tuned choice is known (per-problem choices must be read)."""
-    if sel.declined or plan_cache.has_tunings() or plan_cache.contains(key):
+    such a plan) and no tuned choice of ``op`` is known (per-problem choices must be read; a tuned choice of
+    another operation, a GEMM's say, concerns none of the extents)."""
+    if sel.declined or plan_cache.has_tunings(op) or plan_cache.contains(key):
         return
     make = getattr(plan, "any_length", None)
     general = make(lengths_given) if make is not None and _contract.trusted(sel.executor) else None

@@ -339,6 +339,15 @@ class Tunings:
             with self._lock:
                 self._entries[text] = _Entry(key_json(key), kind, value)
 
+    def concern(self, op: str) -> bool:
+        """Whether a tuning known is keyed by operation ``op``: its key starts with ``op`` (a plan key) or with
+        ``"choice"`` and ``op`` (a strategy choice)."""
+        with self._lock:
+            keys = [e.key for e in self._entries.values()]
+        return any(
+            isinstance(k, list) and k and (k[0] == op or (k[0] == "choice" and len(k) > 1 and k[1] == op)) for k in keys
+        )
+
     def get(self, key: Hashable) -> Any | None:
         """The tuning known for ``key``, or None (no work at all while none is known)."""
         if not self._entries:

@@ -27,6 +27,7 @@ COMPLEX_FUNCS = ("fft", "ifft", "irfft", "hfft", "fftn", "ifftn", "irfftn")
 @pytest.fixture(autouse=True)
 def fresh_cache():
     plan_cache.clear()
+    plan_cache.clear_tunings()  # (a test elsewhere may have autotuned: the plan counts here assume none known)
     yield
     plan_cache.clear()
     plan_cache.clear_tunings()
@@ -190,6 +191,21 @@ def test_none_kept_while_a_tuning_is_known(full_paths):
     F.rfft(rng.standard_normal(30))
     F.rfft(rng.standard_normal(31))
     assert _any_length_plans() == [] and full_paths[0] == 2
+
+
+def test_a_tuned_choice_of_another_operation_keeps_it():
+    """A GEMM's autotuned choice (recorded, or loaded from a tunings file) concerns no transform: rfft still keeps
+    its plan for every length."""
+    a, b = rng.standard_normal((64, 32)), rng.standard_normal((32, 16))
+    mm = nvdispatch.Matmul(a, b)
+    mm.plan()
+    mm.autotune()
+    assert plan_cache.has_tunings() and plan_cache.has_tunings("matmul") and not plan_cache.has_tunings("fft")
+    x = rng.standard_normal(30)
+    np.testing.assert_allclose(F.rfft(x), np.fft.rfft(x), atol=1e-10 * 30)
+    assert len(_any_length_plans()) == 1
+    plan_cache.record_tuning(("fft", "someone", "something", "else"), {"strategy": "x"})  # a plan key's form
+    assert plan_cache.has_tunings("fft")
 
 
 class _ShortOnly(Executor):

@@ -334,7 +334,7 @@ class FFT:
                 plan = acquire_plan(sel.executor, op, problem, strategy, key)
                 if key is not None and any_length_key is not None:
                     given = self._call[1] is not None or self._call[3] is not None  # n or s
-                    keep_any_length(plan, sel, any_length_key, given)
+                    keep_any_length(plan, sel, op, any_length_key, given)
                 try:
                     holds[direction] = plan_cache.hold(plan)
                 finally:
