@@ -143,3 +143,52 @@ def test_cublaslt_relu_bits_come_out_with_zero_padding_whatever_memory_held(n):
     got = torch_layouts.conform(dirty.clone(), spec, SimpleNamespace(n=n, m=m))
     assert torch.equal(got, clean)
     assert torch.equal(ops.unpack_mask(got, n), mask)
+
+
+def _transposed(x):
+    """``x``'s values in a transposed layout (first and last axes swapped in memory): a strided view."""
+    return x.transpose(0, -1).contiguous().transpose(0, -1) if x.dim() > 1 else x
+
+
+def _public_fft(x, func, n, axis, s, axes, norm):
+    import nvdispatch.fft as F
+
+    one_d = func in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft")
+    return getattr(F, func)(x, n, axis, norm) if one_d else getattr(F, func)(x, s, axes, norm)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_the_public_functions_give_the_operators_layout(layout):
+    """An eager call of the public function, one through the operator (what autograd records and torch.compile
+    traces) and one compiled give the same tensor: values, shape, dtype and C-contiguous strides (the fake
+    kernel's). torch.fft would give a strided result along a leading axis or of a transposed tensor (torch.matmul
+    a contiguous one), laid out after the device and build (MKL, pocketfft, cuFFT): no layout to promise."""
+    import nvdispatch
+    import nvdispatch.fft as F
+
+    lay = _transposed if layout == "transposed" else (lambda x: x)
+    for name, (x, *rest) in fft_cases():
+        x = lay(x)
+        got, want = _public_fft(x, *rest), OPS["fft"](x, *rest)
+        assert got.stride() == want.stride() and got.is_contiguous(), name
+        torch.testing.assert_close(got, want, msg=name)
+    for name, (x, h, n, axis) in convolve_cases():
+        got, want = F.convolve(lay(x), lay(h), n=n, axis=axis), OPS["convolve"](lay(x), lay(h), n, axis)
+        assert got.stride() == want.stride() and got.is_contiguous(), name
+        torch.testing.assert_close(got, want, msg=name)
+    for name, args in matmul_cases():
+        if name not in ("DEFAULT", "RELU_BIAS", "GELU_AUX_BIAS-bias-m", "BIAS-batched", "batched-both", "alpha-beta-c"):
+            continue
+        a, b, c, bias, relu_aux, gelu_aux, *_, alpha, beta, epilog, _o, _p, _h = args
+        a, b = lay(a), lay(b)
+        inputs = {k: v for k, v in (("bias", bias), ("relu_aux", relu_aux), ("gelu_aux", gelu_aux)) if v is not None}
+        got = nvdispatch.matmul(a, b, c, alpha=alpha, beta=beta, epilog=epilog, epilog_inputs=inputs or None)
+        got = got[0] if isinstance(got, tuple) else got
+        want = OPS["matmul"](a, b, *args[2:])[0]
+        assert got.stride() == want.stride() and got.is_contiguous(), name
+        torch.testing.assert_close(got, want, msg=name)
+    x = lay(torch.randn(6, 8, dtype=torch.complex64))
+    compiled = torch.compile(lambda t: (F.fft(t, axis=0), F.fftn(t), F.ifft2(t)), fullgraph=True, backend="eager")
+    for got, want in zip((F.fft(x, axis=0), F.fftn(x), F.ifft2(x)), compiled(x)):
+        assert got.stride() == want.stride() and got.is_contiguous()
+        torch.testing.assert_close(got, want)

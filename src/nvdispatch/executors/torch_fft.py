@@ -2,6 +2,11 @@
 
 On CUDA the transform is queued on the tensor's current stream, or on ``stream=`` when given; Torch keeps
 its own cuFFT plan cache per device, so the plan here only holds the resolved call. Nothing synchronizes.
+
+The result is C-contiguous, as the ``nvdispatch::fft`` operator's (:mod:`nvdispatch.integrations.torch_layouts`)
+and every other executor's: ``torch.fft`` lays its result out after the input's strides and the transformed
+axes (a transform along a leading axis, or of a transposed tensor, comes back strided), and how depends on the
+device and build (MKL or pocketfft on the CPU, cuFFT), so the plan copies where its layout differs.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import functools
 
 from .._fft_problem import FFTProblem
+from .._strides import c_strides
 from .torch import stream_context
 
 
@@ -52,7 +58,8 @@ class TorchFFTPlan:
         with stream_context(stream, self.problem.device):
             out = self.fn(x, **self.kwargs)
             # torch.fft.ihfft returns a lazily conjugated view; materialise it so callers get a plain tensor
-            return out.resolve_conj() if out.is_conj() else out
+            out = out.resolve_conj() if out.is_conj() else out
+            return out.contiguous()
 
     def release(self) -> None:
         pass
@@ -67,7 +74,19 @@ def _direct_call(fn, p: FFTProblem, kwargs: dict):
         return None
     if p.kind in ("c2c", "r2c") and not p.needs_resize:
         kwargs = {k: v for k, v in kwargs.items() if k not in ("s", "n")}
-    return functools.partial(fn, **kwargs)
+    call = functools.partial(fn, **kwargs)
+    if _dense_result(p):
+        return call
+    return lambda x: call(x).contiguous()
+
+
+def _dense_result(p: FFTProblem) -> bool:
+    """Whether ``torch.fft`` gives a C-contiguous result for operands of ``p``'s layout (no copy needed): a
+    C-contiguous operand transformed along its trailing axes, in order (extents of 1 have no stride to keep)."""
+    trailing = tuple(range(len(p.shape) - len(p.axes), len(p.shape)))
+    if tuple(p.axes) != trailing:
+        return False
+    return p.strides is None or all(s == c for s, c, e in zip(p.strides, c_strides(p.shape), p.shape) if e > 1)
 
 
 def _empty_result(x, p: FFTProblem):
