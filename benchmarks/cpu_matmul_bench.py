@@ -52,19 +52,29 @@ NP = "np.matmul alone"
 TORCH_FUSED = "torch._addmm_activation"
 
 
-def _timed_rounds(contenders: dict, rounds: int, settle: float, patience: float, max_foreign: float, what: str):
+def _timed_rounds(
+    contenders: dict,
+    rounds: int,
+    settle: float,
+    patience: float,
+    max_foreign: float,
+    what: str,
+    quiet_wait: float = 2.0,
+):
     """Median seconds per contender over rounds (interleaved: one call of each per round, in an order shuffled
     each round). The machine may be
     shared: each round waits briefly for a quiet moment, rounds go on (up to 3x, or ``patience`` seconds) until
     ``rounds`` of them saw at most ``max_foreign`` cores of others' load, and those count when there are enough.
     ``settle`` > 0: each timed call follows a pause of that long and one untimed call of the same contender,
-    so that no contender finds another's threads still busy (OpenBLAS's spin ~0.1 s after each call)."""
+    so that no contender finds another's threads still busy (OpenBLAS's spin ~0.1 s after each call).
+    ``quiet_wait``: how long each round waits at most for the quiet moment (0: not at all, ``--quick``)."""
     samples = {name: [] for name in contenders}
     shuffle = random.Random(0)
     loads, quiet = [], []  # per round: cores other processes used meanwhile; the rounds they left alone
     give_up = time.perf_counter() + patience
     for i in progress(range(3 * rounds), f"{what} (up to 3x the rounds, for quiet ones)"):
-        wait_for_quiet(2.0)
+        if quiet_wait:
+            wait_for_quiet(quiet_wait)
         order = list(contenders.items())
         shuffle.shuffle(order)  # each round in another order: what ran before a contender (busy threads) varies
         with ForeignLoad() as load:
@@ -110,6 +120,7 @@ def fused_relu_bias(
     n: int = 1024,
     k: int = 256,
     patience: float = 180.0,
+    quick: bool = False,
     max_foreign: float = 0.15,
     settle: float = 0.15,
     keep: bool = False,
@@ -130,7 +141,7 @@ def fused_relu_bias(
     default = nvdispatch.explain(a, b, **kwargs)
     mm = nvdispatch.Matmul(a, b)
     mm.plan(**kwargs)
-    tuned = mm.autotune(iterations=5)
+    tuned = mm.autotune(iterations=1 if quick else 5)
     contenders = {NP: lambda: np.matmul(a, b), NVD: lambda: nvdispatch.matmul(a, b, **kwargs)}
     try:
         import torch
@@ -151,15 +162,18 @@ def fused_relu_bias(
         direct = plan.direct
         contenders[name] = (lambda f=direct: f(a, b, bias)) if direct else (lambda plan=plan: plan.execute(ops))
     panels = PanelPlan(problem)
-    panel_timings = panels.autotune(ops, iterations=5)
+    panel_timings = panels.autotune(ops, iterations=1 if quick else 5)
     engines["engine panels (autotuned)"] = {"engine": "panels", "steps": list(panels.steps), "tuning": panels.tuning()}
     contenders["engine panels (autotuned)"] = lambda: panels.direct(a, b, bias)
     want = np.maximum(a @ b + bias, 0)
     assert np.allclose(nvdispatch.matmul(a, b, **kwargs), want, rtol=1e-4, atol=1e-4)
     for fn in contenders.values():  # warm-up
         fn()
-    mixed = _timed_rounds(contenders, rounds, 0.0, patience, max_foreign, "fused RELU_BIAS, interleaved")
-    settled = _timed_rounds(contenders, max(3, rounds // 2), settle, patience, max_foreign, "fused RELU_BIAS, settled")
+    wait = 0.0 if quick else 2.0
+    mixed = _timed_rounds(contenders, rounds, 0.0, patience, max_foreign, "fused RELU_BIAS, interleaved", wait)
+    settled = _timed_rounds(
+        contenders, max(3, rounds // 2), settle, patience, max_foreign, "fused RELU_BIAS, settled", wait
+    )
     med = mixed["median_seconds"]
     base = med[NP]
     return {
@@ -304,6 +318,7 @@ def main() -> None:
             patience=0 if args.quick else 180.0,
             max_foreign=args.max_foreign,
             settle=0.0 if args.quick else 0.15,
+            quick=args.quick,
             keep=args.keep,
         ),
         "dispatch_overhead": dispatch_overhead(max(5, args.rounds // 3), number=100 if args.quick else 20000),
