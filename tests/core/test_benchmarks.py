@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import NVDISPATCH_PATH
+from tests.subprocess_pool import result_of, start_runs
 
 BENCH = pathlib.Path(__file__).parents[2] / "benchmarks"
 SRC = NVDISPATCH_PATH
@@ -39,9 +40,8 @@ def _run(script: str, args: list[str], without: str, cwd) -> subprocess.Complete
     ],
 )
 @pytest.mark.parametrize("without", ["", "matplotlib,tqdm"], ids=["bench-extra", "base-install"])
-def test_cpu_benchmark_finishes(script, args, written, without, tmp_path):
-    out = tmp_path / "new" / "dir"
-    done = _run(script, [*args, "--out", str(out)], without, tmp_path)
+def test_cpu_benchmark_finishes(script, args, written, without, benchmark_runs, request):
+    done, out = result_of(benchmark_runs, request)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((out / written).read_text())
     png = out / written.replace(".json", ".png")
@@ -50,6 +50,15 @@ def test_cpu_benchmark_finishes(script, args, written, without, tmp_path):
         assert not png.exists()
     else:
         assert png.stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def benchmark_runs(request):
+    def run(p, cwd):
+        out = cwd / "new" / "dir"
+        return _run(p["script"], [*p["args"], "--out", str(out)], p["without"], cwd), out
+
+    return start_runs(request, "test_cpu_benchmark_finishes", run)
 
 
 def test_save_plot_reports_a_failing_plot(tmp_path, capsys):

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from conftest import NVDISPATCH_PATH
+from tests.subprocess_pool import result_of, start_runs
 
 ROOT = pathlib.Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
@@ -33,9 +34,19 @@ def _run(script: pathlib.Path, without: tuple[str, ...] = ()) -> subprocess.Comp
     )
 
 
+@pytest.fixture(scope="module")
+def example_runs(request):
+    return start_runs(request, "test_example_runs", lambda p, _: _run(p["script"]))
+
+
+@pytest.fixture(scope="module")
+def base_install_runs(request):
+    return start_runs(request, "test_example_says_which_extra_it_needs", lambda p, _: _run(p["script"], OPTIONAL))
+
+
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_example_runs(script):
-    done = _run(script)
+def test_example_runs(script, example_runs, request):
+    done = result_of(example_runs, request)
     skipped = re.search(r"^skipped: (.*)$", done.stdout, flags=re.M)
     if done.returncode == 0 and skipped:
         pytest.skip(f"{script.name}: {skipped.group(1)}")
@@ -43,9 +54,9 @@ def test_example_runs(script):
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_example_says_which_extra_it_needs(script):
+def test_example_says_which_extra_it_needs(script, base_install_runs, request):
     assert re.search(r"^Needs: ", script.read_text(), flags=re.M), f"{script.name}: no 'Needs:' line in its docstring"
-    done = _run(script, without=OPTIONAL)
+    done = result_of(base_install_runs, request)
     assert "Traceback" not in done.stderr, f"{script.name} in a base install:\n{done.stderr[-3000:]}"
     assert done.returncode == 0, f"{script.name} in a base install:\n{done.stderr[-3000:]}"
     skipped = re.search(r"^skipped: (.*)$", done.stdout, flags=re.M)

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from conftest import HAS_GPU, NVDISPATCH_PATH
+from tests.subprocess_pool import result_of, start_runs
 
 ROOT = pathlib.Path(__file__).parents[2]
 BLOCKS = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
@@ -31,13 +32,20 @@ def test_readme_has_python_blocks():
     assert len(BLOCKS) >= 6
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{_line_of(b)}" for b in BLOCKS])
-def test_readme_block_runs(block, tmp_path):
-    needs_gpu = "needs a GPU" in block.splitlines()[0] and not HAS_GPU
+def _run(block: str, cwd) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([NVDISPATCH_PATH, os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run(
-        [sys.executable, "-c", block], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
-    )
+    return subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def block_runs(request):
+    return start_runs(request, "test_readme_block_runs", lambda p, cwd: _run(p["block"], cwd))
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{_line_of(b)}" for b in BLOCKS])
+def test_readme_block_runs(block, block_runs, request):
+    needs_gpu = "needs a GPU" in block.splitlines()[0] and not HAS_GPU
+    done = result_of(block_runs, request)  # each in a fresh interpreter, in an empty folder of its own
     missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", done.stderr)
     if done.returncode and missing and missing.group(1).split(".")[0] in OPTIONAL:
         pytest.skip(f"the block needs {missing.group(1)}, which is not installed")

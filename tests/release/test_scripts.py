@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from conftest import HAS_GPU, NVDISPATCH_PATH
+from tests.subprocess_pool import result_of, start_runs
 
 ROOT = pathlib.Path(__file__).parents[2]
 BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
@@ -48,12 +49,17 @@ def test_every_benchmark_is_classified():
     assert {p.name for p in BENCHMARKS} == GPU_BENCHMARKS | CPU_BENCHMARKS
 
 
+@pytest.fixture(scope="module")
+def help_runs(request):
+    return start_runs(request, "test_help", lambda p, cwd: (_run(p["script"], "--help", cwd=cwd), cwd))
+
+
 @pytest.mark.parametrize("script", BENCHMARKS + EXAMPLES, ids=[f"{p.parent.name}/{p.name}" for p in BENCHMARKS + EXAMPLES])
-def test_help(script, tmp_path):
-    done = _run(script, "--help", cwd=tmp_path)
+def test_help(script, help_runs, request):
+    done, cwd = result_of(help_runs, request)  # (each in a fresh interpreter, in a folder of its own)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("usage:") and done.stderr == ""
-    assert list(tmp_path.iterdir()) == [], "--help created files"
+    assert list(cwd.iterdir()) == [], "--help created files"
     if script.parent.name == "benchmarks":  # results go to --out DIR (default benchmarks/results), never a positional
         assert "--out" in done.stdout and "positional arguments" not in done.stdout
 
@@ -61,13 +67,21 @@ def test_help(script, tmp_path):
 @pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the GPU benchmarks would run")
 @pytest.mark.parametrize("script", sorted(GPU_BENCHMARKS), ids=str)
 @pytest.mark.parametrize("without", ["", OPTIONAL], ids=["this-machine", "base-install"])
-def test_gpu_benchmark_on_a_cpu_machine_says_what_it_needs(script, without, tmp_path):
-    done = _run(ROOT / "benchmarks" / script, "--out", str(tmp_path / "out"), without=without, cwd=tmp_path)
+def test_gpu_benchmark_on_a_cpu_machine_says_what_it_needs(script, without, gpu_script_runs, request):
+    done, cwd = result_of(gpu_script_runs, request)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{script}: cannot run here: needs " in lines[0], done.stderr
-    assert not (tmp_path / "out").exists()
+    assert not (cwd / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def gpu_script_runs(request):
+    def run(p, cwd):
+        return _run(ROOT / "benchmarks" / p["script"], "--out", str(cwd / "out"), without=p["without"], cwd=cwd), cwd
+
+    return start_runs(request, "test_gpu_benchmark_on_a_cpu_machine_says_what_it_needs", run)
 
 
 @pytest.mark.parametrize(
