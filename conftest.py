@@ -89,7 +89,7 @@ def dask_client():
             dashboard_address=None,
             silence_logs=40,
         ) as cluster,
-        distributed.Client(cluster) as client,
+        distributed.Client(cluster, set_as_default=False) as client,  # used by name: other tests compute as they would alone
     ):
         yield client
 
