@@ -36,6 +36,11 @@ def start_runs(request: pytest.FixtureRequest, test: str, run: Callable[[dict, A
     return runs
 
 
+def start(run: Callable[..., Any], *args: Any) -> Future:
+    """Start ``run(*args)`` (one subprocess's run, say) in the pool; the future of its result."""
+    return _POOL.submit(run, *args)
+
+
 def result_of(runs: dict[str, Future], request: pytest.FixtureRequest) -> Any:
     """The result of the requesting case's run (waiting for it)."""
     return runs[request.node.callspec.id].result()

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from conftest import NVDISPATCH_PATH
+from tests.subprocess_pool import start
 
 pytest.importorskip("sphinx", reason="the [docs] extra (in [test]) installs Sphinx")
 pytest.importorskip("myst_parser", reason="the [docs] extra (in [test]) installs myst-parser")
@@ -39,11 +40,13 @@ def _sphinx(builder: str, out: pathlib.Path, doctrees: pathlib.Path) -> subproce
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> dict[str, pathlib.Path]:
+def site(tmp_path_factory) -> dict:
+    """The html site, built; ``doctest``: the doctest builder's run, started beside it (doctrees of its own)."""
     base = tmp_path_factory.mktemp("docs")
+    doctest = start(_sphinx, "doctest", base / "doctest", base / "doctrees-doctest")
     html = _sphinx("html", base / "html", base / "doctrees")
     assert html.returncode == 0, f"sphinx -W (html) failed:\n{html.stdout[-3000:]}\n{html.stderr[-6000:]}"
-    return {"html": base / "html", "doctrees": base / "doctrees", "base": base}
+    return {"html": base / "html", "doctrees": base / "doctrees", "base": base, "doctest": doctest}
 
 
 def test_site_builds_without_warnings(site):
@@ -60,7 +63,7 @@ def test_benchmark_results_page_shows_the_plots(site):
 
 
 def test_examples_in_the_site_pass(site):
-    done = _sphinx("doctest", site["base"] / "doctest", site["doctrees"])
+    done = site["doctest"].result()
     report = (site["base"] / "doctest" / "output.txt").read_text() if done.returncode == 0 else ""
     assert done.returncode == 0, f"sphinx doctest failed:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     assert " 0 failures in tests" in report and " tests\n" in report, report[-2000:]
