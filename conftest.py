@@ -89,7 +89,9 @@ def dask_client():
             dashboard_address=None,
             silence_logs=40,
         ) as cluster,
-        distributed.Client(cluster, set_as_default=False) as client,  # used by name: other tests compute as they would alone
+        # not the default scheduler: the tests that want the cluster use this client by name, the others compute
+        # as they would alone
+        distributed.Client(cluster, set_as_default=False) as client,
     ):
         yield client
 
