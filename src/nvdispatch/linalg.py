@@ -780,7 +780,9 @@ class Matmul:
         self._as_planned = None
         if eligible and ad is not None:
             ct = problem.options.compute_type
-            float32 = (ct.name if ct is not None else "COMPUTE_32F") if problem.result_dtype == "float32" else None
+            float32 = None  # a plan computing with the framework's own matmul reads its settings when it runs
+            if problem.result_dtype == "float32" and getattr(plan, "reads_framework_precision", False):
+                float32 = ct.name if ct is not None else "COMPUTE_32F"
             self._as_planned = ad.as_planned(problem.device, float32)
         self._convention = prep.convention
         self._problem, self._selection, self._strategy = problem, sel, prep.strategy

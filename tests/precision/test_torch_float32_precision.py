@@ -12,6 +12,9 @@ asks for it (those assertions need a CPU with bfloat16 arithmetic: AVX512-BF16/A
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -205,3 +208,30 @@ def test_the_setting_is_raised_for_overlapping_calls_and_given_back_after_the_la
     precision("highest")
     with at_least("cuda", "COMPUTE_32F_FAST_TF32"):  # never lowered
         assert not _cuda_tf32()
+
+
+def test_the_torch_29_api_set_on_top_of_the_legacy_one_is_raised_too():
+    # a process of its own: mixing the two APIs leaves Torch's legacy getters refusing; what nvdispatch reads and
+    # raises is each backend's own setting
+    code = textwrap.dedent(
+        """
+        import numpy as np, torch, nvdispatch
+        from nvdispatch._adapters.torch_precision import at_least
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        seen = [torch.backends.cuda.matmul.fp32_precision]
+        with at_least("cuda", "COMPUTE_32F"):
+            seen.append(torch.backends.cuda.matmul.fp32_precision)
+        seen.append(torch.backends.cuda.matmul.fp32_precision)
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(32, 256, generator=g), torch.randn(256, 16, generator=g)
+        want = a.double().numpy() @ b.double().numpy()
+        got = nvdispatch.matmul(a, b, options={"compute_type": "COMPUTE_32F"}).double().numpy()
+        seen.append(float(np.abs(got - want).max() / np.abs(want).max()) < 1e-5)
+        seen.append(torch.backends.mkldnn.matmul.fp32_precision)
+        print(seen)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == str(["tf32", "ieee", "tf32", True, "bf16"])

@@ -14,7 +14,7 @@ from .._precision import PrecisionConvention
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .torch_autocast import autocast_dtype
-from .torch_precision import at_least, cpu_bf16, fp32_precision
+from .torch_precision import at_least, cpu_bf16, fp32_precision, settled_level, wanted_level
 
 __all__ = ["TorchAdapter", "tf32_allowed"]
 
@@ -155,14 +155,22 @@ class TorchAdapter(Adapter):
         torch = sys.modules["torch"]
         any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (lambda: True)
         autocast, kind = torch.autocast, device.kind
-        floor = contextlib.nullcontext if float32_compute is None else (lambda: at_least(kind, float32_compute))
+
+        def outside(fn, *args):
+            if not any_autocast():
+                return fn(*args)
+            with autocast(kind, enabled=False):
+                return fn(*args)
+
+        want = None if float32_compute is None else wanted_level(float32_compute)
+        if want is None or want <= 1:  # not a float32 product, or one Torch never computes less precisely
+            return outside
 
         def run(fn, *args):
-            with floor():
-                if not any_autocast():
-                    return fn(*args)
-                with autocast(kind, enabled=False):
-                    return fn(*args)
+            if settled_level(kind) >= want:  # the common case: nothing to raise
+                return outside(fn, *args)
+            with at_least(kind, float32_compute):
+                return outside(fn, *args)
 
         return run
 

@@ -17,10 +17,11 @@ it asked for, never less) and gives it back when the last such call ends.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 
-__all__ = ["backend_of", "fp32_precision", "level", "wanted_level", "at_least", "cpu_bf16"]
+__all__ = ["backend_of", "fp32_precision", "level", "wanted_level", "at_least", "settled_level", "cpu_bf16"]
 
 #: the precision levels of a float32 product, lowest first; the setting that names each
 _LEVEL = {"bf16": 1, "tf32": 2, "ieee": 3}
@@ -49,8 +50,9 @@ def fp32_precision(backend: str) -> str:
     return "ieee"
 
 
+@functools.cache
 def cpu_bf16() -> bool:
-    """Whether Torch's CPU matmul has bfloat16 arithmetic here (oneDNN on AVX512-BF16/AMX)."""
+    """Whether Torch's CPU matmul has bfloat16 arithmetic here (oneDNN on AVX512-BF16/AMX; asked once)."""
     torch = sys.modules["torch"]
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -62,8 +64,8 @@ def level(device_kind: str) -> int:
     """The precision level (1 bfloat16, 2 TF32, 3 float32) Torch computes float32 products with on
     ``device_kind`` now."""
     value = fp32_precision(backend_of(device_kind))
-    if device_kind != "cuda" and value == "bf16" and not cpu_bf16():
-        return 3
+    if device_kind != "cuda" and (value == "tf32" or (value == "bf16" and not cpu_bf16())):
+        return 3  # Torch's CPU matmul has no TF32 arithmetic; bfloat16 only where the CPU has it
     return _LEVEL.get(value, 3)
 
 
@@ -76,6 +78,20 @@ def wanted_level(compute_type: str | None) -> int:
 _lock = threading.Lock()
 #: backend -> [calls inside, the setting before the first, the level held]
 _raised: dict[str, list] = {}
+#: counts the raises made (each counted before the setting changes): see :func:`settled_level`
+_generation = 0
+
+
+def settled_level(device_kind: str) -> int:
+    """:func:`level`, where no call holds a setting raised (the common case); 0 where one does or began to while it
+    was read (then :func:`at_least` reads it under its lock). ``torch.get_float32_matmul_precision()``, one getter,
+    is not asked: it refuses to answer where the two APIs were set apart, and answers for both backends at once."""
+    if _raised:
+        return 0
+    generation = _generation
+    found = level(device_kind)
+    # a setting read while a raise began since is not the caller's
+    return found if not _raised and _generation == generation else 0
 
 
 class _AtLeast:
@@ -97,6 +113,8 @@ class _AtLeast:
                 C = sys.modules["torch"]._C
                 entry = _raised[backend] = [0, C._get_fp32_precision_getter(backend, "matmul"), 0]
             if self._want > entry[2]:
+                global _generation
+                _generation += 1
                 sys.modules["torch"]._C._set_fp32_precision_setter(backend, "matmul", _SETTING[self._want])
                 entry[2] = self._want
             entry[0] += 1

@@ -101,6 +101,8 @@ def _fp8_why_not_cublaslt(problem: MatmulProblem) -> str:
 
 class TorchMatmulPlan:
     needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+    #: Torch's ops read Torch's float32 precision setting when they run (a Matmul keeps its plan()'s: see linalg)
+    reads_framework_precision = True
 
     def __init__(self, problem: MatmulProblem, strategy: str):
         self.problem = problem
