@@ -42,18 +42,21 @@ class PrecisionConvention:
         The dtype an active autocast region computes products in (Torch's ``torch.autocast``), else None.
     autocast_reason : str
         The region, as ``explain()`` says it (``"Torch autocast('cuda', bfloat16)"``).
+    governs : frozenset of str
+        The result dtypes ``float32`` applies to (float32 and complex64; Torch's CPU setting: float32 only).
     """
 
     float32: str | None = None
     reason: str = ""
     autocast: str | None = None
     autocast_reason: str = ""
+    governs: frozenset[str] = GOVERNED_BY_FLOAT32
 
     def for_result(self, result_dtype: str) -> tuple[str | None, str | None]:
         """``(compute type name or None, why)`` for a product with a ``result_dtype`` result (after any autocast
         cast): the compute type asked (None: the dtype's own) and the reason ``explain()`` gives; ``why`` is None
         where the convention says nothing of that dtype."""
-        if result_dtype in GOVERNED_BY_FLOAT32:
+        if result_dtype in self.governs:
             return self.float32, self.reason
         return None, None
 

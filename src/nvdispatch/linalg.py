@@ -657,7 +657,7 @@ class Matmul:
         self._inputs: dict[str, Any] = {}
         #: the precision convention plan() followed (its re-plans keep it); None: none, or not planned yet
         self._convention = None
-        self._outside_autocast = None  # runs execute's plan outside autocast regions (see _plan_with)
+        self._as_planned = None  # runs execute's plan with plan()'s precision kept (see _plan_with)
         self._problem = None
         self._selection = None
         self._hold = None  # our hold on the plan (PlanHold)
@@ -773,10 +773,17 @@ class Matmul:
             self._adopt(plan)
         finally:
             plan_cache.let_go(plan)
-        # the plan's precision is plan()'s: an autocast region around execute() must not recast its products
+        # the plan's precision is plan()'s: an autocast region around execute() must not recast its products, nor
+        # a float32 precision setting lowered since make the framework's own matmul compute less precisely
         eligible = {problem.a.dtype, problem.b.dtype} <= AUTOCAST_DTYPES
         ad = adapter_for(self._a)
-        self._outside_autocast = ad.outside_autocast(problem.device) if eligible and ad is not None else None
+        self._as_planned = None
+        if eligible and ad is not None:
+            ct = problem.options.compute_type
+            float32 = None  # a plan computing with the framework's own matmul reads its settings when it runs
+            if problem.result_dtype == "float32" and getattr(plan, "reads_framework_precision", False):
+                float32 = ct.name if ct is not None else "COMPUTE_32F"
+            self._as_planned = ad.as_planned(problem.device, float32)
         self._convention = prep.convention
         self._problem, self._selection, self._strategy = problem, sel, prep.strategy
         self._epilog, self._inputs, self._infos = epilog, inputs, prep.infos
@@ -881,7 +888,7 @@ class Matmul:
                 plan_cache.let_go(plan)
                 raise
             stream = stream if stream is not None else self._stream
-            outside = self._outside_autocast
+            outside = self._as_planned
         if outside is None:
             return run(plan, bound.operands, stream, bound.direct if stream is None else None, bound.wrap)
         return outside(run, plan, bound.operands, stream, bound.direct if stream is None else None, bound.wrap)
@@ -1006,6 +1013,38 @@ class Matmul:
     def __exit__(self, *exc: object) -> bool:
         self.free()
         return False
+
+    def explain(self) -> Explanation:
+        """What :meth:`execute` runs: the executor, strategy and steps of the plan held, and the compute type its
+        ``plan()`` chose and what chose it (the caller's ``compute_type``, a framework's precision convention in
+        force at ``plan()``, the dtype), which execute keeps until ``plan()`` is called again, whatever autocast
+        region or precision setting is active when it runs.
+
+        Examples
+        --------
+        >>> import numpy as np, nvdispatch
+        >>> mm = nvdispatch.Matmul(np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)).plan(epilog="RELU")
+        >>> e = mm.explain()
+        >>> e.executor, e.precision
+        ('numpy', 'compute type COMPUTE_32F: the float32 default (no precision convention applies); kept from plan()')
+        """
+        with self._lock:
+            self._check_planned("explain")
+            problem, sel, strategy = self._problem, self._selection, self._strategy
+            steps = tuple(self._hold.plan.steps)
+        note = getattr(problem, "precision_note", None)
+        return Explanation(
+            "matmul",
+            sel.executor.name,
+            strategy,
+            steps,
+            tuple(sel.declined),
+            strategies_of(sel.executor, "matmul", problem),
+            True,
+            problem,
+            None if note is None else f"{note}; kept from plan()",
+            None,
+        )
 
     def __repr__(self) -> str:
         state = "freed" if self._freed else ("planned" if self._hold else "not planned")

@@ -15,12 +15,17 @@ def test_numpy_notes_an_ignored_compute_type():
     assert not any("compute_type" in s for s in nvdispatch.explain(a, a.T).steps)
 
 
-def test_torch_notes_an_ignored_compute_type():
+def test_torch_notes_how_it_applies_a_compute_type():
     torch = pytest.importorskip("torch")
     t = torch.ones(4, 3)
     e = nvdispatch.explain(t, t.T, epilog="RELU", options={"compute_type": "COMPUTE_32F_FAST_TF32"})
-    assert e.executor == "torch"
-    assert any("compute_type COMPUTE_32F_FAST_TF32 not applied" in s for s in e.steps)
+    assert e.executor == "torch"  # float32: Torch's own precision setting, raised to at least the one asked
+    assert any(
+        s.startswith("options.compute_type COMPUTE_32F_FAST_TF32: Torch's own matmul, its float32") for s in e.steps
+    )
+    h = t.to(torch.float16)  # Torch has no setting for a float16 product's accumulation: noted as not applied
+    e = nvdispatch.explain(h, h.T, options={"compute_type": "COMPUTE_16F"})
+    assert any("compute_type COMPUTE_16F not applied" in s for s in e.steps)
 
 
 def test_explain_shows_its_parameters():

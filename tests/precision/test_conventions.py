@@ -143,7 +143,7 @@ def test_the_autocast_rule_casts_floating_operands_below_float64_where_both_fact
     ],
     ids=["allow_tf32", "no_tf32", "high", "medium", "highest"],
 )
-def test_torch_tf32_settings_choose_float32_products_compute_type_on_cuda_only(tf32_setting, set_it, tf32):
+def test_torch_tf32_settings_choose_float32_products_compute_type_on_cuda(tf32_setting, set_it, tf32):
     set_it()
     conv = TorchAdapter().precision_convention(CUDA)
     assert conv.float32 == ("COMPUTE_32F_FAST_TF32" if tf32 else None)
@@ -151,8 +151,16 @@ def test_torch_tf32_settings_choose_float32_products_compute_type_on_cuda_only(t
     assert conv.autocast is None
     assert conv.for_result("float32") == conv.for_result("complex64") == (conv.float32, conv.reason)
     assert conv.for_result("float16") == conv.for_result("float64") == (None, None)
-    cpu = TorchAdapter().precision_convention(CPU)  # Torch's CPU ops keep their own settings
-    assert cpu.float32 is None and cpu.for_result("float32") == (None, "")
+    cpu = TorchAdapter().precision_convention(CPU)  # the CPU's own setting (oneDNN's), bfloat16 at "medium" only
+    setting = torch.backends.mkldnn.matmul.fp32_precision
+    setting = "ieee" if setting == "none" else setting  # unset: inherited, Torch's default
+    assert cpu.reason.startswith(f"Torch CPU matmul fp32_precision={setting!r}")
+    assert cpu.float32 == ("COMPUTE_32F_FAST_16BF" if setting == "bf16" and _cpu_bf16() else None)
+    assert cpu.for_result("complex64") == (None, None)  # Torch's CPU complex64 products stay float32
+
+
+def _cpu_bf16() -> bool:
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def test_torch_new_precision_api_and_its_mix_with_the_legacy_one_are_read_as_torch_reads_them():
@@ -172,12 +180,27 @@ def test_torch_new_precision_api_and_its_mix_with_the_legacy_one_are_read_as_tor
         torch.backends.cuda.matmul.fp32_precision = "none"    # inherited from the generic setting
         torch.backends.fp32_precision = "tf32"
         seen.append((tf32_allowed(), key(), TorchAdapter().precision_convention(cuda).float32))
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"  # the CPU's: the key follows it
+        cpu = TorchAdapter().precision_convention(Device("cpu", None))
+        seen.append((tf32_allowed(), key(), cpu.float32, cpu.reason))
         print(seen)
+        print(bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == str(
-        [(True, True, "COMPUTE_32F_FAST_TF32"), (False, False, None), (True, True, "COMPUTE_32F_FAST_TF32")]
+    *_, seen, bf16 = out.strip().splitlines()
+    cpu = (
+        ("COMPUTE_32F_FAST_16BF", "Torch CPU matmul fp32_precision='bf16'")
+        if bf16 == "True"
+        else (None, "Torch CPU matmul fp32_precision='bf16' (float32: this CPU has no bfloat16 arithmetic)")
+    )
+    assert seen == str(
+        [
+            (True, (True, "none"), "COMPUTE_32F_FAST_TF32"),
+            (False, (False, "none"), None),
+            (True, (True, "tf32"), "COMPUTE_32F_FAST_TF32"),
+            (True, (True, "bf16"), *cpu),
+        ]
     )
 
 
@@ -643,7 +666,8 @@ def test_jax_default_matmul_precision_config_chooses_the_gpu_compute_type(jax_pr
     conv = JaxAdapter().precision_convention(CUDA)
     assert conv.float32 == compute and conv.autocast is None
     assert conv.reason.startswith("JAX default_matmul_precision") and conv.reason.endswith("on an NVIDIA GPU")
-    assert JaxAdapter().precision_convention(CPU) is None  # XLA computes float32 in float32 on the CPU
+    cpu = JaxAdapter().precision_convention(CPU)  # XLA computes float32 in float32 on the CPU: named all the same
+    assert cpu.float32 is None and cpu.reason.endswith(": float32 on the CPU, as XLA's")
     p = build_problem(
         "dlpack", CUDA, _infos(framework="dlpack"), spec_of(None), MatmulOptions(), 1, None, convention=conv
     )
@@ -678,7 +702,9 @@ def test_jax_cpu_products_are_unchanged_by_the_precision_setting(jax_precision):
         got = nvdispatch.matmul(jax.numpy.asarray(a), jax.numpy.asarray(b))
         e = nvdispatch.explain(jax.numpy.asarray(a), jax.numpy.asarray(b))
     np.testing.assert_allclose(np.asarray(got), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
-    assert e.precision.endswith("(no precision convention applies)")
+    assert (
+        e.precision == "compute type COMPUTE_32F: JAX default_matmul_precision 'bfloat16': float32 on the CPU, as XLA's"
+    )
 
 
 # -- CuPy (a stand-in module: CuPy's own reading of CUPY_TF32, as its _routines_linalg does it) --------------------------

@@ -129,6 +129,26 @@ def test_an_explicit_compute_type_wins_over_tf32():
     assert np.all(err <= 4 * K * 2.0**-24 * (np.abs(_f64(a)) @ np.abs(_f64(b))) + 1e-30)
 
 
+def test_on_torchs_own_ops_an_explicit_compute_type_and_a_matmuls_plan_win_over_tf32():
+    # the Torch executor computes with Torch's ops, which read allow_tf32 when they run: raised for the call
+    a, b, bias = _operands()
+    ref = _relu_bias_reference(a, b, bias)
+    fp32_bound = 4 * K * 2.0**-24 * (np.abs(_f64(a)) @ np.abs(_f64(b))) + 1e-30
+    with nvdispatch.set_backend("torch"):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        mm = nvdispatch.Matmul(a, b).plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        torch.backends.cuda.matmul.allow_tf32 = True
+        opts = {"compute_type": "COMPUTE_32F"}
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}, options=opts)
+        kept = mm.execute()
+        tf32 = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})  # the convention: TF32
+    assert mm.executor == "torch"
+    assert np.all(np.abs(_f64(got) - ref) <= fp32_bound) and np.all(np.abs(_f64(kept) - ref) <= fp32_bound)
+    assert float(np.abs(_f64(tf32) - ref).max()) > 10 * float(np.abs(_f64(got) - ref).max())
+    assert torch.backends.cuda.matmul.allow_tf32  # the caller's setting again
+    mm.free()
+
+
 def test_a_matmul_keeps_the_tf32_setting_of_its_plan():
     a, b, bias = _operands()
     torch.backends.cuda.matmul.allow_tf32 = True

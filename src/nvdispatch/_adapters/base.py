@@ -179,9 +179,11 @@ class Adapter:
         ``compute_type`` (see :mod:`nvdispatch._precision`); None: nothing (each dtype's own compute type)."""
         return None
 
-    def outside_autocast(self, device: Device) -> Callable[..., Any] | None:
-        """``run(fn, *args)``: ``fn(*args)`` outside the framework's autocast regions on ``device`` (a stateful
-        object's plan keeps the precision of its ``plan()``); None where the framework has no such regions."""
+    def as_planned(self, device: Device, float32_compute: str | None) -> Callable[..., Any] | None:
+        """``run(fn, *args)``: ``fn(*args)`` with the precision a stateful object's ``plan()`` chose kept: outside
+        the framework's autocast regions on ``device``, and, for a float32 product planned with compute type
+        ``float32_compute`` (a name; None: not a float32 product), with the framework's own matmul at least that
+        precise where its executor computes with it; None where the framework has no such settings."""
         return None
 
     def cast(self, x: Any, dtype: str) -> Any:

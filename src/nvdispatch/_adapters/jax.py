@@ -138,14 +138,15 @@ class JaxAdapter(Adapter):
         """JAX's default matmul precision (its config option or context)."""
         return default_matmul_precision
 
-    def precision_convention(self, device: Device) -> PrecisionConvention | None:
+    def precision_convention(self, device: Device) -> PrecisionConvention:
         """On NVIDIA GPUs, float32 products at the compute type XLA gives JAX's default matmul precision (TF32 for
-        DEFAULT); on the CPU nothing: XLA computes float32 products in float32 there whatever the precision."""
-        if device.kind != "cuda":
-            return None
+        DEFAULT); on the CPU float32, as XLA computes float32 products there whatever the precision (``explain()``
+        names the setting all the same)."""
         setting = default_matmul_precision()
-        compute, name = float32_compute_type(setting)
         shown = "unset (DEFAULT)" if setting is None else repr(setting)
+        if device.kind != "cuda":
+            return PrecisionConvention(None, f"JAX default_matmul_precision {shown}: float32 on the CPU, as XLA's")
+        compute, name = float32_compute_type(setting)
         return PrecisionConvention(compute, f"JAX default_matmul_precision {shown}: {name} on an NVIDIA GPU")
 
     def cast(self, x, dtype: str):

@@ -14,6 +14,7 @@ from .._precision import PrecisionConvention
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .torch_autocast import autocast_dtype
+from .torch_precision import at_least, cpu_bf16, fp32_precision, settled_level, wanted_level
 
 __all__ = ["TorchAdapter", "tf32_allowed"]
 
@@ -21,6 +22,8 @@ __all__ = ["TorchAdapter", "tf32_allowed"]
 #: torch.fft's half precision: the operand's dtype -> the dtype the transform computes in
 _HALF_FFT_COMPUTE = {"float16": "float32", "complex32": "complex64"}
 _ON_CPU = frozenset({TORCH_TENSOR})
+#: Torch's CPU precision setting governs float32 products only (its complex64 ones stay in float32)
+_FLOAT32_ONLY = frozenset({"float32"})
 _ON_CUDA = frozenset({TORCH_TENSOR, CUDA})
 
 
@@ -41,22 +44,14 @@ def tf32_allowed() -> bool:
     try:
         return bool(C._get_cublas_allow_tf32())
     except RuntimeError:  # the legacy and the new switch were set apart; Torch's matmul follows the new one
-        return _fp32_precision(C) == "tf32"
-
-
-def _fp32_precision(C) -> str:
-    """The new API's float32 precision of CUDA matmuls, inherited from its parents where unset ("none")."""
-    for backend, op in (("cuda", "matmul"), ("cuda", "all"), ("generic", "all")):
-        value = C._get_fp32_precision_getter(backend, op)
-        if value != "none":
-            return value
-    return "ieee"
+        return fp32_precision("cuda") == "tf32"
 
 
 def _make_precision_key():
     """The Torch adapter's ``precision_key``: Torch's C getters bound once (Torch is imported: its tensors exist)."""
     C = sys.modules["torch"]._C
     tf32 = C._get_cublas_allow_tf32
+    getter = C._get_fp32_precision_getter  # the CPU's (oneDNN's) float32 matmul precision, "none" where unset
     enabled, dtype = C.is_autocast_enabled, C.get_autocast_dtype
     any_autocast = getattr(C, "_is_any_autocast_enabled", None) or (lambda: enabled("cuda") or enabled("cpu"))
 
@@ -65,9 +60,10 @@ def _make_precision_key():
             allowed = tf32()
         except RuntimeError:
             allowed = tf32_allowed()
+        cpu = getter("mkldnn", "matmul")
         if not any_autocast():
-            return allowed
-        return allowed, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
+            return allowed, cpu
+        return allowed, cpu, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
 
     return precision_key
 
@@ -128,27 +124,53 @@ class TorchAdapter(Adapter):
         return key
 
     def precision_convention(self, device: Device) -> PrecisionConvention:
-        """On CUDA: float32 products on TF32 tensor cores where Torch allows it (``allow_tf32``); on every device:
-        an active ``torch.autocast`` region's dtype. Torch's own CPU ops keep their own precision settings."""
+        """Float32 products as Torch's own matmul computes them on ``device`` now (see :mod:`.torch_precision`):
+        on CUDA on TF32 tensor cores where Torch allows it (``allow_tf32``, ``fp32_precision = "tf32"``); on the
+        CPU in bfloat16 where its oneDNN matmul precision is ``"bf16"`` (``set_float32_matmul_precision("medium")``)
+        and the CPU has bfloat16 arithmetic. On every device: an active ``torch.autocast`` region's dtype."""
         kind = "cpu" if device.kind == "cpu" else device.kind
         autocast = autocast_dtype(kind)
         why = f"Torch autocast({kind!r}, {autocast})" if autocast is not None else ""
-        if kind != "cuda":
+        if kind == "cuda":
+            tf32 = tf32_allowed()
+            float32 = "COMPUTE_32F_FAST_TF32" if tf32 else None
+            return PrecisionConvention(float32, f"Torch allow_tf32={tf32}", autocast, why)
+        if kind != "cpu":
             return PrecisionConvention(autocast=autocast, autocast_reason=why)
-        tf32 = tf32_allowed()
-        float32 = "COMPUTE_32F_FAST_TF32" if tf32 else None
-        return PrecisionConvention(float32, f"Torch allow_tf32={tf32}", autocast, why)
+        setting = fp32_precision("mkldnn")
+        reason = f"Torch CPU matmul fp32_precision={setting!r}"
+        if setting != "bf16":
+            if setting == "tf32":
+                reason += " (float32 on the CPU)"
+            return PrecisionConvention(None, reason, autocast, why, governs=_FLOAT32_ONLY)
+        if not cpu_bf16():
+            reason += " (float32: this CPU has no bfloat16 arithmetic)"
+            return PrecisionConvention(None, reason, autocast, why, governs=_FLOAT32_ONLY)
+        return PrecisionConvention("COMPUTE_32F_FAST_16BF", reason, autocast, why, governs=_FLOAT32_ONLY)
 
-    def outside_autocast(self, device: Device):
+    def as_planned(self, device: Device, float32_compute: str | None):
+        """``run(fn, *args)`` outside any autocast region on ``device``, and, for a float32 product planned with
+        ``float32_compute`` (None: not a float32 product), with Torch's float32 matmul precision there at least
+        that compute type's (raised for the call where it was lowered since the plan was made)."""
         torch = sys.modules["torch"]
         any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (lambda: True)
         autocast, kind = torch.autocast, device.kind
 
-        def run(fn, *args):
+        def outside(fn, *args):
             if not any_autocast():
                 return fn(*args)
             with autocast(kind, enabled=False):
                 return fn(*args)
+
+        want = None if float32_compute is None else wanted_level(float32_compute)
+        if want is None or want <= 1:  # not a float32 product, or one Torch never computes less precisely
+            return outside
+
+        def run(fn, *args):
+            if settled_level(kind) >= want:  # the common case: nothing to raise
+                return outside(fn, *args)
+            with at_least(kind, float32_compute):
+                return outside(fn, *args)
 
         return run
 

@@ -7,6 +7,7 @@ problems with a bias along N; ``inplace`` (the product, then in-place ops on it)
 
 from __future__ import annotations
 
+from .._adapters import adapter_named
 from .._epilog import apply_steps, declined_mask_format, finish_outputs, prepare_inputs
 from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
@@ -100,6 +101,8 @@ def _fp8_why_not_cublaslt(problem: MatmulProblem) -> str:
 
 class TorchMatmulPlan:
     needs_release = False  # holds nothing to free: calls need not pin it (see the plan cache)
+    #: Torch's ops read Torch's float32 precision setting when they run (a Matmul keeps its plan()'s: see linalg)
+    reads_framework_precision = True
 
     def __init__(self, problem: MatmulProblem, strategy: str):
         self.problem = problem
@@ -117,7 +120,16 @@ class TorchMatmulPlan:
         else:
             how = "in place" if strategy == "inplace" else "separate Torch op"
             self.steps = ("torch.matmul", *(f"{s} ({how})" for s in problem.epilog.steps))
-        self.steps += compute_type_note(problem, "Torch's own matmul precision (torch.backends settings)")
+        explicit = problem.explicit_compute_type
+        # Torch's float32 precision setting can be raised for a call (never lowered: see _adapters.torch_precision)
+        floor = explicit.name if explicit is not None and problem.result_dtype == "float32" else None
+        if floor is None:
+            self.steps += compute_type_note(problem, "Torch's own matmul precision (torch.backends settings)")
+        else:
+            self.steps += (
+                f"options.compute_type {floor}: Torch's own matmul, its float32 precision setting raised to at "
+                "least that for the call where lower (never lowered: it may compute more precisely)",
+            )
         # The Plan protocol's direct call (alpha 1, the current stream, no cast needed): ``direct(a, b)`` is
         # torch.matmul for a plain product; ``direct(a, b, bias)`` the Torch-fused bias epilog (1-D bias).
         plain = not problem.epilog.steps and problem.c is None
@@ -134,9 +146,10 @@ class TorchMatmulPlan:
             else:
                 self.direct = lambda a, b, bias: fused(bias, a, b)
         # a compute type the caller chose wins over an autocast region: Torch's ops must not recast the operands
-        self._autocast_off = None
-        if problem.explicit_compute_type is not None and {problem.a.dtype, problem.b.dtype} <= AUTOCAST_DTYPES:
-            self._autocast_off = problem.device.kind
+        # and Torch's float32 precision setting must not compute it less precisely than asked
+        self._as_asked = None
+        if explicit is not None and {problem.a.dtype, problem.b.dtype} <= AUTOCAST_DTYPES:
+            self._as_asked = adapter_named("torch").as_planned(problem.device, floor)
             self.direct = self.fused_bias = None
             self.steps += ("outside any autocast region (options.compute_type was given)",)
 
@@ -144,11 +157,8 @@ class TorchMatmulPlan:
         pass
 
     def execute(self, operands, stream=None):
-        if self._autocast_off is not None:
-            import torch
-
-            with torch.autocast(self._autocast_off, enabled=False):
-                return self._execute(operands, stream)
+        if self._as_asked is not None:
+            return self._as_asked(self._execute, operands, stream)
         return self._execute(operands, stream)
 
     def _execute(self, operands, stream):
