@@ -41,34 +41,112 @@ def transforms_active() -> bool:
     return torch._C._are_functorch_transforms_active() or getattr(_forward_ad, "_current_level", -1) >= 0
 
 
+def _pack(args: tuple) -> tuple:
+    """A Function's arguments: ``args`` with each list argument spread into its items, then a layout string
+    (each argument's item count, ``.`` for one that is not a list; ``""`` where none is).
+
+    Functorch's generated vmap rule of a Function matches the in-dims of its inputs, flattened as pytrees (a list
+    counts as its items), with one tangent or gradient per input: a list among the inputs (``s``/``axes`` of an
+    n-D transform) breaks ``jvp``/``backward`` under ``vmap`` (``hessian``, ``jacfwd`` of ``jacrev``...) with
+    "flat_bdims must not be None". Spread, every input is a leaf."""
+    if not any(isinstance(a, list) for a in args):
+        return (*args, "")
+    flat, layout = [], []
+    for a in args:
+        if isinstance(a, list):
+            flat.extend(a)
+            layout.append(str(len(a)))
+        else:
+            flat.append(a)
+            layout.append(".")
+    return (*flat, ",".join(layout))
+
+
+def _unpack(flat: tuple) -> tuple:
+    """The arguments :func:`_pack` gave ``flat`` for."""
+    layout = flat[-1]
+    if not layout:
+        return flat[:-1]
+    args, i = [], 0
+    for token in layout.split(","):
+        if token == ".":
+            args.append(flat[i])
+            i += 1
+        else:
+            args.append(list(flat[i : i + int(token)]))
+            i += int(token)
+    return tuple(args)
+
+
+def _spread(grads, layout: str) -> tuple:
+    """One gradient per packed input from one per argument (None for a list's items and for the layout)."""
+    if not layout:
+        return (*grads, None)
+    out = []
+    for g, token in zip(grads, layout.split(",")):
+        out.extend([g] if token == "." else [None] * int(token))
+    return (*out, None)
+
+
+def _gather(tangents, layout: str) -> tuple:
+    """One tangent per argument from one per packed input (None for a list: integers have none)."""
+    if not layout:
+        return tangents[:-1]
+    out, i = [], 0
+    for token in layout.split(","):
+        out.append(tangents[i] if token == "." else None)
+        i += 1 if token == "." else int(token)
+    return tuple(out)
+
+
+@torch._dynamo.allow_in_graph
+def _apply(name: str, *args):
+    """Operator ``name``'s Function for transforms applied to ``args``.
+
+    Dynamo takes this call into the graph as it is (``allow_in_graph``) instead of tracing the Function: under a
+    ``torch.func`` transform that Dynamo inlines (``grad``, ``vjp``, ``jacrev``, ``jvp``, ``jacfwd``...) its
+    operands are the transform's wrapped tensors, and the operator's own autograd kernel (``register_autograd``'s
+    generated Function, which has no ``setup_context``) cannot run on them, while Dynamo cannot trace a Function
+    with a ``jvp``. Taken as it is, the call runs through functorch's ``custom_function_call`` when Dynamo
+    propagates fake tensors and when AOTAutograd traces the graph, as it does eagerly: the graph holds the
+    operator calls the formulas make."""
+    return _FUNCTIONS[name].apply(*_pack(args))
+
+
 def call(name: str, *args):
-    """Operator ``name`` on ``args``; under a transform (:func:`transforms_active`) its autograd Function."""
-    if transforms_active() and not torch.compiler.is_compiling():
-        return _FUNCTIONS[name].apply(*args)
+    """Operator ``name`` on ``args``; under a transform (:func:`transforms_active`) its autograd Function, also
+    in a program that Dynamo traces (see :func:`_apply`)."""
+    if transforms_active():
+        return _apply(name, *args)
     return _OPS[name]()(*args)
 
 
 def install(name: str, setup_context, backward, jvp, many: bool) -> None:
     """Build operator ``name``'s Function for transforms: ``setup_context(ctx, inputs, output)`` and
     ``backward(ctx, grads)`` (``grads`` a list where ``many``: the operator returns a list), ``jvp(ctx, *tangents)``
-    (a list where ``many``)."""
+    (a list where ``many``). The Function takes the arguments packed (:func:`_pack`); the formulas see them as the
+    operator does."""
     op = _OPS[name]
 
-    def forward(*args):
-        out = op()(*args)
+    def forward(*flat):
+        out = op()(*_unpack(flat))
         return tuple(out) if many else out
 
+    def setup_context_(ctx, inputs, output):
+        ctx.packing = inputs[-1]
+        setup_context(ctx, _unpack(inputs), output)
+
     def backward_(ctx, *grads):
-        return backward(ctx, list(grads) if many else grads[0])
+        return _spread(backward(ctx, list(grads) if many else grads[0]), ctx.packing)
 
     def jvp_(ctx, *tangents):
-        out = jvp(ctx, *tangents)
+        out = jvp(ctx, *_gather(tangents, ctx.packing))
         return tuple(out) if many else out
 
     body = {
         "generate_vmap_rule": True,
         "forward": staticmethod(forward),
-        "setup_context": staticmethod(setup_context),
+        "setup_context": staticmethod(setup_context_),
         "backward": staticmethod(backward_),
         "jvp": staticmethod(jvp_),
     }

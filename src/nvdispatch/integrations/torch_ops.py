@@ -238,10 +238,10 @@ def _call(name: str, *args):
     """Operator ``name`` on ``args``: the operator itself while Torch traces a program (one node of its graph);
     eagerly (a call autograd records) its real kernel and formula as an autograd Function, without the
     dispatcher's Python autograd kernel."""
-    if torch.compiler.is_compiling():
-        return _OPS[name](*args)
     if torch_func.transforms_active():  # torch.func: the formulas (with a jvp) as a Function with a vmap rule
         return torch_func.call(name, *args)
+    if torch.compiler.is_compiling():
+        return _OPS[name](*args)
     if name == "matmul":  # the operator's autocast kernel, which the Function does not pass through
         device_type = args[0].device.type
         if device_type in torch_autocast.DEVICE_TYPES and torch.is_autocast_enabled(device_type):
