@@ -36,9 +36,12 @@ _FUNCTIONS: dict[str, type] = {}
 _forward_ad = torch.autograd.forward_ad
 
 
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
 def transforms_active() -> bool:
     """Whether a ``torch.func`` transform is active, or an eager forward-mode AD level is open."""
-    return torch._C._are_functorch_transforms_active() or getattr(_forward_ad, "_current_level", -1) >= 0
+    return _functorch_active() or _forward_ad._current_level >= 0
 
 
 def _pack(args: tuple) -> tuple:
@@ -181,16 +184,30 @@ def _outputs(outs, samples, size: int):
     return results, dims
 
 
+def _per_sample(size: int, in_dims, tensors, rest):
+    """A matmul call with a vmapped quantization scale, as one call per sample: cuBLASLt's FP8 scales are one
+    number per product (and ``scale_d`` quantizes the result, ``result_amax`` is one per product), so samples
+    with their own scales are separate products. The outputs stacked along a leading vmapped dimension."""
+    if size == 0:
+        refuse("InvalidArgumentError", "quantization_scales", "a vmapped scale over at least one sample",
+               "a vmapped dimension of size 0")  # fmt: skip
+    op = torch.ops.nvdispatch.matmul.default
+    outs = []
+    for i in range(size):
+        sample = [x if d is None or x is None else x.select(d, i) for x, d in zip(tensors, in_dims[:10])]
+        outs.append(op(*sample, *rest))
+    return [torch.stack(column) for column in zip(*outs)], [0] * len(outs[0])
+
+
 def _matmul_rule(layout):
     def rule(info, in_dims, a, b, c, bias, relu_aux, gelu_aux, sa, sb, sc, sd, alpha, beta, epilog, options,
              preferences, host_scales):  # fmt: skip
         from .torch_arguments import decode
 
         size = info.batch_size
-        for name, d in zip(("scale_a", "scale_b", "scale_c", "scale_d"), in_dims[6:10]):
-            if d is not None:
-                refuse("InvalidArgumentError", f"quantization_scales[{name[-1]!r}]", "a scale that is not vmapped",
-                       "a batched tensor")  # fmt: skip
+        if any(d is not None for d in in_dims[6:10]):
+            return _per_sample(size, in_dims, (a, b, c, bias, relu_aux, gelu_aux, sa, sb, sc, sd),
+                               (alpha, beta, epilog, options, preferences, host_scales))  # fmt: skip
         tensors = [a, b, c, bias, relu_aux, gelu_aux]
         fronted = [_front(x, d) for x, d in zip(tensors, in_dims[:6])]
         batched = [d is not None for d in in_dims[:6]]
