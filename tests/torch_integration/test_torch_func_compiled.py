@@ -17,6 +17,7 @@ from torch.func import grad, hessian, jacfwd, jacrev, vjp, vmap  # noqa: E402
 
 import nvdispatch  # noqa: E402
 from nvdispatch import fft as nfft  # noqa: E402
+from nvdispatch.integrations.torch_mlp import fused_mlp  # noqa: E402
 
 D = torch.float64
 _K, _C = math.sqrt(2 / math.pi), 0.044715
@@ -100,7 +101,7 @@ def _mm(a, b, c=None, **kw):
     return nvdispatch.matmul(a, b, c, **kw)
 
 
-def _matmul_program(a, w, bias, c, xs, g, ct):
+def _matmul_program(a, w, bias, c, xs, g, ct, w2, b2):
     def loss_relu(a, w, bias):
         return _mm(a, w.mT, epilog="RELU_BIAS", epilog_inputs={"bias": bias}).sin().sum()
 
@@ -118,6 +119,9 @@ def _matmul_program(a, w, bias, c, xs, g, ct):
     def loss_gelu(bias):
         return _mm(a, w.mT, epilog="GELU_BIAS", epilog_inputs={"bias": bias}).sin().sum()
 
+    def loss_mlp(w, bias, w2, b2, x):
+        return fused_mlp(x, [w, w2], [bias, b2], "gelu").sin().sum()
+
     _, vjp_fn = vjp(lambda w: _mm(a, w.mT, epilog="BIAS", epilog_inputs={"bias": bias}), w)
     return (
         grad(loss_relu, argnums=(0, 1, 2))(a, w, bias),
@@ -127,11 +131,13 @@ def _matmul_program(a, w, bias, c, xs, g, ct):
         hessian(loss_gelu)(bias),
         vmap(grad(loss_relu), in_dims=(0, None, None))(xs, w, bias),
         jacrev(dgelu_bgrad, argnums=(0, 1))(a, g),
+        vmap(grad(loss_mlp, argnums=(0, 1, 2, 3)), in_dims=(None, None, None, None, 0))(w, bias, w2, b2, xs),
+        jacfwd(lambda a: fused_mlp(a, [w, w2], [bias, b2], "relu"))(a),
     )
 
 
-def _matmul_oracle(a, w, bias, c, xs, g, ct):
-    a, w, bias, c, xs, g, ct = (t.numpy() for t in (a, w, bias, c, xs, g, ct))
+def _matmul_oracle(a, w, bias, c, xs, g, ct, w2, b2):
+    a, w, bias, c, xs, g, ct, w2, b2 = (t.numpy() for t in (a, w, bias, c, xs, g, ct, w2, b2))
     loss_relu = lambda a, w, bias: np.sin(np.maximum(a @ w.T + bias, 0)).sum()  # noqa: E731
     gelu_aux = lambda a: (_np_gelu(a @ w.T + bias), a @ w.T + bias)  # noqa: E731
     gelu_c = lambda a: _np_gelu(0.5 * (a @ w.T) + 2.0 * c + bias)  # noqa: E731
@@ -141,6 +147,8 @@ def _matmul_oracle(a, w, bias, c, xs, g, ct):
         return y, y.sum(0)
 
     loss_gelu = lambda bias: np.sin(_np_gelu(a @ w.T + bias)).sum()  # noqa: E731
+    loss_mlp = lambda w, bias, w2, b2, x: np.sin(_np_gelu(x @ w.T + bias) @ w2.T + b2).sum()  # noqa: E731
+    mlp_relu = lambda a: np.maximum(a @ w.T + bias, 0) @ w2.T + b2  # noqa: E731
     return (
         [_jac(loss_relu, (a, w, bias), k) for k in range(3)],
         _jac(gelu_aux, (a,), 0),
@@ -149,18 +157,21 @@ def _matmul_oracle(a, w, bias, c, xs, g, ct):
         _hess(loss_gelu, bias),
         np.stack([_jac(loss_relu, (x, w, bias), 0) for x in xs]),
         [list(t) for t in zip(_jac(dgelu_bgrad, (a, g), 0), _jac(dgelu_bgrad, (a, g), 1))],
+        [np.stack([_jac(loss_mlp, (w, bias, w2, b2, x), k) for x in xs]) for k in range(4)],
+        _jac(mlp_relu, (a,), 0),
     )
 
 
 def _matmul_args():
     return (_rand(3, 5, seed=1), _rand(4, 5, seed=2), _rand(4, seed=3), _rand(3, 4, seed=4), _rand(2, 3, 5, seed=5),
-            _rand(3, 4, seed=6), _rand(3, 4, seed=7))  # fmt: skip
+            _rand(3, 4, seed=6), _rand(3, 4, seed=7), _rand(3, 4, seed=18), _rand(3, seed=19))  # fmt: skip
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_compiled_transforms_matmul(dynamic):
     """grad, jacrev (aux outputs), jacfwd (alpha/beta/c), vjp, hessian, vmap of grad and a backward epilog's
-    Jacobians over nvdispatch.matmul, in one compiled program."""
+    Jacobians over nvdispatch.matmul, and per-example gradients and jacfwd through fused_mlp (FusedMLP's
+    function), in one compiled program."""
     args = _matmul_args()
     got = _compiled(_matmul_program, args, dynamic)
     _check(got, _matmul_oracle(*args), 1e-6)
