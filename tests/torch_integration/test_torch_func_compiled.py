@@ -258,3 +258,17 @@ def test_eager_hessian_of_nd_transforms():
 
     want = _hess(lambda v: np.sin(1.5 * v.reshape(3, 4)).sum(), x.numpy().reshape(-1))
     _check(hessian(f)(x).reshape(12, 12), want, 1e-5)
+
+
+def test_transform_of_a_compiled_function_runs_eagerly():
+    """grad/vmap of a torch.compile'd function (which Torch runs eagerly: Dynamo does not trace a transform entered
+    outside it) gives the transform's values, as for Torch's own ops."""
+    a, w, bias = _rand(3, 5, seed=20), _rand(4, 5, seed=21), _rand(4, seed=22)
+
+    def loss(a):
+        return _mm(a, w.mT, epilog="GELU_BIAS", epilog_inputs={"bias": bias}).sin().sum()
+
+    got = grad(torch.compile(loss, backend="aot_eager"))(a)
+    _check(got, _jac(lambda a: np.sin(_np_gelu(a @ w.numpy().T + bias.numpy())).sum(), (a.numpy(),), 0), 1e-6)
+    got = vmap(torch.compile(lambda x: nfft.rfft(x, norm="ortho"), backend="aot_eager"))(a)
+    _check(got, np.fft.rfft(a.numpy(), norm="ortho"), 1e-12)

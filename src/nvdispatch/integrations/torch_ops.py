@@ -116,6 +116,15 @@ def matmul_layout(a, b, c, inputs, alpha, beta, epilog, options, preferences, sc
     return found
 
 
+# Dynamo never traces matmul_layout into a graph (kernels, fake kernels, batching rules and formulas call it, which
+# Dynamo does not trace). Where a compiled frame falls back to eager (torch.func.grad(torch.compile(f)): Torch runs
+# f eagerly), Dynamo tries each frame that runs, and would compile this one on its own, guarding on the cache that
+# the frame then fills ("Guard failed on the same frame it was created"): its frames are skipped (no cost per call).
+_skip_frames = getattr(getattr(torch._dynamo, "decorators", None), "skip", None)
+if _skip_frames is not None:
+    _skip_frames(matmul_layout)
+
+
 def _matmul_kernel(
     a,
     b,
