@@ -272,3 +272,24 @@ def test_transform_of_a_compiled_function_runs_eagerly():
     _check(got, _jac(lambda a: np.sin(_np_gelu(a @ w.numpy().T + bias.numpy())).sum(), (a.numpy(),), 0), 1e-6)
     got = vmap(torch.compile(lambda x: nfft.rfft(x, norm="ortho"), backend="aot_eager"))(a)
     _check(got, np.fft.rfft(a.numpy(), norm="ortho"), 1e-12)
+
+
+def test_export_under_transforms():
+    """torch.export of vmap over the operators exports the batched calls; under a differentiating transform, which
+    Torch exports for no autograd Function, a typed error names the transform (strict and non-strict)."""
+    b, bias = _rand(5, 4, seed=23), _rand(4, seed=24)
+
+    class Batched(torch.nn.Module):
+        def forward(self, a):
+            return vmap(lambda a: _mm(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}))(a)
+
+    class Grad(torch.nn.Module):  # b and bias inputs: Torch's strict export of grad fails on closed-over tensors
+        def forward(self, a, b, bias):
+            return grad(lambda a: _mm(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}).sum())(a)
+
+    a = _rand(2, 3, 5, seed=25)
+    got = torch.export.export(Batched(), (a,)).module()(a)
+    _check(got, np.maximum(a.numpy() @ b.numpy() + bias.numpy(), 0), 1e-12)
+    for strict in (True, False):
+        with pytest.raises(nvdispatch.errors.InvalidArgumentError, match="torch.func.grad"):
+            torch.export.export(Grad(), (a[0].clone(), b, bias), strict=strict)

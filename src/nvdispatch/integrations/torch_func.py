@@ -34,6 +34,7 @@ _OPS = {
 #: operator name -> its autograd Function for calls under transforms (see :func:`install`)
 _FUNCTIONS: dict[str, type] = {}
 _forward_ad = torch.autograd.forward_ad
+_TransformType = torch._C._functorch.TransformType
 
 
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -116,10 +117,45 @@ def _apply(name: str, *args):
     return _FUNCTIONS[name].apply(*_pack(args))
 
 
+@torch.compiler.assume_constant_result
+def _differentiating() -> str | None:
+    """The differentiating transform in effect (named for an error), or None where only ``vmap`` is (Dynamo runs
+    it for real: the transforms it traces are in effect while it traces)."""
+    if _forward_ad._current_level >= 0:
+        return "torch.autograd.forward_ad"
+    for interpreter in torch._C._functorch.get_interpreter_stack() or ():
+        kind = interpreter.key()
+        if kind == _TransformType.Grad:
+            return "torch.func.grad/vjp/jacrev/hessian"
+        if kind == _TransformType.Jvp:
+            return "torch.func.jvp/jacfwd/hessian"
+    return None
+
+
+def _exported(name: str, args):
+    """Operator ``name`` under a transform inside ``torch.export``: under ``vmap`` alone the operator itself (its
+    batching rule folds the vmapped dimension in, and the exported graph holds the batched call); a
+    differentiating transform is refused, naming it. Torch 2.13 exports no autograd Function under one:
+    non-strict, functorch's ``custom_function_call`` has no rule for export's proxy mode ("Current active mode
+    ProxyTorchDispatchMode not registered", a plain Function with ``setup_context`` under ``torch.func.grad``
+    alike); strict, Dynamo inlines a Function's forward there (its formulas ignored), and the operator's own
+    autograd kernel has no ``setup_context``."""
+    transform = _differentiating()
+    if transform is not None:
+        refuse("InvalidArgumentError", f"nvdispatch::{name}",
+               "no differentiating torch.func transform inside torch.export (Torch exports no autograd Function "
+               "under one)", f"{transform}",
+               "export the model and differentiate the exported module, or compile the transform with "
+               "torch.compile")  # fmt: skip
+    return _OPS[name]()(*args)
+
+
 def call(name: str, *args):
     """Operator ``name`` on ``args``; under a transform (:func:`transforms_active`) its autograd Function, also
-    in a program that Dynamo traces (see :func:`_apply`)."""
+    in a program that Dynamo traces (see :func:`_apply`), but not inside ``torch.export`` (:func:`_exported`)."""
     if transforms_active():
+        if torch.compiler.is_exporting():
+            return _exported(name, args)
         return _apply(name, *args)
     return _OPS[name]()(*args)
 
