@@ -244,9 +244,10 @@ _OPS = {"matmul": matmul_op, "fft": fft_op, "convolve": convolve_op}
 
 
 def _call(name: str, *args):
-    """Operator ``name`` on ``args``: the operator itself while Torch traces a program (one node of its graph);
-    eagerly (a call autograd records) its real kernel and formula as an autograd Function, without the
-    dispatcher's Python autograd kernel."""
+    """Operator ``name`` on ``args``: under a ``torch.func`` transform (eager or traced) through
+    :func:`.torch_func.call`; the operator itself while Torch traces a program (one node of its graph); eagerly (a
+    call autograd records) its real kernel and formula as an autograd Function, without the dispatcher's Python
+    autograd kernel."""
     if torch_func.transforms_active():  # torch.func: the formulas (with a jvp) as a Function with a vmap rule
         return torch_func.call(name, *args)
     if torch.compiler.is_compiling():
