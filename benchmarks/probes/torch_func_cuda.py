@@ -1,9 +1,10 @@
 """torch.func over nvdispatch's Torch operators on CUDA: vmap (one fused call per vmapped call: the cuBLASLt and
 cuFFT launches counted with torch.profiler), grad/jacrev/jacfwd, per-example gradients, against Torch's float64
-math on the same device. Prints one line per check with its max error and launch counts, and exits 1 on a
-mismatch.
+math on the same device; the same transforms compiled (``torch.compile(fullgraph=True)``, static and
+``dynamic=True``), FusedMLP under vmap/grad, and vmapped FP8 scales (compute capability 8.9+). Prints one line per
+check with its max error and launch counts, and exits 1 on a mismatch.
 
-    python benchmarks/probes/torch_func_cuda.py [--dtype float32] [--batch 64] [--device cpu]
+    python benchmarks/probes/torch_func_cuda.py [--dtype float32] [--batch 64] [--device cpu] [--backend inductor]
 
 (``--device cpu`` checks the values only: it counts no launches.)
 """
@@ -11,11 +12,12 @@ mismatch.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 
 import torch
 import torch.nn.functional as F
-from torch.func import grad, jacfwd, jacrev, vmap
+from torch.func import grad, hessian, jacfwd, jacrev, vmap
 from torch.profiler import ProfilerActivity, profile
 
 import nvdispatch
@@ -43,6 +45,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled checks")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("needs a CUDA device (--device cpu checks the values on the CPU)")
@@ -89,7 +92,7 @@ def main() -> int:
     pe = vmap(grad(loss("nv"), argnums=(0, 1)), in_dims=dims)
     want = vmap(grad(loss("ref"), argnums=(0, 1)), in_dims=dims)(*xs)
     check("vmap(grad) per-example GELU_BIAS", pe(*lo(w, bias, x, t)), want, launches(lambda: pe(*lo(w, bias, x, t))))
-    small = [x[:8, :16], w[:16, :8], bias[:8]]
+    small = [x[:8, :16].clone(), w[:16, :8].clone(), bias[:8].clone()]  # not views: see README (jacfwd, dynamic)
     fn = lambda x, w, b: nvdispatch.matmul(x, w, epilog="GELU_BIAS", epilog_inputs={"bias": b})  # noqa: E731
     rf = lambda x, w, b: F.gelu(x @ w + b, approximate="tanh")  # noqa: E731
     dsmall = [v.double() for v in small]
@@ -104,6 +107,57 @@ def main() -> int:
     conv = lambda v: nvdispatch.fft.convolve(v, h)  # noqa: E731
     check("vmap fft.convolve", vmap(conv)(s32), torch.fft.irfft(torch.fft.rfft(sig.double()) * h, 4096),
           launches(lambda: vmap(conv)(s32)))  # fmt: skip
+
+    # -- compiled transforms (0 graph breaks: fullgraph=True) --------------------------------------------------------
+    def hess_loss(b):
+        return nvdispatch.matmul(small[0].to(dt), small[1].to(dt), epilog="GELU_BIAS", epilog_inputs={"bias": b}).sum()
+
+    def hess_ref(b):
+        return F.gelu(dsmall[0] @ dsmall[1] + b, approximate="tanh").sum()
+
+    spec = lambda v: torch.view_as_real(nvdispatch.fft.rfft(v, norm="ortho")).pow(2).sum()  # noqa: E731
+    spec_ref = lambda v: torch.view_as_real(torch.fft.rfft(v, norm="ortho")).pow(2).sum()  # noqa: E731
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        comp = lambda fn, dynamic=dynamic: torch.compile(fn, fullgraph=True, dynamic=dynamic,  # noqa: E731
+                                                         backend=args.backend)  # fmt: skip
+        tag = f"compiled{' dynamic' if dynamic else ''}"
+        cpe = comp(pe)
+        check(f"{tag} vmap(grad) per-example", cpe(*lo(w, bias, x, t)), want,
+              launches(lambda cpe=cpe: cpe(*lo(w, bias, x, t))))  # fmt: skip
+        check(f"{tag} jacfwd matmul GELU_BIAS", comp(jacfwd(fn))(*lo(*small)), jacfwd(rf)(*dsmall))
+        check(f"{tag} hessian matmul GELU_BIAS", comp(hessian(hess_loss))(small[2].to(dt)),
+              hessian(hess_ref)(dsmall[2]))  # fmt: skip
+        check(f"{tag} grad fft.rfft", comp(grad(spec))(s32[0]), grad(spec_ref)(sig[0].double()))
+    # -- FusedMLP under transforms -----------------------------------------------------------------------------------
+    from torch.func import functional_call
+
+    from nvdispatch.integrations.torch_mlp import FusedMLP
+
+    torch.manual_seed(0)
+    mlp = FusedMLP([128, 256, 64], activation="gelu", device=dev, dtype=dt)
+    seq = copy.deepcopy(mlp.to_sequential()).double()  # a float64 copy (to_sequential shares the modules)
+    params = {k: v.detach() for k, v in mlp.named_parameters()}
+    dparams = {k: v.double() for k, v in params.items()}
+    mlp_loss = lambda m: lambda p, x: functional_call(m, p, (x,)).pow(2).sum()  # noqa: E731
+    check("vmap FusedMLP", vmap(mlp)(x.to(dt)[:, None]), seq(x.double()[:, None]))
+    per = vmap(grad(mlp_loss(mlp)), in_dims=(None, 0))
+    check("vmap(grad) FusedMLP per-example", list(per(params, x.to(dt)).values()),
+          list(vmap(grad(mlp_loss(seq)), in_dims=(None, 0))(dparams, x.double()).values()),
+          launches(lambda: per(params, x.to(dt))))  # fmt: skip
+    # -- vmapped FP8 scales ------------------------------------------------------------------------------------------
+    if dev == "cuda" and torch.cuda.get_device_capability() >= (8, 9):
+        q = torch.randn(8, 64, 128, generator=g, device=dev).to(torch.float8_e4m3fn)
+        w8 = torch.randn(256, 128, generator=g, device=dev).to(torch.float8_e4m3fn).t()  # column-major (TN)
+        sa = torch.rand(8, generator=g, device=dev) + 0.5
+
+        def fp8(q, sa):
+            return nvdispatch.matmul(q, w8, quantization_scales={"a": sa}, options={"result_type": "bfloat16"})
+
+        want8 = sa.double()[:, None, None] * (q.double() @ w8.double())
+        check("vmap FP8 per-sample scale_a", vmap(fp8)(q, sa), want8, launches(lambda: vmap(fp8)(q, sa)))
+    else:
+        print("vmap FP8 per-sample scale_a                skipped: needs CUDA compute capability 8.9+")
     return 1 if failed else 0
 
 

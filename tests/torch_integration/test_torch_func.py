@@ -3,6 +3,9 @@ per-example gradients) on the CPU, against the same math written with Torch's ow
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -409,10 +412,118 @@ def test_eager_forward_ad_after_plain_calls():
 def test_compiled_vmap_fullgraph(dynamic):
     a, b, bias, x = _rand(4, 3, 5), _rand(5, 2), _rand(2), _rand(4, 16)
 
-    def f(a, x):
+    q = torch.randn(3, 4, 16, generator=torch.Generator().manual_seed(44)).to(torch.float8_e4m3fn)
+    w8 = torch.randn(16, 8, generator=torch.Generator().manual_seed(45)).to(torch.float8_e4m3fn)
+    sa = torch.tensor([0.5, 1.0, 2.0])
+
+    def fp8(q, sa):
+        return nvdispatch.matmul(q, w8, quantization_scales={"a": sa}, options={"result_type": "float32"})
+
+    def f(a, x, q, sa):
         y = vmap(lambda a: nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}))(a)
-        return y, vmap(nfft.rfft)(x)
+        return y, vmap(nfft.rfft)(x), vmap(fp8)(q, sa)
 
     torch._dynamo.reset()
-    got = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=dynamic)(a, x)
-    _close(got, (torch.relu(a @ b + bias), torch.fft.rfft(x)))
+    got = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=dynamic)(a, x, q, sa)
+    want8 = torch.stack([float(s) * (qi.double() @ w8.double()) for qi, s in zip(q, sa)])
+    _close(got[:2], (torch.relu(a @ b + bias), torch.fft.rfft(x)))
+    torch.testing.assert_close(got[2].double(), want8, rtol=1e-6, atol=1e-6)  # float32 sums of exact products
+
+
+# -- FP8 with vmapped scales ----------------------------------------------------------------------------------------
+def test_vmap_fp8_per_sample_scales():
+    """A vmapped FP8 scale: each sample its own product (scales, saturation and result_amax per sample)."""
+    g = torch.Generator().manual_seed(41)
+    x = torch.randn(3, 8, 16, generator=g).to(torch.float8_e4m3fn)
+    w = torch.randn(16, 12, generator=g).to(torch.float8_e4m3fn)
+    bias = torch.randn(12, generator=g).to(torch.bfloat16)
+    sa, sd = torch.tensor([0.5, 1.0, 2.0]), torch.tensor([4.0, 1.0, 0.25])
+
+    def f(x, sa, sd):
+        return nvdispatch.matmul(x, w, epilog="RELU_BIAS", epilog_inputs={"bias": bias},
+                                 quantization_scales={"a": sa, "b": 2.0, "d": sd},
+                                 options={"result_type": "float8_e4m3fn", "result_amax": True})  # fmt: skip
+
+    y, aux = vmap(f)(x, sa, sd)
+    assert y.dtype == torch.float8_e4m3fn and y.shape == (3, 8, 12) and aux["result_amax"].shape == (3,)
+    xs, wn, bn = (t.float().numpy().astype(np.float64) for t in (x, w, bias))
+    for i in range(3):
+        t = np.maximum(float(sa[i]) * 2.0 * xs[i] @ wn + bn, 0)  # the NumPy oracle, before scale_d
+        np.testing.assert_allclose(float(aux["result_amax"][i]), np.abs(t).max(), rtol=1e-5)
+        want = np.clip(float(sd[i]) * t, -448, 448)  # e4m3's saturation; rounding: 3 mantissa bits
+        np.testing.assert_allclose(y[i].float().numpy(), want, rtol=2**-4, atol=2**-9 * float(sd[i]))
+        one, one_aux = f(x[i], sa[i], sd[i])  # each sample as its own call
+        assert torch.equal(y[i].view(torch.uint8), one.view(torch.uint8))
+        assert torch.equal(aux["result_amax"][i], one_aux["result_amax"])
+
+
+# -- FusedMLP -------------------------------------------------------------------------------------------------------
+def _np_mlp(x, ws, bs, activation):
+    h = x
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        h = h @ w.T + b
+        if i < len(ws) - 1:
+            h = np.maximum(h, 0) if activation == "relu" else 0.5 * h * (1 + np.tanh(_GK * (h + 0.044715 * h**3)))
+    return h
+
+
+_GK = math.sqrt(2 / math.pi)
+
+
+def _fd(f, x, eps=1e-6):
+    """The Jacobian of NumPy ``f`` at ``x`` by central differences (``out.shape + x.shape``)."""
+    cols = []
+    for idx in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += eps
+        xm[idx] -= eps
+        cols.append((f(xp) - f(xm)) / (2 * eps))
+    out = np.stack(cols, axis=-1)
+    return out.reshape(*out.shape[:-1], *x.shape)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_fused_mlp_under_transforms(activation):
+    """vmap (inputs; an ensemble of stacked models), per-example gradients, jacrev, jacfwd and hessian through
+    FusedMLP, against NumPy central differences (each layer one fused matmul call under the transforms)."""
+    from torch.func import functional_call, stack_module_state
+
+    from nvdispatch.integrations.torch_mlp import FusedMLP
+
+    torch.manual_seed(43)
+    models = [FusedMLP([4, 5, 3], activation=activation, relu_backward="drelu", dtype=D) for _ in range(2)]
+    mlp = models[0]
+    xs = _rand(3, 2, 4)
+    params = {k: v.detach() for k, v in mlp.named_parameters()}
+    names = ["0.weight", "2.weight"], ["0.bias", "2.bias"]
+    np_p = {k: v.numpy() for k, v in params.items()}
+
+    def oracle(x, p=np_p):
+        return _np_mlp(x, [p[k] for k in names[0]], [p[k] for k in names[1]], activation)
+
+    got = vmap(mlp)(xs)
+    np.testing.assert_allclose(got.detach().numpy(), oracle(xs.numpy()), rtol=1e-12, atol=1e-12)
+    stacked, _ = stack_module_state(models)
+    ens = vmap(lambda p, x: functional_call(mlp, p, (x,)), in_dims=(0, None))(stacked, xs[0])
+    for i, m in enumerate(models):
+        np.testing.assert_allclose(ens[i].detach().numpy(), oracle(xs[0].numpy(), {k: v.detach().numpy()
+                                   for k, v in m.named_parameters()}), rtol=1e-12, atol=1e-12)  # fmt: skip
+
+    def loss(p, x):
+        return functional_call(mlp, p, (x,)).sin().sum()
+
+    per_example = vmap(grad(loss), in_dims=(None, 0))(params, xs)
+    for k in params:
+        for i in range(3):
+
+            def f(v, k=k, i=i):
+                return np.sin(oracle(xs[i].numpy(), {**np_p, k: v})).sum()
+
+            np.testing.assert_allclose(per_example[k][i].numpy(), _fd(f, np_p[k]), rtol=1e-6, atol=1e-6)
+    x0 = xs[0, 0]
+    want = _fd(lambda v: oracle(v), x0.numpy())
+    for transform in (jacrev, jacfwd):
+        np.testing.assert_allclose(transform(mlp)(x0).detach().numpy(), want, rtol=1e-6, atol=1e-6)
+    hess = hessian(lambda x: mlp(x).sin().sum())(x0)
+    want = _fd(lambda v: _fd(lambda u: np.sin(oracle(u)).sum(), v, 1e-4), x0.numpy(), 1e-4)
+    np.testing.assert_allclose(hess.detach().numpy(), want, rtol=1e-4, atol=1e-5)

@@ -34,41 +34,158 @@ _OPS = {
 #: operator name -> its autograd Function for calls under transforms (see :func:`install`)
 _FUNCTIONS: dict[str, type] = {}
 _forward_ad = torch.autograd.forward_ad
+_TransformType = torch._C._functorch.TransformType
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
 
 
 def transforms_active() -> bool:
     """Whether a ``torch.func`` transform is active, or an eager forward-mode AD level is open."""
-    return torch._C._are_functorch_transforms_active() or getattr(_forward_ad, "_current_level", -1) >= 0
+    return _functorch_active() or _forward_ad._current_level >= 0
+
+
+def _pack(args: tuple) -> tuple:
+    """A Function's arguments: ``args`` with each list argument spread into its items, then a layout string
+    (each argument's item count, ``.`` for one that is not a list; ``""`` where none is).
+
+    Functorch's generated vmap rule of a Function matches the in-dims of its inputs, flattened as pytrees (a list
+    counts as its items), with one tangent or gradient per input: a list among the inputs (``s``/``axes`` of an
+    n-D transform) breaks ``jvp``/``backward`` under ``vmap`` (``hessian``, ``jacfwd`` of ``jacrev``...) with
+    "flat_bdims must not be None". Spread, every input is a leaf."""
+    if not any(isinstance(a, list) for a in args):
+        return (*args, "")
+    flat, layout = [], []
+    for a in args:
+        if isinstance(a, list):
+            flat.extend(a)
+            layout.append(str(len(a)))
+        else:
+            flat.append(a)
+            layout.append(".")
+    return (*flat, ",".join(layout))
+
+
+def _unpack(flat: tuple) -> tuple:
+    """The arguments :func:`_pack` gave ``flat`` for."""
+    layout = flat[-1]
+    if not layout:
+        return flat[:-1]
+    args, i = [], 0
+    for token in layout.split(","):
+        if token == ".":
+            args.append(flat[i])
+            i += 1
+        else:
+            args.append(list(flat[i : i + int(token)]))
+            i += int(token)
+    return tuple(args)
+
+
+def _spread(grads, layout: str) -> tuple:
+    """One gradient per packed input from one per argument (None for a list's items and for the layout)."""
+    if not layout:
+        return (*grads, None)
+    out = []
+    for g, token in zip(grads, layout.split(",")):
+        out.extend([g] if token == "." else [None] * int(token))
+    return (*out, None)
+
+
+def _gather(tangents, layout: str) -> tuple:
+    """One tangent per argument from one per packed input (None for a list: integers have none)."""
+    if not layout:
+        return tangents[:-1]
+    out, i = [], 0
+    for token in layout.split(","):
+        out.append(tangents[i] if token == "." else None)
+        i += 1 if token == "." else int(token)
+    return tuple(out)
+
+
+@torch._dynamo.allow_in_graph
+def _apply(name: str, *args):
+    """Operator ``name``'s Function for transforms applied to ``args``.
+
+    Dynamo takes this call into the graph as it is (``allow_in_graph``) instead of tracing the Function: under a
+    ``torch.func`` transform that Dynamo inlines (``grad``, ``vjp``, ``jacrev``, ``jvp``, ``jacfwd``...) its
+    operands are the transform's wrapped tensors, and the operator's own autograd kernel (``register_autograd``'s
+    generated Function, which has no ``setup_context``) cannot run on them, while Dynamo cannot trace a Function
+    with a ``jvp``. Taken as it is, the call runs through functorch's ``custom_function_call`` when Dynamo
+    propagates fake tensors and when AOTAutograd traces the graph, as it does eagerly: the graph holds the
+    operator calls the formulas make."""
+    return _FUNCTIONS[name].apply(*_pack(args))
+
+
+@torch.compiler.assume_constant_result
+def _differentiating() -> str | None:
+    """The differentiating transform in effect (named for an error), or None where only ``vmap`` is (Dynamo runs
+    it for real: the transforms it traces are in effect while it traces)."""
+    if _forward_ad._current_level >= 0:
+        return "torch.autograd.forward_ad"
+    for interpreter in torch._C._functorch.get_interpreter_stack() or ():
+        kind = interpreter.key()
+        if kind == _TransformType.Grad:
+            return "torch.func.grad/vjp/jacrev/hessian"
+        if kind == _TransformType.Jvp:
+            return "torch.func.jvp/jacfwd/hessian"
+    return None
+
+
+def _exported(name: str, args):
+    """Operator ``name`` under a transform inside ``torch.export``: under ``vmap`` alone the operator itself (its
+    batching rule folds the vmapped dimension in, and the exported graph holds the batched call); a
+    differentiating transform is refused, naming it. Torch 2.13 exports no autograd Function under one:
+    non-strict, functorch's ``custom_function_call`` has no rule for export's proxy mode ("Current active mode
+    ProxyTorchDispatchMode not registered", a plain Function with ``setup_context`` under ``torch.func.grad``
+    alike); strict, Dynamo inlines a Function's forward there (its formulas ignored), and the operator's own
+    autograd kernel has no ``setup_context``."""
+    transform = _differentiating()
+    if transform is not None:
+        refuse("InvalidArgumentError", f"nvdispatch::{name}",
+               "no differentiating torch.func transform inside torch.export (Torch exports no autograd Function "
+               "under one)", f"{transform}",
+               "export the model and differentiate the exported module, or compile the transform with "
+               "torch.compile")  # fmt: skip
+    return _OPS[name]()(*args)
 
 
 def call(name: str, *args):
-    """Operator ``name`` on ``args``; under a transform (:func:`transforms_active`) its autograd Function."""
-    if transforms_active() and not torch.compiler.is_compiling():
-        return _FUNCTIONS[name].apply(*args)
+    """Operator ``name`` on ``args``; under a transform (:func:`transforms_active`) its autograd Function, also
+    in a program that Dynamo traces (see :func:`_apply`), but not inside ``torch.export`` (:func:`_exported`)."""
+    if transforms_active():
+        if torch.compiler.is_exporting():
+            return _exported(name, args)
+        return _apply(name, *args)
     return _OPS[name]()(*args)
 
 
 def install(name: str, setup_context, backward, jvp, many: bool) -> None:
     """Build operator ``name``'s Function for transforms: ``setup_context(ctx, inputs, output)`` and
     ``backward(ctx, grads)`` (``grads`` a list where ``many``: the operator returns a list), ``jvp(ctx, *tangents)``
-    (a list where ``many``)."""
+    (a list where ``many``). The Function takes the arguments packed (:func:`_pack`); the formulas see them as the
+    operator does."""
     op = _OPS[name]
 
-    def forward(*args):
-        out = op()(*args)
+    def forward(*flat):
+        out = op()(*_unpack(flat))
         return tuple(out) if many else out
 
+    def setup_context_(ctx, inputs, output):
+        ctx.packing = inputs[-1]
+        setup_context(ctx, _unpack(inputs), output)
+
     def backward_(ctx, *grads):
-        return backward(ctx, list(grads) if many else grads[0])
+        return _spread(backward(ctx, list(grads) if many else grads[0]), ctx.packing)
 
     def jvp_(ctx, *tangents):
-        out = jvp(ctx, *tangents)
+        out = jvp(ctx, *_gather(tangents, ctx.packing))
         return tuple(out) if many else out
 
     body = {
         "generate_vmap_rule": True,
         "forward": staticmethod(forward),
-        "setup_context": staticmethod(setup_context),
+        "setup_context": staticmethod(setup_context_),
         "backward": staticmethod(backward_),
         "jvp": staticmethod(jvp_),
     }
@@ -103,16 +220,30 @@ def _outputs(outs, samples, size: int):
     return results, dims
 
 
+def _per_sample(size: int, in_dims, tensors, rest):
+    """A matmul call with a vmapped quantization scale, as one call per sample: cuBLASLt's FP8 scales are one
+    number per product (and ``scale_d`` quantizes the result, ``result_amax`` is one per product), so samples
+    with their own scales are separate products. The outputs stacked along a leading vmapped dimension."""
+    if size == 0:
+        refuse("InvalidArgumentError", "quantization_scales", "a vmapped scale over at least one sample",
+               "a vmapped dimension of size 0")  # fmt: skip
+    op = torch.ops.nvdispatch.matmul.default
+    outs = []
+    for i in range(size):
+        sample = [x if d is None or x is None else x.select(d, i) for x, d in zip(tensors, in_dims[:10])]
+        outs.append(op(*sample, *rest))
+    return [torch.stack(column) for column in zip(*outs)], [0] * len(outs[0])
+
+
 def _matmul_rule(layout):
     def rule(info, in_dims, a, b, c, bias, relu_aux, gelu_aux, sa, sb, sc, sd, alpha, beta, epilog, options,
              preferences, host_scales):  # fmt: skip
         from .torch_arguments import decode
 
         size = info.batch_size
-        for name, d in zip(("scale_a", "scale_b", "scale_c", "scale_d"), in_dims[6:10]):
-            if d is not None:
-                refuse("InvalidArgumentError", f"quantization_scales[{name[-1]!r}]", "a scale that is not vmapped",
-                       "a batched tensor")  # fmt: skip
+        if any(d is not None for d in in_dims[6:10]):
+            return _per_sample(size, in_dims, (a, b, c, bias, relu_aux, gelu_aux, sa, sb, sc, sd),
+                               (alpha, beta, epilog, options, preferences, host_scales))  # fmt: skip
         tensors = [a, b, c, bias, relu_aux, gelu_aux]
         fronted = [_front(x, d) for x, d in zip(tensors, in_dims[:6])]
         batched = [d is not None for d in in_dims[:6]]

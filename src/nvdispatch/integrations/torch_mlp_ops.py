@@ -59,7 +59,8 @@ from . import torch_layouts as layouts
 from . import torch_mlp_plan as chain_plan
 from .mlp_epilogs import ACTIVATIONS, RELU_BACKWARDS, chain_epilogs
 from .torch_errors import fake_kernel
-from .torch_ops import matmul_layout
+from .torch_func import transforms_active
+from .torch_ops import call_matmul, matmul_layout
 from .torch_reentry import in_kernel
 
 __all__ = [
@@ -466,6 +467,20 @@ _LIB.impl("mlp_forward", _forward_autograd, "Autograd")
 torch.library.register_autograd("nvdispatch::mlp_backward", _no_double_backward, lib=_LIB)
 
 
+def _layers(x: Tensor, weights: Sequence[Tensor], biases: Sequence[Tensor], activation: str, weight_layout: str):
+    """The chain as one ``nvdispatch::matmul`` call per layer (the hidden layers' activation and every bias fused
+    in), for ``torch.func`` transforms: the matmul operator has their batching rules and formulas (``vmap`` folds
+    the vmapped dimension into each layer's GEMM, ``grad`` takes each layer's weight and bias gradient from one
+    BGRADA/BGRADB GEMM, ``jvp``/``jacfwd``/``hessian`` its forward-mode formulas), where the chain's two operators
+    have neither (their backward is not differentiable, and has no forward mode). Compiled too."""
+    h = x
+    last = len(weights) - 1
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        epilog = "BIAS" if i == last else _INFERENCE[activation]
+        h = call_matmul(h, forward_operand(w, weight_layout), None, 1, None, epilog, {"bias": b}, None, None, None)
+    return h
+
+
 def apply(
     x: Tensor,
     weights: Sequence[Tensor],
@@ -475,7 +490,10 @@ def apply(
     weight_layout: str = "out_in",
 ):
     """The output of the chain on rows ``x``: the operator while Torch traces a program (one node of its graph, its
-    backward another), else the kernels as one autograd Function. Arguments are checked by the caller."""
+    backward another), else the kernels as one autograd Function; under a ``torch.func`` transform its layers (see
+    :func:`_layers`). Arguments are checked by the caller."""
+    if transforms_active():
+        return _layers(x, weights, biases, activation, weight_layout)
     for_backward = torch.is_grad_enabled() and (
         x.requires_grad or any(w.requires_grad for w in weights) or any(b.requires_grad for b in biases)
     )

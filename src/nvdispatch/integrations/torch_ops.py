@@ -116,6 +116,15 @@ def matmul_layout(a, b, c, inputs, alpha, beta, epilog, options, preferences, sc
     return found
 
 
+# Dynamo never traces matmul_layout into a graph (kernels, fake kernels, batching rules and formulas call it, which
+# Dynamo does not trace). Where a compiled frame falls back to eager (torch.func.grad(torch.compile(f)): Torch runs
+# f eagerly), Dynamo tries each frame that runs, and would compile this one on its own, guarding on the cache that
+# the frame then fills ("Guard failed on the same frame it was created"): its frames are skipped (no cost per call).
+_skip_frames = getattr(getattr(torch._dynamo, "decorators", None), "skip", None)
+if _skip_frames is not None:
+    _skip_frames(matmul_layout)
+
+
 def _matmul_kernel(
     a,
     b,
@@ -235,13 +244,14 @@ _OPS = {"matmul": matmul_op, "fft": fft_op, "convolve": convolve_op}
 
 
 def _call(name: str, *args):
-    """Operator ``name`` on ``args``: the operator itself while Torch traces a program (one node of its graph);
-    eagerly (a call autograd records) its real kernel and formula as an autograd Function, without the
-    dispatcher's Python autograd kernel."""
-    if torch.compiler.is_compiling():
-        return _OPS[name](*args)
+    """Operator ``name`` on ``args``: under a ``torch.func`` transform (eager or traced) through
+    :func:`.torch_func.call`; the operator itself while Torch traces a program (one node of its graph); eagerly (a
+    call autograd records) its real kernel and formula as an autograd Function, without the dispatcher's Python
+    autograd kernel."""
     if torch_func.transforms_active():  # torch.func: the formulas (with a jvp) as a Function with a vmap rule
         return torch_func.call(name, *args)
+    if torch.compiler.is_compiling():
+        return _OPS[name](*args)
     if name == "matmul":  # the operator's autocast kernel, which the Function does not pass through
         device_type = args[0].device.type
         if device_type in torch_autocast.DEVICE_TYPES and torch.is_autocast_enabled(device_type):
