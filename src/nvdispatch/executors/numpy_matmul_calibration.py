@@ -86,11 +86,11 @@ _BLOCK_SECONDS = 0.2
 #: ... split into this many blocks per candidate, the candidates' blocks in turns
 _BLOCK_PASSES = 3
 #: the engines in the order taken where a class is not measured: the whole-result product (the BLAS's own
-#: threading) and one pass over the result first, never far from a bare product; the compiled sweep ahead of
-#: the ufuncs only where the result outgrows a core's private cache (or SWEEP_FIRST_BYTES where its size is
-#: unknown): there the pass is a trip through memory, which one sweep makes once, while in cache the ufuncs'
-#: smaller cost per call wins
-DEFAULT_PREFERENCE = ("sweep", "ufunc", "blas", "panels", "torch")
+#: threading) and one pass over the result first, never far from a bare product (``gemm`` first: the same as
+#: ``sweep`` for the BLAS, less its pass clearing the result); the compiled engines ahead of the ufuncs only where
+#: the result outgrows a core's private cache (or SWEEP_FIRST_BYTES where its size is unknown): there the pass is
+#: a trip through memory, which one sweep makes once, while in cache the ufuncs' smaller cost per call wins
+DEFAULT_PREFERENCE = ("gemm", "sweep", "ufunc", "blas", "panels", "torch")
 SWEEP_FIRST_BYTES = 1 << 20
 _SECTION, _PENDING = "matmul", "matmul_pending"
 #: the engine every other's result is checked against when calibrating (NumPy's matmul, then ufuncs)
@@ -148,7 +148,7 @@ def problem_class(problem: MatmulProblem) -> tuple:
 
 def default_order(candidates: tuple[str, ...], problem: MatmulProblem | None = None) -> tuple[str, ...]:
     """``candidates`` in the order :data:`DEFAULT_PREFERENCE` gives them (others last, as they came), with
-    ``sweep`` after ``ufunc`` for a ``problem`` whose result fits a core's private cache."""
+    ``gemm`` and ``sweep`` after ``ufunc`` for a ``problem`` whose result fits a core's private cache."""
     preference = DEFAULT_PREFERENCE
     if problem is not None and _result_bytes(problem) < (cpu_caches.private_cache_bytes() or SWEEP_FIRST_BYTES):
         preference = ("ufunc", *(e for e in DEFAULT_PREFERENCE if e != "ufunc"))
