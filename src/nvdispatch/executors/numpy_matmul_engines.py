@@ -58,6 +58,7 @@ __all__ = [
     "EnginePlan",
     "sweep_kernel",
     "gemm_kernel",
+    "cblas_operand",
     "swept",
 ]
 
@@ -286,8 +287,8 @@ class EnginePlan:
     def _gemm(self, a, b, bias, c, alpha, beta):
         """NumPy's BLAS gemm and the sweep in one C call (see the module notes); ``ufunc`` for layouts the BLAS
         cannot read as they lie, and sizes beyond its integers."""
-        ta, lda = _cblas_operand(a, self.dtype)
-        tb, ldb = _cblas_operand(b, self.dtype)
+        ta, lda = cblas_operand(a, self.dtype)
+        tb, ldb = cblas_operand(b, self.dtype)
         if lda is None or ldb is None:
             return self._ufunc(a, b, bias, c, alpha, beta)
         kernel, address, ilp64, kind = self.gemm_call
@@ -426,7 +427,7 @@ def _ufunc_finish(out: np.ndarray, bias, relu: bool) -> np.ndarray:
     return out
 
 
-def _cblas_operand(x, dtype: np.dtype) -> tuple[bool, int | None]:
+def cblas_operand(x, dtype: np.dtype) -> tuple[bool, int | None]:
     """``(transposed, leading dimension)`` of a 2-D operand of ``dtype`` as a row-major cblas call reads it where
     it lies: a C-contiguous array as it is, an F-contiguous one as the transpose of its row-major transpose;
     ``(False, None)`` for other layouts, dtypes and unaligned data (``np.matmul`` does not hand those to BLAS
