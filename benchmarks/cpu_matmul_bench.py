@@ -83,6 +83,7 @@ def _timed_rounds(contenders: dict, rounds: int, settle: float, patience: float,
     kept = quiet if len(quiet) >= max(5, rounds // 3) else list(range(len(loads)))
     return {
         "median_seconds": {name: statistics.median(v[i] for i in kept) for name, v in samples.items()},
+        "samples": {name: [v[i] for i in kept] for name, v in samples.items()},
         "foreign_cores_per_round": loads,
         "kept": {"count": len(kept), "of": len(loads), "max_foreign_cores": max_foreign, "quiet_only": kept == quiet},
     }
@@ -102,6 +103,18 @@ def _processor() -> str:
 
 def _ratios(seconds: dict, base: str) -> dict:
     return {name: t / seconds[base] for name, t in seconds.items()}
+
+
+def _paired(samples: dict, base: str) -> dict:
+    """Per contender: the median over rounds of its time / ``base``'s time in the same round (pairs within a
+    round share the machine's load of that moment, which a ratio of medians over rounds does not), and the
+    quartiles of those ratios."""
+    got = {}
+    for name, times in samples.items():
+        ratios = [t / b for t, b in zip(times, samples[base])]
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        got[name] = {"median": statistics.median(ratios), "quartiles": [q[0], q[2]], "rounds": len(ratios)}
+    return got
 
 
 def fused_relu_bias(
@@ -162,6 +175,8 @@ def fused_relu_bias(
     settled = _timed_rounds(contenders, max(3, rounds // 2), settle, patience, max_foreign, "fused RELU_BIAS, settled")
     med = mixed["median_seconds"]
     base = med[NP]
+    paired = _paired(mixed["samples"], NP)
+    paired_torch = _paired(mixed["samples"], TORCH_FUSED) if TORCH_FUSED in med else None
     return {
         "shape": {"m": m, "n": n, "k": k, "dtype": "float32"},
         "median_seconds": med,
@@ -169,7 +184,13 @@ def fused_relu_bias(
         "ratio_to_torch_addmm_activation": (
             {name: t / med[TORCH_FUSED] for name, t in med.items()} if TORCH_FUSED in med else None
         ),
+        "median_of_ratios_to_np_matmul": paired,
+        "median_of_ratios_to_torch_addmm_activation": paired_torch,
         "goals": {
+            "nvdispatch / np.matmul, median of per-round ratios (goal <= 1.1)": paired[NVD]["median"],
+            "nvdispatch / torch._addmm_activation, median of per-round ratios (goal <= 1.0)": (
+                paired_torch[NVD]["median"] if paired_torch else None
+            ),
             "nvdispatch / np.matmul (goal <= 1.1)": med[NVD] / base,
             "nvdispatch / torch._addmm_activation (goal <= 1.0)": med[NVD] / med[TORCH_FUSED]
             if TORCH_FUSED in med
@@ -179,6 +200,7 @@ def fused_relu_bias(
         "settled": {
             "what": f"each timed call after a {settle} s pause and one untimed call: a loop of that call alone",
             "ratio_to_np_matmul": _ratios(settled["median_seconds"], NP),
+            "median_of_ratios_to_np_matmul": _paired(settled["samples"], NP),
             **settled,
         },
         "engines": engines,
@@ -286,6 +308,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny shapes and few calls: checks the script runs")
     parser.add_argument("--keep", action="store_true", help="keep the calibration made here in the user's cache")
     parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), help="default: 8192 1024 256")
+    parser.add_argument("--name", default="cpu_matmul", help="the results' file name, without .json/.png")
     args = parser.parse_args()
     out = output_dir(args.out)
     fused = {"m": 64, "n": 32, "k": 16} if args.quick else {}
@@ -308,11 +331,14 @@ def main() -> None:
         ),
         "dispatch_overhead": dispatch_overhead(max(5, args.rounds // 3), number=100 if args.quick else 20000),
     }
-    with open(os.path.join(out, "cpu_matmul.json"), "w") as fh:
+    with open(os.path.join(out, f"{args.name}.json"), "w") as fh:
         json.dump(results, fh, indent=1)
-    save_plot(lambda plt: plot(results, plt), os.path.join(out, "cpu_matmul.png"))
+    save_plot(lambda plt: plot(results, plt), os.path.join(out, f"{args.name}.png"))
     f = results["fused_relu_bias"]
     print(json.dumps({k: round(v, 3) for k, v in f["ratio_to_np_matmul"].items()}, indent=1))
+    print("median of per-round ratios to np.matmul [quartiles]:")
+    for name, r in f["median_of_ratios_to_np_matmul"].items():
+        print(f"  {name}: {r['median']:.3f} [{r['quartiles'][0]:.3f}, {r['quartiles'][1]:.3f}]")
     for goal, ratio in f["goals"].items():
         print(f"{goal}: {ratio:.3f}" if ratio is not None else f"{goal}: (no Torch)")
     o = results["dispatch_overhead"]
@@ -325,6 +351,9 @@ def main() -> None:
     print(f"processor: {results['machine']['processor']}, load average at the end: {f['load_average']}")
     print("settled (a loop of each call alone):")
     print(json.dumps({k: round(v, 3) for k, v in f["settled"]["ratio_to_np_matmul"].items()}, indent=1))
+    print("settled, median of per-round ratios:")
+    for name, r in f["settled"]["median_of_ratios_to_np_matmul"].items():
+        print(f"  {name}: {r['median']:.3f}")
 
 
 if __name__ == "__main__":
