@@ -230,6 +230,16 @@ def test_numpy_blas_is_numpy_s_own_library():
     assert numpy_blas.gemm("float16") is None
 
 
+def test_only_a_library_already_loaded_is_taken_by_name(tmp_path):
+    missing = str(tmp_path / "libopenblas_not_here.so")
+    assert numpy_blas._first_openblas([missing], loaded_only=True) is None
+    assert numpy_blas._first_openblas([missing], loaded_only=False) is None
+    lib = numpy_blas.library()
+    if lib is not None:  # NumPy's, loaded: found again without loading anything
+        again = numpy_blas._first_openblas([lib._name], loaded_only=True)
+        assert again is not None and again._name == lib._name
+
+
 def test_ilp64_from_the_configuration_string():
     class Config:
         def __init__(self, text):

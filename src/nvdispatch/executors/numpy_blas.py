@@ -44,6 +44,10 @@ _CONFIGS = (
 )
 
 
+#: dlopen's RTLD_NOLOAD (glibc, musl: 4; macOS: 0x10): a handle only to a library already loaded
+_NOLOAD = getattr(os, "RTLD_NOLOAD", 0)
+
+
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The OpenBLAS NumPy loaded, or None."""
@@ -51,6 +55,14 @@ def library() -> ctypes.CDLL | None:
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
     candidates = []
+    try:  # the wheels' bundled copy: named beside the package (no need to read the whole map of a large process)
+        bundled = os.path.join(here, "numpy.libs")
+        candidates += sorted(os.path.join(bundled, f) for f in os.listdir(bundled) if "openblas" in f.lower())
+    except OSError:
+        pass
+    found = _first_openblas(candidates, loaded_only=True)
+    if found is not None:
+        return found
     try:
         with open("/proc/self/maps") as fh:
             for line in fh:
@@ -62,9 +74,14 @@ def library() -> ctypes.CDLL | None:
         return None
     # NumPy's own copy first (wheels bundle it beside the package); another OpenBLAS (SciPy's) is not the one
     candidates.sort(key=lambda path: not path.startswith(os.path.join(here, "numpy")))
-    for path in candidates:
+    return _first_openblas(candidates, loaded_only=False)
+
+
+def _first_openblas(paths: list[str], loaded_only: bool) -> ctypes.CDLL | None:
+    """The first of ``paths`` that is an OpenBLAS (``loaded_only``: and already loaded: never a second copy)."""
+    for path in paths:
         try:
-            lib = ctypes.CDLL(path)
+            lib = ctypes.CDLL(path, mode=_NOLOAD | ctypes.RTLD_LOCAL) if loaded_only else ctypes.CDLL(path)
         except OSError:
             continue
         if any(getattr(lib, marker, None) is not None for marker in _MARKERS):

@@ -12,7 +12,8 @@ candidate is timed in two settings instead, and counts by the slower of the two:
 a short pause (``blas_threads.let_workers_sleep``: a loop of calls of one class, no other engine's BLAS
 threads still spinning), and each call right after a bare product on the BLAS's own threads (a program that
 mixes the call with other BLAS work: the BLAS's workers still spin for a while after each call, and an
-engine running threads of its own shares the cores with them). The engine ranked first is the one never far
+engine running threads of its own shares the cores with them; the median such call counts, as the spinning
+hits every one alike). The engine ranked first is the one never far
 from the best in either. Before any timing, each engine's result on those operands is compared with the
 :data:`REFERENCE` engine's (NumPy's matmul, then ufuncs; :mod:`nvdispatch._matmul_agreement`): an engine that
 disagrees beyond rounding is not timed and ranks last, with a WARNING.
@@ -36,6 +37,7 @@ import atexit
 import dataclasses
 import logging
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -439,7 +441,11 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
             for name in candidates:
                 np.matmul(a, b)
                 after[name].append(seconds_per_call(calls[name], 1))
-        settled, mixed = ({name: min(v[name]) for name in candidates} for v in (samples, after))
+        # (settled: the fastest block, load only adding time; right after a product: the median call, since the
+        # BLAS workers' spinning hits every such call alike, and one that happened to find them asleep, or the
+        # other load away, says nothing of the others)
+        settled = {name: min(samples[name]) for name in candidates}
+        mixed = {name: statistics.median(after[name]) for name in candidates}
         _log.debug("numpy matmul calibration, settled %s, right after a product %s", settled, mixed)
         return {name: max(settled[name], mixed[name]) for name in candidates}
     for _ in range(_ROUNDS):
