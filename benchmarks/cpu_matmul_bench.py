@@ -126,6 +126,7 @@ def fused_relu_bias(
     max_foreign: float = 0.15,
     settle: float = 0.15,
     keep: bool = False,
+    goal_only: bool = False,
 ) -> dict:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
@@ -167,6 +168,10 @@ def fused_relu_bias(
     panel_timings = panels.autotune(ops, iterations=5)
     engines["engine panels (autotuned)"] = {"engine": "panels", "steps": list(panels.steps), "tuning": panels.tuning()}
     contenders["engine panels (autotuned)"] = lambda: panels.direct(a, b, bias)
+    if goal_only:  # the goal's three, and the engines alone (which engine the route runs, against the others)
+        contenders = {
+            name: fn for name, fn in contenders.items() if name in (NP, NVD, TORCH_FUSED) or name.startswith("engine ")
+        }
     want = np.maximum(a @ b + bias, 0)
     assert np.allclose(nvdispatch.matmul(a, b, **kwargs), want, rtol=1e-4, atol=1e-4)
     for fn in contenders.values():  # warm-up
@@ -309,6 +314,11 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the calibration made here in the user's cache")
     parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), help="default: 8192 1024 256")
     parser.add_argument("--name", default="cpu_matmul", help="the results' file name, without .json/.png")
+    parser.add_argument(
+        "--goal-only",
+        action="store_true",
+        help="time only np.matmul, the route, Torch's fused op and the engines alone (more rounds in the same time)",
+    )
     args = parser.parse_args()
     out = output_dir(args.out)
     fused = {"m": 64, "n": 32, "k": 16} if args.quick else {}
@@ -328,6 +338,7 @@ def main() -> None:
             max_foreign=args.max_foreign,
             settle=0.0 if args.quick else 0.15,
             keep=args.keep,
+            goal_only=args.goal_only,
         ),
         "dispatch_overhead": dispatch_overhead(max(5, args.rounds // 3), number=100 if args.quick else 20000),
     }
