@@ -145,6 +145,10 @@ def fused_relu_bias(
     mm = nvdispatch.Matmul(a, b)
     mm.plan(**kwargs)
     tuned = mm.autotune(iterations=5)
+    # the autotune's choice is recorded for stateless calls of this problem too (it wins over the class ranking):
+    # forget it, so that the route is timed as calibrated (the Matmul keeps the plan it holds)
+    nvdispatch.plan_cache.clear_tunings()
+    nvdispatch.plan_cache.clear()
     contenders = {NP: lambda: np.matmul(a, b), NVD: lambda: nvdispatch.matmul(a, b, **kwargs)}
     try:
         import torch
