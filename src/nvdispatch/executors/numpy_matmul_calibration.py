@@ -437,20 +437,15 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
         # ... and each call right after a bare product, as in a program mixing them; the slower setting counts
         a, b = ops["a"], ops["b"]
         after: dict[str, list[float]] = {name: [] for name in candidates}
-        products: list[float] = []
         for _ in range(min(runs.values())):
             for name in candidates:
-                product = seconds_per_call(lambda: np.matmul(a, b), 1)
-                products.append(product)
-                after[name].append(seconds_per_call(calls[name], 1) / product)
+                np.matmul(a, b)
+                after[name].append(seconds_per_call(calls[name], 1))
         # (settled: the fastest block, load only adding time; right after a product: the median call, since the
         # BLAS workers' spinning hits every such call alike, and one that happened to find them asleep, or the
-        # other load away, says nothing of the others; each call as a multiple of the product just before it,
-        # which met the same moment's load, times the products' median: engines a few percent apart are told
-        # apart where the machine's load changes from one call to the next)
+        # other load away, says nothing of the others)
         settled = {name: min(samples[name]) for name in candidates}
-        product = statistics.median(products)
-        mixed = {name: statistics.median(after[name]) * product for name in candidates}
+        mixed = {name: statistics.median(after[name]) for name in candidates}
         _log.debug("numpy matmul calibration, settled %s, right after a product %s", settled, mixed)
         return {name: max(settled[name], mixed[name]) for name in candidates}
     for _ in range(_ROUNDS):
