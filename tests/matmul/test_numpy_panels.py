@@ -149,7 +149,7 @@ def test_calibration_can_choose_panels(monkeypatch):
         return wrapped
 
     ep = numpy_matmul_engines.EnginePlan
-    for name in ("_ufunc", "_blas", "_torch"):
+    for name in ("_ufunc", "_blas", "_torch", "_gemm"):
         monkeypatch.setattr(ep, name, slow(getattr(ep, name)))
     direct = numpy_matmul_engines._ufunc_direct
     monkeypatch.setattr(numpy_matmul_engines, "_ufunc_direct", lambda *args: slow(direct(*args)))
@@ -186,3 +186,22 @@ def test_panels_are_dealt_in_runs_and_a_finished_thread_helps_the_longest():
     assert taken[-1] is None
     assert sorted([8, 9, 3, 0, 4, *[i for i in taken if i is not None]]) == list(range(10))
     assert _Shares(3, 8).take(7) in (0, 1, 2)  # more threads than panels: each still finds one
+
+
+@pytest.mark.parametrize("a_order, b_order", [("C", "C"), ("F", "C"), ("C", "F"), ("F", "F")])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_panels_and_the_python_ones_agree(a_order, b_order, threads):
+    """Where NumPy's BLAS can be called from C (``numpy_matmul_engines.gemm_kernel``), each panel is one compiled
+    call (gemm into the zeroed rows, then the sweep); without it, np.matmul and the sweep per panel. Both against
+    the oracle, on every layout, with a bias of another dtype (the Python panels then) too."""
+    a, b = _ints((75, 12), "float32", 20, a_order), _ints((12, 19), "float32", 21, b_order)
+    bias = _ints((19,), "float32", 22)
+    want = _want(a, b, alpha=-2.0, bias=bias, act="relu")
+    plan, ops = _plan(a, b, epilog="RELU_BIAS", bias=bias, alpha=-2.0, rows=16, threads=threads)
+    if plan.panel_gemm is not None:
+        assert "NumPy's BLAS gemm from C" in plan.steps[0]
+    _check(plan.execute(ops), want, "float32")
+    _check(plan.direct(a, b, bias.astype(np.float64)), _want(a, b, bias=bias, act="relu"), "float32")
+    plan.panel_gemm = None
+    assert "np.matmul(a[rows]" in plan.steps[0]
+    _check(plan.execute(ops), want, "float32")

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 import time
 import weakref
+
+from . import numpy_blas
 
 __all__ = ["controllable", "single_threaded", "let_workers_sleep", "SETTLE_SECONDS"]
 
@@ -49,32 +50,15 @@ class _Token:
 
 @functools.cache
 def _numpy_openblas():
-    """(set, get) of the OpenBLAS NumPy loaded, or None."""
-    import numpy as np
-
-    here = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
-    candidates = []
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                path = line.split()[-1]
-                name = os.path.basename(path).lower()
-                if "openblas" in name and path.startswith("/") and path not in candidates:
-                    candidates.append(path)
-    except OSError:
+    """(set, get) of the OpenBLAS NumPy loaded (``numpy_blas.library``), or None."""
+    lib = numpy_blas.library()
+    if lib is None:
         return None
-    # NumPy's own copy first (wheels bundle it beside the package); another OpenBLAS (SciPy's) is not the one
-    candidates.sort(key=lambda path: not path.startswith(os.path.join(here, "numpy")))
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for set_name, get_name in _SYMBOLS:
-            setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
-            if setter is not None and getter is not None:
-                setter.argtypes, setter.restype, getter.restype = [ctypes.c_int], None, ctypes.c_int
-                return setter, getter
+    for set_name, get_name in _SYMBOLS:
+        setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
+        if setter is not None and getter is not None:
+            setter.argtypes, setter.restype, getter.restype = [ctypes.c_int], None, ctypes.c_int
+            return setter, getter
     return None
 
 

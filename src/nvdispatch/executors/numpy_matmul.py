@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import logging
 import math
 
 import numpy as np
@@ -29,6 +30,8 @@ from .cpu_autotune import TuningProposal, propose
 from .cpu_calibration_store import store
 from .cpu_threads import CPUS, pool
 from .numpy_matmul_panels import PanelPlan
+
+_log = logging.getLogger("nvdispatch")
 
 #: bytes of result rows finished per block by default (a block stays in L2 through all epilog steps)
 DEFAULT_BLOCK_BYTES = 1 << 18
@@ -139,10 +142,16 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
         made = PanelPlan(problem, tuning) if inplace == "panels" else engines.plan(problem, inplace)
     else:
         made = _inplace_pass(problem, strategy, tuning)
+    ranked = None
     if strategy != "plain" and problem.m * problem.n * problem.k:
         ranked = engine_choice(problem).ranking
         if ranked.source != "only":
             made.notes = (ranked.describe(),)  # (the plans' steps end with their notes)
+    if _log.isEnabledFor(logging.DEBUG):
+        engine = getattr(made, "engine", "blocked pass")
+        source = "" if ranked is None else f", ranking {ranked.source}: {' > '.join(ranked.order)}"
+        _log.debug("numpy matmul plan %dx%dx%d %s: strategy %s, engine %s%s", problem.m, problem.n, problem.k,
+                   problem.result_dtype, strategy, engine, source)  # fmt: skip
     return made
 
 

@@ -12,7 +12,8 @@ candidate is timed in two settings instead, and counts by the slower of the two:
 a short pause (``blas_threads.let_workers_sleep``: a loop of calls of one class, no other engine's BLAS
 threads still spinning), and each call right after a bare product on the BLAS's own threads (a program that
 mixes the call with other BLAS work: the BLAS's workers still spin for a while after each call, and an
-engine running threads of its own shares the cores with them). The engine ranked first is the one never far
+engine running threads of its own shares the cores with them; the median such call counts, as the spinning
+hits every one alike). The engine ranked first is the one never far
 from the best in either. Before any timing, each engine's result on those operands is compared with the
 :data:`REFERENCE` engine's (NumPy's matmul, then ufuncs; :mod:`nvdispatch._matmul_agreement`): an engine that
 disagrees beyond rounding is not timed and ranks last, with a WARNING.
@@ -36,6 +37,7 @@ import atexit
 import dataclasses
 import logging
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -86,11 +88,11 @@ _BLOCK_SECONDS = 0.2
 #: ... split into this many blocks per candidate, the candidates' blocks in turns
 _BLOCK_PASSES = 3
 #: the engines in the order taken where a class is not measured: the whole-result product (the BLAS's own
-#: threading) and one pass over the result first, never far from a bare product; the compiled sweep ahead of
-#: the ufuncs only where the result outgrows a core's private cache (or SWEEP_FIRST_BYTES where its size is
-#: unknown): there the pass is a trip through memory, which one sweep makes once, while in cache the ufuncs'
-#: smaller cost per call wins
-DEFAULT_PREFERENCE = ("sweep", "ufunc", "blas", "panels", "torch")
+#: threading) and one pass over the result first, never far from a bare product (``gemm`` first: the same as
+#: ``sweep`` for the BLAS, less its pass clearing the result); the compiled engines ahead of the ufuncs only where
+#: the result outgrows a core's private cache (or SWEEP_FIRST_BYTES where its size is unknown): there the pass is
+#: a trip through memory, which one sweep makes once, while in cache the ufuncs' smaller cost per call wins
+DEFAULT_PREFERENCE = ("gemm", "sweep", "ufunc", "blas", "panels", "torch")
 SWEEP_FIRST_BYTES = 1 << 20
 _SECTION, _PENDING = "matmul", "matmul_pending"
 #: the engine every other's result is checked against when calibrating (NumPy's matmul, then ufuncs)
@@ -148,7 +150,7 @@ def problem_class(problem: MatmulProblem) -> tuple:
 
 def default_order(candidates: tuple[str, ...], problem: MatmulProblem | None = None) -> tuple[str, ...]:
     """``candidates`` in the order :data:`DEFAULT_PREFERENCE` gives them (others last, as they came), with
-    ``sweep`` after ``ufunc`` for a ``problem`` whose result fits a core's private cache."""
+    ``gemm`` and ``sweep`` after ``ufunc`` for a ``problem`` whose result fits a core's private cache."""
     preference = DEFAULT_PREFERENCE
     if problem is not None and _result_bytes(problem) < (cpu_caches.private_cache_bytes() or SWEEP_FIRST_BYTES):
         preference = ("ufunc", *(e for e in DEFAULT_PREFERENCE if e != "ufunc"))
@@ -439,7 +441,11 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
             for name in candidates:
                 np.matmul(a, b)
                 after[name].append(seconds_per_call(calls[name], 1))
-        settled, mixed = ({name: min(v[name]) for name in candidates} for v in (samples, after))
+        # (settled: the fastest block, load only adding time; right after a product: the median call, since the
+        # BLAS workers' spinning hits every such call alike, and one that happened to find them asleep, or the
+        # other load away, says nothing of the others)
+        settled = {name: min(samples[name]) for name in candidates}
+        mixed = {name: statistics.median(after[name]) for name in candidates}
         _log.debug("numpy matmul calibration, settled %s, right after a product %s", settled, mixed)
         return {name: max(settled[name], mixed[name]) for name in candidates}
     for _ in range(_ROUNDS):

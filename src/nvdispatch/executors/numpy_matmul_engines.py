@@ -20,6 +20,12 @@ full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``
     ``np.matmul`` into the result (the BLAS's own threads), then the bias and the activation (none or RELU) in
     one compiled sweep over it (``_hotpath_epilog.c``): one read and one write of each element after the
     product, where in-place ufuncs make one pass per step. Any batch, as ``np.matmul``.
+``gemm`` (strategy ``inplace``, where the extension is built and NumPy's BLAS is an OpenBLAS, ``numpy_blas``)
+    NumPy's own BLAS ``gemm``, called from C with ``beta = 1`` into a result that is already zero (a large
+    ``np.zeros`` is memory the kernel hands over zeroed as the product first writes it, where ``np.matmul``'s
+    ``beta = 0`` makes the BLAS clear the result in a pass of its own first), then bias and activation (none or
+    RELU) in the compiled sweep, in the same C call: the bias and activation's pass replaces the clearing
+    pass. 2-D operands, C- or F-contiguous (else ``ufunc``).
 ``ufunc`` (strategy ``inplace`` for results of one block)
     ``np.matmul`` into the result, then ``alpha``, ``beta * c``, the bias and the activation as in-place
     ufuncs over the whole result, with a direct call for the hot path of small repeated calls (larger
@@ -41,6 +47,7 @@ import numpy as np
 from .._compiled import hotpath
 from .._epilog_numpy import NumpyEpilogOps
 from .._matmul_problem import MatmulProblem, scalar_value
+from . import numpy_blas
 
 __all__ = [
     "ENGINES",
@@ -50,11 +57,14 @@ __all__ = [
     "applicable",
     "EnginePlan",
     "sweep_kernel",
+    "gemm_kernel",
+    "cblas_operand",
     "swept",
 ]
 
 #: every engine, and the strategy each serves
 STRATEGY_OF = {
+    "gemm": "inplace",
     "sweep": "inplace",
     "blas": "native",
     "torch": "framework_fused",
@@ -69,6 +79,8 @@ _LINEAR_STEPS.update({("add_bias", "relu"): "relu", ("add_bias", "gelu"): "gelu"
 #: the activations and dtypes the compiled sweep handles
 SWEEP_ACTIVATIONS = (None, "relu")
 _SWEEP_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: the result dtypes engines take (complex: ``gemm`` and ``ufunc`` alone, see ``applicable``)
+_ENGINE_DTYPES = ("float32", "float64", "complex64", "complex128")
 
 
 def available() -> tuple[str, ...]:
@@ -78,6 +90,8 @@ def available() -> tuple[str, ...]:
     have = ["ufunc", "panels"]
     if sweep_kernel() is not None:
         have.append("sweep")
+    if gemm_kernel("float32") is not None:
+        have.append("gemm")
     if _installed("scipy"):
         have.append("blas")
     if sys.modules.get("torch") is not None:
@@ -90,6 +104,16 @@ def sweep_kernel():
     return getattr(hotpath(), "bias_activation", None)
 
 
+def gemm_kernel(dtype: str):
+    """``(kernel, gemm address, ilp64, kind)``: the compiled product + sweep (``_hotpath.gemm_bias_activation``)
+    and NumPy's BLAS's cblas gemm for ``dtype`` (``numpy_blas.gemm``), or None where either is missing."""
+    kernel = getattr(hotpath(), "gemm_bias_activation", None)
+    found = None if kernel is None else numpy_blas.gemm(dtype)
+    if found is None:
+        return None
+    return kernel, *found, numpy_blas.GEMM_KINDS[dtype][1]
+
+
 def _installed(name: str) -> bool:
     if name in sys.modules:
         return sys.modules[name] is not None  # None: the import is blocked
@@ -100,9 +124,10 @@ def _installed(name: str) -> bool:
 
 
 def applicable(problem: MatmulProblem) -> tuple[str, ...]:
-    """The engines that can run ``problem`` (empty for epilogs beyond a linear layer, non-real dtypes...)."""
+    """The engines that can run ``problem`` (empty for epilogs beyond a linear layer, mixed dtypes...); complex
+    results (bias or none: activations are not defined on them) only ``gemm`` and ``ufunc``."""
     p = problem
-    if p.result_dtype not in ("float32", "float64") or p.a.dtype != p.result_dtype or p.b.dtype != p.result_dtype:
+    if p.result_dtype not in _ENGINE_DTYPES or p.a.dtype != p.result_dtype or p.b.dtype != p.result_dtype:
         return ()
     if tuple(p.epilog.steps) not in _LINEAR_STEPS or p.epilog.outputs:
         return ()
@@ -117,8 +142,12 @@ def applicable(problem: MatmulProblem) -> tuple[str, ...]:
         return ("ufunc",)  # nothing to multiply: BLAS and Torch add nothing but checks
     two_d = not p.batch_shape or all(d == 1 for d in p.batch_shape)
     sweeps = _LINEAR_STEPS[tuple(p.epilog.steps)] in SWEEP_ACTIVATIONS
-    # (``panels``: 2-D, as BLAS and Torch; ``sweep``: any batch, for the activations it applies)
-    return tuple(e for e in available() if e == "ufunc" or (e == "sweep" and sweeps) or (two_d and e != "sweep"))
+    has = available()
+    if np.dtype(p.result_dtype).kind == "c":
+        gemm = two_d and "gemm" in has and gemm_kernel(p.result_dtype) is not None
+        return ("gemm", "ufunc") if gemm else ("ufunc",)
+    # (``panels``, ``gemm``: 2-D, as BLAS and Torch; ``sweep``: any batch, for the activations it applies)
+    return tuple(e for e in has if e == "ufunc" or (e == "sweep" and sweeps) or (two_d and e != "sweep"))
 
 
 def plan(problem: MatmulProblem, engine: str) -> EnginePlan:
@@ -149,11 +178,13 @@ class EnginePlan:
             self.torch = torch
         elif engine == "sweep":
             self.sweep = sweep_kernel()
+        elif engine == "gemm":
+            self.gemm_call = gemm_kernel(self.dtype.name)
         # the Plan protocol's direct call (alpha 1, no c, the caller's arrays): direct(a, b[, bias])
         plain_2d = problem.c is None and not problem.a_vector and not problem.b_vector and len(self.shape) == 2
         self.direct = None
         if plain_2d and "bias" in problem.input_sigs:
-            direct = {"ufunc": _ufunc_direct, "sweep": self._sweep_direct}.get(engine)
+            direct = {"ufunc": _ufunc_direct, "sweep": self._sweep_direct, "gemm": self._gemm_direct}.get(engine)
             self.direct = self._direct_bias if direct is None else direct(self.dtype, self.activation)
         elif plain_2d and not problem.inputs:
             self.direct = self._direct_plain
@@ -169,13 +200,16 @@ class EnginePlan:
             "sweep": "np.matmul into the result",
             "blas": "BLAS gemm (scipy.linalg.blas) with beta=1 into the result pre-filled with bias/c",
             "torch": "torch.addmm on zero-copy Torch views of the NumPy arrays",
+            "gemm": "NumPy's own BLAS gemm called from C, "
+            + ("beta into a copy of c" if p.c is not None else "beta=1 into a zeroed result (no clearing pass)"),
         }[self.engine]
         steps = [f"alpha * a @ b{' + beta * c' if p.c is not None else ''} via {gemm} (engine {self.engine!r})"]
         fused = ("add_bias",) if self.engine in ("blas", "torch") and p.c is None else ()
         for step in p.epilog.steps:
             where = "fused in the GEMM call" if step in fused else "in place over the whole result"
-            if self.engine == "sweep":
+            if self.engine == "sweep" or (self.engine == "gemm" and step != "gelu"):
                 where = "in one compiled sweep over the result with the other steps"
+                where += ", in the same C call as the product" if self.engine == "gemm" else ""
             steps.append(f"{step} ({where})")
         return tuple(steps)
 
@@ -247,6 +281,51 @@ class EnginePlan:
 
         def direct(a, b, bias):
             return swept(sweep, matmul(a, b), bias, relu)
+
+        return direct
+
+    def _gemm(self, a, b, bias, c, alpha, beta):
+        """NumPy's BLAS gemm and the sweep in one C call (see the module notes); ``ufunc`` for layouts the BLAS
+        cannot read as they lie, and sizes beyond its integers."""
+        ta, lda = cblas_operand(a, self.dtype)
+        tb, ldb = cblas_operand(b, self.dtype)
+        if lda is None or ldb is None:
+            return self._ufunc(a, b, bias, c, alpha, beta)
+        kernel, address, ilp64, kind = self.gemm_call
+        m, k = a.shape
+        n = b.shape[1]
+        if c is not None and beta != 0:
+            out = np.empty((m, n), self.dtype)
+            out[...] = c
+        else:
+            out, beta = np.zeros((m, n), self.dtype), 1.0  # already zero: beta = 1 spares the BLAS its clearing
+        swept_bias = None
+        if bias is not None and bias.size == n and bias.dtype == self.dtype:
+            swept_bias = np.ascontiguousarray(bias)
+        # (RELU in the sweep only where the bias is added there too: it must come after the bias)
+        relu = self.activation == "relu" and (bias is None or swept_bias is not None)
+        at = None if swept_bias is None else swept_bias.__array_interface__["data"][0]
+        try:
+            scalars = _scalar(alpha, kind), _scalar(beta, kind)
+        except TypeError:  # a complex alpha/beta for a real result: NumPy's casting rules, by the ufuncs
+            return self._ufunc(a, b, bias, c, alpha, beta)
+        try:
+            kernel(address, ilp64, kind, ta, tb, m, n, k, scalars[0], a.__array_interface__["data"][0], lda,
+                   b.__array_interface__["data"][0], ldb, scalars[1], out.__array_interface__["data"][0], n, at,
+                   relu, m)  # fmt: skip
+        except OverflowError:  # sizes beyond a 32-bit BLAS's integers
+            return self._ufunc(a, b, bias, c, alpha, beta)
+        if bias is not None and swept_bias is None:
+            np.add(out, bias, out=out)
+            return self._finish(out, self.activation)
+        return out if relu else self._finish(out, self.activation)
+
+    def _gemm_direct(self, dtype: np.dtype, activation: str | None):
+        """The ``gemm`` engine's hot path for ``act(a @ b + bias)``."""
+        run = self._gemm
+
+        def direct(a, b, bias):
+            return run(a, b, bias, None, 1, 0)
 
         return direct
 
@@ -346,6 +425,30 @@ def _ufunc_finish(out: np.ndarray, bias, relu: bool) -> np.ndarray:
     if relu:
         _OPS.relu_(out)
     return out
+
+
+def cblas_operand(x, dtype: np.dtype) -> tuple[bool, int | None]:
+    """``(transposed, leading dimension)`` of a 2-D operand of ``dtype`` as a row-major cblas call reads it where
+    it lies: a C-contiguous array as it is, an F-contiguous one as the transpose of its row-major transpose;
+    ``(False, None)`` for other layouts, dtypes and unaligned data (``np.matmul`` does not hand those to BLAS
+    either)."""
+    if x.dtype != dtype or not x.flags.aligned:
+        return False, None
+    if x.flags.c_contiguous:
+        return False, max(1, x.shape[1])
+    if x.flags.f_contiguous:
+        return True, max(1, x.shape[0])
+    return False, None
+
+
+def _scalar(value, kind: int):
+    """``alpha``/``beta`` as the compiled call takes it: a float for real kinds, a complex for complex ones
+    (TypeError for a complex value and a real kind)."""
+    if kind >= 2:
+        return complex(value)
+    if isinstance(value, complex) or np.iscomplexobj(value):
+        raise TypeError("a complex scalar for a real result")
+    return float(value)
 
 
 def _fortran_operand(x):

@@ -27,7 +27,7 @@ from .._tunings import an_int, check_object, require_valid
 from . import blas_threads, cpu_caches
 from .cpu_autotune import TuningProposal, propose
 from .cpu_threads import CPUS, pool
-from .numpy_matmul_engines import SWEEP_ACTIVATIONS, EnginePlan, sweep_kernel, swept
+from .numpy_matmul_engines import SWEEP_ACTIVATIONS, EnginePlan, cblas_operand, gemm_kernel, sweep_kernel, swept
 
 __all__ = ["PanelPlan", "panel_byte_choices"]
 
@@ -106,6 +106,8 @@ class PanelPlan(EnginePlan):
         super().__init__(problem, "panels")
         #: the compiled bias + activation sweep each panel is finished with, where the extension has it
         self.panel_sweep = sweep_kernel()
+        #: NumPy's BLAS gemm and the sweep in one compiled call per panel (engine ``gemm``'s), where available
+        self.panel_gemm = gemm_kernel(problem.result_dtype) if problem.result_dtype in ("float32", "float64") else None
 
     @property
     def panel_rows(self) -> int:
@@ -132,7 +134,10 @@ class PanelPlan(EnginePlan):
         how = f"panels of {self.panel_rows} rows (~{self.panel_rows * self.row_bytes >> 10} KiB each)"
         where = f"{self.threads} threads, a share of rows each, BLAS 1 thread each"
         where = "on 1 thread" if self.threads == 1 else where
-        steps = [f"np.matmul(a[rows], b, out=result[rows]) in {how}, {where} (engine 'panels')"]
+        product = "np.matmul(a[rows], b, out=result[rows])"
+        if self.panel_gemm is not None and p.c is None and self.activation in SWEEP_ACTIVATIONS:
+            product = "NumPy's BLAS gemm from C, beta=1 into the zeroed result[rows], then the sweep, in one call,"
+        steps = [f"{product} in {how}, {where} (engine 'panels')"]
         if p.c is not None:
             steps.append("alpha, beta * c[rows] (in place on each panel while in cache)")
         for step in p.epilog.steps:
@@ -151,13 +156,14 @@ class PanelPlan(EnginePlan):
     # -- execution ----------------------------------------------------------------------------------------
     def _panels(self, a, b, bias, c, alpha, beta):
         m = a.shape[0]
-        out = np.empty((m, b.shape[1]), self.dtype)
         workers = self.own_threads
         rows = self.panel_rows
         act = self.activation
         sweep = self.panel_sweep if act in SWEEP_ACTIVATIONS and (bias is not None or act is not None) else None
+        compiled = self._compiled_panels(a, b, bias, c, alpha, beta)
+        out = np.empty((m, b.shape[1]), self.dtype) if compiled is None else compiled[0]
 
-        def finish(r0: int, r1: int) -> None:
+        def finish_in_python(r0: int, r1: int) -> None:
             o = out[r0:r1]
             np.matmul(a[r0:r1], b, out=o)
             if alpha != 1:
@@ -173,6 +179,7 @@ class PanelPlan(EnginePlan):
             if act is not None:
                 self._finish(o, act)
 
+        finish = finish_in_python if compiled is None else compiled[1]
         if workers <= 1:
             for r0 in range(0, m, rows):
                 finish(r0, min(r0 + rows, m))
@@ -186,6 +193,39 @@ class PanelPlan(EnginePlan):
         with blas_threads.single_threaded():
             _pool().run(share, range(workers))
         return out
+
+    def _compiled_panels(self, a, b, bias, c, alpha, beta):
+        """``(zeroed result, finish(r0, r1))`` where each panel can be one compiled call (NumPy's BLAS gemm with
+        beta=1 into the zeroed rows, then bias and RELU swept while they are in cache); None where not (another
+        activation, ``c``, a layout or bias the call cannot read)."""
+        if self.panel_gemm is None or self.activation not in SWEEP_ACTIVATIONS or (c is not None and beta != 0):
+            return None
+        ta, lda = cblas_operand(a, self.dtype)
+        tb, ldb = cblas_operand(b, self.dtype)
+        if lda is None or ldb is None or isinstance(alpha, complex) or np.iscomplexobj(alpha):
+            return None
+        m, k = a.shape
+        n = b.shape[1]
+        at = None
+        if bias is not None:
+            if bias.size != n or bias.dtype != self.dtype:
+                return None
+            bias = np.ascontiguousarray(bias)
+            at = bias.__array_interface__["data"][0]
+        kernel, address, ilp64, kind = self.panel_gemm
+        out = np.zeros((m, n), self.dtype)
+        item = self.dtype.itemsize
+        a0, b0, o0 = (x.__array_interface__["data"][0] for x in (a, b, out))
+        a_row = item if ta else lda * item  # bytes from one row of a to the next as the product reads it
+        relu, alpha = self.activation == "relu", float(alpha)
+
+        def finish(r0: int, r1: int) -> None:
+            rows = r1 - r0
+            kernel(address, ilp64, kind, ta, tb, rows, n, k, alpha, a0 + r0 * a_row, lda, b0, ldb, 1.0,
+                   o0 + r0 * n * item, n, at, relu, rows)  # fmt: skip
+
+        finish.keep = (a, b, bias, out)  # (the arrays whose addresses it holds, alive as long as it is)
+        return out, finish
 
     # -- autotuning ---------------------------------------------------------------------------------------
     def propose_tuning(self, operands, iterations: int = 3) -> TuningProposal:
