@@ -132,6 +132,13 @@ def _differentiating() -> str | None:
     return None
 
 
+@torch.compiler.assume_constant_result
+def _exporting() -> bool:
+    """Whether ``torch.export`` is tracing, read for real: Dynamo in Torch 2.11 answers ``is_exporting()`` with
+    True under every ``torch.compile`` too."""
+    return torch.compiler.is_exporting()
+
+
 def _exported(name: str, args):
     """Operator ``name`` under a transform inside ``torch.export``: under ``vmap`` alone the operator itself (its
     batching rule folds the vmapped dimension in, and the exported graph holds the batched call); a
@@ -154,7 +161,7 @@ def call(name: str, *args):
     """Operator ``name`` on ``args``; under a transform (:func:`transforms_active`) its autograd Function, also
     in a program that Dynamo traces (see :func:`_apply`), but not inside ``torch.export`` (:func:`_exported`)."""
     if transforms_active():
-        if torch.compiler.is_exporting():
+        if _exporting():
             return _exported(name, args)
         return _apply(name, *args)
     return _OPS[name]()(*args)
