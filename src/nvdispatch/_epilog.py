@@ -282,11 +282,20 @@ def _prepare_like_result(x, p):
     return x.reshape(p.promoted_shape)
 
 
+def _prepare_mask(x, p):
+    """A boolean mask shaped like the result; cuBLASLt's uint8 bits reach an executor that takes booleans only
+    where the result is empty (see :func:`declined_mask_format`): then an empty boolean mask of the result's
+    shape, whatever the bits' orientation and padding."""
+    if str(x.dtype).endswith("uint8"):
+        return (x.reshape(-1)[:0] != 0).reshape(p.promoted_shape)
+    return x.reshape(p.promoted_shape)
+
+
 INPUTS: dict[str, EpilogInput] = {
     i.name: i
     for i in (
         EpilogInput("bias", _validate_bias, _prepare_bias, like_result=False),
-        EpilogInput("relu_aux", _validate_relu_aux, _prepare_like_result, like_result=True, mask_of="RELU_AUX"),
+        EpilogInput("relu_aux", _validate_relu_aux, _prepare_mask, like_result=True, mask_of="RELU_AUX"),
         EpilogInput("gelu_aux", _validate_gelu_aux, _prepare_like_result, like_result=True),
     )
 }
@@ -317,7 +326,11 @@ def validate_inputs(spec: EpilogSpec, infos: dict, shapes: Shapes) -> str | None
 
 def declined_mask_format(problem, executor: str) -> str | None:
     """Why an executor that takes masks as booleans (the CPU ones) declines ``problem`` (a mask in another
-    format, e.g. cuBLASLt's bits), or None."""
+    format, e.g. cuBLASLt's bits), or None. An empty result reads no mask element: any format is taken (a
+    zero-size call with the bits of a cuBLASLt RELU_AUX, which cuBLASLt itself cannot run, goes to these
+    executors)."""
+    if 0 in problem.result_shape:
+        return None
     for name, sig in problem.inputs:
         forward = INPUTS[name].mask_of
         if forward is not None and sig.dtype != "bool":

@@ -264,6 +264,24 @@ def test_a_prepared_step_captures_into_a_cuda_graph(activation, relu_backward, d
         _cuda_reference_check(mlp, static_out, static_x, static_g, 2e-4 if dtype == torch.float32 else 0.05)
 
 
+def test_the_backward_runs_under_the_forwards_backend_state(prepared):
+    # autograd runs the backward of CUDA tensors on its device thread, which a ``set_backend`` block (a
+    # ContextVar) around the step does not reach: the backward takes the state its forward ran under. Simulated
+    # on the CPU by a backward outside the block (before, it took the default executor, Torch's)
+    mlp = _model()
+
+    def forward_under_numpy(x):
+        with nvdispatch.set_backend("numpy", coerce=True):
+            return mlp(x)
+
+    _check_step(mlp, forward_under_numpy, torch.randn(5, WIDTHS[0], dtype=torch.float64), tol=1e-10)
+    first = len(prepared)
+    assert first == 3 * (len(WIDTHS) - 1)  # each layer's forward GEMM, its dW and its dx GEMMs
+    assert all(cls != "TorchMatmulPlan" for _, cls in prepared), prepared
+    _check_step(mlp, forward_under_numpy, torch.randn(5, WIDTHS[0], dtype=torch.float64), tol=1e-10)
+    assert len(prepared) == first  # the same chain plans again
+
+
 @pytest.mark.gpu
 @_cuda()
 def test_a_backend_change_on_cuda_takes_the_torch_executor(prepared):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .._backends import is_requested
 from .._compiled import hotpath
+from .._epilog import INPUTS
 from .._matmul_problem import MatmulProblem
 from .._memory import CUPY_ARRAY, TORCH_TENSOR
 from . import builtin
@@ -64,7 +65,7 @@ def decline(problem: MatmulProblem) -> str | None:
         if getattr(problem, name).dtype not in lt_setup.LT_DTYPES:
             return f"{name} is {getattr(problem, name).dtype}; cuBLASLt needs floating operands"
     if _zero_size(problem):
-        if problem.memory & PLAIN_TO_FRAMEWORK:
+        if problem.memory & PLAIN_TO_FRAMEWORK and not _bits_read(problem):
             return "zero-size matmul: left to the framework"
         if xp.namespace_for(problem.framework) is None:
             return "a zero-size matmul is run with CuPy or Torch ops, and neither is installed"
@@ -92,6 +93,15 @@ def decline(problem: MatmulProblem) -> str | None:
 
 def _torch_fuses_small(problem: MatmulProblem) -> bool:
     return problem.m * problem.n * problem.k <= HOST_BOUND_MNK and can_fuse(problem)
+
+
+def _bits_read(problem: MatmulProblem) -> bool:
+    """Whether a zero-size call reads a cuBLASLt bit mask (K == 0 with a non-empty result): the framework's
+    executors take boolean masks only (an empty result they take with any mask), so it stays here, where the
+    inplace plan unpacks the bits."""
+    return 0 not in problem.result_shape and any(
+        INPUTS[name].mask_of is not None and sig.dtype == "uint8" for name, sig in problem.inputs
+    )
 
 
 def _zero_size(problem: MatmulProblem) -> bool:

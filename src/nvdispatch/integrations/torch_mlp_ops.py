@@ -53,6 +53,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from .._backends import get_state, set_state
 from ..errors import InvalidArgumentError
 from . import torch_activation_grad as one_pass
 from . import torch_layouts as layouts
@@ -418,6 +419,9 @@ def _chain_forward(ctx, x, activation, relu_backward, weight_layout, by_operator
         outputs = _forward_kernel(x, weights, biases, activation, relu_backward, weight_layout, True)
     _save(ctx, x, weights, outputs, activation, relu_backward, weight_layout)
     ctx.by_operators = by_operators
+    # the backward runs under the forward's backend state: autograd runs the backward of CUDA tensors on its
+    # device thread, which a ``set_backend`` block (a ContextVar) around the step does not reach
+    ctx.backends = get_state()
     return tuple(outputs) if by_operators else outputs[0]
 
 
@@ -429,10 +433,18 @@ def _chain_backward(ctx, gy, *_not_differentiated):
         return None, None, None, None, None, None, *([None] * (2 * n))
     x, weights, hidden, aux = _saved(ctx)
     args = (gy, x, weights, hidden, aux, ctx.activation, ctx.relu_backward, ctx.weight_layout, needs[0])
-    got = mlp_backward_kernel_op(*args) if ctx.by_operators else _backward_kernel(*args)
+    if get_state().key == ctx.backends.key:
+        got = _run_backward(ctx.by_operators, args)
+    else:
+        with set_state(ctx.backends):
+            got = _run_backward(ctx.by_operators, args)
     dx = got[0] if needs[0] else None
     params = got[-2 * n :]
     return dx, None, None, None, None, None, *(g if k else None for g, k in zip(params, needs[6:]))
+
+
+def _run_backward(by_operators: bool, args: tuple):
+    return mlp_backward_kernel_op(*args) if by_operators else _backward_kernel(*args)
 
 
 #: the chain as one autograd Function: ``apply(x, activation, relu_backward, weight_layout, by_operators,
