@@ -555,7 +555,7 @@ def test_the_python_cufft_launch_stages_a_misaligned_input_in_aligned_scratch(mo
         staged.append((ptr, nbytes, fw, device, stream))
         return Scratch()
 
-    monkeypatch.setattr(cuda_fft, "_staged", fake_staged)
+    monkeypatch.setattr(cuda_fft, "staged_input", fake_staged)
     launch = cuda_fft._Launch(
         Cufft(), (np.zeros, ((3,),), {"dtype": "complex128"}), lambda a: a.ctypes.data, lambda: 11, 0, 0, None,
         alignment=16, span_bytes=88, framework="cupy",

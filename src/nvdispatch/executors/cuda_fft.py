@@ -296,7 +296,7 @@ class CudaFFTPlan:
         tmp = None
         if p.kind == "c2r" or misaligned(in_ptr, self.alignment):
             # C2R overwrites its input; cuFFT rejects an unaligned one: the span as it lies, in aligned scratch
-            tmp = _staged(in_ptr, self.span_bytes, fw, self.device_index, s)
+            tmp = staged_input(in_ptr, self.span_bytes, fw, self.device_index, s)
             in_ptr = tmp.ptr
         for ioff, ooff in self.loop_offsets:
             self.cufft.execute(in_ptr + ioff * self.in_item, out_ptr + ooff * self.out_item, s, self.direction)
@@ -363,7 +363,7 @@ class _Launch:
         out = (getattr(x, maker) if maker.__class__ is str else maker)(*self.args, **self.kwargs)
         in_ptr, stream = self.pointer(x), int(self.stream())
         if misaligned(in_ptr, self.alignment):
-            tmp = _staged(in_ptr, self.span_bytes, self.framework, self.device, stream)
+            tmp = staged_input(in_ptr, self.span_bytes, self.framework, self.device, stream)
             try:
                 self.cufft.execute(tmp.ptr, self.pointer(out), stream, self.direction)
             finally:
@@ -375,7 +375,7 @@ class _Launch:
         return out
 
 
-def _staged(ptr: int, nbytes: int, fw, device_index: int, stream: int):
+def staged_input(ptr: int, nbytes: int, fw, device_index: int, stream: int):
     """``nbytes`` from device address ``ptr`` copied, as they lie, into new scratch (aligned as the allocator aligns
     every buffer, at least 256 bytes), on ``stream``; the caller releases it after queueing the work that reads it."""
     from .._cuda import memory, runtime

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._fft_convolve import ConvolveProblem
-from .cuda_fft import _staged, misaligned
+from .cuda_fft import misaligned, staged_input
 
 __all__ = ["CufftConvolvePlan"]
 
@@ -66,7 +66,7 @@ class CufftConvolvePlan:
         spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
         in_ptr, staged = arrays.view(x, fw).ptr, None
         if misaligned(in_ptr, self.forward.alignment):  # cuFFT rejects it (a real view of complex data)
-            staged = _staged(in_ptr, self.forward.span_bytes, fw, dev, s)
+            staged = staged_input(in_ptr, self.forward.span_bytes, fw, dev, s)
             in_ptr = staged.ptr
         self.forward.cufft.execute(in_ptr, spectrum.ptr, s, cufft.FORWARD)
         if staged is not None:
