@@ -8,7 +8,9 @@
  * too), cufftExec* called through the address ctypes found, then the normalisation as one in-place multiply
  * (out *= scale) on the same stream. Each step is the one the Python direct call takes; compiled, they cost no
  * Python frames. The GIL is held from setting the stream to the launch's return: no other Python thread sets
- * the handle's stream in between.
+ * the handle's stream in between. An input pointer not aligned as cuFFT requires (F_ALIGN: the complex type's
+ * size; a real view of complex data starts mid-element) is handed to the Python call, which copies it to
+ * aligned scratch first.
  */
 #include "_hotpath.h"
 
@@ -28,6 +30,7 @@ enum {
     F_SET_STREAM, /* cufftSetStream's address */
     F_DIRECTION,  /* c2c: CUFFT_FORWARD (-1) or CUFFT_INVERSE (1); 0: a real transform (no direction argument) */
     F_DEVICE,     /* the plan's device ordinal */
+    F_ALIGN,      /* the byte alignment cuFFT requires of the input pointer (>= 1) */
     N_FFT_INTS
 };
 
@@ -35,6 +38,7 @@ typedef struct {
     void *exec;
     set_stream_fn set_stream;
     int direction, device;
+    size_t align;
     PyObject *cufft;                        /* the CufftPlan: its handle (None once destroyed) and stream */
     PyObject *maker, *make_args, *make_kw;  /* the result: x.<maker>(*args, **kw) (maker a str) or maker(...) */
     PyObject *pointer;                      /* pointer(array) -> its device address */
@@ -127,6 +131,8 @@ cufft_direct(PyObject *capsule, PyObject *x)
     void *in = read_pointer(d, x);
     if (in == (void *)-1)
         return NULL;
+    if ((size_t)in % d->align != 0) /* cuFFT rejects it: the Python call stages it in aligned scratch */
+        return to_fallback(d, x);
     PyObject *out;
     if (PyUnicode_Check(d->maker)) {
         PyObject *method = PyObject_GetAttr(x, d->maker);
@@ -211,11 +217,13 @@ make_cufft_direct(PyObject *module, PyObject *args)
     void *set_stream = exec == NULL ? NULL : PyLong_AsVoidPtr(PyTuple_GetItem(ints, F_SET_STREAM));
     long direction = PyLong_AsLong(PyTuple_GetItem(ints, F_DIRECTION));
     long device = PyLong_AsLong(PyTuple_GetItem(ints, F_DEVICE));
+    long align = PyLong_AsLong(PyTuple_GetItem(ints, F_ALIGN));
     if (PyErr_Occurred())
         return NULL;
-    if (exec == NULL || set_stream == NULL || device < 0 || (direction != 0 && direction != -1 && direction != 1)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "make_cufft_direct: expected non-zero addresses, a direction of -1, 1 or 0, a device >= 0");
+    if (exec == NULL || set_stream == NULL || device < 0 || (direction != 0 && direction != -1 && direction != 1) ||
+        align < 1) {
+        PyErr_SetString(PyExc_ValueError, "make_cufft_direct: expected non-zero addresses, a direction of -1, 1 "
+                                          "or 0, a device >= 0, an alignment >= 1");
         return NULL;
     }
     if (scale != Py_None && !PyFloat_Check(scale)) {
@@ -229,6 +237,7 @@ make_cufft_direct(PyObject *module, PyObject *args)
     d->set_stream = (set_stream_fn)set_stream;
     d->direction = (int)direction;
     d->device = (int)device;
+    d->align = (size_t)align;
     d->cufft = Py_NewRef(cufft);
     d->maker = Py_NewRef(maker);
     d->make_args = Py_NewRef(make_args);

@@ -24,6 +24,7 @@ class FakeCufftPlan:
 
     log: list = []
     fail_on: str | None = None
+    alignment, span_bytes = 8, 0  # what cuFFT requires of the input pointer (X is aligned: no staging copy)
 
     def __init__(self, problem, strategy):
         fft = getattr(problem, "fft", problem)  # a CallbackFFTProblem or a plain FFTProblem

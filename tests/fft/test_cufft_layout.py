@@ -7,6 +7,7 @@ import pytest
 
 from nvdispatch._detect import Device, detect
 from nvdispatch._fft_problem import build_fft_problem
+from nvdispatch.executors import cuda_fft
 from nvdispatch.executors.cuda_fft import layout
 
 GPU = Device("cuda", 0)
@@ -57,3 +58,27 @@ def test_strided_view_uses_embeds():
 )
 def test_declines_with_reason(x, func, kw, why):
     assert why in layout(problem(x, func, **kw))
+
+
+def test_input_alignment_is_the_complex_type_for_real_input_too():
+    """cuFFT requires input pointers aligned to the transform's complex type (CUFFT_INVALID_VALUE otherwise): a real
+    view of complex data (``z.imag``) starts one real element in, and is staged in aligned scratch."""
+    single = problem(np.zeros(8, np.float32), "rfft")
+    double = problem(np.zeros(8, np.float64), "rfft")
+    assert (cuda_fft.input_alignment(single), cuda_fft.input_alignment(double)) == (8, 16)
+    assert cuda_fft.input_alignment(problem(np.zeros(8, np.complex128), "fft")) == 16
+    z = np.zeros((6, 8), np.complex128)
+    imag = z.view(np.float64)[:, 1::2]
+    assert cuda_fft.misaligned(imag.ctypes.data, 16) and not cuda_fft.misaligned(z.ctypes.data, 16)
+    lay = layout(problem(imag, "rfft"))  # the layout is described as it lies: strides (16, 2) real elements
+    assert lay["istride"] == 2 and lay["idist"] == 16 and lay["span"] == 5 * 16 + 7 * 2 + 1
+
+
+@pytest.mark.parametrize(("func", "dtype", "n"), [("rfft", np.float32, None), ("irfft", np.complex64, 29)])
+def test_outer_batch_launches_at_odd_real_offsets_are_declined(func, dtype, n):
+    """An outer-batch launch of a real side (the input of rfft, the result of irfft) starting at an odd real
+    element would be misaligned for cuFFT: declined (the torch/cupy executors run it)."""
+    lay = layout(problem(np.zeros((3, 15, 41), dtype), func, axis=1, n=n))  # real side's outer stride: 15 * 41
+    assert isinstance(lay, str) and "aligned" in lay
+    even = n if n is None else 30
+    assert isinstance(layout(problem(np.zeros((3, 16, 41), dtype), func, axis=1, n=even)), dict)

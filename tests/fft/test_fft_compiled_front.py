@@ -443,7 +443,7 @@ class _Cufft:
         self.handle, self.stream = handle, None
 
 
-def _launch_parts(direction=-1, scale=None, handle=5):
+def _launch_parts(direction=-1, scale=None, handle=5, alignment=8):
     h = hotpath()
     cuf, bound, streams, fell = _Cufft(handle), [], [7], []
     ints = (
@@ -451,6 +451,7 @@ def _launch_parts(direction=-1, scale=None, handle=5):
         h.CUFFT_SET_STREAM_PROBE,
         direction,
         0,
+        alignment,
     )
 
     def check(status, what):
@@ -505,13 +506,70 @@ def test_the_compiled_cufft_launch_validates_what_it_is_made_from():
     if not COMPILED:
         pytest.skip("the extension is not built here")
     h = hotpath()
-    good = (h.CUFFT_EXEC_C2C_PROBE, h.CUFFT_SET_STREAM_PROBE, -1, 0)
+    good = (h.CUFFT_EXEC_C2C_PROBE, h.CUFFT_SET_STREAM_PROBE, -1, 0, 8)
     rest = (_Cufft(), "new_empty", (), {}, id, int, id, None, id, id)
-    for ints in (good[:3], (0, *good[1:]), (*good[:2], 2, 0), (*good[:3], -1)):
+    for ints in (good[:4], (0, *good[1:]), (*good[:2], 2, 0, 8), (*good[:3], -1, 8), (*good[:4], 0)):
         with pytest.raises((TypeError, ValueError)):
             h.make_cufft_direct(ints, *rest)
     with pytest.raises(TypeError, match="scale"):
         h.make_cufft_direct(good, *rest[:7], 2, *rest[8:])
+
+
+def _misaligned_real_view(dtype=np.complex128):
+    """The imaginary parts of complex data as a real view: it starts one real element into a complex one."""
+    z = np.zeros((3, 4), dtype)
+    return z.view(z.real.dtype)[:, 1::2]
+
+
+def test_the_compiled_cufft_launch_hands_a_misaligned_input_to_the_python_call():
+    """cuFFT rejects an input pointer not aligned to the complex type (CUFFT_INVALID_VALUE): the compiled call
+    launches nothing for it, the Python call (which stages it in aligned scratch) serves it."""
+    if not COMPILED:
+        pytest.skip("the extension is not built here")
+    h = hotpath()
+    made, _, _, _, fell = _launch_parts(direction=0, alignment=16)
+    x = _misaligned_real_view()
+    assert x.ctypes.data % 16 == 8
+    calls = h.probe_cufft_record()[1]
+    assert made(x) == "fallback" and fell == [x]
+    assert h.probe_cufft_record()[1] == calls, "no cuFFT launch for a misaligned input"
+    aligned = np.ones(4, np.complex128)
+    made(aligned)
+    assert h.probe_cufft_record()[1] == calls + 1 and fell == [x]
+
+
+def test_the_python_cufft_launch_stages_a_misaligned_input_in_aligned_scratch(monkeypatch):
+    launches, staged = [], []
+
+    class Cufft:
+        def execute(self, inp, outp, stream, direction):
+            launches.append((inp, outp, stream, direction))
+
+    class Scratch:
+        ptr = 4096
+
+        def release(self):
+            staged.append("released")
+
+    def fake_staged(ptr, nbytes, fw, device, stream):
+        staged.append((ptr, nbytes, fw, device, stream))
+        return Scratch()
+
+    monkeypatch.setattr(cuda_fft, "staged_input", fake_staged)
+    launch = cuda_fft._Launch(
+        Cufft(), (np.zeros, ((3,),), {"dtype": "complex128"}), lambda a: a.ctypes.data, lambda: 11, 0, 0, None,
+        alignment=16, span_bytes=88, framework="cupy",
+    )  # fmt: skip
+    import nvdispatch._cuda.runtime as runtime
+
+    runtime._bound.device = 0  # noqa: SLF001 - this thread counts as bound: no CUDA call where no GPU is
+    x = _misaligned_real_view()
+    out = launch(x)
+    assert staged == [(x.ctypes.data, 88, "cupy", 0, 11), "released"]
+    assert launches == [(4096, out.ctypes.data, 11, 0)]
+    y = np.ones((3, 4))  # aligned: no copy
+    out = launch(y)
+    assert launches[-1] == (y.ctypes.data, out.ctypes.data, 11, 0) and len(staged) == 2
 
 
 def test_the_python_cufft_launch_takes_the_same_steps():

@@ -9,7 +9,14 @@ stream (``stream=`` or the operand framework's current stream); nothing synchron
 The executor declines, with the reason shown by ``explain()``/``NoExecutorError``, what cuFFT cannot
 express directly; the Torch/CuPy executors (tried next by default) then run the call: padding/trimming by
 ``n``/``s``, ``hfft``/``ihfft``, real input to a complex transform (promotion), more than 3 axes, and
-layouts whose transformed axes are not nested in memory order.
+layouts whose transformed axes are not nested in memory order, and outer-batch launches that would start a
+real array at an element not aligned to its complex type.
+
+cuFFT requires every input and output pointer aligned to the transform's complex type (8 bytes in single, 16 in
+double precision; CUFFT_INVALID_VALUE otherwise). Results are allocated aligned; an input need not be: a real
+view of complex data (Torch's ``z.imag``, NumPy/CuPy's ``z.view(float)[..., 1::2]``) starts one real element
+into a complex one. Where the input's pointer is not aligned, its span is first copied, as it lies, into an
+aligned scratch buffer (the plan's layout describes the copy too), on the caller's stream.
 
 Normalisation other than none is one scaling pass over the result (as Torch and CuPy do). cuFFT's C2R
 overwrites its input, so C2R plans first copy the input into a scratch buffer: inputs are never modified.
@@ -79,6 +86,9 @@ def layout(p: FFTProblem):
         batch, idist, odist, loops = 1, 1, 1, []
     if math.prod(g[0] for g in loops) > _MAX_LOOP:
         return "the batch axes cannot be expressed as one cuFFT batch (too many launches)"
+    # each launch's pointers must be aligned to the complex type: a real side's launch offsets must be even
+    if (p.kind == "r2c" and any(g[1] % 2 for g in loops)) or (p.kind == "c2r" and any(g[2] % 2 for g in loops)):
+        return "an outer-batch launch would start at a real element not aligned to a complex one (cuFFT requires it)"
     return {
         "n": n,
         "inembed": inembed,
@@ -91,6 +101,16 @@ def layout(p: FFTProblem):
         "loops": loops,
         "span": 1 + sum((d - 1) * s for d, s in zip(shape, strides) if d > 0),
     }
+
+
+def input_alignment(p: FFTProblem) -> int:
+    """The byte alignment cuFFT requires of ``p``'s input pointer: its complex type's size (for real input too)."""
+    return 8 if p.compute_dtype == "complex64" else 16
+
+
+def misaligned(ptr: int, alignment: int) -> bool:
+    """Whether an input at ``ptr`` must be copied to aligned scratch before cuFFT may read it."""
+    return ptr % alignment != 0
 
 
 def decline(problem: FFTProblem) -> str | None:
@@ -185,6 +205,8 @@ class CudaFFTPlan:
         self.direction = cufft.FORWARD if p.direction == "forward" else cufft.INVERSE
         self.scale = p.scale()
         self.in_item = 8 if p.dtype in ("complex64", "float64") else (16 if p.dtype == "complex128" else 4)
+        self.alignment = input_alignment(p)
+        self.span_bytes = lay["span"] * self.in_item
         self.out_item = {"complex64": 8, "complex128": 16, "float32": 4, "float64": 8}[p.result_dtype]
         self.loop_offsets = [
             (sum(i * g[1] for i, g in zip(idx, lay["loops"])), sum(i * g[2] for i, g in zip(idx, lay["loops"])))
@@ -199,6 +221,8 @@ class CudaFFTPlan:
         ]
         if p.kind == "c2r":
             steps.insert(1, "copy the input to scratch (cuFFT C2R overwrites its input)")
+        else:
+            steps.insert(1, f"an input not {self.alignment}-byte aligned is first copied to aligned scratch")
         if self.scale != 1.0:
             steps.append(f"scale by {self.scale:.6g} (norm={p.norm!r})")
         self.steps = (*steps, p.describe())
@@ -222,7 +246,16 @@ class CudaFFTPlan:
         scale = None if self.scale == 1.0 else float(self.scale)
         idx = self.device_index
         launch = _Launch(
-            self.cufft, made, adapter.data_ptr_reader(), adapter.current_stream_getter(idx), idx, self.direction, scale
+            self.cufft,
+            made,
+            adapter.data_ptr_reader(),
+            adapter.current_stream_getter(idx),
+            idx,
+            self.direction,
+            scale,
+            alignment=self.alignment,
+            span_bytes=self.span_bytes,
+            framework=p.framework,
         )
         compiled = hotpath()
         if compiled is None:
@@ -232,6 +265,7 @@ class CudaFFTPlan:
             cufft_lib.address("cufftSetStream"),
             self.direction if p.kind == "c2c" else 0,
             idx,
+            self.alignment,
         )
         return compiled.make_cufft_direct(
             ints, self.cufft, *made, launch.pointer, launch.stream, runtime.bind_context, scale, cufft_lib.check, launch
@@ -240,7 +274,7 @@ class CudaFFTPlan:
     def execute(self, operands, stream=None):
         if stream is None and self.direct is not None and len(operands) == 1:
             return self.direct(operands["x"])
-        from .._cuda import arrays, memory, runtime, streams
+        from .._cuda import arrays, runtime, streams
 
         p = self.problem
         x = operands["x"]
@@ -260,14 +294,9 @@ class CudaFFTPlan:
         else:
             out_ptr = arrays.view(out, fw).ptr
         tmp = None
-        if p.kind == "c2r":
-            nbytes = self.layout["span"] * self.in_item
-            tmp = memory.scratch(nbytes, fw, self.device_index, s)
-            rt = runtime.cudart()
-            runtime.check(
-                rt.cudaMemcpyAsync(tmp.ptr, in_ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, s),
-                "cudaMemcpyAsync",
-            )
+        if p.kind == "c2r" or misaligned(in_ptr, self.alignment):
+            # C2R overwrites its input; cuFFT rejects an unaligned one: the span as it lies, in aligned scratch
+            tmp = staged_input(in_ptr, self.span_bytes, fw, self.device_index, s)
             in_ptr = tmp.ptr
         for ioff, ooff in self.loop_offsets:
             self.cufft.execute(in_ptr + ioff * self.in_item, out_ptr + ooff * self.out_item, s, self.direction)
@@ -300,12 +329,31 @@ class _Launch:
     ``Adapter.result_maker``), one launch on the current stream, the normalisation as one in-place multiply.
     It refers to the cuFFT plan, not to the :class:`CudaFFTPlan` (no reference cycle)."""
 
-    __slots__ = ("cufft", "maker", "args", "kwargs", "pointer", "stream", "device", "direction", "scale")
+    __slots__ = (
+        "cufft", "maker", "args", "kwargs", "pointer", "stream", "device", "direction", "scale",
+        "alignment", "span_bytes", "framework",
+    )  # fmt: skip
 
-    def __init__(self, cufft, made, pointer, stream, device: int, direction: int, scale: float | None):
+    def __init__(
+        self,
+        cufft,
+        made,
+        pointer,
+        stream,
+        device: int,
+        direction: int,
+        scale: float | None,
+        *,
+        alignment: int = 1,
+        span_bytes: int = 0,
+        framework: str | None = None,
+    ):
+        """``alignment``: what cuFFT requires of the input pointer; an input not aligned so is copied (its
+        ``span_bytes``) to scratch of ``framework``'s allocator first (the compiled call hands such inputs here)."""
         self.cufft = cufft
         self.maker, self.args, self.kwargs = made
         self.pointer, self.stream, self.device, self.direction, self.scale = pointer, stream, device, direction, scale
+        self.alignment, self.span_bytes, self.framework = alignment, span_bytes, framework
 
     def __call__(self, x):
         from .._cuda.runtime import bind_context
@@ -313,10 +361,32 @@ class _Launch:
         bind_context(self.device)
         maker = self.maker
         out = (getattr(x, maker) if maker.__class__ is str else maker)(*self.args, **self.kwargs)
-        self.cufft.execute(self.pointer(x), self.pointer(out), int(self.stream()), self.direction)
+        in_ptr, stream = self.pointer(x), int(self.stream())
+        if misaligned(in_ptr, self.alignment):
+            tmp = staged_input(in_ptr, self.span_bytes, self.framework, self.device, stream)
+            try:
+                self.cufft.execute(tmp.ptr, self.pointer(out), stream, self.direction)
+            finally:
+                tmp.release()  # stream-ordered: reused only after the transform
+        else:
+            self.cufft.execute(in_ptr, self.pointer(out), stream, self.direction)
         if self.scale is not None:
             out *= self.scale  # on the current stream, where the transform was queued
         return out
+
+
+def staged_input(ptr: int, nbytes: int, fw, device_index: int, stream: int):
+    """``nbytes`` from device address ``ptr`` copied, as they lie, into new scratch (aligned as the allocator aligns
+    every buffer, at least 256 bytes), on ``stream``; the caller releases it after queueing the work that reads it."""
+    from .._cuda import memory, runtime
+
+    tmp = memory.scratch(nbytes, fw, device_index, stream)
+    rt = runtime.cudart()
+    runtime.check(
+        rt.cudaMemcpyAsync(tmp.ptr, ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync",
+    )
+    return tmp
 
 
 def _scale(out, fw, kind, factor, stream, device_index):

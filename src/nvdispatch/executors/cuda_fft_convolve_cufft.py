@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._fft_convolve import ConvolveProblem
+from .cuda_fft import misaligned, staged_input
 
 __all__ = ["CufftConvolvePlan"]
 
@@ -63,7 +64,13 @@ class CufftConvolvePlan:
         s = streams.stream_pointer(stream, fw, dev)
         self.before_forward(operands, s)
         spectrum = memory.scratch(self.spectrum_bytes, fw, dev, s)
-        self.forward.cufft.execute(arrays.view(x, fw).ptr, spectrum.ptr, s, cufft.FORWARD)
+        in_ptr, staged = arrays.view(x, fw).ptr, None
+        if misaligned(in_ptr, self.forward.alignment):  # cuFFT rejects it (a real view of complex data)
+            staged = staged_input(in_ptr, self.forward.span_bytes, fw, dev, s)
+            in_ptr = staged.ptr
+        self.forward.cufft.execute(in_ptr, spectrum.ptr, s, cufft.FORWARD)
+        if staged is not None:
+            staged.release()  # stream-ordered: reused only after the forward transform
         self.between_transforms(spectrum, operands, s)
         out, out_ptr = arrays.empty(arrays.result_kind(x, fw), inv.out_shape, inv.result_dtype, dev, s)
         self.inverse.cufft.execute(spectrum.ptr, out_ptr, s, cufft.INVERSE)
