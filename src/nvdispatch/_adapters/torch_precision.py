@@ -65,7 +65,7 @@ def level(device_kind: str) -> int:
     ``device_kind`` now."""
     value = fp32_precision(backend_of(device_kind))
     if device_kind != "cuda" and (value == "tf32" or (value == "bf16" and not cpu_bf16())):
-        return 3  # "tf32": float32 on the CPU (measured on this Xeon); bfloat16 only where the CPU has it
+        return 3  # Torch's CPU matmul has no TF32 ("tf32" computes float32); bfloat16 only where the CPU has it
     return _LEVEL.get(value, 3)
 
 
