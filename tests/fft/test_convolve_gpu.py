@@ -12,6 +12,7 @@ from nvdispatch import fft as nfft
 from nvdispatch import plan_cache
 from nvdispatch._fft_convolve import prepare
 from nvdispatch.executors import cuda_fft_convolve as op
+from tests.fft.convolve_cases import BEYOND_THE_DEVICE_ENGINE, CASES
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -51,7 +52,7 @@ def _check(got, want, dtype):
 def _run_strategy(strategy, x, h):
     xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
     problem, operands = prepare(xt, ht, None, -1)
-    assert strategy in op.strategies(problem), op.decline(problem)
+    assert strategy in op.strategies(problem), dict(op.refusals(problem)).get(strategy)
     plan = op.plan(problem, strategy)
     try:
         got = plan.execute(operands)
@@ -59,31 +60,6 @@ def _run_strategy(strategy, x, h):
         return got, plan
     finally:
         plan.release()
-
-
-# strategy, rows, n, x dtype, filter rows ("one" | "each"); few distinct kernels (each compiles for seconds)
-CASES = [
-    ("device-fused", 64, 1024, "complex64", "one"),
-    ("device-fused", 17, 64, "float32", "one"),
-    ("device-fused", 9, 16384, "complex64", "one"),  # a block beyond 48 KiB of shared memory
-    ("device-fused", 5, 8192, "float64", "each"),
-    ("four-step", 5, 2048, "complex64", "one"),  # 2 x 1024: a thread per column
-    ("four-step", 3, 65536, "complex64", "one"),  # 64 x 1024: tiles of columns
-    ("four-step", 3, 65536, "float32", "one"),  # two real rows a signal, an odd batch
-    ("four-step", 3, 12288, "float64", "one"),  # 12 x 1024
-    ("four-step", 2, 12288, "complex128", "one"),
-    ("four-step", 2, 1 << 20, "complex64", "one"),  # 1024 x 1024
-    ("four-step", 1, 1 << 20, "float32", "one"),
-    ("unfused", 16, 1000, "complex64", "each"),
-    ("unfused", 9, 4096, "float32", "one"),
-    ("unfused", 4, 65536, "complex128", "one"),
-    ("unfused", 5, 2048, "float64", "each"),
-    ("cufft-lto", 16, 1024, "complex64", "one"),
-    ("cufft-lto", 7, 16384, "complex64", "each"),
-    ("cufft-lto-load", 7, 16384, "float32", "each"),
-    ("cufft-lto-load", 16, 1024, "complex64", "each"),
-    ("cufft-lto-load", 7, 16384, "float32", "one"),
-]
 
 
 @pytest.mark.parametrize("strategy,rows,n,dtype,filter_rows", CASES)
@@ -94,6 +70,32 @@ def test_every_strategy_matches_numpy(strategy, rows, n, dtype, filter_rows):
     got, plan = _run_strategy(strategy, x, h)
     assert plan.strategy == strategy
     _check(got, _reference(x, h, n), dtype)
+
+
+@pytest.mark.parametrize("rows,n,dtype,filter_rows", BEYOND_THE_DEVICE_ENGINE)
+def test_beyond_the_device_engine_every_offered_strategy_matches_numpy(rows, n, dtype, filter_rows):
+    """Double-precision signals longer than the device engine's 4096-point blocks: the route offers what its
+    rules say (``unfused`` always; ``device-fused`` never), ``explain()`` names why the others are not offered,
+    and each strategy offered, and the route's own call, match NumPy."""
+    x = _signal(rows, n, dtype)
+    m = n // 2 + 1 if np.dtype(dtype).kind == "f" else n
+    h = _filter((m,) if filter_rows == "one" else (rows, m), _complex_of(dtype))
+    xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
+    problem, _ = prepare(xt, ht, None, -1)
+    offered = [s for s in op.strategies(problem) if s != "timed"]
+    refused = dict(op.refusals(problem))
+    assert "unfused" in offered and "device-fused" not in offered, refused
+    assert f"n={n} is not a device-engine length in float64" in refused["device-fused"]
+    assert set(offered) | set(refused) == {"device-fused", "four-step", "unfused", "cufft-lto", "cufft-lto-load"}
+    want = _reference(x, h, n)
+    for strategy in offered:
+        got, _ = _run_strategy(strategy, x, h)
+        _check(got, want, dtype)
+    got = nfft.convolve(xt, ht)
+    torch.cuda.synchronize()
+    _check(got, want, dtype)
+    explained = str(nvdispatch.explain(nfft.convolve, xt, ht))
+    assert "not offered: device-fused (n=" in explained and "2..4096" in explained, explained
 
 
 def test_real_signals_take_the_load_callback_not_the_store_one():

@@ -19,8 +19,9 @@ Strategies (``explain()`` names the one that runs, and why):
     One generated kernel per call (:mod:`nvdispatch.device.fft_callback_kernel`): load -> block FFT ->
     multiply by ``h`` in registers -> inverse block FFT -> scale -> store. The signal is read once and
     written once. Along the last axis of a C-contiguous ``x``, for lengths the device engine has
-    (2**a 3**b 5**c 7**d up to 16384 in float32, 4096 in float64; above 8192 points the kernel
-    opts in to more than 48 KiB of shared memory), with a C-contiguous filter that is one row for all signals (shape
+    (2**a 3**b 5**c 7**d up to 16384 in float32, 4096 in float64 on every GPU: longer double-precision blocks
+    ran out of registers at launch; a block beyond 48 KiB of shared memory opts in to more), with a
+    C-contiguous filter that is one row for all signals (shape
     ``(m,)``, ``(1, ..., m)``) or one row per signal (the spectrum's shape). The timed choice also tries the
     kernel with other block-FFT knobs and, for real signals with one filter row, ``device-fused pairs``: two
     real rows as one complex transform with the filter completed to a Hermitian one (half the FFT work).
@@ -42,6 +43,8 @@ Strategies (``explain()`` names the one that runs, and why):
 
 The three cuFFT strategies share one launch sequence (:mod:`.cuda_fft_convolve_cufft`) and differ in where
 the multiply happens. Otherwise the executor declines and the Torch/CuPy executors run fft, multiply, ifft.
+Every plan's ``steps`` (what ``explain()`` shows) end with the strategies not offered for the problem and why
+(:func:`refusals`).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ _log = logging.getLogger("nvdispatch")
 __all__ = [
     "TIMING_MIN_BYTES",
     "decline",
+    "refusals",
     "strategies",
     "plan",
     "candidates",
@@ -216,6 +220,20 @@ _REASONS = (
 
 def decline(problem: ConvolveProblem) -> str | None:
     return decline_by(problem, problem.forward.autograd, _REASONS)
+
+
+def refusals(problem: ConvolveProblem) -> tuple[tuple[str, str], ...]:
+    """The strategies that do not apply to ``problem``, each with why (the order of ``_REASONS``): what
+    ``explain()`` shows as ``not offered``.
+
+    A ``complex128`` signal of 8192 points, for instance, has no ``device-fused`` strategy: the device engine's
+    double-precision Block FFTs stop at 4096 points
+    (:data:`~nvdispatch.device.fft_config.MAX_SIZE_FLOAT64`), on every GPU."""
+    return tuple((name, why) for name, reason in _REASONS if (why := reason(problem)) is not None)
+
+
+def _refusal_steps(problem: ConvolveProblem) -> tuple[str, ...]:
+    return tuple(f"not offered: {name} ({why})" for name, why in refusals(problem))
 
 
 def _four_step_variants(problem: ConvolveProblem) -> list:
@@ -389,6 +407,7 @@ def _timed_plan(problem: ConvolveProblem, tuning) -> TimedChoicePlan:
         time_it=time_it,
         why_not_timed=why,
         check=_result_check(problem, dev),
+        notes=_refusal_steps(problem),
     )
 
 
@@ -405,9 +424,15 @@ def _make(problem: ConvolveProblem, strategy: str):
 
 
 def plan(problem: ConvolveProblem, strategy: str, tuning=None):
+    """The plan of ``strategy``; its ``steps`` (what ``explain()`` shows) end with the strategies not offered
+    for ``problem`` and why (:func:`refusals`)."""
     if strategy == "timed":
         return _timed_plan(problem, tuning)
-    return _make(problem, strategy)
+    made = _make(problem, strategy)
+    notes = _refusal_steps(problem)
+    if notes:
+        made.steps = (*made.steps[:-1], *notes, made.steps[-1])
+    return made
 
 
 def pairs_reason(problem: ConvolveProblem) -> str | None:

@@ -25,7 +25,8 @@ candidate can be checked: the choice is not timed, the model's first candidate t
 problem too small to time, so the check never makes a call fail that would have run), with a WARNING.
 
 ``steps`` (what ``explain()`` shows) say which candidate runs and why: the timings, the recorded tuning, or
-the model's estimates.
+the model's estimates, then the executor's ``notes`` (the convolution's: the strategies it does not offer for
+the problem, and why).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def _microseconds(medians: Mapping[str, float]) -> str:
 class TimedChoicePlan:
     """See the module docstring. ``clock_for(operands, stream)`` returns the :class:`Clock` to time a call
     on, or None when it cannot be timed now; ``environment`` is what a recorded choice must have been made
-    on (a JSON object of strings and numbers: the device, driver and library versions)."""
+    on (a JSON object of strings and numbers: the device, driver and library versions); ``notes`` end ``steps``
+    (before the problem's description)."""
 
     tuning_kind = TUNING_KIND
 
@@ -123,6 +125,7 @@ class TimedChoicePlan:
         time_it: bool = True,
         why_not_timed: str = "",
         check: ResultCheck | None = None,
+        notes: tuple[str, ...] = (),
     ):
         if not candidates:
             raise ValueError("a timed choice needs at least one candidate")
@@ -137,6 +140,7 @@ class TimedChoicePlan:
         self._errors: dict[str, BaseException] = {}
         self.why_not_timed = why_not_timed
         self._check = check
+        self.notes = tuple(notes)
         self.rejected: dict[str, Rejection] = {}
         self._record: dict[str, Any] | None = None
         self._run: Callable[[dict, Any], Any] | None = None
@@ -352,7 +356,7 @@ class TimedChoicePlan:
             lines = [head, model, *self._chosen_steps[:-1]]
         lines += [f"left out {label}: {why}" for label, why in self._failed.items()]
         lines += [f"rejected {label}: {r.reason()}" for label, r in self.rejected.items()]
-        return (*lines, self.problem.describe())
+        return (*lines, *self.notes, self.problem.describe())
 
     def release(self) -> None:
         for plan in list(self._plans.values()):
