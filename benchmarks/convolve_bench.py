@@ -29,7 +29,7 @@ the results file does not have yet (skipped, failed or never run) and adds them 
 after every cell, and the JSON and the PNG when the run ends, is interrupted (Ctrl-C) or terminated (SIGTERM,
 as ``timeout`` sends).
 
-    python benchmarks/convolve_bench.py [--quick | --groups table,long] [--budget 470] [--resume] [--out DIR]
+    python benchmarks/convolve_bench.py [--quick | --groups table,long] [--budget 450] [--resume] [--out DIR]
     # writes DIR/convolve_bench.json (with --groups: convolve_bench-<groups>.json) and DIR/<same>.png
 
 Needs an NVIDIA GPU, Torch with CUDA, CuPy and numba-cuda; exits with status 2 and one line otherwise.
