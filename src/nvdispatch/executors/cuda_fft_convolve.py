@@ -21,8 +21,8 @@ Strategies (``explain()`` names the one that runs, and why):
     written once. Along the last axis of a C-contiguous ``x``, for lengths the device engine has
     (2**a 3**b 5**c 7**d up to 16384 in float32, 4096 in float64 on every GPU: longer double-precision blocks
     ran out of registers at launch; a block beyond 48 KiB of shared memory opts in to more), with a
-    C-contiguous filter that is one row for all signals (shape
-    ``(m,)``, ``(1, ..., m)``) or one row per signal (the spectrum's shape). The timed choice also tries the
+    C-contiguous filter that is one row for all signals (shape ``(m,)``, ``(1, ..., m)``) or one row per
+    signal (the spectrum's shape). The timed choice also tries the
     kernel with other block-FFT knobs and, for real signals with one filter row, ``device-fused pairs``: two
     real rows as one complex transform with the filter completed to a Hermitian one (half the FFT work).
 ``four-step``
