@@ -141,6 +141,9 @@ class _Bound:
     grads: bool
     arrays: dict[str, Any]
     wrap: tuple[Any, Any] | None
+    #: whether the operands hold copies of lazy views' values (``OperandInfo.materialized``) that the next
+    #: execute makes anew (the values may have changed since)
+    stale: bool = False
 
 
 #: ``_prepare``'s ``convention`` default: the operands' framework's precision convention, read now
@@ -664,6 +667,7 @@ class Matmul:
         self._bound: _Bound | None = None  # what execute passes the plan; None after a change
         self._strategy = None
         self._freed = False
+        self._stateless = False  # a stateless call's object (planned and executed at once)
 
     @classmethod
     def _for_call(cls, a, b, c, alpha, beta, options, stream, scales) -> Matmul:
@@ -671,6 +675,7 @@ class Matmul:
         which validates the whole call (in the order the stateless call always has)."""
         self = cls.__new__(cls)
         self._setup(_as_array("a", a), _as_array("b", b), _as_array("c", c), alpha, beta, options, stream, scales)
+        self._stateless = True
         return self
 
     # -- helpers --------------------------------------------------------------------------------------
@@ -688,19 +693,27 @@ class Matmul:
         if self._hold is None:
             raise PlanStateError("self", f"a planned Matmul to {what}", "one not planned yet", "call plan() first")
 
-    def _views(self) -> tuple[Any, Any, Any, dict[str, Any]]:
-        """The views of the operands executors take (their adapters' ``OperandInfo.array``)."""
+    def _views(self, now: bool = False) -> tuple[Any, Any, Any, dict[str, Any]]:
+        """The views of the operands executors take (their adapters' ``OperandInfo.array``); ``now``: a view that
+        is a copy of a lazy view's values (``OperandInfo.materialized``) made anew, from the values as they are."""
         infos = self._infos
-        c = infos.get("c")
-        return (
-            infos["a"].array,
-            infos["b"].array,
-            None if c is None else c.array,
-            {name: infos[name].array for name in self._inputs},
-        )
+        given = {"a": self._a, "b": self._b, "c": self._c, **self._inputs}
 
-    def _operands(self):
-        a, b, c, inputs = self._views()
+        def view(name):
+            info = infos.get(name)
+            if info is None:
+                return None
+            return detect(name, given[name]).array if now and info.materialized else info.array
+
+        return view("a"), view("b"), view("c"), {name: view(name) for name in self._inputs}
+
+    def _stale(self) -> bool:
+        """Whether an operand's view is a copy of a lazy view's values that an execute must make anew: a stateful
+        object's (its operands may change between executes; a stateless call's are planned just before)."""
+        return not self._stateless and any(info.materialized for info in self._infos.values())
+
+    def _operands(self, views=None):
+        a, b, c, inputs = self._views() if views is None else views
         ops = _operands(a, b, c, self._alpha, self._beta, inputs, self._scales)
         return coerce_operands(self._selection, ops, _OPERAND_NAMES)
 
@@ -878,7 +891,7 @@ class Matmul:
             plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
             try:
                 bound = self._bound
-                if bound is None or bound.plan is not plan:
+                if bound is None or bound.plan is not plan or bound.stale:
                     bound = self._bound = self._bind(plan)
                 if bound.grads:  # an operand requires grad
                     refuse_recorded_call(self._problem, bound.arrays)
@@ -895,8 +908,10 @@ class Matmul:
 
     def _bind(self, plan) -> _Bound:
         """What every execute of ``plan`` on the current operands passes (see :class:`_Bound`)."""
-        operands = self._operands()
-        a, b, _, inputs = self._views()
+        stale = self._stale()
+        views = self._views(now=stale)
+        operands = self._operands(views)
+        a, b, _, inputs = views
         direct = getattr(plan, "direct", None)
         args = None
         if direct is not None and not self._selection.coerce and self._c is None and self._scales is None:
@@ -906,7 +921,7 @@ class Matmul:
         grads = any(getattr(x, "requires_grad", False) is True for x in arrays.values())
         ad = adapter_for(self._a)
         wrap = (ad, self._a) if ad is not None and ad.wraps and not self._selection.coerce else None
-        return _Bound(plan, operands, args, grads, arrays, wrap)
+        return _Bound(plan, operands, args, grads, arrays, wrap, stale)
 
     def reset_operands(
         self,

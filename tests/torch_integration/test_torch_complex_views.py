@@ -313,3 +313,50 @@ def test_lazy_views_on_cuda(mode):
     got = run(products)([tuple(x.cuda() for x in abc) for abc in operands], OPERAND_VIEWS)
     for key, w in numpy_products(operands, OPERAND_VIEWS).items():
         _close(got[key].cpu(), w, 1e-12, f"{SHAPES[key[0]]} {key[1:]}")
+
+
+#: lazy views a call alternates with the plain tensor (of the same layout where the view keeps it)
+ALTERNATING = {
+    "conj": lambda z: z.conj(),
+    "neg": lambda z: torch._neg_view(z),
+    "conj-transposed": lambda z: z.conj().t(),
+    "conj-slice": lambda z: z.conj()[1:, ::2],
+    "conj-imag": lambda z: z.conj().imag,
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch with CUDA")
+@pytest.mark.parametrize("backend", [None, "cuda", "torch"])
+def test_alternating_lazy_views_on_cuda(backend):
+    """A plain CUDA tensor and its lazy views in turn, three times over (the plain calls' keys, their memo and the
+    compiled front warm), through the default executor and each one named: every call gets its own view's values,
+    the input untouched; stateful objects read a lazy view's values as they are at each execute."""
+    import contextlib
+
+    z, w = _complex(6, 8).cuda(), _complex(8, 6, seed=1).cuda()
+    before = z.clone()
+    scope = contextlib.nullcontext() if backend is None else nvdispatch.set_backend(backend, only=True)
+    with scope:
+        for _ in range(3):
+            for name, make in ALTERNATING.items():
+                for what, x in (("plain", make(z).resolve_conj().resolve_neg()), (name, make(z))):
+                    _close(nvdispatch.fft.fft(x).cpu(), np.fft.fft(_numpy(x.cpu())), 1e-12, f"fft of {what}")
+                    if x.is_complex():
+                        b = w[: x.shape[-1]]
+                        want = _numpy(x.cpu()) @ _numpy(b.cpu())
+                        _close(nvdispatch.matmul(x, b).cpu(), want, 1e-12, f"{what} @ plain")
+                        a = w.t()[:, : x.shape[0]]
+                        _close(
+                            nvdispatch.matmul(a, x).cpu(), _numpy(a.cpu()) @ _numpy(x.cpu()), 1e-12, f"plain @ {what}"
+                        )
+        zc = z.conj()
+        with nvdispatch.fft.FFT(zc, axes=(1,)) as f, nvdispatch.Matmul(zc, w.conj()) as mm:
+            f.plan()
+            mm.plan()
+            for k in range(2):
+                _close(f.execute().cpu(), np.fft.fft(_numpy(zc.cpu()), axis=1), 1e-12, f"stateful fft, execute {k}")
+                _close(mm.execute().cpu(), _numpy(zc.cpu()) @ _numpy(w.conj().cpu()), 1e-12, f"stateful matmul {k}")
+                z.mul_(1 + 1j)  # the view's values change in place between executes
+                before.mul_(1 + 1j)
+    assert torch.equal(z, before)

@@ -540,6 +540,9 @@ def test_the_one_pass_backward_refuses_what_it_cannot_take():
     cpu = torch.zeros(8, 8, dtype=torch.bfloat16)
     assert "CUDA" in one_pass.one_pass_reason(cpu, None)
     assert "CUDA" in one_pass.one_pass_reason(cpu, cpu)
+    # the kernels read g by pointer: a lazy negative view's memory holds its values unnegated (on any device)
+    for device in ("cpu", "meta"):
+        assert "lazy negative view" in one_pass.one_pass_reason(torch._neg_view(cpu.to(device)), None)
 
 
 def test_a_single_backward_form_is_recorded_untimed():

@@ -13,7 +13,9 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     detection (by class, looked up once per class; protocol adapters may also look at the instance);
 ``info(name, x)``
     the full description (:class:`OperandInfo`: the view, its memory kinds, framework, device with its
-    index, dtype, shape, strides);
+    index, dtype, shape, strides). A view read by pointer holds the values ``x`` stands for: where ``x``'s
+    memory does not (a lazy conjugate or negative view), the view is a copy (``OperandInfo.materialized``) and
+    ``signature`` gives such an ``x`` no key (raises ``TypeError``) or one apart from the plain array's;
 ``signature(x)`` (optional)
     a cheap hashable summary of what a plan depends on (dtype, shape, strides, device...), for the
     plan-cache key of repeated calls; without one, every call takes the full path;
@@ -106,6 +108,11 @@ class OperandInfo:
     chunks: Any = None
     #: the memory kinds ``array`` is, as executors accept them (``HOST``, ``CUDA``, a framework's own)
     memory: frozenset[str] = frozenset()
+    #: whether ``array`` is a copy holding the values the operand stands for (a lazy view materialised: Torch's
+    #: conjugate and negative views on a device), made when the operand was detected: a stateful object
+    #: detects the operand again at each execution (the values may have changed since), and results written
+    #: into ``array`` do not reach the operand
+    materialized: bool = False
 
     @property
     def ndim(self) -> int:

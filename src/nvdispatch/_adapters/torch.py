@@ -11,12 +11,12 @@ from typing import Any
 from .._cuda.arrays import DeviceView, storage_shape
 from .._memory import CUDA, TORCH_TENSOR
 from .._precision import PrecisionConvention
-from ..errors import InvalidArgumentError, UnsupportedDtypeError, describe
+from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .torch_autocast import autocast_dtype
 from .torch_precision import at_least, cpu_bf16, fp32_precision, settled_level, wanted_level
 
-__all__ = ["TorchAdapter", "tf32_allowed"]
+__all__ = ["TorchAdapter", "resolved", "tf32_allowed"]
 
 
 #: torch.fft's half precision: the operand's dtype -> the dtype the transform computes in
@@ -81,14 +81,28 @@ class TorchAdapter(Adapter):
         device = CPU if dev.type == "cpu" else Device(dev.type, dev.index if dev.index is not None else 0)
         dtype = str(x.dtype).removeprefix("torch.")
         autograd = bool(x.requires_grad) and _grad_enabled()
-        memory = _ON_CPU if device is CPU else _ON_CUDA
-        return OperandInfo(x, self.name, device, dtype, tuple(x.shape), tuple(x.stride()), autograd, memory=memory)
+        if device is CPU:
+            # the Torch executor alone takes CPU tensors as they are: its operations honour lazy views
+            return OperandInfo(x, self.name, device, dtype, tuple(x.shape), tuple(x.stride()), autograd, memory=_ON_CPU)
+        view = x
+        if x.is_conj() or x.is_neg():
+            # a lazy conjugate/negative view's memory holds the values it stands for conjugated/negated: an
+            # executor reading it by pointer (cuBLASLt, cuFFT) takes them materialised (see `resolved`)
+            view = resolved(x)
+        return OperandInfo(view, self.name, device, dtype, tuple(view.shape), tuple(view.stride()), autograd,
+                           memory=_ON_CUDA, materialized=view is not x)  # fmt: skip
 
     @staticmethod
     def signature(x):
         # get_device() (-1 on the CPU) and is_cuda: cheaper to read and hash than a torch.device; size() than shape.
         # A torch.func wrapper (vmap's batched tensor, grad's/jvp's tracking tensor) has the sizes of one sample:
         # its key must not find a plain tensor's plan (the Torch integration takes those calls)
+        if x.is_conj() or x.is_neg():
+            if not x.is_cpu:  # executors take a copy made per call (see info): no key, the full route each time
+                raise TypeError("no call key for a lazy conjugate/negative view on a device")
+            # on the CPU the plan is the same (Torch's operations honour the view); the key tells them apart anyway
+            return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled(),
+                    _functorch_wrapped(x), x.is_conj(), x.is_neg())  # fmt: skip
         return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled(),
                 _functorch_wrapped(x))  # fmt: skip
 
@@ -337,6 +351,13 @@ class TorchAdapter(Adapter):
         return "torch"
 
     def device_view(self, x):
+        if x.is_conj() or x.is_neg():  # its memory does not hold its values: info() hands executors a copy
+            raise UnsupportedOperandError(
+                "operand",
+                "a tensor whose memory holds its values",
+                f"a lazy {'conjugate' if x.is_conj() else 'negative'} view",
+                "resolve it first (tensor.resolve_conj().resolve_neg())",
+            )
         return DeviceView(x.data_ptr(), str(x.dtype)[6:], tuple(x.shape), tuple(x.stride()), x)
 
     def result_view(self, kind, base, shape, strides_elems, offset_elems=0):
@@ -372,10 +393,27 @@ class TorchAdapter(Adapter):
         return torch.from_dlpack(x) if hasattr(x, "__dlpack__") else torch.as_tensor(x)
 
     def to_numpy(self, x):
-        return x.detach().cpu().numpy()
+        return resolved(x.detach().cpu()).numpy()
 
     def export(self, x):
-        return x.detach()
+        # DLPack carries no conjugate/negative bit: Torch refuses to export a conjugate view, and exports a
+        # negative view's memory as it lies (the values unnegated)
+        return resolved(x.detach())
+
+
+def resolved(x):
+    """``x`` with the values it stands for in its own memory: a lazy conjugate or negative view (``z.conj()``,
+    ``torch._neg_view(z)``, ``z.conj().imag``) materialised in a new tensor (``resolve_conj``/``resolve_neg``,
+    which autograd records); any other tensor itself. ``x`` is never modified.
+
+    >>> import torch
+    >>> z = torch.tensor([1 + 2j])
+    >>> v = z.conj()
+    >>> r = resolved(v)
+    >>> (r.is_conj(), r.tolist(), z.tolist())
+    (False, [(1-2j)], [(1+2j)])
+    """
+    return x.resolve_conj().resolve_neg()
 
 
 def _installed(module: str) -> bool:

@@ -408,9 +408,15 @@ class FFT:
             stream = stream if stream is not None else self._stream
             sel, x, cb_data = self._selections[d], self._x, self._cb_data
             operand = self._info.array  # as executors take it (a CPU DLPack object's NumPy view)
+            # a copy of a lazy view's values made when the operand was detected: a stateful object's operand may
+            # have changed since (a stateless call's, planned just now, has not)
+            materialized = self._info.materialized
+            stale = materialized and self._call is None
             plan = self._holds[d].plan
             plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
         try:
+            if stale:  # the values as they are now
+                operand = detect("x", x).array
             operands = coerce_operands(sel, {"x": operand}, ("x",))
             if cb_data:
                 operands = _fft_callbacks.coerce_all(sel, {"x": operand, **cb_data})
@@ -420,12 +426,14 @@ class FFT:
         if self._options.inplace and getattr(plan, "supports_out", False):
             operands["out"] = operand
             run(plan, operands, stream)
+            if materialized:  # the result is in the copy: the operand (a lazy view) takes it as its values
+                _copy_into(x, operand)
             return x
         ad = adapter_for(x)
         wrap = (ad, x) if ad is not None and ad.wraps and not sel.coerce and not self._options.inplace else None
         result = run(plan, operands, stream, None, wrap)
         if self._options.inplace:
-            _copy_into(operand, result)
+            _copy_into(x if materialized else operand, result)
             return x
         return result
 

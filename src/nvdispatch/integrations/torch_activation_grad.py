@@ -48,6 +48,8 @@ def one_pass_reason(g: torch.Tensor, saved: torch.Tensor | None) -> str | None:
     for name, t in (("g", g), ("saved", saved)):
         if t is None:
             continue
+        if t.is_neg() or t.is_conj():  # the kernels read the memory, which holds the values unnegated
+            return f"{name} is a lazy {'negative' if t.is_neg() else 'conjugate'} view"
         if t.device.type != "cuda" or t.device != g.device:
             return f"{name} is not a CUDA tensor" if t.device.type != "cuda" else f"{name} is on another device"
         if t.dim() != 2 or not t.is_contiguous():
