@@ -5,6 +5,7 @@ math on the same device; the same transforms compiled (``torch.compile(fullgraph
 check with its max error and launch counts, and exits 1 on a mismatch.
 
     python benchmarks/probes/torch_func_cuda.py [--dtype float32] [--batch 64] [--device cpu] [--backend inductor]
+    python benchmarks/probes/torch_func_cuda.py --fp8-only     # vmapped FP8 scales and misaligned FP8 pointers
 
 (``--device cpu`` checks the values only: it counts no launches.)
 """
@@ -46,6 +47,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled checks")
+    parser.add_argument("--fp8-only", action="store_true", help="run the FP8 checks alone (scales, alignment)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("needs a CUDA device (--device cpu checks the values on the CPU)")
@@ -58,17 +60,21 @@ def main() -> int:
     sig = torch.randn(n, 4096, generator=g, device=dev)
     failed = False
 
-    def check(name, got, want, count=None):
+    def check(name, got, want, count=None, within=None):
+        """``within``: this check's tolerance (the result type's rounding), else the --dtype's."""
         nonlocal failed
         got = got if isinstance(got, (tuple, list)) else (got,)
         want = want if isinstance(want, (tuple, list)) else (want,)
         err = max(((wide(gg) - wide(ww)).abs().max() / wide(ww).abs().max().clamp_min(1)).item()
                   for gg, ww in zip(got, want))  # fmt: skip
-        ok = err <= tol
+        ok = err <= (tol if within is None else within)
         failed |= not ok
         print(f"{name:40s} rel err {err:.2e} {'ok' if ok else 'MISMATCH'}" + ("" if count is None else
               f"  CUDA launches {count}"))  # fmt: skip
 
+    if args.fp8_only:
+        fp8_checks(check, g, dev)
+        return 1 if failed else 0
     lo = lambda *xs: [v.to(dt) for v in xs]  # noqa: E731
     a_, w_, b_ = lo(a, w, bias)
     f = lambda a: nvdispatch.matmul(a, w_, epilog="RELU_BIAS", epilog_inputs={"bias": b_})  # noqa: E731
@@ -145,20 +151,60 @@ def main() -> int:
     check("vmap(grad) FusedMLP per-example", list(per(params, x.to(dt)).values()),
           list(vmap(grad(mlp_loss(seq)), in_dims=(None, 0))(dparams, x.double()).values()),
           launches(lambda: per(params, x.to(dt))))  # fmt: skip
-    # -- vmapped FP8 scales ------------------------------------------------------------------------------------------
-    if dev == "cuda" and torch.cuda.get_device_capability() >= (8, 9):
-        q = torch.randn(8, 64, 128, generator=g, device=dev).to(torch.float8_e4m3fn)
-        w8 = torch.randn(256, 128, generator=g, device=dev).to(torch.float8_e4m3fn).t()  # column-major (TN)
-        sa = torch.rand(8, generator=g, device=dev) + 0.5
-
-        def fp8(q, sa):
-            return nvdispatch.matmul(q, w8, quantization_scales={"a": sa}, options={"result_type": "bfloat16"})
-
-        want8 = sa.double()[:, None, None] * (q.double() @ w8.double())
-        check("vmap FP8 per-sample scale_a", vmap(fp8)(q, sa), want8, launches(lambda: vmap(fp8)(q, sa)))
-    else:
-        print("vmap FP8 per-sample scale_a                skipped: needs CUDA compute capability 8.9+")
+    fp8_checks(check, g, dev)
     return 1 if failed else 0
+
+
+#: tolerances of FP8 checks by result type: float32 sums of exact FP8 products; bf16's and e4m3's rounding
+FP8_TOL = {"float32": 1e-5, "bfloat16": 2**-8, "float8_e4m3fn": 2**-3}
+
+
+def fp8_checks(check, g, dev) -> None:
+    """Vmapped FP8 scales, and the misaligned pointers they hand cuBLASLt: a per-sample scale ``sa[i]`` is 4 bytes
+    from its neighbour (cuBLAS 12.9.1+ refuses FP8 scale pointers not 16-byte aligned: NOT_SUPPORTED); the same
+    for a direct call with ``sa[1]``, a d scale, a bias and operands at odd offsets into their storage."""
+    if dev == "cuda" and torch.cuda.get_device_capability() < (8, 9):
+        print("vmap FP8 per-sample scale_a                skipped: needs CUDA compute capability 8.9+")
+        return
+    f8 = torch.float8_e4m3fn
+    q = torch.randn(8, 64, 128, generator=g, device=dev).to(f8)
+    w8 = torch.randn(256, 128, generator=g, device=dev).to(f8).t()  # column-major (TN)
+    sa = torch.rand(8, generator=g, device=dev) + 0.5
+    sd = torch.rand(8, generator=g, device=dev) * 0.1 + 0.05
+    if dev == "cuda":  # (on the CPU Torch's reference path runs these: values only)
+        from nvdispatch._cuda import cublaslt
+
+        print(f"  (cuBLASLt {cublaslt.version()}; sa[1] is {sa[1].data_ptr() % 16} bytes past a 16-byte "
+              f"boundary)")  # fmt: skip
+    product = q.double() @ w8.double()
+
+    def fp8(q, sa):
+        return nvdispatch.matmul(q, w8, quantization_scales={"a": sa}, options={"result_type": "bfloat16"})
+
+    want8 = sa.double()[:, None, None] * product
+    bf = FP8_TOL["bfloat16"]
+    check("vmap FP8 per-sample scale_a", vmap(fp8)(q, sa), want8, launches(lambda: vmap(fp8)(q, sa)), bf)
+    check("FP8 scale_a = sa[1] (a 4-byte offset)", fp8(q[1], sa[1]), want8[1], within=bf)
+
+    def fp8_d(q, sa, sd):  # FP8 result: per-sample d scale and amax
+        return nvdispatch.matmul(q, w8, quantization_scales={"a": sa, "d": sd},
+                                 options={"result_type": "float8_e4m3fn", "result_amax": True})  # fmt: skip
+
+    y, aux = vmap(fp8_d)(q, sa, sd)
+    t = sa.double()[:, None, None] * product
+    check("vmap FP8 per-sample scale_a, scale_d, amax", (y.double(), aux["result_amax"]),
+          ((sd.double()[:, None, None] * t).clamp(-448, 448), t.abs().amax((1, 2))),
+          within=FP8_TOL["float8_e4m3fn"])  # fmt: skip
+    bias_pool = torch.randn(257, generator=g, device=dev).to(torch.bfloat16)
+    bias = bias_pool[1:]  # 2 bytes into its storage
+    got = nvdispatch.matmul(q[2], w8, epilog="BIAS", epilog_inputs={"bias": bias}, quantization_scales={"a": sa[3]},
+                            options={"result_type": "bfloat16"})  # fmt: skip
+    check("FP8 bias at a 2-byte offset", got, sa[3].double() * product[2] + bias.double(), within=bf)
+    big_a = torch.randn(64, 160, generator=g, device=dev).to(f8)
+    big_b = torch.randn(256, 160, generator=g, device=dev).to(f8)
+    a_odd, b_odd = big_a[:, 1:129], big_b[:, 3:131].t()  # rows 160 bytes apart, 1 and 3 bytes into their storage
+    got = nvdispatch.matmul(a_odd, b_odd, options={"result_type": "float32"})
+    check("FP8 a, b at odd offsets (lead 160)", got, a_odd.double() @ b_odd.double(), within=FP8_TOL["float32"])
 
 
 if __name__ == "__main__":

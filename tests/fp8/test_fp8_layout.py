@@ -86,3 +86,30 @@ def test_tuning_records_are_keyed_by_machine(monkeypatch):
     assert key_a != key_b and "H200" in repr(key_a) and "driver 13000" in repr(key_a)
     choice = {"env": env_a, "data": [1] * 8, "ws": 0}
     assert lt_autotune._usable(choice, env_a) and not lt_autotune._usable(choice, env_b)
+
+
+def test_misaligned_names_the_pointers_fp8_kernels_cannot_read():
+    from nvdispatch._cuda.lt_fp8_layout import FP8_ALIGNMENT, misaligned
+
+    assert FP8_ALIGNMENT == 16
+    scales = torch.tensor([0.5, 2.0, 4.0, 8.0, 1.0])  # a per-sample scale is 4 bytes from its neighbour
+    base = scales.data_ptr()
+    got = misaligned({f"scale{i}": scales[i].data_ptr() - base for i in range(5)})
+    assert got == ("scale1", "scale2", "scale3")  # bytes 0 and 16 are aligned
+    assert misaligned({"a": 256, "b": 48, "d": 0}) == () and misaligned({"b": 8, "a": 1}) == ("b", "a")
+
+
+def test_realign_copies_an_operand_whatever_its_layout_and_keeps_the_other():
+    a = torch.zeros(32, 80, dtype=F8)[:, 1:65]  # rows 80 bytes apart: a layout read in place...
+    b = torch.zeros(48, 80, dtype=F8)[:, :64].t()
+    p = problem(a, b)
+    s = fp8_layout(p)
+    assert (s.a_copy, s.b_copy, s.lda, s.ldb) == (False, False, 80, 80)
+    s = fp8_layout(p, realign=("a",))  # ...at a pointer 1 byte into its storage: copied, leading dimension 64
+    assert (s.a_copy, s.b_copy, s.lda, s.ldb) == (True, False, 64, 80)
+    assert any("copy a: its pointer is not 16-byte aligned" in n for n in s.notes)
+    s = fp8_layout(p, realign=("a", "b"))
+    assert (s.a_copy, s.b_copy, s.lda, s.ldb) == (True, True, 64, 64)
+    batched = problem(torch.zeros(3, 32, 80, dtype=F8)[..., 16:80], b)
+    s = fp8_layout(batched, realign=("a",))
+    assert (s.a_copy, s.lda, s.a_batch_stride, s.batch) == (True, 64, 32 * 64, 3)

@@ -44,6 +44,7 @@ class FakeLayout:
     def __init__(self, dtype, rows, cols, ld, batch=1, batch_stride=0):
         self.ptr = next(_ids)
         self.args = (dtype, rows, cols, ld, batch, batch_stride)
+        FAKE_LAYOUTS[self.ptr] = self.args
 
 
 class FakePreference:
@@ -59,6 +60,7 @@ def result(workspace=0, tag=0):
 
 
 DESCS: dict[int, FakeDesc] = {}
+FAKE_LAYOUTS: dict[int, tuple] = {}
 
 
 class Recorder:
@@ -390,6 +392,118 @@ def test_the_fp8_plan_computes_its_operand_order_once_and_launches_through_the_s
     assert attrs[lt.DESC_BIAS_POINTER] == bias.data_ptr() and attrs[lt.DESC_A_SCALE_POINTER] == sa.data_ptr()
     alpha = np.frombuffer((ctypes.c_float * 2).from_address(call[2]), np.float32)
     assert alpha.tolist() == [0.25, 0.0]  # b's host scale folded into alpha, beta 0
+
+
+# -- FP8: every pointer 16-byte aligned (cuBLAS 12.9.1+ refuses a misaligned scale: NOT_SUPPORTED) ---------------
+def _fp8_plan(a, b, bias=None, scales=None, result_type="bfloat16", epilog=None):
+    from nvdispatch._cuda.lt_fp8 import Fp8LtPlan
+    from nvdispatch._epilog import spec_of
+    from nvdispatch._fp8 import build_fp8_problem
+    from nvdispatch._matmul_problem import as_options
+    from nvdispatch._route import detect_all, placement
+
+    inputs = {} if bias is None else {"bias": bias}
+    infos = detect_all({"a": a, "b": b, **inputs})
+    fw, dev = placement(infos)
+    opts = as_options({"result_type": result_type})
+    epilog = epilog or ("BIAS" if bias is not None else None)
+    return Fp8LtPlan(build_fp8_problem(fw, dev, infos, spec_of(epilog), opts, 1, None, tuple(inputs), scales))
+
+
+def _snapshots(monkeypatch, rec, read):
+    """``cublasLtMatmul`` recording ``read(args, attrs)`` at each call (the bytes its pointers hold then)."""
+    seen = []
+
+    def call(*args):
+        seen.append(read(args, DESCS[args[1]].attrs))
+        return rec(*args)
+
+    monkeypatch.setattr(lt, "matmul_call", lambda: call)
+    return seen
+
+
+def test_fp8_scales_and_a_bias_not_16_byte_aligned_are_handed_as_aligned_copies(fake_lt, monkeypatch):
+    # a per-sample scale (scales[i], vmapped scales) sits 4 bytes from its neighbour: each call copies it into a
+    # fresh buffer; an aligned scale is handed as it is
+    monkeypatch.setattr(lt_plan_base, "Xp", CpuTorchOps)
+    f8 = torch.float8_e4m3fn
+    a, b = torch.zeros(32, 64, dtype=f8), torch.zeros(48, 64, dtype=f8).t()
+    scales = torch.tensor([0.5, 2.0, 4.0, 8.0])
+    bias = torch.arange(50, dtype=torch.bfloat16)[1:49]  # 2 bytes into its storage
+    f32 = lambda ptr: ctypes.c_float.from_address(ptr).value  # noqa: E731
+
+    def read(args, attrs):
+        sa, sd, bp = (attrs.get(k) for k in (lt.DESC_A_SCALE_POINTER, lt.DESC_D_SCALE_POINTER, lt.DESC_BIAS_POINTER))
+        return sa, sd, bp, f32(sa), sd and f32(sd), bp and ctypes.string_at(bp, 48 * 2)
+
+    seen = _snapshots(monkeypatch, fake_lt, read)
+    for i in (1, 2, 3):
+        given = {"a": scales[i], "d": scales[4 - i]}
+        plan = _fp8_plan(a, b, bias, given, result_type="float8_e4m3fn")
+        plan.execute({"a": a, "b": b, "bias": bias, "quantization_scales": given}, stream=0)
+        sa, sd, bp, va, vd, bias_bytes = seen[-1]
+        assert sa % 16 == 0 and sd % 16 == 0 and bp % 16 == 0
+        assert (sa, sd, bp) != (scales[i].data_ptr(), scales[4 - i].data_ptr(), bias.data_ptr())
+        assert (va, vd) == (float(scales[i]), float(scales[4 - i]))  # the copies hold the values
+        assert bias_bytes == bias.contiguous().view(torch.uint8).numpy().tobytes()
+    own = torch.tensor(0.5)  # its own storage: aligned, read in place
+    plan = _fp8_plan(a, b, None, {"a": own})
+    plan.execute({"a": a, "b": b, "quantization_scales": {"a": own}}, stream=0)
+    assert fake_lt.attrs[-1][lt.DESC_A_SCALE_POINTER] == own.data_ptr()
+
+
+def test_fp8_operands_at_an_odd_offset_run_the_plans_variant_that_copies_them(fake_lt, monkeypatch):
+    # a layout cuBLASLt's FP8 kernels take (rows 80 bytes apart) at a pointer they do not (1 byte into its
+    # storage): the call runs the plan's variant copying that operand (made once); aligned calls the plan itself
+    monkeypatch.setattr(lt_plan_base, "Xp", CpuTorchOps)
+    f8 = torch.float8_e4m3fn
+    g = torch.Generator().manual_seed(3)
+    big_a, big_b = torch.randn(32, 80, generator=g).to(f8), torch.randn(48, 80, generator=g).to(f8)
+    layouts = {}
+
+    def read(args, attrs):  # the row orientation: cuBLASLt's A is our b (args[3]), its B our a (args[5])
+        b_ptr, a_ptr = args[3], args[5]
+        layouts["a"], layouts["b"] = FAKE_LAYOUTS[args[6]], FAKE_LAYOUTS[args[4]]
+        lda, ldb = layouts["a"][3], layouts["b"][3]
+        return a_ptr, b_ptr, ctypes.string_at(a_ptr, 32 * lda), ctypes.string_at(b_ptr, 48 * ldb), lda, ldb
+
+    seen = _snapshots(monkeypatch, fake_lt, read)
+    a, b = big_a[:, 1:65], big_b[:, 1:65].t()  # (32, 64) row-major and (64, 48) column-major, lead 80
+    plan = _fp8_plan(a, b)
+    assert not plan.setup.a_copy and not plan.setup.b_copy and plan.setup.lda == 80
+    for ops in ({"a": a, "b": b}, {"a": a, "b": big_b[:, :64].t()}, {"a": big_a[:, 16:80], "b": b}):
+        plan.execute(ops, stream=0)
+        a_ptr, b_ptr, a_bytes, b_bytes, lda, ldb = seen[-1]
+        assert a_ptr % 16 == 0 and b_ptr % 16 == 0
+        want_a = ops["a"].contiguous().view(torch.uint8).numpy()
+        want_b = ops["b"].t().contiguous().view(torch.uint8).numpy()  # b's columns, K contiguous
+        got_a = np.frombuffer(a_bytes, np.uint8).reshape(32, lda)[:, :64]
+        got_b = np.frombuffer(b_bytes, np.uint8).reshape(48, ldb)[:, :64]
+        np.testing.assert_array_equal(got_a, want_a)
+        np.testing.assert_array_equal(got_b, want_b)
+        misaligned = {n for n in "ab" if ops[n].data_ptr() % 16}
+        assert (a_ptr == ops["a"].data_ptr()) == ("a" not in misaligned)
+        assert (b_ptr == ops["b"].data_ptr()) == ("b" not in misaligned)
+        assert (lda == 80) == ("a" not in misaligned) and (ldb == 80) == ("b" not in misaligned)
+    assert sorted(plan._variants) == [("a",), ("a", "b"), ("b",)]
+    plan.execute({"a": big_a[:, 16:80], "b": big_b[:, 16:80].t()}, stream=0)  # both aligned: the plan itself
+    assert seen[-1][:2] == (big_a[:, 16:80].data_ptr(), big_b[:, 16:80].data_ptr())
+    plan.release()
+    assert plan._variants == {}
+
+
+def test_a_launch_cublaslt_refuses_says_the_fp8_problem_and_each_pointers_alignment(fake_lt, monkeypatch):
+    monkeypatch.setattr(lt_plan_base, "Xp", CpuTorchOps)
+    f8 = torch.float8_e4m3fn
+    a, b = torch.zeros(32, 64, dtype=f8), torch.zeros(48, 64, dtype=f8).t()
+    sa = torch.tensor(0.5)
+    plan = _fp8_plan(a, b, None, {"a": sa})
+    fake_lt.status = 15
+    with pytest.raises(CublasLtError, match="CUBLAS_STATUS_NOT_SUPPORTED") as err:
+        plan.execute({"a": a, "b": b, "quantization_scales": {"a": sa}}, stream=0)
+    message = str(err.value)
+    assert "FP8 float8_e4m3fn x float8_e4m3fn -> bfloat16" in message and "lda 64, ldb 64" in message
+    assert f"scale_a {alignment(sa.data_ptr())}" in message and "16-byte aligned" in message
 
 
 # -- FP8: the related form autotune times too -------------------------------------------------------------

@@ -457,6 +457,26 @@ def test_vmap_fp8_per_sample_scales():
         assert torch.equal(aux["result_amax"][i], one_aux["result_amax"])
 
 
+def test_vmap_fp8_per_sample_scales_taken_from_strided_views_along_any_dimension():
+    """Per-sample slices as vmap hands them: samples along x's middle dimension, scales every other element of a
+    larger array (each a 0-d view at its own offset, as on CUDA, where cuBLASLt gets aligned copies of them)."""
+    g = torch.Generator().manual_seed(43)
+    x = torch.randn(8, 4, 32, generator=g).to(torch.float8_e4m3fn)  # 4 samples along dim 1
+    w = torch.randn(24, 32, generator=g).to(torch.float8_e4m3fn).t()  # column-major (TN)
+    pool = torch.rand(8, generator=g) + 0.5
+    sa, sb = pool[::2], pool[1::2]
+
+    def f(x, sa, sb):
+        return nvdispatch.matmul(x, w, quantization_scales={"a": sa, "b": sb}, options={"result_type": "float32"})
+
+    got = vmap(f, in_dims=(1, 0, 0))(x, sa, sb)
+    assert got.shape == (4, 8, 24) and got.dtype == torch.float32
+    xs, wn = x.float().numpy().astype(np.float64), w.float().numpy().astype(np.float64)
+    for i in range(4):  # the NumPy oracle: float32 sums of exact FP8 products
+        want = float(sa[i]) * float(sb[i]) * (xs[:, i] @ wn)
+        np.testing.assert_allclose(got[i].numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 # -- FusedMLP -------------------------------------------------------------------------------------------------------
 def _np_mlp(x, ws, bs, activation):
     h = x

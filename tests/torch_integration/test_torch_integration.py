@@ -262,6 +262,26 @@ def test_a_bad_argument_is_the_typed_error_at_trace_time(fullgraph):
         assert str(err.value).startswith(f"{argument}: expected")
 
 
+def test_the_typed_errors_reach_the_caller_where_is_compiling_is_false_outside_dynamos_trace(monkeypatch):
+    # Torch before 2.13 (pytorch/pytorch#184614) holds torch.compiler.is_compiling()'s flag for torch.export only:
+    # in the functions Dynamo runs for real (refuse) and in fake kernels it answered False under torch.compile, and
+    # Torch 2.11 rewrapped the plain error as InternalTorchDynamoError / TorchRuntimeError. Simulated here by
+    # leaving the flag unset for the compile session: the errors are still their own classes, naming the argument
+    import contextlib
+
+    if hasattr(torch.compiler, "_compile_session_context"):
+        monkeypatch.setattr(torch.compiler, "_compile_session_context", contextlib.nullcontext)
+    a = _r(4, 3)
+    calls = [(lambda a: nvdispatch.fft.fft(a, prolog=lambda v, i: v), CallbackError, "prolog"), *_bad_calls()]
+    for call, error, argument in calls:
+        torch._dynamo.reset()
+        with pytest.raises(error) as err:
+            torch.compile(call, backend="aot_eager", fullgraph=True)(a)
+        assert err.value.argument == argument, (argument, str(err.value))
+        assert not isinstance(err.value, torch._dynamo.exc.InternalTorchDynamoError)
+    assert not torch.compiler.is_compiling()
+
+
 def test_numpy_integer_lengths_and_axes_are_taken_eagerly_and_refused_by_name_when_compiled():
     # the public functions take NumPy integers (operator.index); a call autograd records (through the operators)
     # takes them too. Dynamo traces a NumPy scalar as an array: refused naming the argument, saying what to pass

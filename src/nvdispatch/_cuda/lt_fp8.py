@@ -7,6 +7,12 @@ cuBLASLt multiplies them the same way); device scales go to ``A_SCALE_POINTER``/
 of an FP8 result is always a device pointer (Python numbers are kept in small device buffers, one per value).
 ``result_amax`` is ``AMAX_D_POINTER``: max(|t|) before the d scale, a float32 0-d array on the device.
 
+Pointers: the FP8 kernels read 16-byte aligned ones only (see :mod:`.lt_fp8_layout`). A call whose device scale or
+bias is not (an element of a larger array: ``scales[i]``, a per-sample scale under ``torch.func.vmap``) copies it
+into a fresh buffer; one whose ``a`` or ``b`` is not (a view at an odd offset) runs the plan's variant that copies
+that operand (made on first need, kept by the plan). A launch cuBLASLt still refuses raises
+:class:`~nvdispatch.errors.CublasLtError` saying the problem and each pointer's alignment.
+
 Results whose leading dimension is padded (see :mod:`.lt_fp8_layout`) are returned as a strided view of their
 buffer. CuPy has no FP8 or bfloat16 dtypes: for CuPy and raw CUDA operands FP8 data travels as ``uint8`` (see
 ``options.operand_types``) and FP8/bf16 results come back as ``uint8``/``uint16`` arrays holding the bits.
@@ -25,11 +31,12 @@ from . import lt_autotune
 from . import lt_layout as L
 from .arrays import as_kind, result_kind
 from .lt_descriptors import HeuristicMemo, device_index, max_workspace
-from .lt_fp8_layout import Fp8Layout, fp8_layout
+from .lt_fp8_layout import FP8_ALIGNMENT, Fp8Layout, fp8_layout, misaligned
+from .lt_launch import alignment
 from .lt_plan_base import LtPlanBase
 from .xp import as_xp, namespace_for
 
-__all__ = ["Fp8Descriptors", "decline", "probe", "Fp8LtPlan"]
+__all__ = ["Fp8Descriptors", "decline", "probe", "refused", "Fp8LtPlan"]
 
 #: a non-null pointer set on the descriptor while asking the heuristic (it never dereferences pointers)
 _PLACEHOLDER = 1 << 20
@@ -151,15 +158,40 @@ def _probe(p: MatmulProblem) -> tuple[bool, str]:
     return True, ""
 
 
+_POINTER_NAMES = {
+    lt.DESC_A_SCALE_POINTER: "scale_a",
+    lt.DESC_B_SCALE_POINTER: "scale_b",
+    lt.DESC_D_SCALE_POINTER: "scale_d",
+    lt.DESC_AMAX_D_POINTER: "result_amax",
+    lt.DESC_BIAS_POINTER: "bias",
+    lt.DESC_EPILOGUE_AUX_POINTER: "aux",
+}
+
+
+def refused(exc: lt.CublasLtError, q: Fp8Spec, s: Fp8Layout, pointers: dict[str, int]) -> lt.CublasLtError:
+    """``exc`` (a launch cuBLASLt refused) saying what was launched: the FP8 problem, its TN layout and each
+    pointer's alignment, against the FP8 kernels' requirements."""
+    aligned = ", ".join(f"{name} {alignment(ptr)}" for name, ptr in pointers.items())
+    hint = (
+        f"{q.describe()}; TN layout, K {s.k}, lda {s.lda}, ldb {s.ldb}, ldd {s.ldd}, batch {s.batch}; pointer "
+        f"alignments (bytes): {aligned}. FP8 kernels need every pointer {FP8_ALIGNMENT}-byte aligned, leading "
+        "dimensions multiples of 16 bytes and K a multiple of 16"
+    )
+    return lt.CublasLtError(exc.call, exc.status, hint=hint)
+
+
 class Fp8LtPlan(LtPlanBase):
     """A planned FP8 cuBLASLt matmul (strategy ``"native"``)."""
 
     strategy = "native"
 
-    def __init__(self, p: MatmulProblem, *, tuning=None):
+    def __init__(self, p: MatmulProblem, *, tuning=None, realign: tuple[str, ...] = ()):
         self._start(p, "native")
         self.q: Fp8Spec = p.quantization
-        self.setup = s = fp8_layout(p)
+        self.setup = s = fp8_layout(p, realign)
+        self.realign = realign
+        #: realign -> the plan's variant copying those operands (calls whose pointers to them are misaligned)
+        self._variants: dict[tuple[str, ...], Fp8LtPlan] = {}
         # cuBLASLt's A (op T) is our a in the col orientation (D = A B), our b in the row one (D^T = B^T A^T)
         self._plan_launch(
             Fp8Descriptors(p, s, max_workspace(p)),
@@ -204,6 +236,30 @@ class Fp8LtPlan(LtPlanBase):
     def release(self) -> None:
         super().release()
         self._d_scales = {}
+        variants, self._variants = self._variants, {}
+        for v in variants.values():
+            v.release()
+
+    def _realigned(self, names: tuple[str, ...]) -> Fp8LtPlan:
+        """The variant of this plan that copies operands ``names`` (and those this plan copies for alignment)
+        into aligned buffers (made once)."""
+        variant = self._variants.get(names)
+        if variant is None:
+            realign = tuple(n for n in ("a", "b") if n in names or n in self.realign)
+            variant = self._variants[names] = Fp8LtPlan(self.problem, realign=realign)
+        return variant
+
+    def _aligned_pointer(self, x, keep: list) -> int:
+        """The pointer of device scale or bias ``x`` (a helper-namespace array), copied into a fresh buffer
+        (16-byte aligned, as allocators give) where it is not :data:`FP8_ALIGNMENT`-byte aligned."""
+        xp = self._xp
+        keep.append(x)
+        ptr = xp.data_ptr(x)
+        if ptr % FP8_ALIGNMENT:
+            x = xp.contiguous(x, tuple(x.shape))  # always a new array
+            keep.append(x)
+            ptr = xp.data_ptr(x)
+        return ptr
 
     def _device_scalar(self, value: float, keep: list) -> int:
         """The pointer of a float32 device buffer holding ``value`` (the first 16 values' buffers kept)."""
@@ -225,6 +281,14 @@ class Fp8LtPlan(LtPlanBase):
         keep: list = []  # temporaries alive until the launch is queued (their memory is stream-ordered)
         scales = operands.get("quantization_scales") or {}
         a_x, b_x = as_xp(operands["a"], fw, helper), as_xp(operands["b"], fw, helper)
+        read = {}  # the operands read in place: their pointers must be aligned
+        if not s.a_copy:
+            read["a"] = xp.data_ptr(a_x)
+        if not s.b_copy:
+            read["b"] = xp.data_ptr(b_x)
+        realign = misaligned(read)
+        if realign:
+            return self._realigned(realign)._execute(operands, sp)
         batch = p.batch_shape
         padded = s.k != p.k  # K zero-padded: the copies' padding must read as +0, whose FP8 bits are 0
         # operands in the TN layout
@@ -236,7 +300,7 @@ class Fp8LtPlan(LtPlanBase):
             keep.append(buf)
             ptr_a = xp.data_ptr(buf)
         else:
-            ptr_a = xp.data_ptr(a_x)
+            ptr_a = read["a"]
         if s.b_copy:
             rows = (1,) if p.b_vector else (*batch, p.n)
             shape, dtype = (*rows, s.ldb), "uint8" if "b" in q.storage else q.b_type
@@ -245,7 +309,7 @@ class Fp8LtPlan(LtPlanBase):
             keep.append(buf)
             ptr_b = xp.data_ptr(buf)
         else:
-            ptr_b = xp.data_ptr(b_x)
+            ptr_b = read["b"]
         # result storage (…, n_lt, ldd) and its (…, m, n) view
         store = xp.empty((*batch, s.n_lt, s.ldd), q.result_type, dev)
         ptr_d = xp.data_ptr(store)
@@ -283,8 +347,7 @@ class Fp8LtPlan(LtPlanBase):
                 bias = xp.contiguous(bias.reshape(*bias.shape[:-2], s.m_lt), (*batch, s.m_lt))
             else:
                 bias = xp.contiguous(bias.reshape(-1))  # itself where it is contiguous already
-            keep.append(bias)
-            ptrs[lt.DESC_BIAS_POINTER] = xp.data_ptr(bias)
+            ptrs[lt.DESC_BIAS_POINTER] = self._aligned_pointer(bias, keep)
         aux_out = None
         if s.aux == "relu":
             bits = xp.empty((*batch, s.n_lt, s.aux_ld // 8), "uint8", dev)
@@ -296,14 +359,10 @@ class Fp8LtPlan(LtPlanBase):
             aux_out = ("gelu_aux", p.squeeze(self._view(g, s.aux_ld)))
         for name, attr in (("a", lt.DESC_A_SCALE_POINTER), ("b", lt.DESC_B_SCALE_POINTER)):
             if kinds.get(name) == "device":
-                sx = as_xp(scales[name], fw, helper)
-                keep.append(sx)
-                ptrs[attr] = xp.data_ptr(sx)
+                ptrs[attr] = self._aligned_pointer(as_xp(scales[name], fw, helper), keep)
         if q.fp8_result:
             if kinds.get("d") == "device":
-                sx = as_xp(scales["d"], fw, helper)
-                keep.append(sx)
-                ptrs[lt.DESC_D_SCALE_POINTER] = xp.data_ptr(sx)
+                ptrs[lt.DESC_D_SCALE_POINTER] = self._aligned_pointer(as_xp(scales["d"], fw, helper), keep)
             else:
                 ptrs[lt.DESC_D_SCALE_POINTER] = self._device_scalar(float(scales.get("d", 1.0)), keep)
         amax = None
@@ -312,7 +371,13 @@ class Fp8LtPlan(LtPlanBase):
             ptrs[lt.DESC_AMAX_D_POINTER] = xp.data_ptr(amax)
         scalars = self._unit_scalars if alpha == 1.0 and beta == 0.0 else np.array([alpha, beta], dtype=np.float32)
         alpha_ptr = scalars.ctypes.data
-        self.launch(ptr_a, ptr_b, ptr_c, ptr_d, alpha_ptr, alpha_ptr + 4, sp, tuple(ptrs.items()), helper)
+        pointers = tuple(ptrs.items())
+        try:
+            self.launch(ptr_a, ptr_b, ptr_c, ptr_d, alpha_ptr, alpha_ptr + 4, sp, pointers, helper)
+        except lt.CublasLtError as exc:
+            named = {"a": ptr_a, "b": ptr_b, "c": ptr_c, "d": ptr_d}
+            named.update((_POINTER_NAMES.get(attr, str(attr)), ptr) for attr, ptr in pointers)
+            raise refused(exc, q, s, named) from exc
         del keep
         kind = result_kind(operands["a"], fw)
         result = as_kind(kind, p.squeeze(out), helper)

@@ -10,6 +10,13 @@ amax are unchanged). Both orientations of :mod:`.lt_layout` keep these operand l
 (``D^T = B^T A^T``: C-ordered result, bias along N, the default) and ``"col"`` (``D = A B``: F-ordered result,
 bias along M). Results whose leading dimension would not be 16-byte aligned (e.g. an FP8 result with
 ``n % 16 != 0``) are written to a padded buffer.
+
+The kernels read 16-byte aligned pointers only — the operands', and (cuBLAS 12.9.1 and newer) the device scales'
+too: a scale that is an element of a larger array (``scales[i]``, a per-sample scale under ``torch.func.vmap``)
+sits 4 bytes from its neighbour, and cuBLASLt answers ``CUBLAS_STATUS_NOT_SUPPORTED``. Alignment is a property of
+each call's pointers, not of the problem: :func:`misaligned` names the pointers a call must copy (a scale or bias
+into a fresh buffer; ``a``/``b`` through the layout ``fp8_layout(p, realign=...)`` gives, which copies them as it
+copies operands of an unsupported layout).
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ from .._matmul_problem import MatmulProblem
 from .._strides import c_strides
 from . import lt_layout as L
 
-__all__ = ["Fp8Layout", "fp8_layout"]
+__all__ = ["FP8_ALIGNMENT", "Fp8Layout", "fp8_layout", "misaligned"]
+
+#: the byte alignment cuBLASLt's FP8 kernels need of every pointer they read (operands, scales)
+FP8_ALIGNMENT = 16
 
 _ITEMSIZE = {"float8_e4m3fn": 1, "float8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1}
 
@@ -87,8 +97,16 @@ def _b_direct(p: MatmulProblem) -> tuple[int, int] | None:
     return _direct(p, p.b, p.b_vector, -2, -1)
 
 
-def fp8_layout(p: MatmulProblem) -> Fp8Layout:
-    """FP8 problem ``p`` in cuBLASLt's TN terms: which operand is copied, leading dimensions, result storage."""
+def misaligned(pointers: dict[str, int]) -> tuple[str, ...]:
+    """The names in ``pointers`` (name -> device address) whose address is not :data:`FP8_ALIGNMENT`-byte
+    aligned, in their order."""
+    return tuple(name for name, ptr in pointers.items() if ptr % FP8_ALIGNMENT)
+
+
+def fp8_layout(p: MatmulProblem, realign: tuple[str, ...] = ()) -> Fp8Layout:
+    """FP8 problem ``p`` in cuBLASLt's TN terms: which operand is copied, leading dimensions, result storage.
+    ``realign``: the operands (``"a"``, ``"b"``) to copy whatever their layout (a call's pointer to them is not
+    16-byte aligned)."""
     q: Fp8Spec = p.quantization
     m, n, k = p.m, p.n, p.k
     batch = L.batch_count(p.batch_shape)
@@ -99,12 +117,17 @@ def fp8_layout(p: MatmulProblem) -> Fp8Layout:
     padded = k_lt != k
     if padded:
         notes.append(f"K = {k} zero-padded to {k_lt} (FP8 kernels need K a multiple of 16): a and b are copied")
-    a = None if padded else _a_direct(p)
+    a_direct = None if padded or "a" in realign else _a_direct(p)
+    b_direct = None if padded or "b" in realign else _b_direct(p)
+    for name in ("a", "b"):
+        if name in realign and not padded:
+            notes.append(f"copy {name}: its pointer is not {FP8_ALIGNMENT}-byte aligned (FP8 kernels need it)")
+    a = a_direct
     if a is None:
         lda = L.round_up(k, 16)
         a = (lda, (m * lda if batch > 1 and not p.a_vector else 0))
         notes.append(f"copy a into a row-major buffer (leading dimension {lda}: FP8 kernels need 16-byte rows)")
-    b = None if padded else _b_direct(p)
+    b = b_direct
     if b is None:
         ldb = L.round_up(k, 16)
         b = (ldb, (n * ldb if batch > 1 and not p.b_vector else 0))
@@ -135,7 +158,7 @@ def fp8_layout(p: MatmulProblem) -> Fp8Layout:
         aux_ld = _align16(m_lt, aux_dtype)
     return Fp8Layout(
         orientation, m_lt, n_lt, k_lt, batch,
-        padded or _a_direct(p) is None, a[0], a[1],
-        padded or _b_direct(p) is None, b[0], b[1],
+        a_direct is None, a[0], a[1],
+        b_direct is None, b[0], b[1],
         ldd, c_mode, ldc, bias_batched, aux, aux_ld, aux_dtype, tuple(notes),
     )  # fmt: skip

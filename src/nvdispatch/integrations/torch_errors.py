@@ -15,6 +15,13 @@ and ``UserError`` would fall back to eager without ``fullgraph``), ``torch._dyna
 kernel (the only kind Dynamo lets out of one; without ``fullgraph`` the operator's eager run raises the same
 error). ``torch.compile`` and ``torch.export`` (strict or not) thus raise the typed error, naming the argument,
 at trace time.
+
+Whether Torch is compiling is read for real here (:func:`compiling`): these functions run outside Dynamo's
+trace. ``torch.compiler.is_compiling()`` answers True there only from Torch 2.13 on (pytorch/pytorch#184614 holds
+its flag for the whole ``torch.compile`` session; before, only ``torch.export`` set it, and ``torch.compile``
+answered True to the calls it traced alone), so the tracing context Dynamo and AOTAutograd install while they
+trace says so too: without it Torch 2.11 rewrapped the plain error as ``InternalTorchDynamoError`` (from
+:func:`refuse`) or ``TorchRuntimeError`` (from a fake kernel).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import torch
 
 from .. import errors
 
-__all__ = ["refuse", "describe", "traced_error", "fake_kernel"]
+__all__ = ["refuse", "describe", "compiling", "traced_error", "fake_kernel"]
 
 
 def describe(value) -> str:
@@ -36,6 +43,17 @@ def describe(value) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of {value.dim()} dimensions and dtype {str(value.dtype)[6:]}"
     return f"a {type(value).__name__}"
+
+
+def compiling() -> bool:
+    """Whether Torch is compiling or exporting a program, read for real (outside Dynamo's trace too: in a
+    function Dynamo runs, a fake kernel, an AOTAutograd trace); see the module notes."""
+    if torch.compiler.is_compiling():
+        return True
+    try:
+        return torch._guards.TracingContext.try_get() is not None
+    except AttributeError:  # a Torch without the tracing context
+        return False
 
 
 @functools.cache
@@ -53,7 +71,7 @@ def traced_error(error: errors.NvdispatchError, graph_break: bool = False) -> er
     """``error`` as Torch's compilers let it through while they trace (see the module notes): joined with
     Dynamo's ``Unsupported`` where ``graph_break`` (a fake kernel's), else with its ``TorchRuntimeError``;
     ``error`` itself in eager code."""
-    if not torch.compiler.is_compiling() or isinstance(error, IndexError):  # IndexError: let through already
+    if isinstance(error, IndexError) or not compiling():  # IndexError: let through already
         return error
     try:
         from torch._dynamo.exc import TorchRuntimeError, Unsupported
