@@ -161,7 +161,7 @@ class JaxAdapter(Adapter):
         except (TypeError, ValueError) as exc:
             raise UnsupportedDtypeError(argument, f"a dtype JAX promotes with {x}", y, str(exc)) from None
 
-    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
+    def fft_promotion(self, kind: str, dtype: str, one_axis: bool = False) -> tuple[str, str] | None:
         """``jax.numpy.fft``'s rule, asked of JAX: booleans and integers computed in the floating dtype JAX gives
         them (float32, or float64 for 64-bit integers under ``jax_enable_x64``), float16 and bfloat16 in float32
         (their real-input transforms JAX refuses: None, so the problem builder names the dtype)."""

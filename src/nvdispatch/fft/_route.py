@@ -23,6 +23,7 @@ from .._fft_conventions import (
     cast_result,
     check_out,
     framework_promotion,
+    names_one_axis,
     numpy_nd_args,
     promote,
     run_nd_numpy_way,
@@ -174,7 +175,7 @@ def explain_fft(
     >>> nvdispatch.fft.explain_fft("rfft", np.ones(64)).problem.out_shape
     (33,)
     """
-    promotion = framework_promotion(func, x)
+    promotion = framework_promotion(func, x, one_axis=names_one_axis(func, axes))
     problem, sel = _prepare(func, x, n, axis, s, axes, norm, None if promotion is None else promotion[0])
     check_stream(stream, x)
     explanation = explain_selected(func, "fft", problem, sel)
@@ -234,7 +235,7 @@ def call_transform(
     x = as_operand(a)
     nd = FUNCS[func][2]
     naxes = 1 if not nd else len(axes if axes is not None else (s if s is not None else getattr(x, "shape", ())))
-    x, final = promote(x, func, convention, naxes)
+    x, final = promote(x, func, convention, naxes, names_one_axis(func, axes))
     if nd and convention == "numpy" and isinstance(x, np.ndarray):
         sizes, axes_t = numpy_nd_args(func, x.shape, s, axes)
         if out is not None:
