@@ -22,6 +22,11 @@ compositions, to any order, run on nvdispatch's transforms; everything around th
 JAX. :func:`traced_convolve` composes the transforms and the multiplication as ``nvdispatch.fft.convolve``
 defines them; :func:`traced_shift` and :func:`traced_freq` are XLA operations. What cannot be staged
 (``stream``, ``out``, prolog/epilog callbacks) raises at trace time, naming the argument.
+
+Concrete JAX arrays on a GPU are read by the ``cuda`` executor through DLPack; what it does not take as it is (real
+input to a complex transform, ``hfft``/``ihfft``, padding or trimming by ``n``/``s``, a halved axis that is not the
+innermost, more than three axes: its CuPy and Torch peers run these for their own arrays, and JAX has none) runs
+here eagerly, the same XLA operations around the same kernel as inside ``jax.jit`` (:func:`eager_fft`).
 """
 
 from __future__ import annotations
@@ -33,16 +38,16 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .._backends import get_state
-from .._detect import CPU, OperandInfo
+from .._detect import CPU, OperandInfo, detect
 from .._fft_convolve import build_convolve_problem
 from .._fft_problem import FFTProblem, build_fft_problem
 from .._memory import plain_memory
-from .._route import log
+from .._route import log, select
 from .._strides import c_strides
-from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
+from ..errors import InvalidArgumentError, NoExecutorError, UnsupportedOperandError, describe
 from .jax_fft_kernel import FFTCall, fft_kernel
 
-__all__ = ["traced_fft", "traced_convolve", "traced_shift", "traced_freq"]
+__all__ = ["traced_fft", "eager_fft", "traced_convolve", "traced_shift", "traced_freq"]
 
 #: cuFFT transforms at most this many axes at once
 _MAX_AXES = 3
@@ -55,6 +60,24 @@ def traced_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"
     problem = build_fft_problem(func, _abstract(x), "jax", CPU, n, axis, s, axes, norm)
     log.debug("fft: staged into a traced JAX program (%s)", problem.describe())
     return _transform(problem, x)
+
+
+def eager_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
+    """``nvdispatch.fft.<func>`` of a concrete JAX array on a GPU that no executor takes as it is: the XLA
+    operations of :func:`traced_fft` around the kernel, run now (on XLA's stream; the result a JAX array on
+    ``x``'s device; the integration offers it the calls on arrays in CUDA memory). ``NotImplemented`` for any
+    other call, which the route runs: a ``stream=`` (XLA's stream is not the caller's), a problem some executor
+    takes."""
+    if stream is not None:
+        return NotImplemented
+    info = detect("x", x)
+    problem = build_fft_problem(func, info, info.framework, info.device, n, axis, s, axes, norm)
+    try:
+        select("fft", problem)
+    except NoExecutorError as exc:
+        log.debug("fft: no executor takes it as it is (%s); JAX's operations around the kernel", exc.hint)
+        return _transform(problem, x)
+    return NotImplemented
 
 
 def _no_stream(stream) -> None:
