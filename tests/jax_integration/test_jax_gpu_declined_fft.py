@@ -14,9 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import nvdispatch
 import nvdispatch.fft as nf
 import nvdispatch.integrations as integrations
 from nvdispatch.errors import NoExecutorError, UnsupportedDtypeError
+from nvdispatch.fft import _route as fft_route
 from nvdispatch.integrations import jax_fft
 
 VALUES = np.random.default_rng(11).standard_normal((4, 6))
@@ -45,7 +47,8 @@ def declined(monkeypatch):
 
     def no_executor(op, problem):
         staged.append(problem.func)
-        raise NoExecutorError("backend", f"an executor able to run this {op}", "jax operands", "cuda: stood in")
+        why = [("cuda", "stood in: declined")]
+        raise NoExecutorError("backend", f"an executor able to run this {op}", "jax operands", "cuda", declined=why)
 
     monkeypatch.setattr(integrations, "_in_cuda_memory", lambda x: True)
     monkeypatch.setattr(jax_fft, "select", no_executor)
@@ -105,8 +108,26 @@ def test_a_problem_an_executor_takes_stays_with_the_route(monkeypatch):
     np.testing.assert_allclose(np.asarray(nf.fft(x)), np.fft.fft(VALUES), rtol=1e-5, atol=1e-5)
 
 
+def test_explain_says_how_a_declined_call_runs(declined, monkeypatch):
+    """``explain()`` of such a call says what runs it (JAX's operations, the kernel) and why no executor took it,
+    where it raised NoExecutorError while the call itself ran; with a ``stream=`` (the route's), it still raises."""
+    monkeypatch.setattr(fft_route, "select", jax_fft.select)  # the stand-in's selection: no executor
+    x = jnp.asarray(VALUES, jnp.float16)
+    e = nvdispatch.explain(nf.hfft, x, n=7, norm="ortho")
+    assert e.executor == "jax" and e.strategy == "staged" and not e.cached
+    text = str(e)
+    for words in ("cast to complex64", "zero-padded/trimmed to [4]", "conjugated", "c2r transform", "scaled by"):
+        assert words in text, (words, text)
+    assert e.declined == (("cuda", "stood in: declined"),) and "float16 input: computed in float32" in e.precision
+    assert e.problem.out_shape == nf.hfft(x, n=7).shape
+    assert "moved last" in str(nvdispatch.explain(nf.rfftn, x.astype(jnp.float32), axes=(1, 0)))
+    with pytest.raises(NoExecutorError):
+        nvdispatch.explain(nf.fft, x.astype(jnp.float32), stream=0)
+
+
 def test_arrays_outside_cuda_memory_are_not_offered():
     assert integrations._jax_eager_fft("fft", jnp.asarray(VALUES)) is NotImplemented
+    assert integrations._jax_eager_fft_explain("fft", jnp.asarray(VALUES), None, ()) is NotImplemented
     assert not integrations._in_cuda_memory(np.ones(3))
     assert not integrations._in_cuda_memory(object())
 
@@ -126,3 +147,10 @@ def test_on_the_gpu_float64(x64):
     x = jnp.asarray(VALUES, jnp.float64)
     for func, kwargs in CALLS:
         assert _follows_jnp(func, x, kwargs)
+
+
+@pytest.mark.gpu
+def test_explain_on_the_gpu():
+    x = jnp.asarray(VALUES, jnp.float32)
+    assert nvdispatch.explain(nf.fft, x).executor == "jax"  # real input: the cuda executor declines it
+    assert nvdispatch.explain(nf.fft, x.astype(jnp.complex64)).executor == "cuda"

@@ -53,6 +53,16 @@ def _jax_eager_fft(func, x, *args, **kwargs):
     return eager_fft(func, x, *args, **kwargs)
 
 
+def _jax_eager_fft_explain(func, x, *args, **kwargs):
+    """``explain()`` of a transform no executor takes as it is: what :func:`_jax_eager_fft` runs, for JAX arrays
+    in CUDA memory."""
+    if not _in_cuda_memory(x):
+        return NotImplemented
+    from .jax_fft import explain_eager_fft
+
+    return explain_eager_fft(func, x, *args, **kwargs)
+
+
 def _jax_convolve(*args, **kwargs):
     from .jax_fft import traced_convolve
 
@@ -92,6 +102,7 @@ def install_jax() -> None:
         register_traced("jax", operation, handler)
     # concrete GPU arrays whose transform no executor takes as it is: the staged operations, run eagerly
     register_traced("jax", "fft", _jax_eager_fft, all_arrays=True)
+    register_traced("jax", "fft_explain", _jax_eager_fft_explain, all_arrays=True)
 
 
 install_jax()
