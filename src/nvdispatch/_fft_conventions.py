@@ -15,8 +15,9 @@ Promotion, per convention (the caller's library decides, so results match it dty
 * any other framework: the framework's own rule where its adapter gives one (``Adapter.fft_promotion``: Torch
   computes float16/complex32 in float32/complex64 and returns float16 or complex32; JAX's rule is asked of
   ``jax.numpy.fft`` itself (booleans, integers, float16 and bfloat16 → float32, 64-bit integers → float64
-  under ``jax_enable_x64``); CuPy computes float16 in float32 and returns complex64/float32); else booleans
-  and integers → the framework's default real floating dtype (array-API inspection, e.g. Torch's
+  under ``jax_enable_x64``); CuPy computes float16 in float32 and returns complex64/float32, and from CuPy 14
+  on float16 again for the real result of one named axis: ``irfft``, ``hfft``, ``irfftn`` given one axis);
+  else booleans and integers → the framework's default real floating dtype (array-API inspection, e.g. Torch's
   ``torch.get_default_dtype()``), as its own fft module does.
 """
 
@@ -44,6 +45,7 @@ __all__ = [
     "as_operand",
     "promote",
     "framework_promotion",
+    "names_one_axis",
     "cast_result",
     "numpy_nd_args",
     "numpy_way_steps",
@@ -79,10 +81,12 @@ def as_operand(x: Any) -> Any:
     return arr
 
 
-def promote(x: Any, func: str, convention: str, naxes: int = 1) -> tuple[Any, Any]:
+def promote(x: Any, func: str, convention: str, naxes: int = 1, one_axis: bool | None = None) -> tuple[Any, Any]:
     """``(operand, final dtype or None)``: integer/boolean/half input promoted by ``convention``'s rules
     (see the module docstring); the final dtype is what the result must be cast to afterwards
-    (:func:`cast_result`: a NumPy dtype for NumPy input, else the dtype's name)."""
+    (:func:`cast_result`: a NumPy dtype for NumPy input, else the dtype's name). ``naxes``: how many axes the
+    call transforms; ``one_axis``: whether it names exactly one (see :func:`names_one_axis`; default: ``func``
+    is a 1-D transform)."""
     if isinstance(x, np.ndarray):
         kind = x.dtype.kind
         if kind in "fc" and x.dtype.itemsize > 2:
@@ -97,7 +101,7 @@ def promote(x: Any, func: str, convention: str, naxes: int = 1) -> tuple[Any, An
     name = str(dtype).rpartition(".")[2]  # torch.float16 -> float16
     if dtype is None or name in _TRANSFORMED:
         return x, None
-    rule = framework_promotion(func, x, name)
+    rule = framework_promotion(func, x, name, one_axis)
     if rule is not None:
         _log.debug("fft %s: %s input computed in %s, the result cast to %s (its framework's rule)", func, name, *rule)
         return adapter_for(x).cast(x, rule[0]), rule[1]
@@ -111,17 +115,32 @@ def promote(x: Any, func: str, convention: str, naxes: int = 1) -> tuple[Any, An
         return x, None
 
 
-def framework_promotion(func: str, x: Any, dtype: str | None = None) -> tuple[str, str] | None:
+def framework_promotion(
+    func: str, x: Any, dtype: str | None = None, one_axis: bool | None = None
+) -> tuple[str, str] | None:
     """``(the dtype x is computed in, the result's dtype)`` by the rule of ``x``'s framework for ``func`` (dtype
     names; see ``Adapter.fft_promotion``), or None where the framework has none for ``x``'s dtype. ``dtype``:
-    ``x``'s dtype name, where the caller has it."""
+    ``x``'s dtype name, where the caller has it; ``one_axis``: whether the call names exactly one axis
+    (:func:`names_one_axis`; default: ``func`` is a 1-D transform)."""
     adapter = adapter_for(x)
     hook = getattr(adapter, "fft_promotion", None)
     if hook is None:
         return None
     if dtype is None:
         dtype = adapter.info("x", x).dtype
-    return hook(FUNCS[func][0], dtype)
+    kind, _, nd = FUNCS[func]
+    return hook(kind, dtype, one_axis=not nd if one_axis is None else one_axis)
+
+
+def names_one_axis(func: str, axes: Any = None) -> bool:
+    """Whether a call of ``func`` names exactly one axis to transform: a 1-D transform, or an n-D one given
+    ``axes`` of one entry (``axes=None`` names none, whatever the input's rank, as CuPy counts them)."""
+    if not FUNCS[func][2]:
+        return True
+    try:
+        return axes is not None and len(axes) == 1
+    except TypeError:  # not a sequence: the problem builder names it
+        return False
 
 
 def cast_result(result: Any, final: Any) -> Any:

@@ -537,15 +537,60 @@ def test_matmul_errors_are_typed_and_name_the_argument(fw):
         assert "expected" in str(info.value) and "got" in str(info.value)
 
 
-def test_cupy_half_precision_rule_is_cupys():
-    """cupy.fft computes float16 in float32 and returns complex64 (float32 for a real result), never half
-    precision (its ``_output_dtype``); checked on arrays where CuPy and a GPU are present (tests marked gpu)."""
-    from nvdispatch._adapters.cupy import CupyAdapter
+#: cupy.fft's result dtype for float16 input, read from its source (cupy/fft/_fft.py): ``_output_dtype`` computes
+#: float16 in float32 (complex64 for complex and R2C results, float32 for C2R ones); CuPy 14 (``_compat_caster``,
+#: applied by irfft, hfft through irfft, and irfftn/irfft2 when ``axes`` has one entry; ``axes=None`` counts as
+#: none) casts that real result to ``result_type(float16, 1.0)``, float16. Rows: (public function, axes given,
+#: CuPy 13, CuPy 14).
+CUPY_HALF = [
+    ("fft", None, "complex64", "complex64"),
+    ("ifft", None, "complex64", "complex64"),
+    ("rfft", None, "complex64", "complex64"),
+    ("ihfft", None, "complex64", "complex64"),
+    ("fftn", None, "complex64", "complex64"),
+    ("fftn", (0,), "complex64", "complex64"),
+    ("ifft2", None, "complex64", "complex64"),
+    ("rfftn", (1,), "complex64", "complex64"),
+    ("rfft2", None, "complex64", "complex64"),
+    ("irfft", None, "float32", "float16"),
+    ("hfft", None, "float32", "float16"),
+    ("irfftn", None, "float32", "float32"),
+    ("irfftn", (0,), "float32", "float16"),
+    ("irfftn", (0, 1), "float32", "float32"),
+    ("irfft2", None, "float32", "float32"),
+    ("irfft2", (0,), "float32", "float16"),
+]
+#: the public 2-D forms: the n-D function they run and the axes they pass by default
+_TWO_D = {"fft2": "fftn", "ifft2": "ifftn", "rfft2": "rfftn", "irfft2": "irfftn"}
 
+
+@pytest.mark.parametrize(("version", "column"), [("13.6.0", 2), ("14.0.0rc1", 3), ("15.1.0", 3)])
+def test_cupy_half_precision_rule_is_cupys(monkeypatch, version, column):
+    """The rule the CuPy adapter gives (computed in float32, the result in cupy.fft's dtype) for each public
+    transform on float16, per CuPy version; checked on arrays where CuPy and a GPU are present (tests marked
+    gpu). Other dtypes: no rule (integers take CuPy's default float64, the shared rule)."""
+    import sys
+    import types
+
+    from nvdispatch._adapters.cupy import CupyAdapter
+    from nvdispatch._fft_conventions import names_one_axis
+    from nvdispatch._fft_problem import FUNCS
+
+    fake = types.ModuleType("cupy")  # only its version is read
+    fake.__version__ = version
+    fake.ndarray = type("ndarray", (), {})
+    monkeypatch.setitem(sys.modules, "cupy", fake)
     rule = CupyAdapter().fft_promotion
-    assert rule("c2c", "float16") == rule("r2c", "float16") == ("float32", "complex64")
-    assert rule("c2r", "float16") == ("float32", "float32")
-    assert rule("c2c", "int32") is None  # integers: CuPy's default float64, the shared rule
+    for row in CUPY_HALF:
+        func, axes = row[0], row[1]
+        inner = _TWO_D.get(func, func)
+        if func in _TWO_D and axes is None:
+            axes = (-2, -1)
+        kind = FUNCS[inner][0]
+        assert rule(kind, "float16", names_one_axis(inner, axes)) == ("float32", row[column]), row
+    for dtype in ("float32", "float64", "complex64", "complex128", "int32", "bool"):
+        for kind in ("c2c", "r2c", "c2r"):
+            assert rule(kind, dtype, True) is None and rule(kind, dtype, False) is None
 
 
 def test_boolean_products_take_no_scaling_or_epilog():
@@ -567,7 +612,8 @@ def test_boolean_products_take_no_scaling_or_epilog():
 @pytest.mark.gpu
 @pytest.mark.parametrize("fw", ["cupy", "jax"])
 def test_half_precision_transforms_on_the_gpu_follow_the_framework(fw):
-    """On CUDA arrays: CuPy's float16 comes back complex64/float32 as cupy.fft gives it; JAX's as jnp.fft's."""
+    """On CUDA arrays: float16 comes back in the dtype the framework's own fft gives it (CuPy: complex64, and for a
+    real result float32 before CuPy 14, float16 from it on for one named axis; JAX: complex64/float32)."""
     if fw == "cupy":
         xp = pytest.importorskip("cupy")
         x = xp.asarray(_values("float64", (4, 8)), dtype=xp.float16)

@@ -30,7 +30,7 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     reading that call keys hold, and what they ask of a product on ``device``
     (:class:`~nvdispatch._precision.PrecisionConvention`); ``cast(x, dtype)`` casts an operand where an
     autocast region asks for it;
-``fft_promotion(kind, dtype)`` (optional)
+``fft_promotion(kind, dtype, one_axis)`` (optional)
     the dtypes the framework's own FFTs compute in and return where they widen an operand (Torch's half
     precision: float16/complex32 computed in float32/complex64, the result cast back);
 ``promote_types(x, y, argument)`` (optional)
@@ -198,12 +198,13 @@ class Adapter:
         (autograd records it)."""
         raise NotImplementedError(f"{self.name} arrays cannot be cast")
 
-    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
+    def fft_promotion(self, kind: str, dtype: str, one_axis: bool = False) -> tuple[str, str] | None:
         """Where this framework's FFTs compute an operand of ``dtype`` in a wider dtype, for a transform of ``kind``
         (``"c2c"``, ``"r2c"``, ``"c2r"``): ``(the dtype the operand is cast to, the dtype the result is cast back
         to)``, the result's dtype being the framework's; None (the default): the operand is transformed as it is
-        (the problem builder names a dtype no transform takes). Arrays of this framework support :meth:`cast`
-        where this gives a promotion."""
+        (the problem builder names a dtype no transform takes). ``one_axis``: the call names exactly one axis (a
+        1-D transform, or an n-D one given ``axes`` of one entry), where a framework's rule tells these apart
+        (CuPy 14's real results). Arrays of this framework support :meth:`cast` where this gives a promotion."""
         return None
 
     # -- placement ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from .._precision import PrecisionConvention
 from ..errors import UnsupportedDtypeError
 from .base import Adapter, Device, OperandInfo
 
-__all__ = ["CupyAdapter", "float32_compute_type_reader"]
+__all__ = ["CupyAdapter", "cupy_major", "float32_compute_type_reader"]
 
 #: CuPy's compute types (``cupy._core._routines_linalg.COMPUTE_TYPE_*``) that change a float32 or complex64
 #: product, and the cuBLAS compute type CuPy then runs it with (any other: COMPUTE_32F)
@@ -49,6 +49,13 @@ def _tf32_env() -> bool:
 
 
 _MEMORY = frozenset({CUPY_ARRAY, CUDA})
+
+
+def cupy_major() -> int:
+    """The major version of the CuPy imported (0 where it cannot be read)."""
+    version = getattr(sys.modules.get("cupy"), "__version__", "")
+    digits = str(version).partition(".")[0]
+    return int(digits) if digits.isdigit() else 0
 
 
 class CupyAdapter(Adapter):
@@ -93,13 +100,17 @@ class CupyAdapter(Adapter):
     def cast(self, x, dtype: str):
         return x.astype(dtype)
 
-    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
-        """``cupy.fft``'s rule for float16 (``_output_dtype`` there): computed in float32, the result complex64
-        (a real one float32), never cast back to half precision. Booleans and integers: float64, CuPy's default
-        floating dtype, as the shared rule gives them."""
+    def fft_promotion(self, kind: str, dtype: str, one_axis: bool = False) -> tuple[str, str] | None:
+        """``cupy.fft``'s rule for float16 (``_output_dtype`` there): computed in float32, the result complex64.
+        A real (C2R) result is float32, except that CuPy 14 and later cast a real result of one named axis
+        (``irfft``, ``hfft``; ``irfftn``/``irfft2`` given ``axes`` of one entry; ``_compat_caster`` there) back to
+        ``result_type(float16, 1.0)``, float16. Booleans and integers: float64, CuPy's default floating dtype, as
+        the shared rule gives them."""
         if dtype != "float16":
             return None
-        return "float32", ("float32" if kind == "c2r" else "complex64")
+        if kind != "c2r":
+            return "float32", "complex64"
+        return "float32", ("float16" if one_axis and cupy_major() >= 14 else "float32")
 
     def data_ptr(self, x) -> int:
         return x.data.ptr

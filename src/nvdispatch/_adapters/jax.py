@@ -1,9 +1,10 @@
 """JAX arrays (``jax.Array``), CPU and GPU: handed to executors through DLPack, results back as ``jax.Array``.
 
 JAX has no executor of its own here: a CPU array is host memory (its zero-copy NumPy view runs on the NumPy
-executor), a GPU one CUDA memory (the raw ``"cuda"`` executor reads it through DLPack). What JAX adds is the
-way back: the result is imported as a JAX array on the operand's device, so ``nvdispatch.matmul(ja, jb) - 1.0``
-is JAX arithmetic. JAX arrays are immutable: ``out=`` cannot receive a result.
+executor), a GPU one CUDA memory (the raw ``"cuda"`` executor reads it through DLPack; a transform that executor
+does not take as it is runs as JAX's operations around its kernel, ``integrations.jax_fft.eager_fft``). What JAX
+adds is the way back: the result is imported as a JAX array on the operand's device, so
+``nvdispatch.matmul(ja, jb) - 1.0`` is JAX arithmetic. JAX arrays are immutable: ``out=`` cannot receive a result.
 
 Inside ``jax.jit``, ``jax.grad`` and ``jax.vmap`` the operands are tracers (:class:`JaxTracerAdapter`): they
 hold no memory, and the call is staged into the traced program by ``nvdispatch.integrations.jax_matmul`` /
@@ -161,7 +162,7 @@ class JaxAdapter(Adapter):
         except (TypeError, ValueError) as exc:
             raise UnsupportedDtypeError(argument, f"a dtype JAX promotes with {x}", y, str(exc)) from None
 
-    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
+    def fft_promotion(self, kind: str, dtype: str, one_axis: bool = False) -> tuple[str, str] | None:
         """``jax.numpy.fft``'s rule, asked of JAX: booleans and integers computed in the floating dtype JAX gives
         them (float32, or float64 for 64-bit integers under ``jax_enable_x64``), float16 and bfloat16 in float32
         (their real-input transforms JAX refuses: None, so the problem builder names the dtype)."""

@@ -200,7 +200,7 @@ class TorchAdapter(Adapter):
         except (AttributeError, TypeError, RuntimeError) as exc:
             raise UnsupportedDtypeError(argument, f"a dtype Torch promotes with {x}", y, str(exc)) from None
 
-    def fft_promotion(self, kind: str, dtype: str) -> tuple[str, str] | None:
+    def fft_promotion(self, kind: str, dtype: str, one_axis: bool = False) -> tuple[str, str] | None:
         """torch.fft's rule for half precision (on CUDA; Torch's CPU build refuses it, nvdispatch takes it there
         too): float16 and complex32 operands computed in float32/complex64, a real result in float16, a complex
         one in complex32. bfloat16, which torch.fft does not transform, is refused naming it."""

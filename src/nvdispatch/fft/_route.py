@@ -23,6 +23,7 @@ from .._fft_conventions import (
     cast_result,
     check_out,
     framework_promotion,
+    names_one_axis,
     numpy_nd_args,
     promote,
     run_nd_numpy_way,
@@ -43,7 +44,7 @@ from .._route import (
 )
 from .._traced import traced_framework, traced_handler
 from .._typing import Array, Axes, Norm, Shape, Stream
-from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
+from ..errors import InvalidArgumentError, NoExecutorError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from ._stateful import run_stateless
 
 __all__ = ["call_transform", "explain_fft", "transform_front", "FRONT_PARTS", "TransformFrontParts"]
@@ -54,15 +55,25 @@ _handle = plan_cache.handle
 _ANY_LENGTH = any_length_key((), None)[1]
 
 
-def _prepare(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", compute_dtype=None):
-    """``(problem, selection)`` of a call; ``compute_dtype``: the dtype ``x`` is cast to first, where its
-    framework's rule widens it (:func:`~nvdispatch._fft_conventions.framework_promotion`)."""
+def _problem(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", compute_dtype=None):
+    """The problem of a call; ``compute_dtype``: the dtype ``x`` is cast to first, where its framework's rule
+    widens it (:func:`~nvdispatch._fft_conventions.framework_promotion`)."""
     infos = {"x": detect("x", x)}  # x is required: None is an error, not an absent operand
     if compute_dtype is not None:
         infos["x"] = dataclasses.replace(infos["x"], dtype=compute_dtype)
     framework, device = placement(infos)
-    problem = build_fft_problem(func, infos["x"], framework, device, n, axis, s, axes, norm)
-    return problem, select("fft", problem)
+    return build_fft_problem(func, infos["x"], framework, device, n, axis, s, axes, norm)
+
+
+def _explained_elsewhere(func: str, x, problem, stream, declined: NoExecutorError) -> Explanation:
+    """How a call no executor takes runs all the same, where its framework's integration runs such calls (JAX
+    GPU arrays: as JAX's operations around the kernel), asked of the handler offered ``"fft_explain"``; else the
+    selection's error, ``declined``, is raised."""
+    handler = traced_handler("fft_explain", (x,))
+    explanation = NotImplemented if handler is None else handler(func, x, problem, declined.declined, stream=stream)
+    if explanation is NotImplemented:
+        raise declined
+    return explanation
 
 
 _NO_CALLBACKS = (None, None, None, None)  # (prolog, epilog, prolog_data, epilog_data) of a plain transform
@@ -174,10 +185,15 @@ def explain_fft(
     >>> nvdispatch.fft.explain_fft("rfft", np.ones(64)).problem.out_shape
     (33,)
     """
-    promotion = framework_promotion(func, x)
-    problem, sel = _prepare(func, x, n, axis, s, axes, norm, None if promotion is None else promotion[0])
+    promotion = framework_promotion(func, x, one_axis=names_one_axis(func, axes))
+    problem = _problem(func, x, n, axis, s, axes, norm, None if promotion is None else promotion[0])
+    try:
+        sel = select("fft", problem)
+    except NoExecutorError as exc:
+        sel, explanation = None, _explained_elsewhere(func, x, problem, stream, exc)
     check_stream(stream, x)
-    explanation = explain_selected(func, "fft", problem, sel)
+    if sel is not None:
+        explanation = explain_selected(func, "fft", problem, sel)
     if promotion is not None:
         note = (
             f"{problem.framework}'s rule for {str(x.dtype).rpartition('.')[2]} input: "
@@ -185,7 +201,7 @@ def explain_fft(
             f"{promotion[1]}"
         )
         explanation = dataclasses.replace(explanation, precision=note)
-    general = _any_length_plan(func, x, n, axis, s, axes, norm)
+    general = None if sel is None else _any_length_plan(func, x, n, axis, s, axes, norm)
     if general is not None:  # what the call would run: the plan kept for every length
         explanation = dataclasses.replace(explanation, steps=tuple(general.steps), cached=True)
     return explanation
@@ -234,7 +250,7 @@ def call_transform(
     x = as_operand(a)
     nd = FUNCS[func][2]
     naxes = 1 if not nd else len(axes if axes is not None else (s if s is not None else getattr(x, "shape", ())))
-    x, final = promote(x, func, convention, naxes)
+    x, final = promote(x, func, convention, naxes, names_one_axis(func, axes))
     if nd and convention == "numpy" and isinstance(x, np.ndarray):
         sizes, axes_t = numpy_nd_args(func, x.shape, s, axes)
         if out is not None:

@@ -31,6 +31,38 @@ def _jax_fft(*args, **kwargs):
     return traced_fft(*args, **kwargs)
 
 
+#: DLPack's device type of CUDA memory (kDLCUDA)
+_DLPACK_CUDA = 2
+
+
+def _in_cuda_memory(x) -> bool:
+    """Whether ``x`` (a concrete JAX array) lies in CUDA device memory, by DLPack (no JAX imported here)."""
+    try:
+        return x.__dlpack_device__()[0] == _DLPACK_CUDA
+    except Exception:  # noqa: BLE001 - an array DLPack cannot describe (sharded over devices): the route's
+        return False
+
+
+def _jax_eager_fft(func, x, *args, **kwargs):
+    """Offered every transform of a concrete JAX array that the route's caches miss: those in CUDA memory go to
+    :func:`.jax_fft.eager_fft` (JAX is loaded by then); the others stay with the route."""
+    if not _in_cuda_memory(x):
+        return NotImplemented
+    from .jax_fft import eager_fft
+
+    return eager_fft(func, x, *args, **kwargs)
+
+
+def _jax_eager_fft_explain(func, x, *args, **kwargs):
+    """``explain()`` of a transform no executor takes as it is: what :func:`_jax_eager_fft` runs, for JAX arrays
+    in CUDA memory."""
+    if not _in_cuda_memory(x):
+        return NotImplemented
+    from .jax_fft import explain_eager_fft
+
+    return explain_eager_fft(func, x, *args, **kwargs)
+
+
 def _jax_convolve(*args, **kwargs):
     from .jax_fft import traced_convolve
 
@@ -68,6 +100,9 @@ def install_jax() -> None:
         ("fft_freq", _jax_freq),
     ):
         register_traced("jax", operation, handler)
+    # concrete GPU arrays whose transform no executor takes as it is: the staged operations, run eagerly
+    register_traced("jax", "fft", _jax_eager_fft, all_arrays=True)
+    register_traced("jax", "fft_explain", _jax_eager_fft_explain, all_arrays=True)
 
 
 install_jax()

@@ -22,6 +22,11 @@ compositions, to any order, run on nvdispatch's transforms; everything around th
 JAX. :func:`traced_convolve` composes the transforms and the multiplication as ``nvdispatch.fft.convolve``
 defines them; :func:`traced_shift` and :func:`traced_freq` are XLA operations. What cannot be staged
 (``stream``, ``out``, prolog/epilog callbacks) raises at trace time, naming the argument.
+
+Concrete JAX arrays on a GPU are read by the ``cuda`` executor through DLPack; what it does not take as it is (real
+input to a complex transform, ``hfft``/``ihfft``, padding or trimming by ``n``/``s``, a halved axis that is not the
+innermost, more than three axes: its CuPy and Torch peers run these for their own arrays, and JAX has none) runs
+here eagerly, the same XLA operations around the same kernel as inside ``jax.jit`` (:func:`eager_fft`).
 """
 
 from __future__ import annotations
@@ -33,16 +38,16 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .._backends import get_state
-from .._detect import CPU, OperandInfo
+from .._detect import CPU, OperandInfo, detect
 from .._fft_convolve import build_convolve_problem
 from .._fft_problem import FFTProblem, build_fft_problem
 from .._memory import plain_memory
-from .._route import log
+from .._route import Explanation, log, select
 from .._strides import c_strides
-from ..errors import InvalidArgumentError, UnsupportedOperandError, describe
+from ..errors import InvalidArgumentError, NoExecutorError, UnsupportedOperandError, describe
 from .jax_fft_kernel import FFTCall, fft_kernel
 
-__all__ = ["traced_fft", "traced_convolve", "traced_shift", "traced_freq"]
+__all__ = ["traced_fft", "eager_fft", "explain_eager_fft", "traced_convolve", "traced_shift", "traced_freq"]
 
 #: cuFFT transforms at most this many axes at once
 _MAX_AXES = 3
@@ -55,6 +60,58 @@ def traced_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward"
     problem = build_fft_problem(func, _abstract(x), "jax", CPU, n, axis, s, axes, norm)
     log.debug("fft: staged into a traced JAX program (%s)", problem.describe())
     return _transform(problem, x)
+
+
+def eager_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stream=None):
+    """``nvdispatch.fft.<func>`` of a concrete JAX array on a GPU that no executor takes as it is: the XLA
+    operations of :func:`traced_fft` around the kernel, run now (on XLA's stream; the result a JAX array on
+    ``x``'s device; the integration offers it the calls on arrays in CUDA memory). ``NotImplemented`` for any
+    other call, which the route runs: a ``stream=`` (XLA's stream is not the caller's), a problem some executor
+    takes."""
+    if stream is not None:
+        return NotImplemented
+    info = detect("x", x)
+    problem = build_fft_problem(func, info, info.framework, info.device, n, axis, s, axes, norm)
+    try:
+        select("fft", problem)
+    except NoExecutorError as exc:
+        log.debug("fft: no executor takes it as it is (%s); JAX's operations around the kernel", exc.hint)
+        return _transform(problem, x)
+    return NotImplemented
+
+
+def explain_eager_fft(func: str, x, problem: FFTProblem, declined, stream=None):
+    """What :func:`eager_fft` does with a call no executor takes as it is (``problem``; ``declined``: each
+    executor's reason), as an :class:`~nvdispatch._route.Explanation`; ``NotImplemented`` for a ``stream=``, which
+    it leaves to the route."""
+    if stream is not None:
+        return NotImplemented
+    steps = (*_staged_steps(problem), problem.describe())
+    return Explanation(func, "jax", "staged", steps, tuple(declined), ("staged",), False, problem)
+
+
+def _staged_steps(p: FFTProblem) -> list[str]:
+    """What :func:`_transform` does with ``p``, in words."""
+    steps = []
+    if p.kind != "r2c" and not p.dtype.startswith("complex"):
+        steps.append(f"x cast to {p.compute_dtype} (real input to a complex transform)")
+    if p.needs_resize:
+        steps.append(f"x zero-padded/trimmed to {list(p.in_lengths)} along axes {list(p.axes)}")
+    if p.func == "hfft":
+        steps.append("x conjugated (hfft is irfft's transform of the conjugate)")
+    where = "in place (cuFFT's advanced layout)" if _in_place(p) else "with its axes moved last and back"
+    steps.append(f"the unnormalised {p.kind} transform of lengths {list(p.lengths)} {where}: the cuda executor's cuFFT "
+                 "plan on XLA's stream, as inside jax.jit")  # fmt: skip
+    if p.scale() != 1.0:
+        steps.append(f"scaled by {p.scale():.6g} (norm={p.norm!r})")
+    if p.func == "ihfft":
+        steps.append("the result conjugated (ihfft is the conjugate of rfft's transform)")
+    return steps
+
+
+def _in_place(p: FFTProblem) -> bool:
+    """Whether the kernel transforms ``p``'s axes where they are (else they are moved last and back)."""
+    return len(p.axes) <= _MAX_AXES and (p.kind == "c2c" or p.axes[-1] == max(p.axes))
 
 
 def _no_stream(stream) -> None:
@@ -91,10 +148,8 @@ def _transform(p: FFTProblem, x):
     x = _resize(x, p.axes, p.in_lengths)
     if conj_in:
         x = jnp.conj(x)
-    k = len(p.axes)
     direction = "inverse" if kind == "c2r" else ("forward" if kind == "r2c" else p.direction)
-    in_place = k <= _MAX_AXES and (kind == "c2c" or p.axes[-1] == max(p.axes))
-    if in_place:  # cuFFT reads the axes where they are (its advanced layout): no transpose
+    if _in_place(p):  # cuFFT reads the axes where they are (its advanced layout): no transpose
         where = tuple(a - x.ndim for a in p.axes)
         x = _kernel(FFTCall(kind, direction, p.lengths, where, state), x)
     else:
