@@ -27,7 +27,8 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     the framework's matmul precision settings (TF32, autocast, default matmul precision): a cheap hashable
     reading that call keys hold, and what they ask of a product on ``device``
     (:class:`~nvdispatch._precision.PrecisionConvention`); ``cast(x, dtype)`` casts an operand where an
-    autocast region asks for it;
+    autocast region asks for it; ``autocast_regions``: whether the framework has such regions at all (the FFTs
+    read the convention only then, for the half-precision operands a region its FFTs follow casts);
 ``fft_promotion(kind, dtype)`` (optional)
     the dtypes the framework's own FFTs compute in and return where they widen an operand (Torch's half
     precision: float16/complex32 computed in float32/complex64, the result cast back);
@@ -173,6 +174,9 @@ class Adapter:
     #: depends on, read on each call and held by its call key (a changed setting: another key, another plan);
     #: None (the default): the framework has no precision convention
     precision_key: Callable[[], Hashable] | None = None
+    #: whether the framework has autocast regions (Torch's ``torch.autocast``): where it has none, a transform never
+    #: reads :meth:`precision_convention` (see :func:`nvdispatch._fft_conventions.autocast_promotion`)
+    autocast_regions: bool = False
 
     def precision_convention(self, device: Device) -> PrecisionConvention | None:
         """What the framework's settings ask of a matmul on ``device`` now, where the caller gives no
