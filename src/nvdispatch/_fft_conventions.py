@@ -146,12 +146,12 @@ def autocast_promotion(x: Any, dtype: str, adapter: Any = None, rule=FFT_AUTOCAS
     """``(the dtype x is cast to, why)`` where an autocast region active on ``x``'s device casts a transform's
     operand of ``dtype`` (its adapter's precision convention, ``fft_autocast``; the rule:
     :func:`nvdispatch._precision.fft_autocast_target`, ``rule`` its table), ``why`` naming the region as
-    ``explain()`` does; None elsewhere (the common case, a dtype no region casts, is answered without reading the
-    framework's settings)."""
+    ``explain()`` does; None elsewhere (a dtype no region casts, and a call outside any region, are answered
+    without reading the framework's settings)."""
     if dtype not in rule:
         return None
     adapter = adapter_for(x) if adapter is None else adapter
-    if adapter is None or not adapter.autocast_regions:
+    if adapter is None or adapter.autocast_region(x) is None:  # outside any region (or a framework without)
         return None
     convention = adapter.precision_convention(adapter.device(x))
     target = fft_autocast_target(convention, dtype, rule)

@@ -169,6 +169,13 @@ def test_a_region_on_another_device_type_leaves_the_transform_alone():
         nvdispatch.fft.fft(x.to(torch.bfloat16))
 
 
+def test_a_device_type_autocast_does_not_know_has_no_region():
+    x = torch.empty(4, 8, dtype=torch.float16, device="meta")
+    assert TorchAdapter().autocast_region(x) is None
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(errors.NoExecutorError):
+        nvdispatch.fft.rfft(x)  # what a meta tensor meets outside a region too
+
+
 def test_the_region_runs_the_float32_calls_plan_and_keeps_no_plan_of_its_own(front):
     plan_cache.clear()
     x = _x(torch.bfloat16)

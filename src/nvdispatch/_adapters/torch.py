@@ -115,8 +115,6 @@ class TorchAdapter(Adapter):
         return lambda *arrays: grad_enabled() is mode and check(*arrays)
 
     # -- precision conventions ---------------------------------------------------------------------------
-    autocast_regions = True
-
     @property
     def precision_key(self):
         """TF32 allowed, and the autocast regions active (device type, dtype) where any is."""
@@ -152,6 +150,10 @@ class TorchAdapter(Adapter):
             reason += " (float32: this CPU has no bfloat16 arithmetic)"
             return PrecisionConvention(None, reason, governs=_FLOAT32_ONLY, **region)
         return PrecisionConvention("COMPUTE_32F_FAST_16BF", reason, governs=_FLOAT32_ONLY, **region)
+
+    def autocast_region(self, x) -> str | None:
+        """The dtype of the ``torch.autocast`` region active on tensor ``x``'s device type, or None."""
+        return autocast_dtype(x.device.type)
 
     def as_planned(self, device: Device, float32_compute: str | None):
         """``run(fn, *args)`` outside any autocast region on ``device``, and, for a float32 product planned with

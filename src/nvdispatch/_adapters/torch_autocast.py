@@ -34,9 +34,12 @@ _follow: dict[str, bool] = {}
 
 def autocast_dtype(device_type: str) -> str | None:
     """The dtype (name) of the ``torch.autocast`` region active on ``device_type`` (``"cuda"``, ``"cpu"``) in this
-    thread, or None outside one."""
+    thread, or None outside one (and on device types autocast does not know, such as ``"meta"``)."""
     torch = sys.modules["torch"]
-    if not torch.is_autocast_enabled(device_type):
+    try:
+        if not torch.is_autocast_enabled(device_type):
+            return None
+    except RuntimeError:  # "unknown device type for autocast"
         return None
     return str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
 
