@@ -19,6 +19,12 @@ Promotion, per convention (the caller's library decides, so results match it dty
   on float16 again for the real result of one named axis: ``irfft``, ``hfft``, ``irfftn`` given one axis);
   else booleans and integers → the framework's default real floating dtype (array-API inspection, e.g. Torch's
   ``torch.get_default_dtype()``), as its own fft module does.
+
+An autocast region the framework's own FFTs follow comes first (:func:`autocast_promotion`: Torch on the CPU
+computes float16/bfloat16 input in float32 there and returns the float32/complex64 result, see
+:func:`nvdispatch._precision.fft_autocast_target`). It is decided on every call, before any call key is looked up:
+half-precision operands have no key of their own (no transform takes them as they are), and the float32 operand a
+region casts to finds the float32 call's plan, which computes the same inside a region and outside.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import numpy as np
 
 from ._adapters import adapter_for
 from ._fft_problem import FUNCS, normalize_axis, result_dtype, result_layout
+from ._precision import FFT_AUTOCAST, fft_autocast_target
 from .errors import (
     InvalidArgumentError,
     ShapeMismatchError,
@@ -46,6 +53,7 @@ __all__ = [
     "promote",
     "framework_promotion",
     "names_one_axis",
+    "autocast_promotion",
     "cast_result",
     "numpy_nd_args",
     "numpy_way_steps",
@@ -103,8 +111,14 @@ def promote(x: Any, func: str, convention: str, naxes: int = 1, one_axis: bool |
         return x, None
     rule = framework_promotion(func, x, name, one_axis)
     if rule is not None:
-        _log.debug("fft %s: %s input computed in %s, the result cast to %s (its framework's rule)", func, name, *rule)
-        return adapter_for(x).cast(x, rule[0]), rule[1]
+        compute, final = rule
+        if final is None:
+            _log.debug("fft %s: %s input computed in %s (an autocast region, as the framework's FFTs)", func, name,
+                       compute)  # fmt: skip
+        else:
+            _log.debug("fft %s: %s input computed in %s, the result cast to %s (its framework's rule)", func, name,
+                       compute, final)  # fmt: skip
+        return adapter_for(x).cast(x, compute), final
     try:
         xp = array_api_compat.array_namespace(x)
         if not xp.isdtype(dtype, ("bool", "integral")):
@@ -117,17 +131,21 @@ def promote(x: Any, func: str, convention: str, naxes: int = 1, one_axis: bool |
 
 def framework_promotion(
     func: str, x: Any, dtype: str | None = None, one_axis: bool | None = None
-) -> tuple[str, str] | None:
+) -> tuple[str, str | None] | None:
     """``(the dtype x is computed in, the result's dtype)`` by the rule of ``x``'s framework for ``func`` (dtype
-    names; see ``Adapter.fft_promotion``), or None where the framework has none for ``x``'s dtype. ``dtype``:
-    ``x``'s dtype name, where the caller has it; ``one_axis``: whether the call names exactly one axis
-    (:func:`names_one_axis`; default: ``func`` is a 1-D transform)."""
+    names; see ``Adapter.fft_promotion``), or None where the framework has none for ``x``'s dtype. In an autocast
+    region the framework's FFTs follow (:func:`autocast_promotion`): ``(the region's compute dtype, None)``, the
+    result being the computed transform's. ``dtype``: ``x``'s dtype name, where the caller has it; ``one_axis``:
+    whether the call names exactly one axis (:func:`names_one_axis`; default: ``func`` is a 1-D transform)."""
     adapter = adapter_for(x)
     hook = getattr(adapter, "fft_promotion", None)
     if hook is None:
         return None
     if dtype is None:
         dtype = adapter.info("x", x).dtype
+    region = autocast_promotion(x, dtype, adapter)
+    if region is not None:
+        return region[0], None
     kind, _, nd = FUNCS[func]
     return hook(kind, dtype, one_axis=not nd if one_axis is None else one_axis)
 
@@ -141,6 +159,22 @@ def names_one_axis(func: str, axes: Any = None) -> bool:
         return axes is not None and len(axes) == 1
     except TypeError:  # not a sequence: the problem builder names it
         return False
+
+
+def autocast_promotion(x: Any, dtype: str, adapter: Any = None, rule=FFT_AUTOCAST) -> tuple[str, str] | None:
+    """``(the dtype x is cast to, why)`` where an autocast region active on ``x``'s device casts a transform's
+    operand of ``dtype`` (its adapter's precision convention, ``fft_autocast``; the rule:
+    :func:`nvdispatch._precision.fft_autocast_target`, ``rule`` its table), ``why`` naming the region as
+    ``explain()`` does; None elsewhere (a dtype no region casts, and a call outside any region, are answered
+    without reading the framework's settings)."""
+    if dtype not in rule:
+        return None
+    adapter = adapter_for(x) if adapter is None else adapter
+    if adapter is None or adapter.autocast_region(x) is None:  # outside any region (or a framework without)
+        return None
+    convention = adapter.precision_convention(adapter.device(x))
+    target = fft_autocast_target(convention, dtype, rule)
+    return None if target is None else (target, convention.autocast_reason)
 
 
 def cast_result(result: Any, final: Any) -> Any:

@@ -17,11 +17,15 @@ there is no ``norm`` argument.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
+from ._adapters import adapter_for
 from ._detect import OperandInfo, detect
 from ._fft_callbacks import DataLayout
+from ._fft_conventions import autocast_promotion
 from ._fft_problem import FFTProblem, build_fft_problem
+from ._precision import FFT_AUTOCAST, FILTER_AUTOCAST
 from ._route import (
     Explanation,
     check_stream,
@@ -92,11 +96,35 @@ class ConvolveProblem:
 
 
 def prepare(x, h, n, axis):
-    """Validate; return ``(problem, operands)``."""
+    """Validate; return ``(problem, operands, precision)``: ``precision`` names the autocast region that cast
+    operands (:func:`autocast_operands`), else None."""
     infos = {"x": detect("x", x), "h": detect("h", h)}  # both required: None is an error
+    infos, precision = autocast_operands(infos)
     framework, device = placement(infos)
     problem = build_convolve_problem(infos["x"], infos["h"], framework, device, n, axis)
-    return problem, {"x": infos["x"].array, "h": infos["h"].array}  # the views executors take
+    return problem, {"x": infos["x"].array, "h": infos["h"].array}, precision  # the views executors take
+
+
+def autocast_operands(infos: dict[str, OperandInfo]) -> tuple[dict[str, OperandInfo], str | None]:
+    """``infos`` (``x``'s and ``h``'s) with the operands an autocast region the framework's FFTs follow casts cast
+    (:func:`~nvdispatch._fft_conventions.autocast_promotion`): the convolution is ours, and follows the composition
+    of the framework's own ops in the region, ``irfft(rfft(x, n) * h, n)``, whose forward transform computes a
+    float16/bfloat16 ``x`` in float32 and whose product promotes a half-precision ``h`` (complex32 too) to the
+    spectrum's precision; and the note ``explain()`` gives (None where nothing is cast)."""
+    notes = []
+    for name, rule in (("x", FFT_AUTOCAST), ("h", FILTER_AUTOCAST)):
+        info = infos[name]
+        region = autocast_promotion(info.array, info.dtype, rule=rule)
+        if region is not None:
+            cast = adapter_for(info.array).cast(info.array, region[0])
+            infos = {**infos, name: detect(name, cast)}
+            notes.append((region[1], f"{name} ({info.dtype}) cast to {region[0]}"))
+    if not notes:
+        return infos, None
+    return infos, (
+        f"{notes[0][0]}: {', '.join(n for _, n in notes)} first, as the framework's own irfft(rfft(x) * h) computes "
+        "in the region"
+    )
 
 
 def build_convolve_problem(xi: OperandInfo, hi: OperandInfo, framework: str, device, n, axis) -> ConvolveProblem:
@@ -125,7 +153,7 @@ def build_convolve_problem(xi: OperandInfo, hi: OperandInfo, framework: str, dev
 
 
 def run(x, h, n=None, axis=-1, stream=None):
-    problem, operands = prepare(x, h, n, axis)
+    problem, operands, _ = prepare(x, h, n, axis)
     check_stream(stream, x)
     return run_uncached(OP, problem, operands, stream, _coerce, x)
 
@@ -135,9 +163,10 @@ def _coerce(sel, operands: dict) -> dict:
 
 
 def explain(x, h, n=None, axis=-1, stream=None) -> Explanation:
-    problem, _ = prepare(x, h, n, axis)
+    problem, _, precision = prepare(x, h, n, axis)
     check_stream(stream, x)
-    return explain_selected("convolve", OP, problem, select(OP, problem))
+    explanation = explain_selected("convolve", OP, problem, select(OP, problem))
+    return explanation if precision is None else dataclasses.replace(explanation, precision=precision)
 
 
 class VectorisedConvolvePlan:

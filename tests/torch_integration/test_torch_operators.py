@@ -94,13 +94,12 @@ def test_operators_are_functional_and_documented():
 
 
 def test_autocast_rules_follow_torchs_own():
-    # in a process of its own: the FFT rules are not registered by default (see torch_autocast), and stay once they are
+    # in a process of its own: the operators' autocast kernels are installed with them, on import
     code = textwrap.dedent(
         """
         import torch
         from nvdispatch.integrations import torch_ops
 
-        torch_ops.register_fft_autocast(("cpu",))
         a, b, bias = torch.randn(8, 4), torch.randn(4, 6), torch.randn(6)
 
         def f(a, b, bias):

@@ -29,7 +29,8 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     the framework's matmul precision settings (TF32, autocast, default matmul precision): a cheap hashable
     reading that call keys hold, and what they ask of a product on ``device``
     (:class:`~nvdispatch._precision.PrecisionConvention`); ``cast(x, dtype)`` casts an operand where an
-    autocast region asks for it;
+    autocast region asks for it; ``autocast_region(x)``: the dtype of the autocast region active on ``x``'s device
+    (a cheap reading: the FFTs read the convention only inside one, for the half-precision operands it may cast);
 ``fft_promotion(kind, dtype, one_axis)`` (optional)
     the dtypes the framework's own FFTs compute in and return where they widen an operand (Torch's half
     precision: float16/complex32 computed in float32/complex64, the result cast back);
@@ -184,6 +185,13 @@ class Adapter:
     def precision_convention(self, device: Device) -> PrecisionConvention | None:
         """What the framework's settings ask of a matmul on ``device`` now, where the caller gives no
         ``compute_type`` (see :mod:`nvdispatch._precision`); None: nothing (each dtype's own compute type)."""
+        return None
+
+    def autocast_region(self, x: Any) -> str | None:
+        """The dtype (name) of the framework's autocast region active on array ``x``'s device in this thread
+        (Torch's ``torch.autocast``), None outside one; cheap (read by every half-precision transform, which reads
+        :meth:`precision_convention` only inside a region, see
+        :func:`nvdispatch._fft_conventions.autocast_promotion`). None (the default): the framework has none."""
         return None
 
     def as_planned(self, device: Device, float32_compute: str | None) -> Callable[..., Any] | None:

@@ -13,7 +13,7 @@ from .._memory import CUDA, TORCH_TENSOR
 from .._precision import PrecisionConvention
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from .base import CPU, Adapter, Device, OperandInfo
-from .torch_autocast import autocast_dtype
+from .torch_autocast import autocast_dtype, ffts_follow_region
 from .torch_precision import at_least, cpu_bf16, fp32_precision, settled_level, wanted_level
 
 __all__ = ["TorchAdapter", "resolved", "tf32_allowed"]
@@ -141,26 +141,33 @@ class TorchAdapter(Adapter):
         """Float32 products as Torch's own matmul computes them on ``device`` now (see :mod:`.torch_precision`):
         on CUDA on TF32 tensor cores where Torch allows it (``allow_tf32``, ``fp32_precision = "tf32"``); on the
         CPU in bfloat16 where its oneDNN matmul precision is ``"bf16"`` (``set_float32_matmul_precision("medium")``)
-        and the CPU has bfloat16 arithmetic. On every device: an active ``torch.autocast`` region's dtype."""
+        and the CPU has bfloat16 arithmetic. On every device: an active ``torch.autocast`` region's dtype, and
+        whether Torch's FFTs follow it there (:func:`.torch_autocast.ffts_follow_region`: the CPU's do)."""
         kind = "cpu" if device.kind == "cpu" else device.kind
         autocast = autocast_dtype(kind)
         why = f"Torch autocast({kind!r}, {autocast})" if autocast is not None else ""
+        region = {"autocast": autocast, "autocast_reason": why,
+                  "fft_autocast": autocast is not None and ffts_follow_region(kind)}  # fmt: skip
         if kind == "cuda":
             tf32 = tf32_allowed()
             float32 = "COMPUTE_32F_FAST_TF32" if tf32 else None
-            return PrecisionConvention(float32, f"Torch allow_tf32={tf32}", autocast, why)
+            return PrecisionConvention(float32, f"Torch allow_tf32={tf32}", **region)
         if kind != "cpu":
-            return PrecisionConvention(autocast=autocast, autocast_reason=why)
+            return PrecisionConvention(**region)
         setting = fp32_precision("mkldnn")
         reason = f"Torch CPU matmul fp32_precision={setting!r}"
         if setting != "bf16":
             if setting == "tf32":
                 reason += " (float32 on the CPU)"
-            return PrecisionConvention(None, reason, autocast, why, governs=_FLOAT32_ONLY)
+            return PrecisionConvention(None, reason, governs=_FLOAT32_ONLY, **region)
         if not cpu_bf16():
             reason += " (float32: this CPU has no bfloat16 arithmetic)"
-            return PrecisionConvention(None, reason, autocast, why, governs=_FLOAT32_ONLY)
-        return PrecisionConvention("COMPUTE_32F_FAST_16BF", reason, autocast, why, governs=_FLOAT32_ONLY)
+            return PrecisionConvention(None, reason, governs=_FLOAT32_ONLY, **region)
+        return PrecisionConvention("COMPUTE_32F_FAST_16BF", reason, governs=_FLOAT32_ONLY, **region)
+
+    def autocast_region(self, x) -> str | None:
+        """The dtype of the ``torch.autocast`` region active on tensor ``x``'s device type, or None."""
+        return autocast_dtype(x.device.type)
 
     def as_planned(self, device: Device, float32_compute: str | None):
         """``run(fn, *args)`` outside any autocast region on ``device``, and, for a float32 product planned with
@@ -211,7 +218,8 @@ class TorchAdapter(Adapter):
                     "x",
                     "a dtype torch.fft transforms (float16, float32, float64, complex32, complex64, complex128)",
                     dtype,
-                    "torch.fft does not transform bfloat16: cast to float32 (or float16) first",
+                    "torch.fft does not transform bfloat16 (outside a torch.autocast region on the CPU, which computes "
+                    "it in float32): cast to float32 (or float16) first",
                 )
             return None
         if kind == "r2c" and dtype == "complex32":

@@ -20,6 +20,7 @@ from .._detect import detect
 from .._execute import run, run_direct
 from .._fft_conventions import (
     as_operand,
+    autocast_promotion,
     cast_result,
     check_out,
     framework_promotion,
@@ -195,11 +196,18 @@ def explain_fft(
     if sel is not None:
         explanation = explain_selected(func, "fft", problem, sel)
     if promotion is not None:
-        note = (
-            f"{problem.framework}'s rule for {str(x.dtype).rpartition('.')[2]} input: "
-            f"computed in {problem.real_dtype} ({problem.compute_dtype} transform), the result cast to "
-            f"{promotion[1]}"
-        )
+        dtype = str(x.dtype).rpartition(".")[2]
+        region = autocast_promotion(x, dtype)
+        if region is not None:  # the region's convention, named as matmul's explain() names it
+            note = (
+                f"{region[1]}: {dtype} input cast to {region[0]} first, as {problem.framework}'s own FFTs in the "
+                f"region ({problem.compute_dtype} transform, {problem.result_dtype} result)"
+            )
+        else:
+            note = (
+                f"{problem.framework}'s rule for {dtype} input: computed in {problem.real_dtype} "
+                f"({problem.compute_dtype} transform), the result cast to {promotion[1]}"
+            )
         explanation = dataclasses.replace(explanation, precision=note)
     general = None if sel is None else _any_length_plan(func, x, n, axis, s, axes, norm)
     if general is not None:  # what the call would run: the plan kept for every length

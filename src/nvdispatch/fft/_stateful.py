@@ -153,6 +153,13 @@ class FFT:
     (``reset_operand`` with other strides) keep it, whatever backend state is active at that time, unless it
     declines the new operand (then one is selected again and ``executor`` says which).
 
+    *Autocast.* The object's precision is its operand's, fixed at ``plan()`` as ``Matmul`` keeps its plan's: it
+    takes float32, float64, complex64 and complex128 operands only, which no ``torch.autocast`` region changes
+    (Torch's FFTs compute float16/bfloat16 input in float32 in a CPU region, and leave every other dtype as it is),
+    so an object planned outside a region executes the same inside one, and one planned inside executes the same
+    outside. Half-precision operands are refused inside a region too: cast them first (as the region would), or
+    call the stateless transforms, which follow the region.
+
     *Plan lifetime.* The object holds its plans: the shared plan cache may evict them (or be cleared) while
     the object lives, but releases them only once ``free()`` (or garbage collection) lets go of them.
 
@@ -225,7 +232,7 @@ class FFT:
                 "a floating operand (float32/float64: an R2C FFT; complex64/complex128: a C2C FFT)",
                 dtype,
                 "cast it first; the stateless nvdispatch.fft functions promote integer, boolean and half-precision "
-                "input by its framework's rule",
+                "input by its framework's rule (and a torch.autocast region's)",
             )
         if t is None:
             t = "R2C" if real else "C2C"

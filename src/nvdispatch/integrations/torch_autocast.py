@@ -1,15 +1,20 @@
-"""``torch.autocast`` for the ``nvdispatch::`` operators: autocast kernels that read the region's dtype when they
-run (``torch.library.register_autocast`` casts to one fixed dtype), so eager calls and compiled graphs alike follow
-the region.
+"""``torch.autocast`` for the ``nvdispatch::`` operators: autocast kernels that read the region when they run, so
+eager calls and compiled graphs alike follow it as the public functions do.
 
-* ``nvdispatch::matmul`` (installed with the operators, :mod:`.torch_ops`): the operator's tensors are cast by
-  nvdispatch's one autocast rule (:func:`nvdispatch._precision.autocast_targets`, through the Torch adapter's
+* ``nvdispatch::matmul``: the operator's tensors are cast by nvdispatch's one autocast rule
+  (:func:`nvdispatch._precision.autocast_targets`, through the Torch adapter's
   :func:`~nvdispatch._adapters.torch_autocast.cast_for_region`), the rule ``nvdispatch.matmul``'s own route
-  follows in a region; then the operator runs with autocast off, so its fake kernel and its real one see the cast
-  tensors, and the real one's ``nvdispatch.matmul`` call sees no region (it does not cast again);
-* ``nvdispatch::fft`` / ``nvdispatch::convolve``: float16/bfloat16 inputs are cast to float32, as Torch's own FFTs
-  do. Not installed by default (:func:`.torch_ops.register_fft_autocast`): the public FFT functions' eager route
-  does not follow autocast, and a compiled graph must not compute in another precision than the same call eagerly.
+  follows in a region (``torch.library.register_autocast`` casts to one fixed dtype; this cast is the region's);
+* ``nvdispatch::fft`` / ``nvdispatch::convolve``: cast by the FFT rule (float16/bfloat16 computed in float32, a
+  half-precision filter promoted to the spectrum's precision) where Torch's own FFTs follow the region (on the
+  CPU; :func:`~nvdispatch._adapters.torch_autocast.fft_cast_for_region`), the rule the public transforms follow.
+  For ``nvdispatch::fft`` on the CPU this is what ``torch.library.register_autocast(op, "cpu", torch.float32)``
+  would register (Torch's float32 policy); one installer keeps every operator's kernel and the eager autograd
+  Function's path (:func:`in_region`) on the same cast.
+
+Each then runs the operator with autocast off on its device type, so its fake kernel and its real one see the cast
+tensors, and the real one's public call sees no region (it does not cast again). The kernels live as long as the
+operators (installed with them, :mod:`.torch_ops`).
 """
 
 from __future__ import annotations
@@ -18,13 +23,12 @@ from collections.abc import Callable
 
 import torch
 
-from .._adapters.torch_autocast import cast_for_region
+from .._adapters.torch_autocast import cast_for_region, fft_cast_for_region
 
-__all__ = ["install", "in_region", "matmul_cast", "fp32_cast", "DEVICE_TYPES"]
+__all__ = ["install", "in_region", "matmul_cast", "fft_cast", "convolve_cast", "DEVICE_TYPES"]
 
 #: the device types whose regions the operators follow
 DEVICE_TYPES = ("cuda", "cpu")
-_HALF = {torch.float16, torch.bfloat16}
 #: the matmul schema's leading tensor arguments, by the operand names of the autocast rule
 _MATMUL_NAMES = ("a", "b", "c", "bias", "relu_aux", "gelu_aux")
 
@@ -40,9 +44,19 @@ def matmul_cast(device_type: str, args: tuple) -> tuple:
     return (*(cast[name] for name in _MATMUL_NAMES), *args[n:])
 
 
-def fp32_cast(device_type: str, args: tuple) -> tuple:
-    """``args`` with float16/bfloat16 tensors cast to float32 (Torch's autocast rule for its FFTs)."""
-    return tuple(x.float() if isinstance(x, torch.Tensor) and x.dtype in _HALF else x for x in args)
+def fft_cast(device_type: str, args: tuple) -> tuple:
+    """The ``nvdispatch::fft`` arguments ``args`` with ``x`` cast as the region active on ``device_type`` casts
+    a transform's operand there (as it is where Torch's FFTs ignore the region)."""
+    cast = fft_cast_for_region({"x": args[0]}, device_type)
+    return args if cast["x"] is args[0] else (cast["x"], *args[1:])
+
+
+def convolve_cast(device_type: str, args: tuple) -> tuple:
+    """The ``nvdispatch::convolve`` arguments ``args`` with ``x`` and the filter ``h`` cast as the region active
+    on ``device_type`` casts them (``fft.convolve``'s rule: the composition of Torch's own FFTs there)."""
+    named = {"x": args[0], "h": args[1]}
+    cast = fft_cast_for_region(named, device_type)
+    return args if cast is named else (cast["x"], cast["h"], *args[2:])
 
 
 def _autocast_key(device_type: str):

@@ -87,13 +87,17 @@ def matmul_problem(a, b, c, inputs: dict, alpha, beta, epilog: str, options, pre
 def fft_problem(func: str, x, n, axis: int, s, axes, norm: str) -> FFTProblem:
     """The :class:`FFTProblem` of ``nvdispatch.fft.<func>`` on tensor ``x`` (fake or real). A half-precision
     operand's (Torch's rule, ``framework_promotion``): the transform of its float32/complex64 cast, with the
-    caller's ``dtype`` and the half-precision ``result_dtype`` the public function returns."""
+    caller's ``dtype`` and the half-precision ``result_dtype`` the public function returns (in an autocast region
+    Torch's FFTs follow, the float32/complex64 result; the operators' autocast kernels cast before this is asked,
+    so it comes up only where a kernel is reached in a region without them)."""
     info = detect("x", x)
     promotion = framework_promotion(func, x, info.dtype)
     if promotion is None:
         return build_fft_problem(func, info, info.framework, info.device, n, axis, s, axes, norm)
     computed = dataclasses.replace(info, dtype=promotion[0])
     p = build_fft_problem(func, computed, info.framework, info.device, n, axis, s, axes, norm)
+    if promotion[1] is None:
+        return dataclasses.replace(p, dtype=info.dtype)
     return dataclasses.replace(p, dtype=info.dtype, result_dtype=promotion[1])
 
 

@@ -47,7 +47,6 @@ __all__ = [
     "call_matmul",
     "call_fft",
     "call_convolve",
-    "register_fft_autocast",
 ]
 
 _INPUT_NAMES = ("bias", "relu_aux", "gelu_aux")
@@ -227,8 +226,12 @@ del _name, _kernel, _fake
 matmul_op = torch.ops.nvdispatch.matmul.default
 fft_op = torch.ops.nvdispatch.fft.default
 convolve_op = torch.ops.nvdispatch.convolve.default
-# in an autocast region the matmul operator computes as nvdispatch.matmul does there (one rule, see torch_autocast)
-torch_autocast.install(_LIB, "matmul", matmul_op, torch_autocast.matmul_cast)
+#: in an autocast region each operator computes as its public function does there (one rule each, see torch_autocast)
+_AUTOCAST_CASTS = {"matmul": torch_autocast.matmul_cast, "fft": torch_autocast.fft_cast,
+                   "convolve": torch_autocast.convolve_cast}  # fmt: skip
+torch_autocast.install(_LIB, "matmul", matmul_op, _AUTOCAST_CASTS["matmul"])
+torch_autocast.install(_LIB, "fft", fft_op, _AUTOCAST_CASTS["fft"])
+torch_autocast.install(_LIB, "convolve", convolve_op, _AUTOCAST_CASTS["convolve"])
 #: the operators' autograd formulas, registered on them, and as autograd Functions for eager calls (the same
 #: formulas without the dispatcher's Python autograd kernel: a recorded eager call costs a fraction as much)
 _functions = torch_autograd.register(
@@ -252,24 +255,11 @@ def _call(name: str, *args):
         return torch_func.call(name, *args)
     if torch.compiler.is_compiling():
         return _OPS[name](*args)
-    if name == "matmul":  # the operator's autocast kernel, which the Function does not pass through
-        device_type = args[0].device.type
-        if device_type in torch_autocast.DEVICE_TYPES and torch.is_autocast_enabled(device_type):
-            return torch_autocast.in_region(device_type, torch_autocast.matmul_cast, _functions[name].apply, args)
+    # the operator's autocast kernel, which the Function does not pass through
+    device_type = args[0].device.type
+    if device_type in torch_autocast.DEVICE_TYPES and torch.is_autocast_enabled(device_type):
+        return torch_autocast.in_region(device_type, _AUTOCAST_CASTS[name], _functions[name].apply, args)
     return _functions[name].apply(*args)
-
-
-_fft_autocast: list = []  # the libraries holding the FFT operators' autocast kernels, once installed
-
-
-def register_fft_autocast(device_types=torch_autocast.DEVICE_TYPES) -> None:
-    """Install the FFT operators' autocast kernels (Torch's rule for its FFTs: float16/bfloat16 computed in
-    float32) for ``device_types``, for the rest of the process. Not installed by default: the public FFT
-    functions' eager route does not follow autocast regions, and a compiled graph must compute as they do."""
-    lib = torch.library.Library("nvdispatch", "IMPL")
-    for name, op in (("fft", fft_op), ("convolve", convolve_op)):
-        torch_autocast.install(lib, name, op, torch_autocast.fp32_cast, device_types)
-    _fft_autocast.append(lib)
 
 
 def _number(value: Any, argument: str):
