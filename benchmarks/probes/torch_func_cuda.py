@@ -155,8 +155,9 @@ def main() -> int:
     return 1 if failed else 0
 
 
-#: tolerances of FP8 checks by result type: float32 sums of exact FP8 products; bf16's and e4m3's rounding
-FP8_TOL = {"float32": 1e-5, "bfloat16": 2**-8, "float8_e4m3fn": 2**-3}
+#: tolerances of FP8 checks by result type: float32 results of exact FP8 products summed by the tensor cores, whose
+#: FP8 accumulator keeps fewer bits than float32 (as the GPU tests' 2**-10); bf16's and e4m3's rounding
+FP8_TOL = {"float32": 2**-10, "bfloat16": 2**-8, "float8_e4m3fn": 2**-3}
 
 
 def fp8_checks(check, g, dev) -> None:
