@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import nvdispatch
 import nvdispatch.fft as nf
 from nvdispatch._fft_conventions import framework_promotion, names_one_axis
 from nvdispatch._fft_problem import result_dtype
@@ -109,3 +110,11 @@ def test_the_expected_table():
         assert [_decided(f, x) for f in ("irfft", "hfft", "irfftn", "irfft2")] == ["float32"] * 4
         real_input = [_decided(f, x) for f in ("rfft", "ihfft", "rfftn", "rfft2")]
         assert real_input == ([None] * 4 if dtype != "float32" else ["complex64"] * 4)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "float32"])
+def test_explain_takes_a_dtype_the_transforms_take_as_it_is(dtype):
+    """No promotion is planned for a dtype the transforms take as it is (a complex64 array's problem stays complex64:
+    JAX's own rule answers it with the real dtype of its result, which would make it real)."""
+    e = nvdispatch.explain(nf.fft, jnp.ones((4, 6), getattr(jnp, dtype)))
+    assert e.problem.dtype == dtype and e.precision is None

@@ -352,6 +352,7 @@ def test_explain_names_the_region_it_follows():
 def test_cuda_transforms_in_a_cuda_region_have_torchs_dtype(func, region):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    torch._dynamo.reset()  # one lambda compiled per case: Dynamo's recompile limit counts them all otherwise
     # power-of-two lengths (Torch's CUDA half-precision domain; a c2r transform's last length is 2 * (m - 1))
     shape = (4, 9) if func in ("irfft", "hfft", "irfftn", "irfft2") else (4, 16)
     for dtype in (torch.float16, torch.float32):
