@@ -106,6 +106,19 @@ def dask_compute(request):
     return lambda *xs: client.compute(list(xs), sync=True)
 
 
+# -- the FFT entry: the compiled front or the Python route --------------------------------------------------------
+@pytest.fixture(params=["compiled", "python"])
+def fft_front(request, monkeypatch):
+    """The public transforms' entry: the compiled front, or the Python route an install without it runs."""
+    from nvdispatch.fft import _route, _transforms
+
+    if request.param == "compiled" and _route.transform_front is _route.call_transform:
+        pytest.skip("the extension is not built here")
+    if request.param == "python":
+        monkeypatch.setattr(_transforms, "transform_front", _route.call_transform)
+    return request.param
+
+
 # -- the matmul route: how many calls took the full path ---------------------------------------------------------
 @pytest.fixture
 def full_paths(monkeypatch):

@@ -19,7 +19,7 @@ from nvdispatch import errors
 from nvdispatch._adapters import call_key_classes
 from nvdispatch._compiled import hotpath
 from nvdispatch.executors import cuda_fft, numpy_fft
-from nvdispatch.fft import _route, _stateful, _transforms
+from nvdispatch.fft import _route, _stateful
 
 COMPILED = _route.transform_front is not _route.call_transform
 NONE4 = (None, None, None, None)
@@ -33,16 +33,6 @@ def fresh():
     yield
     nvdispatch.reset_backends()
     nvdispatch.plan_cache.clear()
-
-
-@pytest.fixture(params=["compiled", "python"])
-def front(request, monkeypatch):
-    """The public transforms' entry: the compiled front, or the Python route an install without it runs."""
-    if request.param == "compiled" and not COMPILED:
-        pytest.skip("the extension is not built here")
-    if request.param == "python":
-        monkeypatch.setattr(_transforms, "transform_front", _route.call_transform)
-    return request.param
 
 
 @pytest.fixture
@@ -333,23 +323,23 @@ def test_the_front_is_made_from_one_object_with_documented_attributes():
 
 
 @pytest.mark.parametrize("name, kw", [("fft", {}), ("fft2", {}), ("rfft2", {}), ("ifft2", {"norm": "ortho"})])
-def test_public_transforms_on_either_front_give_numpy_results(front, name, kw):
+def test_public_transforms_on_either_front_give_numpy_results(fft_front, name, kw):
     x = _x(dtype=np.float64 if name == "rfft2" else np.complex128)
     for _ in range(3):
         _close(getattr(F, name)(x, **kw), getattr(np.fft, name)(x, **kw), x.dtype)
 
 
-def test_public_repeated_calls_on_the_compiled_front_skip_the_python_hit(front, monkeypatch):
+def test_public_repeated_calls_on_the_compiled_front_skip_the_python_hit(fft_front, monkeypatch):
     runs = []
     real = _route._run
     monkeypatch.setattr(_route, "_run", lambda *a, **k: runs.append(a[0]) or real(*a, **k))
     x = _x()
     for _ in range(3):
         _close(F.fft2(x), np.fft.fft2(x.astype(np.complex128)), np.complex64)
-    assert len(runs) == (1 if front == "compiled" else 3)
+    assert len(runs) == (1 if fft_front == "compiled" else 3)
 
 
-def test_backend_state_changes_are_seen_by_repeated_calls(front):
+def test_backend_state_changes_are_seen_by_repeated_calls(fft_front):
     torch = pytest.importorskip("torch")
     t = torch.from_numpy(_x())
     for _ in range(3):

@@ -20,7 +20,6 @@ from nvdispatch._adapters import CPU, Device
 from nvdispatch._adapters.torch import TorchAdapter
 from nvdispatch._adapters.torch_autocast import ffts_follow_region
 from nvdispatch._precision import PrecisionConvention, fft_autocast_target
-from nvdispatch.fft import _route, _transforms
 
 torch = pytest.importorskip("torch")
 
@@ -28,22 +27,11 @@ from nvdispatch.integrations import torch_ops  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental:UserWarning")
 
-COMPILED = _route.transform_front is not _route.call_transform
 FUNCS = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fftn", "ifftn", "rfftn", "irfftn", "fft2", "ifft2",
          "rfft2", "irfft2")  # fmt: skip
 HALF = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 #: normwise tolerance of a float32 transform of 64 values
 RTOL = 2e-5
-
-
-@pytest.fixture(params=["compiled", "python"])
-def front(request, monkeypatch):
-    """The public transforms' entry: the compiled front, or the Python route an install without it runs."""
-    if request.param == "compiled" and not COMPILED:
-        pytest.skip("the extension is not built here")
-    if request.param == "python":
-        monkeypatch.setattr(_transforms, "transform_front", _route.call_transform)
-    return request.param
 
 
 @contextlib.contextmanager
@@ -119,7 +107,7 @@ def test_the_torch_convention_says_whether_the_ffts_follow_the_region_per_device
 @pytest.mark.parametrize("region", ["bfloat16", "float16"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("func", FUNCS)
-def test_eager_transforms_in_a_cpu_region_have_torchs_dtype_and_the_cast_inputs_values(front, func, dtype, region):
+def test_eager_transforms_in_a_cpu_region_have_torchs_dtype_and_the_cast_inputs_values(fft_front, func, dtype, region):
     x = _x(HALF[dtype])
     with torch.autocast("cpu", dtype=HALF[region]):
         got = getattr(nvdispatch.fft, func)(x)
@@ -146,7 +134,7 @@ def test_dtypes_the_region_does_not_cast_are_transformed_as_outside_it(func, dty
     torch.testing.assert_close(inside, outside)
 
 
-def test_a_region_toggled_between_two_calls_changes_the_result_dtype(front):
+def test_a_region_toggled_between_two_calls_changes_the_result_dtype(fft_front):
     x = _x(torch.float16)
     want = _oracle("rfft", x)
     dtypes = []
@@ -176,7 +164,7 @@ def test_a_device_type_autocast_does_not_know_has_no_region():
         nvdispatch.fft.rfft(x)  # what a meta tensor meets outside a region too
 
 
-def test_the_region_runs_the_float32_calls_plan_and_keeps_no_plan_of_its_own(front):
+def test_the_region_runs_the_float32_calls_plan_and_keeps_no_plan_of_its_own(fft_front):
     plan_cache.clear()
     x = _x(torch.bfloat16)
     nvdispatch.fft.rfft(x.float())  # the float32 call's plan
