@@ -67,14 +67,31 @@ def view(x: Any, framework: str) -> DeviceView:
         return v
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is not None:
-        dt = np.dtype(cai["typestr"])
+        dtype, itemsize = _interface_dtype(cai["typestr"])
         shape = tuple(cai["shape"])
         st = cai.get("strides")
-        strides = c_strides(shape) if st is None else tuple(s // dt.itemsize for s in st)
-        return DeviceView(int(cai["data"][0] or 0), dt.name, shape, strides, x)
+        strides = c_strides(shape) if st is None else tuple(s // itemsize for s in st)
+        return DeviceView(int(cai["data"][0] or 0), dtype, shape, strides, x)
     if hasattr(x, "__dlpack__"):
         return _dlpack_view(x)
     raise UnsupportedOperandError("operand", "a device array (CUDA array interface or DLPack)", describe(x))
+
+
+def _interface_dtype(typestr: str) -> tuple[str, int]:
+    """The dtype name and item size a ``__cuda_array_interface__`` typestr stands for. A 2-byte void (``"<V2"``)
+    is bfloat16: NumPy has no bfloat16 of its own, so Torch describes its bfloat16 tensors so, as ml_dtypes'
+    ``bfloat16.str`` (and nvdispatch's :class:`CudaArray`) do; NumPy would name it ``void16``, which no reader
+    of the view (the autotune's result check) takes for bfloat16.
+
+    Examples
+    --------
+    >>> _interface_dtype("<V2"), _interface_dtype("<f2"), _interface_dtype("|u1")
+    (('bfloat16', 2), ('float16', 2), ('uint8', 1))
+    """
+    dt = np.dtype(typestr)
+    if dt.kind == "V" and dt.itemsize == 2 and dt.names is None:
+        return "bfloat16", 2
+    return dt.name, dt.itemsize
 
 
 # -- DLPack (read-only import: pointer, shape, strides) ----------------------------------------------------------
