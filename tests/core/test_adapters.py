@@ -158,3 +158,32 @@ def test_debug_log_names_executor_strategy_and_plan(caplog):
     text = caplog.text
     assert "executor 'numpy', strategy 'plain'" in text and "miss: planned" in text
     assert "plan cache hit (call key)" in text
+
+
+@pytest.mark.parametrize(("typestr", "dtype"), [("<V2", "bfloat16"), ("<f2", "float16"), ("<c8", "complex64")])
+def test_an_interface_array_is_detected_with_its_dtype_and_element_strides(devices_by_pointer, typestr, dtype):
+    """A 2-byte void typestr is bfloat16 (Torch and ml_dtypes describe bfloat16 so; NumPy would say void16)."""
+    x = FakeCai(256, shape=(3, 5), typestr=typestr)
+    itemsize = np.dtype(typestr).itemsize
+    x.__cuda_array_interface__["strides"] = (itemsize, 3 * itemsize)  # column-major
+    info = adapter_for(x).info("x", x)
+    assert (info.dtype, info.shape, info.strides) == (dtype, (3, 5), (1, 3))
+
+
+def test_a_device_view_falls_back_to_dlpack_where_the_interface_is_refused(monkeypatch):
+    """jaxlib refuses ``__cuda_array_interface__`` for bfloat16 buffers (an error, not a missing attribute): the
+    view is then read through DLPack."""
+    from nvdispatch._cuda import arrays
+
+    class Refusing:
+        @property
+        def __cuda_array_interface__(self):
+            raise TypeError("__cuda_array_interface__ is not supported for bfloat16 buffers")
+
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("stood in for by _dlpack_view")
+
+    seen = []
+    monkeypatch.setattr(arrays, "_dlpack_view", lambda x: seen.append(x) or "dlpack view")
+    x = Refusing()
+    assert arrays.view(x, "jax-like framework") == "dlpack view" and seen == [x]

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._adapter_registry import adapter_for
 from .._cuda import runtime
-from .._cuda.arrays import CudaArray, storage_shape, view
+from .._cuda.arrays import CudaArray, interface_dtype, storage_shape, view
 from .._memory import CUDA
 from .._strides import c_strides
 from .base import Adapter, Device, OperandInfo
@@ -50,12 +50,12 @@ class CaiAdapter(Adapter):
 
     def info(self, name: str, x: Any) -> OperandInfo:
         cai = x.__cuda_array_interface__
-        dtype = np.dtype(cai["typestr"])
+        dtype, itemsize = interface_dtype(cai["typestr"])  # "<V2": bfloat16, as Torch and ml_dtypes describe it
         shape = tuple(cai["shape"])
         strides = cai.get("strides")
-        strides = c_strides(shape) if strides is None else tuple(s // dtype.itemsize for s in strides)
+        strides = c_strides(shape) if strides is None else tuple(s // itemsize for s in strides)
         device = Device("cuda", pointer_device(int(cai["data"][0] or 0)))
-        return OperandInfo(x, self.name, device, dtype.name, shape, strides, memory=_MEMORY)
+        return OperandInfo(x, self.name, device, dtype, shape, strides, memory=_MEMORY)
 
     def unwritable(self, x) -> str:
         read_only = x.__cuda_array_interface__.get("data", (0, False))[1]

@@ -39,6 +39,7 @@ __all__ = [
     "DeviceView",
     "CudaArray",
     "view",
+    "interface_dtype",
     "pointer_getter",
     "empty",
     "result_kind",
@@ -65,9 +66,12 @@ def view(x: Any, framework: str) -> DeviceView:
     v = None if ad is None else ad.device_view(x)  # a framework's own arrays (Torch, CuPy)
     if v is not None:
         return v
-    cai = getattr(x, "__cuda_array_interface__", None)
+    try:
+        cai = x.__cuda_array_interface__
+    except Exception:  # noqa: BLE001 - absent, or refused for this dtype (jaxlib's bfloat16 buffers): try DLPack
+        cai = None
     if cai is not None:
-        dtype, itemsize = _interface_dtype(cai["typestr"])
+        dtype, itemsize = interface_dtype(cai["typestr"])
         shape = tuple(cai["shape"])
         st = cai.get("strides")
         strides = c_strides(shape) if st is None else tuple(s // itemsize for s in st)
@@ -77,7 +81,7 @@ def view(x: Any, framework: str) -> DeviceView:
     raise UnsupportedOperandError("operand", "a device array (CUDA array interface or DLPack)", describe(x))
 
 
-def _interface_dtype(typestr: str) -> tuple[str, int]:
+def interface_dtype(typestr: str) -> tuple[str, int]:
     """The dtype name and item size a ``__cuda_array_interface__`` typestr stands for. A 2-byte void (``"<V2"``)
     is bfloat16: NumPy has no bfloat16 of its own, so Torch describes its bfloat16 tensors so, as ml_dtypes'
     ``bfloat16.str`` (and nvdispatch's :class:`CudaArray`) do; NumPy would name it ``void16``, which no reader
@@ -85,7 +89,7 @@ def _interface_dtype(typestr: str) -> tuple[str, int]:
 
     Examples
     --------
-    >>> _interface_dtype("<V2"), _interface_dtype("<f2"), _interface_dtype("|u1")
+    >>> interface_dtype("<V2"), interface_dtype("<f2"), interface_dtype("|u1")
     (('bfloat16', 2), ('float16', 2), ('uint8', 1))
     """
     dt = np.dtype(typestr)
