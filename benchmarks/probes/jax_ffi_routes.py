@@ -21,6 +21,11 @@ to form a command buffer) through ``ffi-graphs``, ``ffi`` and XLA's own ``relu(d
 * time per matmul: wall clock over back-to-back runs ended by ``block_until_ready``, the programs in turns (the
   order rotating each round, each sample after an untimed run), medians over ``--rounds``, and the ratio to XLA's
   program of the same ``u`` (per round too).
+* with Torch (CUDA) installed, GPU time per matmul too: CUDA events on XLA's compute stream (the stream the ``ffi``
+  launch record names, wrapped as a Torch ``ExternalStream``) around runs queued behind a sleep kernel that holds
+  the GPU longer than the host takes to queue them, so the events see the GPU's work, not the host's per-run cost
+  (``gpu_us_per_matmul``, ``gpu_ratio``; ``gpu_time`` says why where it is not measured). Where the host blocks
+  before it has queued them all (a limit on executions in flight), the events include the gaps: an upper bound.
 
     python benchmarks/probes/jax_ffi_routes.py [--shapes 4096x4096x4096,...] [--rounds 15] [--unroll 8]
         [--autotune auto] [--settings default,no-command-buffers] [--out DIR]
@@ -133,7 +138,7 @@ def _table(results: dict) -> None:
         print(f"\n== {setting} (jax {got.get('jax')}, {got.get('device')}; captured-launch counting "
               f"{'on' if got.get('counting') else 'off'})")
         for cell in got["cells"]:
-            print(f"{cell['shape']}:")
+            print(f"{cell['shape']}: ({cell.get('gpu_time')})")
             for name, row in cell["programs"].items():
                 rec, algo = row.get("record", {}), row.get("algorithm") or {}
                 launches = (f"launches/run first {rec.get('first_per_run', '-')}, later {rec.get('later_per_run', '-')}"
@@ -141,7 +146,10 @@ def _table(results: dict) -> None:
                 kernel = (f"algo {algo.get('id')} tile {algo.get('tile')} stages {algo.get('stages')} splitk "
                           f"{algo.get('splitk')} cluster {algo.get('cluster')}, ws {rec.get('workspace')}/"
                           f"{rec.get('capacity')} B") if algo else ""
+                gpu_time = (f"GPU {row['gpu_us_per_matmul']:8.1f} us x{row['gpu_ratio']:.3f}"
+                            if "gpu_us_per_matmul" in row else "GPU -")
                 print(f"  {name:22s} {row['us_per_matmul']:9.1f} us/matmul  x{row.get('ratio', float('nan')):.3f}  "
+                      f"{gpu_time}  "
                       f"cmdbuf-in-HLO {row.get('command_buffer_in_hlo')}  {launches}  {kernel}")
 
 
@@ -265,8 +273,13 @@ def _child(args, setting: str) -> int:
                 jax.block_until_ready(out)
                 samples[name].append((time.perf_counter() - t0) / (runs[name] * u))
                 del out
+        gpu = _gpu_samples(programs, cell, a, b, runs, once, min(args.rounds, 7), jax)
+        cell["gpu_time"] = gpu if isinstance(gpu, str) else "CUDA events on XLA's compute stream"
         for name, row in cell["programs"].items():
             u = row["u"]
+            if not isinstance(gpu, str):
+                row["gpu_us_per_matmul"] = statistics.median(gpu[name]) * 1e6
+                row["gpu_ratio"] = statistics.median(gpu[name]) / statistics.median(gpu[f"{XLA} u={u}"])
             row["us_per_matmul"] = statistics.median(samples[name]) * 1e6
             row["samples_us"] = [s * 1e6 for s in samples[name]]
             row["runs_per_sample"] = runs[name]
@@ -278,6 +291,41 @@ def _child(args, setting: str) -> int:
     with open(args.child, "w") as fh:
         json.dump(got, fh, indent=1, default=str)
     return 0
+
+
+def _gpu_samples(programs: dict, cell: dict, a, b, runs: dict, once: dict, rounds: int, jax) -> dict | str:
+    """Per program, GPU seconds per matmul in ``rounds`` samples (rotating turns): CUDA events on XLA's compute
+    stream around runs queued behind a sleep kernel; or why they are not measured (a string)."""
+    stream = cell["programs"].get("ffi u=1", {}).get("record", {}).get("stream")
+    if not stream:
+        return "no GPU time: the ffi launch record names no stream"
+    try:
+        import torch
+    except ImportError:
+        return "no GPU time: needs Torch with CUDA"
+    if not torch.cuda.is_available():
+        return "no GPU time: Torch finds no CUDA device"
+    xla_stream = torch.cuda.ExternalStream(stream, device=torch.device("cuda", 0))
+    samples: dict[str, list[float]] = {name: [] for name in programs}
+    names = list(programs)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            compiled, vs, u = programs[name]
+            n = runs[name]
+            jax.block_until_ready(compiled(a, b, *vs))
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(xla_stream):
+                # ~2 GHz: twice the wall time of n runs, so the host has queued them all before the GPU is free
+                torch.cuda._sleep(int(min(2 * n * once[name], 0.5) * 2e9))
+                start.record(xla_stream)
+            for _ in range(n):
+                out = compiled(a, b, *vs)
+            stop.record(xla_stream)
+            stop.synchronize()
+            jax.block_until_ready(out)
+            samples[name].append(start.elapsed_time(stop) * 1e-3 / (n * u))
+            del out
+    return samples
 
 
 if __name__ == "__main__":
