@@ -43,6 +43,26 @@ typedef struct {
     unsigned char algo[NVD_FFI_MAX_ALGOS][NVD_FFI_ALGO_BYTES];
 } NvdFfiAlgos;
 
+/* what an entry's launches did, for probes comparing routes (ffi_launch_record): written by the handler on XLA's
+ * thread without a lock (counters atomically; the last launch's fields may be read mid-update, probes read them
+ * once the program has finished) */
+typedef struct {
+    int64_t calls;      /* launches queued by the handler (one per handler call that reached cuBLASLt) */
+    int64_t captured;   /* of those, launches on a stream being captured into a CUDA graph (where asked) */
+    int64_t uncaptured; /* of those, launches the capture query answered "not capturing" */
+    int index;          /* the last launch: which of the entry's algorithms (best alignment first) */
+    int64_t alignment;  /* ... the buffers' alignment (bytes, at most 256) */
+    int64_t workspace;  /* ... the workspace bytes given to cublasLtMatmul */
+    int64_t capacity;   /* ... the bytes of the workspace buffer XLA allocated */
+    void *stream;       /* ... the stream */
+    unsigned char algo[NVD_FFI_ALGO_BYTES]; /* ... the cublasLtMatmulAlgo_t */
+} NvdFfiRecord;
+
+/* cuStreamIsCapturing (CUresult (CUstream, CUstreamCaptureStatus *)), set by a probe: launches then count those on
+ * a stream being captured; NULL (the default) asks nothing */
+typedef int (*capture_query_fn)(void *stream, int *status);
+static capture_query_fn capture_query;
+
 typedef struct {
     NvdLtLaunch launch;
     NvdFfiAlgos *algos; /* read with acquire, replaced whole with release */
@@ -52,6 +72,7 @@ typedef struct {
     int role_in[NVD_FFI_MAX_BUFFERS], role_out[NVD_FFI_MAX_BUFFERS];
     int64_t count_in[NVD_FFI_MAX_BUFFERS], count_out[NVD_FFI_MAX_BUFFERS]; /* elements each buffer holds */
     PyObject *keep; /* the owners of the descriptor, layouts and scalars (never released) */
+    NvdFfiRecord record; /* what its launches did (ffi_launch_record) */
 } NvdFfiEntry;
 
 typedef struct {
@@ -286,8 +307,63 @@ ffi_set_algorithms(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ffi_set_capture_query(address): cuStreamIsCapturing's address (0: none), consulted by every launch from now on
+ * to count those under CUDA-graph capture (ffi_launch_record's "captured"); for probes, not for production */
+static PyObject *
+ffi_set_capture_query(PyObject *module, PyObject *address)
+{
+    void *p = PyLong_AsVoidPtr(address);
+    if (p == NULL && PyErr_Occurred())
+        return NULL;
+    __atomic_store_n(&capture_query, (capture_query_fn)p, __ATOMIC_RELEASE);
+    Py_RETURN_NONE;
+}
+
+/* ffi_launch_record(id, device) -> dict: what the entry's launches did (see NvdFfiRecord) */
+static PyObject *
+ffi_launch_record(PyObject *module, PyObject *args)
+{
+    long long id;
+    int device;
+    if (!PyArg_ParseTuple(args, "Li:ffi_launch_record", &id, &device))
+        return NULL;
+    NvdFfiGroup *g = find_group(id);
+    NvdFfiEntry *e = g == NULL || device < 0 || device >= NVD_FFI_MAX_DEVICES ? NULL : LOAD(g->by_device[device]);
+    if (e == NULL) {
+        PyErr_Format(PyExc_ValueError, "ffi_launch_record: no entry for plan %lld on device %d", id, device);
+        return NULL;
+    }
+    NvdFfiRecord r = e->record;
+    r.calls = __atomic_load_n(&e->record.calls, __ATOMIC_RELAXED);
+    r.captured = __atomic_load_n(&e->record.captured, __ATOMIC_RELAXED);
+    r.uncaptured = __atomic_load_n(&e->record.uncaptured, __ATOMIC_RELAXED);
+    int seen = r.calls > 0;
+    return Py_BuildValue("{s:L,s:L,s:L,s:i,s:L,s:L,s:L,s:K,s:y#}", "calls", (long long)r.calls, "captured",
+                         (long long)r.captured, "uncaptured", (long long)r.uncaptured, "index", seen ? r.index : -1,
+                         "alignment", (long long)r.alignment, "workspace", (long long)r.workspace, "capacity",
+                         (long long)r.capacity, "stream", (unsigned long long)(uintptr_t)r.stream, "algorithm",
+                         (const char *)r.algo, (Py_ssize_t)(seen ? NVD_FFI_ALGO_BYTES : 0));
+}
+
 #ifdef NVD_XLA_FFI
 #include "xla/ffi/api/c_api.h"
+
+/* note a launch of algorithm k of `algos` in `r` (see NvdFfiRecord) */
+static void
+record_launch(NvdFfiRecord *r, const NvdFfiAlgos *algos, int k, int64_t alignment, int64_t capacity, void *stream)
+{
+    __atomic_add_fetch(&r->calls, 1, __ATOMIC_RELAXED);
+    capture_query_fn query = __atomic_load_n(&capture_query, __ATOMIC_ACQUIRE);
+    int capture_status = 0;
+    if (query != NULL && stream != NULL && query(stream, &capture_status) == 0)
+        __atomic_add_fetch(capture_status != 0 ? &r->captured : &r->uncaptured, 1, __ATOMIC_RELAXED);
+    r->index = k;
+    r->alignment = alignment;
+    r->workspace = algos->workspace[k];
+    r->capacity = capacity;
+    r->stream = stream;
+    memcpy(r->algo, algos->algo[k], NVD_FFI_ALGO_BYTES);
+}
 
 /* what the handler reads of the call frame and the API: present in every version it accepts */
 #define FRAME_NEEDS (offsetof(XLA_FFI_CallFrame, attrs) + sizeof(XLA_FFI_Attrs))
@@ -463,6 +539,7 @@ run_matmul(XLA_FFI_CallFrame *frame, int on_device, XLA_FFI_Handler_Traits trait
                  failed_pointer ? "cublasLtMatmulDescSetAttribute" : "cublasLtMatmul", status, (long long)id);
         return ffi_error(api, XLA_FFI_Error_Code_INTERNAL, msg);
     }
+    record_launch(&e->record, algos, k, alignment, ws->dims[0], stream);
     return NULL;
 
 wrong_buffer:
@@ -549,6 +626,11 @@ static PyMethodDef ffi_methods[] = {
      "ffi_set_plan(id, device, ints, inputs, outputs, algorithms, keep): a plan group's entry for a device"},
     {"ffi_set_algorithms", ffi_set_algorithms, METH_VARARGS,
      "ffi_set_algorithms(id, device, algorithms): the algorithms of an entry from now on"},
+    {"ffi_set_capture_query", ffi_set_capture_query, METH_O,
+     "ffi_set_capture_query(address): cuStreamIsCapturing's address (0: none); launches then count those captured"},
+    {"ffi_launch_record", ffi_launch_record, METH_VARARGS,
+     "ffi_launch_record(id, device) -> dict: what the launches of an entry did (calls, captured, the last one's "
+     "algorithm and workspace)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -165,6 +165,41 @@ def test_the_table_checks_what_python_registers():
         hp.ffi_set_algorithms(plan_id, 1, ALGOS)
 
 
+@needs_handler
+def test_the_launch_record_names_the_algorithm_and_workspace_of_each_launch(target):
+    """What a probe comparing the routes reads: per entry, the launches the handler queued and the last one's
+    algorithm (the entry's pick for the buffers' alignment), workspace and workspace buffer."""
+    a, b = jnp.ones((4, 3), jnp.float32), jnp.ones((3, 5), jnp.float32)
+    plan_id = _plan(((A, 12), (B, 15)), ((D, 20),))
+    empty = hp.ffi_launch_record(plan_id, 0)
+    assert (empty["calls"], empty["index"], empty["algorithm"]) == (0, -1, b"")
+    answers = []
+    query_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+
+    @query_type
+    def query(stream, status):  # never asked here: the host handler has no stream
+        answers.append(stream)
+        return 0
+
+    hp.ffi_set_capture_query(ctypes.cast(query, ctypes.c_void_p).value)
+    try:
+        for n in (1, 2):
+            _call(plan_id, (a, b), [((4, 5), np.float32)], workspace=96)
+            calls = hp.probe_record()[0]
+            record = hp.ffi_launch_record(plan_id, 0)
+            align = _alignment(calls[3], calls[5], calls[10])
+            index = next(i for i, (al, _, _) in enumerate(ALGOS) if al <= align)
+            assert record["calls"] == n and record["index"] == index and record["alignment"] == align
+            assert record["algorithm"] == ALGOS[index][1] == ctypes.string_at(calls[12], 64)
+            assert record["workspace"] == ALGOS[index][2] == calls[14] and record["capacity"] == 96
+            assert record["stream"] == 0 and record["captured"] == record["uncaptured"] == 0
+    finally:
+        hp.ffi_set_capture_query(0)
+    assert answers == []
+    with pytest.raises(ValueError, match="no entry"):
+        hp.ffi_launch_record(plan_id, 1)
+
+
 def test_the_route_is_explicit(monkeypatch):
     with jax_ffi.jax_route("callback"):
         assert jax_ffi.route() == ("callback", "asked for (NVDISPATCH_JAX_ROUTE or jax_route)")
@@ -277,7 +312,7 @@ def staged(monkeypatch, target):
     plan_cache.clear()
 
 
-def _stage(a, b, bias, alpha=2.0):
+def _stage(a, b, bias, alpha=2.0, graphs=False):
     from nvdispatch._detect import Device
     from nvdispatch.integrations.jax_matmul_kernel import MatmulCall, _device_problem
 
@@ -288,7 +323,8 @@ def _stage(a, b, bias, alpha=2.0):
     def problem_for(dev, shapes):
         return _device_problem(call, call.options, arrays, views, Device("cuda", dev), shapes)
 
-    return jax_ffi.stage_matmul(problem_for, call.state, call.alpha, call.beta, "row", names, (a, b, bias))
+    return jax_ffi.stage_matmul(problem_for, call.state, call.alpha, call.beta, "row", names, (a, b, bias),
+                                graphs=graphs)
 
 
 @needs_handler
@@ -309,6 +345,26 @@ def test_stage_matmul_plans_while_tracing_and_xla_calls_the_entry(staged):
     assert len(staged.planned) == 1 and len(jax_ffi.staged_plans()) == plans
     jax.jit(lambda a, b, bias: _stage(a, b, bias, alpha=3.0))(a, b, bias)  # another alpha: another entry
     assert len(jax_ffi.staged_plans()) == plans + 1
+
+
+@needs_handler
+def test_the_graphs_route_launches_the_ffi_routes_entry(staged):
+    """A problem staged on "ffi" and on "ffi-graphs" is one entry of the C table: the same descriptors, algorithm
+    and workspace, whichever target XLA calls (issue 29: the routes' timings differ by XLA's command buffers,
+    not by what cuBLASLt is asked)."""
+    a, b, bias = jnp.ones((9, 3)), jnp.ones((3, 5)), jnp.ones((1, 5))
+    jax.block_until_ready(jax.jit(lambda a, b, bias: _stage(a, b, bias))(a, b, bias))
+    plans = len(jax_ffi.staged_plans())
+    (first,) = jax_ffi.launch_records()
+    jax.block_until_ready(jax.jit(lambda a, b, bias: _stage(a, b, bias, graphs=True))(a, b, bias))
+    assert len(staged.planned) == 1 and len(jax_ffi.staged_plans()) == plans
+    (second,) = jax_ffi.launch_records()
+    assert (second["plan"], second["device"]) == (first["plan"], first["device"])
+    assert (first["calls"], second["calls"]) == (1, 2)
+    assert second["problem"] == str(staged.planned[0])
+    index = next(i for i, (al, _, _) in enumerate(ALGOS) if al <= second["alignment"])
+    assert second["algorithm"] == ALGOS[index][1] and second["workspace"] == ALGOS[index][2]
+    assert second["capacity"] == max(ws for _, _, ws in ALGOS)  # the workspace reserved: the largest algorithm's
 
 
 @needs_handler

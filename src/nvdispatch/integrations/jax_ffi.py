@@ -27,7 +27,14 @@ error at trace time. The CPU branch of a staged call always runs its host kernel
 A plan made while tracing is autotuned then, as XLA tunes its own GEMMs (:mod:`.jax_autotune`), before its
 entries are set. Plan entries live as long as the process (a compiled program may keep an id that long);
 autotuning a plan later (``plan.autotune``) reaches the entries made from it, within the workspace reserved when
-it was traced.
+it was traced (a launch XLA captured into a command buffer keeps the algorithm it was recorded with until XLA
+records the call again).
+
+The two FFI routes of one problem share its entry (the target is not part of the entry's key): ``ffi`` and
+``ffi-graphs`` queue the same ``cublasLtMatmul`` (descriptors, algorithm, workspace), and a difference in their
+timings is XLA's, not the launch's. :func:`launch_records` says what each entry's launches did (how many the
+handler queued, how many under CUDA-graph capture with :func:`count_captured_launches`, the last one's algorithm
+and workspace), for probes (``benchmarks/probes/jax_ffi_routes.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +71,8 @@ __all__ = [
     "gpu_ordinals",
     "stage_matmul",
     "staged_plans",
+    "launch_records",
+    "count_captured_launches",
 ]
 
 #: the FFI target names of the handler: outside XLA's command buffers, and compatible with them
@@ -186,6 +195,7 @@ class _Registry:
         self.lock = threading.Lock()
         self.groups: dict[Any, tuple[int, int]] = {}  # key -> (id, reserved workspace bytes)
         self.plans: list[Any] = []
+        self.entries: list[tuple[int, int, str]] = []  # (id, device, the problem) per entry of the C table
 
     def group(self, key, make: Callable[[int], int]) -> tuple[int, int]:
         with self.lock:
@@ -237,7 +247,36 @@ def _register_device(plan_id: int, device: int, plan, alpha, beta, inputs, outpu
 
     plan.algorithm_listeners.append(follow)
     _registry.plans.append(plan)
+    _registry.entries.append((plan_id, device, str(plan.problem)))
     return reserved
+
+
+def launch_records() -> list[dict]:
+    """What the launches of each entry of the C plan table did, for probes comparing the routes: per entry its
+    ``plan`` id, ``device``, ``problem``, and the handler's record (``_hotpath_ffi.c``): ``calls`` (launches the
+    handler queued: a program XLA runs from a captured CUDA graph replays the launch without calling the
+    handler), ``captured``/``uncaptured`` (of those, launches on a stream being captured or not, counted while
+    :func:`count_captured_launches` is on), and the last launch's ``index`` (of the entry's algorithms, best
+    alignment first; -1 before any), ``alignment``, ``algorithm`` (the ``cublasLtMatmulAlgo_t`` bytes),
+    ``workspace`` (bytes given to cuBLASLt), ``capacity`` (bytes of the workspace buffer XLA allocated) and
+    ``stream``. The ``ffi`` and ``ffi-graphs`` routes of one problem share an entry (the target is not part of
+    the entry's key): their calls add up in one record."""
+    with _registry.lock:
+        entries = list(_registry.entries)
+    compiled = hotpath()
+    return [{"plan": pid, "device": dev, "problem": problem, **compiled.ffi_launch_record(pid, dev)}
+            for pid, dev, problem in entries]
+
+
+def count_captured_launches(on: bool = True) -> bool:
+    """Have every launch of the handler ask the driver whether its stream is being captured into a CUDA graph
+    (``cuStreamIsCapturing``; :func:`launch_records`' ``captured``/``uncaptured``), or stop (``on=False``).
+    A probe's switch: it costs a driver call per launch. Returns whether the counting is on."""
+    from .._cuda.stream_clock import capture_query_address
+
+    address = capture_query_address() if on else None
+    hotpath().ffi_set_capture_query(address or 0)
+    return address is not None
 
 
 def stage_matmul(
