@@ -27,6 +27,7 @@ from nvdispatch._epilog import EPILOGS, spec_of
 from nvdispatch._matmul_problem import MatmulOptions, build_problem
 from nvdispatch._precision import PrecisionConvention, autocast_targets
 from tests.matmul.matmul_reference import assert_close, expected
+from tests.precision.autocast_regions import autocast_region
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -70,24 +71,6 @@ def cpu_follows_tf32(monkeypatch):
         return cuda_convention(self, CUDA if device.kind == "cpu" else device)
 
     monkeypatch.setattr(TorchAdapter, "precision_convention", convention)
-
-
-@contextlib.contextmanager
-def _region(device_type, dtype):
-    """``torch.autocast(device_type, dtype)``, also for CUDA where no GPU is (``torch.autocast`` turns itself off
-    there; the thread's autocast state is what nvdispatch reads)."""
-    if device_type != "cuda" or torch.cuda.is_available():
-        with torch.autocast(device_type, dtype=dtype):
-            yield
-        return
-    saved = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
-    torch.set_autocast_enabled("cuda", True)
-    torch.set_autocast_dtype("cuda", dtype)
-    try:
-        yield
-    finally:
-        torch.set_autocast_enabled("cuda", saved[0])
-        torch.set_autocast_dtype("cuda", saved[1])
 
 
 def _operands(m=6, k=5, n=4, dtype=torch.float32, seed=0):
@@ -209,7 +192,7 @@ def test_torch_new_precision_api_and_its_mix_with_the_legacy_one_are_read_as_tor
 )
 def test_torch_autocast_regions_are_reported_per_device_type(device_type, dtype):
     name = str(dtype).removeprefix("torch.")
-    with _region(device_type, dtype):
+    with autocast_region(device_type, dtype):
         conv = TorchAdapter().precision_convention(Device(device_type, 0 if device_type == "cuda" else None))
         other = TorchAdapter().precision_convention(CUDA if device_type == "cpu" else CPU)
     assert conv.autocast == name and conv.autocast_reason == f"Torch autocast({device_type!r}, {name})"
@@ -227,7 +210,7 @@ def test_torch_precision_key_holds_tf32_and_the_active_regions(tf32_setting):
         bf16 = key()
         with torch.autocast("cpu", dtype=torch.float16):
             assert key() not in (bf16, outside)
-    with _region("cuda", torch.bfloat16):
+    with autocast_region("cuda", torch.bfloat16):
         assert key() not in (bf16, outside)
     assert hash(bf16) is not None
 
@@ -456,7 +439,7 @@ def test_autocast_leaves_float64_integer_and_complex_products_alone(front):
     )
 
 
-def test_an_explicit_compute_type_wins_over_an_autocast_region(front):
+def test_an_explicit_compute_type_wins_over_an_autocastautocast_region(front):
     a, b, bias = _operands()
     opts = {"compute_type": "COMPUTE_32F"}
     with torch.autocast("cpu", dtype=torch.bfloat16):

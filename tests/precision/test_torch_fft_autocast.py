@@ -8,7 +8,6 @@ cast input (float16/bfloat16 values are exact in float32, so the oracle is of th
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 
 import numpy as np
@@ -24,6 +23,7 @@ from nvdispatch._precision import PrecisionConvention, fft_autocast_target
 torch = pytest.importorskip("torch")
 
 from nvdispatch.integrations import torch_ops  # noqa: E402
+from tests.precision.autocast_regions import autocast_region  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental:UserWarning")
 
@@ -32,20 +32,6 @@ FUNCS = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fftn", "ifftn", "rfft
 HALF = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 #: normwise tolerance of a float32 transform of 64 values
 RTOL = 2e-5
-
-
-@contextlib.contextmanager
-def _cuda_region(dtype):
-    """A ``torch.autocast("cuda", dtype)`` region's thread state, also where no GPU is (``torch.autocast`` turns
-    itself off there; the thread's autocast state is what nvdispatch reads)."""
-    saved = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
-    torch.set_autocast_enabled("cuda", True)
-    torch.set_autocast_dtype("cuda", dtype)
-    try:
-        yield
-    finally:
-        torch.set_autocast_enabled("cuda", saved[0])
-        torch.set_autocast_dtype("cuda", saved[1])
 
 
 def _x(dtype=torch.float16, shape=(4, 16), seed=0, device="cpu"):
@@ -97,7 +83,7 @@ def test_the_torch_convention_says_whether_the_ffts_follow_the_region_per_device
         conv = adapter.precision_convention(CPU)
         assert conv.fft_autocast is True and conv.autocast_reason == "Torch autocast('cpu', bfloat16)"
         assert adapter.precision_convention(Device("cuda", 0)).fft_autocast is False  # no CUDA region
-    with _cuda_region(torch.float16):
+    with autocast_region("cuda", torch.float16):
         conv = adapter.precision_convention(Device("cuda", 0))
         assert conv.autocast == "float16" and conv.fft_autocast is False  # Torch's CUDA FFTs ignore regions
         assert adapter.precision_convention(CPU).fft_autocast is False
@@ -149,7 +135,7 @@ def test_a_region_toggled_between_two_calls_changes_the_result_dtype(fft_front):
 
 def test_a_region_on_another_device_type_leaves_the_transform_alone():
     x = _x(torch.float16)
-    with _cuda_region(torch.bfloat16):  # a CUDA region says nothing of CPU tensors
+    with autocast_region("cuda", torch.bfloat16):  # a CUDA region says nothing of CPU tensors
         assert nvdispatch.fft.fft(x).dtype == torch.complex32
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
         assert nvdispatch.fft.fft(x).dtype == torch.complex32
