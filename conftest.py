@@ -119,6 +119,27 @@ def fft_front(request, monkeypatch):
     return request.param
 
 
+# -- the matmul entry: the compiled front or the Python route ------------------------------------------------------
+@pytest.fixture(params=["compiled", "python"])
+def matmul_front(request, monkeypatch):
+    """Each test on both fronts of ``nvdispatch.matmul`` (the compiled hit and the Python route), from the default
+    backends and empty caches (plans, call-key signatures and memos); the caches are emptied again after it."""
+    import nvdispatch
+    from nvdispatch import linalg
+    from nvdispatch._adapters import call_key_classes
+
+    if request.param == "compiled" and linalg._front is linalg._route:
+        pytest.skip("the extension is not built here")
+    if request.param == "python":
+        monkeypatch.setattr(linalg, "_front", linalg._route)
+    nvdispatch.reset_backends()
+    nvdispatch.plan_cache.clear()
+    call_key_classes.clear()
+    yield request.param
+    nvdispatch.reset_backends()
+    nvdispatch.plan_cache.clear()
+
+
 # -- the matmul route: how many calls took the full path ---------------------------------------------------------
 @pytest.fixture
 def full_paths(monkeypatch):

@@ -22,20 +22,8 @@ from nvdispatch.executors.base import Executor
 torch = pytest.importorskip("torch")
 
 COMPILED = linalg._front is not linalg._route
-
-
-@pytest.fixture(autouse=True, params=["compiled", "python"])
-def front(request, monkeypatch):
-    if request.param == "compiled" and not COMPILED:
-        pytest.skip("the extension is not built here")
-    if request.param == "python":
-        monkeypatch.setattr(linalg, "_front", linalg._route)
-    nvdispatch.reset_backends()
-    nvdispatch.plan_cache.clear()
-    call_key_classes.clear()  # signatures and memos (as an adapter change does): each test starts afresh
-    yield request.param
-    nvdispatch.reset_backends()
-    nvdispatch.plan_cache.clear()
+#: every test on both fronts (the root conftest's fixture)
+pytestmark = pytest.mark.usefixtures("matmul_front")
 
 
 def _relu_bias(a, b, bias):
@@ -51,7 +39,7 @@ def _memo_records():
     return [rec for recs in call_key_classes[torch.Tensor].memo.handles.values() for rec in recs]
 
 
-def test_the_extension_is_built_where_a_c_compiler_and_the_python_headers_are(front):
+def test_the_extension_is_built_where_a_c_compiler_and_the_python_headers_are(matmul_front):
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]  # as setuptools picks it
     headers = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
     works = shutil.which(cc) and subprocess.run([cc, "--version"], capture_output=True).returncode == 0
@@ -294,8 +282,8 @@ def _probe_checksum(args):
     return sum((i + 1) * (x or 0) for i, x in enumerate(args)) % 1000003
 
 
-def test_the_direct_cublaslt_call_passes_its_sixteen_integers_in_order(front):
-    if front != "compiled":
+def test_the_direct_cublaslt_call_passes_its_sixteen_integers_in_order(matmul_front):
+    if matmul_front != "compiled":
         pytest.skip("the direct call is the extension's")
     from nvdispatch._hotpath import LT_MATMUL_PROBE, make_lt_matmul
 
@@ -319,8 +307,8 @@ def test_the_direct_cublaslt_call_passes_its_sixteen_integers_in_order(front):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("launcher", ["direct", "ctypes"])
-def test_cublaslt_plans_compute_the_same_through_either_launcher(front, launcher, monkeypatch):
-    if front != "compiled":
+def test_cublaslt_plans_compute_the_same_through_either_launcher(matmul_front, launcher, monkeypatch):
+    if matmul_front != "compiled":
         pytest.skip("one run per launcher is enough")
     from nvdispatch._cuda import cublaslt as lt
 
@@ -335,8 +323,8 @@ def test_cublaslt_plans_compute_the_same_through_either_launcher(front, launcher
 
 
 # -- the one object the compiled front receives ---------------------------------------------------------------------
-def test_the_compiled_front_is_made_from_one_object_with_documented_attributes(front):
-    if front != "compiled":
+def test_the_compiled_front_is_made_from_one_object_with_documented_attributes(matmul_front):
+    if matmul_front != "compiled":
         pytest.skip("the extension's")
     from nvdispatch._hotpath import make_matmul_front
 

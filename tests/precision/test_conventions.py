@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import nvdispatch
-from nvdispatch import ComputeType, Epilog, linalg, plan_cache
-from nvdispatch._adapters import CPU, Device, adapter_named, call_key_classes
+from nvdispatch import ComputeType, Epilog, plan_cache
+from nvdispatch._adapters import CPU, Device, adapter_named
 from nvdispatch._adapters.cupy import CupyAdapter
 from nvdispatch._adapters.jax import JaxAdapter, float32_compute_type
 from nvdispatch._adapters.torch import TorchAdapter
@@ -33,22 +33,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 CUDA = Device("cuda", 0)
-COMPILED = linalg._front is not linalg._route
 TF32 = ComputeType.COMPUTE_32F_FAST_TF32
-
-
-@pytest.fixture(params=["compiled", "python"])
-def front(request, monkeypatch):
-    """Each route test on both fronts (the compiled hit and the Python route), from an empty cache."""
-    if request.param == "compiled" and not COMPILED:
-        pytest.skip("the extension is not built here")
-    if request.param == "python":
-        monkeypatch.setattr(linalg, "_front", linalg._route)
-    nvdispatch.reset_backends()
-    plan_cache.clear()
-    call_key_classes.clear()
-    yield request.param
-    plan_cache.clear()
 
 
 @pytest.fixture
@@ -267,7 +252,7 @@ def _misses_of(call):
 
 
 @pytest.mark.usefixtures("cpu_follows_tf32")
-def test_a_tf32_setting_changed_between_two_calls_changes_the_plan(front, tf32_setting):
+def test_a_tf32_setting_changed_between_two_calls_changes_the_plan(matmul_front, tf32_setting):
     a, b, bias = _operands()
 
     def call():
@@ -303,7 +288,7 @@ def test_a_tf32_setting_changed_between_two_calls_changes_the_plan(front, tf32_s
 
 @pytest.mark.usefixtures("cpu_follows_tf32")
 @pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
-def test_a_tf32_setting_changed_between_two_calls_of_a_compiled_graph_changes_the_plan(front, tf32_setting, grad):
+def test_a_tf32_setting_changed_between_two_calls_of_a_compiled_graph_changes_the_plan(matmul_front, tf32_setting, grad):
     # a graph traced once (fullgraph) reads the setting when its operators run, as an eager call does: never the
     # plan of the setting current when it was traced
     a, b, bias = (x.requires_grad_(grad) for x in _operands())
@@ -324,7 +309,7 @@ def test_a_tf32_setting_changed_between_two_calls_of_a_compiled_graph_changes_th
     torch._dynamo.reset()
 
 
-def test_an_autocast_region_entered_between_two_calls_changes_the_plan_and_the_dtype(front):
+def test_an_autocast_region_entered_between_two_calls_changes_the_plan_and_the_dtype(matmul_front):
     a, b, bias = _operands()
 
     def call():
@@ -342,7 +327,7 @@ def test_an_autocast_region_entered_between_two_calls_changes_the_plan_and_the_d
     assert _misses_of(call) == 0 and call().dtype == torch.float32
 
 
-def test_the_cached_call_in_a_region_runs_the_cast_problems_plan_behind_a_cast(front):
+def test_the_cached_call_in_a_region_runs_the_cast_problems_plan_behind_a_cast(matmul_front):
     a, b, bias = _operands()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
@@ -386,7 +371,7 @@ def _torch_analog(name, a, b, bias, inputs):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
 @pytest.mark.parametrize("name", [e.name for e in EPILOGS])
-def test_autocast_results_have_torchs_dtype_and_the_cast_operands_values_for_every_epilog(front, name, dtype):
+def test_autocast_results_have_torchs_dtype_and_the_cast_operands_values_for_every_epilog(matmul_front, name, dtype):
     spec = EPILOGS[Epilog[name]]
     a, b, bias = _operands()
     mask_like = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
@@ -412,7 +397,7 @@ def test_autocast_results_have_torchs_dtype_and_the_cast_operands_values_for_eve
 
 
 @pytest.mark.parametrize("shape_c", [(6, 4), (4,)])
-def test_autocast_casts_c_as_torch_addmm_does(front, shape_c):
+def test_autocast_casts_c_as_torch_addmm_does(matmul_front, shape_c):
     a, b, _ = _operands()
     c = torch.randn(*shape_c, generator=torch.Generator().manual_seed(2))
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -423,7 +408,7 @@ def test_autocast_casts_c_as_torch_addmm_does(front, shape_c):
     assert_close(got, want, "bfloat16", scale=2.0)
 
 
-def test_autocast_leaves_float64_integer_and_complex_products_alone(front):
+def test_autocast_leaves_float64_integer_and_complex_products_alone(matmul_front):
     a, b, bias = _operands(dtype=torch.float64)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias}).dtype == torch.float64
@@ -439,7 +424,7 @@ def test_autocast_leaves_float64_integer_and_complex_products_alone(front):
     )
 
 
-def test_an_explicit_compute_type_wins_over_an_autocastautocast_region(front):
+def test_an_explicit_compute_type_wins_over_an_autocastautocast_region(matmul_front):
     a, b, bias = _operands()
     opts = {"compute_type": "COMPUTE_32F"}
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -466,7 +451,7 @@ def test_explain_says_the_region_cast_the_operands():
     assert already.precision.endswith("Torch autocast('cpu', bfloat16): operands already in bfloat16")
 
 
-def test_autograd_flows_through_the_cast_back_to_float32_leaves(front):
+def test_autograd_flows_through_the_cast_back_to_float32_leaves(matmul_front):
     g = torch.Generator().manual_seed(3)
     x = torch.randn(5, 4, generator=g, requires_grad=True)
     w = torch.randn(4, 3, generator=g, requires_grad=True)
@@ -486,7 +471,7 @@ def test_autograd_flows_through_the_cast_back_to_float32_leaves(front):
 
 
 # -- Torch: the stateful Matmul keeps the precision of its plan() ----------------------------------------------------
-def test_a_matmul_keeps_the_region_it_was_planned_in_until_plan_is_called_again(front):
+def test_a_matmul_keeps_the_region_it_was_planned_in_until_plan_is_called_again(matmul_front):
     a, b, bias = _operands()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         mm = nvdispatch.Matmul(a, b).plan(epilog="RELU_BIAS", epilog_inputs={"bias": bias})
@@ -510,7 +495,7 @@ def test_a_matmul_keeps_the_region_it_was_planned_in_until_plan_is_called_again(
 
 
 @pytest.mark.usefixtures("cpu_follows_tf32")
-def test_a_matmul_keeps_the_tf32_setting_of_its_plan(front, tf32_setting):
+def test_a_matmul_keeps_the_tf32_setting_of_its_plan(matmul_front, tf32_setting):
     a, b, _ = _operands()
     torch.backends.cuda.matmul.allow_tf32 = True
     mm = nvdispatch.Matmul(a, b).plan()

@@ -21,12 +21,9 @@ import numpy as np
 import pytest
 
 import nvdispatch
-from nvdispatch import linalg, plan_cache
-from nvdispatch._adapters import call_key_classes
 
 torch = pytest.importorskip("torch")
 
-COMPILED = linalg._front is not linalg._route
 #: the relative error (to the result's largest magnitude) of a float32 product of these sizes, and a bound that
 #: a bfloat16 one (8-bit mantissa, ~4e-3 per operand) always exceeds here and always stays within
 F32_BOUND, BF16_BOUND = 1e-5, 3e-2
@@ -35,18 +32,6 @@ M, K, N = 32, 256, 16
 
 def _bf16_cpu() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
-@pytest.fixture(params=["compiled", "python"])
-def front(request, monkeypatch):
-    if request.param == "compiled" and not COMPILED:
-        pytest.skip("the extension is not built here")
-    if request.param == "python":
-        monkeypatch.setattr(linalg, "_front", linalg._route)
-    plan_cache.clear()
-    call_key_classes.clear()
-    yield request.param
-    plan_cache.clear()
 
 
 @pytest.fixture
@@ -87,7 +72,7 @@ def _call(a, b, bias, epilog, **kw):
 
 @pytest.mark.parametrize("epilog", [None, "BIAS", "RELU_BIAS", "GELU_BIAS"])
 @pytest.mark.parametrize("compute_type", ["COMPUTE_32F", "COMPUTE_32F_PEDANTIC", "COMPUTE_32F_FAST_TF32"])
-def test_an_explicit_compute_type_wins_over_torchs_cpu_bfloat16_setting(front, precision, epilog, compute_type):
+def test_an_explicit_compute_type_wins_over_torchs_cpu_bfloat16_setting(matmul_front, precision, epilog, compute_type):
     a, b, bias = _operands()
     want = _oracle(a, b, bias, epilog)
     precision("medium")
@@ -106,7 +91,7 @@ def test_an_explicit_compute_type_wins_over_torchs_cpu_bfloat16_setting(front, p
         assert F32_BOUND < _rel_err(torch.matmul(a, b), _oracle(a, b, bias, None)) < BF16_BOUND
 
 
-def test_a_stateless_call_follows_torchs_cpu_setting_changed_between_calls(front, precision):
+def test_a_stateless_call_follows_torchs_cpu_setting_changed_between_calls(matmul_front, precision):
     a, b, bias = _operands(1)
     want = _oracle(a, b, bias, "RELU_BIAS")
     seen = []
@@ -139,7 +124,7 @@ def test_torchs_cpu_setting_governs_float32_products_only(precision):
 
 
 @pytest.mark.parametrize("planned, executed", [("highest", "medium"), ("high", "medium")])
-def test_a_matmul_keeps_the_float32_precision_of_its_plan(front, precision, planned, executed):
+def test_a_matmul_keeps_the_float32_precision_of_its_plan(matmul_front, precision, planned, executed):
     a, b, bias = _operands(2)
     want = _oracle(a, b, bias, "GELU_BIAS")
     precision(planned)
