@@ -152,3 +152,34 @@ def assert_relu_mask(got, a, b, c, alpha, beta, epilog, inputs, bgrad_axis="n"):
     got = np.asarray(got)
     assert got.shape == pre.shape and got.dtype == bool, (got.shape, got.dtype, pre.shape)
     np.testing.assert_array_equal(np.where(pre == 0, False, got), pre > 0, err_msg="relu_aux")
+
+
+def assert_engine_matches_oracle(make_plan, data, dtype, epilog, m, k, n, a_order, b_order, scale: float = 1.0):
+    """A NumPy-executor engine's plan (``make_plan(a, b, **matmul keywords)``) against :func:`expected`: its
+    ``execute`` and, where it has one and no ``c`` is given, its direct call; ``epilog`` DEFAULT with alpha and
+    beta * c; the inputs unmodified. ``data(shape, dtype, seed, order)`` makes the operands. Returns ``execute``'s
+    result."""
+    a, b = data((m, k), dtype, 1, a_order), data((k, n), dtype, 2, b_order)
+    bias = data((n,), dtype, 3) if "BIAS" in epilog.name else None
+    kw = {"epilog": epilog, "epilog_inputs": None if bias is None else {"bias": bias}}
+    ops = {"a": a, "b": b, "alpha": 1, "beta": None}
+    if bias is not None:
+        ops["bias"] = bias
+    c = beta = None
+    alpha = 1
+    if epilog.name == "DEFAULT":  # alpha and beta * c: through the engine's own route for them
+        c, alpha, beta = data((m, n), dtype, 4), 0.5, 2.0
+        kw.update(c=c, alpha=alpha, beta=beta)
+        ops.update(c=c, alpha=alpha, beta=beta)
+    inputs = [x for x in (a, b, c, bias) if x is not None]
+    before = [x.copy() for x in inputs]
+    plan = make_plan(a, b, **kw)
+    want, _ = expected(a, b, c, alpha, beta, epilog, None if bias is None else {"bias": bias})
+    got = plan.execute(ops)
+    assert got.dtype == np.dtype(dtype) and got.shape == (m, n)
+    assert_close(got, want, dtype, scale=scale)
+    if plan.direct is not None and c is None:
+        assert_close(plan.direct(a, b, *(() if bias is None else (bias,))), want, dtype, scale=scale)
+    for x, was in zip(inputs, before):
+        np.testing.assert_array_equal(x, was)  # inputs never modified
+    return got

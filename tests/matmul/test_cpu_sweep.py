@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matmul_reference import assert_close, expected
+from matmul_reference import assert_close, assert_engine_matches_oracle, expected
 
 import nvdispatch
 from nvdispatch import Epilog
@@ -37,28 +37,7 @@ def _plan(a, b, **kw):
     "m, k, n, a_order, b_order", [(37, 6, 9, "C", "C"), (130, 40, 70, "F", "C"), (5, 3, 1, "F", "F")]
 )
 def test_sweep_matches_oracle(dtype, epilog, m, k, n, a_order, b_order):
-    a, b = _data((m, k), dtype, 1, a_order), _data((k, n), dtype, 2, b_order)
-    bias = _data((n,), dtype, 3) if "BIAS" in epilog.name else None
-    kw = {"epilog": epilog, "epilog_inputs": None if bias is None else {"bias": bias}}
-    ops = {"a": a, "b": b, "alpha": 1, "beta": None}
-    if bias is not None:
-        ops["bias"] = bias
-    c = beta = None
-    alpha = 1
-    if epilog is Epilog.DEFAULT:  # alpha and beta * c ahead of the sweep (which then has nothing to do)
-        c, alpha, beta = _data((m, n), dtype, 4), 0.5, 2.0
-        kw.update(c=c, alpha=alpha, beta=beta)
-        ops.update(c=c, alpha=alpha, beta=beta)
-    before = [x.copy() for x in (a, b, *(() if bias is None else (bias,)))]
-    plan = _plan(a, b, **kw)
-    want, _ = expected(a, b, c, alpha, beta, epilog, None if bias is None else {"bias": bias})
-    got = plan.execute(ops)
-    assert got.dtype == np.dtype(dtype) and got.shape == (m, n)
-    assert_close(got, want, dtype)
-    if plan.direct is not None and c is None:
-        assert_close(plan.direct(a, b, *(() if bias is None else (bias,))), want, dtype)
-    for x, was in zip((a, b, bias), before):
-        np.testing.assert_array_equal(x, was)  # inputs never modified
+    assert_engine_matches_oracle(_plan, _data, dtype, epilog, m, k, n, a_order, b_order)
 
 
 @needs_kernel
