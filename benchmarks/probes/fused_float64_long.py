@@ -26,9 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _bench import cuda_event_seconds  # noqa: E402
 
 
 def per_signature(value) -> int | None:
@@ -40,24 +43,9 @@ def per_signature(value) -> int | None:
 
 def gpu_seconds(torch, fn, rounds: int = 5, target_s: float = 2e-2) -> float:
     """Median seconds per call of ``fn`` over ``rounds`` bursts of about ``target_s`` of GPU time each."""
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    fn()
-    b.record()
-    b.synchronize()
-    burst = max(1, min(200, round(target_s / max(a.elapsed_time(b) * 1e-3, 1e-6))))
-    samples = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(burst):
-            fn()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e-3 / burst)
-    return statistics.median(samples)
+    once = cuda_event_seconds(fn, torch, reps=1, inner=1, warmup=1)
+    burst = max(1, min(200, round(target_s / max(once, 1e-6))))
+    return cuda_event_seconds(fn, torch, reps=rounds, inner=burst, warmup=0)
 
 
 def probe_case(torch, dtype: str, n: int, rows: int, g, records: list) -> bool:
