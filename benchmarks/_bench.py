@@ -183,3 +183,14 @@ def cuda_event_seconds(fn: Callable[[], Any], torch: Any, reps: int, inner: int,
         stop.synchronize()
         samples.append(start.elapsed_time(stop) * 1e-3 / inner)
     return statistics.median(samples)
+
+
+def gemm_shapes(text: str) -> list[tuple[int, int, int]]:
+    """argparse type of a ``--shapes`` option: ``MxNxK,MxNxK,...`` of positive integers."""
+    try:
+        shapes = [tuple(int(x) for x in item.lower().split("x")) for item in text.split(",") if item]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"shapes as MxNxK,MxNxK... of positive ints, not {text!r}")
+    return shapes

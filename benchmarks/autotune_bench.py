@@ -17,13 +17,12 @@ Needs an NVIDIA GPU and ``pip install 'nvdispatch[torch,cuda,bench]'`` (a CUDA b
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 
 import gpu_matmul_bench as gmb
-from _bench import cuda_event_seconds, output_dir, parser, progress, require_cuda_torch, save_plot
+from _bench import cuda_event_seconds, gemm_shapes, output_dir, parser, progress, require_cuda_torch, save_plot
 
 SHAPES = [
     (16384, 4096, 512),
@@ -193,21 +192,10 @@ def _draw(data: dict, plt) -> None:
     fig.tight_layout()
 
 
-def _shapes(text: str) -> list[tuple[int, int, int]]:
-    """argparse type of --shapes: MxNxK,MxNxK,..."""
-    try:
-        shapes = [tuple(int(d) for d in s.split("x")) for s in text.split(",") if s]
-    except ValueError:
-        shapes = []
-    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
-        raise argparse.ArgumentTypeError(f"expected MxNxK[,MxNxK...] of positive integers, got {text!r}")
-    return shapes
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = parser(__doc__)
     ap.add_argument("--budget", type=float, default=1e9, metavar="SECONDS", help="cells after this are skipped")
-    ap.add_argument("--shapes", type=_shapes, default=SHAPES, metavar="MxNxK,...", help="part of the grid's shapes")
+    ap.add_argument("--shapes", type=gemm_shapes, default=SHAPES, metavar="MxNxK,...", help="part of the grid's shapes")
     ap.add_argument("--dtypes", default=",".join(DTYPES), metavar="DTYPE,...", help="part of the grid's dtypes")
     ap.add_argument("--plot", metavar="JSON", help="only draw the PNG of a written JSON (runs anywhere)")
     args = ap.parse_args(argv)

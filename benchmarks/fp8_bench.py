@@ -29,11 +29,10 @@ GPU times: CUDA events around back-to-back launches queued behind a GPU busy-wai
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 
-from _bench import cannot_run, output_dir, parser, progress, require_cuda_torch, save_plot
+from _bench import cannot_run, gemm_shapes, output_dir, parser, progress, require_cuda_torch, save_plot
 from gpu_matmul_bench import gpu_time
 
 SHAPES = [(16384, 4096, 512), (8192, 8192, 8192), (4096, 4096, 4096)]
@@ -408,21 +407,11 @@ def _draw_comparison(data: dict, plt) -> None:
     fig.tight_layout()
 
 
-def _shapes(text: str) -> list[tuple[int, int, int]]:
-    try:
-        shapes = [tuple(int(x) for x in item.lower().split("x")) for item in text.split(",")]
-    except ValueError:
-        shapes = []
-    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
-        raise argparse.ArgumentTypeError(f"shapes as MxNxK,MxNxK... of positive ints, not {text!r}")
-    return shapes
-
-
 def main(argv=None) -> None:
     ap = parser(__doc__)
     ap.add_argument("--plot", metavar="JSON", help="redraw the figure of a results file, then exit")
     ap.add_argument("--vs-scaled-mm", action="store_true", help="the issue's comparison (see above)")
-    ap.add_argument("--shapes", type=_shapes, default=SHAPES, help="MxNxK,... (default: %(default)s)")
+    ap.add_argument("--shapes", type=gemm_shapes, default=SHAPES, help="MxNxK,... (default: %(default)s)")
     ap.add_argument("--modes", default="default,fast", help="accumulation modes (default: %(default)s)")
     ap.add_argument("--scales", default="host,device", help="scale forms of our call (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=15, help="rounds of samples in turns (default: %(default)s)")

@@ -45,7 +45,7 @@ import statistics
 import sys
 import time
 
-from _bench import cuda_event_seconds, output_dir, parser, progress, require_cuda_torch, save_plot
+from _bench import cuda_event_seconds, gemm_shapes, output_dir, parser, progress, require_cuda_torch, save_plot
 
 SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 1024, 8192), (2048, 11008, 4096), (1024, 1024, 1024)]
 MODES = ("tf32", "autocast", "jax")
@@ -375,16 +375,6 @@ def _draw(data: dict, plt) -> None:
     fig.tight_layout()
 
 
-def _shapes(text: str) -> list[tuple[int, int, int]]:
-    try:
-        shapes = [tuple(int(x) for x in item.lower().split("x")) for item in text.split(",")]
-    except ValueError:
-        shapes = []
-    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
-        raise argparse.ArgumentTypeError(f"shapes as MxNxK,MxNxK... of positive ints, not {text!r}")
-    return shapes
-
-
 def _modes(text: str) -> tuple[str, ...]:
     modes = tuple(m for m in text.split(",") if m)
     if not modes or any(m not in MODES for m in modes):
@@ -396,7 +386,7 @@ def main(argv=None) -> None:
     ap = parser(__doc__)
     ap.add_argument("--plot", metavar="JSON", help="redraw the figure of a results file, then exit")
     shapes = ",".join("x".join(map(str, s)) for s in SHAPES)
-    ap.add_argument("--shapes", type=_shapes, default=SHAPES, help=f"MxNxK,... (default: {shapes})")
+    ap.add_argument("--shapes", type=gemm_shapes, default=SHAPES, help=f"MxNxK,... (default: {shapes})")
     ap.add_argument("--modes", type=_modes, default=MODES, help=f"among {','.join(MODES)} (default: all)")
     ap.add_argument("--rounds", type=int, default=7, help="rounds of samples in turns (default: %(default)s)")
     ap.add_argument("--no-autotune", action="store_true",

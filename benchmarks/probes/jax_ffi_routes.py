@@ -45,7 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _bench import CANNOT_RUN, cannot_run, output_dir, parser, progress  # noqa: E402
+from _bench import CANNOT_RUN, cannot_run, gemm_shapes, output_dir, parser, progress  # noqa: E402
 
 SHAPES = [(16384, 4096, 512), (4096, 4096, 4096), (8192, 1024, 8192), (2048, 11008, 4096), (1024, 1024, 1024)]
 #: XLA settings, each in a process of its own (XLA reads XLA_FLAGS once)
@@ -58,22 +58,10 @@ SAMPLE_SECONDS = 0.02
 RECORD_RUNS = 10
 
 
-def _shapes(text: str) -> list[tuple[int, int, int]]:
-    import argparse
-
-    try:
-        shapes = [tuple(int(x) for x in item.lower().split("x")) for item in text.split(",") if item]
-    except ValueError:
-        shapes = []
-    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
-        raise argparse.ArgumentTypeError(f"shapes as MxNxK,MxNxK... of positive ints, not {text!r}")
-    return shapes
-
-
 def main(argv=None) -> int:
     ap = parser(__doc__)
     default = ",".join("x".join(map(str, s)) for s in SHAPES)
-    ap.add_argument("--shapes", type=_shapes, default=SHAPES, help=f"MxNxK,... (default: {default})")
+    ap.add_argument("--shapes", type=gemm_shapes, default=SHAPES, help=f"MxNxK,... (default: {default})")
     ap.add_argument("--rounds", type=int, default=15, help="timed rounds, programs in turns (default: %(default)s)")
     ap.add_argument("--unroll", type=int, default=8, help="matmuls of the unrolled programs (default: %(default)s)")
     ap.add_argument("--autotune", default="auto", choices=["auto", "always", "off"],
