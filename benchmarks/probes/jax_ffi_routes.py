@@ -261,13 +261,13 @@ def _child(args, setting: str) -> int:
                 jax.block_until_ready(out)
                 samples[name].append((time.perf_counter() - t0) / (runs[name] * u))
                 del out
-        gpu = _gpu_samples(programs, cell, a, b, runs, once, min(args.rounds, 7), jax)
-        cell["gpu_time"] = gpu if isinstance(gpu, str) else "CUDA events on XLA's compute stream"
+        gpu_times = _gpu_samples(programs, cell, a, b, runs, once, min(args.rounds, 7), jax)
+        cell["gpu_time"] = gpu_times if isinstance(gpu_times, str) else "CUDA events on XLA's compute stream"
         for name, row in cell["programs"].items():
             u = row["u"]
-            if not isinstance(gpu, str):
-                row["gpu_us_per_matmul"] = statistics.median(gpu[name]) * 1e6
-                row["gpu_ratio"] = statistics.median(gpu[name]) / statistics.median(gpu[f"{XLA} u={u}"])
+            if not isinstance(gpu_times, str):
+                row["gpu_us_per_matmul"] = statistics.median(gpu_times[name]) * 1e6
+                row["gpu_ratio"] = statistics.median(gpu_times[name]) / statistics.median(gpu_times[f"{XLA} u={u}"])
             row["us_per_matmul"] = statistics.median(samples[name]) * 1e6
             row["samples_us"] = [s * 1e6 for s in samples[name]]
             row["runs_per_sample"] = runs[name]

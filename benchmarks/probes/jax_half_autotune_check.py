@@ -56,9 +56,10 @@ def main() -> int:
 
     def spy(cands, finalists, seconds, launch, check):
         if check is not None:
+            checks_tolerance = check.tolerance  # bound now: `check` is rebound to the spying sample below
 
             def tolerance(expected):
-                tolerances.append(check.tolerance(expected))
+                tolerances.append(checks_tolerance(expected))
                 return tolerances[-1]
 
             check = lt_autotune.ResultSample(check.read, tolerance, check.shape, check.problem)

@@ -51,7 +51,7 @@ def _check(got, want, dtype):
 
 def _run_strategy(strategy, x, h):
     xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
-    problem, operands = prepare(xt, ht, None, -1)
+    problem, operands, _ = prepare(xt, ht, None, -1)
     assert strategy in op.strategies(problem), dict(op.refusals(problem)).get(strategy)
     plan = op.plan(problem, strategy)
     try:
@@ -81,7 +81,7 @@ def test_beyond_the_device_engine_every_offered_strategy_matches_numpy(rows, n, 
     m = n // 2 + 1 if np.dtype(dtype).kind == "f" else n
     h = _filter((m,) if filter_rows == "one" else (rows, m), _complex_of(dtype))
     xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
-    problem, _ = prepare(xt, ht, None, -1)
+    problem, *_ = prepare(xt, ht, None, -1)
     offered = [s for s in op.strategies(problem) if s != "timed"]
     refused = dict(op.refusals(problem))
     assert "unfused" in offered and "device-fused" not in offered, refused
@@ -100,7 +100,7 @@ def test_beyond_the_device_engine_every_offered_strategy_matches_numpy(rows, n, 
 
 def test_real_signals_take_the_load_callback_not_the_store_one():
     x, h = _signal(7, 16384, "float32"), _filter(8193, np.complex64)
-    problem, _ = prepare(torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda"), None, -1)
+    problem, *_ = prepare(torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda"), None, -1)
     strategies = op.strategies(problem)
     assert "cufft-lto" not in strategies and "cufft-lto-load" in strategies, strategies
     assert "cufft-lto-load" in op.lto_convolve_reason(problem)
@@ -208,7 +208,7 @@ def test_every_four_step_variant_matches_numpy(rows, n, dtype):
     m = n // 2 + 1 if np.dtype(dtype).kind == "f" else n
     h = _filter((m,), _complex_of(dtype))
     xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
-    problem, operands = prepare(xt, ht, None, -1)
+    problem, operands, _ = prepare(xt, ht, None, -1)
     want = _reference(x, h, n)
     real_dtype = np.dtype(dtype).type(0).real.dtype.name
     for variant in four_step_variants(n, real_dtype, MOST_FOUR_STEP):
@@ -227,7 +227,7 @@ def test_device_fused_pairs_of_real_rows_match_numpy(rows, n, dtype):
     h = _filter((n // 2 + 1,), _complex_of(dtype))
     h[0] += 1j
     xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
-    problem, operands = prepare(xt, ht, None, -1)
+    problem, operands, _ = prepare(xt, ht, None, -1)
     plan = FusedConvolvePlan(problem, "device-fused", pairs=True)
     got = plan.execute(operands)
     torch.cuda.synchronize()
@@ -262,7 +262,7 @@ def test_prepared_launch_matches_numbas_launch_and_numpy(strategy, rows, n, dtyp
     m = n // 2 + 1 if np.dtype(dtype).kind == "f" else n
     h = _filter((m,), _complex_of(dtype))
     xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
-    problem, operands = prepare(xt, ht, None, -1)
+    problem, operands, _ = prepare(xt, ht, None, -1)
     prepared = _launch_plan(strategy, problem)
     assert prepared.launcher.prepared, prepared.launcher.how
     assert "cuLaunchKernel" in " ".join(prepared.steps)

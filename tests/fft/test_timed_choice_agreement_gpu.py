@@ -66,7 +66,7 @@ def test_the_device_sample_is_the_host_sample(dtype):
 def _timed(x, h, monkeypatch, extra=None):
     monkeypatch.setattr(op, "TIMING_MIN_BYTES", 0)
     xt, ht = torch.as_tensor(x, device="cuda"), torch.as_tensor(h, device="cuda")
-    problem, operands = prepare(xt, ht, None, -1)
+    problem, operands, _ = prepare(xt, ht, None, -1)
     if extra is not None:
         real = op.candidates
         monkeypatch.setattr(op, "candidates", lambda p: [extra(p), *real(p)])
