@@ -44,6 +44,9 @@ class NumpyOps:
     def conj_(self, x):
         np.conjugate(x, out=x)
 
+    def data_ptr(self, x):
+        return x.ctypes.data
+
 
 def unnormalised(core, data):
     """What cuFFT computes for the prepared problem ``core``: C2C in its direction, R2C forward, C2R inverse, all
@@ -222,3 +225,91 @@ def test_explain_names_the_passes():
     prep = preparation(p)
     text = " ".join(prep.input_steps(p, "torch") + prep.output_steps(p, "torch"))
     assert "axis 1 trimmed from 20 to 8" in text and "result conjugated" in text and "scale by 0.125" in text
+
+
+# -- the plan's execute, its device pieces stood in for by host memory ---------------------------------------------
+def _host_array(ptr, shape, dtype, strides):
+    """The host memory at ``ptr`` as a NumPy array (``strides`` in elements): what a device pointer stands for here."""
+    import ctypes
+
+    dt = np.dtype(dtype)
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    base = np.frombuffer((ctypes.c_char * (span * dt.itemsize)).from_address(ptr), dt, count=span)
+    return np.lib.stride_tricks.as_strided(base, shape, tuple(s * dt.itemsize for s in strides))
+
+
+class HostCufft:
+    """Stands in for the ``CudaFFTPlan`` of the prepared problem: ``launch`` reads and writes by pointer, as cuFFT
+    does, and scribbles over a C2R input afterwards (cuFFT's C2R overwrites it)."""
+
+    def __init__(self, core):
+        self.problem, self.device_index, self.cufft_steps, self.workspace_bytes = core, 0, ("cuFFT stand-in",), 0
+        self.fresh = []
+
+    def launch(self, in_ptr, out_ptr, s, fresh=False):
+        from nvdispatch._strides import c_strides
+
+        c = self.problem
+        data = _host_array(in_ptr, c.shape, c.dtype, c.strides or c_strides(c.shape))
+        out = _host_array(out_ptr, c.out_shape, c.result_dtype, c_strides(c.out_shape))
+        out[...] = unnormalised(c, data)
+        if c.kind == "c2r":
+            data[...] = np.nan
+        self.fresh.append(fresh)
+
+    def release(self):
+        pass
+
+
+@pytest.fixture
+def host_device(monkeypatch):
+    """The plan's device calls on host memory: views by pointer, results from NumPy, no context or stream."""
+    import contextlib
+
+    from nvdispatch._cuda import arrays, runtime, streams
+
+    def view(x, framework):
+        return arrays.DeviceView(x.ctypes.data, x.dtype.name, x.shape, tuple(s // x.itemsize for s in x.strides), x)
+
+    def empty(kind, shape, dtype, device_index, stream):
+        out = np.empty(shape, dtype)
+        out[...] = np.nan
+        return out, out.ctypes.data
+
+    def as_xp(x, framework, helper):
+        cai = x.__cuda_array_interface__
+        isz = np.dtype(cai["typestr"]).itemsize
+        strides = tuple(s // isz for s in cai["strides"])
+        return _host_array(cai["data"][0], cai["shape"], cai["typestr"], strides)
+
+    monkeypatch.setattr(arrays, "view", view)
+    monkeypatch.setattr(arrays, "empty", empty)
+    monkeypatch.setattr(arrays, "result_kind", lambda x, fw: "cai")
+    monkeypatch.setattr(runtime, "bind_context", lambda device: None)
+    monkeypatch.setattr(streams, "stream_pointer", lambda stream, fw, device: 0)
+    monkeypatch.setattr(streams, "framework_stream", lambda helper, s, device: contextlib.nullcontext())
+    monkeypatch.setattr(xp, "namespace_for", lambda framework: "numpy stand-in")
+    monkeypatch.setattr(xp, "Xp", lambda name: NumpyOps())
+    monkeypatch.setattr(xp, "as_xp", as_xp)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("case", CASES[::2] + [CASES[-2]], ids=IDS[::2] + [IDS[-2]])
+def test_the_plans_execute_by_pointer(host_device, case, norm):
+    """The plan's own execute: the input viewed by pointer and staged, cuFFT's launch on the scratch (cuFFT may
+    overwrite it) or on x where it lies (ihfft), the output pass on the result viewed by pointer."""
+    from nvdispatch.executors.cuda_fft_prepared import PreparedFFTPlan
+
+    func, shape, dtype, kw = case
+    x = make(tuple(2 * d for d in shape), dtype)[tuple(slice(None, None, 2) for _ in shape)]  # strided
+    before = x.copy()
+    p = problem(x, func, norm=norm, **kw)
+    prep = preparation(p)
+    inner = HostCufft(prep.core)
+    plan = PreparedFFTPlan(p, "cufft", prep, inner)
+    got = plan.execute({"x": x})
+    assert got.dtype == expected_dtype(func, dtype) and got.shape == p.out_shape
+    assert_close(got, reference(func, before, norm=norm, **kw), dtype)
+    np.testing.assert_array_equal(x, before)
+    assert inner.fresh == [prep.staged]
+    assert plan.steps[-1] == p.describe() and "cuFFT stand-in" in plan.steps
