@@ -175,6 +175,12 @@ class PreparedFFTPlan:
         self.inner = inner
         self.device_index = inner.device_index
         self.helper = namespace_for(problem.framework)
+        if self.helper is None:  # the executor declines such problems; a plan asked for all the same says why
+            from ..errors import ExecutorUnavailableError
+
+            raise ExecutorUnavailableError(
+                "x", f"CuPy or Torch installed for the array pass of {_what(problem)}", "neither"
+            )
         self.ops = Xp(self.helper)
         self.scale = problem.scale()
         self.supports_out = False
