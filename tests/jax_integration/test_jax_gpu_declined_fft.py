@@ -1,11 +1,12 @@
-"""Transforms of JAX GPU arrays that no executor takes as they are (the ``cuda`` executor reads XLA's buffer by
-pointer and leaves real input to a complex transform, ``hfft``/``ihfft`` and padding by ``n``/``s`` to the
-CuPy/Torch executors, which take no JAX array): they run as inside ``jax.jit``, JAX's operations around the
-kernel, with ``jnp.fft``'s result dtype.
+"""Transforms of JAX GPU arrays that no executor takes as they are: the ``cuda`` executor reads XLA's buffer by
+pointer and runs real input to a complex transform, ``hfft``/``ihfft`` and padding by ``n``/``s`` with an array pass
+of CuPy or Torch around cuFFT; where neither is installed (and for what cuFFT cannot express, a halved axis not the
+innermost) it declines, and the calls run as inside ``jax.jit``, JAX's operations around the kernel, with
+``jnp.fft``'s result dtype.
 
 On the CPU the GPU is stood in for: the integration is told the arrays lie in CUDA memory and the selection finds
-no executor (as on a GPU), so the staged operations run eagerly with the kernel's host callback. The ``gpu``
-tests run the real thing."""
+no executor (as on a GPU without CuPy/Torch), so the staged operations run eagerly with the kernel's host callback.
+The ``gpu`` tests run the real thing (the cuda executor's route: test_jax_gpu_prepared_fft.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 import nvdispatch
 import nvdispatch.fft as nf
 import nvdispatch.integrations as integrations
+from nvdispatch._cuda.xp import namespace_for
 from nvdispatch.errors import NoExecutorError, UnsupportedDtypeError
 from nvdispatch.fft import _route as fft_route
 from nvdispatch.integrations import jax_fft
@@ -137,7 +139,8 @@ def test_arrays_outside_cuda_memory_are_not_offered():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "float32", "complex64"])
 def test_on_the_gpu(dtype):
-    """The real thing: JAX GPU arrays, the ``cuda`` executor declining, the staged operations on the GPU."""
+    """The real thing: JAX GPU arrays, whichever runs them (the ``cuda`` executor's array passes where CuPy or Torch is
+    installed, else the staged operations), with ``jnp.fft``'s dtypes."""
     x = jnp.asarray(VALUES + (1j * VALUES[::-1] if dtype == "complex64" else 0), dtype)
     assert x.devices().pop().platform == "gpu"
     for func, kwargs in CALLS:
@@ -154,6 +157,9 @@ def test_on_the_gpu_float64(x64):
 @pytest.mark.gpu
 def test_explain_on_the_gpu():
     x = jnp.asarray(VALUES, jnp.float32)
-    assert nvdispatch.explain(nf.fft, x).executor == "jax"  # real input: the cuda executor declines it
+    # real input: the cuda executor's array pass, with CuPy or Torch; without either it declines, to the JAX route
+    want = "jax" if namespace_for("jax") is None else "cuda"
+    assert nvdispatch.explain(nf.fft, x).executor == want
+    assert nvdispatch.explain(nf.rfftn, x, axes=(1, 0)).executor == "jax"  # a halved axis not the innermost
     taken = nvdispatch.explain(nf.fft, x.astype(jnp.complex64))
     assert taken.executor == "cuda", taken.declined

@@ -299,6 +299,10 @@ class CupyDeviceOps:
     def copy_into(self, dst, src) -> None:
         dst[...] = src
 
+    def conj_(self, x) -> None:
+        """Conjugate complex ``x`` in place."""
+        self.mod.conjugate(x, out=x)
+
     def swap_last(self, x):
         return self.mod.swapaxes(x, -1, -2)
 

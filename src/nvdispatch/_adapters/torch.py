@@ -463,6 +463,10 @@ class TorchDeviceOps:
     def copy_into(self, dst, src) -> None:
         dst.copy_(src)
 
+    def conj_(self, x) -> None:
+        """Conjugate complex ``x`` in place (its values, not Torch's lazy conjugate bit)."""
+        x.conj_physical_()
+
     def swap_last(self, x):
         return x.transpose(-1, -2)
 

@@ -6,11 +6,13 @@ inputs, batches along any side of the transformed axes, and up to 3 transformed 
 The plan is made once (shared plan cache; bound to the device it was made on) and queued on the caller's
 stream (``stream=`` or the operand framework's current stream); nothing synchronizes.
 
-The executor declines, with the reason shown by ``explain()``/``NoExecutorError``, what cuFFT cannot
-express directly; the Torch/CuPy executors (tried next by default) then run the call: padding/trimming by
-``n``/``s``, ``hfft``/``ihfft``, real input to a complex transform (promotion), more than 3 axes, and
-layouts whose transformed axes are not nested in memory order, and outer-batch launches that would start a
-real array at an element not aligned to its complex type.
+Padding/trimming by ``n``/``s``, ``hfft``/``ihfft`` and real input to a complex transform (promotion) run with
+an array pass around the cuFFT plan of the prepared problem (:mod:`.cuda_fft_prepared`: CuPy's or Torch's array
+operations on zero-copy views), for every operand in CUDA memory; a Torch tensor or CuPy array is left to its
+framework's own FFT unless the user asked for this executor. The executor declines, with the reason shown by
+``explain()``/``NoExecutorError``, what cuFFT cannot express: more than 3 axes, layouts whose transformed axes
+are not nested in memory order, and outer-batch launches that would start a real array at an element not
+aligned to its complex type (the Torch/CuPy executors, tried next by default, run those).
 
 cuFFT requires every input and output pointer aligned to the transform's complex type (8 bytes in single, 16 in
 double precision; CUFFT_INVALID_VALUE otherwise). Results are allocated aligned; an input need not be: a real
@@ -28,10 +30,13 @@ import itertools
 import math
 
 from .._adapter_registry import adapter_named
+from .._backends import is_requested
 from .._compiled import hotpath
 from .._fft_problem import FFTProblem
 from .._strides import c_strides
 from ..errors import ExecutorUnavailableError, PlanStateError
+from . import builtin
+from .cuda_fft_prepared import PreparedFFTPlan, decline_prepared, preparation
 
 _SINGLE = {"complex64": True, "complex128": False}
 #: how many outer-batch launches we accept for layouts cuFFT cannot batch in one call
@@ -39,13 +44,14 @@ _MAX_LOOP = 64
 
 
 def layout(p: FFTProblem):
-    """The cuFFT advanced layout of ``p``, or a string saying why there is none."""
+    """The cuFFT advanced layout of ``p`` as it lies, or a string saying why there is none (for what an array
+    pass prepares, see :func:`.cuda_fft_prepared.preparation`: the layout of its ``core``)."""
     if p.func in ("hfft", "ihfft"):
-        return "hfft/ihfft are run by the torch/cupy executors"
+        return "hfft/ihfft need an array pass around cuFFT"
     if p.needs_resize:
-        return "padding/trimming by n/s is run by the torch/cupy executors"
+        return "padding/trimming by n/s needs an array pass around cuFFT"
     if p.kind in ("c2c", "c2r") and p.dtype not in _SINGLE:
-        return f"real {p.dtype} input to a complex transform is promoted by the torch/cupy executors"
+        return f"real {p.dtype} input to a complex transform is promoted by an array pass around cuFFT"
     if len(p.axes) > 3:
         return "cuFFT transforms at most 3 axes at once"
     shape = p.shape
@@ -125,8 +131,15 @@ def decline(problem: FFTProblem) -> str | None:
         return why
     if problem.empty:
         return None  # an empty result, no cuFFT plan (EmptyFFTPlan)
-    lay = layout(problem)
-    return lay if isinstance(lay, str) else None
+    prep = preparation(problem)
+    lay = layout(problem if prep is None else prep.core)
+    if isinstance(lay, str):
+        return lay
+    if prep is not None:
+        from .._cuda.xp import namespace_for
+
+        return decline_prepared(problem, is_requested(builtin("cuda")), namespace_for(problem.framework))
+    return None
 
 
 def strategies(problem: FFTProblem) -> tuple[str, ...]:
@@ -136,6 +149,9 @@ def strategies(problem: FFTProblem) -> tuple[str, ...]:
 def plan(problem: FFTProblem, strategy: str, tuning=None):
     if problem.empty:
         return EmptyFFTPlan(problem, strategy)
+    prep = preparation(problem)
+    if prep is not None:
+        return PreparedFFTPlan(problem, strategy, prep, CudaFFTPlan(prep.core, strategy, direct=False))
     return CudaFFTPlan(problem, strategy)
 
 
@@ -170,7 +186,8 @@ class CudaFFTPlan:
     #: ``configure(lib, handle)`` run before cuFFT makes the plan (subclasses set JIT callbacks there)
     _configure = None
 
-    def __init__(self, problem: FFTProblem, strategy: str):
+    def __init__(self, problem: FFTProblem, strategy: str, *, direct: bool = True):
+        """``direct``: whether to make the Plan protocol's direct call (a plan run by another's execute needs none)."""
         from .._cuda import cufft, runtime
 
         self.problem = p = problem
@@ -213,12 +230,14 @@ class CudaFFTPlan:
             for idx in itertools.product(*(range(g[0]) for g in lay["loops"]))
         ] or [(0, 0)]
         type_name = {0x29: "C2C", 0x69: "Z2Z", 0x2A: "R2C", 0x6A: "D2Z", 0x2C: "C2R", 0x6C: "Z2D"}[self.cufft.type]
-        steps = [
+        #: the cuFFT plan and launch, in words (a plan running this one from its own execute shows them)
+        self.cufft_steps = (
             f"cufftMakePlanMany64 {type_name} n={lay['n']} batch={lay['batch']} "
             f"istride={lay['istride']} idist={lay['idist']} (device {dev}, workspace {self.cufft.workspace_bytes} B)",
             f"cufftExec{type_name} on the caller's stream"
             + (f", {len(self.loop_offsets)} launches" if lay["loops"] else ""),
-        ]
+        )
+        steps = list(self.cufft_steps)
         if p.kind == "c2r":
             steps.insert(1, "copy the input to scratch (cuFFT C2R overwrites its input)")
         else:
@@ -226,7 +245,7 @@ class CudaFFTPlan:
         if self.scale != 1.0:
             steps.append(f"scale by {self.scale:.6g} (norm={p.norm!r})")
         self.steps = (*steps, p.describe())
-        self.direct = self._direct_call()
+        self.direct = self._direct_call() if direct else None
 
     def _direct_call(self):
         """The Plan protocol's direct call, ``direct(x)``: ``execute({"x": x}, None)`` for the common call (an
@@ -293,18 +312,24 @@ class CudaFFTPlan:
             out, out_ptr = arrays.empty(kind, p.out_shape, p.result_dtype, self.device_index, s)
         else:
             out_ptr = arrays.view(out, fw).ptr
+        self.launch(in_ptr, out_ptr, s)
+        if self.scale != 1.0:
+            _scale(out, fw, kind, self.scale, s, self.device_index)
+        return out
+
+    def launch(self, in_ptr: int, out_ptr: int, s: int, fresh: bool = False) -> None:
+        """Queue the unnormalised transform of the input at ``in_ptr`` into ``out_ptr`` on stream ``s`` (every
+        outer-batch launch). The input is first copied, as it lies, to aligned scratch where C2R would overwrite it
+        (unless ``fresh``: scratch of the caller's, cuFFT's to overwrite) or cuFFT would reject its alignment."""
         tmp = None
-        if p.kind == "c2r" or misaligned(in_ptr, self.alignment):
+        if (self.problem.kind == "c2r" and not fresh) or misaligned(in_ptr, self.alignment):
             # C2R overwrites its input; cuFFT rejects an unaligned one: the span as it lies, in aligned scratch
-            tmp = staged_input(in_ptr, self.span_bytes, fw, self.device_index, s)
+            tmp = staged_input(in_ptr, self.span_bytes, self.problem.framework, self.device_index, s)
             in_ptr = tmp.ptr
         for ioff, ooff in self.loop_offsets:
             self.cufft.execute(in_ptr + ioff * self.in_item, out_ptr + ooff * self.out_item, s, self.direction)
         if tmp is not None:
             tmp.release()  # stream-ordered: reused only after the transform
-        if self.scale != 1.0:
-            _scale(out, fw, kind, self.scale, s, self.device_index)
-        return out
 
     @property
     def workspace_bytes(self) -> int:
