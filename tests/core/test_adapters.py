@@ -187,3 +187,22 @@ def test_a_device_view_falls_back_to_dlpack_where_the_interface_is_refused(monke
     monkeypatch.setattr(arrays, "_dlpack_view", lambda x: seen.append(x) or "dlpack view")
     x = Refusing()
     assert arrays.view(x, "jax-like framework") == "dlpack view" and seen == [x]
+
+
+@pytest.mark.parametrize(("dtype", "shape", "strides"), [("float32", (4, 6), (6, 1)), ("complex128", (3, 5), (1, 3))])
+def test_a_cuda_dlpack_producer_is_described_by_its_capsule(dtype, shape, strides):
+    """An object that speaks only DLPack (no ``dtype``/``shape`` attributes) on a CUDA device: dtype, shape and
+    strides come from the capsule it exports (memory never read here)."""
+    from nvdispatch._cuda.dlpack_export import capsule
+
+    class DlpackOnly:
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA, device 0
+
+        def __dlpack__(self, **kwargs):
+            return capsule(0x10000, shape, strides, dtype, 2, 0, self)
+
+    x = DlpackOnly()
+    info = adapter_for(x).info("x", x)
+    assert (info.framework, info.dtype, info.shape, info.strides) == ("dlpack", dtype, shape, strides)
+    assert (info.device.kind, info.device.index) == ("cuda", 0)

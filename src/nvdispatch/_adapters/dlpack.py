@@ -72,14 +72,17 @@ class DlpackAdapter(Adapter):
     def info(self, name: str, x: Any) -> OperandInfo:
         dev_type, dev_id = self._device_of(name, x)
         if dev_type == DLPACK_CPU:
-            view = host_view(name, x, self.name)
-            itemsize = view.itemsize or 1
-            strides = tuple(s // itemsize for s in view.strides)
-            return OperandInfo(view, self.name, CPU, view.dtype.name, view.shape, strides, memory=_HOST)
-        if dev_type in _ON_CUDA:
-            shape = tuple(getattr(x, "shape", ()))
-            dtype = getattr(x, "dtype", None)
-            return OperandInfo(x, self.name, Device("cuda", int(dev_id)), str(dtype), shape, None, memory=_CUDA)
+            host = host_view(name, x, self.name)
+            itemsize = host.itemsize or 1
+            strides = tuple(s // itemsize for s in host.strides)
+            return OperandInfo(host, self.name, CPU, host.dtype.name, host.shape, strides, memory=_HOST)
+        if dev_type in _ON_CUDA:  # dtype, shape and strides as the producer's capsule states them
+            try:
+                v = view(x, self.name)
+            except Exception as exc:  # noqa: BLE001 - a producer whose export fails cannot be read at all
+                raise UnsupportedOperandError(name, "an array", describe(x), f"__dlpack__ failed: {exc}") from exc
+            device = Device("cuda", int(dev_id))
+            return OperandInfo(x, self.name, device, v.dtype, v.shape, v.strides, memory=_CUDA)
         raise UnsupportedOperandError(
             name, "an array on the CPU or a CUDA device", f"DLPack device type {dev_type}"
         )

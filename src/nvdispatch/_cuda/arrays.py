@@ -105,11 +105,15 @@ _DL_CODES.update({(2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4
 _DL_CODES.update({(5, 64): "complex64", (5, 128): "complex128", (6, 8): "bool"})
 
 
+# a function object of our own: ctypes.pythonapi.PyCapsule_GetPointer is shared, and the DLPack exporter gives it
+# other argument types
+_capsule_pointer = ctypes.pythonapi["PyCapsule_GetPointer"]
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
 def _dlpack_view(x) -> DeviceView:
     capsule = x.__dlpack__()
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    addr = get(capsule, b"dltensor")  # DLManagedTensor starts with its DLTensor
+    addr = _capsule_pointer(capsule, b"dltensor")  # DLManagedTensor starts with its DLTensor
     t = DLTensor.from_address(addr)
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = c_strides(shape) if not t.strides else tuple(t.strides[i] for i in range(t.ndim))

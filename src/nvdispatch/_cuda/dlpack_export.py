@@ -42,13 +42,15 @@ def _deleter(managed):
         _alive.pop(ctypes.addressof(managed.contents), None)
 
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
+# function objects of our own (pythonapi["..."] makes a new one; pythonapi.Name is shared by every user, who
+# may set other argtypes on it)
+_capsule_new = ctypes.pythonapi["PyCapsule_New"]
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid = ctypes.pythonapi["PyCapsule_IsValid"]
 _capsule_valid.restype = ctypes.c_int
 _capsule_valid.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer = ctypes.pythonapi["PyCapsule_GetPointer"]
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
 
