@@ -23,6 +23,17 @@ B = RNG.standard_normal((4, 5)).astype(np.float32)
 BIAS = RNG.standard_normal(5).astype(np.float32)
 
 
+@pytest.fixture(autouse=True)
+def _jax_on_the_cpu_unless_gpu_marked(request):
+    """The unmarked tests are about JAX CPU arrays (a GPU machine's JAX would put them on its GPU, where JAX's
+    default matmul precision, which nvdispatch follows, is not float32's)."""
+    if request.node.get_closest_marker("gpu"):
+        yield
+        return
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def _is_jax(x) -> bool:
     return isinstance(x, jax.Array)
 
