@@ -31,6 +31,8 @@ here eagerly, the same XLA operations around the same kernel as inside ``jax.jit
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,8 +78,16 @@ def eager_fft(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward",
         select("fft", problem)
     except NoExecutorError as exc:
         log.debug("fft: no executor takes it as it is (%s); JAX's operations around the kernel", exc.hint)
-        return _transform(problem, x)
+        return _eager_program(problem, get_state())(x)
     return NotImplemented
+
+
+@functools.lru_cache(maxsize=256)
+def _eager_program(p: FFTProblem, state):
+    """:func:`_transform` of ``p`` as one compiled XLA program, per problem and backend state (the kernels run
+    under ``state``): run op by op, JAX would dispatch each cast, pad and scale on its own, compiling each on
+    first sight."""
+    return jax.jit(functools.partial(_transform, p, state=state))
 
 
 def explain_eager_fft(func: str, x, problem: FFTProblem, declined, stream=None):
@@ -134,10 +144,10 @@ def _abstract(x) -> OperandInfo:
     return OperandInfo(None, "jax", CPU, str(x.dtype), shape, c_strides(shape), memory=plain_memory(CPU))
 
 
-def _transform(p: FFTProblem, x):
+def _transform(p: FFTProblem, x, state=None):
     """``p`` on ``x``: XLA operations (casts, padding, scaling, conjugation) around unnormalised kernel
-    transforms."""
-    state = get_state()
+    transforms, run under backend ``state`` (default: this thread's)."""
+    state = get_state() if state is None else state
     if p.empty:
         return jnp.zeros(p.out_shape, p.result_dtype)
     conj_in = p.func == "hfft"  # hfft(x) = irfft's unnormalised transform of conj(x), scaled as hfft
