@@ -206,3 +206,22 @@ def test_a_cuda_dlpack_producer_is_described_by_its_capsule(dtype, shape, stride
     info = adapter_for(x).info("x", x)
     assert (info.framework, info.dtype, info.shape, info.strides) == ("dlpack", dtype, shape, strides)
     assert (info.device.kind, info.device.index) == ("cuda", 0)
+
+
+def test_a_cpu_only_torch_does_not_serve_other_owners_cuda_arrays():
+    """The array passes around cuFFT/cuBLASLt for CAI, DLPack and JAX GPU arrays view them as a helper
+    framework's arrays: a Torch built without CUDA cannot, so it is not offered for them (its own tensors keep it)."""
+    torch = pytest.importorskip("torch")
+    from nvdispatch._cuda import xp
+
+    assert adapter_named("torch").device_ops_for_foreign_arrays() == torch.backends.cuda.is_built()
+    if not torch.backends.cuda.is_built() and not _module_installed("cupy"):
+        xp.namespace_for.cache_clear()
+        assert xp.namespace_for("cuda_array_interface") is None and xp.namespace_for("jax") is None
+        assert xp.namespace_for("torch") == "torch"
+
+
+def _module_installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None

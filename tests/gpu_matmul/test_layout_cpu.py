@@ -183,6 +183,9 @@ def test_which_products_the_cuda_executor_leaves_to_torch_and_cupy(monkeypatch):
     from nvdispatch.linalg import _prepare
 
     monkeypatch.setattr(cublaslt, "unavailable", lambda: None)  # as on a GPU machine: decline's own reasons show
+    from nvdispatch._cuda import xp
+
+    monkeypatch.setattr(xp, "namespace_for", lambda framework: framework)  # each framework's own device helpers
     a = np.ones((16, 16), np.float32)
     bias = np.ones(16, np.float32)
 

@@ -358,6 +358,11 @@ class Adapter:
         """Whether :meth:`device_ops` can work here (the framework installed)."""
         return False
 
+    def device_ops_for_foreign_arrays(self) -> bool:
+        """Whether :meth:`device_ops` can also work on other owners' CUDA arrays here (viewed zero-copy by
+        :meth:`view_device_array`): installed with CUDA support."""
+        return self.device_ops_available()
+
     def device_ops(self):
         """The helper object the GPU plans use on this framework's device arrays (see ``_cuda.xp.Xp``)."""
         raise NotImplementedError(f"{self.name} has no device helpers")

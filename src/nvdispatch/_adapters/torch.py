@@ -382,6 +382,13 @@ class TorchAdapter(Adapter):
     def device_ops_available(self) -> bool:
         return _installed("torch")
 
+    def device_ops_for_foreign_arrays(self) -> bool:
+        if not _installed("torch"):
+            return False
+        import torch
+
+        return torch.backends.cuda.is_built()  # a CPU-only build cannot view (or compute on) CUDA memory
+
     def device_ops(self):
         return TorchDeviceOps()
 

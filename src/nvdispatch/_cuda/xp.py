@@ -28,12 +28,13 @@ def _has(mod: str) -> bool:
 @functools.cache
 def namespace_for(framework: str) -> str | None:
     """Which helper namespace can work on ``framework``'s device arrays: "torch", "cupy" or None (the
-    framework's own when its adapter has device helpers, else the first installed one that has)."""
+    framework's own when its adapter has device helpers, else the first installed one whose helpers work on
+    other owners' CUDA arrays: a CPU-only Torch does not)."""
     own = adapter_named(framework)
     if own is not None and own.device_ops_available():
         return framework
     for ad in adapters():
-        if _has(ad.name) and ad.device_ops_available():
+        if _has(ad.name) and ad.device_ops_for_foreign_arrays():
             return ad.name
     return None
 
