@@ -536,7 +536,12 @@ def _fft_1d_entry(func: str, fallback):
             )
         _no_callbacks(prolog, epilog, prolog_data, epilog_data)
         _no_stream(stream)
-        return _write(call_fft(func, a, n=n, axis=axis, norm=norm), out)
+        if out is None or a.device.type not in torch_autocast.DEVICE_TYPES:
+            return _write(call_fft(func, a, n=n, axis=axis, norm=norm), out)
+        # Torch autocasts no call given out=: the transform runs as outside any region (the operator's autocast
+        # kernel does not run), as the public function's route runs it
+        with torch.autocast(a.device.type, enabled=False):
+            return _write(call_fft(func, a, n=n, axis=axis, norm=norm), out)
 
     return transform
 
@@ -570,7 +575,12 @@ def _fft_nd_entry(func: str, fallback, default_axes):
             )
         _no_callbacks(prolog, epilog, prolog_data, epilog_data)
         _no_stream(stream)
-        return _write(call_fft(func, a, s=s, axes=axes, norm=norm), out)
+        if out is None or a.device.type not in torch_autocast.DEVICE_TYPES:
+            return _write(call_fft(func, a, s=s, axes=axes, norm=norm), out)
+        # Torch autocasts no call given out=: the transform runs as outside any region (the operator's autocast
+        # kernel does not run), as the public function's route runs it
+        with torch.autocast(a.device.type, enabled=False):
+            return _write(call_fft(func, a, s=s, axes=axes, norm=norm), out)
 
     return transform
 
