@@ -367,6 +367,14 @@ def _check_out(out, like, dtype, shape: tuple[int, ...], first_axis: int | None,
         raise wrong_shape()
     if numpy and not out.flags.writeable:
         raise InvalidArgumentError("out", "a writeable array", "a read-only array")
+    if not numpy:  # what its framework will not write (an immutable array, a broadcast view): said before any work
+        adapter = adapter_for(out)
+        why = "" if adapter is None else adapter.unwritable(out)
+        if why:
+            raise InvalidArgumentError(
+                "out", "an array the result can be written into (writable, no overlapping elements)", why,
+                "pass a fresh array, or use the result",
+            )  # fmt: skip
 
 
 def write_out(result, out):

@@ -11,6 +11,7 @@ from typing import Any
 from .._cuda.arrays import DeviceView, storage_shape
 from .._memory import CUDA, TORCH_TENSOR
 from .._precision import PrecisionConvention
+from .._strides import overlapping
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .torch_autocast import autocast_dtype, ffts_follow_region
@@ -348,8 +349,11 @@ class TorchAdapter(Adapter):
         dst.copy_(src)
 
     def unwritable(self, x) -> str:
-        if x.requires_grad and x.is_leaf:
-            return "a leaf Torch tensor that requires grad (autograd forbids writing it in place)"
+        if x.requires_grad and x.is_leaf and _grad_enabled():
+            return "a leaf Torch tensor that requires grad (autograd forbids writing it in place outside no_grad)"
+        if overlapping(x.shape, x.stride()):  # Torch refuses to write it (copy_, in-place ops): said up front
+            lazy = "a lazy conjugate view" if x.is_conj() else "a lazy negative view" if x.is_neg() else "a tensor"
+            return f"{lazy} whose elements overlap (strides {tuple(x.stride())}, an expanded/broadcast view?)"
         return ""
 
     # -- results ---------------------------------------------------------------------------------------------

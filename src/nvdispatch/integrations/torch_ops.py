@@ -455,6 +455,13 @@ def _no_callbacks(prolog, epilog, prolog_data, epilog_data) -> None:
             )
 
 
+def _broadcast(out) -> bool:
+    """Whether ``out`` is a broadcast (expanded) view, whose elements overlap and which Torch refuses to write: a
+    stride 0 along an extent other than 1 (a test Dynamo traces on symbolic sizes too, where sorting strides, as
+    :func:`~nvdispatch._strides.overlapping` does for the eager route, is not traced)."""
+    return any(n != 1 and st == 0 for n, st in zip(out.shape, out.stride()))
+
+
 def _write(result, out):
     """``result`` written into ``out`` (returned), as the public functions' ``out=`` does."""
     if out is None:
@@ -463,6 +470,10 @@ def _write(result, out):
         refuse("InvalidArgumentError", "out", "a Torch tensor to write the result into", describe(out))
     if out.shape != result.shape:
         refuse("ShapeMismatchError", "out", f"shape {tuple(result.shape)}", f"shape {tuple(out.shape)}")
+    if _broadcast(out):
+        refuse("InvalidArgumentError", "out", "an array the result can be written into (no overlapping elements)",
+               f"a tensor whose elements overlap (strides {tuple(out.stride())}, an expanded/broadcast view?)",
+               "pass a fresh array, or use the result")  # fmt: skip
     out.copy_(result)
     return out
 
