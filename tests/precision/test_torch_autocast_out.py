@@ -137,6 +137,20 @@ def test_a_region_on_another_device_type_leaves_an_out_call_as_it_is(fft_front):
     torch.testing.assert_close(out, nvdispatch.fft.fft(x), rtol=0, atol=0)
 
 
+def test_a_recorded_call_given_out_in_a_region_is_not_autocast_either():
+    # an input that requires grad takes the operators (autograd records the call): their autocast kernel stays off
+    x = _x(torch.float16).requires_grad_()
+    out = torch.empty(4, 9, dtype=torch.complex64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert nvdispatch.fft.rfft(x, out=out) is out
+        inside = nvdispatch.fft.rfft(x)
+    assert inside.dtype == torch.complex64 and inside.grad_fn is not None
+    plain = nvdispatch.fft.rfft(x.detach())
+    assert plain.dtype == torch.complex32
+    torch.testing.assert_close(out.detach(), plain.to(torch.complex64), rtol=0, atol=0)
+    _assert_close(out, _oracle("rfft", x), RTOL_HALF)
+
+
 # -- the caches: the region's call and the out= call never serve each other -----------------------------------------
 @pytest.mark.parametrize("first", ["region", "out"])
 def test_no_cache_serves_the_regions_call_to_an_out_call_or_back(fft_front, first):
@@ -211,3 +225,26 @@ def test_explain_says_the_region_is_not_applied_because_of_out():
     assert plain.precision.startswith("Torch autocast('cpu', bfloat16): float16 input cast to float32 first")
     assert f32.precision is None or "autocast" not in f32.precision  # a dtype the region would not cast
     assert nvdispatch.explain(nvdispatch.fft.rfft, x, out=out).precision.startswith("torch's rule")  # no region
+
+
+# -- CUDA (-m gpu): Torch's CUDA autocast lists no FFT, so an out= call there is what it is outside the region ------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch with CUDA")
+@pytest.mark.parametrize("func", ["fft", "irfft", "rfftn"])
+def test_cuda_transforms_given_out_in_a_cuda_region(func):
+    torch._dynamo.reset()
+    # power-of-two lengths (Torch's CUDA half-precision domain; a c2r transform's last length is 2 * (m - 1))
+    x = _x(torch.float16, shape=(4, 9) if func == "irfft" else (4, 16)).cuda()
+    outside = getattr(nvdispatch.fft, func)(x)
+    compiled = torch.compile(lambda t, o: getattr(nvdispatch.fft, func)(t, out=o), backend="aot_eager",
+                             fullgraph=True)  # fmt: skip
+    out, out_compiled, own_out = (torch.empty_like(outside) for _ in range(3))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        assert getattr(nvdispatch.fft, func)(x, out=out) is out
+        compiled(x, out_compiled)
+        getattr(torch.fft, func)(x, out=own_out)  # Torch's own out= call (its CUDA FFTs take float16)
+        assert torch.is_autocast_enabled("cuda")
+    for got in (out, out_compiled):
+        torch.testing.assert_close(got, outside, rtol=0, atol=0)
+        _assert_close(got.cpu(), _oracle(func, x.cpu()), RTOL_HALF)
+    assert own_out.dtype == out.dtype
