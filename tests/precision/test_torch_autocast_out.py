@@ -114,6 +114,19 @@ def test_bfloat16_given_out_in_a_region_is_refused_naming_x_and_out(fft_front):
     assert "Torch autocast('cpu', bfloat16)" in str(info.value)
 
 
+def test_a_callback_call_given_out_in_a_region_is_refused_as_outside_it():
+    # prolog/epilog calls promote no half-precision input, in a region or not: the error says nothing of out=
+    x = _x(torch.float16)
+    out = torch.empty(4, 16, dtype=torch.complex64)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(errors.UnsupportedDtypeError) as info:
+        nvdispatch.fft.fft(x, out=out, epilog=lambda v, i: 2 * v)
+    assert info.value.argument == "x" and "out=" not in str(info.value)
+    y = _x(torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert nvdispatch.fft.fft(y, out=out, epilog=lambda v, i: 2 * v) is out
+    _assert_close(out, 2 * _oracle("fft", y), RTOL_FLOAT32)
+
+
 def test_the_region_is_back_after_an_out_call_and_after_its_error(fft_front):
     x = _x(torch.float16)
     with torch.autocast("cpu", dtype=torch.bfloat16):

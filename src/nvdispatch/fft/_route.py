@@ -276,7 +276,8 @@ def call_transform(
             try:
                 return outside(call_transform, func, a, n, axis, s, axes, norm, out, stream, convention, callbacks)
             except UnsupportedDtypeError as exc:
-                _refuse_outside_region(exc, a)
+                if callbacks is None or callbacks == _NO_CALLBACKS:  # (a prolog/epilog call no region promotes)
+                    _refuse_outside_region(exc, a)
                 raise
     if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: planned by problem, no call key
         if traced_framework(a) is not None:
