@@ -23,6 +23,7 @@ takes the route (the executors the backend state selects when the kernel runs), 
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any
 
@@ -478,6 +479,16 @@ def _write(result, out):
     return out
 
 
+def _outside_region(a, out):
+    """For a transform given ``out=`` inside an autocast region on ``a``'s device type, ``torch.autocast(device_type,
+    enabled=False)``: Torch autocasts no call given ``out=``, so it runs as outside the region (the operator's
+    autocast kernel does not run), as the public function's route runs it. A null context for every other call."""
+    device_type = a.device.type
+    if out is None or device_type not in torch_autocast.DEVICE_TYPES or not torch.is_autocast_enabled(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False)
+
+
 def _all_tensors(*xs) -> bool:
     return all(x is None or isinstance(x, Tensor) for x in xs)
 
@@ -547,11 +558,7 @@ def _fft_1d_entry(func: str, fallback):
             )
         _no_callbacks(prolog, epilog, prolog_data, epilog_data)
         _no_stream(stream)
-        if out is None or a.device.type not in torch_autocast.DEVICE_TYPES:
-            return _write(call_fft(func, a, n=n, axis=axis, norm=norm), out)
-        # Torch autocasts no call given out=: the transform runs as outside any region (the operator's autocast
-        # kernel does not run), as the public function's route runs it
-        with torch.autocast(a.device.type, enabled=False):
+        with _outside_region(a, out):
             return _write(call_fft(func, a, n=n, axis=axis, norm=norm), out)
 
     return transform
@@ -586,11 +593,7 @@ def _fft_nd_entry(func: str, fallback, default_axes):
             )
         _no_callbacks(prolog, epilog, prolog_data, epilog_data)
         _no_stream(stream)
-        if out is None or a.device.type not in torch_autocast.DEVICE_TYPES:
-            return _write(call_fft(func, a, s=s, axes=axes, norm=norm), out)
-        # Torch autocasts no call given out=: the transform runs as outside any region (the operator's autocast
-        # kernel does not run), as the public function's route runs it
-        with torch.autocast(a.device.type, enabled=False):
+        with _outside_region(a, out):
             return _write(call_fft(func, a, s=s, axes=axes, norm=norm), out)
 
     return transform
