@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import operator
 import sys
@@ -92,6 +93,18 @@ class TorchAdapter(Adapter):
             view = resolved(x)
         return OperandInfo(view, self.name, device, dtype, tuple(view.shape), tuple(view.stride()), autograd,
                            memory=_ON_CUDA, materialized=view is not x)  # fmt: skip
+
+    def info_conjugated(self, name: str, x) -> OperandInfo | None:
+        """A complex CUDA tensor that is a lazy conjugate view (``z.conj()``, ``z.mH``; not a negative view too)
+        described by its memory: ``x.conj()`` (the same memory, the bit cleared) with ``conjugated=True``, where
+        :meth:`info` hands executors a copy of its values. None for every other tensor, and for one autograd
+        records (its executors keep the graph on the view as it is)."""
+        if x.is_cpu or not x.is_conj() or x.is_neg() or (x.requires_grad and _grad_enabled()):
+            return None
+        memory = x.conj()  # a view of the same memory without the conjugate bit
+        if memory.is_conj() or memory.is_neg() or memory.data_ptr() != x.data_ptr():
+            return None
+        return dataclasses.replace(self.info(name, memory), conjugated=True)
 
     @staticmethod
     def signature(x):
@@ -469,6 +482,10 @@ class TorchDeviceOps:
 
     def swap_last(self, x):
         return x.transpose(-1, -2)
+
+    def conj(self, x):
+        """A new tensor of ``x``'s complex conjugates, in its memory (``conj_physical``: not a lazy view)."""
+        return self.mod.conj_physical(x)
 
     def empty(self, shape, dtype: str, device_index: int | None = None):
         """A new tensor on CUDA device ``device_index`` (None: the current one)."""
