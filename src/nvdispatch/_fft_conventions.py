@@ -25,6 +25,10 @@ computes float16/bfloat16 input in float32 there and returns the float32/complex
 :func:`nvdispatch._precision.fft_autocast_target`). It is decided on every call, before any call key is looked up:
 half-precision operands have no key of their own (no transform takes them as they are), and the float32 operand a
 region casts to finds the float32 call's plan, which computes the same inside a region and outside.
+
+A call given ``out=`` is not autocast (Torch's rule: "calls that explicitly supply an ``out=...`` Tensor are allowed
+in autocast-enabled regions, but won't go through autocasting"): :func:`outside_autocast` runs it with the region
+suspended, so it computes as it would outside the region.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ __all__ = [
     "framework_promotion",
     "names_one_axis",
     "autocast_promotion",
+    "outside_autocast",
     "cast_result",
     "numpy_nd_args",
     "numpy_way_steps",
@@ -177,6 +182,19 @@ def autocast_promotion(x: Any, dtype: str, adapter: Any = None, rule=FFT_AUTOCAS
     convention = adapter.precision_convention(adapter.device(x))
     target = fft_autocast_target(convention, dtype, rule)
     return None if target is None else (target, convention.autocast_reason)
+
+
+def outside_autocast(x: Any) -> Callable[..., Any] | None:
+    """``run(fn, *args)``: ``fn(*args)`` with the autocast region active on array ``x``'s device suspended (its
+    adapter's :meth:`~nvdispatch.adapters.Adapter.as_planned`), for a call given ``out=``, which Torch's autocast
+    leaves as it is ("calls that explicitly supply an out=... Tensor ... won't go through autocasting", its autocast
+    op reference): the call then computes as it does outside the region, and so do the framework's own operations it
+    runs (the ``nvdispatch::`` operators' autocast kernels included). None where no region is active on ``x``'s
+    device (and for frameworks without regions)."""
+    adapter = adapter_for(x)
+    if adapter is None or adapter.autocast_region(x) is None:
+        return None
+    return adapter.as_planned(adapter.device(x), None)
 
 
 def cast_result(result: Any, final: Any) -> Any:
@@ -349,6 +367,14 @@ def _check_out(out, like, dtype, shape: tuple[int, ...], first_axis: int | None,
         raise wrong_shape()
     if numpy and not out.flags.writeable:
         raise InvalidArgumentError("out", "a writeable array", "a read-only array")
+    if not numpy:  # what its framework will not write (an immutable array, a broadcast view): said before any work
+        adapter = adapter_for(out)
+        why = "" if adapter is None else adapter.unwritable(out)
+        if why:
+            raise InvalidArgumentError(
+                "out", "an array the result can be written into (writable, no overlapping elements)", why,
+                "pass a fresh array, or use the result",
+            )  # fmt: skip
 
 
 def write_out(result, out):

@@ -22,6 +22,7 @@ from ._fp8_types import check_operand_types, check_result_type
 from ._memory import common_memory
 from ._precision import PrecisionConvention
 from ._shapes import broadcast_shapes, is_symbolic
+from ._tunings import OMIT_AT_DEFAULT
 from .errors import (
     EpilogInputError,
     InvalidArgumentError,
@@ -342,10 +343,13 @@ class ArraySig:
     strides: tuple[int, ...] | None
     #: a chunked (Dask) operand's layout, else None
     chunks: Any = None
+    #: whether the operand's memory holds the conjugates of its values (``OperandInfo.conjugated``): its executor
+    #: conjugates as it reads it (cuBLASLt's op C); left out of saved tunings' keys while False
+    conj: bool = field(default=False, metadata={OMIT_AT_DEFAULT: True})
 
     @classmethod
     def of(cls, info: OperandInfo) -> ArraySig:
-        return cls(info.dtype, info.shape, info.strides, info.chunks)
+        return cls(info.dtype, info.shape, info.strides, info.chunks, info.conjugated)
 
 
 @dataclass(frozen=True)

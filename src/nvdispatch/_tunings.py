@@ -13,7 +13,9 @@ Keys. A tuning is known under the plan-cache key of what it tunes: a tuple of st
 dataclasses such as ``MatmulProblem``. :func:`key_json` gives a key's JSON form, defined as:
 
 * ``None``, booleans, integers, strings and finite floats are themselves; tuples and lists are arrays;
-* a dataclass is an object of its fields, plus ``"@"``: its class name;
+* a dataclass is an object of its fields, plus ``"@"``: its class name (a field whose metadata holds
+  :data:`OMIT_AT_DEFAULT` is left out while it has its default, so that one added later leaves the forms of the
+  keys that do not use it as they were);
 * an enum member is ``{"@": <enum class name>, "name": <member name>}``;
 * a set is ``{"@": "set", "items": [...]}`` and a dict ``{"@": "dict", "items": [[key, value], ...]}``,
   items ordered by their canonical text;
@@ -67,6 +69,7 @@ __all__ = [
     "register_kind",
     "key_json",
     "key_text",
+    "OMIT_AT_DEFAULT",
     "check_object",
     "an_int",
     "a_string",
@@ -248,6 +251,11 @@ def require_valid(owner: Any, tuning: Any) -> None:
 
 
 # -- keys -----------------------------------------------------------------------------------------------------
+#: a dataclass field's metadata key (``field(default=..., metadata={OMIT_AT_DEFAULT: True})``): :func:`key_json`
+#: leaves the field out while it has its default
+OMIT_AT_DEFAULT = "nvdispatch_key_omit_at_default"
+
+
 def key_json(key: Any) -> Any:
     """The JSON form of a plan-cache key (see the module's docstring); ``TypeError`` when it has none."""
     if key is None or isinstance(key, (bool, str)):
@@ -265,7 +273,10 @@ def key_json(key: Any) -> Any:
     if dataclasses.is_dataclass(key) and not isinstance(key, type):
         form = {"@": type(key).__name__}
         for f in dataclasses.fields(key):
-            form[f.name] = key_json(getattr(key, f.name))
+            value = getattr(key, f.name)
+            if f.metadata.get(OMIT_AT_DEFAULT) and value == f.default:
+                continue
+            form[f.name] = key_json(value)
         return form
     if isinstance(key, (set, frozenset)):
         return {"@": "set", "items": sorted((key_json(x) for x in key), key=_canonical)}

@@ -165,19 +165,23 @@ def _prepare(
     infos=None,
     convention=_READ_NOW,
     stream=None,
+    fold_conj=False,
 ) -> _Prepared:
     """Validate a call, choose its executor and strategy. ``infos``: a, b, c detected already (a ``Matmul``'s);
     ``selection``: keep that executor (a stateful object's) unless it declines the problem; ``convention``: the
     precision convention to follow (a ``Matmul``'s re-plan keeps its ``plan()``'s), by default the framework's
     now (see :mod:`nvdispatch._precision`), never read where ``options`` give a compute type; ``stream``: where
-    an autocast region's casts are made (the call's)."""
+    an autocast region's casts are made (the call's); ``fold_conj``: ``a`` and ``b`` detected here (``infos``
+    None) may be lazy conjugate views described by their memory (:func:`_detect_folding`) where the executor
+    chosen folds the conjugation into its plan; for any other it is prepared again on copies of their values."""
     spec = spec_of(epilog)
     inputs = _check_epilog_inputs(epilog_inputs)
     opts = as_options(options)
     prefs = as_preferences(preferences)
     if infos is None:
         _check_required(a, b)
-        infos = detect_all({"a": a, "b": b, "c": c, **inputs})
+        named = {"a": a, "b": b, "c": c, **inputs}
+        infos = _detect_folding(named) if fold_conj else detect_all(named)
     else:
         infos = {**{k: v for k, v in infos.items() if k in ("a", "b", "c")}, **detect_all(inputs)}
     framework, device = placement(infos)
@@ -198,8 +202,51 @@ def _prepare(
     if plan_prefs is not None:  # limit / max_workspace_bytes shape the plan: part of its key
         problem = dataclasses.replace(problem, preferences=plan_prefs)
     sel = keep_or_select(selection, "matmul", problem)
-    strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy)
+    if problem.a.conj or problem.b.conj:
+        strategy = _folding_strategy(sel, problem, prefs.strategy)
+        if strategy is None:  # its executor would read their memory as it is: prepared on copies of their values
+            return _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, scales, selection,
+                            None, convention, stream)  # fmt: skip
+    else:
+        strategy = choose_strategy(sel.executor, "matmul", problem, prefs.strategy)
     return _Prepared(problem, sel, strategy, infos, convention)
+
+
+def _folding_strategy(sel, problem, preferred: str | None) -> str | None:
+    """The strategy of ``problem``, whose operands marked ``conj`` hold their values' conjugates, where the executor
+    of ``sel`` runs it reading them conjugated (:func:`_folds_conjugates`); None where it would not (a coercing
+    backend, no strategy for it, the caller's ``preferred`` one not among them, a plan that does not fold)."""
+    if sel.coerce:
+        return None
+    available = strategies_of(sel.executor, "matmul", problem)
+    if not available or (preferred is not None and preferred not in available):
+        return None
+    strategy = choose_strategy(sel.executor, "matmul", problem, preferred)
+    return strategy if _folds_conjugates(sel.executor, problem, strategy) else None
+
+
+def _detect_folding(named) -> dict[str, Any]:
+    """:func:`~nvdispatch._route.detect_all` of a call's operands, ``a`` and ``b`` described by their memory where
+    that holds the conjugates of their values (their adapter's ``info_conjugated``: a Torch CUDA ``z.mH``, marked
+    ``conjugated``), which :func:`_prepare` keeps only for an executor that folds the conjugation in
+    (:func:`_folds_conjugates`), where otherwise each call copies their values."""
+    infos = {}
+    for name, x in named.items():
+        if x is None:
+            continue
+        info = None
+        if name in ("a", "b"):
+            ad = adapter_for(x)
+            info = None if ad is None else ad.info_conjugated(name, x)
+        infos[name] = detect(name, x) if info is None else info
+    return infos
+
+
+def _folds_conjugates(executor, problem, strategy: str) -> bool:
+    """Whether ``executor``'s ``strategy`` plan of ``problem`` reads its operands marked ``conj`` conjugating them
+    (``Executor.folds_conjugates``; an executor without the method does not)."""
+    folds = getattr(executor, "folds_conjugates", None)
+    return folds is not None and bool(folds("matmul", problem, strategy))
 
 
 def _autocast_operands(infos, convention, like, stream):
@@ -435,6 +482,7 @@ def _plan_and_run(key, a, b, c, alpha, beta, epilog, epilog_inputs, options, pre
         if result is not NotImplemented:
             return result
     mm = Matmul._for_call(a, b, c, alpha, beta, options, stream, scales)
+    mm._fold_conj = True  # its operands are read once, right after planning
     try:
         mm._plan_with(epilog, epilog_inputs, preferences, None, call_key=key)
         return mm.execute(stream=stream)
@@ -569,7 +617,9 @@ def explain_matmul(
     """
     a, b, c = _as_array("a", a), _as_array("b", b), _as_array("c", c)
     epilog_inputs = _as_inputs(epilog_inputs)
-    prep = _prepare(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales)
+    prep = _prepare(
+        a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, quantization_scales, fold_conj=True
+    )
     check_stream(stream, a)
     return explain_selected("matmul", "matmul", prep.problem, prep.selection, prep.strategy)
 
@@ -668,6 +718,9 @@ class Matmul:
         self._strategy = None
         self._freed = False
         self._stateless = False  # a stateless call's object (planned and executed at once)
+        #: whether plan() may read lazy conjugate views by their memory (a ``matmul()`` call's object: its operands
+        #: are planned and executed at once; see :func:`_prepare`)
+        self._fold_conj = False
 
     @classmethod
     def _for_call(cls, a, b, c, alpha, beta, options, stream, scales) -> Matmul:
@@ -769,6 +822,7 @@ class Matmul:
             self._infos,
             convention,
             self._stream,
+            self._fold_conj,
         )
         problem, sel = prep.problem, prep.selection
         if call_key is not None and not (

@@ -114,6 +114,10 @@ class OperandInfo:
     #: detects the operand again at each execution (the values may have changed since), and results written
     #: into ``array`` do not reach the operand
     materialized: bool = False
+    #: whether ``array``'s memory holds the conjugates of the operand's values (a lazy conjugate view described
+    #: by its memory, :meth:`Adapter.info_conjugated`): only where a caller asked, to fold the conjugation into its
+    #: operation (a matmul's cuBLAS op C); never from :meth:`Adapter.info`
+    conjugated: bool = False
 
     @property
     def ndim(self) -> int:
@@ -185,6 +189,14 @@ class Adapter:
     def precision_convention(self, device: Device) -> PrecisionConvention | None:
         """What the framework's settings ask of a matmul on ``device`` now, where the caller gives no
         ``compute_type`` (see :mod:`nvdispatch._precision`); None: nothing (each dtype's own compute type)."""
+        return None
+
+    def info_conjugated(self, name: str, x: Any) -> OperandInfo | None:
+        """``x`` described by its own memory where that holds the conjugates of its values (a lazy conjugate view
+        that :meth:`info` would hand over as a copy): :class:`OperandInfo` with ``conjugated=True``, whose ``array``
+        is that memory unconjugated, for a caller that folds the conjugation into its operation instead of copying
+        (the matmul route, where its executor can: cuBLASLt's op C). None (the default, and for every other
+        array): take :meth:`info`."""
         return None
 
     def autocast_region(self, x: Any) -> str | None:

@@ -306,6 +306,10 @@ class CupyDeviceOps:
     def swap_last(self, x):
         return self.mod.swapaxes(x, -1, -2)
 
+    def conj(self, x):
+        """A new array of ``x``'s complex conjugates (its memory holds them)."""
+        return self.mod.conj(x)
+
     def empty(self, shape, dtype: str, device_index: int | None = None):
         """A new array on the current device; dtypes CuPy lacks (FP8, bfloat16) as unsigned ints holding the
         bits."""

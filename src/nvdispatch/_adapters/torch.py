@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import operator
 import sys
@@ -11,6 +12,7 @@ from typing import Any
 from .._cuda.arrays import DeviceView, storage_shape
 from .._memory import CUDA, TORCH_TENSOR
 from .._precision import PrecisionConvention
+from .._strides import overlapping
 from ..errors import InvalidArgumentError, UnsupportedDtypeError, UnsupportedOperandError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .torch_autocast import autocast_dtype, ffts_follow_region
@@ -91,6 +93,18 @@ class TorchAdapter(Adapter):
             view = resolved(x)
         return OperandInfo(view, self.name, device, dtype, tuple(view.shape), tuple(view.stride()), autograd,
                            memory=_ON_CUDA, materialized=view is not x)  # fmt: skip
+
+    def info_conjugated(self, name: str, x) -> OperandInfo | None:
+        """A complex CUDA tensor that is a lazy conjugate view (``z.conj()``, ``z.mH``; not a negative view too)
+        described by its memory: ``x.conj()`` (the same memory, the bit cleared) with ``conjugated=True``, where
+        :meth:`info` hands executors a copy of its values. None for every other tensor, and for one autograd
+        records (its executors keep the graph on the view as it is)."""
+        if x.is_cpu or not x.is_conj() or x.is_neg() or (x.requires_grad and _grad_enabled()):
+            return None
+        memory = x.conj()  # a view of the same memory without the conjugate bit
+        if memory.is_conj() or memory.is_neg() or memory.data_ptr() != x.data_ptr():
+            return None
+        return dataclasses.replace(self.info(name, memory), conjugated=True)
 
     @staticmethod
     def signature(x):
@@ -348,8 +362,11 @@ class TorchAdapter(Adapter):
         dst.copy_(src)
 
     def unwritable(self, x) -> str:
-        if x.requires_grad and x.is_leaf:
-            return "a leaf Torch tensor that requires grad (autograd forbids writing it in place)"
+        if x.requires_grad and x.is_leaf and _grad_enabled():
+            return "a leaf Torch tensor that requires grad (autograd forbids writing it in place outside no_grad)"
+        if overlapping(x.shape, x.stride()):  # Torch refuses to write it (copy_, in-place ops): said up front
+            lazy = "a lazy conjugate view" if x.is_conj() else "a lazy negative view" if x.is_neg() else "a tensor"
+            return f"{lazy} whose elements overlap (strides {tuple(x.stride())}, an expanded/broadcast view?)"
         return ""
 
     # -- results ---------------------------------------------------------------------------------------------
@@ -476,6 +493,10 @@ class TorchDeviceOps:
 
     def swap_last(self, x):
         return x.transpose(-1, -2)
+
+    def conj(self, x):
+        """A new tensor of ``x``'s complex conjugates, in its memory (``conj_physical``: not a lazy view)."""
+        return self.mod.conj_physical(x)
 
     def empty(self, shape, dtype: str, device_index: int | None = None):
         """A new tensor on CUDA device ``device_index`` (None: the current one)."""

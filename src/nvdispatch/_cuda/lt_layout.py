@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["OP_N", "OP_T", "matrix_layout", "collapse_batch", "round_up", "relu_aux_ld_bits", "gelu_aux_ld"]
+__all__ = ["OP_N", "OP_T", "OP_C", "matrix_layout", "collapse_batch", "round_up", "relu_aux_ld_bits", "gelu_aux_ld"]
 
-OP_N, OP_T = 0, 1
+#: cublasOperation_t: as it is, transposed, conjugate-transposed (op C: a transposed layout whose memory holds the
+#: conjugates of the operand's values, a Torch ``z.mH``, read without a copy)
+OP_N, OP_T, OP_C = 0, 1, 2
 
 
 def round_up(x: int, base: int) -> int:

@@ -144,7 +144,7 @@ class LtMatmulPlan(LtPlanBase):
     # -- description ---------------------------------------------------------------------------------
     def _describe(self) -> tuple[str, ...]:
         s, p = self.setup, self.problem
-        ops = "NT"
+        ops = "NTC"
         form = (
             "D^T = B^T A^T (row-major result, bias along N native)"
             if s.orientation == "row"
@@ -152,7 +152,10 @@ class LtMatmulPlan(LtPlanBase):
         )
         steps = []
         for o in (s.lt_a, s.lt_b):
-            if o.copy:
+            if o.conj_copy:
+                steps.append(f"copy {o.source} to a C-ordered {p.result_dtype} array of its values (its memory holds "
+                             "their conjugates, in a layout op C cannot read)")  # fmt: skip
+            elif o.copy:
                 steps.append(f"copy {o.source} to a C-ordered {p.result_dtype} array (its strides/dtype need it)")
         steps += [f"note: {n}" for n in s.notes]
         epi = p.epilog.epilog.name if self.strategy == "native" else "DEFAULT"
@@ -341,6 +344,8 @@ class LtMatmulPlan(LtPlanBase):
         sig = p.a if o.source == "a" else p.b
         vec = (o.source == "a" and p.a_vector) or (o.source == "b" and p.b_vector)
         y = xp.astype(as_xp(x, self.framework, xp.name), p.result_dtype)
+        if o.conj_copy:  # x's memory holds the conjugates of its values
+            y = xp.conj(y)
         if vec:
             y = xp.contiguous(y)
         else:

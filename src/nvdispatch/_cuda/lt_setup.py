@@ -41,7 +41,9 @@ def lt_types(problem: MatmulProblem) -> tuple[int, int, str]:
 
 @dataclass
 class Operand:
-    """One cuBLASLt input operand: our ``source`` operand ("a"/"b"), maybe copied to C order first."""
+    """One cuBLASLt input operand: our ``source`` operand ("a"/"b"), maybe copied to C order first. An operand whose
+    memory holds the conjugates of its values (``ArraySig.conj``) is read with op C where its layout is a transposed
+    one, else copied, ``conj_copy``: the copy conjugates."""
 
     source: str
     copy: bool
@@ -50,6 +52,7 @@ class Operand:
     cols: int
     ld: int
     batch_stride: int
+    conj_copy: bool = False
 
 
 @dataclass
@@ -100,13 +103,16 @@ def _operand(p: MatmulProblem, source: str, transpose: bool) -> Operand:
     copy = False
     bs = L.collapse_batch(bshape, bstrides, p.batch_shape)
     lay = L.matrix_layout(c, r, sc, sr) if transpose else L.matrix_layout(r, c, sr, sc)
-    if lay is None or bs is None or sig.dtype != p.result_dtype:
-        copy = True  # a C-ordered copy broadcast to the full batch
+    conj = getattr(sig, "conj", False)
+    if lay is None or bs is None or sig.dtype != p.result_dtype or (conj and lay[0] != L.OP_T):
+        copy = True  # a C-ordered copy broadcast to the full batch (conjugated, for a conjugated operand)
         sr, sc = c, 1
         bs = r * c if p.batch_shape else 0
         lay = L.matrix_layout(c, r, sc, sr) if transpose else L.matrix_layout(r, c, sr, sc)
     op, mr, mc, ld = lay
-    return Operand(source, copy, op, mr if op == L.OP_N else mc, mc if op == L.OP_N else mr, ld, bs)
+    if conj and not copy:  # a transposed layout of the conjugates: op C reads the values themselves
+        op = L.OP_C
+    return Operand(source, copy, op, mr if op == L.OP_N else mc, mc if op == L.OP_N else mr, ld, bs, conj and copy)
 
 
 _BGRAD_SWAP = {256: 512, 512: 256}
@@ -128,7 +134,7 @@ def setup(p: MatmulProblem, orientation: str, bias_cast: bool = False, epilogue:
         m_lt, n_lt = m, n
     # the layout math gives (op, mem rows, mem cols): store the *memory* shape for the layout descriptor
     for o in (lt_a, lt_b):
-        if o.op == L.OP_T:
+        if o.op != L.OP_N:
             o.rows, o.cols = o.cols, o.rows
     s = LtSetup(orientation, epi, m_lt, n_lt, k, batch, lt_a, lt_b)
     fused = epilogue is None

@@ -49,7 +49,7 @@ def as_xp(x: Any, framework: str, xp: str):
 
 def Xp(name: str):  # noqa: N802 - the name callers construct helpers with
     """The few array operations the GPU plans need, on ``name``'s ("torch"/"cupy") device arrays: the
-    framework adapter's device helpers (``astype``, ``contiguous``, ``copy_into``, ``conj_``, ``swap_last``,
+    framework adapter's device helpers (``astype``, ``contiguous``, ``copy_into``, ``conj``, ``conj_``, ``swap_last``,
     ``empty``/``zeros``/``full``, ``synchronize``, ``data_ptr``, ``pack_mask``/``unpack_mask`` for cuBLASLt's
     RELU bit masks, ``epilog_ops``)."""
     return adapter_named(name).device_ops()

@@ -122,6 +122,12 @@ class Executor(ABC):
     def plan(self, op: str, problem: Any, strategy: str, tuning: Any = None) -> Plan:
         """Prepare ``problem`` with ``strategy``; ``tuning`` is a saved autotune choice, if any."""
 
+    def folds_conjugates(self, op: str, problem: Any, strategy: str) -> bool:
+        """Whether ``strategy``'s plans of ``problem`` read its operands marked ``conj`` (``ArraySig.conj``: memory
+        holding the conjugates of their values) conjugating them. False (the default): the route hands this
+        executor copies of their values instead, and such marks never reach it."""
+        return False
+
     def coerce_operand(self, array: Any) -> Any:
         """Convert a foreign operand into this executor's framework (used only under ``coerce=True``)."""
         raise NotImplementedError(f"executor {self.name!r} cannot coerce operands")
@@ -181,6 +187,10 @@ class ModularExecutor(Executor):
 
     def strategies(self, op: str, problem: Any) -> tuple[str, ...]:
         return tuple(self.op_module(op).strategies(problem))
+
+    def folds_conjugates(self, op: str, problem: Any, strategy: str) -> bool:
+        folds = getattr(self.op_module(op), "folds_conjugates", None)
+        return folds is not None and bool(folds(problem, strategy))
 
     def plan(self, op: str, problem: Any, strategy: str, tuning: Any = None) -> Plan:
         return self.op_module(op).plan(problem, strategy, tuning)

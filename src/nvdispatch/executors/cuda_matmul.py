@@ -108,6 +108,26 @@ def _zero_size(problem: MatmulProblem) -> bool:
     return 0 in (problem.m, problem.n, problem.k) or 0 in problem.batch_shape
 
 
+#: the epilogs a plan may read a conjugated operand under (cuBLASLt's op C): those that do not reduce over ``a`` or
+#: ``b`` themselves (BGRADA/BGRADB would sum the operand as its memory holds it); complex products take no other
+CONJ_FOLDING_EPILOGS = frozenset({"DEFAULT", "BIAS"})
+
+
+def folds_conjugates(problem: MatmulProblem, strategy: str) -> bool:
+    """Whether ``strategy``'s plan reads ``problem``'s operands marked ``conj`` conjugating them: the ``native`` plan
+    (one ``cublasLtMatmul``) of a non-empty, non-FP8 product without a reducing epilog, which reads such an operand
+    with op C where its layout is a transposed one (``a.mH``, ``b.mH``) and conjugates it in the copy it makes
+    otherwise (:func:`nvdispatch._cuda.lt_setup.setup`). The ``inplace`` fallback and zero-size products take
+    copies of the values instead (the route makes them)."""
+    return (
+        strategy == "native"
+        and problem.quantization is None
+        and not problem.autograd
+        and not _zero_size(problem)
+        and problem.epilog.epilog.name in CONJ_FOLDING_EPILOGS
+    )
+
+
 def strategies(problem: MatmulProblem) -> tuple[str, ...]:
     if problem.quantization is not None:
         return ("native",)  # one cublasLtMatmul on FP8 tensor cores (decline sent the rest elsewhere)

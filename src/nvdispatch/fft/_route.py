@@ -26,6 +26,7 @@ from .._fft_conventions import (
     framework_promotion,
     names_one_axis,
     numpy_nd_args,
+    outside_autocast,
     promote,
     run_nd_numpy_way,
     write_out,
@@ -176,9 +177,12 @@ def explain_fft(
     axes: Axes = None,
     norm: Norm = "backward",
     stream: Stream = None,
+    out: Array | None = None,
 ) -> Explanation:
     """What ``nvdispatch.fft.<func>`` would do with these arguments, without running it (as
-    ``nvdispatch.explain(nvdispatch.fft.<func>, x, ...)`` says).
+    ``nvdispatch.explain(nvdispatch.fft.<func>, x, ...)`` says). ``out``: the call's ``out=``, which keeps an
+    autocast region from applying (as Torch's own ``out=`` calls; the explanation's ``precision`` says so where the
+    region would have cast ``x``); it is not checked here.
 
     Examples
     --------
@@ -186,6 +190,10 @@ def explain_fft(
     >>> nvdispatch.fft.explain_fft("rfft", np.ones(64)).problem.out_shape
     (33,)
     """
+    if out is not None:
+        outside = outside_autocast(x)
+        if outside is not None:
+            return _explain_outside(outside, func, x, n, axis, s, axes, norm, stream)
     promotion = framework_promotion(func, x, one_axis=names_one_axis(func, axes))
     problem = _problem(func, x, n, axis, s, axes, norm, None if promotion is None else promotion[0])
     try:
@@ -215,6 +223,23 @@ def explain_fft(
     return explanation
 
 
+def _explain_outside(outside, func: str, x, n, axis, s, axes, norm, stream) -> Explanation:
+    """:func:`explain_fft` of a call given ``out=`` inside an autocast region: the call as it runs, outside the
+    region (``outside``: :func:`~nvdispatch._fft_conventions.outside_autocast`'s runner), its ``precision`` naming
+    the region it does not follow where that region would have cast ``x``."""
+    explanation = outside(explain_fft, func, x, n, axis, s, axes, norm, stream)
+    region = autocast_promotion(x, str(getattr(x, "dtype", "")).rpartition(".")[2])  # read inside the region
+    if region is None:
+        return explanation
+    framework = getattr(explanation.problem, "framework", "the framework")
+    note = (
+        f"{region[1]} not applied: out= is given, and {framework} autocasts no call given an explicit out= (its "
+        f"{str(x.dtype).rpartition('.')[2]} input would have been cast to {region[0]} first)"
+    )
+    precision = note if not explanation.precision else f"{note}; {explanation.precision}"
+    return dataclasses.replace(explanation, precision=precision)
+
+
 def _any_length_plan(func: str, x, n, axis, s, axes, norm):
     """The plan a call would run by its any-length key (as :func:`_run` looks it up), or None."""
     entry = class_keys(x.__class__)
@@ -242,7 +267,18 @@ def call_transform(
     convention="numpy",
     callbacks=None,
 ):
-    """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ."""
+    """Every public transform: the array-API route as it is, NumPy's/SciPy's conventions where they differ. A call
+    given ``out=`` runs outside any autocast region active on ``a``'s device, as Torch's own ``out=`` calls do
+    (:func:`~nvdispatch._fft_conventions.outside_autocast`)."""
+    if out is not None:
+        outside = outside_autocast(a)
+        if outside is not None:  # within it no region is active: this call takes the route below
+            try:
+                return outside(call_transform, func, a, n, axis, s, axes, norm, out, stream, convention, callbacks)
+            except UnsupportedDtypeError as exc:
+                if callbacks is None or callbacks == _NO_CALLBACKS:  # (a prolog/epilog call no region promotes)
+                    _refuse_outside_region(exc, a)
+                raise
     if callbacks is not None and callbacks != _NO_CALLBACKS:  # prolog/epilog: planned by problem, no call key
         if traced_framework(a) is not None:
             _refuse_traced(callbacks, out)
@@ -277,6 +313,20 @@ def call_transform(
     if final is not None:
         result = cast_result(result, final)
     return result if out is None else write_out(result, out)
+
+
+def _refuse_outside_region(exc: UnsupportedDtypeError, x) -> None:
+    """Where ``x``'s dtype, refused outside the autocast region active on its device, is one the region casts: the
+    error ``exc`` again, saying that ``out=`` kept the region from applying."""
+    dtype = str(getattr(x, "dtype", "")).rpartition(".")[2]
+    region = None if exc.argument != "x" else autocast_promotion(x, dtype)
+    if region is not None:
+        hint = (
+            f"{exc.hint + '; ' if exc.hint else ''}{region[1]}, which would compute it in {region[0]}, is not "
+            "applied to a call given out= (the framework's own out= calls are not autocast either): call without "
+            "out=, or cast x first"
+        )
+        raise UnsupportedDtypeError(exc.argument, exc.expected, exc.got, hint) from None
 
 
 def _refuse_traced(callbacks, out) -> None:

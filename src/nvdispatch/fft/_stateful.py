@@ -24,6 +24,7 @@ from .._route import (
     placement,
     refuse_recorded_call,
 )
+from .._strides import overlapping
 from .._typing import Array, Axes, CallbackData, ElementCallback, Stream
 from ..errors import InvalidArgumentError, PlanStateError, ShapeMismatchError, UnsupportedDtypeError, describe
 
@@ -515,19 +516,16 @@ def run_stateless(func: str, x, n, axis, s, axes, norm, callbacks, call_key, str
 
 def _unwritable(x, info) -> str:
     """Why an in-place transform may not write into operand ``x`` ('' when it may): its adapter's answer (and
-    that of the view executors write into), then overlapping elements."""
+    that of the view executors write into), then overlapping elements of that view. (Where the view is a copy of
+    a lazy view, ``info.materialized``, the result is copied back into ``x``: ``x``'s adapter answers for ``x``'s own
+    elements, e.g. a Torch conjugate view of an expanded tensor.)"""
     for arr in (x, info.array):
         ad = adapter_for(arr)
         why = "" if ad is None else ad.unwritable(arr)
         if why:
             return why
-    if info.strides is not None:
-        dims = sorted((abs(st), n) for n, st in zip(info.shape, info.strides) if n > 1)
-        span = 0  # elements spanned by the faster dimensions
-        for stride, n in dims:
-            if stride <= span:
-                return f"an array whose elements overlap (strides {tuple(info.strides)}, a broadcast view?)"
-            span += stride * (n - 1)
+    if info.strides is not None and overlapping(info.shape, info.strides):
+        return f"an array whose elements overlap (strides {tuple(info.strides)}, a broadcast view?)"
     return ""
 
 

@@ -178,7 +178,9 @@ def _finish(transform: Callable[..., Array], name: str, func: str, summary_and_p
         n, axis, s, axes = p.get("n"), p.get("axis", -1), p.get("s"), p.get("axes")
         if any(c is not None for c in callbacks):
             return _fft_callbacks.explain(func, p["a"], n, axis, s, axes, p["norm"], p["stream"], callbacks=callbacks)
-        return explain_fft(func, p["a"], n=n, axis=axis, s=s, axes=axes, norm=p["norm"], stream=p["stream"])
+        return explain_fft(
+            func, p["a"], n=n, axis=axis, s=s, axes=axes, norm=p["norm"], stream=p["stream"], out=p["out"]
+        )
 
     transform.__nvdispatch_explain__ = explain  # type: ignore[attr-defined]
     return transform

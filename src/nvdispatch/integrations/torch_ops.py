@@ -23,6 +23,7 @@ takes the route (the executors the backend state selects when the kernel runs), 
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any
 
@@ -455,6 +456,13 @@ def _no_callbacks(prolog, epilog, prolog_data, epilog_data) -> None:
             )
 
 
+def _broadcast(out) -> bool:
+    """Whether ``out`` is a broadcast (expanded) view, whose elements overlap and which Torch refuses to write: a
+    stride 0 along an extent other than 1 (a test Dynamo traces on symbolic sizes too, where sorting strides, as
+    :func:`~nvdispatch._strides.overlapping` does for the eager route, is not traced)."""
+    return any(n != 1 and st == 0 for n, st in zip(out.shape, out.stride()))
+
+
 def _write(result, out):
     """``result`` written into ``out`` (returned), as the public functions' ``out=`` does."""
     if out is None:
@@ -463,8 +471,22 @@ def _write(result, out):
         refuse("InvalidArgumentError", "out", "a Torch tensor to write the result into", describe(out))
     if out.shape != result.shape:
         refuse("ShapeMismatchError", "out", f"shape {tuple(result.shape)}", f"shape {tuple(out.shape)}")
+    if _broadcast(out):
+        refuse("InvalidArgumentError", "out", "an array the result can be written into (no overlapping elements)",
+               f"a tensor whose elements overlap (strides {tuple(out.stride())}, an expanded/broadcast view?)",
+               "pass a fresh array, or use the result")  # fmt: skip
     out.copy_(result)
     return out
+
+
+def _outside_region(a, out):
+    """For a transform given ``out=`` inside an autocast region on ``a``'s device type, ``torch.autocast(device_type,
+    enabled=False)``: Torch autocasts no call given ``out=``, so it runs as outside the region (the operator's
+    autocast kernel does not run), as the public function's route runs it. A null context for every other call."""
+    device_type = a.device.type
+    if out is None or device_type not in torch_autocast.DEVICE_TYPES or not torch.is_autocast_enabled(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False)
 
 
 def _all_tensors(*xs) -> bool:
@@ -536,7 +558,8 @@ def _fft_1d_entry(func: str, fallback):
             )
         _no_callbacks(prolog, epilog, prolog_data, epilog_data)
         _no_stream(stream)
-        return _write(call_fft(func, a, n=n, axis=axis, norm=norm), out)
+        with _outside_region(a, out):
+            return _write(call_fft(func, a, n=n, axis=axis, norm=norm), out)
 
     return transform
 
@@ -570,7 +593,8 @@ def _fft_nd_entry(func: str, fallback, default_axes):
             )
         _no_callbacks(prolog, epilog, prolog_data, epilog_data)
         _no_stream(stream)
-        return _write(call_fft(func, a, s=s, axes=axes, norm=norm), out)
+        with _outside_region(a, out):
+            return _write(call_fft(func, a, s=s, axes=axes, norm=norm), out)
 
     return transform
 
