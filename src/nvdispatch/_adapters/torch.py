@@ -109,16 +109,17 @@ class TorchAdapter(Adapter):
     @staticmethod
     def signature(x):
         # get_device() (-1 on the CPU) and is_cuda: cheaper to read and hash than a torch.device; size() than shape.
+        # is_meta: a meta tensor's get_device() is -1 too, and its calls must not find a CPU tensor's route
         # A torch.func wrapper (vmap's batched tensor, grad's/jvp's tracking tensor) has the sizes of one sample:
         # its key must not find a plain tensor's plan (the Torch integration takes those calls)
         if x.is_conj() or x.is_neg():
             if not x.is_cpu:  # executors take a copy made per call (see info): no key, the full route each time
                 raise TypeError("no call key for a lazy conjugate/negative view on a device")
             # on the CPU the plan is the same (Torch's operations honour the view); the key tells them apart anyway
-            return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled(),
-                    _functorch_wrapped(x), x.is_conj(), x.is_neg())  # fmt: skip
-        return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.requires_grad and _grad_enabled(),
-                _functorch_wrapped(x))  # fmt: skip
+            return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.is_meta,
+                    x.requires_grad and _grad_enabled(), _functorch_wrapped(x), x.is_conj(), x.is_neg())  # fmt: skip
+        return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.is_meta,
+                x.requires_grad and _grad_enabled(), _functorch_wrapped(x))  # fmt: skip
 
     @staticmethod
     def guard(*tensors):
