@@ -146,8 +146,11 @@ def test_a_region_on_another_device_type_leaves_the_transform_alone():
 def test_a_device_type_autocast_does_not_know_has_no_region():
     x = torch.empty(4, 8, dtype=torch.float16, device="meta")
     assert TorchAdapter().autocast_region(x) is None
-    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(errors.NoExecutorError):
-        nvdispatch.fft.rfft(x)  # what a meta tensor meets outside a region too
+    outside = nvdispatch.fft.rfft(x)  # the operator's meta kernel, as torch.fft's on meta tensors
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = nvdispatch.fft.rfft(x)
+        assert inside.dtype == outside.dtype == torch.fft.rfft(x).dtype  # the CPU region is not the meta device's
+    assert inside.is_meta and inside.shape == outside.shape == (4, 5)
 
 
 def test_the_region_runs_the_float32_calls_plan_and_keeps_no_plan_of_its_own(fft_front):

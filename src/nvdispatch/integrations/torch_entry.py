@@ -9,7 +9,8 @@ operators) is imported the first time a call needs it.
 * **Eager calls.** On a call's full path (:mod:`nvdispatch._traced`: a call the route's caches serve is never
   offered), a Torch call goes through the operators when autograd records it (an operand requires grad and grad
   mode is on: the operators' backward formulas run nvdispatch's own backward epilogs) or when Torch traces a
-  program without Dynamo (``torch.export`` in its default, non-strict mode: operands are fake tensors). Every other
+  program without Dynamo (``torch.export`` in its default, non-strict mode: operands are fake tensors), and when an
+  operand is a meta tensor (the operators' meta kernels: the result's shape, dtype and strides). Every other
   eager call keeps the route as it is: its cached path is never touched, so its host cost is unchanged. Calls with
   ``stream=`` keep the route too (autograd then records the Torch executor's ops, as before the operators
   existed), and so do calls under a coercing backend (``set_backend(..., coerce=True)``: the caller asked another
@@ -63,6 +64,8 @@ def _taken(operands: list, stream) -> bool:
         return False
     if torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0:
         return True  # torch.func transforms, forward-mode AD: the operators' batching rules and formulas
+    if any(x.is_meta for x in operands):
+        return True  # no executor computes on meta tensors: the operators' meta kernels give the result's layout
     recorded = torch.is_grad_enabled() and any(x.requires_grad for x in operands)
     if recorded:
         return not any_coercing()  # under a coercing backend the caller asked another framework: its result

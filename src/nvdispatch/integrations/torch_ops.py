@@ -222,6 +222,7 @@ for _name, _kernel, _fake in (
     # one kernel for every device: the public function dispatches by the operands' device itself
     _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"nvdispatch::{_name}", fake_kernel(_fake), lib=_LIB)
+    _LIB.impl(_name, _fake, "Meta")  # meta tensors (shape inference, models built on "meta"): the result's layout
 del _name, _kernel, _fake
 
 matmul_op = torch.ops.nvdispatch.matmul.default
@@ -254,8 +255,8 @@ def _call(name: str, *args):
     autograd kernel."""
     if torch_func.transforms_active():  # torch.func: the formulas (with a jvp) as a Function with a vmap rule
         return torch_func.call(name, *args)
-    if torch.compiler.is_compiling():
-        return _OPS[name](*args)
+    if torch.compiler.is_compiling() or any(isinstance(a, Tensor) and a.is_meta for a in args):
+        return _OPS[name](*args)  # traced: one node; meta tensors: the operator's meta kernel
     # the operator's autocast kernel, which the Function does not pass through
     device_type = args[0].device.type
     if device_type in torch_autocast.DEVICE_TYPES and torch.is_autocast_enabled(device_type):
