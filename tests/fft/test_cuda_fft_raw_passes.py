@@ -281,6 +281,8 @@ def test_decline_without_a_framework(monkeypatch):
     assert "4 copy calls" in why and "more than 3" in why
     neg = replace(problem(make((4, 8), "complex64"), "hfft"), strides=(8, -1))
     assert "negative" in decline_prepared(neg, requested=True, helper=None)
+    half = replace(p, result_dtype="complex32")  # a half-precision result (Torch's, were no helper there)
+    assert "single and double precision only" in decline_prepared(half, requested=True, helper=None)
 
 
 def test_jax_arrays_keep_their_own_route_unless_cuda_is_asked_for(monkeypatch):

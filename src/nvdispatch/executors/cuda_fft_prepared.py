@@ -55,6 +55,8 @@ _log = logging.getLogger("nvdispatch")
 
 _COMPLEX = frozenset({"complex64", "complex128"})
 _ITEMSIZE = {"float16": 2, "float32": 4, "float64": 8, "complex32": 4, "complex64": 8, "complex128": 16}
+#: what the framework-free passes (cuBLAS S/D scal) take
+_RAW_DTYPES = frozenset({"float32", "float64", "complex64", "complex128"})
 #: the function whose cuFFT transform a prepared one runs (hfft: C2R of conj(x); ihfft: R2C, then conjugated)
 _CORE_FUNC = {"hfft": "irfft", "ihfft": "rfft"}
 #: memory kinds whose framework's own FFT does these passes itself, in the same call
@@ -161,6 +163,9 @@ def decline_prepared(p: FFTProblem, requested: bool, helper: str | None) -> str 
             return (f"{what} needs an array pass around cuFFT: neither CuPy nor Torch is installed, and the "
                     f"framework-free passes cannot run ({why})")  # fmt: skip
         prep = preparation(p)
+        dtypes = {p.dtype, p.result_dtype} | ({prep.core.dtype} if prep is not None else set())
+        if not dtypes <= _RAW_DTYPES:
+            return f"{what}: the framework-free passes take single and double precision only, not {sorted(dtypes)}"
         if prep is not None and prep.staged:
             g = input_geometry(p, prep, p.strides if p.strides is not None else c_strides(p.shape))
             if g.copies > raw_passes.MAX_COPIES:
