@@ -152,9 +152,10 @@ def decline_prepared(p: FFTProblem, requested: bool, helper: str | None) -> str 
                 "here, with an array pass around cuFFT)")  # fmt: skip
     if p.strides is not None and any(st <= 0 for d, st in zip(p.shape, p.strides) if d > 1):
         return f"{what}: zero or negative strides"
-    if helper is None and p.framework == "jax" and not requested:
-        return (f"{what}: without CuPy or Torch, JAX's own operations bring the transform to cuFFT, as inside "
-                "jax.jit (set_backend('cuda') runs it here, with the framework-free passes around cuFFT)")  # fmt: skip
+    route = _own_route(p.framework) if helper is None and not requested else None
+    if route:
+        return (f"{what}: without CuPy or Torch, {route} (set_backend('cuda') runs it here, with the framework-free "
+                "passes around cuFFT)")  # fmt: skip
     if helper is None:
         from .._cuda import raw_calls, raw_passes
 
@@ -172,6 +173,14 @@ def decline_prepared(p: FFTProblem, requested: bool, helper: str | None) -> str 
                 return (f"{what}: without CuPy or Torch the input pass would take {g.copies} copy calls for this "
                         f"layout (more than {raw_passes.MAX_COPIES})")  # fmt: skip
     return None
+
+
+def _own_route(framework: str) -> str | None:
+    """The framework's own route for prepared FFTs without CuPy/Torch (the adapter's ``prepared_fft_route``)."""
+    from .._adapter_registry import adapter_named
+
+    ad = adapter_named(framework)
+    return None if ad is None else ad.prepared_fft_route
 
 
 def input_geometry(p: FFTProblem, prep: Preparation, strides: tuple[int, ...]):
