@@ -349,3 +349,76 @@ def test_tiny_and_single_element_inputs(host_raw):
             if preparation(problem(make(shape, dtype), func, **kw)) is None:
                 continue
             run_raw(host_raw, make(shape, dtype), func, norm="ortho", **kw)
+
+
+# -- the primitives' own calls, with the CUDA runtime and cuBLAS recorded instead of run --------------------------------
+def test_the_runtime_calls_are_made_as_documented(monkeypatch):
+    """``raw_calls`` hands cuda-bindings' runtime the documented arguments (its real structs, built here on the CPU)."""
+    rt = pytest.importorskip("cuda.bindings.runtime")
+    from nvdispatch._cuda import runtime
+
+    seen = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            real = getattr(rt, name)
+            if name not in ("cudaMemsetAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync"):
+                return real
+            return lambda *args: seen.append((name, args)) or (rt.cudaError_t.cudaSuccess,)
+
+    monkeypatch.setattr(runtime, "cudart", lambda: Recorder())
+    raw_calls.memset_zero(4096, 800, 7)
+    raw_calls.copy2d(4096, 16, 8192, 40, 8, 25, 7)
+    raw_calls.copy3d(4096, 16, 30, 8192, 40, 25, 8, 25, 3, 7)
+    d2d = rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice
+    assert seen[0] == ("cudaMemsetAsync", (4096, 0, 800, 7))
+    assert seen[1] == ("cudaMemcpy2DAsync", (4096, 16, 8192, 40, 8, 25, d2d, 7))
+    name, (p, stream) = seen[2]
+    assert name == "cudaMemcpy3DAsync" and stream == 7 and p.kind == d2d
+    assert (int(p.srcPtr.ptr), p.srcPtr.pitch, p.srcPtr.ysize) == (8192, 40, 25)
+    assert (int(p.dstPtr.ptr), p.dstPtr.pitch, p.dstPtr.ysize) == (4096, 16, 30)
+    assert (p.extent.width, p.extent.height, p.extent.depth) == (8, 25, 3)
+    assert (p.srcPos.x, p.srcPos.y, p.srcPos.z, p.dstPos.x, p.dstPos.y, p.dstPos.z) == (0,) * 6
+
+
+def test_the_cublas_calls_are_made_as_documented(monkeypatch):
+    """``scal``: the device's handle, cublasSetStream to the caller's stream, then cublas?scal with ``alpha`` by
+    host pointer."""
+    seen = []
+
+    class FakeCublas:
+        def cublasCreate_v2(self, ref):
+            ref._obj.value = 0xABC
+            return 0
+
+        def cublasSetStream_v2(self, h, stream):
+            seen.append(("stream", h, stream))
+            return 0
+
+        def _scal(self, name, ctype):
+            def call(h, n, alpha, ptr, incx):
+                seen.append((name, h, n, ctypes.cast(alpha, ctypes.POINTER(ctype)).contents.value, ptr, incx))
+                return 0
+
+            return call
+
+        def __getattr__(self, name):
+            return self._scal(name, ctypes.c_float if name.startswith("cublasS") else ctypes.c_double)
+
+    from nvdispatch._cuda import runtime
+
+    class Rt:
+        def cudaGetDevice(self):
+            return (0, 0)
+
+    monkeypatch.setattr(raw_calls, "_lib", lambda: FakeCublas())
+    monkeypatch.setattr(runtime, "cudart", lambda: Rt())
+    monkeypatch.setattr(runtime, "check", lambda result, what: result[1])
+    monkeypatch.setattr(raw_calls, "_handles", {})
+    raw_calls.scal("float32", 10, -1.0, 4100, 2, 5, 0)
+    raw_calls.scal("float64", 3, 0.25, 8192, 1, 6, 0)
+    assert seen == [("stream", 0xABC, 5), ("cublasSscal_v2", 0xABC, 10, -1.0, 4100, 2),
+                    ("stream", 0xABC, 6), ("cublasDscal_v2", 0xABC, 3, 0.25, 8192, 1)]  # fmt: skip
+    monkeypatch.setattr(FakeCublas, "cublasSetStream_v2", lambda self, h, s: 7, raising=False)
+    with pytest.raises(raw_calls.CublasError, match="cublasSetStream failed: CUBLAS_STATUS_INVALID_VALUE"):
+        raw_calls.scal("float32", 1, 2.0, 4096, 1, 0, 0)

@@ -96,16 +96,17 @@ def _check(status: int, what: str) -> None:
         raise CublasError(what, status)
 
 
-_local = threading.local()  # cuBLAS handles are per thread (setting a shared handle's stream would race)
+_handles: dict[int, int] = {}
+#: one handle per device, shared: its stream is set and the call queued under this lock (both only enqueue), so
+#: threads never race on the stream, and no thread leaves a handle (and its workspace) behind
+_lock = threading.Lock()
 
 
 def _handle(device_index: int) -> int:
-    """This thread's cuBLAS handle on ``device_index`` (created once, kept for the thread's life; the default
-    host pointer mode, so ``alpha`` is read from host memory when the call is made)."""
-    handles = getattr(_local, "handles", None)
-    if handles is None:
-        handles = _local.handles = {}
-    h = handles.get(device_index)
+    """The process-wide cuBLAS handle of ``device_index`` (created once, kept for the process's life, as cuBLASLt's
+    are; the default host pointer mode, so ``alpha`` is read from host memory when the call is made). Call with
+    :data:`_lock` held."""
+    h = _handles.get(device_index)
     if h is None:
         rt = runtime.cudart()
         prev = runtime.check(rt.cudaGetDevice(), "cudaGetDevice")
@@ -117,7 +118,7 @@ def _handle(device_index: int) -> int:
         finally:
             if prev != device_index:
                 rt.cudaSetDevice(prev)
-        h = handles[device_index] = int(p.value)
+        h = _handles[device_index] = int(p.value)
     return h
 
 
@@ -125,9 +126,10 @@ def scal(real_dtype: str, n: int, alpha: float, ptr: int, incx: int, stream: int
     """``x[i*incx] *= alpha`` for ``i < n``, ``x`` the ``real_dtype`` ("float32"/"float64") elements at ``ptr``:
     ``cublasSscal``/``cublasDscal`` on ``stream`` (``n`` at most :data:`INT_MAX`)."""
     lib = _lib()
-    h = _handle(device_index)
-    _check(lib.cublasSetStream_v2(h, stream), "cublasSetStream")
-    if real_dtype == "float32":
-        _check(lib.cublasSscal_v2(h, n, ctypes.byref(ctypes.c_float(alpha)), ptr, incx), "cublasSscal")
-    else:
-        _check(lib.cublasDscal_v2(h, n, ctypes.byref(ctypes.c_double(alpha)), ptr, incx), "cublasDscal")
+    with _lock:
+        h = _handle(device_index)
+        _check(lib.cublasSetStream_v2(h, stream), "cublasSetStream")
+        if real_dtype == "float32":
+            _check(lib.cublasSscal_v2(h, n, ctypes.byref(ctypes.c_float(alpha)), ptr, incx), "cublasSscal")
+        else:
+            _check(lib.cublasDscal_v2(h, n, ctypes.byref(ctypes.c_double(alpha)), ptr, incx), "cublasDscal")
