@@ -8,6 +8,10 @@ largest magnitude is printed beside the time):
 ``cai-cuda``
     ``nvdispatch.fft.<func>`` of an object exposing only the CuPy array's ``__cuda_array_interface__`` (the cuda
     executor's prepared plan: input pass, cuFFT, output pass);
+``cai-raw``
+    the same call with neither CuPy nor Torch offered for the passes (as for a Numba-only user): the framework-free
+    passes (``nvdispatch._cuda.raw_passes``: cudaMemsetAsync, strided cudaMemcpy2D/3DAsync, cuBLAS ?scal) around
+    the same cuFFT plan;
 ``cupy``
     ``cupy.fft.<func>`` of the CuPy array itself (CuPy's own cuFFT plan cache; the reference cost of the work);
 ``jax-cuda``
@@ -46,6 +50,7 @@ CASES = [
     ("hfft", (4096, 513), "complex64", {}),
     ("ihfft", (4096, 1024), "float32", {}),
     ("fft", (4096, 1024), "float64", {"axis": 0}),
+    ("fft", (64, 512, 512), "float32", {"n": 600, "axis": 1}),
 ]
 SMALL = [
     ("fft", (64, 256), "float32", {}),
@@ -109,7 +114,18 @@ def routes(func, x, kw):
     def cai_host(r):
         return cupy.asnumpy(cupy.asarray(r)) if not hasattr(r, "copy_to_host") else r.copy_to_host()
 
+    def cai_raw():
+        from nvdispatch._cuda import xp
+
+        saved = xp.namespace_for
+        xp.namespace_for = lambda framework: None  # no CuPy/Torch helper: the framework-free passes
+        try:
+            return getattr(F, func)(cai, **kw)
+        finally:
+            xp.namespace_for = saved
+
     out["cai-cuda"] = (lambda: getattr(F, func)(cai, **kw), cai_host, dev_sync)
+    out["cai-raw"] = (cai_raw, cai_host, dev_sync)
     out["cupy"] = (lambda: getattr(cupy.fft, func)(xc, **kw), cupy.asnumpy, dev_sync)
     try:
         import jax

@@ -171,12 +171,15 @@ def test_strided_input_is_gathered_into_contiguous_scratch():
     assert_close(run_prepared(p, x), reference("fft", x, n=25), "float64")
 
 
-def test_offered_to_plain_cuda_memory_left_to_the_frameworks_own_fft():
+def test_offered_to_plain_cuda_memory_left_to_the_frameworks_own_fft(monkeypatch):
+    from nvdispatch._cuda import raw_calls
+
     p = problem(make((4, 8), "float32"), "fft", n=12)
     assert decline_prepared(p, requested=False, helper="cupy") is None
     assert decline_prepared(p, requested=False, helper="torch") is None
+    monkeypatch.setattr(raw_calls, "unavailable", lambda: "no CUDA device")  # nor the framework-free passes
     why = decline_prepared(p, requested=False, helper=None)
-    assert "CuPy or Torch" in why and "padding" in why
+    assert "neither CuPy nor Torch" in why and "padding" in why and "no CUDA device" in why
     for kind, fw in ((TORCH_TENSOR, "torch"), (CUPY_ARRAY, "cupy")):
         own = replace(p, memory=frozenset({kind, CUDA}), framework=fw)
         why = decline_prepared(own, requested=False, helper=fw)
@@ -188,7 +191,10 @@ def test_offered_to_plain_cuda_memory_left_to_the_frameworks_own_fft():
 
 def test_the_executor_offers_the_cases_it_declined(monkeypatch):
     """With cuFFT and a device framework present (stood in for here), the executor's decline takes real input,
-    hfft/ihfft and n/s for operands in plain CUDA memory; without CuPy/Torch it says why."""
+    hfft/ihfft and n/s for operands in plain CUDA memory; without CuPy/Torch (nor the framework-free passes:
+    test_cuda_fft_raw_passes.py) it says why."""
+    from nvdispatch._cuda import raw_calls
+
     monkeypatch.setattr(cufft, "unavailable", lambda: None)
     monkeypatch.setattr(xp, "namespace_for", lambda framework: "cupy")
     calls = [
@@ -208,7 +214,8 @@ def test_the_executor_offers_the_cases_it_declined(monkeypatch):
         p = problem(make((8, 20), dtype), func, **kw)
         assert cuda_fft.decline(p) is None, (func, dtype, kw)
     monkeypatch.setattr(xp, "namespace_for", lambda framework: None)
-    assert "neither is installed" in cuda_fft.decline(problem(make((8, 20), "float32"), "fft"))
+    monkeypatch.setattr(raw_calls, "unavailable", lambda: "libcublas was not found")
+    assert "neither CuPy nor Torch" in cuda_fft.decline(problem(make((8, 20), "float32"), "fft"))
     # what cuFFT cannot express stays declined, prepared or not
     assert "at most 3" in cuda_fft.decline(problem(make((2, 3, 4, 5), "float32"), "fftn"))
     assert "innermost" in cuda_fft.decline(problem(make((6, 8), "float32"), "rfftn", axes=(1, 0), s=(4, 9)))

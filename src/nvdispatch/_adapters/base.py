@@ -366,6 +366,12 @@ class Adapter:
         return "new_empty", made[1], made[2]
 
     # -- device helpers (layout copies, casts, fallback epilogs of the GPU plans) -----------------------------
+    #: where the ``cuda`` executor's prepared FFTs of this framework's arrays (real input to a complex transform,
+    #: hfft/ihfft, n/s) run when no CuPy/Torch helper can do their array passes and the user did not ask for that
+    #: executor, in words (the executor declines them to it); None: the executor runs them with its
+    #: framework-free passes
+    prepared_fft_route: str | None = None
+
     def device_ops_available(self) -> bool:
         """Whether :meth:`device_ops` can work here (the framework installed)."""
         return False

@@ -100,6 +100,8 @@ def _jax_fft_result(kind: str, dtype: str, x64: bool) -> str | None:
 class JaxAdapter(Adapter):
     name = "jax"
     wraps = True
+    #: verified on GPUs before the cuda executor had framework-free passes, and what runs inside jax.jit too
+    prepared_fft_route = "JAX's own operations bring the transform to cuFFT, as inside jax.jit"
     default_executors = DlpackAdapter.default_executors
     _dlpack = DlpackAdapter()
 

@@ -8,7 +8,8 @@ stream (``stream=`` or the operand framework's current stream); nothing synchron
 
 Padding/trimming by ``n``/``s``, ``hfft``/``ihfft`` and real input to a complex transform (promotion) run with
 an array pass around the cuFFT plan of the prepared problem (:mod:`.cuda_fft_prepared`: CuPy's or Torch's array
-operations on zero-copy views), for every operand in CUDA memory; a Torch tensor or CuPy array is left to its
+operations on zero-copy views, else framework-free passes of CUDA runtime copies and cuBLAS scal), for every operand
+in CUDA memory; a Torch tensor or CuPy array is left to its
 framework's own FFT unless the user asked for this executor. The executor declines, with the reason shown by
 ``explain()``/``NoExecutorError``, what cuFFT cannot express: more than 3 axes, layouts whose transformed axes
 are not nested in memory order, and outer-batch launches that would start a real array at an element not

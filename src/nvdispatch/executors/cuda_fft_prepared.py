@@ -19,14 +19,20 @@ around the plan, as Torch's and CuPy's own FFTs do:
 The passes are array operations of CuPy or Torch, whichever is installed (:mod:`nvdispatch._cuda.xp`), on
 zero-copy views of the device memory (``__cuda_array_interface__`` views of the pointers the executor reads):
 operands known only by ``__cuda_array_interface__`` or DLPack, and JAX GPU arrays, are prepared the same way.
-Without either framework the executor declines these problems (``explain()`` says why), as it does when the
-operand is a Torch tensor or a CuPy array that the user did not send here: that framework's own FFT runs the same
-cuFFT work in one call (``set_backend("cuda")`` runs it here).
+Where neither framework can (a Numba-only user, say), the same passes run on raw pointers with no framework
+(:mod:`nvdispatch._cuda.raw_passes`, helper ``"raw"``): scratch from ``cudaMallocAsync``, ``cudaMemsetAsync``,
+strided ``cudaMemcpy2DAsync``/``cudaMemcpy3DAsync`` copies that also widen real to complex, and cuBLAS's
+``?scal`` for the conjugation and the scale; without libcublas (or for layouts too scattered for a bounded
+number of copies) the executor declines (``explain()`` says why). JAX arrays without CuPy or Torch keep the route
+they had, JAX's own operations around cuFFT (as inside ``jax.jit``), unless the user asked for this executor. The
+executor also declines when the operand is a Torch tensor or a CuPy array that the user did not send here: that
+framework's own FFT runs the same cuFFT work in one call (``set_backend("cuda")`` runs it here).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,15 +40,36 @@ from .._fft_problem import FFTProblem
 from .._memory import CUPY_ARRAY, TORCH_TENSOR
 from .._strides import c_strides
 
-__all__ = ["Preparation", "preparation", "decline_prepared", "stage", "finish", "PreparedFFTPlan"]
+__all__ = [
+    "Preparation",
+    "preparation",
+    "decline_prepared",
+    "input_geometry",
+    "stage",
+    "finish",
+    "PreparedFFTPlan",
+    "RAW",
+]
 
 _log = logging.getLogger("nvdispatch")
 
 _COMPLEX = frozenset({"complex64", "complex128"})
+_ITEMSIZE = {"float16": 2, "float32": 4, "float64": 8, "complex32": 4, "complex64": 8, "complex128": 16}
+#: what the framework-free passes (cuBLAS S/D scal) take
+_RAW_DTYPES = frozenset({"float32", "float64", "complex64", "complex128"})
 #: the function whose cuFFT transform a prepared one runs (hfft: C2R of conj(x); ihfft: R2C, then conjugated)
 _CORE_FUNC = {"hfft": "irfft", "ihfft": "rfft"}
 #: memory kinds whose framework's own FFT does these passes itself, in the same call
 _FRAMEWORK_FFT = frozenset({TORCH_TENSOR, CUPY_ARRAY})
+#: the helper name of the framework-free passes (:mod:`nvdispatch._cuda.raw_passes`)
+RAW = "raw"
+
+
+def _by(helper: str) -> str:
+    """Who runs a pass, in words (``explain()``)."""
+    if helper == RAW:
+        return "raw device passes (no array framework: cudaMemsetAsync, cudaMemcpy2DAsync/3DAsync, cuBLAS ?scal)"
+    return f"{helper}'s array operations"
 
 
 @dataclass(frozen=True)
@@ -78,16 +105,16 @@ class Preparation:
         if self.conj_input:
             what.append("conjugated (hfft is the C2R transform of conj(x), scaled as a forward transform)")
         return [
-            f"x copied into C-contiguous {self.core.dtype}{list(self.core.shape)} scratch by {helper}'s array "
-            f"operations on the caller's stream ({', '.join(what)}); x itself is never written"
+            f"x copied into C-contiguous {self.core.dtype}{list(self.core.shape)} scratch by {_by(helper)} "
+            f"on the caller's stream ({', '.join(what)}); x itself is never written"
         ]
 
     def output_steps(self, problem: FFTProblem, helper: str) -> list[str]:
         """The output pass, in words (``explain()``)."""
         steps = []
         if self.conj_output:
-            steps.append(f"the result conjugated in place by {helper}'s array operations (ihfft is conj(rfft(x)), "
-                         "scaled as an inverse transform)")  # fmt: skip
+            steps.append(f"the result conjugated in place by {_by(helper)} (ihfft is conj(rfft(x)), scaled as an "
+                         "inverse transform)")  # fmt: skip
         scale = problem.scale()
         if scale != 1.0:
             steps.append(f"scale by {scale:.6g} (norm={problem.norm!r})")
@@ -118,16 +145,55 @@ def preparation(p: FFTProblem) -> Preparation | None:
 def decline_prepared(p: FFTProblem, requested: bool, helper: str | None) -> str | None:
     """Why the executor leaves prepared problem ``p`` to another, or None. ``requested``: the user asked for this
     executor (``set_backend``); ``helper``: the framework whose array operations would run the passes (None:
-    neither CuPy nor Torch is installed)."""
+    neither CuPy nor Torch can, so the framework-free passes of :mod:`nvdispatch._cuda.raw_passes` would)."""
     what = _what(p)
     if p.memory & _FRAMEWORK_FFT and not requested:
         return (f"{what}: {p.framework}'s own FFT runs the same cuFFT work in one call (set_backend('cuda') runs it "
                 "here, with an array pass around cuFFT)")  # fmt: skip
-    if helper is None:
-        return f"{what} needs an array pass around cuFFT, done with CuPy or Torch, and neither is installed"
     if p.strides is not None and any(st <= 0 for d, st in zip(p.shape, p.strides) if d > 1):
         return f"{what}: zero or negative strides"
+    route = _own_route(p.framework) if helper is None and not requested else None
+    if route:
+        return (f"{what}: without CuPy or Torch, {route} (set_backend('cuda') runs it here, with the framework-free "
+                "passes around cuFFT)")  # fmt: skip
+    if helper is None:
+        from .._cuda import raw_calls, raw_passes
+
+        why = raw_calls.unavailable()
+        if why:
+            return (f"{what} needs an array pass around cuFFT: neither CuPy nor Torch is installed, and the "
+                    f"framework-free passes cannot run ({why})")  # fmt: skip
+        prep = preparation(p)
+        dtypes = {p.dtype, p.result_dtype} | ({prep.core.dtype} if prep is not None else set())
+        if not dtypes <= _RAW_DTYPES:
+            return f"{what}: the framework-free passes take single and double precision only, not {sorted(dtypes)}"
+        if prep is not None and prep.staged:
+            g = input_geometry(p, prep, p.strides if p.strides is not None else c_strides(p.shape))
+            if g.copies > raw_passes.MAX_COPIES:
+                return (f"{what}: without CuPy or Torch the input pass would take {g.copies} copy calls for this "
+                        f"layout (more than {raw_passes.MAX_COPIES})")  # fmt: skip
     return None
+
+
+def _own_route(framework: str) -> str | None:
+    """The framework's own route for prepared FFTs without CuPy/Torch (the adapter's ``prepared_fft_route``)."""
+    from .._adapter_registry import adapter_named
+
+    ad = adapter_named(framework)
+    return None if ad is None else ad.prepared_fft_route
+
+
+def input_geometry(p: FFTProblem, prep: Preparation, strides: tuple[int, ...]):
+    """The framework-free input pass's copy (:class:`nvdispatch._cuda.raw_passes.CopyGeometry`): ``prep.region``
+    of ``x`` (element ``strides``) into the C-contiguous scratch of ``prep.core``, a real element into the real part
+    of a complex one where ``prep.widen``."""
+    from .._cuda.raw_passes import copy_geometry
+
+    isz = _ITEMSIZE[p.dtype]
+    osz = _ITEMSIZE[prep.core.dtype]
+    src = tuple(st * isz for st in strides)
+    dst = tuple(st * osz for st in c_strides(prep.core.shape))
+    return copy_geometry(tuple(prep.region), src, dst, isz)
 
 
 def _what(p: FFTProblem) -> str:
@@ -175,24 +241,37 @@ class PreparedFFTPlan:
         self.inner = inner
         self.device_index = inner.device_index
         self.helper = namespace_for(problem.framework)
-        if self.helper is None:  # the executor declines such problems; a plan asked for all the same says why
-            from ..errors import ExecutorUnavailableError
+        if self.helper is None:  # neither CuPy nor Torch: the framework-free passes, where they can run
+            from .._cuda import raw_calls
 
-            raise ExecutorUnavailableError(
-                "x", f"CuPy or Torch installed for the array pass of {_what(problem)}", "neither"
-            )
-        self.ops = Xp(self.helper)
+            why = raw_calls.unavailable()
+            if why:  # the executor declines such problems; a plan asked for all the same says why
+                from ..errors import ExecutorUnavailableError
+
+                raise ExecutorUnavailableError(
+                    "x", f"CuPy, Torch or the framework-free passes for the array pass of {_what(problem)}", why
+                )
+            self.helper, self.ops = RAW, None
+        else:
+            self.ops = Xp(self.helper)
         self.scale = problem.scale()
         self.supports_out = False
         self.direct = None
+        copies = ()
+        if self.helper == RAW and prep.staged:
+            strides = problem.strides if problem.strides is not None else c_strides(problem.shape)
+            g = input_geometry(problem, prep, strides)
+            widened = " (real elements into the real parts of zeroed complex scratch)" if prep.widen else ""
+            copies = (f"the kept region of x copied by {g.describe()} for its layout{widened}",)
         self.steps = (
             *prep.input_steps(problem, self.helper),
+            *copies,
             *inner.cufft_steps,
             *prep.output_steps(problem, self.helper),
             problem.describe(),
         )
-        _log.debug("fft %s: the cuda executor prepares it for cuFFT's %s plan with %s's array operations: %s",
-                   problem.func, prep.core.kind, self.helper, "; ".join(self.steps[:-1]))  # fmt: skip
+        _log.debug("fft %s: the cuda executor prepares it for cuFFT's %s plan with %s: %s",
+                   problem.func, prep.core.kind, _by(self.helper), "; ".join(self.steps[:-1]))  # fmt: skip
 
     def execute(self, operands, stream=None):
         from .._cuda import arrays, runtime, streams
@@ -204,6 +283,8 @@ class PreparedFFTPlan:
         s = streams.stream_pointer(stream, fw, dev)
         v = arrays.view(x, fw)
         kind = arrays.result_kind(x, fw)
+        if helper == RAW:
+            return self._execute_raw(v, kind, s)
         with streams.framework_stream(helper, s, dev):
             if prep.staged:
                 buf = stage(ops, _viewed(v.ptr, v.shape, v.dtype, v.strides, v, helper), prep, dev)
@@ -221,6 +302,41 @@ class PreparedFFTPlan:
             del buf  # stream-ordered: its memory is reused only after the transform
             if prep.conj_output or self.scale != 1.0:
                 finish(ops, _viewed(out_ptr, p.out_shape, p.result_dtype, None, out, helper), prep, self.scale)
+        return out
+
+    def _execute_raw(self, v, kind: str, s: int):
+        """``execute`` with the framework-free passes (:mod:`nvdispatch._cuda.raw_passes`) on raw pointers."""
+        from .._cuda import arrays, raw_calls, raw_passes
+
+        p, prep, inner, dev = self.problem, self.prep, self.inner, self.device_index
+        if prep.staged:
+            core = prep.core
+            count = math.prod(core.shape)
+            nbytes = count * _ITEMSIZE[core.dtype]
+            geometry = input_geometry(p, prep, tuple(v.strides))
+            buf = raw_calls.alloc(nbytes, s)
+            try:
+                if prep.pad or prep.widen:  # the padding, and the imaginary parts of widened real input
+                    raw_calls.memset_zero(buf, nbytes, s)
+                raw_passes.strided_copy(geometry, buf, v.ptr, s)
+                if prep.conj_input and not prep.widen:  # a widened real input is its own conjugate
+                    raw_passes.scale_and_conj(buf, count, core.dtype, 1.0, True, s, dev)
+                out, out_ptr = arrays.empty(kind, p.out_shape, p.result_dtype, dev, s)
+                inner.launch(buf, out_ptr, s, fresh=True)
+            finally:
+                raw_calls.free(buf, s)  # stream-ordered: its memory is reused only after the transform
+        else:
+            if p.strides is None and tuple(v.strides) != c_strides(v.shape):
+                from ..errors import PlanStateError
+
+                raise PlanStateError(
+                    "x", f"the C-contiguous strides the plan was made for {c_strides(v.shape)}", str(v.strides)
+                )
+            out, out_ptr = arrays.empty(kind, p.out_shape, p.result_dtype, dev, s)
+            inner.launch(v.ptr, out_ptr, s, fresh=False)
+        if prep.conj_output or self.scale != 1.0:
+            raw_passes.scale_and_conj(out_ptr, math.prod(p.out_shape), p.result_dtype, self.scale, prep.conj_output,
+                                      s, dev)  # fmt: skip
         return out
 
     @property
