@@ -173,16 +173,8 @@ def handle(device_index: int) -> int:
             if h is None:
                 from . import runtime
 
-                rt = runtime.cudart()
-                prev = runtime.check(rt.cudaGetDevice(), "cudaGetDevice")
-                if prev != device_index:
-                    runtime.check(rt.cudaSetDevice(device_index), "cudaSetDevice")
                 p = _vp()
-                try:
-                    check(lib().cublasLtCreate(ctypes.byref(p)), "cublasLtCreate")
-                finally:
-                    if prev != device_index:
-                        rt.cudaSetDevice(prev)
+                runtime.on_device(device_index, lambda: check(lib().cublasLtCreate(ctypes.byref(p)), "cublasLtCreate"))
                 h = _handles[device_index] = int(p.value)
     return h
 

@@ -108,16 +108,8 @@ def _handle(device_index: int) -> int:
     :data:`_lock` held."""
     h = _handles.get(device_index)
     if h is None:
-        rt = runtime.cudart()
-        prev = runtime.check(rt.cudaGetDevice(), "cudaGetDevice")
-        if prev != device_index:
-            runtime.check(rt.cudaSetDevice(device_index), "cudaSetDevice")
         p = _vp()
-        try:
-            _check(_lib().cublasCreate_v2(ctypes.byref(p)), "cublasCreate")
-        finally:
-            if prev != device_index:
-                rt.cudaSetDevice(prev)
+        runtime.on_device(device_index, lambda: _check(_lib().cublasCreate_v2(ctypes.byref(p)), "cublasCreate"))
         h = _handles[device_index] = int(p.value)
     return h
 

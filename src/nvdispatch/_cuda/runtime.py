@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import CudaRuntimeError, ExecutorUnavailableError
 
+T = TypeVar("T")
+
 __all__ = [
+    "on_device",
     "unavailable",
     "cudart",
     "check",
@@ -93,6 +97,20 @@ def free_async(ptr: int, stream: int) -> None:
 
 
 _bound = threading.local()
+
+
+def on_device(device_index: int, make: Callable[[], T]) -> T:
+    """``make()`` run with ``device_index`` the current device (a library handle created for that device), the
+    caller's current device restored afterwards."""
+    rt = cudart()
+    prev = check(rt.cudaGetDevice(), "cudaGetDevice")
+    if prev != device_index:
+        check(rt.cudaSetDevice(device_index), "cudaSetDevice")
+    try:
+        return make()
+    finally:
+        if prev != device_index:
+            rt.cudaSetDevice(prev)
 
 
 def bind_context(device_index: int) -> None:
