@@ -204,7 +204,7 @@ def explain_fft(
     if sel is not None:
         explanation = explain_selected(func, "fft", problem, sel)
     if promotion is not None:
-        dtype = str(x.dtype).rpartition(".")[2]
+        dtype = _dtype_of(x)
         region = autocast_promotion(x, dtype)
         if region is not None:  # the region's convention, named as matmul's explain() names it
             note = (
@@ -228,13 +228,14 @@ def _explain_outside(outside, func: str, x, n, axis, s, axes, norm, stream) -> E
     region (``outside``: :func:`~nvdispatch._fft_conventions.outside_autocast`'s runner), its ``precision`` naming
     the region it does not follow where that region would have cast ``x``."""
     explanation = outside(explain_fft, func, x, n, axis, s, axes, norm, stream)
-    region = autocast_promotion(x, str(getattr(x, "dtype", "")).rpartition(".")[2])  # read inside the region
+    dtype = _dtype_of(x)
+    region = autocast_promotion(x, dtype)  # read inside the region
     if region is None:
         return explanation
     framework = getattr(explanation.problem, "framework", "the framework")
     note = (
         f"{region[1]} not applied: out= is given, and {framework} autocasts no call given an explicit out= (its "
-        f"{str(x.dtype).rpartition('.')[2]} input would have been cast to {region[0]} first)"
+        f"{dtype} input would have been cast to {region[0]} first)"
     )
     precision = note if not explanation.precision else f"{note}; {explanation.precision}"
     return dataclasses.replace(explanation, precision=precision)
@@ -315,11 +316,15 @@ def call_transform(
     return result if out is None else write_out(result, out)
 
 
+def _dtype_of(x) -> str:
+    """The name of array ``x``'s dtype, without its framework's prefix (``torch.float16`` -> ``float16``)."""
+    return str(getattr(x, "dtype", "")).rpartition(".")[2]
+
+
 def _refuse_outside_region(exc: UnsupportedDtypeError, x) -> None:
     """Where ``x``'s dtype, refused outside the autocast region active on its device, is one the region casts: the
     error ``exc`` again, saying that ``out=`` kept the region from applying."""
-    dtype = str(getattr(x, "dtype", "")).rpartition(".")[2]
-    region = None if exc.argument != "x" else autocast_promotion(x, dtype)
+    region = None if exc.argument != "x" else autocast_promotion(x, _dtype_of(x))
     if region is not None:
         hint = (
             f"{exc.hint + '; ' if exc.hint else ''}{region[1]}, which would compute it in {region[0]}, is not "
