@@ -255,7 +255,7 @@ def _call(name: str, *args):
     autograd kernel."""
     if torch_func.transforms_active():  # torch.func: the formulas (with a jvp) as a Function with a vmap rule
         return torch_func.call(name, *args)
-    if torch.compiler.is_compiling() or any(isinstance(a, Tensor) and a.is_meta for a in args):
+    if torch.compiler.is_compiling() or args[0].is_meta:  # (the route refused operands on mixed devices)
         return _OPS[name](*args)  # traced: one node; meta tensors: the operator's meta kernel
     # the operator's autocast kernel, which the Function does not pass through
     device_type = args[0].device.type
