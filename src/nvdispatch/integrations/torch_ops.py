@@ -222,7 +222,10 @@ for _name, _kernel, _fake in (
     # one kernel for every device: the public function dispatches by the operands' device itself
     _LIB.impl(_name, _kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"nvdispatch::{_name}", fake_kernel(_fake), lib=_LIB)
-    _LIB.impl(_name, _fake, "Meta")  # meta tensors (shape inference, models built on "meta"): the result's layout
+    # meta tensors (shape inference, models built on "meta") get the result's layout; Torch releases before 2.13
+    # register the fake kernel for Meta themselves, and refuse a second Meta kernel
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"nvdispatch::{_name}", "Meta"):
+        _LIB.impl(_name, _fake, "Meta")
 del _name, _kernel, _fake
 
 matmul_op = torch.ops.nvdispatch.matmul.default
