@@ -30,13 +30,15 @@ untimed call of its own), medians over rounds:
 
 * GPU time (the goal's ratio, ``cell["ratio"]``, ``cell["seconds"]``): CUDA events on the stream the calls' work
   runs on (XLA's compute stream, named by the XLA FFI handler's launch record; the legacy default stream for the
-  eager nvdispatch call), around back-to-back calls queued behind a sleep kernel that holds the GPU about twice as
-  long as the host takes to queue them; ``gpu_samples_back_to_back`` counts the samples where it did (the start
-  event not reached before the host had queued the last call): the others include the host's gaps (the host
-  waited on the GPU), an upper bound. Without an FFI launch record there is no GPU time, and ``basis`` says the
-  ratios are wall clock's.
+  eager nvdispatch call), around :data:`JAX_GPU_CALLS` back-to-back calls queued behind a sleep kernel that holds
+  the GPU about twice as long as the host takes to queue them; ``gpu_samples_back_to_back`` counts the samples
+  where it did (the start event not reached before the host had queued the last call): the others include the
+  host's gaps (the host waited on the GPU), an upper bound. Without an FFI launch record there is no GPU time,
+  and ``basis`` says the ratios are wall clock's.
 * wall clock (``cell["wall"]``): ~:data:`JAX_SAMPLE_SECONDS` of back-to-back calls ended by ``block_until_ready``
   and a device synchronisation, what a sample pays once amortized: what the caller waits, host included.
+* a floor, timed in the same turns: a jitted one-element program (``FLOOR``), what any jitted call costs the
+  host and the GPU.
 * kernel time (``cell["kernel"]``, ``cell["kernel_ratio"]``): after the rounds, the kernels of
   :data:`PROFILED_CALLS` calls of each peer as CUPTI records them (Torch's profiler): the sum of their durations
   per call, no gaps, and the kernels that took most of it (XLA's GEMM kernel against nvdispatch's).
@@ -77,8 +79,13 @@ ERROR_ROWS = 64
 JAX_SAMPLE_SECONDS = 0.05
 #: calls per JAX sample: at least, at most
 JAX_MIN_CALLS, JAX_MAX_CALLS = 5, 1000
+#: calls per JAX GPU sample: PjRt lets a device have 32 executions in flight, and the host waits on the GPU for
+#: more (its gaps would show in the events); 10 keeps the eager peer's three executions a call below it
+JAX_GPU_CALLS = 10
 #: the longest sleep kernel a GPU sample queues its calls behind (seconds)
 SLEEP_LIMIT_SECONDS = 1.0
+#: the JAX cells' floor: a jitted one-element program, timed with the peers (JAX's cost per call of a program)
+FLOOR = "jax.jit(x + 1), one element (JAX's cost per call)"
 #: calls of each JAX peer whose kernels the profiler records
 PROFILED_CALLS = 20
 #: what counts as device time in a profiler trace (Chrome trace categories)
@@ -309,7 +316,7 @@ def _jax_in_turns(peers: dict, streams: dict, jax, torch, rounds: int) -> dict:
             fn, (calls, once) = peers[name], sizing[name]
             got["wall"][name].append(_wall_sample(fn, calls, jax, torch))
             if streams.get(name) is not None:
-                seconds, covered = _gpu_sample(fn, calls, once, streams[name], jax, torch)
+                seconds, covered = _gpu_sample(fn, min(calls, JAX_GPU_CALLS), once, streams[name], jax, torch)
                 got["gpu"][name].append(seconds)
                 got["covered"][name].append(covered)
     return got
@@ -452,6 +459,10 @@ def _jax_cells(shapes, rounds: int, autotune: bool = True) -> list[dict]:
     import nvdispatch
 
     default_stream = torch.cuda.default_stream()  # the legacy stream an eager call on JAX arrays launches on
+    # JAX's own cost per call of a compiled program, timed in the rounds beside the peers: the floor under a
+    # jitted call's wall clock (no ratio)
+    tiny, one = jax.jit(lambda x: x + 1), jax.device_put(np.zeros(1, np.float32), gpu)
+    floor = {FLOOR: lambda: tiny(one)}
     cells = []
     for m, n, k in progress(shapes, "jax shapes"):
         rng = np.random.default_rng(0)
@@ -491,6 +502,10 @@ def _jax_cells(shapes, rounds: int, autotune: bool = True) -> list[dict]:
                 got = _jax_in_turns(peers, dict.fromkeys(peers, xla_stream), jax, torch, rounds)
                 cell["untuned"] = _jax_summary(got, [name], peer, basis)
                 cell["untuned"]["launch"] = _launch_of(untuned, jax)
+                try:
+                    cell["untuned"]["kernel"] = _kernel_times(peers, jax, torch)
+                except Exception as exc:  # noqa: BLE001 - the event and wall figures stand
+                    cell["untuned"]["kernel"] = {nm: {"error": repr(exc)} for nm in peers}
             except Exception as exc:  # noqa: BLE001 - the tuned figures stand
                 cell["untuned"] = {"error": repr(exc)}
         ours = {"nvdispatch.matmul (eager)": lambda: nvdispatch.matmul(a, b, **kw)}
@@ -505,7 +520,7 @@ def _jax_cells(shapes, rounds: int, autotune: bool = True) -> list[dict]:
             except Exception as exc:  # noqa: BLE001 - nvdispatch inside jax.jit needs the JAX integration
                 errors[name] = repr(exc)
         cell["explain"] = str(nvdispatch.explain(a, b, **kw))  # (after tracing: it says where the algorithm came from)
-        timed = {nm: fn for nm, fn in {**ours, **theirs}.items() if nm not in errors}
+        timed = {nm: fn for nm, fn in {**ours, **theirs, **floor}.items() if nm not in errors}
         cell["launch"] = {nm: _launch_of(fn, jax) for nm, fn in timed.items() if "jit" in nm and nm in ours}
         streams = {nm: (default_stream if nm == "nvdispatch.matmul (eager)" else xla_stream) for nm in timed}
         if xla_stream is None:
@@ -517,8 +532,8 @@ def _jax_cells(shapes, rounds: int, autotune: bool = True) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - the event and wall figures stand
             cell["kernel"] = {nm: {"error": repr(exc)} for nm in timed}
         base = cell["kernel"].get(peer, {}).get("seconds")
-        cell["kernel_ratio"] = {nm: got["seconds"] / base for nm, got in cell["kernel"].items()
-                                if base and nm in ours and "seconds" in got}
+        cell["kernel_ratio"] = {nm: kt["seconds"] / base for nm, kt in cell["kernel"].items()
+                                if base and nm in ours and "seconds" in kt}
         cell["errors"] = errors
         cells.append(cell)
         nvdispatch.plan_cache.clear()
@@ -557,8 +572,25 @@ def run(out_dir: str, shapes=SHAPES, modes=MODES, rounds: int = 7, autotune: boo
         if cell["mode"] == "jax":
             for what, got in (("wall", _ratios(cell, "wall")), ("kernel", cell.get("kernel_ratio", {}))):
                 print(f"{'':8s}   {what}: " + ", ".join(f"{nm} {r:.3f}x" for nm, r in got.items()))
+            _print_jax_times(cell)
     plot(path)
     return results
+
+
+def _print_jax_times(cell: dict) -> None:
+    """Microseconds per call of each peer of a JAX cell: GPU (events; how many samples back to back), wall,
+    kernel time, and the kernel that took most of it."""
+    untuned = cell.get("untuned", {})
+    rows = {**cell.get("seconds", {}), **{nm: t for nm, t in untuned.get("seconds", {}).items() if "untuned" in nm}}
+    for name, gpu in rows.items():
+        part = untuned if name in untuned.get("seconds", {}) and "untuned" in name else cell
+        wall = part.get("wall", {}).get("seconds", {}).get(name)
+        held = part.get("gpu_samples_back_to_back", {}).get(name, "-")
+        kernel = part.get("kernel", {}).get(name, {})
+        top = (kernel.get("kernels") or [{}])[0]
+        print(f"{'':11s}{name:58s} {cell.get('basis', 'gpu')} {gpu * 1e6:8.1f} us ({held})  wall "
+              f"{(wall or 0) * 1e6:8.1f} us  kernels {kernel.get('seconds', 0) * 1e6:8.1f} us "
+              f"{str(top.get('name', kernel.get('error', '')))[:60]}")
 
 
 # -- plot ------------------------------------------------------------------------------------------------------

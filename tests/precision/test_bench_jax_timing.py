@@ -75,7 +75,8 @@ def test_each_peer_gets_a_wall_and_a_gpu_sample_per_round_in_rotating_turns(benc
     assert set(got["gpu"]) == set(got["wall"]) == set(peers)
     assert all(len(v) == 3 for v in got["gpu"].values()) and all(len(v) == 3 for v in got["wall"].values())
     n = got["calls"]["ours"]
-    assert got["gpu"]["ours"] == [pytest.approx(2e-3 / n)] * 3  # the events' 2 ms over the sample's calls
+    gpu_calls = min(n, bench.JAX_GPU_CALLS)  # few: more executions in flight and the host would wait on the GPU
+    assert got["gpu"]["ours"] == [pytest.approx(2e-3 / gpu_calls)] * 3  # the events' 2 ms over the sample's calls
     assert got["covered"] == {name: [True] * 3 for name in peers}
     assert bench.JAX_MIN_CALLS <= n <= bench.JAX_MAX_CALLS
     # each GPU sample: the sleep and the start event on the peer's own stream
