@@ -24,8 +24,11 @@ to form a command buffer) through ``ffi-graphs``, ``ffi`` and XLA's own ``relu(d
 * with Torch (CUDA) installed, GPU time per matmul too: CUDA events on XLA's compute stream (the stream the ``ffi``
   launch record names, wrapped as a Torch ``ExternalStream``) around runs queued behind a sleep kernel that holds
   the GPU longer than the host takes to queue them, so the events see the GPU's work, not the host's per-run cost
-  (``gpu_us_per_matmul``, ``gpu_ratio``; ``gpu_time`` says why where it is not measured). Where the host blocks
-  before it has queued them all (a limit on executions in flight), the events include the gaps: an upper bound.
+  (``gpu_us_per_matmul``, ``gpu_ratio``; ``gpu_time`` says why where it is not measured). At most
+  :data:`GPU_RUNS` runs a sample: XLA's GPU client keeps 32 executions in flight and the host waits on the GPU
+  for more. Where the host still fell behind the sleep (the start event reached before the last run was
+  queued), the events include its gaps: an upper bound; ``gpu_samples_back_to_back`` counts the samples where
+  it did not.
 
     python benchmarks/probes/jax_ffi_routes.py [--shapes 4096x4096x4096,...] [--rounds 15] [--unroll 8]
         [--autotune auto] [--settings default,no-command-buffers] [--out DIR]
@@ -56,6 +59,8 @@ XLA = "xla"
 SAMPLE_SECONDS = 0.02
 #: runs of each program between launch-record snapshots
 RECORD_RUNS = 10
+#: runs per GPU sample at most (XLA's GPU client: 32 executions in flight, then the host waits on the GPU)
+GPU_RUNS = 10
 
 
 def main(argv=None) -> int:
@@ -134,7 +139,8 @@ def _table(results: dict) -> None:
                 kernel = (f"algo {algo.get('id')} tile {algo.get('tile')} stages {algo.get('stages')} splitk "
                           f"{algo.get('splitk')} cluster {algo.get('cluster')}, ws {rec.get('workspace')}/"
                           f"{rec.get('capacity')} B") if algo else ""
-                gpu_time = (f"GPU {row['gpu_us_per_matmul']:8.1f} us x{row['gpu_ratio']:.3f}"
+                gpu_time = (f"GPU {row['gpu_us_per_matmul']:8.1f} us x{row['gpu_ratio']:.3f} "
+                            f"({row.get('gpu_samples_back_to_back', '-')} back to back)"
                             if "gpu_us_per_matmul" in row else "GPU -")
                 print(f"  {name:22s} {row['us_per_matmul']:9.1f} us/matmul  x{row.get('ratio', float('nan')):.3f}  "
                       f"{gpu_time}  "
@@ -295,24 +301,28 @@ def _gpu_samples(programs: dict, cell: dict, a, b, runs: dict, once: dict, round
         return "no GPU time: Torch finds no CUDA device"
     xla_stream = torch.cuda.ExternalStream(stream, device=torch.device("cuda", 0))
     samples: dict[str, list[float]] = {name: [] for name in programs}
+    back_to_back: dict[str, list[bool]] = {name: [] for name in programs}
     names = list(programs)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             compiled, vs, u = programs[name]
-            n = runs[name]
+            n = min(runs[name], GPU_RUNS)
             jax.block_until_ready(compiled(a, b, *vs))
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with torch.cuda.stream(xla_stream):
                 # ~2 GHz: twice the wall time of n runs, so the host has queued them all before the GPU is free
-                torch.cuda._sleep(int(min(2 * n * once[name], 0.5) * 2e9))
+                torch.cuda._sleep(int(min(2 * n * once[name] + 1e-3, 0.5) * 2e9))
                 start.record(xla_stream)
             for _ in range(n):
                 out = compiled(a, b, *vs)
+            back_to_back[name].append(not start.query())
             stop.record(xla_stream)
             stop.synchronize()
             jax.block_until_ready(out)
             samples[name].append(start.elapsed_time(stop) * 1e-3 / (n * u))
             del out
+    for name, held in back_to_back.items():
+        cell["programs"][name]["gpu_samples_back_to_back"] = f"{sum(held)}/{len(held)}"
     return samples
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 from types import SimpleNamespace
 
 import jax
@@ -21,6 +22,7 @@ from nvdispatch._cuda import lt_autotune, lt_scratch_autotune
 from nvdispatch._detect import Device
 from nvdispatch.errors import InvalidArgumentError
 from nvdispatch.executors import cuda_tuning_store
+from nvdispatch.executors.cpu_calibration_store import CalibrationStore
 from nvdispatch.integrations import jax_autotune, jax_ffi
 from nvdispatch.integrations.jax_autotune import MIN_FLOP, autotune_mode, tune_staged
 from nvdispatch.integrations.jax_autotune import jax_autotune as autotune_in
@@ -221,7 +223,7 @@ def test_a_fresh_process_takes_the_kept_choice_without_timing(gpu, tmp_path, mon
     tune_staged(FakePlan(problem), "auto")
     (name,) = _files(tmp_path)
     data = json.loads((tmp_path / name).read_text())
-    assert data["key"] == {"format": 1, **ENV}
+    assert data["key"] == {"format": 2, **ENV}
     (entry,) = data["sections"][cuda_tuning_store.SECTION].values()
     assert entry["data"] == [5, 0, 0, 0, 0, 0, 0, 7] and entry["label"] == "heuristic #5 split-K 2"
     fresh_process(monkeypatch)
@@ -230,6 +232,22 @@ def test_a_fresh_process_takes_the_kept_choice_without_timing(gpu, tmp_path, mon
     assert len(gpu.timed) == 1 and plan.algorithm == "checked 5"
     assert got == f"autotuned in an earlier process, kept in {tmp_path / name} (heuristic #5 split-K 2)"
     assert plan_cache.tuning_for(lt_autotune.tuning_key(plan)) == entry  # later plans in this process too
+
+
+def test_choices_kept_before_the_confirmation_rule_are_timed_again(gpu, tmp_path, monkeypatch):
+    """A format-1 file's choices won on the finalists' medians alone (on the H100 by 0.03%: noise): another
+    key, so a process times the problem again and keeps its choice in a file of its own."""
+    problem = _problem(2048, 1024, 4096)
+    tune_staged(FakePlan(problem), "auto")
+    (name,) = _files(tmp_path)
+    data = json.loads((tmp_path / name).read_text())
+    data["key"]["format"] = 1  # as the version before wrote it, where it wrote it
+    old = pathlib.Path(CalibrationStore(str(tmp_path), data["key"], "cuda-tunings-", "cuBLASLt tunings").path)
+    old.write_text(json.dumps(data))
+    (tmp_path / name).unlink()
+    fresh_process(monkeypatch)
+    assert "timed when" in tune_staged(FakePlan(problem), "auto") and len(gpu.timed) == 2
+    assert old.exists() and len(_files(tmp_path)) == 2  # the old file left as it was
 
 
 def test_another_gpu_or_cublaslt_reads_another_file(gpu, tmp_path, monkeypatch):

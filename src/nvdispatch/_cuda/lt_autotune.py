@@ -15,9 +15,17 @@
   kernel (``benchmarks/README.md`` has the measurements),
 
 every candidate validated with ``cublasLtMatmulAlgoCheck`` (configurations a kernel cannot take are dropped
-there). Timing is two-staged: one short sample of every candidate (screening), then ``iterations`` samples of
-the fastest few and of the heuristic's first answer, taken in turns, and the lowest median wins — so a
-candidate that was lucky once among hundreds is not chosen on that luck.
+there). The first candidate is always the heuristic's first answer as the plan asked for it (the algorithm an
+untuned plan runs: the baseline). Timing is three-staged: one short sample of every candidate (screening), then
+``iterations`` samples of the fastest few and of the baseline, taken in turns, and the lowest median is the
+challenger — so a candidate that was lucky once among hundreds is not chosen on that luck; then a confirmation
+on fresh samples (:func:`keeps_challenger`): :data:`CONFIRM_ROUNDS` rounds of the challenger and the baseline in
+turns (the order alternating), and the challenger is kept only where it was faster in at least
+:data:`CONFIRM_WINS` rounds and its median ratio to the baseline is at most ``1 - MIN_GAIN``. The finalists'
+medians choose among hundreds, so the winner's is biased low (the fastest of several noisy medians): without a
+confirmation a candidate equal to the baseline replaced it on noise (the H100 kept ``heuristic #3`` of a 4096^3
+TF32 product for 340.8 us against the baseline's 340.9), and a kernel change must pay for itself beyond the
+noise between samples and processes (clocks, power). Otherwise the baseline is kept (and recorded).
 
 Before the winner is kept, its result is compared with the heuristic's first answer's (the algorithm an
 untuned plan runs) on a sample read back from the device (:mod:`nvdispatch._agreement`), when the caller
@@ -56,10 +64,14 @@ __all__ = [
     "candidates",
     "configuration",
     "autotune",
+    "keeps_challenger",
     "saved_choice",
     "record",
     "validate_choice",
     "CANDIDATES",
+    "CONFIRM_ROUNDS",
+    "CONFIRM_WINS",
+    "MIN_GAIN",
     "TUNING_KIND",
     "ResultSample",
 ]
@@ -76,6 +88,13 @@ _SMALLER_WORKSPACES = (4 << 20, 0)
 NEIGHBOURHOOD_SEEDS = 3
 #: candidates kept for the second timing stage (besides the heuristic's first answer)
 FINALISTS = 6
+#: rounds of the confirmation: the challenger and the baseline timed in turns, on samples not used to choose it
+CONFIRM_ROUNDS = 7
+#: rounds of :data:`CONFIRM_ROUNDS` the challenger must be faster in (a sign test: two equal kernels pass with
+#: probability 8/128)
+CONFIRM_WINS = 6
+#: the least gain a kept challenger shows: its median per-round ratio to the baseline at most ``1 - MIN_GAIN``
+MIN_GAIN = 0.03
 #: a capability list (tiles, stages) longer than this is not searched whole (Hopper kernels list 634 tiles)
 _MAX_CAP_IDS = 32
 #: cluster shapes tried (cublasLtClusterShape_t: auto and the shapes of up to 16 CTAs along one or two axes)
@@ -190,8 +209,10 @@ def candidates(core, handle: int, limit: int = CANDIDATES) -> list[tuple[str, ob
             seen.add(k)
             out.append((label, r))
 
+    for r in core.algorithms(handle, 256)[:1]:  # the plan's own answer (an untuned plan runs it): the baseline
+        add("heuristic #0", r)
     for i, r in enumerate(core.algorithms(handle, 256, limit)):
-        add(f"heuristic #{i}", r)
+        add(f"heuristic #{i}" if i else f"heuristic #0 of {limit}", r)
     for ws in _SMALLER_WORKSPACES:
         if ws >= core.max_workspace:
             continue
@@ -462,10 +483,12 @@ def autotune(
     check: ResultSample | None = None,
 ):
     """Time every candidate of ``plan`` (``launch(result)`` queues one matmul with it on ``stream``); set and
-    record the fastest. Two stages: one short sample of each candidate, then ``iterations`` samples, in turns,
-    of the :data:`FINALISTS` fastest and the heuristic's first answer; the lowest median wins. Returns
-    ``[(label, seconds)]`` in candidate order: a finalist's median, another candidate's one sample (inf for a
-    candidate that failed or was not timed). Bounds: the first ``max_candidates`` candidates only, and no
+    record the fastest. Three stages: one short sample of each candidate, then ``iterations`` samples, in turns,
+    of the :data:`FINALISTS` fastest and the heuristic's first answer (the baseline, candidate 0); the lowest
+    median is the challenger, kept only where fresh samples confirm it beats the baseline (:func:`keeps_challenger`;
+    else the baseline is kept). Returns ``[(label, seconds)]`` in candidate order: the baseline's and a
+    confirmed challenger's median in the confirmation, another finalist's median, another candidate's one sample
+    (inf for a candidate that failed or was not timed). Bounds: the first ``max_candidates`` candidates only, and no
     candidate screened once screening has taken ``budget`` seconds; ``busy_wait``: see :func:`gpu_seconds`;
     ``check``: the winner's result is checked against the heuristic's first answer's (module docstring)."""
     cands = candidates(plan.core, plan.handle, limit)
@@ -506,6 +529,19 @@ def autotune(
         for i, got in samples.items():
             seconds[i] = statistics.median(got)
         best, rejected = _agreeing_best(cands, finalists, seconds, launch, check)
+        confirmation = ""
+        if best is not None and best != 0 and math.isfinite(seconds[best]) and math.isfinite(seconds[0]):
+            challenger = cands[best][0]
+            ratios, duel = _confirm(timed, best)
+            if keeps_challenger(ratios):
+                seconds[0], seconds[best] = duel
+                confirmation = f"; confirmed over {len(ratios)} rounds, median ratio {statistics.median(ratios):.3f}"
+            else:
+                seconds[0] = duel[0]
+                best = 0
+                confirmation = (f"; {challenger} not confirmed (median ratio "
+                                f"{statistics.median(ratios) if ratios else math.nan:.3f} over {len(ratios)} rounds, "
+                                f"faster in {sum(r < 1 for r in ratios)}): the baseline kept")
     except BaseException:  # interrupted: the shared plan keeps the algorithm it had, not a trial one
         plan.algorithm = original
         raise
@@ -517,7 +553,7 @@ def autotune(
         plan.algorithm = original
     _log.debug(
         "cuBLASLt autotune: %d of %d candidates screened (%d in the neighbourhood), %d finalists; kept %s (%.2f us; "
-        "the heuristic's first answer %.2f us)",
+        "the heuristic's first answer %.2f us)%s",
         screened,
         found,
         sum(_is_neighbour(label) for label, _ in cands),
@@ -525,8 +561,43 @@ def autotune(
         cands[best][0] if best is not None and math.isfinite(seconds[best]) else "the plan's algorithm",
         seconds[best] * 1e6 if best is not None else math.inf,
         seconds[0] * 1e6 if cands else math.inf,
+        confirmation,
     )
     return [(label, t) for (label, _), t in zip(cands, seconds)]
+
+
+def _confirm(timed: Callable[[int, int], float], best: int) -> tuple[list[float], tuple[float, float]]:
+    """:data:`CONFIRM_ROUNDS` fresh samples of candidate ``best`` and of the baseline (candidate 0) in turns, the
+    order alternating (neither always follows the other): the per-round ratios ``best / baseline`` and the two
+    medians. A round where either failed has no ratio."""
+    ratios, samples = [], ([], [])
+    for r in range(CONFIRM_ROUNDS):
+        got = {i: timed(i, 1) for i in ((0, best) if r % 2 == 0 else (best, 0))}
+        samples[0].append(got[0])
+        samples[1].append(got[best])
+        if math.isfinite(got[0]) and math.isfinite(got[best]) and got[0] > 0:
+            ratios.append(got[best] / got[0])
+    return ratios, (statistics.median(samples[0]), statistics.median(samples[1]))
+
+
+def keeps_challenger(ratios: list[float], min_gain: float = MIN_GAIN, wins: int = CONFIRM_WINS) -> bool:
+    """Whether a challenger whose confirmation rounds gave ``ratios`` (its seconds over the baseline's, one per
+    round; a round where either failed has none, and counts as lost) replaces the baseline: faster in at least
+    ``wins`` rounds and a median ratio at most ``1 - min_gain``.
+
+    Examples
+    --------
+    >>> keeps_challenger([0.90, 0.91, 0.89, 0.90, 0.92, 0.90, 0.91])  # 10% faster every round
+    True
+    >>> keeps_challenger([0.999, 0.998, 1.001, 0.999, 0.997, 1.000, 0.999])  # equal within noise
+    False
+    >>> keeps_challenger([0.80, 1.30, 0.85, 1.25, 0.82, 1.20, 0.90])  # a low median, but it loses 3 rounds
+    False
+    """
+    if not ratios:
+        return False
+    faster = sum(r < 1 for r in ratios)
+    return faster >= wins and statistics.median(ratios) <= 1 - min_gain
 
 
 _ENV = an_object(

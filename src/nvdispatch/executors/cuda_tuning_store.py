@@ -24,7 +24,9 @@ __all__ = ["ENV", "SECTION", "store_for", "lookup", "keep"]
 
 #: the file's section holding cuBLASLt choices
 SECTION = lt_autotune.TUNING_KIND
-_FORMAT = 1
+#: 2: choices the confirmation rule kept (``lt_autotune.keeps_challenger``); format 1's files, whose choices won on
+#: the finalists' medians alone (some by 0.03%, within noise), are another key: ignored, timed again
+_FORMAT = 2
 _PREFIX = "cuda-tunings-"
 _log = logging.getLogger("nvdispatch")
 _stores: dict[tuple, CalibrationStore] = {}

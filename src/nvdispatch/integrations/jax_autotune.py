@@ -29,8 +29,13 @@ decides, per traced call:
 
 The timing is bounded: the first :data:`MAX_CANDIDATES` candidates in :mod:`~nvdispatch._cuda.lt_autotune`'s
 order (the heuristic's, smaller workspaces, split-K, then the neighbourhood), screening stops after
-:data:`BUDGET_SECONDS`, :data:`ITERATIONS` samples of each finalist. What was timed and the winner are logged
-at DEBUG; ``explain()`` says where a problem's choice came from (:func:`explain_line`).
+:data:`BUDGET_SECONDS`, :data:`ITERATIONS` samples of each finalist. The candidates run as the handler launches
+the plan (its descriptors, epilogue and bias, the algorithm's own workspace size, 256-byte aligned buffers as
+XLA's are). The heuristic's first answer (what an untuned program runs) is kept unless the fastest finalist
+beats it on fresh samples, in most rounds and by at least ``lt_autotune.MIN_GAIN``
+(:func:`~nvdispatch._cuda.lt_autotune.keeps_challenger`): a kernel equal within the timing's noise no longer
+replaces it. What was timed and the winner are logged at DEBUG; ``explain()`` says where a problem's choice came
+from (:func:`explain_line`).
 """
 
 from __future__ import annotations
