@@ -24,12 +24,17 @@ from ..executors.cuda_numba import numba_reason
 
 __all__ = [
     "activation_backward", "plan_for", "one_pass_reason", "choose", "chosen", "choices", "forget_choices", "ROUNDS",
+    "REPEAT",
 ]  # fmt: skip
 
 log = logging.getLogger("nvdispatch")
 
 #: timed rounds per form when choosing (after one warm-up call each)
 ROUNDS = 3
+#: calls of a form per timed sample, back to back: 1 times one call from an idle stream (its host launch cost
+#: included, as an eager step pays it); more fill the stream's queue, so the sample is the form's GPU time, what a
+#: step replayed from a CUDA graph pays
+REPEAT = 1
 _CHOICES: dict[tuple, str] = {}
 
 
@@ -127,10 +132,11 @@ def forget_choices() -> None:
 
 def choose(key: tuple, forms: dict[str, Callable[[], object]], device: torch.device) -> str:
     """The fastest of ``forms`` (label -> a call running one form of the same work on the current stream) for
-    problem ``key``: timed once per process (CUDA events around each call, one warm-up call each, then
-    :data:`ROUNDS` rounds in turns, lowest median wins; ties: the first form), then recorded. A form other than
-    the first that raises here is left out (logged). A single form is recorded untimed. While the
-    stream is being captured into a CUDA graph nothing can be timed: the first form is returned, not recorded."""
+    problem ``key``: timed once per process (CUDA events around each sample of :data:`REPEAT` calls back to back,
+    one warm-up call each, then :data:`ROUNDS` rounds in turns, lowest median wins; ties: the first form), then
+    recorded. A form other than the first that raises here is left out (logged). A single form is recorded
+    untimed. While the stream is being captured into a CUDA graph nothing can be timed: the first form is
+    returned, not recorded."""
     got = _CHOICES.get(key)
     if got is not None:
         return got
@@ -157,11 +163,13 @@ def choose(key: tuple, forms: dict[str, Callable[[], object]], device: torch.dev
     for _ in range(ROUNDS):
         for label in labels:
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            repeat = max(1, REPEAT)
             start.record(stream)
-            forms[label]()
+            for _ in range(repeat):
+                forms[label]()
             stop.record(stream)
             stop.synchronize()
-            times[label].append(start.elapsed_time(stop) * 1e-3)
+            times[label].append(start.elapsed_time(stop) * 1e-3 / repeat)
     medians = {label: statistics.median(t) for label, t in times.items()}
     best = min(labels, key=lambda label: (medians[label], labels.index(label)))
     _CHOICES[key] = best
