@@ -6,7 +6,8 @@ str weight_layout, bool for_backward) -> Tensor[]``
     ``x`` (rows) through the layers, each one fused call (``weight_layout``: ``"out_in"``, ``weights[i]`` of shape
     ``(out, in)`` as ``torch.nn.Linear`` stores them, each layer ``h @ W^T`` on the transposed view; ``"in_out"``,
     ``(in, out)``, each layer ``h @ W``) (hidden layers ``RELU_BIAS``, ``RELU_AUX_BIAS`` or
-    ``GELU_AUX_BIAS``, the output layer ``BIAS``). Returns ``[y]``, and with ``for_backward`` what the backward
+    ``GELU_AUX_BIAS`` — with the ``gelu_forward="split"`` option of :mod:`.mlp_options` a ``BIAS`` GEMM and Torch's
+    GELU —, the output layer ``BIAS``). Returns ``[y]``, and with ``for_backward`` what the backward
     reads: ``[y, h_1 .. h_{L-1}, aux_1 .. aux_{L-1}]`` (the hidden outputs; the aux outputs where the backward
     takes them: GELU's pre-activations, or ReLU's masks with ``relu_backward="drelu"``, in the formats of
     :mod:`.torch_layouts`). Autograd may record a call only with ``for_backward`` (else a typed error).
