@@ -70,7 +70,7 @@ LEVERS = {
     "default-again": {},
 }
 #: configurations also timed compiled (the goal's modes), unless --configs-compiled says otherwise
-COMPILED = ("torch", "default", "all")
+COMPILED = ("torch", "default", "gpu-choice", "all")
 MODES = ("eager", "graphed", "r-o", "compile")
 _TORCH_MODE = {"eager": None, "graphed": "graphed", "r-o": "reduce-overhead", "compile": "default"}
 
