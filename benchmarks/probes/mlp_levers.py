@@ -9,7 +9,8 @@ backward-form choices cleared; the lever's options set), then its step timed wit
 (``torch.cuda.make_graphed_callables``: forward and backward each one CUDA-graph replay, no host cost: the step's
 GPU time, what ``reduce-overhead`` tends to once its host cost is hidden); ``r-o`` and ``compile``
 (``torch.compile``, ``mode="reduce-overhead"`` / default; ``--compiled`` configurations only, the goal's modes).
-Also: the kernels of the eager step (torch.profiler: GPU µs and launches per step), the gradients' largest
+Also: the host's time to queue a step (no synchronisation inside: near the step's time where the host is the
+bound), the kernels of the eager step (torch.profiler: GPU µs and launches per step), the gradients' largest
 relative error against the plain Torch model's, the backward forms chosen, and each autotuned GEMM's timing
 (the heuristic's first algorithm against the one kept).
 
@@ -135,6 +136,15 @@ def measure(torch, model, mode: str, x, args) -> dict:
         samples = B.time_step(torch, step, x, args.steps, args.repeats, args.warmup)
         out["samples_ms"] = [s * 1e3 for s in samples]
         out["ms"] = statistics.median(samples) * 1e3
+        hosts = []
+        for _ in range(3):  # the host's time to queue the steps (no synchronisation inside): ~ms where host-bound
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            for _ in range(args.steps):
+                step(x)
+            hosts.append((time.perf_counter() - t1) / args.steps)
+        torch.cuda.synchronize()
+        out["host_ms"] = statistics.median(hosts) * 1e3
         if mode == "eager":
             from _profile import kernel_table
 
@@ -212,6 +222,11 @@ def report(result: dict) -> None:
             f"{'':>8}"  # fmt: skip
         err = f"{entry['grad_rel_err']:8.1e}" if "grad_rel_err" in entry else f"{'':>8}"
         print(f"{name:<14}{cells}{gpu}{ratio}  {err}  {','.join(entry.get('choices', []))}")
+    print("host time to queue a step, ms (close to the step's time: host-bound):")
+    print(f"  {'config':<14}" + "".join(f"{m:>9}" for m in MODES))
+    for name, entry in configs.items():
+        cells = "".join(f"{entry[m]['host_ms']:9.3f}" if "host_ms" in entry.get(m, {}) else f"{'-':>9}" for m in MODES)
+        print(f"  {name:<14}{cells}")
     for name, entry in configs.items():
         for mode in MODES:
             if "error" in entry.get(mode, {}):
