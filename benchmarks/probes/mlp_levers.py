@@ -47,6 +47,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 
@@ -274,7 +275,12 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.5,
                     help="seconds of autotune screening per GEMM problem (default: %(default)s)")
     ap.add_argument("--json", metavar="PATH", help="write every figure there")
+    ap.add_argument("--keep-tunings", action="store_true",
+                    help="autotune with the GPU's tunings file in NVDISPATCH_CACHE_DIR (default: a fresh folder, so "
+                         "every GEMM is timed in this run and its gain listed)")
     args = ap.parse_args()
+    if not args.keep_tunings:
+        os.environ["NVDISPATCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="mlp_levers_")
     torch = require_cuda_torch()
     import nvdispatch
 
