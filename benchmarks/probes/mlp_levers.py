@@ -8,11 +8,12 @@ backward-form choices cleared; the lever's options set), then its step timed wit
 ``--repeats`` samples of ``--steps`` back-to-back steps) in the modes asked for: ``eager``; ``graphed``
 (``torch.cuda.make_graphed_callables``: forward and backward each one CUDA-graph replay, no host cost: the step's
 GPU time, what ``reduce-overhead`` tends to once its host cost is hidden); ``r-o`` and ``compile``
-(``torch.compile``, ``mode="reduce-overhead"`` / default; ``--compiled`` configurations only, the goal's modes).
-Also: the host's time to queue a step (no synchronisation inside: near the step's time where the host is the
-bound), the kernels of the eager step (torch.profiler: GPU µs and launches per step), the gradients' largest
-relative error against the plain Torch model's, the backward forms chosen, and each autotuned GEMM's timing
-(the heuristic's first algorithm against the one kept).
+(``torch.compile``, ``mode="reduce-overhead"`` / default; the ``--configs-compiled`` configurations only, the goal's
+modes). Also: the host's time to queue a step (no synchronisation inside: near the step's time where the host is
+the bound), the kernels of the eager step (torch.profiler: GPU µs and launches per step), the gradients' largest
+relative error against the plain Torch model's, the backward forms chosen (``output:`` the top layer's bias
+gradient, ``layer:`` a hidden layer's backward), and each autotuned GEMM's timing (the heuristic's first algorithm
+against the one kept).
 
 Configurations (FusedMLP unless named ``torch``):
 
@@ -188,7 +189,7 @@ def run(torch, width: int, activation: str, args, setup: Setup) -> dict:
                 elif reference is not None:
                     entry["grad_rel_err"] = grad_error(torch, reference, model)
         if name != "torch":
-            entry["choices"] = sorted(set(setup.one_pass.choices().values()))
+            entry["choices"] = sorted({f"{key[0]}:{label}" for key, label in setup.one_pass.choices().items()})
             entry["tuned"] = list(setup.tuned)
     setup.clear()
     return result
