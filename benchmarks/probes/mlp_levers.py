@@ -19,8 +19,8 @@ Configurations (FusedMLP unless named ``torch``):
 
 ``torch``            the plain Torch model (``F.linear`` + activation), the reference of every ratio
 ``default``          FusedMLP as it is (backward forms timed one call at a time)
-``gpu-choice``       the backward forms timed on their GPU time (``torch_activation_grad.REPEAT = 8`` calls back to
-                     back per sample instead of 1: the host's launch cost no longer counts)
+``gpu-choice``       the backward forms timed on their GPU time (``choice_repeat=8``: 8 calls back to back per sample
+                     instead of 1, so the host's launch cost no longer counts)
 ``one-pass``         every backward form forced to the one-pass kernel (derivative + bias gradient in one pass)
 ``epilogue``         every backward form forced to the epilogue one (mask or DGELU, then BGRADA)
 ``drelu``            ReLU only: ``relu_backward="drelu"`` (forward RELU_AUX_BIAS, backward on its bit mask), GPU
@@ -59,17 +59,17 @@ from _bench import parser, progress, require_cuda_torch  # noqa: E402
 
 CONFIGS = ("torch", "default", "gpu-choice", "one-pass", "epilogue", "drelu", "gelu-split", "autotune", "all",
            "all-split", "default-again")  # fmt: skip
-#: what each configuration sets: options (mlp_options), the choice timing's REPEAT, a forced form, the model
+#: what each configuration sets: options (mlp_options), a forced form, the model
 LEVERS = {
     "default": {},
-    "gpu-choice": {"repeat": 8},
+    "gpu-choice": {"options": {"choice_repeat": 8}},
     "one-pass": {"force": "one-pass"},
     "epilogue": {"force": "epilogue"},
-    "drelu": {"model": "drelu", "repeat": 8, "only": "relu"},
+    "drelu": {"model": "drelu", "options": {"choice_repeat": 8}, "only": "relu"},
     "gelu-split": {"options": {"gelu_forward": "split"}, "only": "gelu"},
     "autotune": {"options": {"autotune": "auto"}},
-    "all": {"options": {"autotune": "auto"}, "repeat": 8},
-    "all-split": {"options": {"autotune": "auto", "gelu_forward": "split"}, "repeat": 8, "only": "gelu"},
+    "all": {"options": {"autotune": "auto", "choice_repeat": 8}},
+    "all-split": {"options": {"autotune": "auto", "choice_repeat": 8, "gelu_forward": "split"}, "only": "gelu"},
     "default-again": {},
 }
 #: configurations also timed compiled (the goal's modes), unless --configs-compiled says otherwise
@@ -103,14 +103,12 @@ class Setup:
         self.cache.clear()
         self.cache.clear_tunings()
         self.one_pass.forget_choices()
-        self.one_pass.REPEAT = 1
         self.one_pass.choose, self.one_pass.chosen = self.choose, self.chosen
-        self.options.set_mlp_options(autotune=None, gelu_forward=None, autotune_budget=None)
+        self.options.set_mlp_options(autotune=None, gelu_forward=None, autotune_budget=None, choice_repeat=None)
 
     def apply(self, lever: dict, budget: float):
         self.clear()
         self.tuned.clear()
-        self.one_pass.REPEAT = lever.get("repeat", 1)
         if lever.get("options"):
             self.options.set_mlp_options(**lever["options"], autotune_budget=budget)
         forced = lever.get("force")

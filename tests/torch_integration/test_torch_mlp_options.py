@@ -64,9 +64,10 @@ def fresh(monkeypatch):
         made.append(epilog)
         return prepare(a, b, epilog, epilog_inputs)
 
-    for name in ("NVDISPATCH_MLP_AUTOTUNE", "NVDISPATCH_MLP_AUTOTUNE_BUDGET", "NVDISPATCH_MLP_GELU_FORWARD"):
+    for name in ("NVDISPATCH_MLP_AUTOTUNE", "NVDISPATCH_MLP_AUTOTUNE_BUDGET", "NVDISPATCH_MLP_CHOICE_REPEAT",
+                 "NVDISPATCH_MLP_GELU_FORWARD"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
-    before = set_mlp_options(autotune=None, autotune_budget=None, gelu_forward=None)
+    before = set_mlp_options(autotune=None, autotune_budget=None, choice_repeat=None, gelu_forward=None)
     nvdispatch.plan_cache.clear()
     monkeypatch.setattr(linalg, "prepare_call", counting)
     yield made
@@ -192,10 +193,11 @@ def test_options_come_from_the_environment_and_the_process_setting_wins(fresh, m
     monkeypatch.setenv("NVDISPATCH_MLP_GELU_FORWARD", " Split ")
     monkeypatch.setenv("NVDISPATCH_MLP_AUTOTUNE", "auto")
     monkeypatch.setenv("NVDISPATCH_MLP_AUTOTUNE_BUDGET", "0.5")
-    assert current() == {"autotune": "auto", "autotune_budget": 0.5, "gelu_forward": "split"}
-    before = set_mlp_options(gelu_forward="epilogue", autotune="off")
-    assert before == {"gelu_forward": None, "autotune": None}
-    assert current() == {"autotune": "off", "autotune_budget": 0.5, "gelu_forward": "epilogue"}
+    monkeypatch.setenv("NVDISPATCH_MLP_CHOICE_REPEAT", "8")
+    assert current() == {"autotune": "auto", "autotune_budget": 0.5, "choice_repeat": 8, "gelu_forward": "split"}
+    before = set_mlp_options(gelu_forward="epilogue", autotune="off", choice_repeat=2)
+    assert before == {"gelu_forward": None, "autotune": None, "choice_repeat": None}
+    assert current() == {"autotune": "off", "autotune_budget": 0.5, "choice_repeat": 2, "gelu_forward": "epilogue"}
     set_mlp_options(**before)
     assert current()["gelu_forward"] == "split"
 
@@ -205,25 +207,29 @@ def test_options_come_from_the_environment_and_the_process_setting_wins(fresh, m
     ({"autotune": True}, "autotune"),
     ({"autotune_budget": 0}, "autotune_budget"),
     ({"autotune_budget": "1"}, "autotune_budget"),
+    ({"choice_repeat": 0}, "choice_repeat"),
+    ({"choice_repeat": 2.0}, "choice_repeat"),
     ({"gelu": "split"}, "gelu"),
 ])  # fmt: skip
 def test_options_it_does_not_take_are_typed_errors_and_set_nothing(fresh, options, argument):
     valid = {"autotune": "always"} if "autotune" not in options else {"gelu_forward": "split"}
     with pytest.raises(InvalidArgumentError, match=argument):
         set_mlp_options(**valid, **options)
-    assert current() == {"autotune": "off", "autotune_budget": lt_tune_once.BUDGET_SECONDS, "gelu_forward": "epilogue"}
+    assert current() == {"autotune": "off", "autotune_budget": lt_tune_once.BUDGET_SECONDS, "choice_repeat": 1,
+                         "gelu_forward": "epilogue"}  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "value"), [("NVDISPATCH_MLP_GELU_FORWARD", "aux"), ("NVDISPATCH_MLP_AUTOTUNE", "1"),
-                                             ("NVDISPATCH_MLP_AUTOTUNE_BUDGET", "-2")])  # fmt: skip
+                                             ("NVDISPATCH_MLP_AUTOTUNE_BUDGET", "-2"),
+                                             ("NVDISPATCH_MLP_CHOICE_REPEAT", "many")])  # fmt: skip
 def test_an_environment_value_it_does_not_take_is_a_typed_error_naming_the_variable(fresh, monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(InvalidArgumentError, match=name):
         current()
 
 
-def test_a_choice_samples_repeat_calls_back_to_back(monkeypatch):
-    """Each timed sample runs a form ``REPEAT`` times (on the GPU the stream's queue fills: its GPU time), and the
+def test_a_choice_samples_repeat_calls_back_to_back(fresh, monkeypatch):
+    """Each timed sample runs a form ``choice_repeat`` times (on the GPU the stream's queue fills: its GPU time), and the
     sample is the time per call. Stand-in CUDA events on the CPU count the calls between them."""
     calls = {"epilogue": 0, "one-pass": 0}
     clock = [0.0]
@@ -251,7 +257,7 @@ def test_a_choice_samples_repeat_calls_back_to_back(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(one_pass, "REPEAT", 4)
+    set_mlp_options(choice_repeat=4)
     key = ("test", "repeat")
     try:
         got = one_pass.choose(key, {"epilogue": form("epilogue", 2.0), "one-pass": form("one-pass", 1.0)},
@@ -260,7 +266,7 @@ def test_a_choice_samples_repeat_calls_back_to_back(monkeypatch):
         one_pass.forget_choices()
     assert got == "one-pass"
     # one untimed call each (the other forms' check that they run here, the first form's warm-up), then ROUNDS
-    # samples of REPEAT calls
+    # samples of choice_repeat calls
     assert calls == {"epilogue": 1 + 4 * one_pass.ROUNDS, "one-pass": 1 + 4 * one_pass.ROUNDS}
 
 

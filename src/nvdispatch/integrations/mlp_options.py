@@ -14,6 +14,10 @@ cache, and with ``plan_cache.clear_tunings()`` the autotuned choices, to prepare
     ``"auto"`` tunes products of at least :data:`.lt_tune_once.MIN_FLOP` operations, ``"always"`` every one.
 ``autotune_budget`` (``NVDISPATCH_MLP_AUTOTUNE_BUDGET``): seconds of screening per problem (default
     :data:`.lt_tune_once.BUDGET_SECONDS`).
+``choice_repeat`` (``NVDISPATCH_MLP_CHOICE_REPEAT``): calls per timed sample of the backward-form choice (default 1)
+    The one-pass backward's forms are timed once per problem (:func:`.torch_activation_grad.choose`): 1 times one
+    call from an idle stream (its host launch cost included, as an eager step pays it); more fill the stream's
+    queue, so a sample is the form's GPU time, what a step replayed from a CUDA graph (``reduce-overhead``) pays.
 ``gelu_forward`` (``NVDISPATCH_MLP_GELU_FORWARD``): ``"epilogue"`` (default) or ``"split"``
     How a GELU chain's hidden layers run forward when the backward needs their pre-activations: one
     ``GELU_AUX_BIAS`` GEMM writing both the output and the pre-activation, or a ``BIAS`` GEMM writing the
@@ -38,16 +42,16 @@ from ..errors import InvalidArgumentError, describe
 from .lt_tune_once import BUDGET_SECONDS
 
 __all__ = ["AUTOTUNE_MODES", "GELU_FORWARDS", "mlp_options", "set_mlp_options", "autotune_mode", "autotune_budget",
-           "gelu_forward"]  # fmt: skip
+           "choice_repeat", "gelu_forward"]  # fmt: skip
 
 log = logging.getLogger("nvdispatch")
 
 AUTOTUNE_MODES = ("off", "auto", "always")
 GELU_FORWARDS = ("epilogue", "split")
 _ENV = {"autotune": "NVDISPATCH_MLP_AUTOTUNE", "autotune_budget": "NVDISPATCH_MLP_AUTOTUNE_BUDGET",
-        "gelu_forward": "NVDISPATCH_MLP_GELU_FORWARD"}  # fmt: skip
+        "choice_repeat": "NVDISPATCH_MLP_CHOICE_REPEAT", "gelu_forward": "NVDISPATCH_MLP_GELU_FORWARD"}  # fmt: skip
 #: the options set for the process (None: the environment variable's, else the default)
-_set: dict[str, object] = {"autotune": None, "autotune_budget": None, "gelu_forward": None}
+_set: dict[str, object] = {"autotune": None, "autotune_budget": None, "choice_repeat": None, "gelu_forward": None}
 
 
 def _choice(name: str, choices: tuple[str, ...], default: str) -> str:
@@ -82,6 +86,23 @@ def autotune_budget() -> float:
     return budget
 
 
+def choice_repeat() -> int:
+    """The ``choice_repeat`` option: calls per timed sample of the backward-form choice."""
+    value = _set["choice_repeat"]
+    if value is not None:
+        return int(value)  # type: ignore[call-overload]
+    env = os.environ.get(_ENV["choice_repeat"], "").strip()
+    if not env:
+        return 1
+    try:
+        repeat = int(env)
+    except ValueError:
+        repeat = 0
+    if repeat < 1:
+        raise InvalidArgumentError(_ENV["choice_repeat"], "a positive int", repr(env))
+    return repeat
+
+
 def gelu_forward() -> str:
     """The ``gelu_forward`` option: ``"epilogue"`` or ``"split"``."""
     return _choice("gelu_forward", GELU_FORWARDS, "epilogue")
@@ -89,7 +110,8 @@ def gelu_forward() -> str:
 
 def mlp_options() -> dict[str, object]:
     """Every option's value now."""
-    return {"autotune": autotune_mode(), "autotune_budget": autotune_budget(), "gelu_forward": gelu_forward()}
+    return {"autotune": autotune_mode(), "autotune_budget": autotune_budget(), "choice_repeat": choice_repeat(),
+            "gelu_forward": gelu_forward()}
 
 
 def set_mlp_options(**options) -> dict[str, object]:
@@ -111,6 +133,10 @@ def set_mlp_options(**options) -> dict[str, object]:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise InvalidArgumentError(name, "a positive number of seconds", describe(value))
             checked[name] = float(value)
+        elif name == "choice_repeat":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(name, "a positive int", describe(value))
+            checked[name] = value
         else:
             choices = AUTOTUNE_MODES if name == "autotune" else GELU_FORWARDS
             if not isinstance(value, str) or value not in choices:
