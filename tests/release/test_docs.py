@@ -28,6 +28,7 @@ PUBLIC = [
     "nvdispatch.adapters",
     "nvdispatch.device",
     "nvdispatch.integrations.torch_mlp",
+    "nvdispatch.integrations.mlp_options",
     "nvdispatch.integrations.jax_mlp",
 ]
 

@@ -43,13 +43,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import threading
 from collections.abc import Iterator
 
-from .._plan_cache import plan_cache
-from .._route import log
 from ..errors import InvalidArgumentError
+from . import lt_tune_once
 from ._settings import block_or_env, setting_block, trace_key
+from .lt_tune_once import BUDGET_SECONDS, ITERATIONS, MAX_CANDIDATES, MIN_FLOP
 
 __all__ = [
     "MODES",
@@ -65,22 +64,10 @@ __all__ = [
 ]
 
 MODES = ("auto", "always", "off")
-#: the smallest product (floating-point operations, all batch matrices) ``"auto"`` tunes: 2**30, a 1024 x 1024 x 512
-#: product
-MIN_FLOP = 1 << 30
-#: candidates timed at most per problem: enough for the whole neighbourhood of the heuristic's first answers, where
-#: the winners often are (tile and cluster shape changed together come last)
-MAX_CANDIDATES = 512
-#: seconds of screening at most per problem (the finalists' samples come after: a few per finalist)
-BUDGET_SECONDS = 3.0
-#: samples of each finalist
-ITERATIONS = 3
 
 _asked: contextvars.ContextVar[str | None] = contextvars.ContextVar("nvdispatch_jax_autotune", default=None)
 #: the block's mode in JAX's trace cache key: a function jitted earlier is traced again under another mode
 _trace_key = trace_key()
-#: one timing at a time in the process (timings side by side on one GPU would disturb each other)
-_timing = threading.Lock()
 #: tuning key -> where its choice came from (this process's trace-time outcomes)
 _outcomes: dict = {}
 #: (m, n, k, batch, dtype, epilog) -> the latest outcome for such a product (what explain() reports)
@@ -112,11 +99,7 @@ def jax_autotune(mode: str) -> Iterator[None]:
 
 def wants_timing(problem, mode: str) -> bool:
     """Whether ``mode`` has a plan of ``problem`` timed (where no choice is recorded for it yet)."""
-    return mode == "always" or (mode == "auto" and _flop(problem) >= MIN_FLOP)
-
-
-def _flop(problem) -> int:
-    return 2 * problem.m * problem.n * problem.k * math.prod(problem.batch_shape)
+    return mode == "always" or (mode == "auto" and lt_tune_once.flop(problem) >= MIN_FLOP)
 
 
 def _product(problem) -> tuple:
@@ -131,8 +114,9 @@ def _note(problem, outcome: str) -> str:
 
 def tune_staged(plan, mode: str, alpha=1, beta=None) -> str:
     """Autotune ``plan`` (a cuBLASLt plan made for a staged call, launched with ``alpha``/``beta``) as ``mode``
-    says, once per problem (see the module docstring); returns where its algorithm came from. Never raises for
-    the timing's sake: a failure is logged and the plan keeps its algorithm."""
+    says, once per problem (see the module docstring; :func:`.lt_tune_once.tune_once`); returns where its
+    algorithm came from. Never raises for the timing's sake: a failure is logged and the plan keeps its
+    algorithm."""
     from .._cuda import lt_autotune
 
     problem = plan.problem
@@ -141,76 +125,12 @@ def tune_staged(plan, mode: str, alpha=1, beta=None) -> str:
     if mode == "off":
         return _note(problem, "the heuristic's first answer (trace-time autotuning off: NVDISPATCH_JAX_AUTOTUNE)")
     if not wants_timing(problem, mode):
-        return _note(problem, f"the heuristic's first answer ({_flop(problem):.3g} flop, below the {MIN_FLOP:.3g} "
-                              "that trace-time autotuning starts at)")
-    try:
-        key = lt_autotune.tuning_key(plan)
-    except Exception as exc:  # noqa: BLE001 - no GPU environment to key by: nothing to tune
-        return _note(problem, f"the heuristic's first answer (not autotuned: {type(exc).__name__}: {exc})")
-    with _timing:
-        recorded = plan_cache.tuning_for(key)
-        if plan.tuned is not None or (recorded is not None and _take(plan, recorded)):
-            known = _outcomes.get(key, "recorded earlier in this process (Matmul.autotune or plan_cache.load)")
-            return _note(problem, known)
-        outcome = _from_file(plan) or _timed(plan, alpha, beta)
-        _outcomes[key] = outcome
-        return _note(problem, outcome)
-
-
-def _take(plan, choice) -> bool:
-    """Give ``plan`` the recorded ``choice`` where cuBLASLt accepts it for the plan's descriptors."""
-    from .._cuda import lt_autotune
-
-    try:
-        checked = lt_autotune.saved_choice(plan, choice)
-    except Exception as exc:  # noqa: BLE001 - a choice cuBLASLt cannot take is no choice
-        log.debug("jax: a recorded cuBLASLt choice for %s cannot be taken (%s: %s)", plan.problem,
-                  type(exc).__name__, exc)
-        return False
-    if checked is None:
-        return False
-    plan.algorithm = checked
-    plan_cache.record_tuning(lt_autotune.tuning_key(plan), choice, lt_autotune.TUNING_KIND)
-    return True
-
-
-def _from_file(plan) -> str | None:
-    """Where the kept choice came from, once ``plan`` has it; None where the file has none it can take."""
-    from ..executors import cuda_tuning_store
-
-    choice, where = cuda_tuning_store.lookup(plan)
-    if choice is None:
-        log.debug("jax: no kept cuBLASLt choice for %s (%s)", plan.problem, where)
-        return None
-    if not _take(plan, choice):
-        log.debug("jax: the kept cuBLASLt choice in %s is not valid for %s now; timing again", where, plan.problem)
-        return None
-    log.debug("jax: cuBLASLt choice %r for %s taken from %s", choice.get("label"), plan.problem, where)
-    return f"autotuned in an earlier process, kept in {where} ({choice.get('label') or 'no label'})"
-
-
-def _timed(plan, alpha, beta) -> str:
-    """Time ``plan``'s candidates now; where its algorithm came from."""
-    from .._cuda.lt_scratch_autotune import autotune_on_scratch
-    from ..executors import cuda_tuning_store
-
-    try:
-        timed = autotune_on_scratch(plan, alpha, beta, iterations=ITERATIONS, max_candidates=MAX_CANDIDATES,
-                                    budget=BUDGET_SECONDS)
-    except Exception as exc:  # noqa: BLE001 - the plan keeps the heuristic's answer
-        log.debug("jax: autotuning %s at trace time failed (%s: %s)", plan.problem, type(exc).__name__, exc)
-        return f"the heuristic's first answer (trace-time autotuning failed: {type(exc).__name__}: {exc})"
-    choice = plan.tuned
-    finite = [t for _, t in timed if math.isfinite(t)]
-    if choice is None or not finite:
-        return "the heuristic's first answer (no candidate could be timed)"
-    where = cuda_tuning_store.keep(plan, choice)
-    first = timed[0][1] if timed else math.inf
-    log.debug("jax: %s autotuned at trace time: %d candidates timed, kept %r (%.1f us; the heuristic's first "
-              "%.1f us)%s", plan.problem, len(finite), choice["label"], choice["seconds"] * 1e6, first * 1e6,
-              f"; kept in {where}" if where else "")
-    return (f"timed when the program was traced ({len(finite)} candidates; kept {choice['label']}, "
-            f"{choice['seconds'] * 1e6:.1f} us; the heuristic's first {first * 1e6:.1f} us)")
+        return _note(problem, f"the heuristic's first answer ({lt_tune_once.flop(problem):.3g} flop, below the "
+                              f"{MIN_FLOP:.3g} that trace-time autotuning starts at)")
+    return _note(problem, lt_tune_once.tune_once(
+        plan, alpha, beta, outcomes=_outcomes, who="jax", timed_as="timed when the program was traced",
+        failed_as="trace-time autotuning", budget=BUDGET_SECONDS,
+    ))  # fmt: skip
 
 
 def explain_line(problem) -> str:
@@ -224,8 +144,9 @@ def explain_line(problem) -> str:
         return f"its cuBLASLt algorithm when last traced: {seen}"
     if mode == "off":
         return "its cuBLASLt algorithm: the heuristic's first answer (trace-time autotuning off)"
-    if mode == "auto" and problem is not None and hasattr(problem, "m") and _flop(problem) < MIN_FLOP:
-        return (f"its cuBLASLt algorithm: the heuristic's first answer ({_flop(problem):.3g} flop, below the "
+    size = lt_tune_once.flop(problem) if problem is not None and hasattr(problem, "m") else None
+    if mode == "auto" and size is not None and size < MIN_FLOP:
+        return (f"its cuBLASLt algorithm: the heuristic's first answer ({size:.3g} flop, below the "
                 f"{MIN_FLOP:.3g} that trace-time autotuning starts at)")
     return ("its cuBLASLt algorithm is autotuned when a program staging it is traced (kept for the process and in "
             "the cuBLASLt tunings file)")

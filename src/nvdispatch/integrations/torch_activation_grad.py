@@ -21,6 +21,7 @@ import torch
 from .._plan_cache import plan_cache
 from ..errors import NvdispatchError
 from ..executors.cuda_numba import numba_reason
+from . import mlp_options
 
 __all__ = [
     "activation_backward", "plan_for", "one_pass_reason", "choose", "chosen", "choices", "forget_choices", "ROUNDS",
@@ -127,10 +128,11 @@ def forget_choices() -> None:
 
 def choose(key: tuple, forms: dict[str, Callable[[], object]], device: torch.device) -> str:
     """The fastest of ``forms`` (label -> a call running one form of the same work on the current stream) for
-    problem ``key``: timed once per process (CUDA events around each call, one warm-up call each, then
-    :data:`ROUNDS` rounds in turns, lowest median wins; ties: the first form), then recorded. A form other than
-    the first that raises here is left out (logged). A single form is recorded untimed. While the
-    stream is being captured into a CUDA graph nothing can be timed: the first form is returned, not recorded."""
+    problem ``key``: timed once per process (CUDA events around each sample of ``choice_repeat`` calls back to
+    back, :mod:`.mlp_options`; one warm-up call each, then :data:`ROUNDS` rounds in turns, lowest median wins;
+    ties: the first form), then recorded. A form other than the first that raises here is left out (logged). A
+    single form is recorded untimed. While the stream is being captured into a CUDA graph nothing can be timed:
+    the first form is returned, not recorded."""
     got = _CHOICES.get(key)
     if got is not None:
         return got
@@ -152,16 +154,18 @@ def choose(key: tuple, forms: dict[str, Callable[[], object]], device: torch.dev
         _CHOICES[key] = labels[0]
         return labels[0]
     stream = torch.cuda.current_stream(device)
+    repeat = mlp_options.choice_repeat()
     forms[labels[0]]()
     times: dict[str, list[float]] = {label: [] for label in labels}
     for _ in range(ROUNDS):
         for label in labels:
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(stream)
-            forms[label]()
+            for _ in range(repeat):
+                forms[label]()
             stop.record(stream)
             stop.synchronize()
-            times[label].append(start.elapsed_time(stop) * 1e-3)
+            times[label].append(start.elapsed_time(stop) * 1e-3 / repeat)
     medians = {label: statistics.median(t) for label, t in times.items()}
     best = min(labels, key=lambda label: (medians[label], labels.index(label)))
     _CHOICES[key] = best

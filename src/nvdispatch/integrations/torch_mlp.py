@@ -31,6 +31,10 @@ Weights are stored as ``torch.nn.Linear`` stores them, ``W_i`` of shape ``(out, 
   runs is timed once per problem on the first backward (not while a CUDA graph is being captured) and kept for
   the process.
 
+Process-wide options (:mod:`.mlp_options`) change how the GEMMs run, not what they compute: ``autotune`` times
+each GEMM site's cuBLASLt algorithms once per problem, ``gelu_forward="split"`` runs a GELU chain's hidden layers
+as a ``BIAS`` GEMM and Torch's GELU (the pre-activation kept as ``GELU_AUX_BIAS`` keeps it).
+
 The whole chain is one autograd node: its forward runs the layers' fused calls back to back, its backward all the
 backward GEMMs (:mod:`.torch_mlp_ops`). Under ``torch.compile`` it is two operators in the graph
 (``nvdispatch::mlp_forward_kernel`` and ``nvdispatch::mlp_backward_kernel``, below ``nvdispatch::mlp_forward``'s

@@ -6,7 +6,8 @@ str weight_layout, bool for_backward) -> Tensor[]``
     ``x`` (rows) through the layers, each one fused call (``weight_layout``: ``"out_in"``, ``weights[i]`` of shape
     ``(out, in)`` as ``torch.nn.Linear`` stores them, each layer ``h @ W^T`` on the transposed view; ``"in_out"``,
     ``(in, out)``, each layer ``h @ W``) (hidden layers ``RELU_BIAS``, ``RELU_AUX_BIAS`` or
-    ``GELU_AUX_BIAS``, the output layer ``BIAS``). Returns ``[y]``, and with ``for_backward`` what the backward
+    ``GELU_AUX_BIAS`` — with the ``gelu_forward="split"`` option of :mod:`.mlp_options` a ``BIAS`` GEMM and Torch's
+    GELU —, the output layer ``BIAS``). Returns ``[y]``, and with ``for_backward`` what the backward
     reads: ``[y, h_1 .. h_{L-1}, aux_1 .. aux_{L-1}]`` (the hidden outputs; the aux outputs where the backward
     takes them: GELU's pre-activations, or ReLU's masks with ``relu_backward="drelu"``, in the formats of
     :mod:`.torch_layouts`). Autograd may record a call only with ``for_backward`` (else a typed error).
@@ -55,6 +56,7 @@ from torch import Tensor
 
 from .._backends import get_state, set_state
 from ..errors import InvalidArgumentError
+from . import mlp_options
 from . import torch_activation_grad as one_pass
 from . import torch_layouts as layouts
 from . import torch_mlp_plan as chain_plan
@@ -84,6 +86,7 @@ log = logging.getLogger("nvdispatch")
 WEIGHT_LAYOUTS = ("out_in", "in_out")
 _INFERENCE = {"relu": "RELU_BIAS", "gelu": "GELU_BIAS"}
 _THRESHOLD_BACKWARD = torch.ops.aten.threshold_backward.default
+_GELU = torch.ops.aten.gelu.default
 
 _LIB = torch.library.Library("nvdispatch", "FRAGMENT")  # kept: the registrations live as long as this module
 _LIB.define(
@@ -152,6 +155,7 @@ def _forward_kernel(
 
 def _forward(plan, x, weights, biases, activation: str, relu_backward: str, weight_layout: str, for_backward: bool):
     epilog, aux_name = hidden_epilog(activation, relu_backward, for_backward)
+    split = aux_name == "gelu_aux" and _gelu_forward(plan) == "split"
     hidden: list[Tensor] = []
     aux: list[Tensor] = []
     h = x
@@ -160,6 +164,10 @@ def _forward(plan, x, weights, biases, activation: str, relu_backward: str, weig
         h_in, w, b = h, forward_operand(weights[i], weight_layout), biases[i]
         if aux_name is None:
             h = plan.gemm(("forward", i), h_in, w, epilog, "bias", b)
+        elif split:  # the pre-activation from a BIAS GEMM, the output from it by the framework's GELU
+            z = plan.gemm(("forward", i, "BIAS"), h_in, w, "BIAS", "bias", b)
+            h = _GELU(z, approximate="tanh")
+            aux.append(z)
         else:
             h, extra = plan.gemm(("forward", i), h_in, w, epilog, "bias", b)
             aux.append(_aux_output(extra[aux_name], aux_name, h_in, w, b, epilog))
@@ -167,6 +175,14 @@ def _forward(plan, x, weights, biases, activation: str, relu_backward: str, weig
     w = forward_operand(weights[last], weight_layout)
     y = plan.gemm(("forward", last), h, w, "BIAS", "bias", biases[last])
     return [y, *hidden, *aux] if for_backward else [y]
+
+
+def _gelu_forward(plan) -> str:
+    """The ``gelu_forward`` option (:mod:`.mlp_options`) as this problem's plan first read it."""
+    form = plan.memo.get("gelu_forward")
+    if form is None:
+        form = plan.memo["gelu_forward"] = mlp_options.gelu_forward()
+    return form
 
 
 def _aux_output(t, name: str, a, w, b, epilog: str) -> Tensor:

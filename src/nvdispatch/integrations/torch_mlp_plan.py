@@ -27,11 +27,14 @@ import torch
 from .. import linalg
 from .._call_key import call_state, class_keys
 from .._plan_cache import plan_cache
+from . import lt_tune_once, mlp_options
 from . import torch_layouts as layouts
 
 __all__ = ["MlpChainPlan", "acquire", "let_go"]
 
 log = logging.getLogger("nvdispatch")
+#: tuning key -> where the ``autotune`` option's choice came from (what a later site of the problem reports)
+_OUTCOMES: dict = {}
 
 
 class MlpChainPlan:
@@ -61,6 +64,8 @@ class MlpChainPlan:
         self._holds: list[Any] = []
         #: small per-problem values the kernels compute once (the backward choices' keys)
         self.memo: dict[Hashable, Any] = {}
+        #: site -> where its cuBLASLt algorithm came from, for the sites the ``autotune`` option tuned
+        self.tuned: dict[Hashable, str] = {}
         #: kept in the plan cache (else the call that made it releases it)
         self.cached = True
 
@@ -96,6 +101,10 @@ class MlpChainPlan:
     def _first(self, site, a, b, epilog: str, name: str | None, x):
         inputs = None if name is None else {name: x}
         hold, call = linalg.prepare_call(a, b, epilog, inputs)
+        if self._autotune(site, hold.plan, a):  # the tuned plan's direct call is a new one: prepare it again
+            old = hold
+            hold, call = linalg.prepare_call(a, b, epilog, inputs)
+            old.close()
         try:
             r = call(a, b) if x is None else call(a, b, x)
         except BaseException:
@@ -110,6 +119,22 @@ class MlpChainPlan:
         if not make_dense:
             return r
         return (layouts.dense(t, a), r[1]) if r.__class__ is tuple else layouts.dense(t, a)
+
+    def _autotune(self, site, plan, a) -> bool:
+        """Autotune ``plan`` as the ``autotune`` option says (see the module notes); whether it was tuned."""
+        mode = mlp_options.autotune_mode()
+        problem = getattr(plan, "problem", None)
+        if mode == "off" or problem is None or not hasattr(problem, "m"):
+            return False
+        if not (isinstance(a, torch.Tensor) and a.is_cuda) or torch.cuda.is_current_stream_capturing():
+            return False
+        if not lt_tune_once.wants_timing(problem, mode):
+            return False
+        outcome = lt_tune_once.tune_once(plan, outcomes=_OUTCOMES, who=f"{self.what} GEMM {site}",
+                                         budget=mlp_options.autotune_budget())  # fmt: skip
+        self.tuned[site] = outcome
+        log.debug("%s: GEMM %s: cuBLASLt algorithm %s", self.what, site, outcome)
+        return True
 
     def release(self) -> None:
         """Let go of every GEMM's plan."""
