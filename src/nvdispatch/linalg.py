@@ -242,6 +242,13 @@ def _detect_folding(named) -> dict[str, Any]:
     return infos
 
 
+def _copies_per_call(infos) -> bool:
+    """Whether a plan was made on copies of lazy views' values (``OperandInfo.materialized``: a Torch CUDA ``z.mH``
+    an executor does not fold, a negative view): a repeated call must copy them anew, so its key (which the views'
+    signatures give) may not find that plan, which would read the views' memory."""
+    return any(info.materialized for info in infos.values())
+
+
 def _folds_conjugates(executor, problem, strategy: str) -> bool:
     """Whether ``executor``'s ``strategy`` plan of ``problem`` reads its operands marked ``conj`` conjugating them
     (``Executor.folds_conjugates``; an executor without the method does not)."""
@@ -827,6 +834,7 @@ class Matmul:
         problem, sel = prep.problem, prep.selection
         if call_key is not None and not (
             not sel.coerce
+            and not _copies_per_call(prep.infos)
             and scalar_always_valid(self._alpha, problem.result_dtype)
             and (self._beta is None or scalar_always_valid(self._beta, problem.result_dtype))
             and _scales_always_valid(problem)

@@ -338,7 +338,9 @@ class FFT:
                     problem, cb_data = _fft_callbacks.attach(problem, **callbacks)
                 sel = keep_or_select(selections.get(direction), op, problem)
                 strategy = choose_strategy(sel.executor, op, problem)
-                key = None if sel.coerce or with_callbacks else call_key
+                # a plan made on a copy of a lazy view's values is not kept under the key: the view's next call
+                # must copy anew
+                key = None if sel.coerce or with_callbacks or info.materialized else call_key
                 plan = acquire_plan(sel.executor, op, problem, strategy, key)
                 if key is not None and any_length_key is not None:
                     given = self._call[1] is not None or self._call[3] is not None  # n or s
