@@ -514,12 +514,13 @@ def hold_call_plan(a: Array, b: Array, epilog: Epilog | str | None = None, epilo
     return _hold_and_selection(a, b, epilog, epilog_inputs)[0]
 
 
-def _hold_and_selection(a, b, epilog, epilog_inputs) -> tuple[Any, Any]:
-    """``(hold, selection)`` of :func:`hold_call_plan` (the selection: how the executor was chosen)."""
+def _hold_and_selection(a, b, epilog, epilog_inputs) -> tuple[Any, Any, bool]:
+    """``(hold, selection, copies)`` of :func:`hold_call_plan` (the selection: how the executor was chosen;
+    ``copies``: the plan was made on copies of lazy views' values, which each call must make anew)."""
     mm = Matmul._for_call(a, b, None, 1, None, None, None, None)
     try:
         mm._plan_with(epilog, epilog_inputs, None, None)
-        return plan_cache.hold(mm._plan), mm._selection
+        return plan_cache.hold(mm._plan), mm._selection, _copies_per_call(mm._infos)
     finally:
         mm.free()
 
@@ -530,7 +531,8 @@ def prepare_call(a: Array, b: Array, epilog: Epilog | str | None = None, epilog_
     ``call(a, b, *inputs)`` (the epilog's inputs in ``epilog_inputs``' order) returning what ``matmul`` returns:
     the plan's direct call itself where the route's hit would take it (arrays executors take as they are, a
     plan with a direct call), else the hit's run step (views, the plan's direct call or execute path, the
-    result wrapped), or where a coercing backend chose the executor the public function itself. For
+    result wrapped), or where a coercing backend chose the executor or the plan was made on copies of lazy views'
+    values the public function itself. For
     integrations that run a fixed sequence of calls (a fused MLP's chain) without a key per call; they keep the
     hold as long as the call.
 
@@ -542,13 +544,15 @@ def prepare_call(a: Array, b: Array, epilog: Epilog | str | None = None, epilog_
     np.float64(7.0)
     >>> hold.close()
     """
-    hold, selection = _hold_and_selection(a, b, epilog, epilog_inputs)
+    hold, selection, copies = _hold_and_selection(a, b, epilog, epilog_inputs)
     plan = hold.plan
     entry = _classes.get(a.__class__)
     if entry is None:
         entry = class_keys(a.__class__)
     names = () if not epilog_inputs else tuple(epilog_inputs)
-    if selection.coerce:  # the executor converts the operands first: the call takes the public path each time
+    if selection.coerce or copies:
+        # the executor converts the operands first, or takes copies of lazy views' values (a Torch CUDA conjugate
+        # view its plan does not fold): the call takes the public path each time
 
         def public(a, b, *inputs):
             return matmul(a, b, epilog=epilog, epilog_inputs=dict(zip(names, inputs)) if names else None)

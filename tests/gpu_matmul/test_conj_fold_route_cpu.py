@@ -214,3 +214,21 @@ def test_an_fft_of_a_view_copied_per_call_keeps_no_plan_under_its_key(described_
                                    atol=1e-12)  # fmt: skip
         x.mul_(0.5 + 1j)
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("folds", [True, False])
+def test_a_prepared_call_on_a_view_copied_per_call_copies_each_time(described_by_memory, folds):
+    # linalg.prepare_call (the fused MLP's chain): a plan made on copies of a view's values may not be handed the
+    # view itself; the call then takes the public path (which keys, and folds where the executor does)
+    x, b, bias = _complex(5, 4, seed=13), _complex(5, 3, seed=14), _complex(3, seed=15)
+    ex = Folding(folds=folds)
+    with nvdispatch.set_backend(ex, only=True):
+        hold, call = linalg.prepare_call(x.mH, b, "BIAS", {"bias": bias})
+        try:
+            for i in range(3):
+                a = x.mH
+                want = _values(a) @ b.numpy() + bias.numpy()
+                np.testing.assert_allclose(call(a, b, bias).numpy(), want, rtol=1e-12, atol=1e-12, err_msg=f"call {i}")
+                x.mul_(0.5 + 1j)
+        finally:
+            hold.close()
