@@ -145,3 +145,39 @@ def test_a_helpers_result_carries_the_helpers_current_stream(monkeypatch, syncs)
     assert r._base is made and r.ptr == 0x6000
     r.__dlpack__(stream=0xA000)
     assert syncs == [0x9000]
+
+
+# -- the helper's operations of a cuBLASLt plan run on the stream the launch does --------------------------------
+@pytest.mark.parametrize(
+    ("framework", "current", "helper", "launched_on", "helper_on"),
+    [
+        ("jax", None, "torch", 0, ("torch", 0)),  # no stream of JAX's own: the legacy default stream for both
+        ("cuda_array_interface", None, "cupy", 0, ("cupy", 0)),
+        ("torch", 0x9000, "torch", 0x9000, None),  # the framework's current stream is its helper's already
+        ("cupy", 0x9000, "cupy", 0x9000, None),
+        ("jax", None, None, 0, None),  # no helper: nothing else runs
+    ],
+)
+def test_a_cublaslt_plans_copies_run_on_its_launch_stream(monkeypatch, framework, current, helper, launched_on,
+                                                          helper_on):  # fmt: skip
+    import contextlib
+
+    from nvdispatch._cuda import lt_plan_base
+
+    entered = []
+
+    @contextlib.contextmanager
+    def framework_stream(name, stream, device_index):
+        entered.append((name, stream))
+        yield
+
+    monkeypatch.setattr(lt_plan_base, "framework_stream", framework_stream)
+    plan = lt_plan_base.LtPlanBase.__new__(lt_plan_base.LtPlanBase)
+    plan.framework, plan.device_index = framework, 0
+    plan._current_stream = None if current is None else (lambda: current)
+    plan._xp = None if helper is None else type("Ops", (), {"name": helper})()
+    launched = []
+    plan._execute = lambda operands, sp: launched.append(sp) or "result"
+    assert plan.execute({"a": 1, "b": 2}) == "result"
+    assert launched == [launched_on]
+    assert entered == ([] if helper_on is None else [helper_on])
