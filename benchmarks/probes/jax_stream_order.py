@@ -14,12 +14,14 @@ of a chain of large matmuls XLA runs first (``--delay-iters`` of ``--delay-size`
 only after they finish; with ``--sleep-cycles`` Torch's ``_sleep`` kernel is queued on Torch's current stream (the
 legacy default stream, the one the array passes, cuFFT and cuBLASLt run on for JAX operands) first, so that
 nvdispatch's work finishes late and a result handed to JAX before it is over would be read too early. ``--load``
-processes run the same calls in a loop meanwhile. Every result is compared with NumPy (float64) on the host copy of
+processes run the same calls in a loop meanwhile. Every call has new input values (memory read before XLA writes
+it may hold an earlier input of the same shape). Every result is compared with NumPy (float64) on the host copy of
 ``x``; a call counts as failed beyond 1e-2 relative error (float16/bfloat16 inputs are cast to float32 first, so
 the tolerance is float32's scaled; an all-zero result is counted apart).
 
-    python benchmarks/probes/jax_stream_order.py [--rounds 20] [--load 4] [--dtypes float16 float32 bfloat16]
-        [--delay-iters 30] [--delay-size 2048] [--sleep-cycles 20000000] [--unfixed] [--out DIR]
+    python benchmarks/probes/jax_stream_order.py [--rounds 20] [--load 4] [--load-start 20]
+        [--dtypes float16 float32 bfloat16] [--delay-iters 30] [--delay-size 2048] [--sleep-cycles 20000000]
+        [--unfixed] [--out DIR]
 
 ``--unfixed`` puts the old read back (JAX's ``__cuda_array_interface__``, no wait) to show that the probe sees the
 race on this machine: expect failures with it and none without. Exit status 1 where any call failed (without
@@ -95,13 +97,13 @@ def _unfix():
     JaxAdapter.device_view = lambda self, x: None
 
 
-def run_calls(np, jax, jnp, nvdispatch, dtypes, rounds, late, sleep, show=True) -> dict:
+def run_calls(np, jax, jnp, nvdispatch, dtypes, rounds, late, sleep, show=True, seed=0) -> dict:
     import nvdispatch.fft as nf
     from nvdispatch.errors import UnsupportedDtypeError
 
-    rng = np.random.default_rng(0)
-    host32 = rng.standard_normal(SHAPE).astype(np.float32)
-    a32 = rng.standard_normal((64, 48)).astype(np.float32)
+    # new values for every call: memory read before XLA writes it may hold an earlier input of the same shape (XLA's
+    # allocator hands the same blocks out again), which must not pass for this one
+    rng = np.random.default_rng(seed)
     b32 = rng.standard_normal((48, 32)).astype(np.float32)
     stats: dict = {}
     cases = [(d, f, kw) for d in dtypes for f, kw in FFT_CALLS] + [(d, "matmul", {}) for d in dtypes]
@@ -113,6 +115,7 @@ def run_calls(np, jax, jnp, nvdispatch, dtypes, rounds, late, sleep, show=True) 
             if st["executor"] == "refused":
                 continue
             if func == "matmul":
+                a32 = rng.standard_normal((64, 48)).astype(np.float32)
                 a, b = jnp.asarray(a32, dtype), jnp.asarray(b32, dtype)
                 want = np.asarray(a).astype(np.float64) @ np.asarray(b).astype(np.float64)
                 y = late(a)
@@ -122,7 +125,7 @@ def run_calls(np, jax, jnp, nvdispatch, dtypes, rounds, late, sleep, show=True) 
                     sleep()
                 got = nvdispatch.matmul(y, b)
             else:
-                x = jnp.asarray(host32, dtype)
+                x = jnp.asarray(rng.standard_normal(SHAPE).astype(np.float32), dtype)
                 want = _oracle(np, func, np.asarray(x), kw)
                 y = late(x)
                 if not st["executor"]:
@@ -149,8 +152,10 @@ def load_worker(seconds: float, dtypes, delay_iters: int, delay_size: int) -> No
     np, jax, jnp, nvdispatch = _imports()
     late = _delayer(jax, jnp, delay_iters, delay_size)
     stop = time.monotonic() + seconds
+    seed = os.getpid()
     while time.monotonic() < stop:
-        run_calls(np, jax, jnp, nvdispatch, dtypes, 1, late, None, show=False)
+        seed += 1
+        run_calls(np, jax, jnp, nvdispatch, dtypes, 1, late, None, show=False, seed=seed)
 
 
 def _imports():
@@ -181,6 +186,8 @@ def main() -> None:
     ap.add_argument("--sleep-cycles", type=int, default=20_000_000,
                     help="Torch _sleep cycles queued on its current stream before each call (0: none)")  # fmt: skip
     ap.add_argument("--unfixed", action="store_true", help="read JAX arrays the old way (expect failures)")
+    ap.add_argument("--load-start", type=float, default=20.0,
+                    help="seconds the load processes get to start before the calls (default: %(default)s)")  # fmt: skip
     ap.add_argument("--load-worker", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.load_worker is not None:
@@ -199,7 +206,7 @@ def main() -> None:
                "--delay-iters", str(args.delay_iters), "--delay-size", str(args.delay_size)]  # fmt: skip
         workers.append(subprocess.Popen(cmd + (["--unfixed"] if args.unfixed else []), stdout=subprocess.DEVNULL))
     try:
-        time.sleep(5 if workers else 0)  # the load processes start their GPU work
+        time.sleep(args.load_start if workers else 0)  # the load processes import JAX and start their GPU work
         start = time.perf_counter()
         stats = run_calls(np, jax, jnp, nvdispatch, args.dtypes, args.rounds, late, _sleeper(args.sleep_cycles))
         seconds = time.perf_counter() - start
