@@ -14,6 +14,7 @@ from ._adapters import adapter_for, call_key_classes
 from ._autocast_plan import AutocastPlan
 from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
+from ._copying_plan import CopyingPlan
 from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import run, run_direct
@@ -242,11 +243,28 @@ def _detect_folding(named) -> dict[str, Any]:
     return infos
 
 
-def _copies_per_call(infos) -> bool:
-    """Whether a plan was made on copies of lazy views' values (``OperandInfo.materialized``: a Torch CUDA ``z.mH``
-    an executor does not fold, a negative view): a repeated call must copy them anew, so its key (which the views'
-    signatures give) may not find that plan, which would read the views' memory."""
-    return any(info.materialized for info in infos.values())
+def _copied(infos) -> tuple[str, ...]:
+    """The operands a plan was made on copies of the values of (``OperandInfo.materialized``: a Torch CUDA ``z.mH``
+    an executor does not fold): a repeated call must copy them anew, so its key (which the views' signatures give)
+    may not find that plan itself, which would read the views' memory, but a :class:`CopyingPlan` of it."""
+    return tuple(name for name, info in infos.items() if info.materialized)
+
+
+def _keep_copying_plan(plan, names, call_key, executor, problem, strategy, like) -> None:
+    """Keep under ``call_key`` the :class:`CopyingPlan` of ``plan`` (made on copies of the values of the operands
+    ``names``, by ``like``'s adapter; on a call's ``stream=`` for a GPU call), cached beside ``plan``."""
+    ad = adapter_for(like)
+    device = problem.device
+
+    def make(_tuning):
+        on_stream = None
+        if device.kind == "cuda":
+            on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
+        return CopyingPlan(plan, plan_cache.hold(plan), names, on_stream)
+
+    kept = plan_cache.acquire_or_create(("copying", plan_key(executor, "matmul", problem, strategy), names), make,
+                                        alias=call_key)  # fmt: skip
+    plan_cache.let_go(kept)
 
 
 def _folds_conjugates(executor, problem, strategy: str) -> bool:
@@ -520,7 +538,7 @@ def _hold_and_selection(a, b, epilog, epilog_inputs) -> tuple[Any, Any, bool]:
     mm = Matmul._for_call(a, b, None, 1, None, None, None, None)
     try:
         mm._plan_with(epilog, epilog_inputs, None, None)
-        return plan_cache.hold(mm._plan), mm._selection, _copies_per_call(mm._infos)
+        return plan_cache.hold(mm._plan), mm._selection, bool(_copied(mm._infos))
     finally:
         mm.free()
 
@@ -838,17 +856,22 @@ class Matmul:
         problem, sel = prep.problem, prep.selection
         if call_key is not None and not (
             not sel.coerce
-            and not _copies_per_call(prep.infos)
             and scalar_always_valid(self._alpha, problem.result_dtype)
             and (self._beta is None or scalar_always_valid(self._beta, problem.result_dtype))
             and _scales_always_valid(problem)
         ):
             call_key = None
+        copied = _copied(prep.infos)
+        if copied and problem.autocast is not None:
+            call_key = None  # (a region's casts of copies: the full path each time)
+        own_key = None if copied else call_key  # a plan made on copies is kept under the key behind a CopyingPlan
         if problem.autocast is None:
-            plan = acquire_plan(sel.executor, "matmul", problem, prep.strategy, call_key)
+            plan = acquire_plan(sel.executor, "matmul", problem, prep.strategy, own_key)
         else:
-            plan = _acquire_autocast_plan(sel.executor, problem, prep.strategy, self._a, call_key)
+            plan = _acquire_autocast_plan(sel.executor, problem, prep.strategy, self._a, own_key)
         try:
+            if copied and call_key is not None:
+                _keep_copying_plan(plan, copied, call_key, sel.executor, problem, prep.strategy, self._a)
             self._adopt(plan)
         finally:
             plan_cache.let_go(plan)

@@ -6,7 +6,8 @@ patched) and user executors standing in for the ``cuda`` one:
   a repeated call runs it from the cache, handed the caller's views as they are (no detection, selection or copy:
   the plans read them by their memory, as the cuBLASLt plans do, ``xp.memory``);
 * where the plan was made on copies of the views' values (an executor that does not fold, a negative view), the
-  call key never finds it: each call copies the values anew (a kept plan would read the memory, the conjugates);
+  call key finds it behind a ``CopyingPlan``, which makes the copies anew at each call (the plan itself, handed the
+  views, would read their memory: the conjugates);
 * what the Torch adapter's signature keys on a device (meta tensors stand for CUDA ones here).
 
 Values against a NumPy complex128 oracle, the views' bases changed in place between calls. The host cost this
@@ -157,7 +158,7 @@ def test_a_folded_plan_serves_the_repeats_from_the_cache(described_by_memory, fu
 
 
 @pytest.mark.parametrize("which", ["a", "both"])
-def test_a_plan_made_on_copies_is_never_found_by_the_views_key(described_by_memory, full_paths, which):
+def test_a_plan_made_on_copies_serves_the_repeats_copying_anew(described_by_memory, full_paths, which):
     x, y = _complex(5, 4, seed=6), _complex(3, 5, seed=7)
     a = x.mH
     b = y.mH if which == "both" else _complex(5, 3, seed=8)
@@ -169,12 +170,14 @@ def test_a_plan_made_on_copies_is_never_found_by_the_views_key(described_by_memo
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12, err_msg=f"call {i}")
             x.mul_(0.5 + 1j)
             y.mul_(1 - 0.25j)
-    assert len(full_paths) == 3  # every call copies the values anew
-    assert ex.plans == 1  # the plan itself is cached by its problem
-    assert ex.handed == [(False, False)] * 3  # copies, never the views
+    assert len(full_paths) == 1  # the repeats: the key's CopyingPlan
+    assert ex.plans == 1
+    assert ex.handed == [(False, False)] * 3  # copies of the values, made anew at each call, never the views
 
 
 def test_a_negative_view_is_copied_every_call(described_by_memory, full_paths):
+    # (on the CPU its key names the negation, and the CopyingPlan copies it; on a device it has no key: the full
+    # path copies it)
     x = _complex(4, 5, seed=10)
     b = _complex(5, 3, seed=11)
     ex = Folding()
@@ -183,7 +186,7 @@ def test_a_negative_view_is_copied_every_call(described_by_memory, full_paths):
             a = torch._neg_view(x)
             np.testing.assert_allclose(nvdispatch.matmul(a, b, epilog="BIAS", epilog_inputs={"bias": b[0]}).numpy(),
                                        -x.numpy() @ b.numpy() + b[0].numpy(), rtol=1e-12)  # fmt: skip
-    assert len(full_paths) == 2
+    assert len(full_paths) == 1
 
 
 def test_the_torch_signature_of_device_views():
