@@ -25,8 +25,9 @@ class CopyingPlan:
     """``plan`` run on operands of which those named ``names`` are replaced by copies of their values first (their
     adapter's view: ``detect(name, x).array``); the Plan protocol (``execute``, ``direct`` where ``plan`` has one,
     ``steps``, ``strategy``, ``problem``, ``release``). ``hold``: the caller's hold on ``plan``, closed when this
-    one is released. ``on_stream(stream)``: a context making a ``stream=`` argument current, so that the copies are
-    made where the plan then runs; None where streams do not apply.
+    one is released. ``arguments``: the names of the direct call's arguments, in order (a matmul's ``a``, ``b``,
+    then its epilog's input; a transform's ``x``). ``on_stream(stream)``: a context making a ``stream=`` argument
+    current, so that the copies are made where the plan then runs; None where streams do not apply.
 
     Examples
     --------
@@ -36,14 +37,21 @@ class CopyingPlan:
     >>> class Plan:
     ...     strategy, steps = "plain", ("matmul",)
     ...     def execute(self, operands, stream=None): return operands["a"] @ operands["b"]
-    >>> p = CopyingPlan(Plan(), Hold(), ["a"])
+    >>> p = CopyingPlan(Plan(), Hold(), ["a"], ("a", "b"))
     >>> p.execute({"a": np.eye(2), "b": np.ones((2, 2))})[0, 0]
     np.float64(1.0)
     >>> p.release()
     released
     """
 
-    def __init__(self, plan: Any, hold: Any, names: Iterable[str], on_stream: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        plan: Any,
+        hold: Any,
+        names: Iterable[str],
+        arguments: tuple[str, ...],
+        on_stream: Callable[[Any], Any] | None = None,
+    ):
         names = tuple(names)
         self.plan = plan
         self.problem = getattr(plan, "problem", None)
@@ -56,9 +64,7 @@ class CopyingPlan:
         if direct is None:
             self.direct = None
         else:
-            # the direct call's arguments: a, b, then the epilog's input (an epilog takes at most one)
-            inputs = () if self.problem is None else tuple(self.problem.epilog.inputs)
-            self._direct_names = tuple(name if name in self._names else None for name in ("a", "b", *inputs))
+            self._direct_names = tuple(name if name in self._names else None for name in arguments)
             self._inner_direct = direct
             self.direct = self._direct
 

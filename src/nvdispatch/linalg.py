@@ -260,7 +260,8 @@ def _keep_copying_plan(plan, names, call_key, executor, problem, strategy, like)
         on_stream = None
         if device.kind == "cuda":
             on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
-        return CopyingPlan(plan, plan_cache.hold(plan), names, on_stream)
+        arguments = ("a", "b", *problem.epilog.inputs)  # the direct call's (an epilog takes at most one input)
+        return CopyingPlan(plan, plan_cache.hold(plan), names, arguments, on_stream)
 
     kept = plan_cache.acquire_or_create(("copying", plan_key(executor, "matmul", problem, strategy), names), make,
                                         alias=call_key)  # fmt: skip
