@@ -4,13 +4,14 @@
 contiguous complex tensors) runs on the ``"cuda"`` executor: since commit 6eaac23 cuBLASLt reads such an operand
 with op C; before, the Torch adapter copied its values on every call. For each shape, dtype and case this probe
 times, in one process and on the same operands: ``fold`` (the route as it is), ``copy`` (the same route with the
-adapter's ``info_conjugated`` switched off: the copy per call, as before), and Torch's own ``torch.matmul(a, b) +
-bias`` (which folds the conjugation into cuBLAS itself). GPU time per call by CUDA events (the median of bursts, the
-calls queued behind a busy GPU so the host's cost is hidden) and host time per call (wall clock of a synchronised
-loop), with the share of calls that took the route's full path (detect, select, plan) instead of the cached plan
-(a folded call should take it once: its call key keeps the plan; a copy per call takes it every time); the largest
-error of each against a complex128 product on the GPU. It also says which plan ran
-(``explain()``'s ``op(A)=``/``op(B)=``). One line per measurement; ``--out`` writes the JSON.
+adapter's ``info_conjugated`` switched off: a copy of the values per call, which the call key's ``CopyingPlan``
+makes; before it, and before such views had a call key, every call took the full route), and Torch's own
+``torch.matmul(a, b) + bias`` (which folds the conjugation into cuBLAS itself). GPU time per call by CUDA events
+(the median of bursts, the calls queued behind a busy GPU so the host's cost is hidden) and host time per call (wall
+clock of a synchronised loop), with the share of calls that took the route's full path (detect, select, plan)
+instead of the cached plan (each route should take it once: the call key keeps the folded plan, or the CopyingPlan);
+the largest error of each against a complex128 product on the GPU. It also says which plan ran (``explain()``'s
+``op(A)=``/``op(B)=``). One line per measurement; ``--out`` writes the JSON.
 
     python benchmarks/probes/conj_fold.py [--shapes 256x256x256,2048x2048x2048] [--dtypes complex64 complex128]
         [--cases a b both] [--reps 7] [--out DIR]
