@@ -4,11 +4,14 @@
 contiguous complex tensors) runs on the ``"cuda"`` executor: since commit 6eaac23 cuBLASLt reads such an operand
 with op C; before, the Torch adapter copied its values on every call. For each shape, dtype and case this probe
 times, in one process and on the same operands: ``fold`` (the route as it is), ``copy`` (the same route with the
-adapter's ``info_conjugated`` switched off: the copy per call, as before), and Torch's own ``torch.matmul(a, b) +
-bias`` (which folds the conjugation into cuBLAS itself). GPU time per call by CUDA events (the median of bursts, the
-calls queued behind a busy GPU so the host's cost is hidden) and host time per call (wall clock of a synchronised
-loop); the largest error of each against a complex128 product on the GPU. It also says which plan ran
-(``explain()``'s ``op(A)=``/``op(B)=``). One line per measurement; ``--out`` writes the JSON.
+adapter's ``info_conjugated`` switched off: a copy of the values per call, which the call key's ``CopyingPlan``
+makes; before it, and before such views had a call key, every call took the full route), and Torch's own
+``torch.matmul(a, b) + bias`` (which folds the conjugation into cuBLAS itself). GPU time per call by CUDA events
+(the median of bursts, the calls queued behind a busy GPU so the host's cost is hidden) and host time per call (wall
+clock of a synchronised loop), with the share of calls that took the route's full path (detect, select, plan)
+instead of the cached plan (each route should take it once: the call key keeps the folded plan, or the CopyingPlan);
+the largest error of each against a complex128 product on the GPU. It also says which plan ran (``explain()``'s
+``op(A)=``/``op(B)=``). One line per measurement; ``--out`` writes the JSON.
 
     python benchmarks/probes/conj_fold.py [--shapes 256x256x256,2048x2048x2048] [--dtypes complex64 complex128]
         [--cases a b both] [--reps 7] [--out DIR]
@@ -29,15 +32,31 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _bench import cuda_event_seconds, gemm_shapes, output_dir, parser, require_cuda_torch  # noqa: E402
 
 
-def host_seconds(torch, fn, calls: int) -> float:
-    """Wall-clock seconds per call of ``calls`` synchronised-at-the-end calls (after one warm-up call)."""
+def host_seconds(torch, fn, calls: int) -> tuple[float, float]:
+    """Wall-clock seconds per call of ``calls`` synchronised-at-the-end calls (after one warm-up call), and the share
+    of them that took the route's full path (detect, select, plan: ``linalg._plan_and_run``) rather than a cached
+    plan."""
+    from nvdispatch import linalg
+
     fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls
+    full = []
+    inner = linalg._plan_and_run
+
+    def counted(*args):
+        full.append(1)
+        return inner(*args)
+
+    linalg._plan_and_run = counted
+    try:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / calls
+    finally:
+        linalg._plan_and_run = inner
+    return seconds, len(full) / calls
 
 
 @contextlib.contextmanager
@@ -91,8 +110,8 @@ def measure(torch, nvdispatch, a, b, bias, reps: int) -> dict:
             once = cuda_event_seconds(fn, torch, reps=1, inner=1, warmup=2)
             inner = max(1, min(200, round(2e-2 / max(once, 1e-6))))
             gpu = cuda_event_seconds(fn, torch, reps=reps, inner=inner, warmup=0, busy_cycles=2_000_000)
-            host = host_seconds(torch, fn, max(10, inner))
-        out[name] = (gpu, host, err)
+            host, full = host_seconds(torch, fn, max(10, inner))
+        out[name] = (gpu, host, err, full)
     return out
 
 
@@ -117,12 +136,14 @@ def main() -> None:
                     a, b, bias = operands(torch, case, m, n, k, getattr(torch, dtype_name), g)
                     got = measure(torch, nvdispatch, a, b, bias, args.reps)
                     for route in ("fold", "copy", "torch"):
-                        gpu, host, err = got[route]
+                        gpu, host, err, full = got[route]
                         ops = got["ops"] if route == "fold" else ""
                         records.append({"m": m, "n": n, "k": k, "dtype": dtype_name, "case": case, "route": route,
-                                        "gpu_s": gpu, "host_s": host, "max_rel_err": err, "ops": ops})  # fmt: skip
+                                        "gpu_s": gpu, "host_s": host, "max_rel_err": err, "full_path_share": full,
+                                        "ops": ops})  # fmt: skip
                         print(f"{m}x{n}x{k} {dtype_name:10s} {case:4s} {route:5s} gpu {gpu * 1e6:9.1f} us  "
-                              f"host {host * 1e6:9.1f} us  err {err:.1e}  {ops}", flush=True)  # fmt: skip
+                              f"host {host * 1e6:9.1f} us  full path {full:4.0%}  err {err:.1e}  {ops}",
+                              flush=True)  # fmt: skip
     path = os.path.join(output_dir(args.out), "conj_fold.json")
     with open(path, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, f, indent=1)

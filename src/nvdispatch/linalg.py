@@ -14,6 +14,7 @@ from ._adapters import adapter_for, call_key_classes
 from ._autocast_plan import AutocastPlan
 from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
+from ._copying_plan import CopyingPlan
 from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import run, run_direct
@@ -240,6 +241,31 @@ def _detect_folding(named) -> dict[str, Any]:
             info = None if ad is None else ad.info_conjugated(name, x)
         infos[name] = detect(name, x) if info is None else info
     return infos
+
+
+def _copied(infos) -> tuple[str, ...]:
+    """The operands a plan was made on copies of the values of (``OperandInfo.materialized``: a Torch CUDA ``z.mH``
+    an executor does not fold): a repeated call must copy them anew, so its key (which the views' signatures give)
+    may not find that plan itself, which would read the views' memory, but a :class:`CopyingPlan` of it."""
+    return tuple(name for name, info in infos.items() if info.materialized)
+
+
+def _keep_copying_plan(plan, names, call_key, executor, problem, strategy, like) -> None:
+    """Keep under ``call_key`` the :class:`CopyingPlan` of ``plan`` (made on copies of the values of the operands
+    ``names``, by ``like``'s adapter; on a call's ``stream=`` for a GPU call), cached beside ``plan``."""
+    ad = adapter_for(like)
+    device = problem.device
+
+    def make(_tuning):
+        on_stream = None
+        if device.kind == "cuda":
+            on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
+        arguments = ("a", "b", *problem.epilog.inputs)  # the direct call's (an epilog takes at most one input)
+        return CopyingPlan(plan, plan_cache.hold(plan), names, arguments, on_stream)
+
+    kept = plan_cache.acquire_or_create(("copying", plan_key(executor, "matmul", problem, strategy), names), make,
+                                        alias=call_key)  # fmt: skip
+    plan_cache.let_go(kept)
 
 
 def _folds_conjugates(executor, problem, strategy: str) -> bool:
@@ -507,12 +533,13 @@ def hold_call_plan(a: Array, b: Array, epilog: Epilog | str | None = None, epilo
     return _hold_and_selection(a, b, epilog, epilog_inputs)[0]
 
 
-def _hold_and_selection(a, b, epilog, epilog_inputs) -> tuple[Any, Any]:
-    """``(hold, selection)`` of :func:`hold_call_plan` (the selection: how the executor was chosen)."""
+def _hold_and_selection(a, b, epilog, epilog_inputs) -> tuple[Any, Any, bool]:
+    """``(hold, selection, copies)`` of :func:`hold_call_plan` (the selection: how the executor was chosen;
+    ``copies``: the plan was made on copies of lazy views' values, which each call must make anew)."""
     mm = Matmul._for_call(a, b, None, 1, None, None, None, None)
     try:
         mm._plan_with(epilog, epilog_inputs, None, None)
-        return plan_cache.hold(mm._plan), mm._selection
+        return plan_cache.hold(mm._plan), mm._selection, bool(_copied(mm._infos))
     finally:
         mm.free()
 
@@ -523,7 +550,8 @@ def prepare_call(a: Array, b: Array, epilog: Epilog | str | None = None, epilog_
     ``call(a, b, *inputs)`` (the epilog's inputs in ``epilog_inputs``' order) returning what ``matmul`` returns:
     the plan's direct call itself where the route's hit would take it (arrays executors take as they are, a
     plan with a direct call), else the hit's run step (views, the plan's direct call or execute path, the
-    result wrapped), or where a coercing backend chose the executor the public function itself. For
+    result wrapped), or where a coercing backend chose the executor or the plan was made on copies of lazy views'
+    values the public function itself. For
     integrations that run a fixed sequence of calls (a fused MLP's chain) without a key per call; they keep the
     hold as long as the call.
 
@@ -535,13 +563,15 @@ def prepare_call(a: Array, b: Array, epilog: Epilog | str | None = None, epilog_
     np.float64(7.0)
     >>> hold.close()
     """
-    hold, selection = _hold_and_selection(a, b, epilog, epilog_inputs)
+    hold, selection, copies = _hold_and_selection(a, b, epilog, epilog_inputs)
     plan = hold.plan
     entry = _classes.get(a.__class__)
     if entry is None:
         entry = class_keys(a.__class__)
     names = () if not epilog_inputs else tuple(epilog_inputs)
-    if selection.coerce:  # the executor converts the operands first: the call takes the public path each time
+    if selection.coerce or copies:
+        # the executor converts the operands first, or takes copies of lazy views' values (a Torch CUDA conjugate
+        # view its plan does not fold): the call takes the public path each time
 
         def public(a, b, *inputs):
             return matmul(a, b, epilog=epilog, epilog_inputs=dict(zip(names, inputs)) if names else None)
@@ -832,11 +862,17 @@ class Matmul:
             and _scales_always_valid(problem)
         ):
             call_key = None
+        copied = _copied(prep.infos)
+        if copied and problem.autocast is not None:
+            call_key = None  # (a region's casts of copies: the full path each time)
+        own_key = None if copied else call_key  # a plan made on copies is kept under the key behind a CopyingPlan
         if problem.autocast is None:
-            plan = acquire_plan(sel.executor, "matmul", problem, prep.strategy, call_key)
+            plan = acquire_plan(sel.executor, "matmul", problem, prep.strategy, own_key)
         else:
-            plan = _acquire_autocast_plan(sel.executor, problem, prep.strategy, self._a, call_key)
+            plan = _acquire_autocast_plan(sel.executor, problem, prep.strategy, self._a, own_key)
         try:
+            if copied and call_key is not None:
+                _keep_copying_plan(plan, copied, call_key, sel.executor, problem, prep.strategy, self._a)
             self._adopt(plan)
         finally:
             plan_cache.let_go(plan)

@@ -1,6 +1,6 @@
 """Torch's lazy views (``z.conj()``, ``torch._neg_view(z)``, ``z.conj().imag``) wherever a tensor becomes memory
 read without Torch: the view an executor reading pointers takes holds the values the tensor stands for (on a
-device: a copy, made again for each call, with no call key of its own), host copies and DLPack exports hold
+device: a copy, made again for each call, which no call key keeps a plan for), host copies and DLPack exports hold
 them too, and calls alternating a tensor and its lazy views — repeated, so the call keys, their memo and the
 compiled front serve them — each get their own values. Values against NumPy on the resolved tensors.
 
@@ -55,7 +55,9 @@ def _alternating(z):
 @pytest.mark.parametrize("name", [*VIEWS, *REAL_VIEWS])
 def test_a_lazy_view_on_a_device_is_handed_over_as_its_values(name):
     """On a device (``meta`` stands for CUDA here: same branch, no memory) executors may read the view by pointer:
-    it is a tensor of the values, made anew for each call (no call key)."""
+    it is a tensor of the values, made anew for each call: a negative view has no call key; a conjugate view's key
+    names the conjugation, and the route keeps under it only a plan that folds the conjugation in (never one made
+    on such a copy: ``tests/gpu_matmul/test_conj_fold_route_cpu.py``)."""
     ad = adapter_named("torch")
     x = {**VIEWS, **REAL_VIEWS}[name](_complex(6, 8).to("meta"))
     info = ad.info("x", x)
@@ -64,11 +66,13 @@ def test_a_lazy_view_on_a_device_is_handed_over_as_its_values(name):
     assert not info.array.is_conj() and not info.array.is_neg()
     assert (info.shape, info.dtype) == (tuple(x.shape), str(x.dtype)[6:])
     assert info.strides == tuple(info.array.stride())
-    if lazy:
+    if x.is_neg():
         with pytest.raises(TypeError):
             ad.signature(x)
     else:
         assert ad.signature(x) is not None
+        if x.is_conj():
+            assert ad.signature(x) != ad.signature(x.conj())
 
 
 def test_on_the_cpu_the_torch_executor_takes_the_view_and_the_key_tells_it_apart():

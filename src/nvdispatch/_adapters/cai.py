@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._adapter_registry import adapter_for
+from .._adapter_registry import adapter_for, adapter_named
 from .._cuda import runtime
 from .._cuda.arrays import CudaArray, interface_dtype, storage_shape, view
 from .._memory import CUDA
@@ -107,7 +107,10 @@ class CaiAdapter(Adapter):
             return cuda.as_cuda_array(arr)
 
         v = view(arr, framework_of_arr)
-        return CudaArray(v.shape, v.dtype, v.strides, ptr=v.ptr, base=arr)
+        # written by the helper's operations on its current stream: a DLPack consumer reading on another waits for it
+        helper = adapter_named(framework_of_arr)
+        stream = 0 if helper is None else helper.current_stream(helper.device(arr).index)
+        return CudaArray(v.shape, v.dtype, v.strides, stream=stream, ptr=v.ptr, base=arr)
 
     def result_view(self, kind, base, shape, strides_elems, offset_elems=0):
         if kind == "numba":

@@ -310,6 +310,10 @@ class CupyDeviceOps:
         """A new array of ``x``'s complex conjugates (its memory holds them)."""
         return self.mod.conj(x)
 
+    def memory(self, x):
+        """``x``'s memory as it lies: ``x`` (CuPy has no lazy views of other values)."""
+        return x
+
     def empty(self, shape, dtype: str, device_index: int | None = None):
         """A new array on the current device; dtypes CuPy lacks (FP8, bfloat16) as unsigned ints holding the
         bits."""

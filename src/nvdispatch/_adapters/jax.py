@@ -1,8 +1,9 @@
-"""JAX arrays (``jax.Array``), CPU and GPU: handed to executors through DLPack, results back as ``jax.Array``.
+"""JAX arrays (``jax.Array``), CPU and GPU: handed to executors by their memory, results back as ``jax.Array``.
 
 JAX has no executor of its own here: a CPU array is host memory (its zero-copy NumPy view runs on the NumPy
-executor), a GPU one CUDA memory (the raw ``"cuda"`` executor reads it through DLPack; a transform that executor
-does not take as it is runs as JAX's operations around its kernel, ``integrations.jax_fft.eager_fft``). What JAX
+executor), a GPU one CUDA memory (the raw ``"cuda"`` executor reads it by its pointer once XLA has written it,
+:func:`_ready_pointer`; a transform that executor does not take as it is runs as JAX's operations around its
+kernel, ``integrations.jax_fft.eager_fft``). What JAX
 adds is the way back: the result is imported as a JAX array on the operand's device, so
 ``nvdispatch.matmul(ja, jb) - 1.0`` is JAX arithmetic. JAX arrays are immutable: ``out=`` cannot receive a result.
 
@@ -20,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from .._cuda.arrays import DeviceView
 from .._memory import HOST
 from .._precision import PrecisionConvention
+from .._strides import c_strides
 from ..errors import UnsupportedDtypeError, UnsupportedOperandError, describe
 from .base import CPU, Adapter, Device, OperandInfo
 from .dlpack import DLPACK_CPU, DlpackAdapter
@@ -95,6 +98,16 @@ def _jax_fft_result(kind: str, dtype: str, x64: bool) -> str | None:
     except (TypeError, ValueError, NotImplementedError):  # JAX refuses the dtype for this kind
         return None
     return str(out.dtype)
+
+
+def _ready_pointer(x) -> int:
+    """The device address of JAX GPU array ``x`` once XLA's work writing it has finished. JAX computes
+    asynchronously on its own streams (a cast, a ``device_put``, a jitted call may still be queued or running when
+    the call returns) and XLA's streams are not ordered with the ones nvdispatch launches on: a kernel reading
+    ``x`` before that would read whatever the memory held (zeros, fresh from the allocator). The host waits
+    (``block_until_ready``, at once when ``x`` is ready), so the array is also complete for every later launch."""
+    x.block_until_ready()
+    return int(x.unsafe_buffer_pointer())
 
 
 class JaxAdapter(Adapter):
@@ -174,10 +187,16 @@ class JaxAdapter(Adapter):
         return _REAL_OF.get(result, result), result
 
     def data_ptr(self, x) -> int:
-        # JAX writes its arrays on its own streams (a device_put, a jitted call may still be running): a launch
-        # on another stream may read x only once it is written. The slow path's DLPack export waits the same way.
-        x.block_until_ready()
-        return int(x.unsafe_buffer_pointer())
+        return _ready_pointer(x)
+
+    def device_view(self, x):
+        """The device view executors read a GPU array by (``nvdispatch._cuda.arrays.view``), once XLA has written
+        it (see :func:`_ready_pointer`): JAX's ``__cuda_array_interface__``, which the protocol read would take,
+        neither waits for the array nor names the stream it is written on."""
+        if x.__dlpack_device__()[0] == DLPACK_CPU:
+            return None
+        shape = tuple(x.shape)
+        return DeviceView(_ready_pointer(x), str(x.dtype), shape, c_strides(shape), x)
 
     def to_numpy(self, x):
         return np.asarray(x)

@@ -113,9 +113,12 @@ class TorchAdapter(Adapter):
         # A torch.func wrapper (vmap's batched tensor, grad's/jvp's tracking tensor) has the sizes of one sample:
         # its key must not find a plain tensor's plan (the Torch integration takes those calls)
         if x.is_conj() or x.is_neg():
-            if not x.is_cpu:  # executors take a copy made per call (see info): no key, the full route each time
-                raise TypeError("no call key for a lazy conjugate/negative view on a device")
-            # on the CPU the plan is the same (Torch's operations honour the view); the key tells them apart anyway
+            if not x.is_cpu and (x.is_neg() or (x.requires_grad and _grad_enabled())):
+                # executors take a copy made per call (see info): no key, the full route each time
+                raise TypeError("no call key for a lazy negative (or recorded conjugate) view on a device")
+            # on the CPU the plan is the same (Torch's operations honour the view); on a device a conjugate view is
+            # described by its memory where the plan folds the conjugation in (info_conjugated), and such a plan
+            # alone is kept under the key (one made on a copy of its values is not: the route's _plan_with)
             return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.is_meta,
                     x.requires_grad and _grad_enabled(), _functorch_wrapped(x), x.is_conj(), x.is_neg())  # fmt: skip
         return (x.dtype, x.size(), x.stride(), x.get_device(), x.is_cuda, x.is_meta,
@@ -498,6 +501,10 @@ class TorchDeviceOps:
     def conj(self, x):
         """A new tensor of ``x``'s complex conjugates, in its memory (``conj_physical``: not a lazy view)."""
         return self.mod.conj_physical(x)
+
+    def memory(self, x):
+        """``x``'s memory as it lies: a lazy conjugate view's bit cleared (the same memory), else ``x``."""
+        return x.conj() if x.is_conj() else x
 
     def empty(self, shape, dtype: str, device_index: int | None = None):
         """A new tensor on CUDA device ``device_index`` (None: the current one)."""

@@ -48,6 +48,7 @@ __all__ = [
     "storage_shape",
     "as_kind",
     "make_view",
+    "same_stream",
 ]
 
 
@@ -61,7 +62,11 @@ class DeviceView:
 
 
 def view(x: Any, framework: str) -> DeviceView:
-    """Pointer, dtype, shape and strides of device array ``x`` owned by ``framework``."""
+    """Pointer, dtype, shape and strides of device array ``x`` owned by ``framework``, readable by any launch that
+    follows: the framework's adapter's view (which waits where the framework computes on streams of its own, as
+    JAX does); else ``__cuda_array_interface__``, the producer's stream (v3's ``"stream"``) synchronised first
+    where it names one; else DLPack (``__dlpack__()``: the producer makes the data ready for the legacy default
+    stream, which orders before every later launch)."""
     ad = adapter_named(framework)
     v = None if ad is None else ad.device_view(x)  # a framework's own arrays (Torch, CuPy)
     if v is not None:
@@ -71,6 +76,9 @@ def view(x: Any, framework: str) -> DeviceView:
     except Exception:  # noqa: BLE001 - absent, or refused for this dtype (jaxlib's bfloat16 buffers): try DLPack
         cai = None
     if cai is not None:
+        producer = cai.get("stream")
+        if producer is not None:  # CAI v3: the producer's stream, to be synchronised on before the data is read
+            runtime.synchronize(int(producer))
         dtype, itemsize = interface_dtype(cai["typestr"])
         shape = tuple(cai["shape"])
         st = cai.get("strides")
@@ -188,11 +196,18 @@ class CudaArray:
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of this memory (keeps it alive), so any framework's ``from_dlpack`` imports it.
-        Work queued on the allocation's stream is finished first when the consumer names another stream."""
+
+        The work queued on the stream the memory was written on is finished first (the host waits for it) unless
+        the consumer reads on that same stream or asks for no synchronisation (``stream=-1``): for any other stream
+        it names, and for ``stream=None`` (DLPack's "the legacy default stream", also what JAX passes where its
+        client cannot name its own, which it then reads on unordered). The host waits rather than ordering the
+        consumer's stream after an event: the call that wrote this memory may have read operands that their
+        framework frees and reuses as soon as the call returns (a JAX cast made for the call, XLA's allocator
+        ordered on XLA's streams only), so the work must be over when the result is handed back."""
         if copy:
             raise BufferError("CudaArray exports its memory without copying (copy=True is not supported)")
-        if stream is not None and stream != -1 and stream != self._stream and self.ptr:
-            runtime.check(runtime.cudart().cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+        if self.ptr and not same_stream(stream, self._stream):
+            runtime.synchronize(self._stream)
         kind, index = self.__dlpack_device__()
         return capsule(self.ptr, self.shape, self.strides_elems, self.dtype, kind, index, self)
 
@@ -210,7 +225,8 @@ class CudaArray:
 
     def view_as(self, shape: tuple[int, ...], strides: tuple[int, ...], offset_elems: int = 0) -> CudaArray:
         """A view of this memory (keeps it alive)."""
-        return CudaArray(shape, self.dtype.name, strides, base=self, ptr=self.ptr + offset_elems * self.dtype.itemsize)
+        ptr = self.ptr + offset_elems * self.dtype.itemsize
+        return CudaArray(shape, self.dtype.name, strides, stream=self._stream, base=self, ptr=ptr)
 
     def copy_to_host(self) -> np.ndarray:
         """Synchronous copy to a NumPy array (for tests and debugging)."""
@@ -239,6 +255,25 @@ class CudaArray:
 
     def __repr__(self) -> str:
         return f"<nvdispatch CudaArray shape={self.shape} dtype={self.dtype.name} ptr={self.ptr:#x}>"
+
+
+#: DLPack's and the CUDA array interface's names of the legacy default stream (0 is CUDA's own handle of it)
+_LEGACY = (0, 1)
+
+
+def same_stream(consumer: Any, producer: int) -> bool:
+    """Whether a consumer reading on ``consumer`` (a DLPack ``stream=`` value: a handle, 1 or 2 for the legacy or
+    per-thread default stream, -1 for "no synchronisation", None for DLPack's default) needs no wait for work
+    queued on ``producer`` (a raw handle, 0 the legacy default stream): it asked for none, or reads on that stream.
+
+    >>> same_stream(1, 0), same_stream(-1, 7), same_stream(7, 7), same_stream(None, 0), same_stream(2, 0)
+    (True, True, True, False, False)
+    """
+    if consumer is None:
+        return False
+    if consumer == -1 or consumer == producer:
+        return True
+    return consumer in _LEGACY and producer in _LEGACY
 
 
 def _span(shape, strides) -> int:

@@ -343,7 +343,10 @@ class LtMatmulPlan(LtPlanBase):
         p, xp = self.problem, self._xp
         sig = p.a if o.source == "a" else p.b
         vec = (o.source == "a" and p.a_vector) or (o.source == "b" and p.b_vector)
-        y = xp.astype(as_xp(x, self.framework, xp.name), p.result_dtype)
+        y = as_xp(x, self.framework, xp.name)
+        if sig.conj:  # read by its memory: a cached call hands the plan the caller's lazy conjugate view itself
+            y = xp.memory(y)
+        y = xp.astype(y, p.result_dtype)
         if o.conj_copy:  # x's memory holds the conjugates of its values
             y = xp.conj(y)
         if vec:

@@ -107,11 +107,17 @@ class LtPlanBase:
 
     # -- execution and memory ----------------------------------------------------------------------------
     def execute(self, operands, stream=None):
-        """Queue the matmul on ``stream`` (default: the operands' framework's current stream)."""
+        """Queue the matmul on ``stream`` (default: the operands' framework's current stream; the legacy default
+        stream for a framework without streams of its own, JAX's or raw CUDA arrays, on which the CuPy/Torch helper
+        viewing them then runs its copies too, not on its own current stream)."""
         if stream is None:
             current = self._current_stream
-            return self._execute(operands, current() if current is not None else 0)
-        sp = stream if type(stream) is int else stream_pointer(stream, self.framework, self.device_index)
+            xp = self._xp
+            if current is not None or xp is None or xp.name == self.framework:
+                return self._execute(operands, current() if current is not None else 0)
+            sp = 0
+        else:
+            sp = stream if type(stream) is int else stream_pointer(stream, self.framework, self.device_index)
         helper = self._xp.name if self._xp is not None else ""  # the framework's own, or the one viewing its arrays
         with framework_stream(helper, sp, self.device_index):
             return self._execute(operands, sp)

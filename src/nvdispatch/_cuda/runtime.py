@@ -26,6 +26,7 @@ __all__ = [
     "malloc_async",
     "free_async",
     "pointer_device",
+    "synchronize",
     "bind_context",
     "copy_to_host",
     "EventTimer",
@@ -94,6 +95,12 @@ def malloc_async(nbytes: int, stream: int) -> int:
 def free_async(ptr: int, stream: int) -> None:
     """``cudaFreeAsync``: the memory is released once the work queued on ``stream`` before it is done."""
     check(cudart().cudaFreeAsync(ptr, stream), "cudaFreeAsync")
+
+
+def synchronize(stream: int) -> None:
+    """Wait on the host for the work queued on raw ``stream`` (0, and CUDA's 1: the legacy default stream; 2:
+    the per-thread one)."""
+    check(cudart().cudaStreamSynchronize(stream), "cudaStreamSynchronize")
 
 
 _bound = threading.local()

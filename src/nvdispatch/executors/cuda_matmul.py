@@ -109,18 +109,20 @@ def _zero_size(problem: MatmulProblem) -> bool:
 
 
 #: the epilogs a plan may read a conjugated operand under (cuBLASLt's op C): those that do not reduce over ``a`` or
-#: ``b`` themselves (BGRADA/BGRADB would sum the operand as its memory holds it); complex products take no other
+#: ``b`` themselves (BGRADA/BGRADB would sum the operand as its memory holds it, natively or in the inplace plan's
+#: operations); complex products take no other
 CONJ_FOLDING_EPILOGS = frozenset({"DEFAULT", "BIAS"})
 
 
 def folds_conjugates(problem: MatmulProblem, strategy: str) -> bool:
-    """Whether ``strategy``'s plan reads ``problem``'s operands marked ``conj`` conjugating them: the ``native`` plan
-    (one ``cublasLtMatmul``) of a non-empty, non-FP8 product without a reducing epilog, which reads such an operand
-    with op C where its layout is a transposed one (``a.mH``, ``b.mH``) and conjugates it in the copy it makes
-    otherwise (:func:`nvdispatch._cuda.lt_setup.setup`). The ``inplace`` fallback and zero-size products take
-    copies of the values instead (the route makes them)."""
+    """Whether ``strategy``'s plan reads ``problem``'s operands marked ``conj`` conjugating them: a non-empty, non-FP8
+    product without a reducing epilog, whose ``cublasLtMatmul`` (the ``native`` plan's, or the unfused one the
+    ``inplace`` plan adds the bias after, where cuBLASLt has no fused kernel: a complex BIAS, say) reads such an
+    operand with op C where its layout is a transposed one (``a.mH``, ``b.mH``) and conjugates it in the copy it
+    makes otherwise (:func:`nvdispatch._cuda.lt_setup.setup`). Zero-size products, built by CuPy/Torch operations,
+    take copies of the values instead (the route makes them)."""
     return (
-        strategy == "native"
+        strategy in ("native", "inplace")
         and problem.quantization is None
         and not problem.autograd
         and not _zero_size(problem)

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _fft_callbacks
 from .._adapters import adapter_for
+from .._copying_plan import CopyingPlan
 from .._detect import detect
 from .._execute import run, run_direct
 from .._fft_problem import FUNCS, NORMS, FFTProblem, build_fft_problem, resolve_axes
@@ -22,6 +23,7 @@ from .._route import (
     keep_any_length,
     keep_or_select,
     placement,
+    plan_key,
     refuse_recorded_call,
 )
 from .._strides import overlapping
@@ -339,8 +341,13 @@ class FFT:
                 sel = keep_or_select(selections.get(direction), op, problem)
                 strategy = choose_strategy(sel.executor, op, problem)
                 key = None if sel.coerce or with_callbacks else call_key
-                plan = acquire_plan(sel.executor, op, problem, strategy, key)
-                if key is not None and any_length_key is not None:
+                # a plan made on a copy of a lazy view's values: the key finds it behind a CopyingPlan (the view's
+                # next call must copy anew; the plan itself would read the view's memory)
+                copied = key is not None and info.materialized
+                plan = acquire_plan(sel.executor, op, problem, strategy, None if copied else key)
+                if copied:
+                    _keep_copying_plan(plan, key, sel.executor, op, problem, strategy, self._x)
+                elif key is not None and any_length_key is not None:
                     given = self._call[1] is not None or self._call[3] is not None  # n or s
                     keep_any_length(plan, sel, op, any_length_key, given)
                 try:
@@ -499,6 +506,22 @@ class FFT:
     def __repr__(self) -> str:
         state = "freed" if self._freed else ("planned" if self._holds else "not planned")
         return f"<nvdispatch.fft.FFT {self._fft_type} {state} executor={self.executor}>"
+
+
+def _keep_copying_plan(plan, call_key, executor, op: str, problem, strategy: str, x) -> None:
+    """Keep under ``call_key`` the :class:`~nvdispatch._copying_plan.CopyingPlan` of ``plan`` (made on a copy of the
+    values of ``x``, a lazy view, which its adapter makes anew at each call; on a call's ``stream=`` on a GPU)."""
+    ad = adapter_for(x)
+    device = problem.device
+
+    def make(_tuning):
+        on_stream = None
+        if device.kind == "cuda":
+            on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
+        return CopyingPlan(plan, plan_cache.hold(plan), ("x",), ("x",), on_stream)
+
+    kept = plan_cache.acquire_or_create(("copying", plan_key(executor, op, problem, strategy)), make, alias=call_key)
+    plan_cache.let_go(kept)
 
 
 def run_stateless(func: str, x, n, axis, s, axes, norm, callbacks, call_key, stream, any_length_key=None):

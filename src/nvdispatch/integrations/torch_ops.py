@@ -330,7 +330,7 @@ def call_matmul(a, b, c, alpha, beta, epilog, inputs, options, preferences, scal
     op_epilog = _KEEP_PRE_ACTIVATION.get(name, name) if recorded or transformed else name
     if recorded and call_key is not None and not transformed and not torch.compiler.is_compiling():
         named = _named(bias, relu_aux, gelu_aux)
-        if torch_recorded.keeps(a, alpha, c, beta, named, options, preferences, scales):
+        if torch_recorded.keeps(a, b, alpha, c, beta, named, options, preferences, scales):
             return _run_recorded(call_key, a, b, named, op_epilog, name)
     outs = _call(
         "matmul",

@@ -11,7 +11,8 @@ it has one). Neither the route's miss path nor the public function is taken agai
 
 Kept only where the key fixes every argument of the operator but the arrays (:func:`keeps`): alpha the int 1; no
 ``c``, ``beta``, options, preferences or quantization scales; at most one epilog input; no autocast region (whose
-casts the operator's autocast kernel makes). Other recorded calls take the operator's full path every time.
+casts the operator's autocast kernel makes); no lazy conjugate/negative view on a device (whose values the
+unrecorded call copies anew each time). Other recorded calls take the operator's full path every time.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ __all__ = ["RecordedMatmul", "RecordedMatmulPlan", "keeps", "acquire"]
 _INPUTS = ("bias", "relu_aux", "gelu_aux")
 
 
-def keeps(a, alpha, c, beta, inputs: dict, options, preferences, scales) -> bool:
+def keeps(a, b, alpha, c, beta, inputs: dict, options, preferences, scales) -> bool:
     """Whether a recorded call with these arguments may be served by a :class:`RecordedMatmulPlan` kept under its
     key (see the module notes)."""
     if alpha.__class__ is not int or alpha != 1 or c is not None or beta is not None or len(inputs) > 1:
         return False
+    if not a.is_cpu and any(x.is_conj() or x.is_neg() for x in (a, b)):
+        return False  # a lazy view on a device: the unrecorded plan is made on a copy of its values, per call
     if options is not None or preferences is not None or scales is not None:
         return False
     device_type = a.device.type
