@@ -20,8 +20,8 @@
  * backend registry's current_state() and global_key (and the state's key), a handle entry's pinless, a plan's
  * direct.
  *
- * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct) and _hotpath_ffi.c's
- * XLA FFI handler (ffi_handler and its plan table).
+ * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct), _hotpath_ffi.c's
+ * XLA FFI handler (ffi_handler and its plan table) and _hotpath_reading.c's precision readings (make_reading).
  *
  * The stable ABI (Py_LIMITED_API 3.10): one build serves every CPython from 3.10 on.
  */
@@ -436,6 +436,7 @@ int nvd_add_cufft(PyObject *module); /* _hotpath_cufft.c: the cuFFT launch */
 int nvd_add_ffi(PyObject *module);   /* _hotpath_ffi.c: the XLA FFI handler and its plan table */
 int nvd_add_epilog(PyObject *module); /* _hotpath_epilog.c: the CPU bias + activation sweep */
 int nvd_add_launch(PyObject *module); /* _hotpath_launch.c: prepared kernel launches (cuLaunchKernel) */
+int nvd_add_reading(PyObject *module); /* _hotpath_reading.c: precision settings read without a Python frame */
 
 static PyMethodDef methods[] = {
     {"make_matmul_front", make_matmul_front, METH_O,
@@ -472,7 +473,7 @@ PyInit__hotpath(void)
         return NULL;
     if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_fft(module) < 0 ||
         nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0 || nvd_add_epilog(module) < 0 ||
-        nvd_add_launch(module) < 0) {
+        nvd_add_launch(module) < 0 || nvd_add_reading(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

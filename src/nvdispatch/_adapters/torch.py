@@ -9,6 +9,7 @@ import operator
 import sys
 from typing import Any
 
+from .._compiled import hotpath
 from .._cuda.arrays import DeviceView, storage_shape
 from .._memory import CUDA, TORCH_TENSOR
 from .._precision import PrecisionConvention
@@ -50,7 +51,10 @@ def tf32_allowed() -> bool:
 
 
 def _make_precision_key():
-    """The Torch adapter's ``precision_key``: Torch's C getters bound once (Torch is imported: its tensors exist)."""
+    """The Torch adapter's ``precision_key``: Torch's C getters bound once (Torch is imported: its tensors exist).
+    Where the extension is built, the common reading (no autocast region: the TF32 switch and the CPU's matmul
+    precision) is one compiled call of those getters (``_hotpath.make_reading``: no Python frame per call), and
+    every other case this function's own Python reading, which gives the same tuple for the same settings."""
     C = sys.modules["torch"]._C
     tf32 = C._get_cublas_allow_tf32
     getter = C._get_fp32_precision_getter  # the CPU's (oneDNN's) float32 matmul precision, "none" where unset
@@ -67,7 +71,11 @@ def _make_precision_key():
             return allowed, cpu
         return allowed, cpu, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
 
-    return precision_key
+    compiled = hotpath()
+    if compiled is None:
+        return precision_key
+    # gate: an autocast region (the Python reading adds its dtypes); a RuntimeError from tf32(): the Python reading
+    return compiled.make_reading(any_autocast, ((tf32, ()), (getter, ("mkldnn", "matmul"))), precision_key)
 
 
 class TorchAdapter(Adapter):
