@@ -20,6 +20,10 @@
  * backend registry's current_state() and global_key (and the state's key), a handle entry's pinless, a plan's
  * direct.
  *
+ * A repeated call's form is built once: the front keeps its last few forms (KEPT_FORMS) and looks a call up under
+ * the kept one whose items are the call's own objects (classes, epilog, alpha's class, backend keys, and the
+ * precision reading, which _hotpath_reading.c returns as the same tuple while the settings stay the same).
+ *
  * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct), _hotpath_ffi.c's
  * XLA FFI handler (ffi_handler and its plan table) and _hotpath_reading.c's precision readings (make_reading).
  *
@@ -34,7 +38,7 @@ static const char *const PART_NAMES[] = {
 };
 /* the route's arguments (route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream,
  * quantization_scales, memo_checked)) and the run step's operands (linalg._operands) follow the common parts */
-enum { OPERANDS = N_COMMON_PARTS, N_PARTS };
+enum { OPERANDS = N_COMMON_PARTS, N_PARTS, KEPT = N_PARTS /* the kept forms (make_matmul_front adds them) */ };
 enum {
     ROUTE = P_ROUTE,
     CLASSES = P_CLASSES,
@@ -125,6 +129,59 @@ nvd_backend_keys(PyObject *self, PyObject **state_key, PyObject **global_key)
     return 0;
 }
 
+/* forms kept per front: a call's form is built once while what it holds stays the same objects */
+#define KEPT_FORMS 4
+
+/* whether x and y are the same object, or tuples of the same objects (a form's classes part: Parameters beside
+ * tensors) */
+static int
+same_part(PyObject *x, PyObject *y)
+{
+    if (x == y)
+        return 1;
+    if (!PyTuple_CheckExact(x) || !PyTuple_CheckExact(y) || PyTuple_Size(x) != PyTuple_Size(y))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(x); i++)
+        if (PyTuple_GetItem(x, i) != PyTuple_GetItem(y, i))
+            return 0;
+    return 1;
+}
+
+/* the form a hit is looked up under, the tuple of items[0..n): one the front kept (self[KEPT]) where its items
+ * are these objects (a tuple item: one holding these objects), else a new one, then kept (a new reference; NULL
+ * with an error) */
+static PyObject *
+form_from(PyObject *self, PyObject *const *items, Py_ssize_t n)
+{
+    /* A kept form equal item by item (by identity: no code runs) is the same key: looking it up hashes it as a new
+     * one would be, and the dict's comparison of it with the key it finds is one of identity. */
+    static Py_ssize_t next; /* the slot a new form replaces (round robin; any slot would do) */
+    PyObject *forms = PyTuple_GetItem(self, KEPT);
+    for (Py_ssize_t i = 0; i < KEPT_FORMS; i++) {
+        PyObject *form = PyList_GetItem(forms, i);
+        if (form == NULL)
+            return NULL;
+        if (!PyTuple_CheckExact(form) || PyTuple_Size(form) != n)
+            continue; /* an empty slot (None), or a form of another size */
+        Py_ssize_t j = 0;
+        while (j < n && same_part(PyTuple_GetItem(form, j), items[j]))
+            j++;
+        if (j == n)
+            return Py_NewRef(form);
+    }
+    PyObject *form = PyTuple_New(n);
+    if (form == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < n; j++)
+        PyTuple_SetItem(form, j, Py_NewRef(items[j]));
+    next = (next + 1) % KEPT_FORMS;
+    if (PyList_SetItem(forms, next, Py_NewRef(form)) < 0) { /* the slot's old form is let go after the swap */
+        Py_DECREF(form);
+        return NULL;
+    }
+    return form;
+}
+
 /* the form a hit is remembered under (nvdispatch._call_key.short_form builds the same tuples) */
 static PyObject *
 form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
@@ -145,8 +202,9 @@ form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, P
     PyObject *skey, *gkey, *form = NULL;
     if (nvd_backend_keys(parts, &skey, &gkey) == 0) {
         PyObject *acls = (PyObject *)Py_TYPE(alpha);
-        form = with_bias ? PyTuple_Pack(7, classes, epilog, s_bias, acls, skey, gkey, precision)
-                         : PyTuple_Pack(6, classes, epilog, acls, skey, gkey, precision);
+        PyObject *biased[] = {classes, epilog, s_bias, acls, skey, gkey, precision};
+        PyObject *plain[] = {classes, epilog, acls, skey, gkey, precision};
+        form = with_bias ? form_from(parts, biased, 7) : form_from(parts, plain, 6);
         Py_DECREF(skey);
         Py_DECREF(gkey);
     }
@@ -421,7 +479,17 @@ nvd_read_parts(PyObject *parts, const char *const *names, Py_ssize_t n, const ch
 static PyObject *
 make_matmul_front(PyObject *module, PyObject *parts)
 {
-    PyObject *self = nvd_read_parts(parts, PART_NAMES, N_PARTS, "make_matmul_front");
+    PyObject *read = nvd_read_parts(parts, PART_NAMES, N_PARTS, "make_matmul_front");
+    PyObject *forms = PyList_New(KEPT_FORMS); /* the kept forms, none yet (see form_from) */
+    PyObject *self = read == NULL || forms == NULL ? NULL : PyTuple_New(N_PARTS + 1);
+    for (Py_ssize_t i = 0; self != NULL && i < N_PARTS; i++)
+        PyTuple_SetItem(self, i, Py_NewRef(PyTuple_GetItem(read, i)));
+    for (Py_ssize_t i = 0; self != NULL && i < KEPT_FORMS; i++)
+        PyList_SetItem(forms, i, Py_NewRef(Py_None));
+    if (self != NULL)
+        PyTuple_SetItem(self, KEPT, Py_NewRef(forms));
+    Py_XDECREF(read);
+    Py_XDECREF(forms);
     if (self == NULL)
         return NULL;
     PyObject *front_fn = PyCFunction_NewEx(&front_def, self, NULL); /* self: the parts, the front's self */
