@@ -19,8 +19,9 @@
 static PyObject *s_plan, *s_users, *s_retired, *s_released, *s_pinless, *s_epoch, *s_hits, *s_move_to_end,
     *s_unpin, *s_count_user, *s_needs_release, *s_release_if_unused;
 
-/* the cache's parts, the functions' self tuple, in this order */
-enum { C_CACHE, C_KEYS, C_LRU, C_USERS, N_CACHE_PARTS };
+/* the cache's parts, the functions' self tuple, in this order: the cache, its _keys, _lru and _users, _lru's
+ * move_to_end (bound once), and the cache's instance dict (its hits counter), or None where it has none */
+enum { C_CACHE, C_KEYS, C_LRU, C_USERS, C_MOVE_TO_END, C_DICT, N_CACHE_PARTS };
 
 /* attribute name of obj as a truth value; -1 with an error set */
 static int
@@ -62,22 +63,26 @@ append_user(PyObject *entry)
 static PyObject *
 hit(PyObject *self, PyObject *entry)
 {
-    PyObject *r = PyObject_CallMethodObjArgs(PyTuple_GetItem(self, C_LRU), s_move_to_end, entry, NULL);
+    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, C_MOVE_TO_END), entry, NULL);
     if (r == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError))
             return NULL;
         PyErr_Clear();
     }
     Py_XDECREF(r);
-    PyObject *cache = PyTuple_GetItem(self, C_CACHE);
-    PyObject *hits = PyObject_GetAttr(cache, s_hits);
-    if (hits == NULL)
+    /* cache.hits += 1, in the instance dict where the attribute lives (PlanCache's is a plain attribute) */
+    PyObject *cache = PyTuple_GetItem(self, C_CACHE), *dict = PyTuple_GetItem(self, C_DICT);
+    PyObject *hits = dict != Py_None ? PyDict_GetItemWithError(dict, s_hits) : NULL;
+    if (hits != NULL)
+        Py_INCREF(hits);
+    else if (PyErr_Occurred() || (hits = PyObject_GetAttr(cache, s_hits)) == NULL)
         return NULL;
     PyObject *one = PyLong_FromLong(1);
     PyObject *more = one == NULL ? NULL : PyNumber_Add(hits, one);
     Py_XDECREF(one);
     Py_DECREF(hits);
-    if (more == NULL || PyObject_SetAttr(cache, s_hits, more) < 0) {
+    if (more == NULL ||
+        (dict != Py_None ? PyDict_SetItem(dict, s_hits, more) : PyObject_SetAttr(cache, s_hits, more)) < 0) {
         Py_XDECREF(more);
         return NULL;
     }
@@ -280,6 +285,29 @@ make_cache_calls(PyObject *module, PyObject *cache)
         }
         PyTuple_SetItem(self, i + 1, part);
     }
+    PyObject *move = PyObject_GetAttr(PyTuple_GetItem(self, C_LRU), s_move_to_end);
+    if (move == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    PyTuple_SetItem(self, C_MOVE_TO_END, move);
+    /* the instance dict, where `hits` is kept (the type's own attribute, a property say, would come first: then
+     * the attribute is read and set by name) */
+    PyObject *dict = PyObject_GenericGetDict(cache, NULL);
+    if (dict == NULL) {
+        PyErr_Clear();
+        dict = Py_NewRef(Py_None);
+    }
+    else {
+        PyObject *own = PyObject_GetAttr((PyObject *)Py_TYPE(cache), s_hits);
+        if (own != NULL) { /* a class attribute named hits: keep to the attribute protocol */
+            Py_DECREF(own);
+            Py_DECREF(dict);
+            dict = Py_NewRef(Py_None);
+        }
+        PyErr_Clear();
+    }
+    PyTuple_SetItem(self, C_DICT, dict);
     PyObject *calls = PyTuple_New(4);
     PyMethodDef *defs[] = {&acquire_def, &acquire_handle_def, &pin_def, &let_go_def};
     for (int i = 0; calls != NULL && i < 4; i++) {
