@@ -25,7 +25,8 @@
  * precision reading, which _hotpath_reading.c returns as the same tuple while the settings stay the same).
  *
  * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct), _hotpath_ffi.c's
- * XLA FFI handler (ffi_handler and its plan table) and _hotpath_reading.c's precision readings (make_reading).
+ * XLA FFI handler (ffi_handler and its plan table), _hotpath_reading.c's precision readings (make_reading) and
+ * make_bias_last (a plan's direct call over an op taking the bias first).
  *
  * The stable ABI (Py_LIMITED_API 3.10): one build serves every CPython from 3.10 on.
  */
@@ -450,6 +451,32 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* bias_last(a, b, bias) -> fn(bias, a, b): a plan's direct call (bias last) over an op taking the bias first
+ * (Torch's addmm, _addmm_activation), without the Python frame of a lambda reordering them */
+static PyObject *
+bias_last(PyObject *fn, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "direct(a, b, bias) takes 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    return PyObject_CallFunctionObjArgs(fn, args[2], args[0], args[1], NULL);
+}
+
+static PyMethodDef bias_last_def = {"direct", (PyCFunction)(void (*)(void))bias_last, METH_FASTCALL,
+                                    "direct(a, b, bias) -> fn(bias, a, b) (see nvdispatch._hotpath.make_bias_last)"};
+
+/* make_bias_last(fn) -> direct */
+static PyObject *
+make_bias_last(PyObject *module, PyObject *fn)
+{
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "make_bias_last: expected a callable");
+        return NULL;
+    }
+    return PyCFunction_NewEx(&bias_last_def, fn, NULL);
+}
+
 static PyMethodDef front_def = {"matmul_front", (PyCFunction)(void (*)(void))front, METH_FASTCALL,
                                 "nvdispatch.matmul's route with its hit compiled (see _hotpath.c)."};
 
@@ -507,6 +534,9 @@ int nvd_add_launch(PyObject *module); /* _hotpath_launch.c: prepared kernel laun
 int nvd_add_reading(PyObject *module); /* _hotpath_reading.c: precision settings read without a Python frame */
 
 static PyMethodDef methods[] = {
+    {"make_bias_last", make_bias_last, METH_O,
+     "make_bias_last(fn) -> direct: direct(a, b, bias) calls fn(bias, a, b) (a plan's direct call over an op "
+     "taking the bias first, with no Python frame)"},
     {"make_matmul_front", make_matmul_front, METH_O,
      "make_matmul_front(parts) -> front: matmul's route with its hit compiled; parts has the attributes route, "
      "classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory, operands "
