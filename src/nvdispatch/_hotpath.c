@@ -262,20 +262,18 @@ nvd_reraise(PyObject *self)
 }
 
 PyObject *
-nvd_let_go(PyObject *self, PyObject *plan, PyObject *result)
+nvd_let_go(PyObject *self, PyObject *plan, PyObject *held, PyObject *result)
 {
     /* let_go runs with the run's error, if any, put aside (a finally block) */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_LET_GO), plan, NULL);
-    if (r == NULL) {
+    if (nvd_let_go_entry(PyTuple_GetItem(self, P_LET_GO), held, plan) < 0) {
         Py_XDECREF(result);
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(tb);
         return NULL;
     }
-    Py_DECREF(r);
     PyErr_Restore(type, value, tb);
     return result;
 }
@@ -293,10 +291,10 @@ nvd_log_hit(PyObject *self, PyObject *what, PyObject *plan, PyObject *key)
 
 /* a repeated call whose guard passes: its plan, acquired (pinned where the cache pins it); NULL with no error
  * set when there is none (the route then serves the call); *pinned tells whether to let go (the route skips
- * let_go, a no-op, for a plan the cache does not pin) */
+ * let_go, a no-op, for a plan the cache does not pin), *held the entry to let go by (a new reference) */
 PyObject *
 nvd_memo_hit(PyObject *self, PyObject *memo, PyObject *form, PyObject *const *arrays, Py_ssize_t n, int *pinned,
-             int *tried)
+             PyObject **held, int *tried)
 {
     PyObject *handles = PyObject_GetAttr(memo, s_handles);
     if (handles == NULL)
@@ -320,18 +318,16 @@ nvd_memo_hit(PyObject *self, PyObject *memo, PyObject *form, PyObject *const *ar
         if (passed < 0)
             break;
         if (passed) {
-            plan = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_ACQUIRE_HANDLE), entry, epoch, NULL);
+            int pinless;
+            plan = nvd_acquire_handle(PyTuple_GetItem(self, P_ACQUIRE_HANDLE), entry, epoch, &pinless);
             if (plan == Py_None) { /* stale: the route takes the call's key and remembers the new handle */
                 Py_DECREF(plan);
                 plan = NULL;
             }
             else if (plan != NULL) {
                 /* let_go is a no-op for a plan the cache does not pin: skipping it is only a saving */
-                PyObject *pinless = PyObject_GetAttr(entry, s_pinless);
-                *pinned = pinless != Py_True;
-                if (pinless == NULL)
-                    PyErr_Clear();
-                Py_XDECREF(pinless);
+                *pinned = !pinless;
+                *held = pinless ? NULL : Py_NewRef(entry);
             }
             break;
         }
@@ -414,11 +410,11 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(entry);
     Py_XDECREF(which);
     int pinned = 1, tried = 0;
-    PyObject *plan = NULL;
+    PyObject *plan = NULL, *held = NULL; /* held: the entry a memo hit pinned its plan by */
     PyObject *arrays[3] = {a, b, bias};
     Py_ssize_t narrays = bias == NULL ? 2 : 3;
     if (form != NULL) /* the memo's handles, behind their guards; else the call key */
-        plan = memo != Py_None ? nvd_memo_hit(parts, memo, form, arrays, narrays, &pinned, &tried)
+        plan = memo != Py_None ? nvd_memo_hit(parts, memo, form, arrays, narrays, &pinned, &held, &tried)
                                : nvd_key_hit(parts, sig, form, arrays, narrays);
     Py_DECREF(sig);
     Py_DECREF(memo);
@@ -446,7 +442,8 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_XDECREF(bias);
     if (pinned)
-        result = nvd_let_go(parts, plan, result);
+        result = nvd_let_go(parts, plan, held, result);
+    Py_XDECREF(held);
     Py_DECREF(plan);
     return result;
 }

@@ -93,9 +93,10 @@ hit(PyObject *self, PyObject *entry)
 /* pin entry unless it is pinless, then check it is still good (retired: no; epoch, where given, unchanged):
  * 1 pinned or pinless and good, 0 not good (unpinned again), -1 with an error */
 static int
-pin_and_check(PyObject *self, PyObject *entry, PyObject *epoch)
+pin_and_check(PyObject *self, PyObject *entry, PyObject *epoch, int *was_pinless)
 {
     int pinless = flag(entry, s_pinless);
+    *was_pinless = pinless > 0;
     if (pinless)
         return pinless < 0 ? -1 : 1;
     if (append_user(entry) < 0) /* pin first, then check: eviction sets `retired` first, then reads users */
@@ -134,11 +135,42 @@ cache_acquire(PyObject *self, PyObject *key)
         Py_RETURN_NONE;
     }
     Py_INCREF(entry); /* ours for the call: another thread may drop the key meanwhile */
-    int good = pin_and_check(self, entry, NULL);
+    int pinless;
+    int good = pin_and_check(self, entry, NULL, &pinless);
     PyObject *plan = good > 0 ? hit(self, entry) : NULL;
     Py_DECREF(entry);
     if (good == 0)
         Py_RETURN_NONE;
+    return plan;
+}
+
+/* PlanCache.acquire_handle's steps: the plan or None (new references; NULL with an error), *pinless: whether
+ * the entry is one the cache does not pin (its plan then needs no let go) */
+static PyObject *
+acquire_by_handle(PyObject *self, PyObject *entry, PyObject *epoch, int *pinless)
+{
+    *pinless = 0;
+    PyObject *now = PyObject_GetAttr(entry, s_epoch);
+    int stale = now == NULL ? -1 : PyObject_RichCompareBool(now, epoch, Py_NE);
+    Py_XDECREF(now);
+    if (stale)
+        return stale < 0 ? NULL : Py_NewRef(Py_None);
+    int good = pin_and_check(self, entry, epoch, pinless);
+    if (good <= 0)
+        return good < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *plan = hit(self, entry);
+    if (plan == NULL && !*pinless) { /* the pin is undone, the error kept */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        int undone = unpin_in_python(self, entry);
+        if (undone < 0) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            return NULL;
+        }
+        PyErr_Restore(type, value, tb);
+    }
     return plan;
 }
 
@@ -150,16 +182,8 @@ cache_acquire_handle(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "acquire_handle(entry, epoch) takes 2 arguments, got %zd", nargs);
         return NULL;
     }
-    PyObject *entry = args[0], *epoch = args[1];
-    PyObject *now = PyObject_GetAttr(entry, s_epoch);
-    int stale = now == NULL ? -1 : PyObject_RichCompareBool(now, epoch, Py_NE);
-    Py_XDECREF(now);
-    if (stale)
-        return stale < 0 ? NULL : Py_NewRef(Py_None);
-    int good = pin_and_check(self, entry, epoch);
-    if (good <= 0)
-        return good < 0 ? NULL : Py_NewRef(Py_None);
-    return hit(self, entry);
+    int pinless;
+    return acquire_by_handle(self, args[0], args[1], &pinless);
 }
 
 /* the entry of plan in the cache's users (borrowed), when it is plan's; NULL with or without an error */
@@ -180,13 +204,10 @@ entry_of(PyObject *self, PyObject *plan)
     return its == plan ? entry : NULL;
 }
 
-/* let_go(plan): PlanCache.let_go */
-static PyObject *
-cache_let_go(PyObject *self, PyObject *plan)
+/* let_go's steps on the entry a call pinned: 0, or -1 with an error */
+static int
+unpin_entry(PyObject *self, PyObject *entry)
 {
-    PyObject *entry = entry_of(self, plan);
-    if (entry == NULL)
-        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     Py_INCREF(entry);
     int pinless = flag(entry, s_pinless);
     int done = 0;
@@ -217,7 +238,17 @@ cache_let_go(PyObject *self, PyObject *plan)
         Py_XDECREF(users);
     }
     Py_DECREF(entry);
-    if (pinless < 0 || done < 0)
+    return pinless < 0 || done < 0 ? -1 : 0;
+}
+
+/* let_go(plan): PlanCache.let_go */
+static PyObject *
+cache_let_go(PyObject *self, PyObject *plan)
+{
+    PyObject *entry = entry_of(self, plan);
+    if (entry == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    if (unpin_entry(self, entry) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -256,6 +287,42 @@ cache_pin(PyObject *self, PyObject *plan)
             Py_RETURN_NONE;
     }
     return PyObject_CallMethodObjArgs(PyTuple_GetItem(self, C_CACHE), s_count_user, plan, NULL);
+}
+
+/* the self of fn where fn is this file's compiled `which` (a function of make_cache_calls), else NULL */
+static PyObject *
+compiled_self(PyObject *fn, PyCFunction which)
+{
+    return PyCFunction_Check(fn) && PyCFunction_GetFunction(fn) == which ? PyCFunction_GetSelf(fn) : NULL;
+}
+
+PyObject *
+nvd_acquire_handle(PyObject *fn, PyObject *entry, PyObject *epoch, int *pinless)
+{
+    PyObject *self = compiled_self(fn, (PyCFunction)(void (*)(void))cache_acquire_handle);
+    if (self != NULL)
+        return acquire_by_handle(self, entry, epoch, pinless);
+    PyObject *plan = PyObject_CallFunctionObjArgs(fn, entry, epoch, NULL);
+    *pinless = 0;
+    if (plan != NULL && plan != Py_None) { /* an acquire_handle of Python's: the entry says */
+        PyObject *v = PyObject_GetAttr(entry, s_pinless);
+        *pinless = v == Py_True;
+        if (v == NULL)
+            PyErr_Clear();
+        Py_XDECREF(v);
+    }
+    return plan;
+}
+
+int
+nvd_let_go_entry(PyObject *fn, PyObject *entry, PyObject *plan)
+{
+    PyObject *self = compiled_self(fn, cache_let_go);
+    if (self != NULL && entry != NULL)
+        return unpin_entry(self, entry);
+    PyObject *r = PyObject_CallFunctionObjArgs(fn, plan, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
 }
 
 static PyMethodDef acquire_def = {"acquire", cache_acquire, METH_O, "PlanCache.acquire, compiled"};
