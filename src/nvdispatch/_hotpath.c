@@ -16,9 +16,9 @@
  * make_matmul_front receives ONE object (linalg._FrontParts) and reads its documented attributes once:
  * route, classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory,
  * operands. Per call it reads the attributes of the objects they hold that the Python route reads too:
- * ClassKeys' fields plain, signature, memo, precision (a named tuple: by position), CallKeyMemo.handles, the
- * backend registry's current_state() and global_key (and the state's key), a handle entry's pinless, a plan's
- * direct.
+ * ClassKeys' fields plain, signature, memo, precision, precision_of (a named tuple: by position),
+ * CallKeyMemo.handles, the backend registry's current_state() and global_key (and the state's key), a handle
+ * entry's pinless, a plan's direct.
  *
  * A repeated call's form is built once: the front keeps its last few forms (KEPT_FORMS) and looks a call up under
  * the kept one whose items are the call's own objects (classes, epilog, alpha's class, backend keys, and the
@@ -185,14 +185,22 @@ form_from(PyObject *self, PyObject *const *items, Py_ssize_t n)
 
 /* the form a hit is remembered under (nvdispatch._call_key.short_form builds the same tuples) */
 static PyObject *
-form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
+form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, PyObject *a, PyObject *alpha,
+        int with_bias)
 {
-    /* the reading of the framework's precision settings (ClassKeys.precision: None where it has none) */
+    /* the reading of the framework's precision settings: ClassKeys.precision_of(a) where the adapter reads them
+     * per device, else ClassKeys.precision() (None where it has none) */
+    PyObject *read_of = PyTuple_Size(entry) > KEYS_PRECISION_OF ? PyTuple_GetItem(entry, KEYS_PRECISION_OF) : Py_None;
     PyObject *read = PyTuple_GetItem(entry, KEYS_PRECISION);
-    if (read == NULL)
+    if (read == NULL || read_of == NULL)
         return NULL;
     PyObject *precision;
-    if (read == Py_None) {
+    if (read_of != Py_None) {
+        precision = PyObject_CallFunctionObjArgs(read_of, a, NULL);
+        if (precision == NULL)
+            return NULL;
+    }
+    else if (read == Py_None) {
         precision = Py_NewRef(Py_None);
     }
     else {
@@ -406,7 +414,7 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     Py_XINCREF(bias); /* ours for the call: the dict is the caller's */
     PyObject *which = classes_of(classes, sig, a, b, bias);
     Py_INCREF(entry);
-    PyObject *form = which == NULL ? NULL : form_of(parts, entry, which, epilog, alpha, bias != NULL);
+    PyObject *form = which == NULL ? NULL : form_of(parts, entry, which, epilog, a, alpha, bias != NULL);
     Py_DECREF(entry);
     Py_XDECREF(which);
     int pinned = 1, tried = 0;

@@ -25,7 +25,7 @@ enum {
 };
 
 /* the fields of nvdispatch._call_key.ClassKeys (a named tuple) the fronts read, by position */
-enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO, KEYS_PRECISION = 6, KEYS_RANK_SIGNATURE = 7 };
+enum { KEYS_PLAIN, KEYS_SIGNATURE, KEYS_MEMO, KEYS_PRECISION = 6, KEYS_RANK_SIGNATURE = 7, KEYS_PRECISION_OF = 8 };
 
 /* self: a tuple of the attributes `names` (n of them) of parts, read once; dict-checked where they must be */
 PyObject *nvd_read_parts(PyObject *parts, const char *const *names, Py_ssize_t n, const char *who);

@@ -16,6 +16,9 @@
  *
  * The steps run in order, under the GIL; the kept tuple is replaced whole (a reading running meanwhile on another
  * thread reads or keeps a complete tuple).
+ *
+ * make_reading_by(attribute, if_true, if_false) chooses between two readings by an operand's attribute (Torch's
+ * is_cuda): a call key then holds only the settings a product on that operand's device depends on.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000
@@ -133,7 +136,41 @@ make_reading(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return fn;
 }
 
+/* reading_by(x): self is (attribute, if_true, if_false): if_true() where x.<attribute> is true, else if_false() */
+static PyObject *
+reading_by(PyObject *self, PyObject *x)
+{
+    PyObject *v = PyObject_GetAttr(x, PyTuple_GetItem(self, 0));
+    int which = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    if (which < 0)
+        return NULL;
+    return PyObject_CallNoArgs(PyTuple_GetItem(self, which ? 1 : 2));
+}
+
+static PyMethodDef reading_by_def = {"reading_by", reading_by, METH_O,
+                                     "the reading for a call on x (see nvdispatch._hotpath.make_reading_by)"};
+
+/* make_reading_by(attribute, if_true, if_false) -> reading_by */
+static PyObject *
+make_reading_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "make_reading_by(attribute, if_true, if_false): a str and two callables");
+        return NULL;
+    }
+    PyObject *self = PyTuple_Pack(3, args[0], args[1], args[2]);
+    if (self == NULL)
+        return NULL;
+    PyObject *fn = PyCFunction_NewEx(&reading_by_def, self, NULL);
+    Py_DECREF(self);
+    return fn;
+}
+
 static PyMethodDef reading_methods[] = {
+    {"make_reading_by", (PyCFunction)(void (*)(void))make_reading_by, METH_FASTCALL,
+     "make_reading_by(attribute, if_true, if_false) -> reading(x): if_true() where x.<attribute> is true, else "
+     "if_false() (a reading for the settings a call on x's device depends on)"},
     {"make_reading", (PyCFunction)(void (*)(void))make_reading, METH_FASTCALL,
      "make_reading(gate, steps, fallback) -> reading: reading() is fallback() where gate() is true, else the "
      "tuple of each step's fn(*args) (steps: ((fn, args), ...); fallback() where a step raises), the previous "

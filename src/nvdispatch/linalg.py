@@ -390,7 +390,7 @@ def _route(
     entry = _classes.get(a.__class__)
     if entry is None:
         entry = class_keys(a.__class__)
-    plain, sig, memo, _, _, _, _, _ = entry
+    plain, sig, memo = entry[:3]
     plan = key = learn = form = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
