@@ -940,7 +940,8 @@ class Matmul:
         """Run the planned matmul on the current operands; returns as :func:`matmul` does (the operands'
         framework, on their device)."""
         with self._lock:
-            self._check_planned("execute")
+            if self._freed or self._hold is None:  # (the checks' own calls only where one refuses)
+                self._check_planned("execute")
             plan = self._hold.plan
             plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
             try:
