@@ -15,10 +15,10 @@
  *
  * make_matmul_front receives ONE object (linalg._FrontParts) and reads its documented attributes once:
  * route, classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory,
- * operands. Per call it reads the attributes of the objects they hold that the Python route reads too:
- * ClassKeys' fields plain, signature, memo, precision, precision_of (a named tuple: by position),
- * CallKeyMemo.handles, the backend registry's current_state() and global_key (and the state's key), a handle
- * entry's pinless, a plan's direct.
+ * current_state, operands. Per call it reads the attributes of the objects they hold that the Python route reads
+ * too: ClassKeys' fields plain, signature, memo, precision, precision_of (a named tuple: by position),
+ * CallKeyMemo.handles, the backend registry's global_key and the current state's key, a handle entry's pinless, a
+ * plan's direct.
  *
  * A repeated call's form is built once: the front keeps its last few forms (KEPT_FORMS) and looks a call up under
  * the kept one whose items are the call's own objects (classes, epilog, alpha's class, backend keys, and the
@@ -35,7 +35,7 @@
 /* the attributes of the parts object the front reads, in this order (its self tuple) */
 static const char *const PART_NAMES[] = {
     "route",   "classes",  "backends", "acquire", "acquire_handle", "let_go", "log_levels", "log_hit",
-    "raise_if_out_of_memory", "operands",
+    "raise_if_out_of_memory", "current_state", "operands",
 };
 /* the route's arguments (route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream,
  * quantization_scales, memo_checked)) and the run step's operands (linalg._operands) follow the common parts */
@@ -54,8 +54,7 @@ enum {
 
 #define N_ARGS 11 /* a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales */
 
-static PyObject *s_bias, *s_handles, *s_pinless, *s_direct, *s_execute, *s_key, *s_global_key, *s_current_state,
-    *s_matmul, *i_debug;
+static PyObject *s_bias, *s_handles, *s_pinless, *s_direct, *s_execute, *s_key, *s_global_key, *s_matmul, *i_debug;
 
 /* the whole call through the Python route; memo_checked: the form's handles were tried already */
 static PyObject *
@@ -119,7 +118,7 @@ int
 nvd_backend_keys(PyObject *self, PyObject **state_key, PyObject **global_key)
 {
     PyObject *backends = PyTuple_GetItem(self, P_BACKENDS);
-    PyObject *state = PyObject_CallMethodObjArgs(backends, s_current_state, NULL);
+    PyObject *state = PyObject_CallNoArgs(PyTuple_GetItem(self, P_CURRENT_STATE));
     *state_key = attr(state, s_key);
     Py_XDECREF(state);
     *global_key = *state_key == NULL ? NULL : PyObject_GetAttr(backends, s_global_key);
@@ -544,7 +543,8 @@ static PyMethodDef methods[] = {
      "taking the bias first, with no Python frame)"},
     {"make_matmul_front", make_matmul_front, METH_O,
      "make_matmul_front(parts) -> front: matmul's route with its hit compiled; parts has the attributes route, "
-     "classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory, operands "
+     "classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory, "
+     "current_state, operands "
      "(nvdispatch.linalg._FrontParts)"},
     {NULL, NULL, 0, NULL},
 };
@@ -565,11 +565,10 @@ PyInit__hotpath(void)
     s_execute = PyUnicode_InternFromString("execute");
     s_key = PyUnicode_InternFromString("key");
     s_global_key = PyUnicode_InternFromString("global_key");
-    s_current_state = PyUnicode_InternFromString("current_state");
     s_matmul = PyUnicode_InternFromString("matmul");
     i_debug = PyLong_FromLong(10); /* logging.DEBUG */
     if (!s_bias || !s_handles || !s_pinless || !s_direct || !s_execute || !s_key || !s_global_key ||
-        !s_current_state || !s_matmul || !i_debug)
+        !s_matmul || !i_debug)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)

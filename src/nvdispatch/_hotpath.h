@@ -21,6 +21,7 @@ enum {
     P_LOG_LEVELS,     /* the nvdispatch logger's level cache (a dict) */
     P_LOG_HIT,        /* _route.log_hit */
     P_RAISE_IF_OOM,   /* _execute.raise_if_out_of_memory */
+    P_CURRENT_STATE,  /* the backend registry's current_state (a ContextVar's get), bound once */
     N_COMMON_PARTS
 };
 

@@ -21,7 +21,7 @@
 
 static const char *const FFT_PART_NAMES[] = {
     "route", "classes", "backends", "acquire", "acquire_handle", "let_go", "log_levels", "log_hit",
-    "raise_if_out_of_memory", "any_length",
+    "raise_if_out_of_memory", "current_state", "any_length",
 };
 /* after the common parts: the middle of an any-length key (nvdispatch._call_key.any_length_key) */
 enum { ANY_LENGTH = N_COMMON_PARTS, N_FFT_PARTS };
@@ -231,7 +231,8 @@ static PyMethodDef fft_methods[] = {
      "make_fft_front(parts) -> front(func, a, n, axis, s, axes, norm, out, stream, convention, callbacks): the "
      "transforms' "
      "route with its hit compiled; parts has the attributes route, classes, backends, acquire, acquire_handle, "
-     "let_go, log_levels, log_hit, raise_if_out_of_memory, any_length (nvdispatch.fft._route.TransformFrontParts)"},
+     "let_go, log_levels, log_hit, raise_if_out_of_memory, current_state, any_length "
+     "(nvdispatch.fft._route.TransformFrontParts)"},
     {NULL, NULL, 0, NULL},
 };
 
