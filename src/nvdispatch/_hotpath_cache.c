@@ -4,8 +4,8 @@
  * is built, an instance uses these compiled forms instead (make_cache_calls), so a cached call's lookup and
  * release cost no Python frames: the compiled fronts (_hotpath.c) call them on every hit, and so does the
  * Python route. They follow the Python methods step by step on the same objects: the cache's _keys, _lru
- * and _users and its hits counter, and an entry's documented slots (plan, users, retired, released, pinless,
- * epoch). The rare steps stay the Python methods' own: releasing a retired plan when its last user lets go
+ * and _users, and an entry's documented slots (plan, users, retired, released, pinless, epoch); they count their
+ * hits in C, which the cache's hits property adds to those of its Python steps. The rare steps stay the Python methods' own: releasing a retired plan when its last user lets go
  * (PlanCache._unpin) and counting a user under the lock (PlanCache._count_user).
  *
  * Every step is a C call holding the GIL: a KeyboardInterrupt cannot land between a pin and its check.
@@ -16,12 +16,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static PyObject *s_plan, *s_users, *s_retired, *s_released, *s_pinless, *s_epoch, *s_hits, *s_move_to_end,
+static PyObject *s_plan, *s_users, *s_retired, *s_released, *s_pinless, *s_epoch, *s_move_to_end,
     *s_unpin, *s_count_user, *s_needs_release, *s_release_if_unused;
 
 /* the cache's parts, the functions' self tuple, in this order: the cache, its _keys, _lru and _users, _lru's
- * move_to_end (bound once), and the cache's instance dict (its hits counter), or None where it has none */
-enum { C_CACHE, C_KEYS, C_LRU, C_USERS, C_MOVE_TO_END, C_DICT, N_CACHE_PARTS };
+ * move_to_end (bound once), and the count of hits these steps made (a capsule of a long long: read by the
+ * cache's hits property through the fifth function make_cache_calls returns) */
+enum { C_CACHE, C_KEYS, C_LRU, C_USERS, C_MOVE_TO_END, C_HITS, N_CACHE_PARTS };
+
+static const char *const HITS_NAME = "nvdispatch._hotpath_cache.hits";
 
 /* attribute name of obj as a truth value; -1 with an error set */
 static int
@@ -70,23 +73,10 @@ hit(PyObject *self, PyObject *entry)
         PyErr_Clear();
     }
     Py_XDECREF(r);
-    /* cache.hits += 1, in the instance dict where the attribute lives (PlanCache's is a plain attribute) */
-    PyObject *cache = PyTuple_GetItem(self, C_CACHE), *dict = PyTuple_GetItem(self, C_DICT);
-    PyObject *hits = dict != Py_None ? PyDict_GetItemWithError(dict, s_hits) : NULL;
-    if (hits != NULL)
-        Py_INCREF(hits);
-    else if (PyErr_Occurred() || (hits = PyObject_GetAttr(cache, s_hits)) == NULL)
+    long long *hits = PyCapsule_GetPointer(PyTuple_GetItem(self, C_HITS), HITS_NAME);
+    if (hits == NULL)
         return NULL;
-    PyObject *one = PyLong_FromLong(1);
-    PyObject *more = one == NULL ? NULL : PyNumber_Add(hits, one);
-    Py_XDECREF(one);
-    Py_DECREF(hits);
-    if (more == NULL ||
-        (dict != Py_None ? PyDict_SetItem(dict, s_hits, more) : PyObject_SetAttr(cache, s_hits, more)) < 0) {
-        Py_XDECREF(more);
-        return NULL;
-    }
-    Py_DECREF(more);
+    ++*hits; /* under the GIL, as the Python steps' `self._hits += 1` */
     return PyObject_GetAttr(entry, s_plan);
 }
 
@@ -325,13 +315,30 @@ nvd_let_go_entry(PyObject *fn, PyObject *entry, PyObject *plan)
     return r == NULL ? -1 : 0;
 }
 
+static void
+free_hits(PyObject *capsule)
+{
+    PyMem_Free(PyCapsule_GetPointer(capsule, HITS_NAME));
+}
+
+/* hits(): the hits these steps counted */
+static PyObject *
+cache_hits(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    long long *hits = PyCapsule_GetPointer(PyTuple_GetItem(self, C_HITS), HITS_NAME);
+    return hits == NULL ? NULL : PyLong_FromLongLong(*hits);
+}
+
+static PyMethodDef hits_def = {"hits", cache_hits, METH_NOARGS, "the hits the compiled steps counted"};
+
 static PyMethodDef acquire_def = {"acquire", cache_acquire, METH_O, "PlanCache.acquire, compiled"};
 static PyMethodDef acquire_handle_def = {"acquire_handle", (PyCFunction)(void (*)(void))cache_acquire_handle,
                                          METH_FASTCALL, "PlanCache.acquire_handle, compiled"};
 static PyMethodDef pin_def = {"pin", cache_pin, METH_O, "PlanCache.pin, compiled"};
 static PyMethodDef let_go_def = {"let_go", cache_let_go, METH_O, "PlanCache.let_go, compiled"};
 
-/* make_cache_calls(cache) -> (acquire, acquire_handle, pin, let_go) working on cache's _keys, _lru, _users */
+/* make_cache_calls(cache) -> (acquire, acquire_handle, pin, let_go, hits) working on cache's _keys, _lru, _users;
+ * hits() is the count of hits they made (the cache's hits property adds those its Python steps made) */
 static PyObject *
 make_cache_calls(PyObject *module, PyObject *cache)
 {
@@ -358,26 +365,17 @@ make_cache_calls(PyObject *module, PyObject *cache)
         return NULL;
     }
     PyTuple_SetItem(self, C_MOVE_TO_END, move);
-    /* the instance dict, where `hits` is kept (the type's own attribute, a property say, would come first: then
-     * the attribute is read and set by name) */
-    PyObject *dict = PyObject_GenericGetDict(cache, NULL);
-    if (dict == NULL) {
-        PyErr_Clear();
-        dict = Py_NewRef(Py_None);
+    long long *hits = PyMem_Calloc(1, sizeof(long long));
+    PyObject *counter = hits == NULL ? PyErr_NoMemory() : PyCapsule_New(hits, HITS_NAME, free_hits);
+    if (counter == NULL) {
+        PyMem_Free(hits);
+        Py_DECREF(self);
+        return NULL;
     }
-    else {
-        PyObject *own = PyObject_GetAttr((PyObject *)Py_TYPE(cache), s_hits);
-        if (own != NULL) { /* a class attribute named hits: keep to the attribute protocol */
-            Py_DECREF(own);
-            Py_DECREF(dict);
-            dict = Py_NewRef(Py_None);
-        }
-        PyErr_Clear();
-    }
-    PyTuple_SetItem(self, C_DICT, dict);
-    PyObject *calls = PyTuple_New(4);
-    PyMethodDef *defs[] = {&acquire_def, &acquire_handle_def, &pin_def, &let_go_def};
-    for (int i = 0; calls != NULL && i < 4; i++) {
+    PyTuple_SetItem(self, C_HITS, counter);
+    PyObject *calls = PyTuple_New(5);
+    PyMethodDef *defs[] = {&acquire_def, &acquire_handle_def, &pin_def, &let_go_def, &hits_def};
+    for (int i = 0; calls != NULL && i < 5; i++) {
         PyObject *fn = PyCFunction_NewEx(defs[i], self, NULL);
         if (fn == NULL)
             Py_CLEAR(calls);
@@ -390,7 +388,8 @@ make_cache_calls(PyObject *module, PyObject *cache)
 
 static PyMethodDef cache_methods[] = {
     {"make_cache_calls", make_cache_calls, METH_O,
-     "make_cache_calls(cache) -> (acquire, acquire_handle, pin, let_go): a PlanCache's per-call steps compiled"},
+     "make_cache_calls(cache) -> (acquire, acquire_handle, pin, let_go, hits): a PlanCache's per-call steps "
+     "compiled, and the count of hits they made"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -404,7 +403,7 @@ nvd_add_cache(PyObject *module)
     } names[] = {
         {&s_plan, "plan"},         {&s_users, "users"},         {&s_retired, "retired"},
         {&s_released, "released"}, {&s_pinless, "pinless"},     {&s_epoch, "epoch"},
-        {&s_hits, "hits"},         {&s_move_to_end, "move_to_end"}, {&s_unpin, "_unpin"},
+        {&s_move_to_end, "move_to_end"}, {&s_unpin, "_unpin"},
         {&s_count_user, "_count_user"}, {&s_needs_release, "needs_release"},
         {&s_release_if_unused, "_release_if_unused"},
     };
