@@ -8,11 +8,10 @@ Python int's value too, ``_matmul_problem.scalar_key``), the signature of each a
 (its adapter's ``precision_key``: TF32 switches, autocast regions, JAX's default precision; see
 :mod:`nvdispatch._precision`; where the adapter has ``precision_key_of``, the reading for the first operand's
 device: a Torch CPU call's key does not hold the CUDA TF32 switch), so the call after a setting changed finds
-another plan. A call whose key is
-cached runs that plan; any other takes the full path (detect, validate, select, plan), which keeps the plan under
-the key when every call with that key validates and selects the same way. A call with an argument that cannot be
-part of a key (an unhashable value, an array whose class has no signature) has no key: it takes the full path
-every time.
+another plan. A call whose key is cached runs that plan; any other takes the full path (detect, validate, select,
+plan), which keeps the plan under the key when every call with that key validates and selects the same way. A
+call with an argument that cannot be part of a key (an unhashable value, an array whose class has no signature)
+has no key: it takes the full path every time.
 
 Per array class, :func:`class_keys` gives the adapter's functions the route needs (:class:`ClassKeys`), looked
 up once per class. The commonest matmuls (a plain product; a bias alone; alpha 1, no ``c``, options or scales)
@@ -173,8 +172,10 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
         alpha_key = scalar_key(alpha)  # (the commonest alpha, 1 or a float, is keyed by its class)
     cls = a.__class__
     sig = entry[1]
-    read_of, read = entry[8], entry[6]  # the framework's precision settings (None: it has no convention), read on
-    precision = read_of(a) if read_of is not None else None if read is None else read()  # every call
+    # the framework's precision settings (for a's device where the adapter reads them so; None: it has no
+    # convention), read on every call
+    read_of, read = entry[8], entry[6]
+    precision = read_of(a) if read_of is not None else None if read is None else read()
     if epilog_inputs is None:
         if b.__class__ is cls:
             classes = cls
