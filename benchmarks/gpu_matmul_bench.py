@@ -213,6 +213,7 @@ def aux_epilog_cases(torch, nvdispatch, a, b, bias) -> tuple[dict, dict]:
 def host_overhead(torch, nvdispatch) -> dict:
     """Host time of cached 16x16 calls (the GPU part, ~2.6 us, is never the limit)."""
     from nvdispatch import linalg
+    from nvdispatch._call_key import class_keys
     from nvdispatch.linalg import _prepare
 
     a = torch.randn(16, 16, device="cuda")
@@ -283,6 +284,8 @@ def host_overhead(torch, nvdispatch) -> dict:
     out: dict = host_times(cases, torch)
     out["compiled_front"] = linalg._front is not linalg._route  # nvdispatch/_hotpath.c built and loaded
     out["compiled_direct"] = type(lt_plan.direct).__name__ == "builtin_function_or_method"  # _hotpath_lt.c
+    # Torch's precision settings read by one compiled call (_hotpath_reading.c), as the front reads them per call
+    out["compiled_reading"] = type(class_keys(torch.Tensor).precision).__name__ == "builtin_function_or_method"
     out["routes"] = {
         "RELU_BIAS (torch)": str(nvdispatch.explain(a, b, **relu_bias)).splitlines()[:2],
         "Matmul RELU_BIAS (default route)": [f"executor {mm.executor!r}, strategy {mm.strategy!r}"],

@@ -3,10 +3,11 @@
 Cases (each a repeated call whose plan is cached, timed per call): an 8×8 float32 NumPy matmul, plain and
 RELU_BIAS (against ``np.matmul`` and ``np.maximum(a @ b + bias, 0)`` / ``np.matmul`` alone), a 16×16
 float32 Torch CPU matmul, plain and RELU_BIAS (against ``torch.matmul`` and ``torch._addmm_activation`` /
-``torch.matmul``), the same RELU_BIAS with ``nn.Parameter`` weight and bias under autograd (against
-``torch.relu(torch.addmm(...))``), a 64-point complex64 fft of a NumPy array and of a Torch CPU tensor
-(against ``np.fft.fft`` / ``torch.fft.fft``), and 16×16 complex64 ``fft``/``fft2`` and the stateful
-``FFT.execute`` of NumPy arrays and Torch CPU tensors (against ``numpy.fft`` / ``torch.fft``).
+``torch.matmul``), the same two by a planned ``Matmul``'s ``execute``, the same RELU_BIAS with ``nn.Parameter``
+weight and bias under autograd (against ``torch.relu(torch.addmm(...))``), a 64-point complex64 fft of a NumPy
+array and of a Torch CPU tensor (against ``np.fft.fft`` / ``torch.fft.fft``), and 16×16 complex64
+``fft``/``fft2`` and the stateful ``FFT.execute`` of NumPy arrays and Torch CPU tensors (against ``numpy.fft`` /
+``torch.fft``).
 Contenders are interleaved round by round; each sample is the calling thread's CPU time
 (``time.thread_time``) over ``--number`` calls, so time the shared machine gives to other processes is not
 counted. We report the median per-call time and its ratio to the peer.
@@ -69,6 +70,15 @@ def _cases(nvd):
             lambda: nvd.matmul(ta, tb, **trelu),
             lambda: torch.matmul(ta, tb),
         )
+        # the stateful object's execute, planned once: against the same Torch calls
+        tmm = nvd.Matmul(ta, tb).plan()
+        tmm_relu = nvd.Matmul(ta, tb).plan(**trelu)
+        cases["torch cpu 16x16 Matmul.execute"] = (tmm.execute, lambda: torch.matmul(ta, tb))
+        cases["torch cpu 16x16 Matmul.execute RELU_BIAS"] = (
+            tmm_relu.execute,
+            lambda: torch._addmm_activation(tbias, ta, tb),
+        )
+        checks.append((tmm_relu.execute().numpy(), torch.relu(ta @ tb + tbias).numpy()))
         # a training step's linear layer: nn.Parameter weight and bias beside plain activations, autograd on,
         # against what a Torch model runs (relu(addmm), both recorded)
         pw, pbias = torch.nn.Parameter(tb.clone()), torch.nn.Parameter(tbias.clone())

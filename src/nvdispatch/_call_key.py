@@ -6,11 +6,12 @@ Python int's value too, ``_matmul_problem.scalar_key``), the signature of each a
 ``signature``: dtype, shape, strides, device...), the backend state (``_backends.registry``:
 ``current_state().key``, ``global_key``) and, for a matmul, the reading of the framework's precision settings
 (its adapter's ``precision_key``: TF32 switches, autocast regions, JAX's default precision; see
-:mod:`nvdispatch._precision`), so the call after a setting changed finds another plan. A call whose key is
-cached runs that plan; any other takes the full path (detect, validate, select, plan), which keeps the plan under
-the key when every call with that key validates and selects the same way. A call with an argument that cannot be
-part of a key (an unhashable value, an array whose class has no signature) has no key: it takes the full path
-every time.
+:mod:`nvdispatch._precision`; where the adapter has ``precision_key_of``, the reading for the first operand's
+device: a Torch CPU call's key does not hold the CUDA TF32 switch), so the call after a setting changed finds
+another plan. A call whose key is cached runs that plan; any other takes the full path (detect, validate, select,
+plan), which keeps the plan under the key when every call with that key validates and selects the same way. A
+call with an argument that cannot be part of a key (an unhashable value, an array whose class has no signature)
+has no key: it takes the full path every time.
 
 Per array class, :func:`class_keys` gives the adapter's functions the route needs (:class:`ClassKeys`), looked
 up once per class. The commonest matmuls (a plain product; a bias alone; alpha 1, no ``c``, options or scales)
@@ -57,8 +58,8 @@ _SCALE_NAMES = tuple(f.name for f in fields(MatmulQuantizationScales))
 
 
 class ClassKeys(NamedTuple):
-    """What the route uses of an array class's adapter (the compiled front reads its first three fields and
-    ``precision``, by position).
+    """What the route uses of an array class's adapter (the compiled front reads its first three fields,
+    ``precision`` and ``precision_of``, by position).
 
     ``plain``
         no view and no wrap: a cached call passes the caller's arrays to the plan and returns its result as
@@ -78,7 +79,10 @@ class ClassKeys(NamedTuple):
         key), or None where the framework has no precision convention;
     ``rank_signature``
         the adapter's ``rank_signature_for`` the class (dtype and rank: the part of the key of plans serving
-        every extent, see :func:`any_length_key`), or None.
+        every extent, see :func:`any_length_key`), or None;
+    ``precision_of``
+        the adapter's ``precision_key_of``: the reading for a call whose first operand is the argument (only the
+        settings a product on its device depends on), which matmul keys hold in place of ``precision()``; or None.
     """
 
     plain: bool
@@ -89,6 +93,7 @@ class ClassKeys(NamedTuple):
     adapter: Adapter | None
     precision: Callable[[], Hashable] | None
     rank_signature: Callable[[Any], Hashable] | None
+    precision_of: Callable[[Any], Hashable] | None = None
 
 
 def _class_keys_of(adapter: Adapter | None, cls: type) -> ClassKeys:
@@ -99,7 +104,8 @@ def _class_keys_of(adapter: Adapter | None, cls: type) -> ClassKeys:
     memo = None if guard is None else CallKeyMemo(guard)
     precision = None if sig is None else adapter.precision_key
     ranked = None if sig is None else adapter.rank_signature_for(cls)
-    return ClassKeys(view is None and not wraps, sig, memo, view, wraps, adapter, precision, ranked)
+    precision_of = None if sig is None else adapter.precision_key_of
+    return ClassKeys(view is None and not wraps, sig, memo, view, wraps, adapter, precision, ranked, precision_of)
 
 
 def class_keys(cls: type) -> ClassKeys:
@@ -166,8 +172,10 @@ def short_form(entry: ClassKeys, a, b, alpha, epilog, epilog_inputs):
         alpha_key = scalar_key(alpha)  # (the commonest alpha, 1 or a float, is keyed by its class)
     cls = a.__class__
     sig = entry[1]
-    read = entry[6]  # the framework's precision settings (None: it has no convention), read on every call
-    precision = None if read is None else read()
+    # the framework's precision settings (for a's device where the adapter reads them so; None: it has no
+    # convention), read on every call
+    read_of, read = entry[8], entry[6]
+    precision = read_of(a) if read_of is not None else None if read is None else read()
     if epilog_inputs is None:
         if b.__class__ is cls:
             classes = cls
@@ -245,8 +253,15 @@ def long_key(entry, a, b, c, alpha, beta, epilog, epilog_inputs, options, prefer
         scales,
         _current_state().key,
         registry.global_key,
-        None if entry.precision is None else entry.precision(),
+        _precision(entry, a),
     )
+
+
+def _precision(entry: ClassKeys, a) -> Hashable:
+    """The reading of the framework's precision settings a matmul key with first operand ``a`` holds."""
+    if entry.precision_of is not None:
+        return entry.precision_of(a)
+    return None if entry.precision is None else entry.precision()
 
 
 def _scales_key(entry, cls, scales):

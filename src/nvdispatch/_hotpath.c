@@ -15,13 +15,18 @@
  *
  * make_matmul_front receives ONE object (linalg._FrontParts) and reads its documented attributes once:
  * route, classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory,
- * operands. Per call it reads the attributes of the objects they hold that the Python route reads too:
- * ClassKeys' fields plain, signature, memo, precision (a named tuple: by position), CallKeyMemo.handles, the
- * backend registry's current_state() and global_key (and the state's key), a handle entry's pinless, a plan's
- * direct.
+ * current_state, operands. Per call it reads the attributes of the objects they hold that the Python route reads
+ * too: ClassKeys' fields plain, signature, memo, precision, precision_of (a named tuple: by position),
+ * CallKeyMemo.handles, the backend registry's global_key and the current state's key, a handle entry's pinless, a
+ * plan's direct.
  *
- * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct) and _hotpath_ffi.c's
- * XLA FFI handler (ffi_handler and its plan table).
+ * A repeated call's form is built once: the front keeps its last few forms (KEPT_FORMS) and looks a call up under
+ * the kept one whose items are the call's own objects (classes, epilog, alpha's class, backend keys, and the
+ * precision reading, which _hotpath_reading.c returns as the same tuple while the settings stay the same).
+ *
+ * The module also holds _hotpath_lt.c's cuBLASLt launches (make_lt_matmul, make_lt_direct), _hotpath_ffi.c's
+ * XLA FFI handler (ffi_handler and its plan table), _hotpath_reading.c's precision readings (make_reading) and
+ * make_bias_last (a plan's direct call over an op taking the bias first).
  *
  * The stable ABI (Py_LIMITED_API 3.10): one build serves every CPython from 3.10 on.
  */
@@ -30,11 +35,11 @@
 /* the attributes of the parts object the front reads, in this order (its self tuple) */
 static const char *const PART_NAMES[] = {
     "route",   "classes",  "backends", "acquire", "acquire_handle", "let_go", "log_levels", "log_hit",
-    "raise_if_out_of_memory", "operands",
+    "raise_if_out_of_memory", "current_state", "operands",
 };
 /* the route's arguments (route(a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream,
  * quantization_scales, memo_checked)) and the run step's operands (linalg._operands) follow the common parts */
-enum { OPERANDS = N_COMMON_PARTS, N_PARTS };
+enum { OPERANDS = N_COMMON_PARTS, N_PARTS, KEPT = N_PARTS /* the kept forms (make_matmul_front adds them) */ };
 enum {
     ROUTE = P_ROUTE,
     CLASSES = P_CLASSES,
@@ -49,8 +54,7 @@ enum {
 
 #define N_ARGS 11 /* a, b, c, alpha, beta, epilog, epilog_inputs, options, preferences, stream, scales */
 
-static PyObject *s_bias, *s_handles, *s_pinless, *s_direct, *s_execute, *s_key, *s_global_key, *s_current_state,
-    *s_matmul, *i_debug;
+static PyObject *s_bias, *s_handles, *s_pinless, *s_direct, *s_execute, *s_key, *s_global_key, *s_matmul, *i_debug;
 
 /* the whole call through the Python route; memo_checked: the form's handles were tried already */
 static PyObject *
@@ -114,7 +118,7 @@ int
 nvd_backend_keys(PyObject *self, PyObject **state_key, PyObject **global_key)
 {
     PyObject *backends = PyTuple_GetItem(self, P_BACKENDS);
-    PyObject *state = PyObject_CallMethodObjArgs(backends, s_current_state, NULL);
+    PyObject *state = PyObject_CallNoArgs(PyTuple_GetItem(self, P_CURRENT_STATE));
     *state_key = attr(state, s_key);
     Py_XDECREF(state);
     *global_key = *state_key == NULL ? NULL : PyObject_GetAttr(backends, s_global_key);
@@ -125,16 +129,77 @@ nvd_backend_keys(PyObject *self, PyObject **state_key, PyObject **global_key)
     return 0;
 }
 
+/* forms kept per front: a call's form is built once while what it holds stays the same objects */
+#define KEPT_FORMS 4
+
+/* whether x and y are the same object, or tuples of the same objects (a form's classes part: Parameters beside
+ * tensors) */
+static int
+same_part(PyObject *x, PyObject *y)
+{
+    if (x == y)
+        return 1;
+    if (!PyTuple_CheckExact(x) || !PyTuple_CheckExact(y) || PyTuple_Size(x) != PyTuple_Size(y))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(x); i++)
+        if (PyTuple_GetItem(x, i) != PyTuple_GetItem(y, i))
+            return 0;
+    return 1;
+}
+
+/* the form a hit is looked up under, the tuple of items[0..n): one the front kept (self[KEPT]) where its items
+ * are these objects (a tuple item: one holding these objects), else a new one, then kept (a new reference; NULL
+ * with an error) */
+static PyObject *
+form_from(PyObject *self, PyObject *const *items, Py_ssize_t n)
+{
+    /* A kept form equal item by item (by identity: no code runs) is the same key: looking it up hashes it as a new
+     * one would be, and the dict's comparison of it with the key it finds is one of identity. */
+    static Py_ssize_t next; /* the slot a new form replaces (round robin; any slot would do) */
+    PyObject *forms = PyTuple_GetItem(self, KEPT);
+    for (Py_ssize_t i = 0; i < KEPT_FORMS; i++) {
+        PyObject *form = PyList_GetItem(forms, i);
+        if (form == NULL)
+            return NULL;
+        if (!PyTuple_CheckExact(form) || PyTuple_Size(form) != n)
+            continue; /* an empty slot (None), or a form of another size */
+        Py_ssize_t j = 0;
+        while (j < n && same_part(PyTuple_GetItem(form, j), items[j]))
+            j++;
+        if (j == n)
+            return Py_NewRef(form);
+    }
+    PyObject *form = PyTuple_New(n);
+    if (form == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < n; j++)
+        PyTuple_SetItem(form, j, Py_NewRef(items[j]));
+    next = (next + 1) % KEPT_FORMS;
+    if (PyList_SetItem(forms, next, Py_NewRef(form)) < 0) { /* the slot's old form is let go after the swap */
+        Py_DECREF(form);
+        return NULL;
+    }
+    return form;
+}
+
 /* the form a hit is remembered under (nvdispatch._call_key.short_form builds the same tuples) */
 static PyObject *
-form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, PyObject *alpha, int with_bias)
+form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, PyObject *a, PyObject *alpha,
+        int with_bias)
 {
-    /* the reading of the framework's precision settings (ClassKeys.precision: None where it has none) */
+    /* the reading of the framework's precision settings: ClassKeys.precision_of(a) where the adapter reads them
+     * per device, else ClassKeys.precision() (None where it has none) */
+    PyObject *read_of = PyTuple_Size(entry) > KEYS_PRECISION_OF ? PyTuple_GetItem(entry, KEYS_PRECISION_OF) : Py_None;
     PyObject *read = PyTuple_GetItem(entry, KEYS_PRECISION);
-    if (read == NULL)
+    if (read == NULL || read_of == NULL)
         return NULL;
     PyObject *precision;
-    if (read == Py_None) {
+    if (read_of != Py_None) {
+        precision = PyObject_CallFunctionObjArgs(read_of, a, NULL);
+        if (precision == NULL)
+            return NULL;
+    }
+    else if (read == Py_None) {
         precision = Py_NewRef(Py_None);
     }
     else {
@@ -145,8 +210,9 @@ form_of(PyObject *parts, PyObject *entry, PyObject *classes, PyObject *epilog, P
     PyObject *skey, *gkey, *form = NULL;
     if (nvd_backend_keys(parts, &skey, &gkey) == 0) {
         PyObject *acls = (PyObject *)Py_TYPE(alpha);
-        form = with_bias ? PyTuple_Pack(7, classes, epilog, s_bias, acls, skey, gkey, precision)
-                         : PyTuple_Pack(6, classes, epilog, acls, skey, gkey, precision);
+        PyObject *biased[] = {classes, epilog, s_bias, acls, skey, gkey, precision};
+        PyObject *plain[] = {classes, epilog, acls, skey, gkey, precision};
+        form = with_bias ? form_from(parts, biased, 7) : form_from(parts, plain, 6);
         Py_DECREF(skey);
         Py_DECREF(gkey);
     }
@@ -203,20 +269,18 @@ nvd_reraise(PyObject *self)
 }
 
 PyObject *
-nvd_let_go(PyObject *self, PyObject *plan, PyObject *result)
+nvd_let_go(PyObject *self, PyObject *plan, PyObject *held, PyObject *result)
 {
     /* let_go runs with the run's error, if any, put aside (a finally block) */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_LET_GO), plan, NULL);
-    if (r == NULL) {
+    if (nvd_let_go_entry(PyTuple_GetItem(self, P_LET_GO), held, plan) < 0) {
         Py_XDECREF(result);
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(tb);
         return NULL;
     }
-    Py_DECREF(r);
     PyErr_Restore(type, value, tb);
     return result;
 }
@@ -234,10 +298,10 @@ nvd_log_hit(PyObject *self, PyObject *what, PyObject *plan, PyObject *key)
 
 /* a repeated call whose guard passes: its plan, acquired (pinned where the cache pins it); NULL with no error
  * set when there is none (the route then serves the call); *pinned tells whether to let go (the route skips
- * let_go, a no-op, for a plan the cache does not pin) */
+ * let_go, a no-op, for a plan the cache does not pin), *held the entry to let go by (a new reference) */
 PyObject *
 nvd_memo_hit(PyObject *self, PyObject *memo, PyObject *form, PyObject *const *arrays, Py_ssize_t n, int *pinned,
-             int *tried)
+             PyObject **held, int *tried)
 {
     PyObject *handles = PyObject_GetAttr(memo, s_handles);
     if (handles == NULL)
@@ -261,18 +325,16 @@ nvd_memo_hit(PyObject *self, PyObject *memo, PyObject *form, PyObject *const *ar
         if (passed < 0)
             break;
         if (passed) {
-            plan = PyObject_CallFunctionObjArgs(PyTuple_GetItem(self, P_ACQUIRE_HANDLE), entry, epoch, NULL);
+            int pinless;
+            plan = nvd_acquire_handle(PyTuple_GetItem(self, P_ACQUIRE_HANDLE), entry, epoch, &pinless);
             if (plan == Py_None) { /* stale: the route takes the call's key and remembers the new handle */
                 Py_DECREF(plan);
                 plan = NULL;
             }
             else if (plan != NULL) {
                 /* let_go is a no-op for a plan the cache does not pin: skipping it is only a saving */
-                PyObject *pinless = PyObject_GetAttr(entry, s_pinless);
-                *pinned = pinless != Py_True;
-                if (pinless == NULL)
-                    PyErr_Clear();
-                Py_XDECREF(pinless);
+                *pinned = !pinless;
+                *held = pinless ? NULL : Py_NewRef(entry);
             }
             break;
         }
@@ -351,15 +413,15 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     Py_XINCREF(bias); /* ours for the call: the dict is the caller's */
     PyObject *which = classes_of(classes, sig, a, b, bias);
     Py_INCREF(entry);
-    PyObject *form = which == NULL ? NULL : form_of(parts, entry, which, epilog, alpha, bias != NULL);
+    PyObject *form = which == NULL ? NULL : form_of(parts, entry, which, epilog, a, alpha, bias != NULL);
     Py_DECREF(entry);
     Py_XDECREF(which);
     int pinned = 1, tried = 0;
-    PyObject *plan = NULL;
+    PyObject *plan = NULL, *held = NULL; /* held: the entry a memo hit pinned its plan by */
     PyObject *arrays[3] = {a, b, bias};
     Py_ssize_t narrays = bias == NULL ? 2 : 3;
     if (form != NULL) /* the memo's handles, behind their guards; else the call key */
-        plan = memo != Py_None ? nvd_memo_hit(parts, memo, form, arrays, narrays, &pinned, &tried)
+        plan = memo != Py_None ? nvd_memo_hit(parts, memo, form, arrays, narrays, &pinned, &held, &tried)
                                : nvd_key_hit(parts, sig, form, arrays, narrays);
     Py_DECREF(sig);
     Py_DECREF(memo);
@@ -387,9 +449,36 @@ front(PyObject *parts, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_XDECREF(bias);
     if (pinned)
-        result = nvd_let_go(parts, plan, result);
+        result = nvd_let_go(parts, plan, held, result);
+    Py_XDECREF(held);
     Py_DECREF(plan);
     return result;
+}
+
+/* bias_last(a, b, bias) -> fn(bias, a, b): a plan's direct call (bias last) over an op taking the bias first
+ * (Torch's addmm, _addmm_activation), without the Python frame of a lambda reordering them */
+static PyObject *
+bias_last(PyObject *fn, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "direct(a, b, bias) takes 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    return PyObject_CallFunctionObjArgs(fn, args[2], args[0], args[1], NULL);
+}
+
+static PyMethodDef bias_last_def = {"direct", (PyCFunction)(void (*)(void))bias_last, METH_FASTCALL,
+                                    "direct(a, b, bias) -> fn(bias, a, b) (see nvdispatch._hotpath.make_bias_last)"};
+
+/* make_bias_last(fn) -> direct */
+static PyObject *
+make_bias_last(PyObject *module, PyObject *fn)
+{
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "make_bias_last: expected a callable");
+        return NULL;
+    }
+    return PyCFunction_NewEx(&bias_last_def, fn, NULL);
 }
 
 static PyMethodDef front_def = {"matmul_front", (PyCFunction)(void (*)(void))front, METH_FASTCALL,
@@ -421,7 +510,17 @@ nvd_read_parts(PyObject *parts, const char *const *names, Py_ssize_t n, const ch
 static PyObject *
 make_matmul_front(PyObject *module, PyObject *parts)
 {
-    PyObject *self = nvd_read_parts(parts, PART_NAMES, N_PARTS, "make_matmul_front");
+    PyObject *read = nvd_read_parts(parts, PART_NAMES, N_PARTS, "make_matmul_front");
+    PyObject *forms = PyList_New(KEPT_FORMS); /* the kept forms, none yet (see form_from) */
+    PyObject *self = read == NULL || forms == NULL ? NULL : PyTuple_New(N_PARTS + 1);
+    for (Py_ssize_t i = 0; self != NULL && i < N_PARTS; i++)
+        PyTuple_SetItem(self, i, Py_NewRef(PyTuple_GetItem(read, i)));
+    for (Py_ssize_t i = 0; self != NULL && i < KEPT_FORMS; i++)
+        PyList_SetItem(forms, i, Py_NewRef(Py_None));
+    if (self != NULL)
+        PyTuple_SetItem(self, KEPT, Py_NewRef(forms));
+    Py_XDECREF(read);
+    Py_XDECREF(forms);
     if (self == NULL)
         return NULL;
     PyObject *front_fn = PyCFunction_NewEx(&front_def, self, NULL); /* self: the parts, the front's self */
@@ -436,11 +535,16 @@ int nvd_add_cufft(PyObject *module); /* _hotpath_cufft.c: the cuFFT launch */
 int nvd_add_ffi(PyObject *module);   /* _hotpath_ffi.c: the XLA FFI handler and its plan table */
 int nvd_add_epilog(PyObject *module); /* _hotpath_epilog.c: the CPU bias + activation sweep */
 int nvd_add_launch(PyObject *module); /* _hotpath_launch.c: prepared kernel launches (cuLaunchKernel) */
+int nvd_add_reading(PyObject *module); /* _hotpath_reading.c: precision settings read without a Python frame */
 
 static PyMethodDef methods[] = {
+    {"make_bias_last", make_bias_last, METH_O,
+     "make_bias_last(fn) -> direct: direct(a, b, bias) calls fn(bias, a, b) (a plan's direct call over an op "
+     "taking the bias first, with no Python frame)"},
     {"make_matmul_front", make_matmul_front, METH_O,
      "make_matmul_front(parts) -> front: matmul's route with its hit compiled; parts has the attributes route, "
-     "classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory, operands "
+     "classes, backends, acquire, acquire_handle, let_go, log_levels, log_hit, raise_if_out_of_memory, "
+     "current_state, operands "
      "(nvdispatch.linalg._FrontParts)"},
     {NULL, NULL, 0, NULL},
 };
@@ -461,18 +565,17 @@ PyInit__hotpath(void)
     s_execute = PyUnicode_InternFromString("execute");
     s_key = PyUnicode_InternFromString("key");
     s_global_key = PyUnicode_InternFromString("global_key");
-    s_current_state = PyUnicode_InternFromString("current_state");
     s_matmul = PyUnicode_InternFromString("matmul");
     i_debug = PyLong_FromLong(10); /* logging.DEBUG */
     if (!s_bias || !s_handles || !s_pinless || !s_direct || !s_execute || !s_key || !s_global_key ||
-        !s_current_state || !s_matmul || !i_debug)
+        !s_matmul || !i_debug)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_fft(module) < 0 ||
         nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0 || nvd_add_epilog(module) < 0 ||
-        nvd_add_launch(module) < 0) {
+        nvd_add_launch(module) < 0 || nvd_add_reading(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

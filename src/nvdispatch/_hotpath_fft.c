@@ -21,7 +21,7 @@
 
 static const char *const FFT_PART_NAMES[] = {
     "route", "classes", "backends", "acquire", "acquire_handle", "let_go", "log_levels", "log_hit",
-    "raise_if_out_of_memory", "any_length",
+    "raise_if_out_of_memory", "current_state", "any_length",
 };
 /* after the common parts: the middle of an any-length key (nvdispatch._call_key.any_length_key) */
 enum { ANY_LENGTH = N_COMMON_PARTS, N_FFT_PARTS };
@@ -176,9 +176,9 @@ fft_front(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(gkey);
     }
     int pinned = 1, tried = 0;
-    PyObject *plan = NULL, *hit = NULL; /* hit: what found the plan, NULL for the call key */
+    PyObject *plan = NULL, *hit = NULL, *held = NULL; /* hit: what found the plan, NULL for the call key */
     if (form != NULL && memo != Py_None)
-        plan = nvd_memo_hit(self, memo, form, &x, 1, &pinned, &tried);
+        plan = nvd_memo_hit(self, memo, form, &x, 1, &pinned, &held, &tried);
     if (form != NULL && plan == NULL && !PyErr_Occurred() && ranked != Py_None) {
         plan = any_length_hit(self, form, ranked, x);
         hit = plan != NULL ? s_any_length_key : NULL;
@@ -205,7 +205,8 @@ fft_front(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             nvd_reraise(self);
     }
     if (pinned)
-        result = nvd_let_go(self, plan, result);
+        result = nvd_let_go(self, plan, held, result);
+    Py_XDECREF(held);
     Py_DECREF(plan);
     return result;
 }
@@ -230,7 +231,8 @@ static PyMethodDef fft_methods[] = {
      "make_fft_front(parts) -> front(func, a, n, axis, s, axes, norm, out, stream, convention, callbacks): the "
      "transforms' "
      "route with its hit compiled; parts has the attributes route, classes, backends, acquire, acquire_handle, "
-     "let_go, log_levels, log_hit, raise_if_out_of_memory, any_length (nvdispatch.fft._route.TransformFrontParts)"},
+     "let_go, log_levels, log_hit, raise_if_out_of_memory, current_state, any_length "
+     "(nvdispatch.fft._route.TransformFrontParts)"},
     {NULL, NULL, 0, NULL},
 };
 

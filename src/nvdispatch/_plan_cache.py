@@ -136,12 +136,25 @@ class PlanCache:
         self._lock = threading.RLock()
         self._maxsize = self._check_size(maxsize)
         self._max_bytes = self._check_bytes(max_bytes)
-        self.hits = 0
+        self._hits = 0  # the hits the Python steps counted (see hits)
+        self._compiled_hits: Callable[[], int] | None = None  # those the compiled steps counted, where they run
         self.misses = 0
         self.evictions = 0
         compiled = hotpath()
         if compiled is not None:  # the per-call steps without Python frames (the same steps: _hotpath_cache.c)
-            self.acquire, self.acquire_handle, self.pin, self.let_go = compiled.make_cache_calls(self)
+            calls = compiled.make_cache_calls(self)
+            self.acquire, self.acquire_handle, self.pin, self.let_go, self._compiled_hits = calls
+
+    @property
+    def hits(self) -> int:
+        """Lookups that found their plan (the per-call steps count them: in C where the extension is built)."""
+        counted = self._compiled_hits
+        return self._hits + (0 if counted is None else counted())
+
+    @hits.setter
+    def hits(self, value: int) -> None:
+        counted = self._compiled_hits
+        self._hits = value - (0 if counted is None else counted())
 
     @staticmethod
     def _check_size(maxsize: int) -> int:
@@ -233,7 +246,7 @@ class PlanCache:
                 self.misses += 1
                 return None
             self._lru.move_to_end(entry)
-            self.hits += 1
+            self._hits += 1
             return entry.plan
 
     def contains(self, key: Hashable) -> bool:
@@ -263,7 +276,7 @@ class PlanCache:
             self._lru.move_to_end(entry)
         except KeyError:  # retired by another thread just now; our pin keeps the plan usable
             pass
-        self.hits += 1
+        self._hits += 1
         return entry.plan
 
     def handle(self, key: Hashable) -> tuple[Any, int] | None:
@@ -290,7 +303,7 @@ class PlanCache:
             self._lru.move_to_end(entry)
         except KeyError:  # retired by another thread just now
             pass
-        self.hits += 1
+        self._hits += 1
         return entry.plan
 
     def acquire_or_create(self, key: Hashable, factory: Callable[[Any], Any], alias: Hashable | None = None) -> Any:
@@ -301,7 +314,7 @@ class PlanCache:
             entry = self._keys.get(key)
             if entry is not None:
                 self._lru.move_to_end(entry)
-                self.hits += 1
+                self._hits += 1
                 if not entry.pinless:
                     entry.users.append(None)
                 if alias is not None:

@@ -392,8 +392,9 @@ class FrontParts:
         the operation's Python route, which takes the front's arguments;
     ``classes``
         class -> :class:`~nvdispatch._call_key.ClassKeys`: the call-key module's table, filled by the route;
-    ``backends``
-        the backend registry (``current_state()``, ``global_key``): the backend part of a form;
+    ``backends``, ``current_state``
+        the backend registry (its ``global_key``) and its ``current_state`` (bound once, as the call keys bind it):
+        the backend part of a form;
     ``acquire``, ``acquire_handle``, ``let_go``
         the plan cache's lookups and release;
     ``log_levels``, ``log_hit``
@@ -412,3 +413,4 @@ class FrontParts:
         self.log_levels = log_levels
         self.log_hit = log_hit
         self.raise_if_out_of_memory = raise_if_out_of_memory
+        self.current_state = _backends.registry.current_state

@@ -416,7 +416,7 @@ def _route(
     entry = _classes.get(a.__class__)
     if entry is None:
         entry = class_keys(a.__class__)
-    plain, sig, memo, _, _, _, _, _ = entry
+    plain, sig, memo = entry[:3]
     plan = key = learn = form = None
     pinned = True  # let go of the plan after the call (a no-op for a plan the cache does not pin)
     try:
@@ -976,7 +976,8 @@ class Matmul:
         """Run the planned matmul on the current operands; returns as :func:`matmul` does (the operands'
         framework, on their device)."""
         with self._lock:
-            self._check_planned("execute")
+            if self._freed or self._hold is None:  # (the checks' own calls only where one refuses)
+                self._check_planned("execute")
             plan = self._hold.plan
             plan_cache.pin(plan)  # a concurrent free() or re-plan must not release it while it runs
             try:

@@ -216,6 +216,34 @@ def _pins():
     return sum(len(e.users) for e in nvdispatch.plan_cache._lru)
 
 
+def test_a_pinned_plan_retired_while_a_remembered_call_runs_it_is_released_when_that_call_lets_go():
+    # the front lets go by the plan-cache entry the memo's handle pinned: the last user of a retired entry
+    # releases its plan, exactly once
+    a, b, bias = _operands(11)
+    ex = _PinnedTorch()
+    released = []
+    with nvdispatch.set_backend(ex, only=True):
+        for _ in range(3):
+            nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        (entry,) = {id(e): e for _, e, _ in _memo_records() if not e.pinless}.values()
+        plan = entry.plan
+        plan.release = lambda: released.append(plan)
+        plan_execute = plan.execute
+
+        def clearing(operands, stream=None):
+            assert entry.users and not released  # pinned by this call: clearing only retires it
+            nvdispatch.plan_cache.clear()
+            return plan_execute(operands, stream)
+
+        plan.execute = clearing
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+        np.testing.assert_allclose(got.numpy(), _relu_bias(a, b, bias), rtol=1e-5, atol=1e-6)
+        assert released == [plan] and entry.users == [] and entry.retired
+        got = nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})  # planned again
+        np.testing.assert_allclose(got.numpy(), _relu_bias(a, b, bias), rtol=1e-5, atol=1e-6)
+        assert released == [plan] and _pins() == 0
+
+
 def test_a_pinned_plan_without_a_direct_call_runs_execute_and_is_let_go_every_time():
     a, b, bias = _operands(7)
     ex = _PinnedTorch()

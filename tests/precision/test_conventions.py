@@ -17,7 +17,7 @@ import pytest
 
 import nvdispatch
 from nvdispatch import ComputeType, Epilog, plan_cache
-from nvdispatch._adapters import CPU, Device, adapter_named
+from nvdispatch._adapters import CPU, Device, adapter_named, call_key_classes
 from nvdispatch._adapters.cupy import CupyAdapter
 from nvdispatch._adapters.jax import JaxAdapter, float32_compute_type
 from nvdispatch._adapters.torch import TorchAdapter
@@ -46,16 +46,30 @@ def tf32_setting():
     torch.set_float32_matmul_precision("high" if saved else "highest")
 
 
+class _OnCuda:
+    """A stand-in for a CUDA tensor where the Torch adapter's per-device reading asks (``is_cuda``)."""
+
+    is_cuda = True
+
+
 @pytest.fixture
 def cpu_follows_tf32(monkeypatch):
-    """Torch's CPU convention made the CUDA one (TF32 included), so that the route's part of the TF32 convention
-    (key -> problem -> plan) runs on the CPU: the Torch executor computes with Torch's own ops either way."""
+    """Torch's CPU convention made the CUDA one (TF32 included), and the call keys of CPU tensors the reading of
+    a CUDA tensor's settings (``precision_key_of``: the TF32 switch), so that the route's part of the TF32
+    convention (key -> problem -> plan) runs on the CPU: the Torch executor computes with Torch's own ops either
+    way."""
     cuda_convention = TorchAdapter.precision_convention
+    reading = TorchAdapter().precision_key_of
 
     def convention(self, device):
         return cuda_convention(self, CUDA if device.kind == "cpu" else device)
 
     monkeypatch.setattr(TorchAdapter, "precision_convention", convention)
+    monkeypatch.setattr(TorchAdapter, "precision_key_of", property(lambda self: lambda x: reading(_OnCuda)))
+    call_key_classes.clear()  # the classes' keys are read from the adapter again (and again after the test)
+    yield
+    monkeypatch.undo()
+    call_key_classes.clear()
 
 
 def _operands(m=6, k=5, n=4, dtype=torch.float32, seed=0):
@@ -198,6 +212,46 @@ def test_torch_precision_key_holds_tf32_and_the_active_regions(tf32_setting):
     with autocast_region("cuda", torch.bfloat16):
         assert key() not in (bf16, outside)
     assert hash(bf16) is not None
+
+
+def test_torch_precision_key_of_reads_the_settings_of_the_operands_device_alone(tf32_setting, monkeypatch):
+    import nvdispatch._adapters.torch as torch_adapter
+
+    compiled = TorchAdapter().precision_key_of
+    monkeypatch.setattr(torch_adapter, "hotpath", lambda: None)
+    python = torch_adapter._make_precision_key_of()  # the reading of a pure-Python install
+    monkeypatch.undo()
+    x = torch.ones(2, 2)
+    seen = []
+    for allowed in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+        for key in (compiled, python):
+            seen.append((key(x), key(_OnCuda())))
+    (cpu_off, cuda_off), (cpu_off_py, cuda_off_py), (cpu_on, cuda_on), (cpu_on_py, cuda_on_py) = seen
+    assert cpu_off == cpu_on == cpu_off_py == cpu_on_py  # a CPU product does not depend on the CUDA TF32 switch
+    assert cuda_off == cuda_off_py == (False,) and cuda_on == cuda_on_py == (True,)
+    assert compiled(x) is compiled(x)  # the same tuple while the settings stay the same
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = compiled(x), compiled(_OnCuda())
+        assert inside == (python(x), python(_OnCuda()))
+    assert inside[0] != cpu_on and inside[1] != cuda_on and torch.bfloat16 in inside[0]
+
+
+def test_a_torch_cpu_call_is_not_planned_again_when_the_cuda_tf32_switch_changes(matmul_front, tf32_setting):
+    a, b, bias = _operands(seed=3)
+
+    def call():
+        return nvdispatch.matmul(a, b, epilog="RELU_BIAS", epilog_inputs={"bias": bias})
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    call()
+    assert _misses_of(call) == 0
+    torch.backends.cuda.matmul.allow_tf32 = True
+    assert _misses_of(call) == 0  # the same key: the CPU's own settings did not change
+    np.testing.assert_allclose(
+        call().numpy(), np.maximum(a.double().numpy() @ b.double().numpy() + bias.double().numpy(), 0), rtol=1e-5,
+        atol=1e-6,
+    )  # fmt: skip
 
 
 # -- Torch: problems ---------------------------------------------------------------------------------------------

@@ -25,9 +25,10 @@ An adapter answers, for arrays of one framework (or one protocol such as ``__cud
     an executor's result (of the view's kind) as the caller's type, on the device of ``like``;
 ``check_stream(stream, x)``
     refuse a ``stream=`` that is not a stream of this framework for ``x``'s device;
-``precision_key()``, ``precision_convention(device)`` (optional)
+``precision_key()``, ``precision_key_of(x)``, ``precision_convention(device)`` (optional)
     the framework's matmul precision settings (TF32, autocast, default matmul precision): a cheap hashable
-    reading that call keys hold, and what they ask of a product on ``device``
+    reading that call keys hold (``precision_key_of``: the part a call on ``x``'s device depends on), and what they
+    ask of a product on ``device``
     (:class:`~nvdispatch._precision.PrecisionConvention`); ``cast(x, dtype)`` casts an operand where an
     autocast region asks for it; ``autocast_region(x)``: the dtype of the autocast region active on ``x``'s device
     (a cheap reading: the FFTs read the convention only inside one, for the half-precision operands it may cast);
@@ -185,6 +186,11 @@ class Adapter:
     #: depends on, read on each call and held by its call key (a changed setting: another key, another plan);
     #: None (the default): the framework has no precision convention
     precision_key: Callable[[], Hashable] | None = None
+    #: ``precision_key_of(x)`` (optional): the reading of the settings a product whose first operand is ``x``
+    #: depends on (those of ``x``'s device only: Torch's CUDA TF32 switch for a CUDA tensor, its CPU matmul
+    #: precision for a CPU one), hashable and cheap; matmul call keys hold it in place of ``precision_key()``
+    #: where an adapter has it, so a setting of another device neither costs a read nor re-plans the call
+    precision_key_of: Callable[[Any], Hashable] | None = None
 
     def precision_convention(self, device: Device) -> PrecisionConvention | None:
         """What the framework's settings ask of a matmul on ``device`` now, where the caller gives no

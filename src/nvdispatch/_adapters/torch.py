@@ -9,6 +9,7 @@ import operator
 import sys
 from typing import Any
 
+from .._compiled import hotpath
 from .._cuda.arrays import DeviceView, storage_shape
 from .._memory import CUDA, TORCH_TENSOR
 from .._precision import PrecisionConvention
@@ -50,7 +51,10 @@ def tf32_allowed() -> bool:
 
 
 def _make_precision_key():
-    """The Torch adapter's ``precision_key``: Torch's C getters bound once (Torch is imported: its tensors exist)."""
+    """The Torch adapter's ``precision_key``: Torch's C getters bound once (Torch is imported: its tensors exist).
+    Where the extension is built, the common reading (no autocast region: the TF32 switch and the CPU's matmul
+    precision) is one compiled call of those getters (``_hotpath.make_reading``: no Python frame per call), and
+    every other case this function's own Python reading, which gives the same tuple for the same settings."""
     C = sys.modules["torch"]._C
     tf32 = C._get_cublas_allow_tf32
     getter = C._get_fp32_precision_getter  # the CPU's (oneDNN's) float32 matmul precision, "none" where unset
@@ -67,7 +71,45 @@ def _make_precision_key():
             return allowed, cpu
         return allowed, cpu, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
 
-    return precision_key
+    compiled = hotpath()
+    if compiled is None:
+        return precision_key
+    # gate: an autocast region (the Python reading adds its dtypes); a RuntimeError from tf32(): the Python reading
+    return compiled.make_reading(any_autocast, ((tf32, ()), (getter, ("mkldnn", "matmul"))), precision_key)
+
+
+def _make_precision_key_of():
+    """The Torch adapter's ``precision_key_of``: for a CUDA tensor the TF32 switch, for any other the CPU's matmul
+    precision (each with the active autocast regions, where any is): a product on one device depends on no setting
+    of the other. Compiled where the extension is built (as :func:`_make_precision_key`), each reading the Python
+    one where an autocast region is active or a getter refuses."""
+    C = sys.modules["torch"]._C
+    tf32 = C._get_cublas_allow_tf32
+    getter = C._get_fp32_precision_getter
+    enabled, dtype = C.is_autocast_enabled, C.get_autocast_dtype
+    any_autocast = getattr(C, "_is_any_autocast_enabled", None) or (lambda: enabled("cuda") or enabled("cpu"))
+
+    def on_cuda():
+        try:
+            allowed = tf32()
+        except RuntimeError:
+            allowed = tf32_allowed()
+        if not any_autocast():
+            return (allowed,)
+        return allowed, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
+
+    def on_cpu():
+        cpu = getter("mkldnn", "matmul")
+        if not any_autocast():
+            return (cpu,)
+        return cpu, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
+
+    compiled = hotpath()
+    if compiled is None:
+        return lambda x: on_cuda() if x.is_cuda else on_cpu()
+    cuda = compiled.make_reading(any_autocast, ((tf32, ()),), on_cuda)
+    cpu = compiled.make_reading(any_autocast, ((getter, ("mkldnn", "matmul")),), on_cpu)
+    return compiled.make_reading_by("is_cuda", cuda, cpu)
 
 
 class TorchAdapter(Adapter):
@@ -153,6 +195,15 @@ class TorchAdapter(Adapter):
         key = self.__dict__.get("_precision_key")
         if key is None:
             key = self.__dict__["_precision_key"] = _make_precision_key()
+        return key
+
+    @property
+    def precision_key_of(self):
+        """:attr:`precision_key` for a call on tensor ``x``: TF32 allowed for a CUDA tensor, the CPU's matmul
+        precision for any other, and the autocast regions active where any is."""
+        key = self.__dict__.get("_precision_key_of")
+        if key is None:
+            key = self.__dict__["_precision_key_of"] = _make_precision_key_of()
         return key
 
     def precision_convention(self, device: Device) -> PrecisionConvention:

@@ -8,6 +8,7 @@ problems with a bias along N; ``inplace`` (the product, then in-place ops on it)
 from __future__ import annotations
 
 from .._adapters import adapter_named
+from .._compiled import hotpath
 from .._epilog import apply_steps, declined_mask_format, finish_outputs, prepare_inputs
 from .._epilog_torch import TORCH_INPLACE, TORCH_PLAIN
 from .._matmul_problem import MatmulProblem, compute_type_note, scalar_value
@@ -48,6 +49,13 @@ def _fused_bias_op(name: str):
     if name == "RELU_BIAS":
         return torch._addmm_activation  # use_gelu=False is its default: no partial in the per-call path
     return functools.partial(torch._addmm_activation, use_gelu=True)
+
+
+def _bias_last(fused):
+    """``direct(a, b, bias)`` calling ``fused(bias, a, b)``: compiled where the extension is built (a cached call
+    then runs Torch's op with no Python frame between), else a lambda."""
+    compiled = hotpath()
+    return (lambda a, b, bias: fused(bias, a, b)) if compiled is None else compiled.make_bias_last(fused)
 
 
 def _activation_after_addmm(name: str):
@@ -144,7 +152,7 @@ class TorchMatmulPlan:
                 addmm = _fused_bias_op("BIAS")
                 self.direct = lambda a, b, bias: act(addmm(bias, a, b))
             else:
-                self.direct = lambda a, b, bias: fused(bias, a, b)
+                self.direct = _bias_last(fused)
         # a compute type the caller chose wins over an autocast region: Torch's ops must not recast the operands
         # and Torch's float32 precision setting must not compute it less precisely than asked
         self._as_asked = None

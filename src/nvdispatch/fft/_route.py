@@ -116,7 +116,7 @@ def _run(func: str, x, n=None, axis=-1, s=None, axes=None, norm="backward", stre
     entry = _classes.get(x.__class__)
     if entry is None:
         entry = class_keys(x.__class__)
-    _, sig, memo, view, wraps, adapter, _, ranked = entry
+    _, sig, memo, view, wraps, adapter, _, ranked, _ = entry
     plan = key = learn = form = general = None
     hit = "call key"
     try:
