@@ -225,3 +225,19 @@ def _module_installed(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "complex64", "bool"])
+def test_exported_capsules_carry_every_dtype_torch_reads_back(dtype):
+    # bfloat16 (a "V"-kind NumPy dtype from ml_dtypes) is DLPack's kDLBfloat: results of that dtype handed to JAX or
+    # Torch through our own capsule keep it
+    torch = pytest.importorskip("torch")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from nvdispatch._cuda.dlpack_export import capsule
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    host = (np.arange(6, dtype=np.float64) % 3).reshape(2, 3).astype(np_dtype)
+    got = torch.utils.dlpack.from_dlpack(capsule(host.ctypes.data, host.shape, (3, 1), host.dtype, 1, 0, host))
+    assert got.dtype == getattr(torch, dtype) and got.shape == (2, 3)
+    np.testing.assert_array_equal(got.float().numpy() if dtype == "bfloat16" else got.numpy(),
+                                  host.astype(np.float32) if dtype == "bfloat16" else host)  # fmt: skip

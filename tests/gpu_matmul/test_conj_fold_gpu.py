@@ -96,7 +96,7 @@ def test_repeated_calls_run_the_cached_plan_on_the_views_values_as_they_are(monk
             _close(nvdispatch.matmul(a, b, epilog=epilog, epilog_inputs=inputs), want, dtype, f"call {i}")
             for t in bases:
                 t.mul_(0.5 - 1j)
-    assert len(full) == 1
+    assert len(full) <= 1  # the first call plans (a compiled front may plan without this function); repeats never
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -21,6 +21,7 @@ __all__ = ["capsule", "live_exports"]
 
 #: NumPy kind -> DLDataTypeCode (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6)
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+_BFLOAT = 4  # kDLBfloat: bfloat16, a "V"-kind dtype in NumPy (ml_dtypes)
 
 
 class _DLManagedTensor(ctypes.Structure):
@@ -68,7 +69,8 @@ def capsule(ptr: int, shape, strides_elems, dtype, device_type: int, device_id: 
     """A ``dltensor`` capsule over ``ptr`` (``shape``, ``strides_elems`` in elements, ``dtype``) on
     (``device_type``, ``device_id``), keeping ``owner`` alive until the consumer releases it."""
     dt = np.dtype(dtype)
-    if dt.kind not in _CODES:
+    code = _BFLOAT if dt.name == "bfloat16" else _CODES.get(dt.kind)
+    if code is None:
         raise UnsupportedDtypeError("array", "a numeric or boolean dtype DLPack can describe", str(dt))
     ndim = len(shape)
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
@@ -78,7 +80,7 @@ def capsule(ptr: int, shape, strides_elems, dtype, device_type: int, device_id: 
     t.data = ptr or None
     t.device = DLDevice(device_type, device_id)
     t.ndim = ndim
-    t.dtype = DLDataType(_CODES[dt.kind], dt.itemsize * 8, 1)
+    t.dtype = DLDataType(code, dt.itemsize * 8, 1)
     t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
     t.strides = ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
     t.byte_offset = 0

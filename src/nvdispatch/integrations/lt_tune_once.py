@@ -132,8 +132,8 @@ def _timed(plan, alpha, beta, who: str, names: tuple[str, str], budget: float) -
         return "the heuristic's first answer (no candidate could be timed)"
     where = cuda_tuning_store.keep(plan, choice)
     first = timed[0][1] if timed else math.inf
-    log.debug("%s: %s autotuned: %d candidates timed, kept %r (%.1f us; the heuristic's first %.1f us)%s", who,
-              plan.problem, len(finite), choice["label"], choice["seconds"] * 1e6, first * 1e6,
+    log.debug("%s: %s autotuned (%s): %d candidates timed, kept %r (%.1f us; the heuristic's first %.1f us)%s",
+              who, plan.problem, names[0], len(finite), choice["label"], choice["seconds"] * 1e6, first * 1e6,
               f"; kept in {where}" if where else "")  # fmt: skip
     return (f"{names[0]} ({len(finite)} candidates; kept {choice['label']}, {choice['seconds'] * 1e6:.1f} us; the "
             f"heuristic's first {first * 1e6:.1f} us)")
