@@ -16,9 +16,11 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ._adapters import adapter_for
 from ._detect import detect
+from ._plan_cache import plan_cache
 
-__all__ = ["CopyingPlan"]
+__all__ = ["CopyingPlan", "keep_copying_plan"]
 
 
 class CopyingPlan:
@@ -89,3 +91,20 @@ class CopyingPlan:
 
     def __repr__(self) -> str:
         return f"<CopyingPlan {', '.join(sorted(self._names))} of {self.plan!r}>"
+
+
+def keep_copying_plan(
+    plan: Any, names: tuple[str, ...], arguments: tuple[str, ...], call_key: Any, key: Any, like: Any, device: Any
+) -> None:
+    """Keep under ``call_key`` the :class:`CopyingPlan` of ``plan`` (made on copies of the values of the operands
+    ``names``, by ``like``'s adapter; on a call's ``stream=`` where ``device`` is a GPU), cached as ``key`` beside
+    ``plan``. ``arguments``: the direct call's argument names, in order."""
+    ad = adapter_for(like)
+
+    def make(_tuning):
+        on_stream = None
+        if device.kind == "cuda":
+            on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
+        return CopyingPlan(plan, plan_cache.hold(plan), names, arguments, on_stream)
+
+    plan_cache.let_go(plan_cache.acquire_or_create(key, make, alias=call_key))

@@ -47,6 +47,23 @@ unpin_in_python(PyObject *self, PyObject *entry)
     return r == NULL ? -1 : 0;
 }
 
+/* an error after a pin: undo the pin (PlanCache._unpin) and keep the error, unless the undoing fails, whose error
+ * then replaces it; always -1 */
+static int
+unpin_keeping_error(PyObject *self, PyObject *entry)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (unpin_in_python(self, entry) < 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    PyErr_Restore(type, value, tb);
+    return -1;
+}
+
 /* entry.users.append(None): a pin (list.append is atomic); 0, or -1 with an error */
 static int
 append_user(PyObject *entry)
@@ -101,17 +118,7 @@ pin_and_check(PyObject *self, PyObject *entry, PyObject *epoch, int *was_pinless
         return 1;
     if (bad > 0)
         return unpin_in_python(self, entry) < 0 ? -1 : 0;
-    PyObject *type, *value, *tb; /* an error after the pin: undo the pin, keep the error */
-    PyErr_Fetch(&type, &value, &tb);
-    int undone = unpin_in_python(self, entry);
-    if (undone < 0) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        return -1;
-    }
-    PyErr_Restore(type, value, tb);
-    return -1;
+    return unpin_keeping_error(self, entry);
 }
 
 /* acquire(key): PlanCache.acquire */
@@ -149,18 +156,8 @@ acquire_by_handle(PyObject *self, PyObject *entry, PyObject *epoch, int *pinless
     if (good <= 0)
         return good < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *plan = hit(self, entry);
-    if (plan == NULL && !*pinless) { /* the pin is undone, the error kept */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        int undone = unpin_in_python(self, entry);
-        if (undone < 0) {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
-            return NULL;
-        }
-        PyErr_Restore(type, value, tb);
-    }
+    if (plan == NULL && !*pinless)
+        unpin_keeping_error(self, entry);
     return plan;
 }
 

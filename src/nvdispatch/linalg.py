@@ -14,7 +14,7 @@ from ._adapters import adapter_for, call_key_classes
 from ._autocast_plan import AutocastPlan
 from ._call_key import SCALARS, class_keys, long_key, short_form, short_key
 from ._compiled import hotpath
-from ._copying_plan import CopyingPlan
+from ._copying_plan import keep_copying_plan
 from ._detect import detect
 from ._epilog import INPUTS, Epilog, spec_of
 from ._execute import run, run_direct
@@ -248,24 +248,6 @@ def _copied(infos) -> tuple[str, ...]:
     an executor does not fold): a repeated call must copy them anew, so its key (which the views' signatures give)
     may not find that plan itself, which would read the views' memory, but a :class:`CopyingPlan` of it."""
     return tuple(name for name, info in infos.items() if info.materialized)
-
-
-def _keep_copying_plan(plan, names, call_key, executor, problem, strategy, like) -> None:
-    """Keep under ``call_key`` the :class:`CopyingPlan` of ``plan`` (made on copies of the values of the operands
-    ``names``, by ``like``'s adapter; on a call's ``stream=`` for a GPU call), cached beside ``plan``."""
-    ad = adapter_for(like)
-    device = problem.device
-
-    def make(_tuning):
-        on_stream = None
-        if device.kind == "cuda":
-            on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
-        arguments = ("a", "b", *problem.epilog.inputs)  # the direct call's (an epilog takes at most one input)
-        return CopyingPlan(plan, plan_cache.hold(plan), names, arguments, on_stream)
-
-    kept = plan_cache.acquire_or_create(("copying", plan_key(executor, "matmul", problem, strategy), names), make,
-                                        alias=call_key)  # fmt: skip
-    plan_cache.let_go(kept)
 
 
 def _folds_conjugates(executor, problem, strategy: str) -> bool:
@@ -872,7 +854,9 @@ class Matmul:
             plan = _acquire_autocast_plan(sel.executor, problem, prep.strategy, self._a, own_key)
         try:
             if copied and call_key is not None:
-                _keep_copying_plan(plan, copied, call_key, sel.executor, problem, prep.strategy, self._a)
+                copying_key = ("copying", plan_key(sel.executor, "matmul", problem, prep.strategy), copied)
+                arguments = ("a", "b", *problem.epilog.inputs)  # the direct call's: an epilog takes at most one input
+                keep_copying_plan(plan, copied, arguments, call_key, copying_key, self._a, problem.device)
             self._adopt(plan)
         finally:
             plan_cache.let_go(plan)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _fft_callbacks
 from .._adapters import adapter_for
-from .._copying_plan import CopyingPlan
+from .._copying_plan import keep_copying_plan
 from .._detect import detect
 from .._execute import run, run_direct
 from .._fft_problem import FUNCS, NORMS, FFTProblem, build_fft_problem, resolve_axes
@@ -346,7 +346,8 @@ class FFT:
                 copied = key is not None and info.materialized
                 plan = acquire_plan(sel.executor, op, problem, strategy, None if copied else key)
                 if copied:
-                    _keep_copying_plan(plan, key, sel.executor, op, problem, strategy, self._x)
+                    copying_key = ("copying", plan_key(sel.executor, op, problem, strategy))
+                    keep_copying_plan(plan, ("x",), ("x",), key, copying_key, self._x, problem.device)
                 elif key is not None and any_length_key is not None:
                     given = self._call[1] is not None or self._call[3] is not None  # n or s
                     keep_any_length(plan, sel, op, any_length_key, given)
@@ -506,22 +507,6 @@ class FFT:
     def __repr__(self) -> str:
         state = "freed" if self._freed else ("planned" if self._holds else "not planned")
         return f"<nvdispatch.fft.FFT {self._fft_type} {state} executor={self.executor}>"
-
-
-def _keep_copying_plan(plan, call_key, executor, op: str, problem, strategy: str, x) -> None:
-    """Keep under ``call_key`` the :class:`~nvdispatch._copying_plan.CopyingPlan` of ``plan`` (made on a copy of the
-    values of ``x``, a lazy view, which its adapter makes anew at each call; on a call's ``stream=`` on a GPU)."""
-    ad = adapter_for(x)
-    device = problem.device
-
-    def make(_tuning):
-        on_stream = None
-        if device.kind == "cuda":
-            on_stream = lambda stream: ad.native_stream_context(stream, device.index)  # noqa: E731
-        return CopyingPlan(plan, plan_cache.hold(plan), ("x",), ("x",), on_stream)
-
-    kept = plan_cache.acquire_or_create(("copying", plan_key(executor, op, problem, strategy)), make, alias=call_key)
-    plan_cache.let_go(kept)
 
 
 def run_stateless(func: str, x, n, axis, s, axes, norm, callbacks, call_key, stream, any_length_key=None):
