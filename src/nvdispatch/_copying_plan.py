@@ -12,24 +12,21 @@ released itself.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._adapters import adapter_for
 from ._detect import detect
+from ._operand_pass_plan import OperandPassPlan
 from ._plan_cache import plan_cache
 
 __all__ = ["CopyingPlan", "keep_copying_plan"]
 
 
-class CopyingPlan:
+class CopyingPlan(OperandPassPlan):
     """``plan`` run on operands of which those named ``names`` are replaced by copies of their values first (their
-    adapter's view: ``detect(name, x).array``); the Plan protocol (``execute``, ``direct`` where ``plan`` has one,
-    ``steps``, ``strategy``, ``problem``, ``release``). ``hold``: the caller's hold on ``plan``, closed when this
-    one is released. ``arguments``: the names of the direct call's arguments, in order (a matmul's ``a``, ``b``,
-    then its epilog's input; a transform's ``x``). ``on_stream(stream)``: a context making a ``stream=`` argument
-    current, so that the copies are made where the plan then runs; None where streams do not apply.
+    adapter's view: ``detect(name, x).array``); see :class:`~nvdispatch._operand_pass_plan.OperandPassPlan` for
+    ``hold``, ``arguments`` and ``on_stream`` (here: the copies are made where the plan then runs).
 
     Examples
     --------
@@ -55,42 +52,15 @@ class CopyingPlan:
         on_stream: Callable[[Any], Any] | None = None,
     ):
         names = tuple(names)
-        self.plan = plan
-        self.problem = getattr(plan, "problem", None)
-        self.strategy = plan.strategy
-        self.steps = (f"copy the values of {', '.join(names)} (lazy views), at each call", *plan.steps)
-        self._names = frozenset(names)
-        self._on_stream = on_stream
-        self._hold = hold
-        direct = getattr(plan, "direct", None)
-        if direct is None:
-            self.direct = None
-        else:
-            self._direct_names = tuple(name if name in self._names else None for name in arguments)
-            self._inner_direct = direct
-            self.direct = self._direct
-
-    def copy_operands(self, operands: dict[str, Any], stream: Any = None) -> dict[str, Any]:
-        """``operands`` (by name) with those named replaced by copies of their values, made on ``stream`` (None:
-        the current one)."""
-        names, on = self._names, self._on_stream
-        with contextlib.nullcontext() if stream is None or on is None else on(stream):
-            return {name: (detect(name, x).array if name in names else x) for name, x in operands.items()}
-
-    def execute(self, operands: dict[str, Any], stream: Any = None) -> Any:
-        return self.plan.execute(self.copy_operands(operands, stream), stream)
-
-    def _direct(self, *arrays: Any) -> Any:
-        return self._inner_direct(
-            *(x if name is None else detect(name, x).array for x, name in zip(arrays, self._direct_names, strict=True))
-        )
-
-    def release(self) -> None:
-        """Let go of the copies' plan."""
-        self._hold.close()
+        step = f"copy the values of {', '.join(names)} (lazy views), at each call"
+        super().__init__(plan, hold, names, arguments, _copy, step, on_stream)
 
     def __repr__(self) -> str:
         return f"<CopyingPlan {', '.join(sorted(self._names))} of {self.plan!r}>"
+
+
+def _copy(name: str, x: Any) -> Any:
+    return detect(name, x).array
 
 
 def keep_copying_plan(

@@ -898,7 +898,7 @@ class Matmul:
             operands = self._operands()
             held = self._hold.plan
             if isinstance(held, AutocastPlan):  # the plans below take the operands as the region casts them
-                operands = held.cast_operands(operands, stream)
+                operands = held.prepare_operands(operands, stream)
             plans: dict[str, Any] = {}  # strategy -> its plan, pinned until the choice is adopted
             proposals: dict[str, Any] = {}  # strategy -> its plan's proposed tuning, committed at the end
             hold = None
