@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
 from collections.abc import Mapping
@@ -255,6 +256,19 @@ def _folds_conjugates(executor, problem, strategy: str) -> bool:
     (``Executor.folds_conjugates``; an executor without the method does not)."""
     folds = getattr(executor, "folds_conjugates", None)
     return folds is not None and bool(folds("matmul", problem, strategy))
+
+
+def _forget_copying_plans(executor, problem, strategy) -> None:
+    """Forget the call keys of every :class:`CopyingPlan` of (problem, executor, strategy), whichever operands it
+    copies (``_copied``'s names, in the call's operand order): their calls choose their plan again."""
+    kept = plan_key(executor, "matmul", problem, strategy)
+    names = ("a", "b", "c", *problem.epilog.inputs)
+    for count in range(1, len(names) + 1):
+        for copied in itertools.combinations(names, count):
+            key = ("copying", kept, copied)
+            plan = plan_cache.peek(key)
+            if plan is not None:
+                plan_cache.forget_keys_but(plan, key)
 
 
 def _autocast_operands(infos, convention, like, stream):
@@ -945,6 +959,7 @@ class Matmul:
                         auto = None if auto_key is None else plan_cache.get(auto_key)
                         if auto is not None:
                             plan_cache.forget_keys_but(auto, auto_key)
+                        _forget_copying_plans(ex, problem, strategy)
                 self._hold, self._strategy = hold, chosen
                 plan_cache.record_tuning(key, record, STRATEGY_CHOICE)
             except BaseException:

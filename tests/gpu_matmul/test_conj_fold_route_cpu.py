@@ -238,3 +238,47 @@ def test_a_prepared_call_on_a_view_copied_per_call_copies_each_time(described_by
                 x.mul_(0.5 + 1j)
         finally:
             hold.close()
+
+
+def test_an_autotune_choosing_another_strategy_reaches_the_calls_served_by_a_copying_plan(described_by_memory):
+    # a stateless call on a view copied per call runs its key's CopyingPlan; once Matmul.autotune records another
+    # strategy for the problem, that key is forgotten, and the next call runs the recorded choice
+    import time
+
+    class TwoStrategies(Folding):
+        def __init__(self):
+            super().__init__(folds=False)
+            self.ran: list[str] = []
+
+        def strategies(self, op, problem):
+            return ("native", "other")
+
+        def plan(self, op, problem, strategy, tuning=None):
+            inner = super().plan(op, problem, strategy, tuning)
+            run, ex = inner.execute, self
+
+            def execute(operands, stream=None):
+                ex.ran.append(strategy)
+                if strategy == "native":
+                    time.sleep(0.005)  # the slower one: the autotune keeps "other"
+                return run(operands, stream)
+
+            inner.execute = execute
+            return inner
+
+    x = _complex(5, 4, seed=12)
+    a, b, bias = x.mH, _complex(5, 3, seed=13), _complex(3, seed=14)
+    ex = TwoStrategies()
+    with nvdispatch.set_backend(ex, only=True):
+        for _ in range(2):
+            nvdispatch.matmul(a, b, epilog="BIAS", epilog_inputs={"bias": bias})
+        assert ex.ran == ["native", "native"]  # the first strategy, the repeat from the CopyingPlan
+        with nvdispatch.Matmul(a, b) as mm:
+            mm.plan(epilog="BIAS", epilog_inputs={"bias": bias})
+            mm.autotune(iterations=3)
+            assert mm.strategy == "other"
+        ex.ran.clear()
+        got = nvdispatch.matmul(a, b, epilog="BIAS", epilog_inputs={"bias": bias})
+        nvdispatch.matmul(a, b, epilog="BIAS", epilog_inputs={"bias": bias})
+    assert ex.ran == ["other", "other"]
+    np.testing.assert_allclose(got.numpy(), _values(a) @ _values(b) + bias.numpy(), rtol=1e-12, atol=1e-12)
