@@ -50,65 +50,71 @@ def tf32_allowed() -> bool:
         return fp32_precision("cuda") == "tf32"
 
 
+class _Getters:
+    """Torch's C getters of the settings a product's precision depends on, bound once (Torch is imported: its
+    tensors exist), and the readings built of them."""
+
+    def __init__(self):
+        C = sys.modules["torch"]._C
+        self.tf32_switch = C._get_cublas_allow_tf32
+        self.cpu_getter = C._get_fp32_precision_getter  # the CPU's (oneDNN's) float32 matmul precision
+        self.enabled, self.dtype = C.is_autocast_enabled, C.get_autocast_dtype
+        enabled = self.enabled
+        self.any_autocast = getattr(C, "_is_any_autocast_enabled", None) or (
+            lambda: enabled("cuda") or enabled("cpu")
+        )
+
+    def tf32(self):
+        try:
+            return self.tf32_switch()
+        except RuntimeError:
+            return tf32_allowed()
+
+    def cpu(self):
+        return self.cpu_getter("mkldnn", "matmul")
+
+    def with_regions(self, *settings):
+        """``settings``, then the active autocast regions' dtypes where any region is active."""
+        if not self.any_autocast():
+            return settings
+        enabled, dtype = self.enabled, self.dtype
+        return (*settings, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu"))
+
+    def compiled(self, steps, fallback):
+        """``fallback`` as one compiled call of ``steps`` where the extension is built (``_hotpath.make_reading``:
+        no Python frame per call), the Python reading where an autocast region is active or a getter refuses."""
+        compiled = hotpath()
+        return fallback if compiled is None else compiled.make_reading(self.any_autocast, steps, fallback)
+
+
 def _make_precision_key():
-    """The Torch adapter's ``precision_key``: Torch's C getters bound once (Torch is imported: its tensors exist).
-    Where the extension is built, the common reading (no autocast region: the TF32 switch and the CPU's matmul
-    precision) is one compiled call of those getters (``_hotpath.make_reading``: no Python frame per call), and
-    every other case this function's own Python reading, which gives the same tuple for the same settings."""
-    C = sys.modules["torch"]._C
-    tf32 = C._get_cublas_allow_tf32
-    getter = C._get_fp32_precision_getter  # the CPU's (oneDNN's) float32 matmul precision, "none" where unset
-    enabled, dtype = C.is_autocast_enabled, C.get_autocast_dtype
-    any_autocast = getattr(C, "_is_any_autocast_enabled", None) or (lambda: enabled("cuda") or enabled("cpu"))
+    """The Torch adapter's ``precision_key``: the TF32 switch and the CPU's matmul precision (with the active
+    autocast regions, where any is); compiled where the extension is built (:meth:`_Getters.compiled`)."""
+    g = _Getters()
 
     def precision_key():
-        try:
-            allowed = tf32()
-        except RuntimeError:
-            allowed = tf32_allowed()
-        cpu = getter("mkldnn", "matmul")
-        if not any_autocast():
-            return allowed, cpu
-        return allowed, cpu, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
+        return g.with_regions(g.tf32(), g.cpu())
 
-    compiled = hotpath()
-    if compiled is None:
-        return precision_key
-    # gate: an autocast region (the Python reading adds its dtypes); a RuntimeError from tf32(): the Python reading
-    return compiled.make_reading(any_autocast, ((tf32, ()), (getter, ("mkldnn", "matmul"))), precision_key)
+    return g.compiled(((g.tf32_switch, ()), (g.cpu_getter, ("mkldnn", "matmul"))), precision_key)
 
 
 def _make_precision_key_of():
     """The Torch adapter's ``precision_key_of``: for a CUDA tensor the TF32 switch, for any other the CPU's matmul
     precision (each with the active autocast regions, where any is): a product on one device depends on no setting
-    of the other. Compiled where the extension is built (as :func:`_make_precision_key`), each reading the Python
-    one where an autocast region is active or a getter refuses."""
-    C = sys.modules["torch"]._C
-    tf32 = C._get_cublas_allow_tf32
-    getter = C._get_fp32_precision_getter
-    enabled, dtype = C.is_autocast_enabled, C.get_autocast_dtype
-    any_autocast = getattr(C, "_is_any_autocast_enabled", None) or (lambda: enabled("cuda") or enabled("cpu"))
+    of the other. Compiled where the extension is built (:meth:`_Getters.compiled`)."""
+    g = _Getters()
 
     def on_cuda():
-        try:
-            allowed = tf32()
-        except RuntimeError:
-            allowed = tf32_allowed()
-        if not any_autocast():
-            return (allowed,)
-        return allowed, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
+        return g.with_regions(g.tf32())
 
     def on_cpu():
-        cpu = getter("mkldnn", "matmul")
-        if not any_autocast():
-            return (cpu,)
-        return cpu, enabled("cuda") and dtype("cuda"), enabled("cpu") and dtype("cpu")
+        return g.with_regions(g.cpu())
 
     compiled = hotpath()
     if compiled is None:
         return lambda x: on_cuda() if x.is_cuda else on_cpu()
-    cuda = compiled.make_reading(any_autocast, ((tf32, ()),), on_cuda)
-    cpu = compiled.make_reading(any_autocast, ((getter, ("mkldnn", "matmul")),), on_cpu)
+    cuda = g.compiled(((g.tf32_switch, ()),), on_cuda)
+    cpu = g.compiled(((g.cpu_getter, ("mkldnn", "matmul")),), on_cpu)
     return compiled.make_reading_by("is_cuda", cuda, cpu)
 
 
