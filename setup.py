@@ -2,7 +2,8 @@
 transforms' cached hit; _hotpath_lt.c, _hotpath_cufft.c: the cuBLASLt and cuFFT launches; _hotpath_ffi.c: the XLA
 FFI handler that runs cuBLASLt plans inside ``jax.jit`` on the GPU; _hotpath_epilog.c: the CPU linear layer's bias
 and activation in one sweep; _hotpath_launch.c: prepared launches of the Numba kernels of ``fft.convolve``;
-_hotpath_reading.c: a framework's precision settings read without a Python frame), built
+_hotpath_reading.c: a framework's precision settings read without a Python frame; _hotpath_tiled.c: the CPU linear
+layer as one blocked GEMM with its epilog applied per register tile), built
 for the stable ABI (one build serves CPython 3.10 and later). Where it cannot be built the package installs without
 it: ``nvdispatch.matmul`` and the transforms take the same route in Python, cuBLASLt and cuFFT are launched through
 ctypes, Numba launches the convolution kernels, and the CPU linear layer uses its other engines.
@@ -77,11 +78,13 @@ setup(
                 "src/nvdispatch/_hotpath_epilog.c",
                 "src/nvdispatch/_hotpath_launch.c",
                 "src/nvdispatch/_hotpath_reading.c",
+                "src/nvdispatch/_hotpath_tiled.c",
             ],
             include_dirs=["src/nvdispatch"] + ([_ffi] if _ffi else []),
             py_limited_api=True,
+            libraries=["pthread"] if os.name == "posix" else [],  # the tiled GEMM's threads (older C libraries)
             define_macros=[("Py_LIMITED_API", "0x030A0000")] + ([("NVD_XLA_FFI", "1")] if _ffi else []),
-            depends=["src/nvdispatch/_hotpath.h", "src/nvdispatch/_hotpath_lt.h"],
+            depends=["src/nvdispatch/_hotpath.h", "src/nvdispatch/_hotpath_lt.h", "src/nvdispatch/_hotpath_tiled_body.h"],
             optional=True,
         )
     ],

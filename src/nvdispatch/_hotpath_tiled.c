@@ -1,0 +1,259 @@
+/* The CPU linear layer as one blocked GEMM with the epilog applied per register tile (part of
+ * nvdispatch._hotpath; _hotpath.c adds these functions).
+ *
+ * tiled_gemm(kind, isa, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, out, ldo, bias, relu, threads,
+ * block_bytes): out = act(alpha op(a) @ op(b) + bias), row-major out (ldo elements from a row to the next),
+ * float32 (kind 0) or float64 (kind 1); op(x) is x stored row-major with leading dimension ldx, or its transpose
+ * where trans_x (an F-contiguous array read as it lies); bias None or n values; relu 0 for no activation. b is
+ * packed once per call in panels of columns, a in strips of rows; each micro-kernel keeps a tile of the result
+ * in registers over the whole of k, then adds alpha, the bias and RELU and stores it, so the result is written
+ * once and never read (an engine running the BLAS's product, then a sweep, reads and writes it again).
+ *
+ * Kernels, picked at run time: AVX-512F (14 rows x 2 zmm vectors), AVX2 + FMA (6 rows x 2 ymm vectors), and a
+ * portable C one wherever neither is (another architecture or compiler): the extension builds everywhere; the
+ * engine is timed against the others by the calibration, which keeps it only where it is the faster.
+ * isa: None for the best this processor runs, or a name of tiled_isas() (the tests run each).
+ *
+ * Threads: the rows (or, for few rows, the columns) are shared out over up to `threads` POSIX threads started
+ * for the call and joined before it returns (none is left behind, none waits busily), the GIL released. The
+ * addresses are ints the caller took from arrays it owns and keeps alive for the call (numpy_matmul_engines
+ * checks dtype, layout and shapes); nothing here can check them. RELU keeps NaN (as np.maximum does).
+ */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define NVD_X86_SIMD 1
+#include <immintrin.h>
+#else
+#define NVD_X86_SIMD 0
+#endif
+#if !defined(_WIN32)
+#define NVD_THREADS 1
+#include <pthread.h>
+#else
+#define NVD_THREADS 0
+#endif
+
+enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+static const char *const isa_names[] = {"portable", "avx2", "avx512"};
+#define MAX_THREADS 256
+/* the least work a thread is started for (its start and join cost some tens of microseconds) */
+#define MIN_FLOPS_PER_THREAD 4.0e6
+
+/* size bytes aligned to 64 (loads of packed panels are aligned); *raw is what to free */
+static void *
+nvd_aligned(size_t size, void **raw)
+{
+    *raw = malloc(size + 64);
+    if (*raw == NULL)
+        return NULL;
+    return (void *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63);
+}
+
+/* float32 */
+#define T float
+#define S(x) x##_f32
+#if NVD_X86_SIMD
+#define X_VEC __m512
+#define X_LANES 16
+#define X_MASK __mmask16
+#define X_ZERO _mm512_setzero_ps
+#define X_LOAD _mm512_load_ps
+#define X_SET1 _mm512_set1_ps
+#define X_FMA _mm512_fmadd_ps
+#define X_MAX _mm512_max_ps
+#define X_FIRST(n) ((X_MASK)((n) >= 16 ? 0xFFFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u))
+#define X_MLOADZ(m, p) _mm512_maskz_loadu_ps((m), (p))
+#define X_MSTORE(p, m, v) _mm512_mask_storeu_ps((p), (m), (v))
+#define Y_VEC __m256
+#define Y_LANES 8
+#define Y_MASK __m256i
+#define Y_ZERO _mm256_setzero_ps
+#define Y_LOAD _mm256_load_ps
+#define Y_SET1 _mm256_set1_ps
+#define Y_FMA _mm256_fmadd_ps
+#define Y_MAX _mm256_max_ps
+#define Y_FIRST(n) _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define Y_MLOAD(p, m) _mm256_maskload_ps((p), (m))
+#define Y_MSTORE(p, m, v) _mm256_maskstore_ps((p), (m), (v))
+#define Y_STOREU _mm256_storeu_ps
+#endif
+#include "_hotpath_tiled_body.h"
+#undef T
+#undef S
+#if NVD_X86_SIMD
+#undef X_VEC
+#undef X_LANES
+#undef X_MASK
+#undef X_ZERO
+#undef X_LOAD
+#undef X_SET1
+#undef X_FMA
+#undef X_MAX
+#undef X_FIRST
+#undef X_MLOADZ
+#undef X_MSTORE
+#undef Y_VEC
+#undef Y_LANES
+#undef Y_MASK
+#undef Y_ZERO
+#undef Y_LOAD
+#undef Y_SET1
+#undef Y_FMA
+#undef Y_MAX
+#undef Y_FIRST
+#undef Y_MLOAD
+#undef Y_MSTORE
+#undef Y_STOREU
+#endif
+
+/* float64 */
+#define T double
+#define S(x) x##_f64
+#if NVD_X86_SIMD
+#define X_VEC __m512d
+#define X_LANES 8
+#define X_MASK __mmask8
+#define X_ZERO _mm512_setzero_pd
+#define X_LOAD _mm512_load_pd
+#define X_SET1 _mm512_set1_pd
+#define X_FMA _mm512_fmadd_pd
+#define X_MAX _mm512_max_pd
+#define X_FIRST(n) ((X_MASK)((n) >= 8 ? 0xFFu : (n) <= 0 ? 0u : (1u << (n)) - 1u))
+#define X_MLOADZ(m, p) _mm512_maskz_loadu_pd((m), (p))
+#define X_MSTORE(p, m, v) _mm512_mask_storeu_pd((p), (m), (v))
+#define Y_VEC __m256d
+#define Y_LANES 4
+#define Y_MASK __m256i
+#define Y_ZERO _mm256_setzero_pd
+#define Y_LOAD _mm256_load_pd
+#define Y_SET1 _mm256_set1_pd
+#define Y_FMA _mm256_fmadd_pd
+#define Y_MAX _mm256_max_pd
+#define Y_FIRST(n) _mm256_cmpgt_epi64(_mm256_set1_epi64x((long long)(n)), _mm256_setr_epi64x(0, 1, 2, 3))
+#define Y_MLOAD(p, m) _mm256_maskload_pd((p), (m))
+#define Y_MSTORE(p, m, v) _mm256_maskstore_pd((p), (m), (v))
+#define Y_STOREU _mm256_storeu_pd
+#endif
+#include "_hotpath_tiled_body.h"
+#undef T
+#undef S
+
+/* whether this processor (and its OS) runs each kernel */
+static int
+isa_supported(int isa)
+{
+    if (isa == ISA_PORTABLE)
+        return 1;
+#if NVD_X86_SIMD
+    __builtin_cpu_init();
+    if (isa == ISA_AVX512)
+        return __builtin_cpu_supports("avx512f");
+    if (isa == ISA_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return 0;
+}
+
+static PyObject *
+tiled_isas(PyObject *module, PyObject *unused)
+{
+    PyObject *names = PyList_New(0);
+    for (int isa = ISA_AVX512; names != NULL && isa >= ISA_PORTABLE; isa--) {
+        if (!isa_supported(isa))
+            continue;
+        PyObject *name = PyUnicode_FromString(isa_names[isa]);
+        if (name == NULL || PyList_Append(names, name) < 0)
+            Py_CLEAR(names);
+        Py_XDECREF(name);
+    }
+    if (names == NULL)
+        return NULL;
+    PyObject *result = PyList_AsTuple(names);
+    Py_DECREF(names);
+    return result;
+}
+
+#define TILED_ARGS 18
+
+static PyObject *
+tiled_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != TILED_ARGS) {
+        PyErr_Format(PyExc_TypeError, "tiled_gemm takes %d arguments, got %zd", TILED_ARGS, nargs);
+        return NULL;
+    }
+    int isa = -1;
+    if (args[1] == Py_None) {
+        for (isa = ISA_AVX512; !isa_supported(isa); isa--)
+            ;
+    }
+    else {
+        for (int i = ISA_PORTABLE; i <= ISA_AVX512; i++)
+            if (PyUnicode_Check(args[1]) && PyUnicode_CompareWithASCIIString(args[1], isa_names[i]) == 0)
+                isa = i;
+        if (isa < 0 || !isa_supported(isa)) {
+            PyErr_Format(PyExc_ValueError, "tiled_gemm: isa must be None or one of tiled_isas(), got %R", args[1]);
+            return NULL;
+        }
+    }
+    int kind = PyLong_AsLong(args[0]);
+    int ta = PyObject_IsTrue(args[2]), tb = PyObject_IsTrue(args[3]);
+    Py_ssize_t m = PyLong_AsSsize_t(args[4]), n = PyLong_AsSsize_t(args[5]), k = PyLong_AsSsize_t(args[6]);
+    double alpha = PyFloat_AsDouble(args[7]);
+    void *a = PyLong_AsVoidPtr(args[8]);
+    Py_ssize_t lda = PyLong_AsSsize_t(args[9]);
+    void *b = PyLong_AsVoidPtr(args[10]);
+    Py_ssize_t ldb = PyLong_AsSsize_t(args[11]);
+    void *out = PyLong_AsVoidPtr(args[12]);
+    Py_ssize_t ldo = PyLong_AsSsize_t(args[13]);
+    void *bias = args[14] == Py_None ? NULL : PyLong_AsVoidPtr(args[14]);
+    int relu = PyObject_IsTrue(args[15]);
+    long threads = PyLong_AsLong(args[16]);
+    Py_ssize_t block_bytes = PyLong_AsSsize_t(args[17]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (a == NULL || b == NULL || out == NULL || (kind != 0 && kind != 1) || m < 1 || n < 1 || k < 1 ||
+        ldo < n || lda < (ta ? m : k) || ldb < (tb ? k : n) || threads < 1 || block_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "tiled_gemm: expected addresses, kind 0 or 1, m, n, k >= 1, ldo >= n, "
+                                          "lda and ldb at least a row of their operand, threads >= 1, "
+                                          "block_bytes >= 0");
+        return NULL;
+    }
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 0)
+        failed = tiled_f32(isa, ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, out, ldo, bias, relu, (int)threads,
+                           block_bytes);
+    else
+        failed = tiled_f64(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, out, ldo, bias, relu, (int)threads,
+                           block_bytes);
+    Py_END_ALLOW_THREADS
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef tiled_methods[] = {
+    {"tiled_gemm", (PyCFunction)(void (*)(void))tiled_gemm, METH_FASTCALL,
+     "tiled_gemm(kind, isa, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, out, ldo, bias, relu, threads, "
+     "block_bytes) -> None: out = act(alpha op(a) @ op(b) + bias) by a blocked GEMM applying the epilog per "
+     "register tile (kind 0 float32, 1 float64; isa None for the best, or a name of tiled_isas(); addresses as "
+     "ints, bias None for none; up to `threads` threads; block_bytes: packed b kept per core's cache)"},
+    {"tiled_isas", tiled_isas, METH_NOARGS,
+     "tiled_isas() -> tuple[str, ...]: the tiled GEMM's kernels this processor runs, the fastest first"},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+nvd_add_tiled(PyObject *module)
+{
+    return PyModule_AddFunctions(module, tiled_methods);
+}
