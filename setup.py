@@ -84,7 +84,11 @@ setup(
             py_limited_api=True,
             libraries=["pthread"] if os.name == "posix" else [],  # the tiled GEMM's threads (older C libraries)
             define_macros=[("Py_LIMITED_API", "0x030A0000")] + ([("NVD_XLA_FFI", "1")] if _ffi else []),
-            depends=["src/nvdispatch/_hotpath.h", "src/nvdispatch/_hotpath_lt.h", "src/nvdispatch/_hotpath_tiled_body.h"],
+            depends=[
+                "src/nvdispatch/_hotpath.h",
+                "src/nvdispatch/_hotpath_lt.h",
+                "src/nvdispatch/_hotpath_tiled_body.h",
+            ],
             optional=True,
         )
     ],

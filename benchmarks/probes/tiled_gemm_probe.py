@@ -1,8 +1,10 @@
 """Probe: a blocked float32 GEMM with the bias + RELU epilog applied per register tile (tiled_gemm_probe.c),
 against ``np.matmul`` (NumPy's BLAS) alone and ``np.matmul`` + a bias/RELU sweep, on one and on all cores.
 
-Run with the tree's src on PYTHONPATH (for NumPy's BLAS thread control). Compiles the C prototype with the system's ``cc`` into a temporary folder, loads it with ctypes and times each
-variant interleaved, per round (median of ``--rounds``). x86-64 with AVX-512F only (the prototype's kernel).
+Run with the tree's src on PYTHONPATH (for NumPy's BLAS thread control). Compiles the C prototype with the
+system's ``cc`` into a temporary folder, loads it with ctypes and times each variant interleaved, per round
+(median of ``--rounds``). x86-64 with AVX-512F only (the prototype's kernel); ``PROBE_SHIFT=1`` starts the column
+panels on the result's cache lines.
 
     python benchmarks/probes/tiled_gemm_probe.py --m 8192 --k 256 --n 1024 --rounds 15
 """

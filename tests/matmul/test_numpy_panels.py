@@ -149,7 +149,7 @@ def test_calibration_can_choose_panels(monkeypatch):
         return wrapped
 
     ep = numpy_matmul_engines.EnginePlan
-    for name in ("_ufunc", "_blas", "_torch", "_gemm"):
+    for name in ("_ufunc", "_blas", "_torch", "_gemm", "_tiled"):
         monkeypatch.setattr(ep, name, slow(getattr(ep, name)))
     direct = numpy_matmul_engines._ufunc_direct
     monkeypatch.setattr(numpy_matmul_engines, "_ufunc_direct", lambda *args: slow(direct(*args)))

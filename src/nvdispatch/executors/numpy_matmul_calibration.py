@@ -92,7 +92,7 @@ _BLOCK_PASSES = 3
 #: ``sweep`` for the BLAS, less its pass clearing the result); the compiled engines ahead of the ufuncs only where
 #: the result outgrows a core's private cache (or SWEEP_FIRST_BYTES where its size is unknown): there the pass is
 #: a trip through memory, which one sweep makes once, while in cache the ufuncs' smaller cost per call wins
-DEFAULT_PREFERENCE = ("gemm", "sweep", "ufunc", "blas", "panels", "torch")
+DEFAULT_PREFERENCE = ("gemm", "sweep", "ufunc", "blas", "panels", "tiled", "torch")
 SWEEP_FIRST_BYTES = 1 << 20
 _SECTION, _PENDING = "matmul", "matmul_pending"
 #: the engine every other's result is checked against when calibrating (NumPy's matmul, then ufuncs)

@@ -26,6 +26,13 @@ full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``
     ``beta = 0`` makes the BLAS clear the result in a pass of its own first), then bias and activation (none or
     RELU) in the compiled sweep, in the same C call: the bias and activation's pass replaces the clearing
     pass. 2-D operands, C- or F-contiguous (else ``ufunc``).
+``tiled`` (strategy ``inplace``, where the extension is built)
+    nvdispatch's own blocked GEMM (``_hotpath_tiled.c``): ``b`` packed once per call in panels of columns,
+    ``a`` in strips of rows, each tile of the result kept in registers over the whole of ``k``, then alpha, the
+    bias and the activation (none or RELU) applied to it as it is stored: the result is written once and never
+    read back, and nothing clears it first. Kernels for AVX-512 and AVX2 + FMA, picked at run time (a portable
+    C one elsewhere); the rows shared out over the process's cores on threads started and joined by the call.
+    2-D real operands, C- or F-contiguous (else ``ufunc``); with ``beta * c``, ``ufunc``.
 ``ufunc`` (strategy ``inplace`` for results of one block)
     ``np.matmul`` into the result, then ``alpha``, ``beta * c``, the bias and the activation as in-place
     ufuncs over the whole result, with a direct call for the hot path of small repeated calls (larger
@@ -47,7 +54,8 @@ import numpy as np
 from .._compiled import hotpath
 from .._epilog_numpy import NumpyEpilogOps
 from .._matmul_problem import MatmulProblem, scalar_value
-from . import numpy_blas
+from . import cpu_caches, numpy_blas
+from .cpu_threads import CPUS
 
 __all__ = [
     "ENGINES",
@@ -58,6 +66,8 @@ __all__ = [
     "EnginePlan",
     "sweep_kernel",
     "gemm_kernel",
+    "tiled_kernel",
+    "tiled_isa",
     "cblas_operand",
     "swept",
 ]
@@ -69,6 +79,7 @@ STRATEGY_OF = {
     "blas": "native",
     "torch": "framework_fused",
     "panels": "inplace",
+    "tiled": "inplace",
     "ufunc": "inplace",
 }
 ENGINES = tuple(STRATEGY_OF)
@@ -92,6 +103,8 @@ def available() -> tuple[str, ...]:
         have.append("sweep")
     if gemm_kernel("float32") is not None:
         have.append("gemm")
+    if tiled_kernel() is not None:
+        have.append("tiled")
     if _installed("scipy"):
         have.append("blas")
     if sys.modules.get("torch") is not None:
@@ -112,6 +125,28 @@ def gemm_kernel(dtype: str):
     if found is None:
         return None
     return kernel, *found, numpy_blas.GEMM_KINDS[dtype][1]
+
+
+def tiled_kernel():
+    """The compiled tiled GEMM (``_hotpath.tiled_gemm``), or None where the extension is not built."""
+    return getattr(hotpath(), "tiled_gemm", None)
+
+
+def tiled_isa() -> str | None:
+    """The kernel the tiled GEMM runs on this processor (``"avx512"``, ``"avx2"`` or ``"portable"``), or None."""
+    isas = getattr(hotpath(), "tiled_isas", None)
+    return None if isas is None else isas()[0]
+
+
+#: the packed panels of ``b`` the tiled GEMM keeps in a core's cache at a time, where the OS does not say its size
+_TILED_BLOCK_BYTES = 256 << 10
+
+
+def tiled_block_bytes() -> int:
+    """Bytes of packed ``b`` the tiled GEMM runs every strip of ``a`` past at a time: half a core's private
+    cache (the other half for the strips of ``a`` and the tiles going out)."""
+    cache = cpu_caches.private_cache_bytes()
+    return cache // 2 if cache else _TILED_BLOCK_BYTES
 
 
 def _installed(name: str) -> bool:
@@ -146,8 +181,13 @@ def applicable(problem: MatmulProblem) -> tuple[str, ...]:
     if np.dtype(p.result_dtype).kind == "c":
         gemm = two_d and "gemm" in has and gemm_kernel(p.result_dtype) is not None
         return ("gemm", "ufunc") if gemm else ("ufunc",)
-    # (``panels``, ``gemm``: 2-D, as BLAS and Torch; ``sweep``: any batch, for the activations it applies)
-    return tuple(e for e in has if e == "ufunc" or (e == "sweep" and sweeps) or (two_d and e != "sweep"))
+    # (``panels``, ``gemm``: 2-D, as BLAS and Torch; ``sweep``: any batch, ``tiled``: 2-D, for the activations
+    # they apply)
+    return tuple(
+        e
+        for e in has
+        if e == "ufunc" or (e == "sweep" and sweeps) or (two_d and (sweeps or e != "tiled") and e != "sweep")
+    )
 
 
 def plan(problem: MatmulProblem, engine: str) -> EnginePlan:
@@ -180,11 +220,17 @@ class EnginePlan:
             self.sweep = sweep_kernel()
         elif engine == "gemm":
             self.gemm_call = gemm_kernel(self.dtype.name)
+        elif engine == "tiled":
+            self.tiled = tiled_kernel()
+            self.isa = tiled_isa()
+            self.own_threads = CPUS  # (the calibration times engines running threads of their own apart)
+            self.block_bytes = tiled_block_bytes()
         # the Plan protocol's direct call (alpha 1, no c, the caller's arrays): direct(a, b[, bias])
         plain_2d = problem.c is None and not problem.a_vector and not problem.b_vector and len(self.shape) == 2
         self.direct = None
         if plain_2d and "bias" in problem.input_sigs:
             direct = {"ufunc": _ufunc_direct, "sweep": self._sweep_direct, "gemm": self._gemm_direct}.get(engine)
+            direct = self._tiled_direct if engine == "tiled" else direct
             self.direct = self._direct_bias if direct is None else direct(self.dtype, self.activation)
         elif plain_2d and not problem.inputs:
             self.direct = self._direct_plain
@@ -202,6 +248,8 @@ class EnginePlan:
             "torch": "torch.addmm on zero-copy Torch views of the NumPy arrays",
             "gemm": "NumPy's own BLAS gemm called from C, "
             + ("beta into a copy of c" if p.c is not None else "beta=1 into a zeroed result (no clearing pass)"),
+            "tiled": f"nvdispatch's blocked GEMM ({self.isa if self.engine == 'tiled' else ''} kernel, up to "
+            f"{CPUS} threads)" + (", np.matmul where c is given" if p.c is not None else ""),
         }[self.engine]
         steps = [f"alpha * a @ b{' + beta * c' if p.c is not None else ''} via {gemm} (engine {self.engine!r})"]
         fused = ("add_bias",) if self.engine in ("blas", "torch") and p.c is None else ()
@@ -210,6 +258,8 @@ class EnginePlan:
             if self.engine == "sweep" or (self.engine == "gemm" and step != "gelu"):
                 where = "in one compiled sweep over the result with the other steps"
                 where += ", in the same C call as the product" if self.engine == "gemm" else ""
+            elif self.engine == "tiled" and p.c is None:
+                where = "on each tile of the product in registers, as it is stored"
             steps.append(f"{step} ({where})")
         return tuple(steps)
 
@@ -323,6 +373,42 @@ class EnginePlan:
     def _gemm_direct(self, dtype: np.dtype, activation: str | None):
         """The ``gemm`` engine's hot path for ``act(a @ b + bias)``."""
         run = self._gemm
+
+        def direct(a, b, bias):
+            return run(a, b, bias, None, 1, 0)
+
+        return direct
+
+    def _tiled(self, a, b, bias, c, alpha, beta):
+        """The compiled tiled GEMM with the epilog per register tile (see the module notes); ``ufunc`` for
+        ``beta * c``, layouts it cannot read as they lie, a bias that is not ``n`` values of the result's dtype
+        and complex scalars."""
+        ta, lda = cblas_operand(a, self.dtype)
+        tb, ldb = cblas_operand(b, self.dtype)
+        if lda is None or ldb is None or (c is not None and beta != 0):
+            return self._ufunc(a, b, bias, c, alpha, beta)
+        if bias is not None:
+            if bias.size != b.shape[1] or bias.dtype != self.dtype:
+                return self._ufunc(a, b, bias, c, alpha, beta)
+            bias = np.ascontiguousarray(bias)
+        try:
+            alpha = _scalar(alpha, 0)
+        except TypeError:  # a complex alpha for a real result: NumPy's casting rules, by the ufuncs
+            return self._ufunc(a, b, bias, c, alpha, beta)
+        m, k = a.shape
+        n = b.shape[1]
+        out = np.empty((m, n), self.dtype)
+        self.tiled(
+            self.dtype == np.float64, None, ta, tb, m, n, k, alpha, a.__array_interface__["data"][0], lda,
+            b.__array_interface__["data"][0], ldb, out.__array_interface__["data"][0], n,
+            None if bias is None else bias.__array_interface__["data"][0], self.activation == "relu", CPUS,
+            self.block_bytes,
+        )  # fmt: skip
+        return out
+
+    def _tiled_direct(self, dtype: np.dtype, activation: str | None):
+        """The ``tiled`` engine's hot path for ``act(a @ b + bias)``."""
+        run = self._tiled
 
         def direct(a, b, bias):
             return run(a, b, bias, None, 1, 0)
