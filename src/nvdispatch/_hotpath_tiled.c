@@ -14,8 +14,9 @@
  * engine is timed against the others by the calibration, which keeps it only where it is the faster.
  * isa: None for the best this processor runs, or a name of tiled_isas() (the tests run each).
  *
- * Threads: the rows (or, for few rows, the columns) are shared out over up to `threads` POSIX threads started
- * for the call and joined before it returns (none is left behind, none waits busily), the GIL released. The
+ * Threads: the tiles (a strip of rows by a group of column panels each) are taken one at a time by up to
+ * `threads` POSIX threads started for the call and joined before it returns (none is left behind, none waits
+ * busily), the GIL released; a thread slowed by other load on its core takes fewer. The
  * addresses are ints the caller took from arrays it owns and keeps alive for the call (numpy_matmul_engines
  * checks dtype, layout and shapes); nothing here can check them. RELU keeps NaN (as np.maximum does).
  */
@@ -34,11 +35,14 @@
 #else
 #define NVD_X86_SIMD 0
 #endif
-#if !defined(_WIN32)
+#if !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
 #define NVD_THREADS 1
 #include <pthread.h>
+/* the next unit of work, taken by one thread of several */
+#define NVD_TAKE(p) __atomic_fetch_add((p), 1, __ATOMIC_RELAXED)
 #else
 #define NVD_THREADS 0
+#define NVD_TAKE(p) ((*(p))++)
 #endif
 
 enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
@@ -46,6 +50,35 @@ static const char *const isa_names[] = {"portable", "avx2", "avx512"};
 #define MAX_THREADS 256
 /* the least work a thread is started for (its start and join cost some tens of microseconds) */
 #define MIN_FLOPS_PER_THREAD 4.0e6
+
+#if NVD_THREADS && defined(__linux__) && defined(__GLIBC__)
+#define NVD_AFFINITY 1
+#include <sched.h>
+#else
+#define NVD_AFFINITY 0
+#endif
+
+/* the CPUs this thread may run on other than the one it runs on, at most `most` of them, into cpus (how many):
+ * each thread started for a call is held to one of them, so that the call's threads never crowd onto one core
+ * while another is left to a thread merely waiting (such as a BLAS's worker spinning after its last call) */
+static int
+nvd_other_cpus(int *cpus, int most)
+{
+    int n = 0;
+#if NVD_AFFINITY
+    cpu_set_t allowed;
+    int here = sched_getcpu();
+    if (here < 0 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+        return 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && n < most; cpu++)
+        if (cpu != here && CPU_ISSET(cpu, &allowed))
+            cpus[n++] = cpu;
+#else
+    (void)cpus;
+    (void)most;
+#endif
+    return n;
+}
 
 /* size bytes aligned to 64 (loads of packed panels are aligned); *raw is what to free */
 static void *
@@ -57,10 +90,55 @@ nvd_aligned(size_t size, void **raw)
     return (void *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63);
 }
 
+#if NVD_X86_SIMD
+/* A full strip of 14 rows of a row-major float32 a into ap (k groups of 14), 16 columns at a time through a
+ * 16 x 16 transpose in zmm registers (rows 14 and 15 zero); each group stored as 16 values, the 2 past the
+ * group overwritten by the next (ap holds 16 values past its k groups). The columns past the last 16 one by one. */
+__attribute__((target("avx512f"))) static void
+pack_a_x_f32(const float *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, float *ap)
+{
+    const float *base = a + r0 * lda;
+    Py_ssize_t p0 = 0;
+    for (; p0 + 16 <= k; p0 += 16) {
+        __m512 r[16], t[16];
+        for (int i = 0; i < 14; i++)
+            r[i] = _mm512_loadu_ps(base + i * lda + p0);
+        r[14] = r[15] = _mm512_setzero_ps();
+        for (int i = 0; i < 16; i += 2) { /* pairs of rows interleaved */
+            t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        }
+        for (int i = 0; i < 16; i += 4) { /* fours of rows, by 4-value lanes */
+            r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+            r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+            r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+            r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        for (int i = 0; i < 4; i++) { /* eights of rows, by 128-bit lanes */
+            t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+            t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+            t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+            t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+        }
+        for (int i = 0; i < 8; i++) { /* all 16 rows: columns i and i + 8 of the block */
+            r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+            r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        }
+        float *dst = ap + p0 * 14; /* r[j]: column p0 + j, in order (each store's 2 extra values overwritten) */
+        for (int j = 0; j < 16; j++)
+            _mm512_storeu_ps(dst + 14 * j, r[j]);
+    }
+    for (; p0 < k; p0++)
+        for (int i = 0; i < 14; i++)
+            ap[p0 * 14 + i] = base[i * lda + p0];
+}
+#endif
+
 /* float32 */
 #define T float
 #define S(x) x##_f32
 #if NVD_X86_SIMD
+#define X_PACK_A pack_a_x_f32
 #define X_VEC __m512
 #define X_LANES 16
 #define X_MASK __mmask16
@@ -89,6 +167,7 @@ nvd_aligned(size_t size, void **raw)
 #undef T
 #undef S
 #if NVD_X86_SIMD
+#undef X_PACK_A
 #undef X_VEC
 #undef X_LANES
 #undef X_MASK
@@ -118,6 +197,7 @@ nvd_aligned(size_t size, void **raw)
 #define T double
 #define S(x) x##_f64
 #if NVD_X86_SIMD
+#define X_PACK_A NULL
 #define X_VEC __m512d
 #define X_LANES 8
 #define X_MASK __mmask8

@@ -193,18 +193,28 @@ S(kernel_y)(Py_ssize_t k, const T *ap, const T *bp, T *c, Py_ssize_t ldc, const 
 typedef void (*S(kernel_t))(Py_ssize_t, const T *, const T *, T *, Py_ssize_t, const T *, T, int, Py_ssize_t,
                             Py_ssize_t);
 
-/* one thread's share: strips s0 .. s1 - 1 by panels p0 .. p1 - 1, panels taken `group` at a time (a group's
- * packed b sized to stay in the core's cache while every strip of the share goes past it) */
+/* the call's work, shared by its threads: units (group of panels, strip of rows), group by group, each taken by
+ * whichever thread is free (`next`, atomically): a thread slowed by other load on its core takes fewer. A
+ * group's packed b (sized to stay in a core's cache) meets every strip before the next group's turn. */
+typedef void (*S(pack_t))(const T *, Py_ssize_t, Py_ssize_t, Py_ssize_t, T *);
+
 typedef struct {
     S(kernel_t) kernel;
+    S(pack_t) pack_full; /* the kernel's own packing of a full strip of row-major a, or NULL */
     int mr, nr, ta;
     const T *a;
-    Py_ssize_t lda, m, n, k, ldc, lead, s0, s1, p0, p1, group;
+    Py_ssize_t lda, m, n, k, ldc, lead, strips, panels, group, units;
     const T *bp;
-    T *ap, *c;
+    T *c;
     const T *bias;
     T alpha;
     int relu;
+    Py_ssize_t next;
+} S(work_t);
+
+typedef struct {
+    S(work_t) *work;
+    T *ap; /* this thread's packed strip of a */
 } S(share_t);
 
 /* panel p's first column: the first panel `lead` columns wide where lead > 0 (so that the others start on a
@@ -218,17 +228,23 @@ S(panel_start)(Py_ssize_t p, Py_ssize_t lead, int nr)
 static void
 S(run_share)(S(share_t) *sh)
 {
-    for (Py_ssize_t g0 = sh->p0; g0 < sh->p1; g0 += sh->group) {
-        Py_ssize_t g1 = g0 + sh->group < sh->p1 ? g0 + sh->group : sh->p1;
-        for (Py_ssize_t s = sh->s0; s < sh->s1; s++) {
-            Py_ssize_t r0 = s * sh->mr, rows = sh->m - r0 < sh->mr ? sh->m - r0 : sh->mr;
-            S(pack_a)(sh->a, sh->ta, sh->lda, r0, rows, sh->k, sh->mr, sh->ap);
-            for (Py_ssize_t p = g0; p < g1; p++) {
-                Py_ssize_t j0 = S(panel_start)(p, sh->lead, sh->nr), j1 = S(panel_start)(p + 1, sh->lead, sh->nr);
-                Py_ssize_t cols = (j1 < sh->n ? j1 : sh->n) - j0;
-                sh->kernel(sh->k, sh->ap, sh->bp + p * sh->nr * sh->k, sh->c + r0 * sh->ldc + j0, sh->ldc,
-                           sh->bias != NULL ? sh->bias + j0 : NULL, sh->alpha, sh->relu, rows, cols);
-            }
+    S(work_t) *w = sh->work;
+    for (;;) {
+        Py_ssize_t u = NVD_TAKE(&w->next);
+        if (u >= w->units)
+            return;
+        Py_ssize_t g0 = u / w->strips * w->group, s = u % w->strips;
+        Py_ssize_t g1 = g0 + w->group < w->panels ? g0 + w->group : w->panels;
+        Py_ssize_t r0 = s * w->mr, rows = w->m - r0 < w->mr ? w->m - r0 : w->mr;
+        if (w->pack_full != NULL && !w->ta && rows == w->mr)
+            w->pack_full(w->a, w->lda, r0, w->k, sh->ap);
+        else
+            S(pack_a)(w->a, w->ta, w->lda, r0, rows, w->k, w->mr, sh->ap);
+        for (Py_ssize_t p = g0; p < g1; p++) {
+            Py_ssize_t j0 = S(panel_start)(p, w->lead, w->nr), j1 = S(panel_start)(p + 1, w->lead, w->nr);
+            Py_ssize_t cols = (j1 < w->n ? j1 : w->n) - j0;
+            w->kernel(w->k, sh->ap, w->bp + p * w->nr * w->k, w->c + r0 * w->ldc + j0, w->ldc,
+                      w->bias != NULL ? w->bias + j0 : NULL, w->alpha, w->relu, rows, cols);
         }
     }
 }
@@ -249,10 +265,11 @@ S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T al
          Py_ssize_t block_bytes)
 {
     S(kernel_t) kernel = S(kernel_portable);
+    S(pack_t) pack_full = NULL;
     int mr = PMR, nr = PNR;
 #if NVD_X86_SIMD
     if (isa == ISA_AVX512) {
-        kernel = S(kernel_x), mr = XMR, nr = 2 * X_LANES;
+        kernel = S(kernel_x), pack_full = X_PACK_A, mr = XMR, nr = 2 * X_LANES;
     }
     else if (isa == ISA_AVX2) {
         kernel = S(kernel_y), mr = YMR, nr = 2 * Y_LANES;
@@ -263,30 +280,33 @@ S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T al
         lead = (Py_ssize_t)((64 - (uintptr_t)c % 64) % 64) / item;
     Py_ssize_t panels = lead == 0 ? (n + nr - 1) / nr : 1 + (n - lead + nr - 1) / nr;
     Py_ssize_t strips = (m + mr - 1) / mr;
-    Py_ssize_t group = block_bytes / (k * nr * item);
-    group = group < 1 ? 1 : group;
-    /* threads: at most one per strip (or panel), and each with enough work to pay for its start */
+    /* groups of panels: as few as the cache block allows, of even sizes; more where there are too few strips to
+     * keep the threads busy */
+    Py_ssize_t most_per_group = block_bytes / (k * nr * item);
+    most_per_group = most_per_group < 1 ? 1 : most_per_group;
+    Py_ssize_t groups = (panels + most_per_group - 1) / most_per_group;
+    Py_ssize_t wanted = (4 * (Py_ssize_t)threads + strips - 1) / strips;
+    groups = groups < wanted ? (wanted < panels ? wanted : panels) : groups;
+    Py_ssize_t group = (panels + groups - 1) / groups;
+    groups = (panels + group - 1) / group;
+    /* threads: each with enough work to pay for its start, and at most one per unit */
     double flops = 2.0 * (double)m * (double)n * (double)k;
-    Py_ssize_t most = (Py_ssize_t)(flops / MIN_FLOPS_PER_THREAD);
-    most = most < 1 ? 1 : most;
-    Py_ssize_t units = strips >= threads ? strips : panels;
-    Py_ssize_t t_count = threads;
-    t_count = t_count > most ? most : t_count;
-    t_count = t_count > units ? units : t_count;
-    t_count = t_count < 1 ? 1 : t_count > MAX_THREADS ? MAX_THREADS : t_count;
-    int by_rows = strips >= t_count;
+    double most = flops / MIN_FLOPS_PER_THREAD;
+    Py_ssize_t t_count = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    t_count = (double)t_count > most ? (Py_ssize_t)most : t_count;
+    t_count = t_count > strips * groups ? strips * groups : t_count;
+    t_count = t_count < 1 ? 1 : t_count;
 
     void *b_raw = NULL, *a_raw[MAX_THREADS] = {NULL};
     T *bp = nvd_aligned((size_t)(panels * nr * k) * sizeof(T), &b_raw);
     int ok = bp != NULL;
+    S(work_t) work = {kernel, pack_full, mr, nr, ta, a, lda, m, n, k, ldc, lead, strips, panels, group, strips * groups, bp,
+                      c, bias, alpha, relu, 0};
     S(share_t) shares[MAX_THREADS];
     for (Py_ssize_t t = 0; t < t_count && ok; t++) {
-        T *ap = nvd_aligned((size_t)(mr * k) * sizeof(T), &a_raw[t]);
-        ok = ap != NULL;
-        Py_ssize_t lo = (by_rows ? strips : panels) * t / t_count, hi = (by_rows ? strips : panels) * (t + 1) / t_count;
-        shares[t] = (S(share_t)){kernel, mr, nr, ta, a, lda, m, n, k, ldc, lead, by_rows ? lo : 0,
-                                 by_rows ? hi : strips, by_rows ? 0 : lo, by_rows ? panels : hi, group, bp, ap, c,
-                                 bias, alpha, relu};
+        shares[t].work = &work;
+        shares[t].ap = nvd_aligned((size_t)(mr * k + 16) * sizeof(T), &a_raw[t]); /* (+16: see pack_full) */
+        ok = shares[t].ap != NULL;
     }
     if (!ok) {
         free(b_raw);
@@ -301,18 +321,27 @@ S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T al
 #if NVD_THREADS
     pthread_t tid[MAX_THREADS];
     int started[MAX_THREADS] = {0};
-    for (Py_ssize_t t = 1; t < t_count; t++)
-        started[t] = pthread_create(&tid[t], NULL, S(share_thread), &shares[t]) == 0;
-    S(run_share)(&shares[0]);
+    int cpus[MAX_THREADS], n_cpus = nvd_other_cpus(cpus, MAX_THREADS);
     for (Py_ssize_t t = 1; t < t_count; t++) {
+        pthread_attr_t attr, *use = NULL;
+#if NVD_AFFINITY
+        cpu_set_t on;
+        if (n_cpus > 0 && pthread_attr_init(&attr) == 0) {
+            CPU_ZERO(&on);
+            CPU_SET(cpus[(t - 1) % n_cpus], &on);
+            use = pthread_attr_setaffinity_np(&attr, sizeof(on), &on) == 0 ? &attr : NULL;
+        }
+#endif
+        started[t] = pthread_create(&tid[t], use, S(share_thread), &shares[t]) == 0;
+        if (use != NULL)
+            pthread_attr_destroy(&attr);
+    }
+    S(run_share)(&shares[0]);
+    for (Py_ssize_t t = 1; t < t_count; t++) /* (a thread that could not start: the others took its units) */
         if (started[t])
             pthread_join(tid[t], NULL);
-        else
-            S(run_share)(&shares[t]); /* a thread that could not start: its share on this one */
-    }
 #else
-    for (Py_ssize_t t = 0; t < t_count; t++)
-        S(run_share)(&shares[t]);
+    S(run_share)(&shares[0]);
 #endif
     free(b_raw);
     for (Py_ssize_t t = 0; t < t_count; t++)
