@@ -56,10 +56,10 @@ S(pack_b)(const T *b, int tb, Py_ssize_t ldb, Py_ssize_t j0, Py_ssize_t cols, Py
         return;
     }
     for (Py_ssize_t p = 0; p < k; p++) {
-        const T *src = b + p * ldb + j0;
         T *dst = bp + p * nr;
-        for (int j = 0; j < nr; j++)
-            dst[j] = j < cols ? src[j] : (T)0;
+        memcpy(dst, b + p * ldb + j0, (size_t)cols * sizeof(T));
+        for (int j = (int)cols; j < nr; j++)
+            dst[j] = (T)0;
     }
 }
 
