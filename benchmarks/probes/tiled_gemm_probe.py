@@ -69,8 +69,9 @@ def main() -> None:
                 c = kept[aligned]
             else:
                 c = aligned_empty((m, n)) if aligned else np.empty((m, n), np.float32)
-            lib.tiled_sgemm(a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, m, n, k, bias.ctypes.data, 1.0,
-                            1, threads, nt)
+            lib.tiled_sgemm(
+                a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, m, n, k, bias.ctypes.data, 1.0, 1, threads, nt
+            )
             return c
 
         return run
