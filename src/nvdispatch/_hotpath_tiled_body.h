@@ -65,7 +65,7 @@ S(pack_b)(const T *b, int tb, Py_ssize_t ldb, Py_ssize_t j0, Py_ssize_t cols, Py
 
 /* the portable kernel: plain C (vectorised by the compiler for the build's baseline, if at all) */
 #define PMR 4
-#define PNR 16
+#define PNR 8
 static void
 S(kernel_portable)(Py_ssize_t k, const T *ap, const T *bp, T *c, Py_ssize_t ldc, const T *bias, T alpha, int relu,
                    Py_ssize_t rows, Py_ssize_t cols)
