@@ -132,6 +132,41 @@ pack_a_x_f32(const float *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, float 
         for (int i = 0; i < 14; i++)
             ap[p0 * 14 + i] = base[i * lda + p0];
 }
+
+/* The same for the AVX2 kernel's strips of 6 rows: 8 columns at a time through an 8 x 8 transpose in ymm registers
+ * (rows 6 and 7 zero), each group stored as 8 values (ap holds 8 values past its k groups). */
+__attribute__((target("avx2"))) static void
+pack_a_y_f32(const float *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, float *ap)
+{
+    const float *base = a + r0 * lda;
+    Py_ssize_t p0 = 0;
+    for (; p0 + 8 <= k; p0 += 8) {
+        __m256 r[8], t[8];
+        for (int i = 0; i < 6; i++)
+            r[i] = _mm256_loadu_ps(base + i * lda + p0);
+        r[6] = r[7] = _mm256_setzero_ps();
+        for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+        }
+        for (int i = 0; i < 8; i += 4) {
+            r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+            r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+            r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+            r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        for (int i = 0; i < 4; i++) { /* t[j]: column p0 + j */
+            t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+            t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+        }
+        float *dst = ap + p0 * 6;
+        for (int j = 0; j < 8; j++)
+            _mm256_storeu_ps(dst + 6 * j, t[j]);
+    }
+    for (; p0 < k; p0++)
+        for (int i = 0; i < 6; i++)
+            ap[p0 * 6 + i] = base[i * lda + p0];
+}
 #endif
 
 /* float32 */
@@ -139,6 +174,7 @@ pack_a_x_f32(const float *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, float 
 #define S(x) x##_f32
 #if NVD_X86_SIMD
 #define X_PACK_A pack_a_x_f32
+#define Y_PACK_A pack_a_y_f32
 #define X_VEC __m512
 #define X_LANES 16
 #define X_MASK __mmask16
@@ -168,6 +204,7 @@ pack_a_x_f32(const float *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, float 
 #undef S
 #if NVD_X86_SIMD
 #undef X_PACK_A
+#undef Y_PACK_A
 #undef X_VEC
 #undef X_LANES
 #undef X_MASK
@@ -198,6 +235,7 @@ pack_a_x_f32(const float *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, float 
 #define S(x) x##_f64
 #if NVD_X86_SIMD
 #define X_PACK_A NULL
+#define Y_PACK_A NULL
 #define X_VEC __m512d
 #define X_LANES 8
 #define X_MASK __mmask8

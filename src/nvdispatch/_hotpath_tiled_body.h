@@ -272,7 +272,7 @@ S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T al
         kernel = S(kernel_x), pack_full = X_PACK_A, mr = XMR, nr = 2 * X_LANES;
     }
     else if (isa == ISA_AVX2) {
-        kernel = S(kernel_y), mr = YMR, nr = 2 * Y_LANES;
+        kernel = S(kernel_y), pack_full = Y_PACK_A, mr = YMR, nr = 2 * Y_LANES;
     }
 #endif
     Py_ssize_t item = (Py_ssize_t)sizeof(T), lead = 0;
