@@ -61,6 +61,7 @@ static const char *const isa_names[] = {"portable", "avx2", "avx512"};
 /* the CPUs this thread may run on other than the one it runs on, at most `most` of them, into cpus (how many):
  * each thread started for a call is held to one of them, so that the call's threads never crowd onto one core
  * while another is left to a thread merely waiting (such as a BLAS's worker spinning after its last call) */
+#if NVD_THREADS
 static int
 nvd_other_cpus(int *cpus, int most)
 {
@@ -79,6 +80,7 @@ nvd_other_cpus(int *cpus, int most)
 #endif
     return n;
 }
+#endif
 
 /* size bytes aligned to 64 (loads of packed panels are aligned); *raw is what to free */
 static void *

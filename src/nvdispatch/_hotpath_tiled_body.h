@@ -321,7 +321,7 @@ S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T al
 #if NVD_THREADS
     pthread_t tid[MAX_THREADS];
     int started[MAX_THREADS] = {0};
-    int cpus[MAX_THREADS], n_cpus = nvd_other_cpus(cpus, MAX_THREADS);
+    int cpus[MAX_THREADS], n_cpus = t_count > 1 ? nvd_other_cpus(cpus, MAX_THREADS) : 0;
     for (Py_ssize_t t = 1; t < t_count; t++) {
         pthread_attr_t attr, *use = NULL;
 #if NVD_AFFINITY
