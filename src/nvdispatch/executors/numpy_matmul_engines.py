@@ -248,8 +248,9 @@ class EnginePlan:
             "torch": "torch.addmm on zero-copy Torch views of the NumPy arrays",
             "gemm": "NumPy's own BLAS gemm called from C, "
             + ("beta into a copy of c" if p.c is not None else "beta=1 into a zeroed result (no clearing pass)"),
-            "tiled": f"nvdispatch's blocked GEMM ({self.isa if self.engine == 'tiled' else ''} kernel, up to "
-            f"{CPUS} threads)" + (", np.matmul where c is given" if p.c is not None else ""),
+            "tiled": "np.matmul into the result (the tiled GEMM takes no c)"
+            if p.c is not None
+            else f"nvdispatch's blocked GEMM ({getattr(self, 'isa', None)} kernel, up to {CPUS} threads)",
         }[self.engine]
         steps = [f"alpha * a @ b{' + beta * c' if p.c is not None else ''} via {gemm} (engine {self.engine!r})"]
         fused = ("add_bias",) if self.engine in ("blas", "torch") and p.c is None else ()
