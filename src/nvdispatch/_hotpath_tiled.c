@@ -61,12 +61,11 @@ static const char *const isa_names[] = {"portable", "avx2", "avx512"};
 /* the CPUs this thread may run on other than the one it runs on, at most `most` of them, into cpus (how many):
  * each thread started for a call is held to one of them, so that the call's threads never crowd onto one core
  * while another is left to a thread merely waiting (such as a BLAS's worker spinning after its last call) */
-#if NVD_THREADS
+#if NVD_AFFINITY
 static int
 nvd_other_cpus(int *cpus, int most)
 {
     int n = 0;
-#if NVD_AFFINITY
     cpu_set_t allowed;
     int here = sched_getcpu();
     if (here < 0 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
@@ -74,10 +73,6 @@ nvd_other_cpus(int *cpus, int most)
     for (int cpu = 0; cpu < CPU_SETSIZE && n < most; cpu++)
         if (cpu != here && CPU_ISSET(cpu, &allowed))
             cpus[n++] = cpu;
-#else
-    (void)cpus;
-    (void)most;
-#endif
     return n;
 }
 #endif

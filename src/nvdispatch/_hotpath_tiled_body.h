@@ -300,8 +300,8 @@ S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T al
     void *b_raw = NULL, *a_raw[MAX_THREADS] = {NULL};
     T *bp = nvd_aligned((size_t)(panels * nr * k) * sizeof(T), &b_raw);
     int ok = bp != NULL;
-    S(work_t) work = {kernel, pack_full, mr, nr, ta, a, lda, m, n, k, ldc, lead, strips, panels, group, strips * groups, bp,
-                      c, bias, alpha, relu, 0};
+    S(work_t) work = {kernel, pack_full, mr, nr, ta, a, lda, m, n, k, ldc, lead, strips, panels, group,
+                      strips * groups, bp, c, bias, alpha, relu, 0};
     S(share_t) shares[MAX_THREADS];
     for (Py_ssize_t t = 0; t < t_count && ok; t++) {
         shares[t].work = &work;
@@ -321,20 +321,23 @@ S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T al
 #if NVD_THREADS
     pthread_t tid[MAX_THREADS];
     int started[MAX_THREADS] = {0};
-    int cpus[MAX_THREADS], n_cpus = t_count > 1 ? nvd_other_cpus(cpus, MAX_THREADS) : 0;
-    for (Py_ssize_t t = 1; t < t_count; t++) {
-        pthread_attr_t attr, *use = NULL;
 #if NVD_AFFINITY
+    int cpus[MAX_THREADS], n_cpus = t_count > 1 ? nvd_other_cpus(cpus, MAX_THREADS) : 0;
+#endif
+    for (Py_ssize_t t = 1; t < t_count; t++) {
+#if NVD_AFFINITY
+        pthread_attr_t attr;
         cpu_set_t on;
         if (n_cpus > 0 && pthread_attr_init(&attr) == 0) {
             CPU_ZERO(&on);
             CPU_SET(cpus[(t - 1) % n_cpus], &on);
-            use = pthread_attr_setaffinity_np(&attr, sizeof(on), &on) == 0 ? &attr : NULL;
+            started[t] = pthread_attr_setaffinity_np(&attr, sizeof(on), &on) == 0 &&
+                         pthread_create(&tid[t], &attr, S(share_thread), &shares[t]) == 0;
+            pthread_attr_destroy(&attr);
         }
 #endif
-        started[t] = pthread_create(&tid[t], use, S(share_thread), &shares[t]) == 0;
-        if (use != NULL)
-            pthread_attr_destroy(&attr);
+        if (!started[t]) /* (no CPU to hold it to, or that CPU refused: a thread the OS places) */
+            started[t] = pthread_create(&tid[t], NULL, S(share_thread), &shares[t]) == 0;
     }
     S(run_share)(&shares[0]);
     for (Py_ssize_t t = 1; t < t_count; t++) /* (a thread that could not start: the others took its units) */
