@@ -115,6 +115,21 @@ def test_relu_keeps_nan_as_np_maximum(isa, dtype):
 
 
 @needs_tiled
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("m, k, n, threads", [(20, 300, 1000, 3), (300, 200, 300, 4), (1, 2000, 2100, 8)])
+def test_threads_share_the_tiles(isa, m, k, n, threads):
+    """Work enough for several threads (few strips of rows and many panels: the panels are grouped finer so every
+    thread has tiles; more threads than cores), each layout of ``a``, float32 and float64."""
+    for dtype, a_order in (("float32", "C"), ("float64", "F")):
+        kind = 0 if dtype == "float32" else 1
+        a, b, bias = _data((m, k), dtype, 60, a_order), _data((k, n), dtype, 61), _data((n,), dtype, 62)
+        out = np.empty((m, n), dtype)
+        TILED(kind, isa, a_order == "F", False, m, n, k, 1.0, a.ctypes.data, m if a_order == "F" else k,
+              b.ctypes.data, n, out.ctypes.data, n, bias.ctypes.data, True, threads, 1 << 16)  # fmt: skip
+        assert_close(out, _oracle(a, b, bias, True), dtype, scale=4)
+
+
+@needs_tiled
 def test_long_k_and_many_panels_per_block():
     """k past any cache block (each panel group one panel), and many groups of panels per strip."""
     a, b, bias = _data((45, 3000), "float32", 30), _data((3000, 70), "float32", 31), _data((70,), "float32", 32)
