@@ -130,6 +130,57 @@ pack_a_x_f32(const float *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, float 
             ap[p0 * 14 + i] = base[i * lda + p0];
 }
 
+/* columns 0..7 of the 8 rows r[0..7] of float64 into col[0..7] (an 8 x 8 transpose in zmm registers) */
+__attribute__((target("avx512f"))) static inline void
+transpose8_f64(const __m512d *r, __m512d *col)
+{
+    __m512d t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_pd(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_pd(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm512_shuffle_f64x2(t[i], t[i + 2], 0x88);
+        u[i + 1] = _mm512_shuffle_f64x2(t[i], t[i + 2], 0xdd);
+        u[i + 2] = _mm512_shuffle_f64x2(t[i + 1], t[i + 3], 0x88);
+        u[i + 3] = _mm512_shuffle_f64x2(t[i + 1], t[i + 3], 0xdd);
+    }
+    /* u[0]: columns 0 and 4 of rows 0-3, u[1]: 2 and 6, u[2]: 1 and 5, u[3]: 3 and 7; u[4..7]: rows 4-7 */
+    static const int first[4] = {0, 2, 1, 3};
+    for (int i = 0; i < 4; i++) {
+        col[first[i]] = _mm512_shuffle_f64x2(u[i], u[i + 4], 0x88);
+        col[first[i] + 4] = _mm512_shuffle_f64x2(u[i], u[i + 4], 0xdd);
+    }
+}
+
+/* pack_a_x_f32 for float64: 8 columns at a time, rows 0-7 and rows 8-13 (14, 15 zero) each through an 8 x 8
+ * transpose; a group is stored as 8 + 8 values, the 2 past it overwritten by the next (ap holds 16 values past
+ * its k groups). */
+__attribute__((target("avx512f"))) static void
+pack_a_x_f64(const double *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, double *ap)
+{
+    const double *base = a + r0 * lda;
+    Py_ssize_t p0 = 0;
+    for (; p0 + 8 <= k; p0 += 8) {
+        __m512d r[8], top[8], bottom[8];
+        for (int i = 0; i < 8; i++)
+            r[i] = _mm512_loadu_pd(base + i * lda + p0);
+        transpose8_f64(r, top);
+        for (int i = 0; i < 6; i++)
+            r[i] = _mm512_loadu_pd(base + (8 + i) * lda + p0);
+        r[6] = r[7] = _mm512_setzero_pd();
+        transpose8_f64(r, bottom);
+        double *dst = ap + p0 * 14;
+        for (int j = 0; j < 8; j++) {
+            _mm512_storeu_pd(dst + 14 * j, top[j]);
+            _mm512_storeu_pd(dst + 14 * j + 8, bottom[j]);
+        }
+    }
+    for (; p0 < k; p0++)
+        for (int i = 0; i < 14; i++)
+            ap[p0 * 14 + i] = base[i * lda + p0];
+}
+
 /* The same for the AVX2 kernel's strips of 6 rows: 8 columns at a time through an 8 x 8 transpose in ymm registers
  * (rows 6 and 7 zero), each group stored as 8 values (ap holds 8 values past its k groups). */
 __attribute__((target("avx2"))) static void
@@ -231,7 +282,7 @@ pack_a_y_f32(const float *a, Py_ssize_t lda, Py_ssize_t r0, Py_ssize_t k, float 
 #define T double
 #define S(x) x##_f64
 #if NVD_X86_SIMD
-#define X_PACK_A NULL
+#define X_PACK_A pack_a_x_f64
 #define Y_PACK_A NULL
 #define X_VEC __m512d
 #define X_LANES 8
