@@ -3,7 +3,8 @@ transforms' cached hit; _hotpath_lt.c, _hotpath_cufft.c: the cuBLASLt and cuFFT 
 FFI handler that runs cuBLASLt plans inside ``jax.jit`` on the GPU; _hotpath_epilog.c: the CPU linear layer's bias
 and activation in one sweep; _hotpath_launch.c: prepared launches of the Numba kernels of ``fft.convolve``;
 _hotpath_reading.c: a framework's precision settings read without a Python frame; _hotpath_tiled.c: the CPU linear
-layer as one blocked GEMM with its epilog applied per register tile), built
+layer as one blocked GEMM with its epilog applied per register tile; _hotpath_cores.c: whether another thread of the
+process is running), built
 for the stable ABI (one build serves CPython 3.10 and later). Where it cannot be built the package installs without
 it: ``nvdispatch.matmul`` and the transforms take the same route in Python, cuBLASLt and cuFFT are launched through
 ctypes, Numba launches the convolution kernels, and the CPU linear layer uses its other engines.
@@ -79,6 +80,7 @@ setup(
                 "src/nvdispatch/_hotpath_launch.c",
                 "src/nvdispatch/_hotpath_reading.c",
                 "src/nvdispatch/_hotpath_tiled.c",
+                "src/nvdispatch/_hotpath_cores.c",
             ],
             include_dirs=["src/nvdispatch"] + ([_ffi] if _ffi else []),
             py_limited_api=True,

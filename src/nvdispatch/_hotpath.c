@@ -537,6 +537,7 @@ int nvd_add_epilog(PyObject *module); /* _hotpath_epilog.c: the CPU bias + activ
 int nvd_add_launch(PyObject *module); /* _hotpath_launch.c: prepared kernel launches (cuLaunchKernel) */
 int nvd_add_reading(PyObject *module); /* _hotpath_reading.c: precision settings read without a Python frame */
 int nvd_add_tiled(PyObject *module);  /* _hotpath_tiled.c: the CPU linear layer's tiled GEMM */
+int nvd_add_cores(PyObject *module);  /* _hotpath_cores.c: whether another thread of the process is running */
 
 static PyMethodDef methods[] = {
     {"make_bias_last", make_bias_last, METH_O,
@@ -576,7 +577,8 @@ PyInit__hotpath(void)
         return NULL;
     if (nvd_add_lt(module) < 0 || nvd_add_cache(module) < 0 || nvd_add_fft(module) < 0 ||
         nvd_add_cufft(module) < 0 || nvd_add_ffi(module) < 0 || nvd_add_epilog(module) < 0 ||
-        nvd_add_launch(module) < 0 || nvd_add_reading(module) < 0 || nvd_add_tiled(module) < 0) {
+        nvd_add_launch(module) < 0 || nvd_add_reading(module) < 0 || nvd_add_tiled(module) < 0 ||
+        nvd_add_cores(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }
