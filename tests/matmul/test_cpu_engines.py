@@ -207,9 +207,13 @@ def test_engines_with_own_threads_count_their_slower_setting(monkeypatch):
     monkeypatch.setattr(numpy_matmul_calibration.blas_threads, "let_workers_sleep", lambda: None)
     a, b = _ints((16, 8), "float32", 21), _ints((8, 12), "float32", 22)
     problem = nvdispatch.explain(a, b, epilog=Epilog.RELU).problem
-    seconds = numpy_matmul_calibration._measure(problem, ("threads", "steady"), lambda p, name: Fake(name))
+    seconds, settled, mixed = numpy_matmul_calibration._measure(
+        problem, ("threads", "steady"), lambda p, name: Fake(name)
+    )
     assert seconds["threads"] >= 6e-3 and seconds["steady"] >= 2e-3  # each its slower setting: a sleep's least
     assert seconds["threads"] > seconds["steady"]
+    # (each setting kept too: the engine with threads of its own first when settled, the steady one after a product)
+    assert settled["threads"] < settled["steady"] and mixed["threads"] > mixed["steady"]
 
 
 def test_default_order_puts_the_sweep_first_only_beyond_the_cache():

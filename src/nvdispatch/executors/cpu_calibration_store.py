@@ -42,8 +42,9 @@ __all__ = ["ENV", "FORMAT", "directory", "machine_key", "CalibrationStore", "sto
 
 #: the environment variable naming the cache directory ("" switches persistence off)
 ENV = "NVDISPATCH_CACHE_DIR"
-#: the layout of the file; a file of another format is ignored
-FORMAT = 1
+#: the layout of the file; a file of another format is ignored (2: a matmul class may keep its engine orders with
+#: the cores free and with another thread busy beside the one order)
+FORMAT = 2
 _PREFIX = "cpu-calibration-"
 _log = logging.getLogger("nvdispatch")
 

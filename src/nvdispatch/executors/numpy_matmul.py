@@ -29,6 +29,7 @@ from . import numpy_matmul_engines as engines
 from .cpu_autotune import TuningProposal, propose
 from .cpu_calibration_store import store
 from .cpu_threads import CPUS, pool
+from .numpy_matmul_contended import ContendedPlan
 from .numpy_matmul_panels import PanelPlan
 
 _log = logging.getLogger("nvdispatch")
@@ -138,6 +139,8 @@ def engine_plan(problem: MatmulProblem, engine: str):
 def plan(problem: MatmulProblem, strategy: str, tuning=None):
     if strategy in ("native", "framework_fused"):
         made = engines.plan(problem, "blas" if strategy == "native" else "torch")
+    elif strategy == "inplace" and not tuning and (both := _contended_engines(problem)) is not None:
+        made = ContendedPlan(problem, engine_plan(problem, both[0]), engine_plan(problem, both[1]))
     elif strategy == "inplace" and (inplace := _inplace_engine(problem, tuning)) != "ufunc":
         made = PanelPlan(problem, tuning) if inplace == "panels" else engines.plan(problem, inplace)
     else:
@@ -149,6 +152,8 @@ def plan(problem: MatmulProblem, strategy: str, tuning=None):
             made.notes = (ranked.describe(),)  # (the plans' steps end with their notes)
     if _log.isEnabledFor(logging.DEBUG):
         engine = getattr(made, "engine", "blocked pass")
+        if isinstance(made, ContendedPlan):
+            engine = f"{made.engine} with the cores free, {made.busy_engine} with another thread running"
         source = "" if ranked is None else f", ranking {ranked.source}: {' > '.join(ranked.order)}"
         _log.debug("numpy matmul plan %dx%dx%d %s: strategy %s, engine %s%s", problem.m, problem.n, problem.k,
                    problem.result_dtype, strategy, engine, source)  # fmt: skip
@@ -161,6 +166,16 @@ def _inplace_engine(problem: MatmulProblem, tuning) -> str:
     if tuning:
         return "panels" if "panel_bytes" in tuning else "ufunc"
     return next(e for e in engine_choice(problem).order if engines.STRATEGY_OF[e] == "inplace")
+
+
+def _contended_engines(problem: MatmulProblem) -> tuple[str, str] | None:
+    """The ``inplace`` engines the ranking puts first with the cores free and with another thread of the process
+    busy, where it keeps both orders and they differ; else None (one engine, no look at the threads per call)."""
+    ranked = engine_choice(problem).ranking
+    if not ranked.free or not ranked.busy:
+        return None
+    free, busy = (next(e for e in order if engines.STRATEGY_OF[e] == "inplace") for order in (ranked.free, ranked.busy))
+    return None if free == busy else (free, busy)
 
 
 def _inplace_pass(problem: MatmulProblem, strategy: str, tuning):

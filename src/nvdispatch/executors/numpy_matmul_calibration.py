@@ -13,10 +13,14 @@ a short pause (``blas_threads.let_workers_sleep``: a loop of calls of one class,
 threads still spinning), and each call right after a bare product on the BLAS's own threads (a program that
 mixes the call with other BLAS work: the BLAS's workers still spin for a while after each call, and an
 engine running threads of its own shares the cores with them; the median such call counts, as the spinning
-hits every one alike). The engine ranked first is the one never far
-from the best in either. Before any timing, each engine's result on those operands is compared with the
-:data:`REFERENCE` engine's (NumPy's matmul, then ufuncs; :mod:`nvdispatch._matmul_agreement`): an engine that
-disagrees beyond rounding is not timed and ranks last, with a WARNING.
+hits every one alike). The engine ranked first is the one never far from the best in either. Where the first in
+each setting differ (the engine running its own threads first when settled, a BLAS-threaded one right after a
+product), and a call is long enough that looking costs nothing to speak of (``PROBE_SHARE`` looks,
+``cpu_contention.probe_seconds``), the ranking keeps both orders too: the plan then asks, per call, whether
+another thread of the process is running (``numpy_matmul_contended``). Before any timing, each engine's result
+on those operands is compared with the :data:`REFERENCE` engine's (NumPy's matmul, then ufuncs;
+:mod:`nvdispatch._matmul_agreement`): an engine that disagrees beyond rounding is not timed and ranks last, with
+a WARNING.
 
 **When.** :func:`ranking` is a query: it never measures. It answers from this process's rankings, else from
 the store (``cpu_calibration_store``: a ranking measured before on this machine, with this software), else
@@ -46,7 +50,7 @@ import numpy as np
 
 from .._matmul_agreement import agreeing, result_sampler
 from .._matmul_problem import ArraySig, MatmulProblem
-from . import blas_threads, cpu_caches
+from . import blas_threads, cpu_caches, cpu_contention
 from .cpu_calibration_store import store
 from .cpu_threads import CPUS
 
@@ -67,6 +71,7 @@ __all__ = [
     "CACHE_BUDGET_MACS",
     "FULL_BUDGET_MACS",
     "REFERENCE",
+    "PROBE_SHARE",
 ]
 
 #: one calibration run does about this many multiply-adds (rows are capped to stay near it)
@@ -95,6 +100,9 @@ _BLOCK_PASSES = 3
 DEFAULT_PREFERENCE = ("gemm", "sweep", "ufunc", "blas", "panels", "tiled", "torch")
 SWEEP_FIRST_BYTES = 1 << 20
 _SECTION, _PENDING = "matmul", "matmul_pending"
+#: both orders (cores free, another thread busy) are kept only for a class whose call takes at least this many
+#: looks at the threads' states (``cpu_contention.probe_seconds``): smaller calls keep one answer and never look
+PROBE_SHARE = 200
 #: the engine every other's result is checked against when calibrating (NumPy's matmul, then ufuncs)
 REFERENCE = "ufunc"
 _CPUS = CPUS
@@ -118,16 +126,24 @@ class Ranking:
     seconds: dict | None = None
     why: str = ""
     rejected: tuple[str, ...] = ()  # engines whose results disagreed with the reference's (ranked last)
+    #: where the first engine differs with the cores free (timed settled) and with another thread of the process
+    #: busy (timed right after a bare product): both orders, which the plan picks between per call; else None
+    free: tuple[str, ...] | None = None
+    busy: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         """One line for ``explain()``: the order and its origin."""
         order = " > ".join(self.order)
         kept = f" (kept in {self.where})" if self.where else " (not kept: NVDISPATCH_CACHE_DIR is empty)"
+        both = ""
+        if self.free and self.busy:
+            both = (f"; with the cores free {' > '.join(self.free)}, with another thread of the process running "
+                    f"{' > '.join(self.busy)}")  # fmt: skip
         if self.source == "persisted":
-            return f"engine order {order}: calibrated on this machine{kept}"
+            return f"engine order {order}: calibrated on this machine{kept}{both}"
         if self.source == "fresh":
             wrong = f"; {', '.join(self.rejected)} last: results disagreed with {REFERENCE}'s" if self.rejected else ""
-            return f"engine order {order}: calibrated by this process{kept}{wrong}"
+            return f"engine order {order}: calibrated by this process{kept}{wrong}{both}"
         why = self.why or "this problem class is not calibrated on this machine yet: python -m nvdispatch calibrate"
         return f"engine order {order}: the default order ({why})"
 
@@ -177,7 +193,9 @@ def ranking(problem: MatmulProblem, candidates: tuple[str, ...]) -> Ranking:
     entry = kept.get(_SECTION, name)
     order = _order_of(entry, candidates)
     if order is not None:
-        got = Ranking(order, "persisted", kept.path, entry.get("seconds"))
+        free, busy = (_order_of(entry.get(side), candidates) for side in ("free", "busy"))
+        both = {"free": free, "busy": busy} if free and busy and free[0] != busy[0] else {}
+        got = Ranking(order, "persisted", kept.path, entry.get("seconds"), **both)
     else:
         why = ""
         if representative(problem) is None:
@@ -205,13 +223,28 @@ def calibrate(
     rep = representative(problem)
     if len(candidates) < 2 or rep is None:
         return ranking(problem, candidates)
-    seconds = _measure(rep, candidates, make_plan)
+    seconds, settled, mixed = _measure(rep, candidates, make_plan)
     rejected = tuple(e for e in candidates if e not in seconds)  # (their results disagreed: last, whatever fast)
-    order = (*sorted(seconds, key=lambda s: (seconds[s], candidates.index(s))), *rejected)
-    _log.debug("numpy matmul calibration %s: %s -> %s", cls, seconds, order[0])
+
+    def ranked(timed: dict[str, float]) -> tuple[str, ...]:
+        return (*sorted(timed, key=lambda s: (timed[s], candidates.index(s))), *rejected)
+
+    order = ranked(seconds)
+    record = {"order": list(order), "seconds": seconds}
+    both = {}
+    if settled is not None and mixed is not None:
+        free, busy = ranked(settled), ranked(mixed)
+        # (two answers only where they differ and the call dwarfs a look at the threads: small calls never look)
+        call_seconds = settled[free[0]] * _rep_scale(problem, rep)
+        if free[0] != busy[0] and call_seconds >= PROBE_SHARE * cpu_contention.probe_seconds():
+            both = {"free": free, "busy": busy}
+            record["free"] = {"order": list(free), "seconds": settled}
+            record["busy"] = {"order": list(busy), "seconds": mixed}
+    two = f" ({both['free'][0]} with the cores free, {both['busy'][0]} with another thread busy)" if both else ""
+    _log.debug("numpy matmul calibration %s: %s -> %s%s", cls, seconds, order[0], two)
     name = repr(cls)
     if persist:
-        kept.update(_SECTION, {name: {"order": list(order), "seconds": seconds}}, drop={_PENDING: [name]})
+        kept.update(_SECTION, {name: record}, drop={_PENDING: [name]})
     global _generation
     with _lock:
         _generation += 1
@@ -219,7 +252,9 @@ def calibrate(
         for memo in [m for m in _rankings if m[1] == cls]:
             del _rankings[memo]
         where = kept.path if persist else None
-        got = _rankings[(kept.path, cls, candidates)] = Ranking(order, "fresh", where, seconds, rejected=rejected)
+        got = _rankings[(kept.path, cls, candidates)] = Ranking(
+            order, "fresh", where, seconds, rejected=rejected, **both
+        )
     return got
 
 
@@ -233,11 +268,12 @@ def pending() -> dict[str, dict]:
 
 
 def calibrations() -> dict[str, dict]:
-    """Every class ranked in this process: its order, where it came from and (measured ones) the seconds per
-    call of each engine."""
+    """Every class ranked in this process: its order, where it came from, (measured ones) the seconds per call
+    of each engine and, where they differ, the orders with the cores free and with another thread busy."""
     with _lock:
         return {
-            repr(memo[1]): {"order": r.order, "source": r.source, "seconds": r.seconds} for memo, r in _rankings.items()
+            repr(memo[1]): {"order": r.order, "source": r.source, "seconds": r.seconds, "free": r.free, "busy": r.busy}
+            for memo, r in _rankings.items()
         }
 
 
@@ -400,8 +436,17 @@ def seconds_per_call(fn: Callable, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable) -> dict[str, float]:
-    """Seconds per call of each candidate engine on ``rep``-shaped synthetic operands (see the module notes)."""
+def _rep_scale(problem: MatmulProblem, rep: MatmulProblem) -> float:
+    """How many times the work of ``rep`` (a calibration's smaller copy) ``problem``'s call does."""
+    return max(1.0, (problem.m * math.prod(problem.batch_shape)) / max(1, rep.m * math.prod(rep.batch_shape)))
+
+
+def _measure(
+    rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callable
+) -> tuple[dict[str, float], dict[str, float] | None, dict[str, float] | None]:
+    """Seconds per call of each candidate engine on ``rep``-shaped synthetic operands (see the module notes), and
+    where engines running their own threads were timed in both settings, each setting's seconds (settled, right
+    after a bare product); else None for those."""
     ops = _operands(rep)
     calls, reps, runs, threaded = {}, {}, {}, set()
     plans = {name: make_plan(rep, name) for name in candidates}
@@ -447,8 +492,8 @@ def _measure(rep: MatmulProblem, candidates: tuple[str, ...], make_plan: Callabl
         settled = {name: min(samples[name]) for name in candidates}
         mixed = {name: statistics.median(after[name]) for name in candidates}
         _log.debug("numpy matmul calibration, settled %s, right after a product %s", settled, mixed)
-        return {name: max(settled[name], mixed[name]) for name in candidates}
+        return {name: max(settled[name], mixed[name]) for name in candidates}, settled, mixed
     for _ in range(_ROUNDS):
         for name in candidates:
             samples[name].append(seconds_per_call(calls[name], reps[name]))
-    return {name: min(v) for name, v in samples.items()}
+    return {name: min(v) for name, v in samples.items()}, None, None
