@@ -250,3 +250,56 @@ def test_a_store_of_the_former_format_is_ignored(monkeypatch, tmp_path):
     finally:
         numpy_matmul_calibration.clear()
         nvdispatch.plan_cache.clear()
+
+
+# -- the busy engine's own spinning worker ---------------------------------------------------------------------
+class _Fake:
+    """An inner plan whose call takes ``seconds`` of a fake clock; the busy one's leaves a worker spinning."""
+
+    def __init__(self, name, world):
+        self.engine, self.world, self.steps = name, world, ()
+
+    def direct(self, *args):
+        w = self.world
+        w["now"] += 0.03
+        w["ran"].append(self.engine)
+        if self.engine == "busy":
+            w["spins_until"] = w["now"] + 0.1  # (OpenBLAS's worker, after its last call)
+        return args
+
+    execute = direct
+
+
+def _world(monkeypatch, always_running: bool):
+    from nvdispatch.executors import numpy_matmul_contended
+
+    world = {"now": 100.0, "ran": [], "spins_until": 100.05}  # (a worker spinning as the loop starts)
+    monkeypatch.setattr(numpy_matmul_contended, "_clock", lambda: world["now"])
+    plan = ContendedPlan(None, _Fake("free", world), _Fake("busy", world))
+    plan._look = lambda: 1 if always_running or world["now"] < world["spins_until"] else 0
+    plan._took = lambda busy, why: busy  # (no problem to log)
+    return plan, world
+
+
+def test_a_loop_of_the_call_alone_leaves_the_busy_engine_its_own_worker_spinning_started(monkeypatch):
+    """The busy engine's own worker would keep every look busy: the free engine is tried, and kept."""
+    from nvdispatch.executors.numpy_matmul_contended import EXPLORE_FIRST
+
+    plan, world = _world(monkeypatch, always_running=False)
+    for _ in range(50):
+        plan.direct()
+    ran = world["ran"]
+    assert ran[0] == "busy" and ran[-20:] == ["free"] * 20
+    assert ran.count("busy") <= EXPLORE_FIRST + 1 and plan._explore == EXPLORE_FIRST
+
+
+def test_where_another_thread_keeps_running_the_tries_of_the_free_engine_grow_rare(monkeypatch):
+    from nvdispatch.executors.numpy_matmul_contended import EXPLORE_MOST
+
+    plan, world = _world(monkeypatch, always_running=True)
+    for _ in range(3000):
+        plan.direct()
+    ran = world["ran"]
+    assert ran.count("busy") > 0.9 * len(ran)
+    assert ran[-100:].count("free") <= 10 and plan._explore >= 256
+    assert plan._explore <= EXPLORE_MOST
