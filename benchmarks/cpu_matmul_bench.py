@@ -5,7 +5,9 @@ by default, against ``np.matmul`` alone (the product without any epilog: the flo
 ``torch._addmm_activation``; beside them every engine the NumPy executor has, each called as the route's hot
 path calls it (the default order's first engine among them), the naive NumPy and Torch expressions and an
 autotuned ``Matmul``. The route call runs as calibrated for this machine: the class is calibrated in this
-process first (``--keep`` keeps the result in the user's cache too), and the JSON records the ranking.
+process first (``--keep`` keeps the result in the user's cache too), and the JSON records the ranking. Where
+the calibration kept two answers (one engine with the cores free, another with another thread of the process
+running), the route picks per call, and the JSON and the printout count which engine each timed setting ran.
 
 All contenders run in one process, interleaved round by round, and we report medians and ratios from the
 same run (the machine is noisy; ratios are what carry over), twice: interleaved call by call (each call finds
@@ -44,6 +46,7 @@ except ImportError:
 import nvdispatch
 from nvdispatch import Epilog
 from nvdispatch.executors import numpy_matmul, numpy_matmul_calibration
+from nvdispatch.executors.numpy_matmul_contended import ContendedPlan
 from nvdispatch.executors.numpy_matmul_engines import STRATEGY_OF
 from nvdispatch.executors.numpy_matmul_panels import PanelPlan
 
@@ -127,6 +130,37 @@ def _paired(samples: dict, base: str) -> dict:
     return got
 
 
+class _ContendedPlans:
+    """``with _ContendedPlans() as made:`` the per-call choosing plans (``ContendedPlan``) made meanwhile, in
+    ``made`` (the route holds its plan in the plan cache: this is how the benchmark reads its counts)."""
+
+    def __enter__(self) -> list:
+        self.made, self.init = [], ContendedPlan.__init__
+        made, init = self.made, self.init
+
+        def recording(plan, *args, **kwargs):
+            init(plan, *args, **kwargs)
+            made.append(plan)
+
+        ContendedPlan.__init__ = recording
+        return self.made
+
+    def __exit__(self, *exc) -> None:
+        ContendedPlan.__init__ = self.init
+
+
+def _choices(plans: list) -> dict:
+    """Calls each engine of the route's per-call choice took so far (empty where it has none)."""
+    if not plans:
+        return {}
+    p = plans[-1]
+    return {f"{p.engine} (cores free)": p.free_calls, f"{p.busy_engine} (another thread running)": p.busy_calls}
+
+
+def _less(now: dict, before: dict) -> dict:
+    return {k: v - before.get(k, 0) for k, v in now.items()}
+
+
 def fused_relu_bias(
     rounds: int,
     m: int = 8192,
@@ -160,6 +194,8 @@ def fused_relu_bias(
     # forget it, so that the route is timed as calibrated (the Matmul keeps the plan it holds)
     nvdispatch.plan_cache.clear_tunings()
     nvdispatch.plan_cache.clear()
+    with _ContendedPlans() as route_plans:
+        nvdispatch.explain(a, b, **kwargs)  # (the route's plan, made now and cached)
     contenders = {NP: lambda: np.matmul(a, b), NVD: lambda: nvdispatch.matmul(a, b, **kwargs)}
     try:
         import torch
@@ -192,10 +228,15 @@ def fused_relu_bias(
     for fn in contenders.values():  # warm-up
         fn()
     wait = 0.0 if quick else 2.0
+    start = _choices(route_plans)
     mixed = _timed_rounds(contenders, rounds, 0.0, patience, max_foreign, "fused RELU_BIAS, interleaved", wait)
+    after_mixed = _choices(route_plans)
     settled = _timed_rounds(
         contenders, max(3, rounds // 2), settle, patience, max_foreign, "fused RELU_BIAS, settled", wait
     )
+    route_choices = None
+    if route_plans:  # (the untimed calls included: the settled rounds' one before each timed call)
+        route_choices = {"interleaved": _less(after_mixed, start), "settled": _less(_choices(route_plans), after_mixed)}
     med = mixed["median_seconds"]
     base = med[NP]
     paired = _paired(mixed["samples"], NP)
@@ -236,7 +277,10 @@ def fused_relu_bias(
             "strategies": list(default.strategies),
             "seconds": calibration_seconds,
             "measured_seconds_per_call": ranking.seconds,
+            "order_with_the_cores_free": None if ranking.free is None else list(ranking.free),
+            "order_with_another_thread_running": None if ranking.busy is None else list(ranking.busy),
         },
+        "route_choices_per_call": route_choices,
         "autotune_choice": {
             "strategy": mm.strategy,
             "plan": mm._plan.tuning(),
@@ -383,6 +427,12 @@ def main() -> None:
     print(f"8x8 RELU_BIAS: {o['relu_bias_ratio_to_np_matmul']:.2f}x np.matmul (strategy {o['relu_bias_strategy']})")
     c = f["calibration"]
     print(f"calibration picked {c['picked']}, engine {c['picked_engine']} (engines {c['engine_order']})")
+    if c["order_with_the_cores_free"]:
+        print(f"  with the cores free {c['order_with_the_cores_free']}, "
+              f"with another thread running {c['order_with_another_thread_running']}")  # fmt: skip
+    if f["route_choices_per_call"]:
+        for setting, counts in f["route_choices_per_call"].items():
+            print(f"route's calls, {setting}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     kept = f["rounds"]["kept"]
     print(f"rounds kept: {kept['count']} of {kept['of']} (quiet rounds only: {kept['quiet_only']})")
     print(f"processor: {results['machine']['processor']}, load average at the end: {f['load_average']}")
