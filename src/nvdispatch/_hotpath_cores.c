@@ -10,9 +10,10 @@
  * Why the states and not CPU clocks: the process's CPU clock gains the time of threads running on other CPUs
  * only at the scheduler's ticks and switches, so a window short enough to be cheap may see nothing; the
  * threads' own clocks are exact but a thread waiting for the GIL the caller holds runs at once when the call
- * lets the GIL go, and gains nothing while the caller looks. A busy Python thread, and a BLAS worker spinning
- * on sched_yield, both read R. One look costs a directory read and one small read per thread (microseconds
- * each), and takes the GIL throughout.
+ * lets the GIL go, and gains nothing while the caller looks. A BLAS worker spinning on sched_yield and a thread
+ * in compiled code read R; a thread of pure Python code reads R until it is back waiting for the GIL (before
+ * most calls of a long engine, never in a tight loop of looks: docs/notes/cpu-matmul.md). One look costs a
+ * directory read and one small read per thread (microseconds each), and holds the GIL throughout.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000

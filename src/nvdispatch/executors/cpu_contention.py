@@ -9,8 +9,8 @@ they differ, and the call asks :func:`running_threads` (``_hotpath.running_threa
 ``/proc/self/task/*/stat``, the caller left out) which one applies. Where the OS does not say (no ``/proc``, or
 the extension is not built) the answer is None: the cores are taken as free.
 
-A thread of pure Python code waiting for the GIL the caller holds reads as sleeping (it runs once the call lets
-the GIL go): it is not seen.
+A thread of pure Python code that is back waiting for the GIL the caller holds reads as sleeping (it runs once
+the call lets the GIL go): it is seen only until then (before most calls of a long engine, which it runs beside).
 """
 
 from __future__ import annotations
