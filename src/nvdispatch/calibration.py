@@ -9,6 +9,7 @@ not measured yet runs on a safe default order, ``explain()`` says so, and the cl
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import time
@@ -44,6 +45,9 @@ class CalibrationReport:
     seconds: float
     load: float | None = None  # the system's load average (1 minute) at the end, where the OS says
     fft_skipped: str | None = None  # why the FFT threads threshold was not measured (asked for, but no SciPy)
+    #: the classes whose engine is picked per call (class -> (engines with the cores free, with another thread of
+    #: the process running), fastest first): those whose first engines differ between the two
+    per_call: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [f"CPU calibration: {len(self.matmul)} matmul problem classes in {self.seconds:.1f} s"]
@@ -52,6 +56,10 @@ class CalibrationReport:
                 f"  note: the machine was busy (load average {self.load:.1f} on {CPUS} cores): other work weighs on "
                 "the timings; calibrate again when it is quiet"
             )
+        pairs = collections.Counter((free[0], busy[0]) for free, busy in self.per_call.values())
+        for (free, busy), count in sorted(pairs.items()):
+            lines.append(f"  {count} class(es) pick their engine per call: {free} with the cores free, {busy} with "
+                         "another thread of the process running")  # fmt: skip
         if self.fft_min_work is not None:
             lines.append(f"  pocketfft threads from work {self.fft_min_work:.3g}")
         if self.fft_skipped is not None:
@@ -101,13 +109,17 @@ def calibrate(
     _import_torch_if_installed()  # (the Torch engine is ranked only in processes that imported Torch)
     jobs = [*_pending_jobs(), *_standard_jobs(shapes, quick)]
     done: dict[str, tuple[str, ...]] = {}
+    per_call: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
     for make in show(jobs, "matmul engines", len(jobs)):
         problem = make()
         if problem is None:
             continue
         name = repr(numpy_matmul_calibration.problem_class(problem))
         if name not in done:
-            done[name] = numpy_matmul.calibrate(problem).order
+            ranked = numpy_matmul.calibrate(problem)
+            done[name] = ranked.order
+            if ranked.free and ranked.busy:
+                per_call[name] = (ranked.free, ranked.busy)
     min_work = fft_skipped = None
     if fft and not _scipy_installed():
         fft_skipped = (
@@ -117,7 +129,7 @@ def calibrate(
     elif fft:
         min_work = numpy_fft_workers.calibrate(lambda it: show(it, "fft threads", len(it))).min_work
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return CalibrationReport(done, min_work, store().path, time.perf_counter() - start, load, fft_skipped)
+    return CalibrationReport(done, min_work, store().path, time.perf_counter() - start, load, fft_skipped, per_call)
 
 
 def _scipy_installed() -> bool:

@@ -303,3 +303,24 @@ def test_where_another_thread_keeps_running_the_tries_of_the_free_engine_grow_ra
     assert ran.count("busy") > 0.9 * len(ran)
     assert ran[-100:].count("free") <= 10 and plan._explore >= 256
     assert plan._explore <= EXPLORE_MOST
+
+
+def test_the_calibration_report_names_the_classes_picked_per_call(monkeypatch, tmp_path):
+    from nvdispatch.calibration import CalibrationReport, calibrate
+
+    monkeypatch.setenv(cal_store.ENV, str(tmp_path))
+    a, b, kw = _operands()
+    if "tiled" not in numpy_matmul.candidates(nvdispatch.explain(a, b, **kw).problem):
+        pytest.skip("no tiled engine (no compiled extension)")
+    monkeypatch.setattr(numpy_matmul_calibration, "_measure", _two_answers("tiled", "ufunc"))
+    numpy_matmul_calibration.clear()
+    try:
+        report = calibrate([(64, 32, 16)], fft=False, quick=True)
+    finally:
+        numpy_matmul_calibration.clear()
+        nvdispatch.plan_cache.clear()
+    assert report.per_call and set(report.per_call) <= set(report.matmul)
+    assert all(free[0] == "tiled" and busy[0] == "ufunc" for free, busy in report.per_call.values())
+    said = f"{len(report.per_call)} class(es) pick their engine per call: tiled with the cores free, ufunc with"
+    assert said in str(report)
+    assert "per call" not in str(CalibrationReport({}, None, None, 1.0))
