@@ -131,6 +131,25 @@ def test_threads_share_the_tiles(isa, m, k, n, threads):
 
 
 @needs_tiled
+def test_callers_on_several_python_threads_at_once():
+    """Several Python threads calling the engine at the same moment (as Dask's threaded scheduler does), each call
+    starting threads of its own: every result is its own product, none mixed with another call's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(seed):
+        a, b = _data((300, 200), "float32", seed), _data((200, 300), "float32", seed + 1)  # work for several threads
+        bias = _data((300,), "float32", seed + 2)
+        plan = _no_fallback(_plan(a, b, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": bias}))
+        got = [plan.execute({"a": a, "b": b, "bias": bias}) for _ in range(5)]
+        return got, _oracle(a, b, bias, True)
+
+    with ThreadPoolExecutor(4) as pool:
+        for got, want in pool.map(one, range(100, 140, 5)):
+            for out in got:
+                assert_close(out, want, "float32")
+
+
+@needs_tiled
 def test_long_k_and_many_panels_per_block():
     """k past any cache block (each panel group one panel), and many groups of panels per strip."""
     a, b, bias = _data((45, 3000), "float32", 30), _data((3000, 70), "float32", 31), _data((70,), "float32", 32)
