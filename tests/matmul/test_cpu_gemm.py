@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from functools import partial
 
 import numpy as np
 import pytest
-from engine_checks import assert_route_runs_without
+from engine_checks import assert_route_runs_without, data, engine_plan, no_fallback
 from matmul_reference import assert_close, assert_engine_matches_oracle, expected
 
 import nvdispatch
@@ -24,27 +25,9 @@ needs_gemm = pytest.mark.skipif(GEMM is None, reason="no compiled extension, or 
 REAL = [Epilog.BIAS, Epilog.RELU_BIAS, Epilog.GELU_BIAS, Epilog.RELU, Epilog.GELU, Epilog.DEFAULT]
 
 
-def _data(shape, dtype, seed, order="C"):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(shape)
-    x = x.astype(dtype)
-    return np.asfortranarray(x) if order == "F" else x
-
-
-def _plan(a, b, **kw):
-    problem = nvdispatch.explain(a, b, **kw).problem
-    assert "gemm" in applicable(problem)
-    return numpy_matmul.engine_plan(problem, "gemm")
-
-
-def _no_fallback(plan):
-    def refuse(*args):
-        raise AssertionError("the gemm engine fell back on the ufuncs")
-
-    plan._ufunc = refuse
-    return plan
+_data = data
+_plan = partial(engine_plan, "gemm")
+_no_fallback = partial(no_fallback, engine="gemm")
 
 
 @needs_gemm

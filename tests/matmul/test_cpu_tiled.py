@@ -9,10 +9,11 @@ absence without the extension."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import numpy as np
 import pytest
-from engine_checks import assert_route_runs_without
+from engine_checks import assert_route_runs_without, data, engine_plan, no_fallback
 from matmul_reference import assert_close, assert_engine_matches_oracle, expected
 
 import nvdispatch
@@ -26,23 +27,9 @@ ISAS = () if TILED is None else nvdispatch._hotpath.tiled_isas()
 LINEAR = [Epilog.BIAS, Epilog.RELU_BIAS, Epilog.RELU, Epilog.DEFAULT]
 
 
-def _data(shape, dtype, seed, order="C"):
-    x = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-    return np.asfortranarray(x) if order == "F" else x
-
-
-def _plan(a, b, **kw):
-    problem = nvdispatch.explain(a, b, **kw).problem
-    assert "tiled" in applicable(problem)
-    return numpy_matmul.engine_plan(problem, "tiled")
-
-
-def _no_fallback(plan):
-    def refuse(*args):
-        raise AssertionError("the tiled engine fell back on the ufuncs")
-
-    plan._ufunc = refuse
-    return plan
+_data = data
+_plan = partial(engine_plan, "tiled")
+_no_fallback = partial(no_fallback, engine="tiled")
 
 
 def _oracle(a, b, bias, relu, alpha=1.0):
