@@ -2,7 +2,7 @@
  * nvdispatch._hotpath; _hotpath.c adds these functions).
  *
  * tiled_gemm(kind, isa, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, out, ldo, bias, relu, threads,
- * block_bytes): out = act(alpha op(a) @ op(b) + bias), row-major out (ldo elements from a row to the next),
+ * block_bytes, pool): out = act(alpha op(a) @ op(b) + bias), row-major out (ldo elements from a row to the next),
  * float32 (kind 0) or float64 (kind 1); op(x) is x stored row-major with leading dimension ldx, or its transpose
  * where trans_x (an F-contiguous array read as it lies); bias None or n values; relu 0 for no activation. b is
  * packed once per call in panels of columns, a in strips of rows; each micro-kernel keeps a tile of the result
@@ -15,8 +15,12 @@
  * isa: None for the best this processor runs, or a name of tiled_isas() (the tests run each).
  *
  * Threads: the tiles (a strip of rows by a group of column panels each) are taken one at a time by up to
- * `threads` POSIX threads started for the call and joined before it returns (none is left behind, none waits
- * busily), the GIL released; a thread slowed by other load on its core takes fewer. The
+ * `threads` threads, the GIL released; a thread slowed by other load on its core takes fewer. Where `pool` is
+ * given (an OpenBLAS's gotoblas_pthread and its get_num_threads, by address: the BLAS NumPy runs) the threads
+ * are that BLAS's own workers, as many as it runs now: a worker still spinning after the BLAS's last call
+ * takes a share at once, where a thread of our own would share its core with it, and a limit the caller put on
+ * the BLAS's threads (threadpoolctl, OPENBLAS_NUM_THREADS) holds here too. Elsewhere POSIX threads are started
+ * for the call and joined before it returns (none is left behind, none waits busily). The
  * addresses are ints the caller took from arrays it owns and keeps alive for the call (numpy_matmul_engines
  * checks dtype, layout and shapes); nothing here can check them. RELU keeps NaN (as np.maximum does).
  */
@@ -44,6 +48,14 @@
 #define NVD_THREADS 0
 #define NVD_TAKE(p) ((*(p))++)
 #endif
+
+/* a BLAS's thread pool: run(n, function, args, stride) calls function(args + i * stride) for i < n, the first on
+ * the calling thread, the others on its workers, and returns when all have (OpenBLAS's gotoblas_pthread, its
+ * pthread-compatible entry point since GotoBLAS2); size() is how many threads it runs now */
+typedef struct {
+    int (*run)(int, void *, void *, int);
+    int (*size)(void);
+} nvd_pool_t;
 
 enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 static const char *const isa_names[] = {"portable", "avx2", "avx512"};
@@ -347,7 +359,7 @@ tiled_isas(PyObject *module, PyObject *unused)
     return result;
 }
 
-#define TILED_ARGS 18
+#define TILED_ARGS 19
 
 static PyObject *
 tiled_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -384,8 +396,23 @@ tiled_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int relu = PyObject_IsTrue(args[15]);
     long threads = PyLong_AsLong(args[16]);
     Py_ssize_t block_bytes = PyLong_AsSsize_t(args[17]);
+    nvd_pool_t pool = {NULL, NULL};
+    if (args[18] != Py_None) {
+        if (!PyTuple_Check(args[18]) || PyTuple_Size(args[18]) != 2) {
+            PyErr_Format(PyExc_TypeError, "tiled_gemm: pool must be None or (run address, size address), got %R",
+                         args[18]);
+            return NULL;
+        }
+        pool.run = (int (*)(int, void *, void *, int))PyLong_AsVoidPtr(PyTuple_GetItem(args[18], 0));
+        pool.size = (int (*)(void))PyLong_AsVoidPtr(PyTuple_GetItem(args[18], 1));
+    }
     if (PyErr_Occurred())
         return NULL;
+    if (args[18] != Py_None && (pool.run == NULL || pool.size == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "tiled_gemm: pool's addresses must not be 0");
+        return NULL;
+    }
+    const nvd_pool_t *pooled = pool.run != NULL ? &pool : NULL;
     if (a == NULL || b == NULL || out == NULL || (kind != 0 && kind != 1) || m < 1 || n < 1 || k < 1 ||
         ldo < n || lda < (ta ? m : k) || ldb < (tb ? k : n) || threads < 1 || block_bytes < 0) {
         PyErr_SetString(PyExc_ValueError, "tiled_gemm: expected addresses, kind 0 or 1, m, n, k >= 1, ldo >= n, "
@@ -397,10 +424,10 @@ tiled_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS
     if (kind == 0)
         failed = tiled_f32(isa, ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, out, ldo, bias, relu, (int)threads,
-                           block_bytes);
+                           block_bytes, pooled);
     else
         failed = tiled_f64(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, out, ldo, bias, relu, (int)threads,
-                           block_bytes);
+                           block_bytes, pooled);
     Py_END_ALLOW_THREADS
     if (failed)
         return PyErr_NoMemory();
@@ -410,9 +437,10 @@ tiled_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef tiled_methods[] = {
     {"tiled_gemm", (PyCFunction)(void (*)(void))tiled_gemm, METH_FASTCALL,
      "tiled_gemm(kind, isa, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, out, ldo, bias, relu, threads, "
-     "block_bytes) -> None: out = act(alpha op(a) @ op(b) + bias) by a blocked GEMM applying the epilog per "
+     "block_bytes, pool) -> None: out = act(alpha op(a) @ op(b) + bias) by a blocked GEMM applying the epilog per "
      "register tile (kind 0 float32, 1 float64; isa None for the best, or a name of tiled_isas(); addresses as "
-     "ints, bias None for none; up to `threads` threads; block_bytes: packed b kept per core's cache)"},
+     "ints, bias None for none; up to `threads` threads; block_bytes: packed b kept per core's cache; pool None for threads of its own, or (run, size) addresses of "
+     "a BLAS's thread pool)"},
     {"tiled_isas", tiled_isas, METH_NOARGS,
      "tiled_isas() -> tuple[str, ...]: the tiled GEMM's kernels this processor runs, the fastest first"},
     {NULL, NULL, 0, NULL},

@@ -258,11 +258,52 @@ S(share_thread)(void *arg)
 }
 #endif
 
+/* a share as a BLAS pool runs it (function(args + i * stride), nothing returned) */
+static void
+S(share_pooled)(void *arg)
+{
+    S(run_share)((S(share_t) *)arg);
+}
+
+/* the shares on threads started here and joined before it returns, the caller running the first */
+static void
+S(run_own)(S(share_t) *shares, Py_ssize_t t_count)
+{
+#if NVD_THREADS
+    pthread_t tid[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+#if NVD_AFFINITY
+    int cpus[MAX_THREADS], n_cpus = t_count > 1 ? nvd_other_cpus(cpus, MAX_THREADS) : 0;
+#endif
+    for (Py_ssize_t t = 1; t < t_count; t++) {
+#if NVD_AFFINITY
+        pthread_attr_t attr;
+        cpu_set_t on;
+        if (n_cpus > 0 && pthread_attr_init(&attr) == 0) {
+            CPU_ZERO(&on);
+            CPU_SET(cpus[(t - 1) % n_cpus], &on);
+            started[t] = pthread_attr_setaffinity_np(&attr, sizeof(on), &on) == 0 &&
+                         pthread_create(&tid[t], &attr, S(share_thread), &shares[t]) == 0;
+            pthread_attr_destroy(&attr);
+        }
+#endif
+        if (!started[t]) /* (no CPU to hold it to, or that CPU refused: a thread the OS places) */
+            started[t] = pthread_create(&tid[t], NULL, S(share_thread), &shares[t]) == 0;
+    }
+    S(run_share)(&shares[0]);
+    for (Py_ssize_t t = 1; t < t_count; t++) /* (a thread that could not start: the others took its units) */
+        if (started[t])
+            pthread_join(tid[t], NULL);
+#else
+    S(run_share)(&shares[0]);
+#endif
+}
+
 /* c = act(alpha op(a) @ op(b) + bias); 0, or -1 where memory ran out (nothing written then) */
 static int
 S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T alpha, const T *a, Py_ssize_t lda,
          const T *b, Py_ssize_t ldb, T *c, Py_ssize_t ldc, const T *bias, int relu, int threads,
-         Py_ssize_t block_bytes)
+         Py_ssize_t block_bytes, const nvd_pool_t *pool)
 {
     S(kernel_t) kernel = S(kernel_portable);
     S(pack_t) pack_full = NULL;
@@ -318,34 +359,16 @@ S(tiled)(int isa, int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, T al
         Py_ssize_t j0 = S(panel_start)(p, lead, nr), j1 = S(panel_start)(p + 1, lead, nr);
         S(pack_b)(b, tb, ldb, j0, (j1 < n ? j1 : n) - j0, k, nr, bp + p * nr * k);
     }
-#if NVD_THREADS
-    pthread_t tid[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-#if NVD_AFFINITY
-    int cpus[MAX_THREADS], n_cpus = t_count > 1 ? nvd_other_cpus(cpus, MAX_THREADS) : 0;
-#endif
-    for (Py_ssize_t t = 1; t < t_count; t++) {
-#if NVD_AFFINITY
-        pthread_attr_t attr;
-        cpu_set_t on;
-        if (n_cpus > 0 && pthread_attr_init(&attr) == 0) {
-            CPU_ZERO(&on);
-            CPU_SET(cpus[(t - 1) % n_cpus], &on);
-            started[t] = pthread_attr_setaffinity_np(&attr, sizeof(on), &on) == 0 &&
-                         pthread_create(&tid[t], &attr, S(share_thread), &shares[t]) == 0;
-            pthread_attr_destroy(&attr);
-        }
-#endif
-        if (!started[t]) /* (no CPU to hold it to, or that CPU refused: a thread the OS places) */
-            started[t] = pthread_create(&tid[t], NULL, S(share_thread), &shares[t]) == 0;
+    if (pool != NULL && t_count > 1) {
+        /* the BLAS's own workers (see nvd_pool_t): as many as it runs now, the caller among them */
+        int size = pool->size();
+        size = size > t_count ? (int)t_count : size;
+        if (size > 1)
+            pool->run(size, (void *)S(share_pooled), shares, (int)sizeof(S(share_t)));
+        S(run_share)(&shares[0]); /* (what the pool left, or all of it where the BLAS runs one thread now) */
     }
-    S(run_share)(&shares[0]);
-    for (Py_ssize_t t = 1; t < t_count; t++) /* (a thread that could not start: the others took its units) */
-        if (started[t])
-            pthread_join(tid[t], NULL);
-#else
-    S(run_share)(&shares[0]);
-#endif
+    else
+        S(run_own)(shares, t_count);
     free(b_raw);
     for (Py_ssize_t t = 0; t < t_count; t++)
         free(a_raw[t]);

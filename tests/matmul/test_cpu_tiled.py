@@ -18,13 +18,16 @@ from matmul_reference import assert_close, assert_engine_matches_oracle, expecte
 
 import nvdispatch
 from nvdispatch import Epilog
-from nvdispatch.executors import numpy_matmul, numpy_matmul_calibration, numpy_matmul_engines
+from nvdispatch.executors import numpy_blas, numpy_matmul, numpy_matmul_calibration, numpy_matmul_engines
 from nvdispatch.executors.numpy_matmul_engines import applicable, available, tiled_isa, tiled_kernel
 
 TILED = tiled_kernel()
 needs_tiled = pytest.mark.skipif(TILED is None, reason="no compiled extension")
 ISAS = () if TILED is None else nvdispatch._hotpath.tiled_isas()
 LINEAR = [Epilog.BIAS, Epilog.RELU_BIAS, Epilog.RELU, Epilog.DEFAULT]
+#: the engine's threads: its own, and NumPy's OpenBLAS workers where that BLAS has a pool
+BLAS_POOL = numpy_blas.pool()
+POOLS = pytest.mark.parametrize("pool", [None, BLAS_POOL] if BLAS_POOL else [None], ids=["own", "blas"][: 1 + bool(BLAS_POOL)])
 
 
 _data = data
@@ -63,7 +66,8 @@ def test_tiled_matches_oracle(dtype, epilog, m, k, n, a_order, b_order):
     [(1, 1, 1), (37, 53, 61), (14, 1, 32), (15, 300, 33), (2, 700, 3), (3, 5, 517), (29, 17, 16), (100, 64, 100)],
 )
 @pytest.mark.parametrize("threads", [1, 3])
-def test_each_kernel_matches_oracle(isa, dtype, m, k, n, threads):
+@POOLS
+def test_each_kernel_matches_oracle(isa, dtype, m, k, n, threads, pool):
     """Every kernel this processor runs, each layout, with and without bias and RELU, on one and several threads
     (few rows: the columns are shared out instead), into a result whose rows start anywhere on a cache line."""
     kind = 0 if dtype == "float32" else 1
@@ -79,7 +83,7 @@ def test_each_kernel_matches_oracle(isa, dtype, m, k, n, threads):
             out = buf[offset : offset + m * ld].reshape(m, ld)
             TILED(kind, isa, a_order == "F", b_order == "F", m, n, k, 0.75, a.ctypes.data,
                   m if a_order == "F" else k, b.ctypes.data, k if b_order == "F" else n, out.ctypes.data, ld,
-                  None if bias is None else bias.ctypes.data, relu, threads, 4096)  # fmt: skip
+                  None if bias is None else bias.ctypes.data, relu, threads, 4096, pool)  # fmt: skip
             assert_close(out[:, :n], _oracle(a, b, bias, relu, 0.75), dtype)
             assert (out[:, n:] == 7).all() and (buf[:offset] == 7).all() and (buf[offset + m * ld :] == 7).all()
         for x, was in zip((a, b) + ((bias,) if with_bias else ()), before):
@@ -95,7 +99,7 @@ def test_relu_keeps_nan_as_np_maximum(isa, dtype):
     bias = np.array([0.0, -5.0], dtype)
     out = np.empty((5, 2), dtype)
     TILED(dtype == "float64", isa, False, False, 5, 2, 2, 1.0, a.ctypes.data, 2, b.ctypes.data, 2, out.ctypes.data,
-          2, bias.ctypes.data, True, 1, 0)  # fmt: skip
+          2, bias.ctypes.data, True, 1, 0, None)  # fmt: skip
     with np.errstate(invalid="ignore"):
         want = np.maximum(a.astype(np.float64) @ b + bias, 0).astype(dtype)
     np.testing.assert_array_equal(out, want)
@@ -105,7 +109,8 @@ def test_relu_keeps_nan_as_np_maximum(isa, dtype):
 @needs_tiled
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("m, k, n, threads", [(20, 300, 1000, 3), (300, 200, 300, 4), (1, 2000, 2100, 8)])
-def test_threads_share_the_tiles(isa, m, k, n, threads):
+@POOLS
+def test_threads_share_the_tiles(isa, m, k, n, threads, pool):
     """Work enough for several threads (few strips of rows and many panels: the panels are grouped finer so every
     thread has tiles; more threads than cores), each layout of ``a``, float32 and float64."""
     for dtype, a_order in (("float32", "C"), ("float64", "F")):
@@ -113,7 +118,7 @@ def test_threads_share_the_tiles(isa, m, k, n, threads):
         a, b, bias = _data((m, k), dtype, 60, a_order), _data((k, n), dtype, 61), _data((n,), dtype, 62)
         out = np.empty((m, n), dtype)
         TILED(kind, isa, a_order == "F", False, m, n, k, 1.0, a.ctypes.data, m if a_order == "F" else k,
-              b.ctypes.data, n, out.ctypes.data, n, bias.ctypes.data, True, threads, 1 << 16)  # fmt: skip
+              b.ctypes.data, n, out.ctypes.data, n, bias.ctypes.data, True, threads, 1 << 16, pool)  # fmt: skip
         assert_close(out, _oracle(a, b, bias, True), dtype, scale=4)
 
 
@@ -137,13 +142,47 @@ def test_callers_on_several_python_threads_at_once():
 
 
 @needs_tiled
+@pytest.mark.skipif(BLAS_POOL is None, reason="NumPy's BLAS has no thread pool")
+def test_pool_follows_the_blas_thread_limit_and_concurrent_callers():
+    """On NumPy's OpenBLAS workers, as many as that BLAS runs now: with its threads limited to one (as
+    threadpoolctl or OPENBLAS_NUM_THREADS does) and restored, called alone and from several Python threads at
+    once (each call queues its shares on the same workers), every result is its own product."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lib = numpy_blas.library()
+    get = next(getattr(lib, name) for name in numpy_blas._THREAD_COUNTS if hasattr(lib, name))
+    set_ = next(getattr(lib, name) for name in numpy_blas._MARKERS if hasattr(lib, name))
+    before = get()
+
+    def one(seed):
+        a, b, bias = _data((200, 150), "float32", seed), _data((150, 260), "float32", seed + 1), None
+        bias = _data((260,), "float32", seed + 2)
+        out = np.empty((200, 260), np.float32)
+        TILED(0, None, False, False, 200, 260, 150, 1.0, a.ctypes.data, 150, b.ctypes.data, 260, out.ctypes.data,
+              260, bias.ctypes.data, True, 4, 1 << 14, BLAS_POOL)  # fmt: skip
+        return out, _oracle(a, b, bias, True)
+
+    try:
+        for limit in (1, max(2, before)):
+            set_(limit)
+            got, want = one(limit)
+            assert_close(got, want, "float32")
+            with ThreadPoolExecutor(4) as pool:
+                for got, want in pool.map(one, range(300, 340, 5)):
+                    assert_close(got, want, "float32")
+    finally:
+        set_(before)
+    assert get() == before
+
+
+@needs_tiled
 def test_long_k_and_many_panels_per_block():
     """k past any cache block (each panel group one panel), and many groups of panels per strip."""
     a, b, bias = _data((45, 3000), "float32", 30), _data((3000, 70), "float32", 31), _data((70,), "float32", 32)
     for block in (0, 1 << 30):
         out = np.empty((45, 70), np.float32)
         TILED(0, None, False, False, 45, 70, 3000, 1.0, a.ctypes.data, 3000, b.ctypes.data, 70, out.ctypes.data, 70,
-              bias.ctypes.data, True, 2, block)  # fmt: skip
+              bias.ctypes.data, True, 2, block, BLAS_POOL)  # fmt: skip
         assert_close(out, _oracle(a, b, bias, True), "float32", scale=4)
 
 
@@ -214,8 +253,13 @@ def test_kernel_rejects_bad_arguments():
     p = x.ctypes.data
     with pytest.raises(TypeError):
         TILED(0, None, False)
-    good = [0, None, False, False, 4, 4, 4, 1.0, p, 4, p, 4, p, 4, None, True, 2, 0]
+    good = [0, None, False, False, 4, 4, 4, 1.0, p, 4, p, 4, p, 4, None, True, 2, 0, None]
     TILED(*good)
+    for bad_pool, error in (((0, 0), ValueError), ((1,), TypeError), ("pool", TypeError)):
+        with pytest.raises(error, match="pool"):
+            TILED(*good[:-1], bad_pool)
+    with pytest.raises(TypeError):
+        TILED(*good[:-1], (1, "x"))
     # kind, isa, m, k, lda < k, ldo < n, threads, block_bytes, no address
     for at, bad in ((0, 2), (1, "sse9"), (4, 0), (6, 0), (9, 3), (13, 3), (16, 0), (17, -1), (8, 0)):
         args = list(good)
@@ -233,8 +277,9 @@ def test_tiled_named_by_explain_and_logged(caplog):
     plan = numpy_matmul.engine_plan(problem, "tiled")
     steps = plan.steps
     assert "engine 'tiled'" in steps[0] and "blocked GEMM" in steps[0] and tiled_isa() in steps[0]
+    assert ("NumPy's OpenBLAS workers" if BLAS_POOL else "its own") in steps[0]
     assert all("on each tile of the product in registers" in s for s in steps[1:])
-    assert plan.own_threads >= 1
+    assert plan.own_threads == (1 if BLAS_POOL else numpy_matmul_engines.CPUS)
     numpy_matmul_calibration.clear()
     nvdispatch.plan_cache.clear()
     try:

@@ -1,5 +1,6 @@
-"""NumPy's own BLAS, reached without linking against it: the OpenBLAS library NumPy loaded, and its cblas
-``?gemm`` entry points by address (for the compiled engine ``gemm`` of ``numpy_matmul_engines``).
+"""NumPy's own BLAS, reached without linking against it: the OpenBLAS library NumPy loaded, its cblas
+``?gemm`` entry points by address (for the compiled engine ``gemm`` of ``numpy_matmul_engines``), and its
+thread pool (for the compiled engine ``tiled``, which runs its shares on the BLAS's own workers).
 
 NumPy's wheels carry their own OpenBLAS (``numpy.libs/libscipy_openblas64_-*.so``, 64-bit integer interface,
 symbols ``scipy_cblas_sgemm64_``...); SciPy's wheels carry another (``scipy_cblas_sgemm``, 32-bit integers), with
@@ -17,7 +18,7 @@ import ctypes
 import functools
 import os
 
-__all__ = ["library", "gemm", "GEMM_KINDS"]
+__all__ = ["library", "gemm", "pool", "GEMM_KINDS"]
 
 #: result dtype -> the cblas letter and the kind code of ``_hotpath.gemm_bias_activation``
 GEMM_KINDS = {"float32": ("s", 0), "float64": ("d", 1), "complex64": ("c", 2), "complex128": ("z", 3)}
@@ -36,6 +37,17 @@ _GEMM_SYMBOLS = (
     ("scipy_cblas_{}gemm", None),
     ("cblas_{}gemm", None),
 )
+#: how many threads the BLAS runs now (what threadpoolctl and ``OPENBLAS_NUM_THREADS`` set)
+_THREAD_COUNTS = (
+    "scipy_openblas_get_num_threads64_",
+    "scipy_openblas_get_num_threads",
+    "openblas_get_num_threads64_",
+    "openblas_get_num_threads",
+)
+#: OpenBLAS's pthread-compatible pool entry (``gotoblas_pthread(n, function, args, stride)``: function(args + i
+#: * stride) for i < n, the first on the caller, the rest on the BLAS's workers); builds threaded by OpenMP (or on
+#: Windows) have none
+_POOL_RUN = "gotoblas_pthread"
 _CONFIGS = (
     "scipy_openblas_get_config64_",
     "scipy_openblas_get_config",
@@ -118,3 +130,17 @@ def _ilp64_by_config(lib: ctypes.CDLL) -> bool | None:
             fn.restype = ctypes.c_char_p
             return b"USE64BITINT" in (fn() or b"")
     return None
+
+
+@functools.cache
+def pool() -> tuple[int, int] | None:
+    """``(run, size)``: addresses of the thread pool of NumPy's OpenBLAS (``gotoblas_pthread`` and its
+    ``get_num_threads``), or None where NumPy's BLAS is not an OpenBLAS with one (OpenMP builds, MKL,
+    Accelerate). Work run on it shares the cores with NumPy's own products without crowding them: a worker
+    still spinning after ``np.matmul`` takes it at once."""
+    lib = library()
+    run = None if lib is None else getattr(lib, _POOL_RUN, None)
+    size = None if run is None else next((getattr(lib, n) for n in _THREAD_COUNTS if hasattr(lib, n)), None)
+    if size is None:
+        return None
+    return ctypes.cast(run, ctypes.c_void_p).value, ctypes.cast(size, ctypes.c_void_p).value

@@ -31,8 +31,10 @@ full-size temporaries; it serves the strategy (``nvdispatch._epilog.STRATEGIES``
     ``a`` in strips of rows, each tile of the result kept in registers over the whole of ``k``, then alpha, the
     bias and the activation (none or RELU) applied to it as it is stored: the result is written once and never
     read back, and nothing clears it first. Kernels for AVX-512 and AVX2 + FMA, picked at run time (a portable
-    C one elsewhere); the rows shared out over the process's cores on threads started and joined by the call.
-    2-D real operands, C- or F-contiguous (else ``ufunc``); with ``beta * c``, ``ufunc``.
+    C one elsewhere); the rows shared out over the process's cores on the workers of NumPy's OpenBLAS
+    (``numpy_blas.pool``: as many as it runs now; a worker still spinning after ``np.matmul`` takes its share at
+    once), or where NumPy's BLAS has no such pool, on threads started and joined by the call. 2-D real
+    operands, C- or F-contiguous (else ``ufunc``); with ``beta * c``, ``ufunc``.
 ``ufunc`` (strategy ``inplace`` for results of one block)
     ``np.matmul`` into the result, then ``alpha``, ``beta * c``, the bias and the activation as in-place
     ufuncs over the whole result, with a direct call for the hot path of small repeated calls (larger
@@ -223,7 +225,9 @@ class EnginePlan:
         elif engine == "tiled":
             self.tiled = tiled_kernel()
             self.isa = tiled_isa()
-            self.own_threads = CPUS  # (the calibration times engines running threads of their own apart)
+            self.pool = numpy_blas.pool()
+            # (the calibration times engines running threads of their own apart; on the BLAS's pool, they are its)
+            self.own_threads = 1 if self.pool is not None else CPUS
             self.block_bytes = tiled_block_bytes()
         # the Plan protocol's direct call (alpha 1, no c, the caller's arrays): direct(a, b[, bias])
         plain_2d = problem.c is None and not problem.a_vector and not problem.b_vector and len(self.shape) == 2
@@ -250,7 +254,8 @@ class EnginePlan:
             + ("beta into a copy of c" if p.c is not None else "beta=1 into a zeroed result (no clearing pass)"),
             "tiled": "np.matmul into the result (the tiled GEMM takes no c)"
             if p.c is not None
-            else f"nvdispatch's blocked GEMM ({getattr(self, 'isa', None)} kernel, up to {CPUS} threads)",
+            else f"nvdispatch's blocked GEMM ({getattr(self, 'isa', None)} kernel, up to {CPUS} threads: "
+            + ("NumPy's OpenBLAS workers)" if getattr(self, "pool", None) is not None else "its own)"),
         }[self.engine]
         steps = [f"alpha * a @ b{' + beta * c' if p.c is not None else ''} via {gemm} (engine {self.engine!r})"]
         fused = ("add_bias",) if self.engine in ("blas", "torch") and p.c is None else ()
@@ -403,7 +408,7 @@ class EnginePlan:
             self.dtype == np.float64, None, ta, tb, m, n, k, alpha, a.__array_interface__["data"][0], lda,
             b.__array_interface__["data"][0], ldb, out.__array_interface__["data"][0], n,
             None if bias is None else bias.__array_interface__["data"][0], self.activation == "relu", CPUS,
-            self.block_bytes,
+            self.block_bytes, self.pool,
         )  # fmt: skip
         return out
 
