@@ -24,6 +24,7 @@ def test_a_second_streams_workspace_counts_towards_the_bound_at_once():
         plans = plan_cache.plans()
         held = [p.workspace_bytes for p in plans]
         side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())  # (a, bias and the first call are queued there: Torch's rule)
         with torch.cuda.stream(side):
             got = nvdispatch.matmul(a, a, **kw)
         side.synchronize()
