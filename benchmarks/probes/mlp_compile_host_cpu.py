@@ -104,8 +104,9 @@ def measure(args) -> dict:
         grads = [p.grad.clone() for p in model.parameters()]
         if reference is None:
             reference = grads
-        else:  # the same (out, in) weights, bias after weight in both models' parameter order
-            order = grads if kind == "torch" else [g for pair in zip(grads[:4], grads[4:]) for g in pair]
+        else:  # the same (out, in) weights; FusedMLP's parameters weight after weight, or as Torch's
+            same = [g.shape for g in grads] == [g.shape for g in reference]
+            order = grads if kind == "torch" or same else [g for pair in zip(grads[:4], grads[4:]) for g in pair]
             torch.testing.assert_close(order, reference, rtol=1e-4, atol=1e-5)
     samples = {name: [] for name in steps}
     for _ in tqdm(range(args.rounds), desc="rounds", disable=args.child):
