@@ -146,7 +146,8 @@ def test_callers_on_several_python_threads_at_once():
 def test_pool_follows_the_blas_thread_limit_and_concurrent_callers():
     """On NumPy's OpenBLAS workers, as many as that BLAS runs now: with its threads limited to one (as
     threadpoolctl or OPENBLAS_NUM_THREADS does) and restored, called alone and from several Python threads at
-    once (each call queues its shares on the same workers), every result is its own product."""
+    once beside NumPy's own threaded products (each call queues its shares on the same workers), every result is
+    its own product."""
     from concurrent.futures import ThreadPoolExecutor
 
     lib = numpy_blas.library()
@@ -168,8 +169,12 @@ def test_pool_follows_the_blas_thread_limit_and_concurrent_callers():
             got, want = one(limit)
             assert_close(got, want, "float32")
             with ThreadPoolExecutor(4) as pool:
-                for got, want in pool.map(one, range(300, 340, 5)):
+                products = [pool.submit(np.matmul, x, x) for x in [_data((300, 300), "float64", 7)] * 4]
+                for got, want in pool.map(one, range(300, 340, 5)):  # beside NumPy's own products on the pool
                     assert_close(got, want, "float32")
+                for product in products:
+                    assert_close(product.result(), _oracle(*[_data((300, 300), "float64", 7)] * 2, None, False),
+                                 "float64")  # fmt: skip
     finally:
         set_(before)
     assert get() == before
