@@ -17,7 +17,7 @@ from matmul_reference import assert_close, expected
 
 import nvdispatch
 from nvdispatch import Epilog
-from nvdispatch.executors import blas_threads, cpu_contention, numpy_matmul, numpy_matmul_calibration
+from nvdispatch.executors import blas_threads, cpu_contention, numpy_blas, numpy_matmul, numpy_matmul_calibration
 from nvdispatch.executors import cpu_calibration_store as cal_store
 from nvdispatch.executors.cpu_threads import CPUS
 from nvdispatch.executors.numpy_matmul_contended import ContendedPlan
@@ -106,8 +106,11 @@ def _two_answers(free: str, busy: str, seconds: float = 1.0):
 
 @pytest.fixture
 def forced(monkeypatch, tmp_path):
-    """The class's two answers forced: ``tiled`` with the cores free, another ``inplace`` engine when busy."""
+    """The class's two answers forced: ``tiled`` with the cores free, another ``inplace`` engine when busy;
+    ``tiled`` on threads of its own (as where NumPy's BLAS has no pool to run it on: two answers are kept only
+    where the engine first with the cores free runs threads of its own)."""
     monkeypatch.setenv(cal_store.ENV, str(tmp_path))
+    monkeypatch.setattr(numpy_blas, "pool", lambda: None)
     numpy_matmul_calibration.clear()
     nvdispatch.plan_cache.clear()
     a, b, kw = _operands()
@@ -214,8 +217,32 @@ def test_the_plan_takes_the_busy_engine_while_a_thread_spins_and_the_free_one_ot
     assert plan.free_calls > free_before
 
 
+@pytest.mark.skipif(numpy_blas.pool() is None, reason="NumPy's BLAS has no thread pool")
+def test_an_engine_on_the_blas_pool_first_with_the_cores_free_keeps_one_answer(monkeypatch, tmp_path):
+    """``tiled`` on NumPy's OpenBLAS workers meets their spinning as the BLAS engines do: another engine first right
+    after a product is the timings' noise, and the class keeps one answer (the slower setting's ranking)."""
+    monkeypatch.setenv(cal_store.ENV, str(tmp_path))
+    numpy_matmul_calibration.clear()
+    nvdispatch.plan_cache.clear()
+    a, b, kw = _operands()
+    problem = nvdispatch.explain(a, b, **kw).problem
+    if "tiled" not in numpy_matmul.candidates(problem):
+        pytest.skip("no tiled engine (no compiled extension)")
+    assert numpy_matmul.engine_plan(problem, "tiled").own_threads == 1
+    monkeypatch.setattr(numpy_matmul_calibration, "_measure", _two_answers("tiled", "ufunc"))
+    try:
+        ranked = numpy_matmul.calibrate(problem)
+        assert ranked.free is None and ranked.busy is None
+        assert "free" not in next(iter(cal_store.store().section("matmul").values()))
+        assert not isinstance(_matmul_plan(a, b, kw)[1], ContendedPlan)
+    finally:
+        numpy_matmul_calibration.clear()
+        nvdispatch.plan_cache.clear()
+
+
 def test_a_class_whose_call_is_too_short_to_look_keeps_one_answer(monkeypatch, tmp_path):
     monkeypatch.setenv(cal_store.ENV, str(tmp_path))
+    monkeypatch.setattr(numpy_blas, "pool", lambda: None)
     numpy_matmul_calibration.clear()
     nvdispatch.plan_cache.clear()
     a, b, kw = _operands()
@@ -309,6 +336,7 @@ def test_the_calibration_report_names_the_classes_picked_per_call(monkeypatch, t
     from nvdispatch.calibration import CalibrationReport, calibrate
 
     monkeypatch.setenv(cal_store.ENV, str(tmp_path))
+    monkeypatch.setattr(numpy_blas, "pool", lambda: None)
     a, b, kw = _operands()
     if "tiled" not in numpy_matmul.candidates(nvdispatch.explain(a, b, **kw).problem):
         pytest.skip("no tiled engine (no compiled extension)")

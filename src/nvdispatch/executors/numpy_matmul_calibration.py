@@ -13,14 +13,15 @@ a short pause (``blas_threads.let_workers_sleep``: a loop of calls of one class,
 threads still spinning), and each call right after a bare product on the BLAS's own threads (a program that
 mixes the call with other BLAS work: the BLAS's workers still spin for a while after each call, and an
 engine running threads of its own shares the cores with them; the median such call counts, as the spinning
-hits every one alike). The engine ranked first is the one never far from the best in either. Where the first in
-each setting differ (the engine running its own threads first when settled, a BLAS-threaded one right after a
-product), and a call is long enough that looking costs nothing to speak of (``PROBE_SHARE`` looks,
-``cpu_contention.probe_seconds``), the ranking keeps both orders too: the plan then asks, per call, whether
-another thread of the process is running (``numpy_matmul_contended``). Before any timing, each engine's result
-on those operands is compared with the :data:`REFERENCE` engine's (NumPy's matmul, then ufuncs;
-:mod:`nvdispatch._matmul_agreement`): an engine that disagrees beyond rounding is not timed and ranks last, with
-a WARNING.
+hits every one alike). The engine ranked first is the one never far from the best in either. Where the first in each
+setting differ, the one first when settled runs threads of its own (and a BLAS-threaded one is first right after a
+product; an engine on the BLAS's own threads meets its spinning workers as the BLAS does, so another first there is
+the timings' noise), and a call is long enough that looking costs nothing to speak of (``PROBE_SHARE`` looks,
+``cpu_contention.probe_seconds``), the ranking keeps both orders too: the plan then asks, per call, whether another
+thread of the process is running (``numpy_matmul_contended``). Before any timing, each engine's result on those
+operands is compared with the :data:`REFERENCE` engine's (NumPy's matmul, then ufuncs;
+:mod:`nvdispatch._matmul_agreement`): an engine that disagrees beyond rounding is not timed and ranks last, with a
+WARNING.
 
 **When.** :func:`ranking` is a query: it never measures. It answers from this process's rankings, else from
 the store (``cpu_calibration_store``: a ranking measured before on this machine, with this software), else
@@ -236,7 +237,8 @@ def calibrate(
         free, busy = ranked(settled), ranked(mixed)
         # (two answers only where they differ and the call dwarfs a look at the threads: small calls never look)
         call_seconds = settled[free[0]] * _rep_scale(problem, rep)
-        if free[0] != busy[0] and call_seconds >= PROBE_SHARE * cpu_contention.probe_seconds():
+        own = getattr(make_plan(rep, free[0]), "own_threads", 1) > 1 if free[0] != busy[0] else False
+        if own and call_seconds >= PROBE_SHARE * cpu_contention.probe_seconds():
             both = {"free": free, "busy": busy}
             record["free"] = {"order": list(free), "seconds": settled}
             record["busy"] = {"order": list(busy), "seconds": mixed}
