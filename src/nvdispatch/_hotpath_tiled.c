@@ -2,8 +2,8 @@
  * nvdispatch._hotpath; _hotpath.c adds these functions).
  *
  * tiled_gemm(kind, isa, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, out, ldo, bias, relu, threads,
- * block_bytes, pool): out = act(alpha op(a) @ op(b) + bias), row-major out (ldo elements from a row to the next),
- * float32 (kind 0) or float64 (kind 1); op(x) is x stored row-major with leading dimension ldx, or its transpose
+ * block_bytes, pool): out = act(alpha op(a) @ op(b) + bias), row-major out (ldo elements from a row to the
+ * next), float32 (kind 0) or float64 (kind 1); op(x) is x stored row-major with leading dimension ldx, or its transpose
  * where trans_x (an F-contiguous array read as it lies); bias None or n values; relu 0 for no activation. b is
  * packed once per call in panels of columns, a in strips of rows; each micro-kernel keeps a tile of the result
  * in registers over the whole of k, then adds alpha, the bias and RELU and stores it, so the result is written
@@ -439,8 +439,8 @@ static PyMethodDef tiled_methods[] = {
      "tiled_gemm(kind, isa, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, out, ldo, bias, relu, threads, "
      "block_bytes, pool) -> None: out = act(alpha op(a) @ op(b) + bias) by a blocked GEMM applying the epilog per "
      "register tile (kind 0 float32, 1 float64; isa None for the best, or a name of tiled_isas(); addresses as "
-     "ints, bias None for none; up to `threads` threads; block_bytes: packed b kept per core's cache; pool None for threads of its own, or (run, size) addresses of "
-     "a BLAS's thread pool)"},
+     "ints, bias None for none; up to `threads` threads; block_bytes: packed b kept per core's cache; pool None "
+     "for threads of its own, or (run, size) addresses of a BLAS's thread pool)"},
     {"tiled_isas", tiled_isas, METH_NOARGS,
      "tiled_isas() -> tuple[str, ...]: the tiled GEMM's kernels this processor runs, the fastest first"},
     {NULL, NULL, 0, NULL},
