@@ -217,39 +217,23 @@ def test_the_plan_takes_the_busy_engine_while_a_thread_spins_and_the_free_one_ot
     assert plan.free_calls > free_before
 
 
-@pytest.mark.skipif(numpy_blas.pool() is None, reason="NumPy's BLAS has no thread pool")
-def test_an_engine_on_the_blas_pool_first_with_the_cores_free_keeps_one_answer(monkeypatch, tmp_path):
-    """``tiled`` on NumPy's OpenBLAS workers meets their spinning as the BLAS engines do: another engine first right
-    after a product is the timings' noise, and the class keeps one answer (the slower setting's ranking)."""
+def _assert_one_answer(monkeypatch, tmp_path, own_threads: bool, seconds: float) -> None:
+    """A calibration timing ``tiled`` first with the cores free and ``ufunc`` first right after a product
+    (``seconds`` a call) keeps one answer: none in the store, no per-call plan. ``own_threads``: ``tiled`` on
+    threads of its own (as without NumPy's BLAS pool), else on that pool (skipped where there is none)."""
     monkeypatch.setenv(cal_store.ENV, str(tmp_path))
-    numpy_matmul_calibration.clear()
-    nvdispatch.plan_cache.clear()
-    a, b, kw = _operands()
-    problem = nvdispatch.explain(a, b, **kw).problem
-    if "tiled" not in numpy_matmul.candidates(problem):
-        pytest.skip("no tiled engine (no compiled extension)")
-    assert numpy_matmul.engine_plan(problem, "tiled").own_threads == 1
-    monkeypatch.setattr(numpy_matmul_calibration, "_measure", _two_answers("tiled", "ufunc"))
-    try:
-        ranked = numpy_matmul.calibrate(problem)
-        assert ranked.free is None and ranked.busy is None
-        assert "free" not in next(iter(cal_store.store().section("matmul").values()))
-        assert not isinstance(_matmul_plan(a, b, kw)[1], ContendedPlan)
-    finally:
-        numpy_matmul_calibration.clear()
-        nvdispatch.plan_cache.clear()
-
-
-def test_a_class_whose_call_is_too_short_to_look_keeps_one_answer(monkeypatch, tmp_path):
-    monkeypatch.setenv(cal_store.ENV, str(tmp_path))
-    monkeypatch.setattr(numpy_blas, "pool", lambda: None)
+    if own_threads:
+        monkeypatch.setattr(numpy_blas, "pool", lambda: None)
+    elif numpy_blas.pool() is None:
+        pytest.skip("NumPy's BLAS has no thread pool")
     numpy_matmul_calibration.clear()
     nvdispatch.plan_cache.clear()
     a, b, kw = _operands()
     problem = nvdispatch.explain(a, b, **kw).problem
     if "tiled" not in numpy_matmul.candidates(problem) or cpu_contention.probe_seconds() == 0:
         pytest.skip("no tiled engine or nothing to look at")
-    monkeypatch.setattr(numpy_matmul_calibration, "_measure", _two_answers("tiled", "ufunc", seconds=1e-9))
+    assert (numpy_matmul.engine_plan(problem, "tiled").own_threads > 1) == (own_threads and CPUS > 1)
+    monkeypatch.setattr(numpy_matmul_calibration, "_measure", _two_answers("tiled", "ufunc", seconds=seconds))
     try:
         ranked = numpy_matmul.calibrate(problem)
         assert ranked.free is None and ranked.busy is None
@@ -258,6 +242,16 @@ def test_a_class_whose_call_is_too_short_to_look_keeps_one_answer(monkeypatch, t
     finally:
         numpy_matmul_calibration.clear()
         nvdispatch.plan_cache.clear()
+
+
+def test_an_engine_on_the_blas_pool_first_with_the_cores_free_keeps_one_answer(monkeypatch, tmp_path):
+    """``tiled`` on NumPy's OpenBLAS workers meets their spinning as the BLAS engines do: another engine first right
+    after a product is the timings' noise, and the class keeps one answer (the slower setting's ranking)."""
+    _assert_one_answer(monkeypatch, tmp_path, own_threads=False, seconds=1.0)
+
+
+def test_a_class_whose_call_is_too_short_to_look_keeps_one_answer(monkeypatch, tmp_path):
+    _assert_one_answer(monkeypatch, tmp_path, own_threads=True, seconds=1e-9)
 
 
 def test_a_store_of_the_former_format_is_ignored(monkeypatch, tmp_path):
