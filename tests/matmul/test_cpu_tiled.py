@@ -13,7 +13,7 @@ from functools import partial
 
 import numpy as np
 import pytest
-from engine_checks import assert_route_runs_without, data, engine_plan, no_fallback
+from engine_checks import assert_calibration_chooses, assert_route_runs_without, data, engine_plan, no_fallback
 from matmul_reference import assert_close, assert_engine_matches_oracle, expected
 
 import nvdispatch
@@ -300,41 +300,6 @@ def test_tiled_named_by_explain_and_logged(caplog):
 def test_calibration_can_choose_tiled(monkeypatch):
     """With every other engine made slower, the calibration ranks ``tiled`` first and the route runs it (strategy
     ``inplace``, engine ``tiled`` in explain), the hot path included."""
-    import time
-
-    def slow(run):
-        def wrapped(*args, **kwargs):
-            time.sleep(2e-3)
-            return run(*args, **kwargs)
-
-        return wrapped
-
-    ep = numpy_matmul_engines.EnginePlan
-    for name in ("_ufunc", "_blas", "_torch", "_gemm"):
-        monkeypatch.setattr(ep, name, slow(getattr(ep, name)))
-    direct = numpy_matmul_engines._ufunc_direct
-    monkeypatch.setattr(numpy_matmul_engines, "_ufunc_direct", lambda *args: slow(direct(*args)))
-    monkeypatch.setattr(numpy_matmul_engines, "swept", slow(numpy_matmul_engines.swept))
-    monkeypatch.setattr(numpy_matmul.NumpyMatmulPlan, "execute", slow(numpy_matmul.NumpyMatmulPlan.execute))
-    from nvdispatch.executors import numpy_matmul_panels
-
-    for name in ("_panels", "_compiled_panels"):
-        monkeypatch.setattr(numpy_matmul_panels.PanelPlan, name, slow(getattr(numpy_matmul_panels.PanelPlan, name)))
-    numpy_matmul_calibration.clear()
-    nvdispatch.plan_cache.clear()
-    try:
-        a, b, bias = _data((70, 9), "float32", 51), _data((9, 11), "float32", 52), _data((11,), "float32", 53)
-        kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
-        numpy_matmul.calibrate(nvdispatch.explain(a, b, **kw).problem, persist=False)
-        nvdispatch.plan_cache.clear()
-        info = nvdispatch.explain(a, b, **kw)
-        assert info.strategy == "inplace"
-        assert any("engine 'tiled'" in s for s in info.steps)
-        (entry,) = numpy_matmul_calibration.calibrations().values()
-        assert entry["order"][0] == "tiled" and "tiled" in entry["seconds"]
-        want, _ = expected(a, b, None, 1, None, Epilog.RELU_BIAS, {"bias": bias})
-        for _ in range(2):  # planning, then the cached plan's hot path
-            assert_close(nvdispatch.matmul(a, b, **kw), want, "float32")
-    finally:
-        numpy_matmul_calibration.clear()
-        nvdispatch.plan_cache.clear()
+    a, b, bias = _data((70, 9), "float32", 51), _data((9, 11), "float32", 52), _data((11,), "float32", 53)
+    want, _ = expected(a, b, None, 1, None, Epilog.RELU_BIAS, {"bias": bias})
+    assert_calibration_chooses(monkeypatch, "tiled", a, b, bias, lambda got: assert_close(got, want, "float32"))

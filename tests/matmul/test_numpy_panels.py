@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from engine_checks import assert_calibration_chooses
 
 import nvdispatch
-from nvdispatch.executors import blas_threads, numpy_matmul, numpy_matmul_calibration, numpy_matmul_engines
+from nvdispatch.executors import blas_threads, numpy_matmul_engines
 from nvdispatch.executors.numpy_matmul_panels import PanelPlan, panel_byte_choices
 
 TOL = {"float32": 1e-5, "float64": 1e-12}
@@ -139,40 +140,9 @@ def test_panel_sizes_come_from_the_cache_and_autotune_keeps_one():
 def test_calibration_can_choose_panels(monkeypatch):
     """With every other engine made slower, the calibration ranks the panels first and the route runs them
     (strategy ``inplace``, engine ``panels`` in explain), the hot path included."""
-    import time
-
-    def slow(run):
-        def wrapped(*args, **kwargs):
-            time.sleep(2e-3)
-            return run(*args, **kwargs)
-
-        return wrapped
-
-    ep = numpy_matmul_engines.EnginePlan
-    for name in ("_ufunc", "_blas", "_torch", "_gemm", "_tiled"):
-        monkeypatch.setattr(ep, name, slow(getattr(ep, name)))
-    direct = numpy_matmul_engines._ufunc_direct
-    monkeypatch.setattr(numpy_matmul_engines, "_ufunc_direct", lambda *args: slow(direct(*args)))
-    monkeypatch.setattr(numpy_matmul_engines, "swept", slow(numpy_matmul_engines.swept))  # the sweep's, both calls
-    monkeypatch.setattr(numpy_matmul.NumpyMatmulPlan, "execute", slow(numpy_matmul.NumpyMatmulPlan.execute))
-    numpy_matmul_calibration.clear()
-    nvdispatch.plan_cache.clear()
-    try:
-        a, b, bias = _ints((70, 9), "float32", 23), _ints((9, 11), "float32", 24), _ints((11,), "float32", 25)
-        kw = {"epilog": "RELU_BIAS", "epilog_inputs": {"bias": bias}}
-        numpy_matmul.calibrate(nvdispatch.explain(a, b, **kw).problem, persist=False)
-        nvdispatch.plan_cache.clear()
-        info = nvdispatch.explain(a, b, **kw)
-        assert info.strategy == "inplace"
-        assert any("engine 'panels'" in s for s in info.steps)
-        (entry,) = numpy_matmul_calibration.calibrations().values()
-        assert entry["order"][0] == "panels" and "panels" in entry["seconds"]
-        want = _want(a, b, bias=bias, act="relu")
-        for _ in range(2):  # planning, then the cached plan's hot path
-            _check(nvdispatch.matmul(a, b, **kw), want, "float32")
-    finally:
-        numpy_matmul_calibration.clear()
-        nvdispatch.plan_cache.clear()
+    a, b, bias = _ints((70, 9), "float32", 23), _ints((9, 11), "float32", 24), _ints((11,), "float32", 25)
+    want = _want(a, b, bias=bias, act="relu")
+    assert_calibration_chooses(monkeypatch, "panels", a, b, bias, lambda got: _check(got, want, "float32"))
 
 
 def test_panels_are_dealt_in_runs_and_a_finished_thread_helps_the_longest():
