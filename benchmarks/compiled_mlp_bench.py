@@ -19,6 +19,13 @@ input requires none). Contenders, each in this one process on the same weights a
 * ``torch graphed`` / ``nvdispatch fused graphed``: each model through ``torch.cuda.make_graphed_callables`` (its
   forward and backward each one CUDA graph replay, no inductor): Torch's own whole-network CUDA-graph API, the
   lowest host cost either model can have; reported beside the goal's ratio (``ratio_with_graphed``);
+* ``nvdispatch by hand eager`` / ``compile`` / ``reduce-overhead``: the same step written by hand on the public
+  ``nvdispatch.matmul`` epilogs, no autograd (``_mlp_by_hand.py``: forward ``RELU_BIAS``/``GELU_AUX_BIAS``, backward
+  ``BGRADA`` weight and bias gradients and ``DGELU`` or the mask for the layer below), the issue's "step written by
+  hand"; compiled with ``fullgraph=True``, under ``reduce-overhead`` the whole step is one CUDA graph. ``torch by
+  hand ...``: the same step in plain Torch ops, its by-hand reference. Reported apart from the goal's ratio
+  (``ratio_by_hand``: best nvdispatch by-hand compiled step over the best Torch mode; ``ratio_by_hand_peer``: over
+  the best Torch by-hand step);
 * ``nvdispatch ops compile``: the model written with ``nvdispatch.matmul(x, w.mT, epilog="RELU_BIAS"/"GELU_BIAS")``
   per layer, ``w`` in Linear's layout (each layer's backward: the activation's derivative, one BGRADB GEMM and one
   GEMM).
@@ -50,11 +57,15 @@ import sys
 import time
 import traceback
 
+import _mlp_by_hand
 from _bench import output_dir, parser, progress, require_cuda_torch, save_plot
 
 TORCH_MODES = ("torch eager", "torch compile", "torch reduce-overhead")
 #: whole-network CUDA graphs through ``torch.cuda.make_graphed_callables``: outside the goal's modes, compared apart
 GRAPHED = ("torch graphed", "nvdispatch fused graphed")
+#: the step written by hand (no autograd, ``_mlp_by_hand.py``): outside the goal's modes, compared apart
+BY_HAND = ("nvdispatch by hand eager", "nvdispatch by hand compile", "nvdispatch by hand reduce-overhead",
+           "torch by hand eager", "torch by hand compile", "torch by hand reduce-overhead")  # fmt: skip
 NVD_MODES = ("nvdispatch fused compile", "nvdispatch fused reduce-overhead", "nvdispatch fused eager",
              "nvdispatch ops compile", "nvdispatch fused drelu compile",
              "nvdispatch fused drelu reduce-overhead")  # fmt: skip
@@ -121,7 +132,12 @@ def make_models(torch, width: int, layers: int, activation: str, dtype):
 
 def make_step(torch, model, mode: str | None, sample=None):
     """One training step of ``model`` (``mode``: None eagerly, ``"graphed"`` through
-    ``torch.cuda.make_graphed_callables`` on ``sample`` (it patches ``model``), else torch.compile's mode)."""
+    ``torch.cuda.make_graphed_callables`` on ``sample`` (it patches ``model``), ``"<version> by hand[ <mode>]"``
+    the step written by hand (``_mlp_by_hand``), else torch.compile's mode)."""
+    if mode is not None and " by hand" in mode:
+        which, _, compiled = mode.partition(" by hand")
+        compiled = {"": None, "compile": "default"}.get(compiled.strip(), compiled.strip())
+        return _mlp_by_hand.make_step(torch, model, which, compiled)
     if mode == "graphed":
         fn = torch.cuda.make_graphed_callables(model, (sample,))
     else:
@@ -181,6 +197,7 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         "nvdispatch fused drelu reduce-overhead": (drelu, "reduce-overhead"),
         "torch graphed": (plain, "graphed"),
         "nvdispatch fused graphed": (fused, "graphed"),
+        **{name: (fused, name.replace(" eager", "")) for name in BY_HAND},
     }
     if activation != "relu":
         modes = set(modes) - set(RELU_ONLY)
@@ -191,8 +208,8 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         entry = out["contenders"][name] = {}
         torch._dynamo.reset()
         try:
-            if mode == "graphed":
-                model = copy.deepcopy(model)  # make_graphed_callables patches the module it graphs
+            if mode == "graphed" or name in BY_HAND:
+                model = copy.deepcopy(model)  # graphing patches the module; a step by hand sets its own .grad
             t0 = time.perf_counter()
             step = make_step(torch, model, mode, x)
             step(x)  # compiles
@@ -223,6 +240,15 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         best_torch = min(best["torch"]["seconds"], graphed["torch graphed"])
         best_nvd = min(best["nvdispatch compiled"]["seconds"], graphed["nvdispatch fused graphed"])
         out["ratio_with_graphed"] = best_nvd / best_torch
+    by_hand = {n: out["contenders"][n]["seconds"] for n in BY_HAND if "seconds" in out["contenders"].get(n, {})}
+    ours = {n: t for n, t in by_hand.items() if n.startswith("nvdispatch") and not n.endswith("eager")}
+    peers = {n: t for n, t in by_hand.items() if n.startswith("torch")}
+    if ours and "torch" in best:
+        out["ratio_by_hand"] = min(ours.values()) / best["torch"]["seconds"]
+        if "nvdispatch by hand eager" in by_hand:
+            out["ratio_by_hand_eager"] = by_hand["nvdispatch by hand eager"] / best["torch"]["seconds"]
+    if ours and peers:
+        out["ratio_by_hand_peer"] = min(ours.values()) / min(peers.values())
     out["best"] = best
     if len(best) == 2:
         out["ratio_nvdispatch_to_best_torch"] = best["nvdispatch compiled"]["seconds"] / best["torch"]["seconds"]
@@ -300,7 +326,8 @@ def plot(results: dict, path: str) -> None:
     def draw(plt):
         fig, axes = plt.subplots(1, max(len(configs), 1), figsize=(4.2 * max(len(configs), 1), 4.2), squeeze=False)
         for ax, cfg in zip(axes[0], configs):
-            names = [n for n in (*TORCH_MODES, *NVD_MODES, *GRAPHED) if "seconds" in cfg["contenders"].get(n, {})]
+            everyone = (*TORCH_MODES, *NVD_MODES, *GRAPHED, *BY_HAND)
+            names = [n for n in everyone if "seconds" in cfg["contenders"].get(n, {})]
             times = [cfg["contenders"][n]["seconds"] * 1e3 for n in names]
             colors = ["tab:gray" if n.startswith("torch") else "tab:green" for n in names]
             ax.barh(range(len(names)), times, color=colors)
@@ -330,6 +357,12 @@ def summary(results: dict) -> None:
             print(f"  best nvdispatch compiled / best Torch: {cfg['ratio_nvdispatch_to_best_torch']:.3f}{met}")
         if "ratio_with_graphed" in cfg:
             print(f"  the same, CUDA-graphed modules included on both sides: {cfg['ratio_with_graphed']:.3f}")
+        if "ratio_by_hand" in cfg:
+            print(f"  best nvdispatch by-hand compiled step / best Torch mode: {cfg['ratio_by_hand']:.3f}")
+        if "ratio_by_hand_eager" in cfg:
+            print(f"  nvdispatch by-hand eager step / best Torch mode: {cfg['ratio_by_hand_eager']:.3f}")
+        if "ratio_by_hand_peer" in cfg:
+            print(f"  best nvdispatch by-hand compiled step / best Torch by-hand step: {cfg['ratio_by_hand_peer']:.3f}")
     small = results.get("small_mlp")
     if small and "ratio" in small:
         print(f"small MLP reduce-overhead step nvdispatch / Torch: {small['ratio']:.3f} (goal <= 1.02)")
@@ -349,8 +382,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="samples per contender (the median is reported)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--host-number", type=int, default=2000, help="calls per host-time loop")
-    ap.add_argument("--contenders", nargs="+", default=[*TORCH_MODES, *NVD_MODES, *GRAPHED],
-                    choices=[*TORCH_MODES, *NVD_MODES, *GRAPHED])  # fmt: skip
+    ap.add_argument("--contenders", nargs="+", default=[*TORCH_MODES, *NVD_MODES, *GRAPHED, *BY_HAND],
+                    choices=[*TORCH_MODES, *NVD_MODES, *GRAPHED, *BY_HAND])  # fmt: skip
     ap.add_argument("--skip", nargs="*", default=[], choices=["mlp", "small", "host"], help="parts not to run")
     ap.add_argument("--quick", action="store_true", help="smoke test: width 256, batch 512, few steps")
     args = ap.parse_args(argv)
