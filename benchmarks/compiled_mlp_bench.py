@@ -26,6 +26,11 @@ input requires none). Contenders, each in this one process on the same weights a
   hand ...``: the same step in plain Torch ops, its by-hand reference. Reported apart from the goal's ratio
   (``ratio_by_hand``: best nvdispatch by-hand compiled step over the best Torch mode; ``ratio_by_hand_peer``: over
   the best Torch by-hand step);
+* ``torch func compile`` / ``reduce-overhead`` and ``nvdispatch fused func compile`` / ``reduce-overhead``: each
+  model's step as a function of its parameters (``torch.func.grad_and_value`` over ``functional_call`` and the
+  loss, ``_mlp_functional.py``) compiled whole, ``fullgraph=True``: the backward inside the compiled program, one
+  CUDA graph per step under ``reduce-overhead``, for both models alike. Reported apart (``ratio_functional``: best
+  FusedMLP functional step over the best Torch functional step);
 * ``nvdispatch ops compile``: the model written with ``nvdispatch.matmul(x, w.mT, epilog="RELU_BIAS"/"GELU_BIAS")``
   per layer, ``w`` in Linear's layout (each layer's backward: the activation's derivative, one BGRADB GEMM and one
   GEMM).
@@ -58,6 +63,7 @@ import time
 import traceback
 
 import _mlp_by_hand
+import _mlp_functional
 from _bench import output_dir, parser, progress, require_cuda_torch, save_plot
 
 TORCH_MODES = ("torch eager", "torch compile", "torch reduce-overhead")
@@ -66,6 +72,9 @@ GRAPHED = ("torch graphed", "nvdispatch fused graphed")
 #: the step written by hand (no autograd, ``_mlp_by_hand.py``): outside the goal's modes, compared apart
 BY_HAND = ("nvdispatch by hand eager", "nvdispatch by hand compile", "nvdispatch by hand reduce-overhead",
            "torch by hand eager", "torch by hand compile", "torch by hand reduce-overhead")  # fmt: skip
+#: each model's step as a function of its parameters (``torch.func``, ``_mlp_functional.py``), compiled whole
+FUNCTIONAL = ("torch func compile", "torch func reduce-overhead", "nvdispatch fused func compile",
+              "nvdispatch fused func reduce-overhead")  # fmt: skip
 NVD_MODES = ("nvdispatch fused compile", "nvdispatch fused reduce-overhead", "nvdispatch fused eager",
              "nvdispatch ops compile", "nvdispatch fused drelu compile",
              "nvdispatch fused drelu reduce-overhead")  # fmt: skip
@@ -134,6 +143,8 @@ def make_step(torch, model, mode: str | None, sample=None):
     """One training step of ``model`` (``mode``: None eagerly, ``"graphed"`` through
     ``torch.cuda.make_graphed_callables`` on ``sample`` (it patches ``model``), ``"<version> by hand[ <mode>]"``
     the step written by hand (``_mlp_by_hand``), else torch.compile's mode)."""
+    if mode is not None and mode.startswith("func "):
+        return _mlp_functional.make_step(torch, model, mode.removeprefix("func "))
     if mode is not None and " by hand" in mode:
         which, _, compiled = mode.partition(" by hand")
         compiled = {"": None, "compile": "default"}.get(compiled.strip(), compiled.strip())
@@ -198,6 +209,10 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         "torch graphed": (plain, "graphed"),
         "nvdispatch fused graphed": (fused, "graphed"),
         **{name: (fused, name.replace(" eager", "")) for name in BY_HAND},
+        "torch func compile": (plain, "func default"),
+        "torch func reduce-overhead": (plain, "func reduce-overhead"),
+        "nvdispatch fused func compile": (fused, "func default"),
+        "nvdispatch fused func reduce-overhead": (fused, "func reduce-overhead"),
     }
     if activation != "relu":
         modes = set(modes) - set(RELU_ONLY)
@@ -208,8 +223,8 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
         entry = out["contenders"][name] = {}
         torch._dynamo.reset()
         try:
-            if mode == "graphed" or name in BY_HAND:
-                model = copy.deepcopy(model)  # graphing patches the module; a step by hand sets its own .grad
+            if mode == "graphed" or name in BY_HAND or name in FUNCTIONAL:
+                model = copy.deepcopy(model)  # graphing patches the module; the other steps set .grad themselves
             t0 = time.perf_counter()
             step = make_step(torch, model, mode, x)
             step(x)  # compiles
@@ -249,6 +264,11 @@ def run_config(torch, width, activation, batch, layers, args, modes) -> dict:
             out["ratio_by_hand_eager"] = by_hand["nvdispatch by hand eager"] / best["torch"]["seconds"]
     if ours and peers:
         out["ratio_by_hand_peer"] = min(ours.values()) / min(peers.values())
+    functional = {n: out["contenders"][n]["seconds"] for n in FUNCTIONAL if "seconds" in out["contenders"].get(n, {})}
+    ours = [t for n, t in functional.items() if n.startswith("nvdispatch")]
+    peers = [t for n, t in functional.items() if n.startswith("torch")]
+    if ours and peers:
+        out["ratio_functional"] = min(ours) / min(peers)
     out["best"] = best
     if len(best) == 2:
         out["ratio_nvdispatch_to_best_torch"] = best["nvdispatch compiled"]["seconds"] / best["torch"]["seconds"]
@@ -326,7 +346,7 @@ def plot(results: dict, path: str) -> None:
     def draw(plt):
         fig, axes = plt.subplots(1, max(len(configs), 1), figsize=(4.2 * max(len(configs), 1), 4.2), squeeze=False)
         for ax, cfg in zip(axes[0], configs):
-            everyone = (*TORCH_MODES, *NVD_MODES, *GRAPHED, *BY_HAND)
+            everyone = (*TORCH_MODES, *NVD_MODES, *GRAPHED, *BY_HAND, *FUNCTIONAL)
             names = [n for n in everyone if "seconds" in cfg["contenders"].get(n, {})]
             times = [cfg["contenders"][n]["seconds"] * 1e3 for n in names]
             colors = ["tab:gray" if n.startswith("torch") else "tab:green" for n in names]
@@ -361,6 +381,8 @@ def summary(results: dict) -> None:
             print(f"  best nvdispatch by-hand compiled step / best Torch mode: {cfg['ratio_by_hand']:.3f}")
         if "ratio_by_hand_eager" in cfg:
             print(f"  nvdispatch by-hand eager step / best Torch mode: {cfg['ratio_by_hand_eager']:.3f}")
+        if "ratio_functional" in cfg:
+            print(f"  best FusedMLP functional step / best Torch functional step: {cfg['ratio_functional']:.3f}")
         if "ratio_by_hand_peer" in cfg:
             print(f"  best nvdispatch by-hand compiled step / best Torch by-hand step: {cfg['ratio_by_hand_peer']:.3f}")
     small = results.get("small_mlp")
@@ -382,8 +404,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="samples per contender (the median is reported)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--host-number", type=int, default=2000, help="calls per host-time loop")
-    ap.add_argument("--contenders", nargs="+", default=[*TORCH_MODES, *NVD_MODES, *GRAPHED, *BY_HAND],
-                    choices=[*TORCH_MODES, *NVD_MODES, *GRAPHED, *BY_HAND])  # fmt: skip
+    everyone = [*TORCH_MODES, *NVD_MODES, *GRAPHED, *BY_HAND, *FUNCTIONAL]
+    ap.add_argument("--contenders", nargs="+", default=everyone, choices=everyone)
     ap.add_argument("--skip", nargs="*", default=[], choices=["mlp", "small", "host"], help="parts not to run")
     ap.add_argument("--quick", action="store_true", help="smoke test: width 256, batch 512, few steps")
     args = ap.parse_args(argv)

@@ -1,6 +1,7 @@
-"""The MLP training step written by hand (benchmarks/_mlp_by_hand.py, issue #31's "step written by hand on the
-fused epilogs", timed by compiled_mlp_bench.py): eagerly and compiled with fullgraph=True, both versions (the
-nvdispatch epilogs and plain Torch ops) leave in ``.grad`` the gradients a float64 NumPy backward gives."""
+"""The MLP training steps compiled_mlp_bench.py compiles whole (forward and backward in one program): written by
+hand (benchmarks/_mlp_by_hand.py: the nvdispatch epilogs and plain Torch ops) and as a function of the parameters
+(benchmarks/_mlp_functional.py: torch.func over FusedMLP and over a plain Torch model). Eagerly and compiled with
+fullgraph=True, each leaves in ``.grad`` the gradients a float64 NumPy backward gives."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[2] / "benchmarks"))
 import _mlp_by_hand  # noqa: E402
+import _mlp_functional  # noqa: E402
 
 from nvdispatch.integrations.torch_mlp import FusedMLP  # noqa: E402
 
@@ -52,29 +54,41 @@ def _oracle(x, weights, biases, activation):
     return float(np.mean(h**2)), dws, dbs
 
 
-@pytest.mark.parametrize("mode", [None, "default"], ids=["eager", "compiled"])
-@pytest.mark.parametrize("which", _mlp_by_hand.VERSIONS)
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_step_by_hand_gives_the_oracle_gradients(activation, which, mode):
+def _check_step(make, activation, plain=False):
     torch.manual_seed(0)
-    model = FusedMLP([24, 40, 40, 40, 8], activation=activation)
+    fused = FusedMLP([24, 40, 40, 40, 8], activation=activation)
+    model = fused.to_sequential() if plain else fused  # the same Linear modules, run by Torch's own layers
     x = torch.randn(32, 24)
-    weights = [w.detach().double().numpy() for w in model.weights]
-    biases = [b.detach().double().numpy() for b in model.biases]
+    weights = [w.detach().double().numpy() for w in fused.weights]
+    biases = [b.detach().double().numpy() for b in fused.biases]
     before = [p.detach().clone() for p in model.parameters()]
     x_before = x.clone()
     loss_ref, dws, dbs = _oracle(x.double().numpy(), weights, biases, activation)
-    step = _mlp_by_hand.make_step(torch, model, which, mode)
+    step = make(model)
     for _ in range(2):  # the second step runs the compiled program as cached, its gradients replacing the first's
         loss = step(x)
     assert float(loss) == pytest.approx(loss_ref, rel=1e-5)
-    for w, dw in zip(model.weights, dws):
+    for w, dw in zip(fused.weights, dws):
         np.testing.assert_allclose(w.grad.double().numpy(), dw, rtol=1e-4, atol=1e-6)
-    for b, db in zip(model.biases, dbs):
+    for b, db in zip(fused.biases, dbs):
         np.testing.assert_allclose(b.grad.double().numpy(), db, rtol=1e-4, atol=1e-6)
     for p, q in zip(model.parameters(), before):  # the step reads the parameters, never writes them
         assert torch.equal(p.detach(), q)
     assert torch.equal(x, x_before)
+
+
+@pytest.mark.parametrize("mode", [None, "default"], ids=["eager", "compiled"])
+@pytest.mark.parametrize("which", _mlp_by_hand.VERSIONS)
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_step_by_hand_gives_the_oracle_gradients(activation, which, mode):
+    _check_step(lambda model: _mlp_by_hand.make_step(torch, model, which, mode), activation)
+
+
+@pytest.mark.parametrize("mode", [None, "default"], ids=["eager", "compiled"])
+@pytest.mark.parametrize("plain", [False, True], ids=["FusedMLP", "plain"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_functional_step_gives_the_oracle_gradients(activation, plain, mode):
+    _check_step(lambda model: _mlp_functional.make_step(torch, model, mode), activation, plain)
 
 
 def test_unknown_version_is_refused():
