@@ -94,3 +94,31 @@ def test_functional_step_gives_the_oracle_gradients(activation, plain, mode):
 def test_unknown_version_is_refused():
     with pytest.raises(ValueError, match="which"):
         _mlp_by_hand.make_step(torch, FusedMLP([4, 4]), "jax", None)
+
+
+# -- CUDA (GPU machine): the whole step as one CUDA graph, replayed over changing inputs -------------------------------
+STEPS = {
+    "nvdispatch by hand": lambda model, mode: _mlp_by_hand.make_step(torch, model, "nvdispatch", mode),
+    "FusedMLP functional": lambda model, mode: _mlp_functional.make_step(torch, model, mode),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch with CUDA")
+@pytest.mark.parametrize("step", list(STEPS))
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_whole_step_cuda_graph_replays(activation, step):
+    """Under ``mode="reduce-overhead"`` each step replays one CUDA graph: every replay, on a new input, leaves the
+    oracle's gradients of *that* input (float32, Torch's default full-precision matmuls)."""
+    torch.manual_seed(0)
+    model = FusedMLP([48, 64, 64, 64, 16], activation=activation, device="cuda")
+    weights = [w.detach().double().cpu().numpy() for w in model.weights]
+    biases = [b.detach().double().cpu().numpy() for b in model.biases]
+    run = STEPS[step](model, "reduce-overhead")
+    for seed in range(4):
+        x = torch.randn(128, 48, generator=torch.Generator().manual_seed(seed)).cuda()
+        loss = run(x)
+        loss_ref, dws, dbs = _oracle(x.double().cpu().numpy(), weights, biases, activation)
+        assert float(loss) == pytest.approx(loss_ref, rel=1e-4)
+        for p, want in zip([*model.weights, *model.biases], [*dws, *dbs]):
+            np.testing.assert_allclose(p.grad.double().cpu().numpy(), want, rtol=2e-3, atol=1e-6)
