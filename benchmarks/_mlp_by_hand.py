@@ -11,6 +11,9 @@ outside the compiled program):
   product (weight gradient ``dz^T @ h`` in Linear's ``(out, in)`` layout and bias gradient in one call) and, for
   the layer below, ``dz @ W`` with ``DGELU`` fused (GELU) or masked by the saved output (ReLU: cuBLASLt's DRELU
   runs as a separate epilogue kernel on Hopper, the mask costs less; FusedMLP's default for the same reason);
+* ``nvdispatch-sums``: the same, but each bias gradient a Torch sum over the batch beside a plain weight-gradient
+  GEMM (instead of ``BGRADA``: on Hopper cuBLASLt computes a ``BGRAD`` epilogue in a kernel of its own after the
+  GEMM, where in a compiled program inductor can fold the sum into the pass that produces the gradient);
 * ``torch``: the same step in plain Torch ops (``F.linear``, ``torch.mm``, ``sum``, ``aten.gelu_backward``), the
   by-hand reference.
 
@@ -20,10 +23,10 @@ outside the compiled program):
 
 from __future__ import annotations
 
-VERSIONS = ("nvdispatch", "torch")
+VERSIONS = ("nvdispatch", "nvdispatch-sums", "torch")
 
 
-def _nvdispatch_train(torch, weights, biases, activation: str):
+def _nvdispatch_train(torch, weights, biases, activation: str, sums: bool = False):
     import nvdispatch
 
     last = len(weights) - 1
@@ -43,8 +46,11 @@ def _nvdispatch_train(torch, weights, biases, activation: str):
         loss, dz = _loss_and_gradient(out)
         grads_w, grads_b = [None] * len(weights), [None] * len(weights)
         for i in range(last, -1, -1):
-            grads_w[i], sums = nvdispatch.matmul(dz.mT, hs[i], epilog="BGRADA")
-            grads_b[i] = sums["bgrada"]
+            if sums:
+                grads_w[i], grads_b[i] = nvdispatch.matmul(dz.mT, hs[i]), dz.sum(0)
+            else:
+                grads_w[i], summed = nvdispatch.matmul(dz.mT, hs[i], epilog="BGRADA")
+                grads_b[i] = summed["bgrada"]
             if i:
                 if activation == "relu":
                     dz = torch.where(hs[i] > 0, nvdispatch.matmul(dz, weights[i]), 0)
@@ -99,8 +105,10 @@ def make_step(torch, model, which: str, mode: str | None):
     if which not in VERSIONS:
         raise ValueError(f"which: expected one of {VERSIONS}, got {which!r}")
     weights, biases = list(model.weights), list(model.biases)
-    build = _nvdispatch_train if which == "nvdispatch" else _torch_train
-    train = build(torch, weights, biases, model.activation)
+    if which == "torch":
+        train = _torch_train(torch, weights, biases, model.activation)
+    else:
+        train = _nvdispatch_train(torch, weights, biases, model.activation, sums=which == "nvdispatch-sums")
     fn = train if mode is None else torch.compile(train, fullgraph=True, mode=None if mode == "default" else mode)
     graphs = mode == "reduce-overhead"
 
