@@ -1,7 +1,7 @@
 """The MLP training step of ``compiled_mlp_bench.py`` written by hand: no autograd, every gradient product an
 explicit call (issue #31's "the same step written by hand on the fused epilogs").
 
-Two versions of one step (forward, ``loss = out.float().square().mean()``, backward; the gradients of every weight
+Three versions of one step (forward, ``loss = out.float().square().mean()``, backward; the gradients of every weight
 and bias, none for the input), each runnable eagerly or through ``torch.compile(fullgraph=True)`` (under
 ``mode="reduce-overhead"`` the whole step, backward included, is then one CUDA graph: no autograd node is left
 outside the compiled program):
