@@ -5,20 +5,29 @@ fullgraph=True, each leaves in ``.grad`` the gradients a float64 NumPy backward 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(pathlib.Path(__file__).parents[2] / "benchmarks"))
-import _mlp_by_hand  # noqa: E402
-import _mlp_functional  # noqa: E402
-
 from nvdispatch.integrations.torch_mlp import FusedMLP  # noqa: E402
+
+
+def _benchmark_module(name):
+    """A helper module of benchmarks/, loaded by path (benchmarks/ stays off ``sys.path``)."""
+    path = pathlib.Path(__file__).parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_mlp_by_hand = _benchmark_module("_mlp_by_hand")
+_mlp_functional = _benchmark_module("_mlp_functional")
 
 C = math.sqrt(2 / math.pi)
 
