@@ -4,8 +4,6 @@ the one-pass choice's samples of several calls, and typed errors for what the op
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -21,32 +19,9 @@ from nvdispatch.integrations.mlp_options import mlp_options as current  # noqa: 
 from nvdispatch.integrations.mlp_options import set_mlp_options  # noqa: E402
 from nvdispatch.integrations.torch_mlp import FusedMLP  # noqa: E402
 
+from . import mlp_oracle  # noqa: E402
+
 WIDTHS = [6, 12, 10, 3]
-_C = math.sqrt(2 / math.pi)
-
-
-def _gelu(z):
-    t = np.tanh(_C * (z + 0.044715 * z**3))
-    return 0.5 * z * (1 + t), 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _C * (1 + 3 * 0.044715 * z * z)
-
-
-def _oracle(x, ws, bs, g):
-    """(y, dx, dWs, dbs) in float64 of ``sum(y * g)`` for the GELU chain, ``ws`` stored ``(out, in)``."""
-    hs, derivs, h = [x], [], x
-    for i, (w, b) in enumerate(zip(ws, bs)):
-        z = h @ w.T + b
-        if i < len(ws) - 1:
-            h, d = _gelu(z)
-            hs.append(h)
-            derivs.append(d)
-        else:
-            h = z
-    dz, dws, dbs = g, [None] * len(ws), [None] * len(ws)
-    for i in range(len(ws) - 1, -1, -1):
-        dws[i], dbs[i] = dz.T @ hs[i], dz.sum(0)
-        dh = dz @ ws[i]
-        dz = dh * derivs[i - 1] if i else dh
-    return h, dz, dws, dbs
 
 
 def _numpy(t):
@@ -89,8 +64,8 @@ def test_the_split_gelu_forward_matches_a_float64_oracle(fresh, mode):
         out = fn(x)
         g = torch.randn(out.shape, dtype=torch.float64)
         out.backward(g)
-        y, dx, dws, dbs = _oracle(_numpy(x), [_numpy(w) for w in mlp.weights], [_numpy(b) for b in mlp.biases],
-                                  _numpy(g))  # fmt: skip
+        ws, bs = [_numpy(w) for w in mlp.weights], [_numpy(b) for b in mlp.biases]
+        y, dx, dws, dbs = mlp_oracle.chain(_numpy(x), ws, bs, _numpy(g), "gelu")
         np.testing.assert_allclose(_numpy(out), y, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(_numpy(x.grad), dx, rtol=1e-10, atol=1e-10)
         for p, want in zip([*mlp.weights, *mlp.biases], [*dws, *dbs]):
@@ -284,8 +259,8 @@ def _cuda_check(mlp, fn, rows=200):
     out = fn(x)
     g = torch.randn(out.shape, device="cuda").to(torch.bfloat16)
     out.backward(g)
-    y, dx, dws, dbs = _oracle(_numpy(x), [_numpy(w) for w in mlp.weights], [_numpy(b) for b in mlp.biases],
-                              _numpy(g))  # fmt: skip
+    ws, bs = [_numpy(w) for w in mlp.weights], [_numpy(b) for b in mlp.biases]
+    y, dx, dws, dbs = mlp_oracle.chain(_numpy(x), ws, bs, _numpy(g), "gelu")
     got = [out, x.grad, *[p.grad for p in [*mlp.weights, *mlp.biases]]]
     for have, want in zip(got, [y, dx, *dws, *dbs]):
         assert np.linalg.norm(_numpy(have) - want) <= 0.05 * np.linalg.norm(want)

@@ -4,8 +4,6 @@ state or of shape takes another plan, and the values stay those of a float64 Num
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -17,39 +15,9 @@ torch = pytest.importorskip("torch")
 from nvdispatch.integrations import torch_mlp_plan  # noqa: E402
 from nvdispatch.integrations.torch_mlp import FusedMLP, fused_mlp  # noqa: E402
 
+from . import mlp_oracle  # noqa: E402
+
 WIDTHS = [6, 12, 10, 3]
-_C = math.sqrt(2 / math.pi)
-
-
-def _act(z, activation):
-    if activation == "relu":
-        return np.maximum(z, 0), (z > 0).astype(np.float64)
-    t = np.tanh(_C * (z + 0.044715 * z**3))
-    grad = 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _C * (1 + 3 * 0.044715 * z * z)
-    return 0.5 * z * (1 + t), grad
-
-
-def _oracle(x, ws, bs, g, activation):
-    """(y, dx, dWs, dbs) in float64 of ``sum(y * g)`` for the chain ``h_i = act(h_{i-1} @ W_i^T + b_i)`` (the
-    last layer without activation); ``ws`` stored ``(out, in)``."""
-    hs, derivs = [x], []
-    h = x
-    for i, (w, b) in enumerate(zip(ws, bs)):
-        z = h @ w.T + b
-        if i < len(ws) - 1:
-            h, d = _act(z, activation)
-            hs.append(h)
-            derivs.append(d)
-        else:
-            h = z
-    dz = g
-    dws, dbs = [None] * len(ws), [None] * len(ws)
-    for i in range(len(ws) - 1, -1, -1):
-        dws[i] = dz.T @ hs[i]
-        dbs[i] = dz.sum(0)
-        dh = dz @ ws[i]
-        dz = dh * derivs[i - 1] if i else dh
-    return h, dz, dws, dbs
 
 
 def _numpy(t):
@@ -64,7 +32,7 @@ def _check_step(mlp, fn, x, tol=1e-4):
     g = torch.randn(out.shape, dtype=out.dtype, device=out.device)
     out.backward(g)
     ws, bs = [_numpy(w) for w in mlp.weights], [_numpy(b) for b in mlp.biases]
-    y, dx, dws, dbs = _oracle(_numpy(x), ws, bs, _numpy(g), mlp.activation)
+    y, dx, dws, dbs = mlp_oracle.chain(_numpy(x), ws, bs, _numpy(g), mlp.activation)
     np.testing.assert_allclose(_numpy(out), y, rtol=tol, atol=tol)
     np.testing.assert_allclose(_numpy(x.grad), dx, rtol=tol, atol=tol)
     for p, want in zip([*mlp.weights, *mlp.biases], [*dws, *dbs]):
@@ -180,7 +148,9 @@ def test_in_out_weights_and_float32(prepared):
         x = torch.randn(4, WIDTHS[0])
         g = torch.randn(4, WIDTHS[-1])
         fused_mlp(x, ws, bs, "gelu", weight_layout="in_out").backward(g)
-        y, _, dws, dbs = _oracle(_numpy(x), [_numpy(w).T for w in ws], [_numpy(b) for b in bs], _numpy(g), "gelu")
+        y, _, dws, dbs = mlp_oracle.chain(
+            _numpy(x), [_numpy(w).T for w in ws], [_numpy(b) for b in bs], _numpy(g), "gelu"
+        )
         for p, want in zip(ws + bs, [d.T for d in dws] + dbs):
             np.testing.assert_allclose(_numpy(p.grad), want, rtol=1e-4, atol=1e-4)
 
@@ -202,7 +172,7 @@ def _cuda():
 def _cuda_reference_check(mlp, out, x, g, tol):
     """Output and gradients of a CUDA step against the float64 oracle (relative to each reference's norm)."""
     ws, bs = [_numpy(w) for w in mlp.weights], [_numpy(b) for b in mlp.biases]
-    y, _, dws, dbs = _oracle(_numpy(x), ws, bs, _numpy(g), mlp.activation)
+    y, _, dws, dbs = mlp_oracle.chain(_numpy(x), ws, bs, _numpy(g), mlp.activation)
     for got, want in zip([out, *[p.grad for p in mlp.weights], *[p.grad for p in mlp.biases]], [y, *dws, *dbs]):
         error = np.linalg.norm(_numpy(got) - want) / max(np.linalg.norm(want), 1e-30)
         assert error <= tol, error
