@@ -30,6 +30,7 @@ def _benchmark_module(name):
 _mlp_by_hand = _benchmark_module("_mlp_by_hand")
 _mlp_functional = _benchmark_module("_mlp_functional")
 
+
 def _oracle(x, weights, biases, activation):
     """(loss, weight gradients, bias gradients) of ``mean(mlp(x)²)`` in float64 NumPy."""
     y = mlp_oracle.forward(x, weights, biases, activation)
